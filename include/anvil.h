@@ -1,0 +1,244 @@
+/*
+ * anvil.h - the one public header of libanvil, an LLM inference engine for
+ * Llama-family GGUF models.
+ *
+ * Handles are opaque. Every constructor returns an anvil_status and writes
+ * *out only on success. Every _load/_init has one _free that accepts NULL.
+ *
+ * Ownership and borrowing:
+ *   - a ctx borrows its model: the model must outlive every ctx made from it;
+ *   - buffers passed in stay the caller's; the library keeps no pointer to
+ *     them after the call returns;
+ *   - variable-size output goes into caller buffers: when `cap` is too small
+ *     the call returns the needed count, negated, and writes nothing useful.
+ *
+ * Thread safety: a model is read-only after load and may be shared by
+ * threads. A ctx or a sampler is used by one thread at a time.
+ */
+#ifndef ANVIL_H
+#define ANVIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------- */
+/* status codes */
+
+typedef enum {
+    ANVIL_OK = 0,
+    ANVIL_ERR_NOMEM = -1,
+    ANVIL_ERR_IO = -2,
+    ANVIL_ERR_FORMAT = -3,      /* malformed or inconsistent input file */
+    ANVIL_ERR_UNSUPPORTED = -4, /* well-formed, but not something anvil runs */
+    ANVIL_ERR_INVALID = -5,     /* bad argument from the caller */
+    ANVIL_ERR_KV_FULL = -6,     /* recoverable: free a sequence and retry */
+    ANVIL_ERR_DEVICE = -7,
+    ANVIL_ERR_ABORTED = -8,     /* recoverable: the caller asked to stop */
+} anvil_status;
+
+/* Static string naming the status ("ok", "out of memory", ...). */
+const char *anvil_status_str(anvil_status s);
+
+typedef int32_t anvil_token;
+
+/* Tensor element types. The values are GGUF's (ggml's) type ids. */
+enum anvil_type {
+    ANVIL_TYPE_F32 = 0,
+    ANVIL_TYPE_F16 = 1,
+    ANVIL_TYPE_Q4_0 = 2,
+    ANVIL_TYPE_Q4_1 = 3,
+    ANVIL_TYPE_Q8_0 = 8,
+    ANVIL_TYPE_BF16 = 30,
+};
+
+/* Name of a type ("Q4_1"), or NULL for an id anvil does not know. */
+const char *anvil_type_name(int type);
+/* Parse a type name, case-insensitive. Returns -1 when unknown. */
+int anvil_type_from_name(const char *name);
+
+/* Error text for calls that have no handle to hang it on. */
+#define ANVIL_ERRMSG_CAP 256
+
+/* ---------------------------------------------------------------------- */
+/* model */
+
+struct anvil_model;
+
+struct anvil_model_params {
+    /* Kernel family: NULL or "auto" picks the best the CPU runs; "ref",
+     * "avx2", "avx512" force one (an error if the CPU lacks it). The
+     * environment variable ANVIL_KERNELS overrides NULL/"auto". */
+    const char *kernels;
+};
+
+struct anvil_model_params anvil_model_default_params(void);
+
+/* Map and validate a GGUF file and bind the Llama weights in it. Weights
+ * stay in the read-only mapping. On failure, a one-line message is written
+ * to err (when non-NULL) and *out is left unchanged. */
+anvil_status anvil_model_load(const char *path, const struct anvil_model_params *p,
+                              struct anvil_model **out, char *err, size_t err_cap);
+void anvil_model_free(struct anvil_model *m);
+
+int32_t anvil_model_n_vocab(const struct anvil_model *m);
+int32_t anvil_model_n_ctx_train(const struct anvil_model *m);
+int32_t anvil_model_n_embd(const struct anvil_model *m);
+int32_t anvil_model_n_layer(const struct anvil_model *m);
+/* Weight type of most matrices (from general.file_type or the tensors). */
+int anvil_model_type(const struct anvil_model *m);
+/* Name of the kernel family in use: "ref", "avx2" or "avx512". */
+const char *anvil_model_kernels(const struct anvil_model *m);
+/* Short human description: "llama 30L 576d 9h/3kv Q4_1 (135M params)". */
+const char *anvil_model_desc(const struct anvil_model *m);
+anvil_token anvil_token_bos(const struct anvil_model *m); /* -1 if none */
+anvil_token anvil_token_eos(const struct anvil_model *m); /* -1 if none */
+/* True for tokens that end a generation (EOS, <|im_end|>, <|eot_id|>, ...). */
+bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t);
+
+/* ---------------------------------------------------------------------- */
+/* tokenizer */
+
+/* Tokenize `len` bytes of text (any bytes; invalid UTF-8 is handled as
+ * llama.cpp does, each bad byte becoming U+FFFD). add_special prepends BOS
+ * when the vocabulary asks for it; parse_special lets control tokens such
+ * as "<|im_start|>" in the text become their ids.
+ * Returns the number of tokens, or -(needed) when cap is too small. */
+int32_t anvil_tokenize(const struct anvil_model *m, const char *text, size_t len,
+                       anvil_token *out, int32_t cap, bool add_special, bool parse_special);
+
+/* Raw bytes of one token (byte-level BPE decoded). Control tokens give
+ * their text only when `special` is true. Returns the byte count, or
+ * -(needed) when cap is too small; 0 for an out-of-range id. */
+int32_t anvil_token_to_piece(const struct anvil_model *m, anvil_token t, char *buf,
+                             int32_t cap, bool special);
+
+/* Streaming detokenizer: holds back an incomplete UTF-8 sequence so that
+ * a stream never prints half a character. Zero-init or use _reset. */
+struct anvil_detok {
+    unsigned char pend[8];
+    int n_pend;
+};
+void anvil_detok_reset(struct anvil_detok *d);
+/* Append token t; writes only complete UTF-8 characters to buf (NUL
+ * terminated). Returns bytes written, or -(needed) when cap is too small.
+ * buf needs room for the token's bytes, 8 pending bytes and the NUL. */
+int32_t anvil_detok_push(const struct anvil_model *m, struct anvil_detok *d, anvil_token t,
+                         char *buf, int32_t cap);
+/* Flush what is pending at end of stream: invalid leftovers become U+FFFD. */
+int32_t anvil_detok_flush(struct anvil_detok *d, char *buf, int32_t cap);
+
+struct anvil_chat_msg {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+};
+
+/* Render messages with the model's chat template (tokenizer.chat_template;
+ * ChatML and Llama-3 styles are recognised). add_assistant appends the
+ * header that starts the assistant's turn. Returns bytes written (NUL
+ * terminated), -(needed) when cap is too small, or 0 with no template. */
+int32_t anvil_chat_apply(const struct anvil_model *m, const struct anvil_chat_msg *msgs,
+                         size_t n_msgs, bool add_assistant, char *buf, int32_t cap);
+
+/* ---------------------------------------------------------------------- */
+/* context: KV cache, scratch, thread pool */
+
+struct anvil_ctx;
+
+struct anvil_ctx_params {
+    int32_t n_ctx;     /* max positions per sequence; 0 = min(train ctx, 4096) */
+    int32_t n_seq_max; /* sequences held at once; 0 = 1 */
+    int32_t n_batch;   /* max rows in one anvil_decode; 0 = 512 */
+    int32_t n_threads; /* 0 = number of online CPUs */
+};
+
+struct anvil_ctx_params anvil_ctx_default_params(void);
+
+anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params *p,
+                            struct anvil_ctx **out);
+void anvil_ctx_free(struct anvil_ctx *c);
+const char *anvil_ctx_errmsg(const struct anvil_ctx *c);
+int32_t anvil_ctx_n_ctx(const struct anvil_ctx *c);
+
+/* A batch is n_tokens rows; row i is (token[i], pos[i], seq_id[i]). Rows of
+ * one sequence must be in increasing position order, and a sequence's rows
+ * must continue exactly where its cache ends (pos == current length).
+ * logits[i] != 0 asks for the logits of row i; NULL asks for the last row.
+ * All arrays stay the caller's. */
+struct anvil_batch {
+    int32_t n_tokens;
+    const anvil_token *token;
+    const int32_t *pos;
+    const int32_t *seq_id;
+    const int8_t *logits;
+};
+
+/* Run the forward pass. ANVIL_ERR_INVALID for bad token ids, positions,
+ * sequence ids or sizes (the cache is left as it was); ANVIL_ERR_KV_FULL
+ * when a sequence would pass n_ctx (recoverable). */
+anvil_status anvil_decode(struct anvil_ctx *c, const struct anvil_batch *b);
+
+/* Logits (n_vocab floats) of the i-th row that asked for them in the last
+ * decode, or NULL. Valid until the next decode on this ctx. */
+const float *anvil_get_logits(struct anvil_ctx *c, int32_t i);
+/* Number of logits rows produced by the last decode. */
+int32_t anvil_n_logits(const struct anvil_ctx *c);
+
+/* Current length (next position) of a sequence's cache. */
+int32_t anvil_seq_len(const struct anvil_ctx *c, int32_t seq_id);
+/* Drop a sequence's cached positions >= pos (pos 0 clears it). */
+anvil_status anvil_seq_truncate(struct anvil_ctx *c, int32_t seq_id, int32_t pos);
+
+/* ---------------------------------------------------------------------- */
+/* sampling */
+
+struct anvil_sampler;
+
+struct anvil_sampler_params {
+    float temperature;       /* 0 = greedy (argmax); must be >= 0 */
+    int32_t top_k;           /* 0 = off; must be >= 0 */
+    float top_p;             /* in (0, 1]; 1 = off */
+    float min_p;             /* in [0, 1]; 0 = off */
+    float repeat_penalty;    /* > 0; 1 = off */
+    int32_t repeat_last_n;   /* window for penalties; >= 0; 0 = off */
+    float presence_penalty;  /* in [-2, 2] */
+    float frequency_penalty; /* in [-2, 2] */
+    uint64_t seed;           /* same seed, same draws */
+};
+
+struct anvil_sampler_params anvil_sampler_default_params(void);
+
+/* Check params; ANVIL_ERR_INVALID with a message in err when out of range. */
+anvil_status anvil_sampler_params_check(const struct anvil_sampler_params *p, char *err,
+                                        size_t err_cap);
+anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_vocab,
+                                struct anvil_sampler **out);
+void anvil_sampler_free(struct anvil_sampler *s);
+/* Draw a token from n_vocab logits. allowed, when non-NULL, is a bitmask of
+ * n_vocab bits (bit t of allowed[t/8]); tokens outside it are never drawn.
+ * Returns -1 when no token is allowed or the logits are all NaN. */
+anvil_token anvil_sampler_sample(struct anvil_sampler *s, const float *logits,
+                                 const uint8_t *allowed);
+/* Record a token of the sequence (prompt or generated) for the penalties. */
+void anvil_sampler_accept(struct anvil_sampler *s, anvil_token t);
+void anvil_sampler_reset(struct anvil_sampler *s);
+
+/* ---------------------------------------------------------------------- */
+/* tools */
+
+/* Progress callback for long operations: done of total units. */
+typedef void (*anvil_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+/* Write a copy of GGUF `in` with its 2-D weight matrices converted to
+ * `type` (Q8_0, Q4_0, Q4_1, F16, BF16). Norms stay F32. */
+anvil_status anvil_quantize(const char *in, const char *out, int type, anvil_progress_fn progress,
+                            void *user, char *err, size_t err_cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ANVIL_H */

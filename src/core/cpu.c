@@ -1,0 +1,67 @@
+/*
+ * cpu.c - CPUID feature detection for run-time kernel dispatch.
+ *
+ * A feature counts only when the CPU reports it and the OS saves the
+ * registers it needs (XGETBV): AVX needs XCR0 bits 1-2, AVX-512 also 5-7.
+ */
+#include <pthread.h>
+#include <unistd.h>
+
+#include "core.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static void detect(struct cpu_features *f) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    f->fma = (c >> 12) & 1;
+    f->f16c = (c >> 29) & 1;
+    if (!osxsave || !avx) {
+        f->fma = f->f16c = false;
+        return;
+    }
+    uint64_t xcr0 = xgetbv0();
+    bool os_avx = (xcr0 & 0x6) == 0x6;
+    bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;
+    if (!os_avx) {
+        f->fma = f->f16c = false;
+        return;
+    }
+    if (__get_cpuid_max(0, NULL) < 7) return;
+    __cpuid_count(7, 0, a, b, c, d);
+    f->avx2 = (b >> 5) & 1;
+    if (os_avx512) {
+        f->avx512f = (b >> 16) & 1;
+        f->avx512dq = (b >> 17) & 1;
+        f->avx512bw = (b >> 30) & 1;
+        f->avx512vl = (b >> 31) & 1;
+        f->avx512vnni = (c >> 11) & 1;
+        __cpuid_count(7, 1, a, b, c, d);
+        f->avx512bf16 = (a >> 5) & 1;
+    }
+}
+#else
+static void detect(struct cpu_features *f) { (void)f; }
+#endif
+
+static struct cpu_features features;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static void init_features(void) { detect(&features); }
+
+const struct cpu_features *cpu_get_features(void) {
+    pthread_once(&once, init_features);
+    return &features;
+}
+
+int cpu_count_online(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}

@@ -1,0 +1,81 @@
+/*
+ * ops.c (ref) - element-wise and row ops: RMSNorm (plain, fused with the
+ * residual add, fused with activation quantization), SiLU*mul, RoPE.
+ * Norms accumulate in double for clarity; variants use float and are
+ * checked against these within tolerance.
+ */
+#include <math.h>
+
+#include "kernels/cpu/ref/ref.h"
+
+void kn_rmsnorm_ref(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+}
+
+void kn_add_rmsnorm_ref(float *restrict res, const float *restrict delta, float *restrict y,
+                        const float *restrict w, int n, float eps) {
+    for (int i = 0; i < n; i++) res[i] += delta[i];
+    kn_rmsnorm_ref(y, res, w, n, eps);
+}
+
+/* The unfused composition is the definition: rmsnorm into a float row,
+ * then the activation conversion. n is at most a model's n_embd or n_ff, so
+ * a stack row is fine up to 16k. */
+void kn_rmsnorm_act_ref(void *restrict dst, const float *restrict x, const float *restrict w,
+                        int n, float eps, int act) {
+    float tmp[16384];
+    if (n > 16384) return;
+    kn_rmsnorm_ref(tmp, x, w, n, eps);
+    switch (act) {
+    case KN_ACT_Q8A: kn_act_q8a_ref(dst, tmp, n); break;
+    case KN_ACT_BF16: kn_act_bf16_ref(dst, tmp, n); break;
+    default: kn_act_f32_ref(dst, tmp, n); break;
+    }
+}
+
+void kn_silu_mul_ref(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) {
+        float v = g[i];
+        y[i] = v / (1.0f + expf(-v)) * u[i];
+    }
+}
+
+void kn_rope_ref(float *x, int n_head, int head_dim, int pos, const float *inv_freq) {
+    for (int h = 0; h < n_head; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int i = 0; i < head_dim / 2; i++) {
+            float theta = (float)pos * inv_freq[i];
+            float c = cosf(theta), s = sinf(theta);
+            float a = v[2 * i], b = v[2 * i + 1];
+            v[2 * i] = a * c - b * s;
+            v[2 * i + 1] = a * s + b * c;
+        }
+    }
+}
+
+const struct kn_ops kn_ops_ref = {
+    .name = "ref",
+    .matmul =
+        {
+            [ANVIL_TYPE_F32] = kn_matmul_f32_ref,
+            [ANVIL_TYPE_F16] = kn_matmul_f16_ref,
+            [ANVIL_TYPE_BF16] = kn_matmul_bf16_ref,
+            [ANVIL_TYPE_Q8_0] = kn_matmul_q8_0_ref,
+            [ANVIL_TYPE_Q4_0] = kn_matmul_q4_0_ref,
+            [ANVIL_TYPE_Q4_1] = kn_matmul_q4_1_ref,
+        },
+    .act =
+        {
+            [KN_ACT_F32] = kn_act_f32_ref,
+            [KN_ACT_BF16] = kn_act_bf16_ref,
+            [KN_ACT_Q8A] = kn_act_q8a_ref,
+        },
+    .rmsnorm = kn_rmsnorm_ref,
+    .add_rmsnorm = kn_add_rmsnorm_ref,
+    .rmsnorm_act = kn_rmsnorm_act_ref,
+    .silu_mul = kn_silu_mul_ref,
+    .rope = kn_rope_ref,
+};

@@ -1,0 +1,32 @@
+/*
+ * ref.h - the reference kernels, named so that variants and tests can call
+ * them directly (kn_<op>_ref). Signatures are those of kernels/ops.h.
+ */
+#ifndef ANVIL_KN_REF_H
+#define ANVIL_KN_REF_H
+
+#include "kernels/ops.h"
+
+void kn_act_q8a_ref(void *restrict dst, const float *restrict x, int n);
+void kn_act_bf16_ref(void *restrict dst, const float *restrict x, int n);
+void kn_act_f32_ref(void *restrict dst, const float *restrict x, int n);
+
+#define DECLARE_MATMUL(NAME) \
+    void NAME(float *restrict y, size_t ldy, const void *restrict w, size_t w_stride, \
+              const void *restrict x, size_t x_stride, int n, int n_tokens, int r0, int r1);
+DECLARE_MATMUL(kn_matmul_q8_0_ref)
+DECLARE_MATMUL(kn_matmul_q4_0_ref)
+DECLARE_MATMUL(kn_matmul_q4_1_ref)
+DECLARE_MATMUL(kn_matmul_f16_ref)
+DECLARE_MATMUL(kn_matmul_bf16_ref)
+DECLARE_MATMUL(kn_matmul_f32_ref)
+
+void kn_rmsnorm_ref(float *y, const float *x, const float *w, int n, float eps);
+void kn_add_rmsnorm_ref(float *restrict res, const float *restrict delta, float *restrict y,
+                        const float *restrict w, int n, float eps);
+void kn_rmsnorm_act_ref(void *restrict dst, const float *restrict x, const float *restrict w,
+                        int n, float eps, int act);
+void kn_silu_mul_ref(float *y, const float *g, const float *u, int n);
+void kn_rope_ref(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * ops.h - kernel signatures and the per-ISA kernel table.
+ *
+ * Kernels are single-threaded and work on a slice given by the caller
+ * (rows [r0, r1)); the thread pool splits work outside them, so each
+ * variant can be compared with the reference on the same slice.
+ *
+ * Variants: kn_ops_ref (src/kernels/cpu/ref, plain C11: the specification),
+ * kn_ops_avx2, kn_ops_avx512. Entries a variant does not implement point at
+ * the reference. kn_select() picks one from CPUID (or ANVIL_KERNELS).
+ *
+ * Batch invariance: within one variant, the value written for (token t,
+ * row r) of a matmul must not depend on n_tokens, r0 or r1 - the
+ * reduction order of each dot product is fixed. The serving engine relies
+ * on this so that a request's greedy output does not depend on its batch.
+ */
+#ifndef ANVIL_KN_OPS_H
+#define ANVIL_KN_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "anvil.h"
+#include "kernels/quant.h"
+
+#define KN_TYPE_MAX 31 /* table size: ggml type ids 0..30 */
+
+/* y[t*ldy + r] = dot(W row r, X row t) for t in [0, n_tokens), r in [r0, r1).
+ *   w: weight rows of n elements in the weight type's format, w_stride bytes apart
+ *   x: activation rows in kn_act_for_type(type) format, x_stride bytes apart
+ *   n: row length (multiple of 32 for quantized types) */
+typedef void (*kn_matmul_fn)(float *restrict y, size_t ldy, const void *restrict w,
+                             size_t w_stride, const void *restrict x, size_t x_stride, int n,
+                             int n_tokens, int r0, int r1);
+
+/* Convert one float row of n elements into an activation format. */
+typedef void (*kn_act_fn)(void *restrict dst, const float *restrict x, int n);
+
+/* y = x / rms(x) * w, rms = sqrt(mean(x^2) + eps); y may alias x. */
+typedef void (*kn_rmsnorm_fn)(float *y, const float *x, const float *w, int n, float eps);
+
+/* res += delta; y = rmsnorm(res) * w  (one pass over the row). */
+typedef void (*kn_add_rmsnorm_fn)(float *restrict res, const float *restrict delta,
+                                  float *restrict y, const float *restrict w, int n, float eps);
+
+/* Fused norm + activation quantization: act(dst) of rmsnorm(x) * w. */
+typedef void (*kn_rmsnorm_act_fn)(void *restrict dst, const float *restrict x,
+                                  const float *restrict w, int n, float eps, int act);
+
+/* y[i] = silu(g[i]) * u[i]; y may alias g. */
+typedef void (*kn_silu_mul_fn)(float *y, const float *g, const float *u, int n);
+
+/* Rotate n_head heads of head_dim in place at position pos (Llama "norm"
+ * RoPE: adjacent pairs (2i, 2i+1) rotated by pos * inv_freq[i]). */
+typedef void (*kn_rope_fn)(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
+
+struct kn_ops {
+    const char *name; /* "ref", "avx2", "avx512" */
+    kn_matmul_fn matmul[KN_TYPE_MAX];
+    kn_act_fn act[KN_ACT_COUNT];
+    kn_rmsnorm_fn rmsnorm;
+    kn_add_rmsnorm_fn add_rmsnorm;
+    kn_rmsnorm_act_fn rmsnorm_act;
+    kn_silu_mul_fn silu_mul;
+    kn_rope_fn rope;
+};
+
+extern const struct kn_ops kn_ops_ref;
+
+/* Pick the kernel table. force: NULL/"auto" = best supported (ANVIL_KERNELS
+ * env var overrides auto), or "ref"/"avx2"/"avx512". Returns NULL when the
+ * forced family is unknown or the CPU cannot run it. */
+const struct kn_ops *kn_select(const char *force);
+
+#endif

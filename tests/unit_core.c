@@ -1,0 +1,127 @@
+/*
+ * unit_core.c - core utilities: half/bfloat16 conversions, thread pool,
+ * allocation counters and fault injection.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/core.h"
+#include "core/pool.h"
+#include "kernels/quant.h"
+
+static void test_f16_roundtrip_all(void **state) {
+    (void)state;
+    /* every finite half converts to float and back unchanged */
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00) continue; /* inf/nan */
+        float f = kn_f16_to_f32((kn_f16)h);
+        assert_int_equal(kn_f32_to_f16(f), h);
+    }
+}
+
+static void test_f16_rounding(void **state) {
+    (void)state;
+    assert_int_equal(kn_f32_to_f16(1.0f), 0x3c00);
+    assert_int_equal(kn_f32_to_f16(65504.0f), 0x7bff);
+    assert_int_equal(kn_f32_to_f16(65520.0f), 0x7c00);  /* ties to even -> inf */
+    assert_int_equal(kn_f32_to_f16(65519.0f), 0x7bff);
+    assert_int_equal(kn_f32_to_f16(-2.0f), 0xc000);
+    /* 1 + 2^-11 is halfway between 1 and 1+2^-10: ties to even (1.0) */
+    assert_int_equal(kn_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+    assert_int_equal(kn_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);
+    assert_int_equal(kn_f32_to_f16(0x1p-24f), 0x0001);  /* smallest subnormal */
+    assert_int_equal(kn_f32_to_f16(0x1p-26f), 0x0000);
+    assert_true(isnan(kn_f16_to_f32(kn_f32_to_f16(NAN))));
+}
+
+static void test_bf16(void **state) {
+    (void)state;
+    assert_int_equal(kn_f32_to_bf16(1.0f), 0x3f80);
+    /* 1 + 2^-8 is a tie: rounds to even (1.0); a hair above rounds up */
+    assert_int_equal(kn_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+    assert_int_equal(kn_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
+    assert_true(kn_bf16_to_f32(0x3f80) == 1.0f);
+    assert_true(isnan(kn_bf16_to_f32(kn_f32_to_bf16(NAN))));
+}
+
+struct sum_job {
+    int n;
+    _Atomic long total;
+    int hits[8];
+};
+
+static void sum_fn(void *arg, int ith, int nth) {
+    struct sum_job *j = arg;
+    int r0, r1;
+    pool_split(j->n, ith, nth, 1, &r0, &r1);
+    long s = 0;
+    for (int i = r0; i < r1; i++) s += i;
+    j->total += s;
+    j->hits[ith]++;
+}
+
+static void test_pool_run(void **state) {
+    (void)state;
+    for (int nt = 1; nt <= 4; nt++) {
+        struct pool *p = NULL;
+        assert_int_equal(pool_create(nt, &p), ANVIL_OK);
+        for (int rep = 0; rep < 200; rep++) {
+            struct sum_job j = {.n = 1000 + rep};
+            pool_run(p, sum_fn, &j);
+            long n = j.n;
+            assert_int_equal(j.total, n * (n - 1) / 2);
+            for (int t = 0; t < nt; t++) assert_int_equal(j.hits[t], 1);
+        }
+        pool_free(p);
+    }
+}
+
+static void test_pool_split(void **state) {
+    (void)state;
+    for (int n = 0; n < 200; n += 7)
+        for (int nth = 1; nth <= 5; nth++)
+            for (int align = 1; align <= 16; align *= 4) {
+                int prev = 0;
+                for (int ith = 0; ith < nth; ith++) {
+                    int r0, r1;
+                    pool_split(n, ith, nth, align, &r0, &r1);
+                    assert_int_equal(r0, prev);
+                    assert_true(r1 >= r0);
+                    if (r1 < n) assert_int_equal(r1 % align, 0);
+                    prev = r1;
+                }
+                assert_int_equal(prev, n);
+            }
+}
+
+static void test_alloc_fault_injection(void **state) {
+    (void)state;
+    int64_t live = anvil_alloc_live();
+    anvil_alloc_fail_at(2);
+    void *a = anvil_malloc(16);
+    void *b = anvil_malloc(16);
+    void *c = anvil_malloc(16);
+    assert_non_null(a);
+    assert_null(b);
+    assert_non_null(c);
+    anvil_alloc_fail_at(0);
+    anvil_free(a);
+    anvil_free(c);
+    assert_int_equal(anvil_alloc_live(), live);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_roundtrip_all),
+        cmocka_unit_test(test_f16_rounding),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_pool_run),
+        cmocka_unit_test(test_pool_split),
+        cmocka_unit_test(test_alloc_fault_injection),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
