@@ -56,6 +56,8 @@ CLI_SRC    := $(sort $(wildcard tools/cli/*.c))
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
+TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
+TOOL_BIN   := $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON_SRC := $(sort $(wildcard tests/common/*.c))
 TEST_COMMON_OBJ := $(TEST_COMMON_SRC:%.c=$(BUILD)/%.o)
 LIBA       := $(BUILD)/libanvil.a
@@ -64,7 +66,7 @@ CLI_BIN    := bin/anvil$(SUFFIX)
 .PHONY: all debug asan test unit model run bench clean deps venv fmt
 .DEFAULT_GOAL := all
 
-all: $(CLI_BIN) $(UNIT_BIN)
+all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN)
 
 debug:
 	@$(MAKE) --no-print-directory MODE=debug all
@@ -87,7 +89,8 @@ $(CLI_BIN): $(CLI_OBJ) $(SERVER_OBJ) $(LIBA)
 	@mkdir -p bin
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(SERVER_OBJ) $(LIBA) $(SERVER_LIBS) $(LIBS)
 
-# Unit tests see the library's internals (src/ is on the include path).
+# Unit tests (tests/unit_*.c, run by tests/run_all.py) and test tools
+# (tests/tool_*.c, driven by the Python tests) see the library's internals.
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_COMMON_OBJ) $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_COMMON_OBJ) $(LIBA) $(TEST_LIBS) $(LIBS)
 
