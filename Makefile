@@ -103,8 +103,8 @@ APT_PKGS := gcc make pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev libc
 deps:
 	@scripts/install_deps.sh $(APT_PKGS)
 
-VENV_STAMP := $(VENV)/.anvil-$(shell cat tests/requirements.txt 2>/dev/null | sha256sum | cut -c1-12)
-$(VENV_STAMP): tests/requirements.txt
+VENV_STAMP := $(VENV)/.anvil-$(shell cat tests/requirements.txt scripts/make_venv.sh 2>/dev/null | sha256sum | cut -c1-12)
+$(VENV_STAMP): tests/requirements.txt scripts/make_venv.sh
 	@scripts/make_venv.sh $(VENV) tests/requirements.txt
 	@touch $@
 venv: $(VENV_STAMP)
