@@ -154,6 +154,7 @@ struct anvil_ctx_params {
     int32_t n_seq_max; /* sequences held at once; 0 = 1 */
     int32_t n_batch;   /* max rows in one anvil_decode; 0 = 512 */
     int32_t n_threads; /* 0 = number of online CPUs */
+    int32_t n_outputs; /* max rows asking for logits in one decode; 0 = n_seq_max */
 };
 
 struct anvil_ctx_params anvil_ctx_default_params(void);
@@ -226,6 +227,110 @@ anvil_token anvil_sampler_sample(struct anvil_sampler *s, const float *logits,
 /* Record a token of the sequence (prompt or generated) for the penalties. */
 void anvil_sampler_accept(struct anvil_sampler *s, anvil_token t);
 void anvil_sampler_reset(struct anvil_sampler *s);
+
+/* ---------------------------------------------------------------------- */
+/* serving engine: continuous batching over many requests
+ *
+ * One driver thread calls anvil_engine_step (or anvil_engine_start runs
+ * one for you); any thread may submit and cancel. Each step builds one
+ * batch mixing the decode tokens of running requests with prefill chunks
+ * under a token budget, runs the forward pass and samples. Events go to
+ * each request's callback, on the driver thread, in order; the callback
+ * must not block for long and must not call back into the engine except
+ * anvil_engine_cancel. A request's greedy output does not depend on what
+ * else is in the batch. */
+
+struct anvil_engine;
+typedef uint64_t anvil_req_id;
+
+struct anvil_engine_params {
+    int32_t n_threads;     /* 0 = online CPUs */
+    int32_t max_running;   /* sequences decoded at once; 0 = 64 */
+    int32_t max_queue;     /* waiting requests before submit says KV_FULL; 0 = 1024 */
+    int32_t n_ctx;         /* max positions per request; 0 = min(train ctx, 8192) */
+    int32_t step_tokens;   /* token budget per step; 0 = 512 */
+    int32_t prefill_chunk; /* max prompt tokens of one request per step; 0 = 256 */
+    int64_t kv_mem;        /* KV cache bytes; 0 = enough for max_running * 1024 tokens */
+    int kv_type;           /* ANVIL_TYPE_F16 (default when 0) or ANVIL_TYPE_Q8_0 */
+};
+
+struct anvil_engine_params anvil_engine_default_params(void);
+
+enum anvil_finish {
+    ANVIL_FINISH_NONE = 0,
+    ANVIL_FINISH_LENGTH,    /* max_tokens reached (or the context is full) */
+    ANVIL_FINISH_STOP,      /* EOS / end-of-generation token or a stop string */
+    ANVIL_FINISH_CANCELLED,
+    ANVIL_FINISH_ERROR,
+};
+
+struct anvil_request_params {
+    const anvil_token *prompt; /* copied at submit */
+    int32_t n_prompt;          /* >= 1 */
+    int32_t max_tokens;        /* >= 1 */
+    struct anvil_sampler_params sampling;
+    bool ignore_eos;
+    const char *const *stop;   /* stop strings, copied at submit; may be NULL */
+    int32_t n_stop;            /* <= 16 */
+    int32_t top_logprobs;      /* 0 = no logprobs; else report this many alternatives (<= 20) */
+};
+
+enum anvil_event_type {
+    ANVIL_EVENT_TOKEN = 1, /* one generated token (text may be empty while a
+                              UTF-8 character or stop-string prefix is held) */
+    ANVIL_EVENT_DONE,      /* last event of a request: finish says why */
+};
+
+struct anvil_event {
+    enum anvil_event_type type;
+    anvil_req_id id;
+    anvil_token token;        /* TOKEN */
+    const char *text;         /* TOKEN/DONE: newly released text (may be ""), not NUL-safe: use text_len */
+    int32_t text_len;
+    float logprob;            /* TOKEN with top_logprobs > 0 */
+    int32_t n_top;            /* alternatives below */
+    const anvil_token *top_tokens;
+    const float *top_logprobs;
+    enum anvil_finish finish; /* DONE */
+    int32_t n_prompt, n_gen;  /* DONE: token counts */
+    double ttft_s;            /* DONE: submit to first token */
+    const char *error;        /* DONE with ANVIL_FINISH_ERROR */
+};
+
+typedef void (*anvil_event_fn)(void *user, const struct anvil_event *ev);
+
+/* The engine borrows the model. */
+anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_params *p,
+                               struct anvil_engine **out);
+/* Stops the driver thread if started; pending requests get DONE/CANCELLED. */
+void anvil_engine_free(struct anvil_engine *e);
+const char *anvil_engine_errmsg(const struct anvil_engine *e);
+
+/* Thread-safe. Validates and queues a request: ANVIL_ERR_INVALID for bad
+ * params (message in err), ANVIL_ERR_KV_FULL when the queue is full or the
+ * prompt plus max_tokens can never fit (err says which). */
+anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_request_params *r,
+                                 anvil_event_fn cb, void *user, anvil_req_id *out_id, char *err,
+                                 size_t err_cap);
+/* Thread-safe. The request ends with DONE/CANCELLED at the next step and
+ * its KV blocks are freed. Unknown or finished ids: ANVIL_ERR_INVALID. */
+anvil_status anvil_engine_cancel(struct anvil_engine *e, anvil_req_id id);
+
+/* Run one scheduling step on the calling thread. *n_active (optional) is
+ * set to the number of queued + running requests after the step. */
+anvil_status anvil_engine_step(struct anvil_engine *e, int32_t *n_active);
+/* Start / stop a driver thread that steps while there is work and sleeps
+ * otherwise. */
+anvil_status anvil_engine_start(struct anvil_engine *e);
+void anvil_engine_stop(struct anvil_engine *e);
+
+struct anvil_engine_stats {
+    int32_t queued, running;
+    int32_t kv_blocks_total, kv_blocks_used;
+    int32_t kv_block_tokens;
+    uint64_t n_requests_done, n_prompt_tokens, n_gen_tokens, n_preemptions, n_steps;
+};
+void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out);
 
 /* ---------------------------------------------------------------------- */
 /* tools */
