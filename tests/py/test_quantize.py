@@ -15,6 +15,7 @@ neither OUT nor OUT.tmp left behind.
 import os
 import resource
 import signal
+import struct
 import subprocess
 
 import numpy as np
@@ -23,6 +24,8 @@ import pytest
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf import quants  # noqa: E402
+
+import gguf_synth as G  # noqa: E402
 
 ROOT = os.environ.get("ANVIL_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -58,16 +61,6 @@ def outputs(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def src():
-    return gguf.GGUFReader(MODEL)
-
-
-def field_value(f):
-    """Comparable value of a GGUFReader field."""
-    return [bytes(f.parts[i]) for i in f.data]
-
-
 @pytest.mark.parametrize("name", list(TYPES))
 def test_our_reader_accepts(outputs, name):
     p = run([ANVIL, "inspect", outputs[name]])
@@ -75,41 +68,89 @@ def test_our_reader_accepts(outputs, name):
     assert f"general.file_type                            u32                {FTYPE[name]}" in p.stdout
 
 
+def header(path):
+    with open(path, "rb") as f:
+        head = f.read(4 << 20)
+    return head, G.Layout(head)
+
+
+@pytest.fixture(scope="module")
+def src():
+    return header(MODEL)
+
+
+BLOCK = {QT.F32: (1, 4), QT.F16: (1, 2), QT.BF16: (1, 2), QT.Q8_0: (32, 34), QT.Q4_0: (32, 18),
+         QT.Q4_1: (32, 20)}
+
+
+def tensor_fields(head, lay, t):
+    ne = [struct.unpack_from("<Q", head, o)[0] for o in t["ne"]]
+    ty = struct.unpack_from("<I", head, t["type"])[0]
+    off = struct.unpack_from("<Q", head, t["offset"])[0]
+    return ne, QT(ty), off
+
+
+def tensor_bytes(path, lay, ne, ty, off, rows=None):
+    blck, bsz = BLOCK[ty]
+    row = ne[0] // blck * bsz
+    n_rows = int(np.prod(ne[1:])) if len(ne) > 1 else 1
+    if rows is not None:
+        n_rows = min(n_rows, rows)
+    mm = np.memmap(path, dtype=np.uint8, mode="r", offset=lay.data_offset + off,
+                   shape=(n_rows, row))
+    return np.array(mm)
+
+
 @pytest.mark.parametrize("name", list(TYPES))
 def test_layout_and_bytes(outputs, src, name):
-    dst = gguf.GGUFReader(outputs[name])
-    # metadata: same keys in the same order, same values except the file type
-    assert list(dst.fields) == list(src.fields)
-    for k, f in src.fields.items():
-        g = dst.fields[k]
-        if k == "general.file_type":
-            assert int(g.parts[g.data[0]][0]) == FTYPE[name]
-        else:
-            assert g.types == f.types, k
-            assert field_value(g) == field_value(f), k
-    assert dst.alignment == src.alignment
-    # tensors: same names, shapes, order; types by the documented rule
-    assert [t.name for t in dst.tensors] == [t.name for t in src.tensors]
+    """Header parsed with tests/py/gguf_synth.py; tensor bytes compared with
+    gguf.quants.quantize(gguf.quants.dequantize(source rows))."""
+    shead, slay = src
+    dhead, dlay = header(outputs[name])
+    # metadata: byte-identical, except the 4 value bytes of general.file_type
+    ft = slay.kv["general.file_type"]["value"]
+    assert dlay.kv_order == slay.kv_order
+    assert struct.unpack_from("<I", dhead, ft)[0] == FTYPE[name]
+    meta_end = slay.tensors[0]["name_len"]
+    assert dlay.tensors[0]["name_len"] == meta_end
+    assert dhead[:ft] == shead[:ft] and dhead[ft + 4:meta_end] == shead[ft + 4:meta_end]
+    assert dlay.alignment == slay.alignment
+    # tensors: same names, shapes and order; types by the documented rule
+    assert [t["name"] for t in dlay.tensors] == [t["name"] for t in slay.tensors]
     checked = 0
-    for s, t in zip(src.tensors, dst.tensors):
-        assert list(t.shape) == list(s.shape), s.name
-        want = TYPES[name] if len(s.shape) >= 2 and s.shape[1] > 1 else QT.F32
-        assert t.tensor_type == want, (s.name, t.tensor_type, want)
-        assert t.data_offset % dst.alignment == 0
-        if not (s.name.startswith("blk.0.") or s.name.startswith("blk.29.")
-                or s.name in ("token_embd.weight", "output_norm.weight")):
+    for st, dt in zip(slay.tensors, dlay.tensors):
+        sne, sty, soff = tensor_fields(shead, slay, st)
+        dne, dty, doff = tensor_fields(dhead, dlay, dt)
+        assert dne == sne, st["name"]
+        want = TYPES[name] if len(sne) >= 2 and sne[1] > 1 else QT.F32
+        assert dty == want, (st["name"], dty, want)
+        assert doff % dlay.alignment == 0
+        nm = st["name"]
+        if not (nm.startswith("blk.0.") or nm.startswith("blk.29.")
+                or nm in ("token_embd.weight", "output_norm.weight")):
             continue
-        if s.tensor_type == t.tensor_type:
-            assert np.array_equal(np.asarray(s.data).view(np.uint8), np.asarray(t.data).view(np.uint8)), s.name
-            checked += 1
-            continue
-        rows = min(len(s.data), 2048) if s.data.ndim == 2 else len(s.data)
-        x = quants.dequantize(np.asarray(s.data[:rows]), s.tensor_type).astype(np.float32)
-        ref = x if want == QT.F32 else quants.quantize(x, want)
-        got = np.asarray(t.data[:rows])
-        assert np.array_equal(got.view(np.uint8).reshape(-1), np.ascontiguousarray(ref).view(np.uint8).reshape(-1)), s.name
+        sb = tensor_bytes(MODEL, slay, sne, sty, soff, rows=2048)
+        db = tensor_bytes(outputs[name], dlay, dne, dty, doff, rows=2048)
+        if sty == dty:
+            assert np.array_equal(sb, db), nm
+        else:
+            x = quants.dequantize(sb, sty).astype(np.float32)
+            ref = x if want == QT.F32 else quants.quantize(x, want)
+            assert np.array_equal(db.reshape(-1), np.ascontiguousarray(ref).view(np.uint8).reshape(-1)), nm
         checked += 1
     assert checked >= 20
+
+
+def test_gguf_package_reads_output(outputs):
+    """The gguf package's own reader parses an output (slow: one type)."""
+    r = gguf.GGUFReader(outputs["Q4_0"])
+    f = r.fields["general.file_type"]
+    assert int(f.parts[f.data[0]][0]) == FTYPE["Q4_0"]
+    assert len(r.tensors) == 272
+    types = {t.name: t.tensor_type for t in r.tensors}
+    assert types["token_embd.weight"] == QT.Q4_0 and types["output_norm.weight"] == QT.F32
+    t = next(t for t in r.tensors if t.name == "blk.3.ffn_up.weight")
+    assert t.data.shape == (1536, 576 // 32 * 18)
 
 
 def top_tokens(model_path, prompt, k=5):
