@@ -142,6 +142,18 @@ static uint64_t hash_bytes(const void *p, uint64_t n) {
     return h;
 }
 
+/* Make room for element n of *arr (capacity *cap, zero-filled growth). */
+static anvil_status grow(void **arr, uint64_t *cap, uint64_t n, size_t elem) {
+    if (n < *cap) return ANVIL_OK;
+    uint64_t nc = *cap ? *cap * 2 : 64; /* n is bounded by the file size */
+    uint8_t *p = anvil_realloc(*arr, (size_t)nc * elem);
+    if (!p) return ANVIL_ERR_NOMEM;
+    memset(p + (size_t)*cap * elem, 0, (size_t)(nc - *cap) * elem);
+    *arr = p;
+    *cap = nc;
+    return ANVIL_OK;
+}
+
 static anvil_status index_init(struct index *ix, uint64_t n) {
     uint64_t cap = 16;
     while (cap < 2 * n) cap *= 2; /* n is bounded by the file size, no overflow */
@@ -537,15 +549,17 @@ static anvil_status parse(struct gguf_impl *g, struct rd *r) {
         return ANVIL_ERR_FORMAT;
     }
 
-    /* metadata */
-    f->kv = anvil_calloc(n_kv ? (size_t)n_kv : 1, sizeof(*f->kv));
-    if (!f->kv) goto nomem;
-    f->n_kv = n_kv;
-    if (index_init(&g->kv_index, n_kv) != ANVIL_OK) goto nomem;
+    /* metadata: arrays grow with what is actually parsed, so a count that
+     * fits the file but lies costs no more memory than the bytes behind it */
+    uint64_t cap_kv = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
+        if (grow((void **)&f->kv, &cap_kv, i, sizeof(*f->kv)) != ANVIL_OK) goto nomem;
+        f->n_kv = i + 1;
         if ((st = parse_kv(r, &f->kv[i], i)) != ANVIL_OK) return st;
-        if ((st = index_kv(g, i, err, cap)) != ANVIL_OK) return st;
     }
+    if (index_init(&g->kv_index, n_kv) != ANVIL_OK) goto nomem;
+    for (uint64_t i = 0; i < n_kv; i++)
+        if ((st = index_kv(g, i, err, cap)) != ANVIL_OK) return st;
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     const struct gguf_kv *akv = gguf_find(f, "general.alignment");
     if (akv) {
@@ -571,14 +585,15 @@ static anvil_status parse(struct gguf_impl *g, struct rd *r) {
                    (unsigned long long)n_tensors, rd_left(r));
         return ANVIL_ERR_FORMAT;
     }
-    f->tensors = anvil_calloc(n_tensors ? (size_t)n_tensors : 1, sizeof(*f->tensors));
-    if (!f->tensors) goto nomem;
-    f->n_tensors = n_tensors;
-    if (index_init(&g->tensor_index, n_tensors) != ANVIL_OK) goto nomem;
+    uint64_t cap_t = 0;
     for (uint64_t i = 0; i < n_tensors; i++) {
+        if (grow((void **)&f->tensors, &cap_t, i, sizeof(*f->tensors)) != ANVIL_OK) goto nomem;
+        f->n_tensors = i + 1;
         if ((st = parse_tensor(r, &f->tensors[i], i)) != ANVIL_OK) return st;
-        if ((st = index_tensor(g, i, err, cap)) != ANVIL_OK) return st;
     }
+    if (index_init(&g->tensor_index, n_tensors) != ANVIL_OK) goto nomem;
+    for (uint64_t i = 0; i < n_tensors; i++)
+        if ((st = index_tensor(g, i, err, cap)) != ANVIL_OK) return st;
 
     /* data section: starts at the next multiple of the alignment */
     uint64_t data = ((uint64_t)r->pos + f->alignment - 1) / f->alignment * f->alignment;
