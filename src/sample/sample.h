@@ -1,0 +1,200 @@
+/*
+ * sample.h - sampler internals: the sampler struct, the exact numeric
+ * definition shared by the fast path (sampler.c) and its slow twin
+ * (sampler_ref.c), and the log-probability helper for the server.
+ *
+ * The public API is in include/anvil.h (anvil_sampler_*). This header is
+ * for src/engine, src/server (through the engine) and tests.
+ *
+ * Definition of one draw (both twins implement exactly this):
+ *   1. Penalties (llama.cpp `penalties` sampler): for every token t that
+ *      occurs c > 0 times among the last repeat_last_n accepted tokens,
+ *        l = l <= 0 ? l * repeat_penalty : l / repeat_penalty;
+ *        l = l - (c * frequency_penalty + presence_penalty);   (float math)
+ *   2. Candidates: tokens whose bit is set in `allowed` (all when NULL),
+ *      whose penalized logit is neither NaN nor -inf. None -> return -1.
+ *      m = max logit over candidates. x(t) = l(t) - m in double, taken as
+ *      0 when l == m (so that a +inf maximum gives weight 1, not NaN).
+ *   3. temperature == 0: argmax of l, ties to the lowest id. Stop.
+ *   4. Order candidates by (l descending, id ascending): a total order.
+ *   5. top_k > 0: keep the first top_k.
+ *   6. top_p < 1: w1(t) = fx(exp(x)); Z1 = sum of w1 over the kept set;
+ *      keep the shortest prefix whose running sum cum satisfies
+ *      (double)cum >= top_p * (double)Z1 (llama.cpp's rule, min_keep 1).
+ *   7. min_p > 0: keep tokens with x >= log(min_p) (p/p_max >= min_p, in
+ *      logit space like llama.cpp; a prefix of the order).
+ *   8. Draw: w(t) = fx(exp(x / temperature)); Z = sum over the kept set;
+ *      r = (rand64 * Z) >> 64 (128-bit product); return the first token in
+ *      the order whose running sum exceeds r.
+ * The order of 5-8 is llama.cpp's common default chain (top-k, top-p,
+ * min-p, temperature, dist). Temperature last means top-p and min-p see
+ * the model's own distribution, so "top_p 0.9" keeps the same tokens at
+ * every temperature; temperature only reshapes what is left.
+ *
+ * Why fixed point: fx(w) = floor(w * 2^40) makes every weight an integer,
+ * so sums are exact and independent of summation order. The fast path can
+ * then sum over an unsorted candidate array and still agree bit for bit
+ * with the sorted reference, and a draw is an exact integer comparison.
+ * The cost: tokens with w < 2^-40 (x < -27.7) get weight 0 and are never
+ * drawn; their probability relative to the top token is below 1e-12.
+ * exp is our own (sample_exp: only + * and exact scaling), so the same
+ * seed and logits give the same tokens on every IEEE-754 machine; the one
+ * libm call is log(min_p), done once at init.
+ *
+ * Each draw with temperature > 0 consumes exactly one 64-bit RNG output
+ * (xoshiro256**, seeded through splitmix64); greedy draws consume none.
+ */
+#ifndef ANVIL_SAMPLE_H
+#define ANVIL_SAMPLE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "anvil.h"
+
+/* Largest vocabulary: n_vocab * 2^40 must fit a uint64 sum. */
+#define SAMPLE_MAX_VOCAB (1 << 23)
+/* Largest penalty window: bounds the ring buffer (4 MiB of ids each). */
+#define SAMPLE_MAX_LAST_N (1 << 20)
+/* fixed-point scale of weights, and the x below which every weight is 0
+ * at temperature >= 1 (exp(-30) < 2^-40, with margin for sample_exp). */
+#define SAMPLE_FX_SCALE 0x1p40
+#define SAMPLE_X_CUT (-30.0)
+
+struct sample_cand {
+    float l;    /* penalized logit, never NaN */
+    int32_t id; /* token id */
+};
+
+struct anvil_sampler {
+    struct anvil_sampler_params p;
+    int32_t n_vocab;
+    int32_t last_n;       /* ring capacity: p.repeat_last_n, or 0 when penalties are off */
+    double log_min_p;     /* log(p.min_p), -inf when min_p == 0 */
+    uint64_t rng[4];      /* xoshiro256** state */
+    anvil_token *hist;    /* (last_n,) ring of accepted tokens, oldest at hist_head when full */
+    int32_t hist_n;       /* tokens in the ring, <= last_n */
+    int32_t hist_head;    /* next slot to write */
+    anvil_token *sorted;  /* (hist_n,) the ring's tokens in ascending order (a multiset) */
+    anvil_token *pen_id;  /* (last_n,) scratch: distinct window tokens, ascending */
+    int32_t *pen_cnt;     /* (last_n,) scratch: their counts */
+    struct sample_cand *cand; /* (n_vocab,) scratch; NULL for greedy samplers */
+};
+
+/* ---------------------------------------------------------------------- */
+/* shared numerics: both twins call exactly these */
+
+/* exp(x) for x <= 0 (returns 0 below -700, 1 at 0). Only + and * with
+ * round-to-nearest plus an exact power-of-two scaling, so it is the same
+ * on every IEEE-754 machine. Relative error ~2e-16. */
+static inline double sample_exp(double x) {
+    if (!(x > -700.0)) return 0.0;
+    if (x >= 0.0) return 1.0; /* callers only pass x <= 0 */
+    const double log2e = 1.4426950408889634, ln2_hi = 6.93147180369123816490e-01,
+                 ln2_lo = 1.90821492927058770002e-10;
+    double k = (double)(int32_t)(x * log2e - 0.5); /* round(x*log2e) for x < 0 */
+    double r = (x - k * ln2_hi) - k * ln2_lo;      /* |r| <= ~0.35 */
+    /* Taylor to degree 13 in Horner form: truncation < 1e-17 for |r| <= 0.35 */
+    double p = 1.0 / 6227020800.0;
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    uint64_t bits = (uint64_t)((int64_t)k + 1023) << 52; /* 2^k, k >= -1011 */
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* x = l - m in double; 0 when l == m (covers m = +inf). */
+static inline double sample_shift(float l, float m) {
+    return l == m ? 0.0 : (double)l - (double)m;
+}
+
+/* fixed-point weight of w in [0, 1] */
+static inline uint64_t sample_fx(double w) {
+    return (uint64_t)(w * SAMPLE_FX_SCALE);
+}
+
+/* the penalty rule for one token seen c > 0 times */
+static inline float sample_penalize(float l, int32_t c, const struct anvil_sampler_params *p) {
+    l = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
+    return l - ((float)c * p->frequency_penalty + p->presence_penalty);
+}
+
+/* a comes before b in the candidate order (l desc, id asc) */
+static inline int sample_before(struct sample_cand a, struct sample_cand b) {
+    return a.l > b.l || (a.l == b.l && a.id < b.id);
+}
+
+static inline int sample_allowed(const uint8_t *allowed, int32_t t) {
+    return !allowed || ((allowed[t >> 3] >> (t & 7)) & 1);
+}
+
+/* ---------------------------------------------------------------------- */
+/* internal entry points */
+
+/* True when the penalty step changes anything. */
+int sample_penalties_on(const struct anvil_sampler *s);
+
+/* Apply the penalty step (1) in place to a full (n_vocab,) logits row. */
+void sample_apply_penalties(const struct anvil_sampler *s, float *logits);
+
+/* One draw with an explicit random word (the public sample() passes the
+ * next RNG output when temperature > 0). Fast path: no allocation, no
+ * full sort. Returns the token or -1. */
+anvil_token sample_draw(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
+                        uint64_t rand64);
+
+/* Slow twin of sample_draw: the definition above, written plainly (full
+ * penalized copy, full qsort). For tests; allocates its scratch with
+ * anvil_malloc and returns -2 when that fails. */
+anvil_token sample_draw_ref(const struct anvil_sampler *s, const float *logits,
+                            const uint8_t *allowed, uint64_t rand64);
+
+/* The set kept after steps 1-7 (fast path), in candidate order, with each
+ * token's draw probability w/Z (step 8). ids and probs have room for
+ * n_vocab entries. Returns the count (0 when there is no candidate, or
+ * the sampler is greedy: use sample_draw). Tokens the fast path drops
+ * for having weight 0 at every stage are not listed. */
+int32_t sample_kept(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
+                    anvil_token *ids, double *probs);
+
+/* RNG: next output of the sampler's xoshiro256** stream. */
+uint64_t sample_rng_next(struct anvil_sampler *s);
+/* splitmix64 step (exposed for tests): advances *state, returns output. */
+uint64_t sample_splitmix64(uint64_t *state);
+
+/* ---------------------------------------------------------------------- */
+/* log-probabilities for the server (OpenAI logprobs / top_logprobs)
+ *
+ * These are of the model's distribution: log-softmax of the raw logits,
+ * before penalties, the allowed mask, temperature and the top-k/p/min-p
+ * filters - what vLLM reports by default, and what OpenAI documents as
+ * "the log probability of this token". They do not depend on the sampling
+ * parameters, so they are comparable across requests. NaN logits are
+ * ignored (probability 0). */
+
+struct sample_logprob {
+    anvil_token id;
+    float logprob;
+};
+
+/* Log-probability of `chosen` into *chosen_lp (-inf when its logit is
+ * NaN or -inf, NaN when every logit is NaN or chosen is out of range),
+ * and the n_top most likely tokens into top[0..) in order (logprob desc,
+ * id asc). Returns how many were written (< n_top when fewer tokens have
+ * a non-NaN logit). No allocation; O(n_vocab * small). */
+int32_t sample_logprobs(const float *logits, int32_t n_vocab, anvil_token chosen, int32_t n_top,
+                        struct sample_logprob *top, float *chosen_lp);
+
+#endif /* ANVIL_SAMPLE_H */

@@ -1,0 +1,578 @@
+/*
+ * sampler.c - token sampling: penalties, top-k, top-p, min-p, temperature
+ * and a seeded draw; the fast path and the public anvil_sampler_* API.
+ *
+ * The exact definition of a draw is written in sample.h; sampler_ref.c is
+ * its plain slow twin and tests/unit_sampler.c checks that both return the
+ * same token for the same random word.
+ *
+ * Not here: grammar / constrained decoding (it passes the `allowed` mask),
+ * stop strings, logit bias (the engine's), batching of samplers.
+ *
+ * Invariants and costs:
+ *   - All memory is one allocation made at init, sized from n_vocab and
+ *     repeat_last_n; sampling never allocates. A greedy sampler has no
+ *     candidate scratch at all (it only needs one pass over the logits).
+ *   - The penalty window is a ring of repeat_last_n ids plus the same ids
+ *     kept sorted; accept() is O(repeat_last_n) (memmove), and a draw
+ *     walks the sorted ids alongside the logits, so no n_vocab-sized
+ *     count table is needed and the vocabulary is scanned in id order.
+ *   - A draw never sorts the vocabulary. Two passes over the logits find
+ *     the maximum and then keep only tokens that can have a nonzero weight
+ *     (x >= -30 * max(1, T)); top-k is a quickselect; top-p and the draw
+ *     sort a growing prefix (32, 128, 512, ...) only as far as they need.
+ *     Sums are fixed point, so summing the unsorted rest is exact.
+ *
+ * References: llama.cpp src/llama-sampling.cpp (penalty rule, top-p
+ * min_keep rule, min-p in logit space, the default chain order); OpenAI
+ * API docs (presence/frequency penalties); Blackman & Vigna, xoshiro256**
+ * and splitmix64 (https://prng.di.unimi.it/).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "sample/sample.h"
+
+/* ---------------------------------------------------------------------- */
+/* params */
+
+struct anvil_sampler_params anvil_sampler_default_params(void) {
+    /* llama.cpp's common defaults */
+    struct anvil_sampler_params p = {
+        .temperature = 0.8f,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .repeat_penalty = 1.0f,
+        .repeat_last_n = 64,
+        .presence_penalty = 0.0f,
+        .frequency_penalty = 0.0f,
+        .seed = 0,
+    };
+    return p;
+}
+
+anvil_status anvil_sampler_params_check(const struct anvil_sampler_params *p, char *err,
+                                        size_t err_cap) {
+    if (!p) {
+        errmsg_set(err, err_cap, "sampler params: NULL");
+        return ANVIL_ERR_INVALID;
+    }
+    /* every float test is written so that NaN fails it */
+    if (!(p->temperature >= 0.0f && isfinite(p->temperature))) {
+        errmsg_set(err, err_cap, "temperature must be a finite number >= 0 (got %g)",
+                   (double)p->temperature);
+        return ANVIL_ERR_INVALID;
+    }
+    if (p->top_k < 0) {
+        errmsg_set(err, err_cap, "top_k must be >= 0 (got %d)", (int)p->top_k);
+        return ANVIL_ERR_INVALID;
+    }
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) {
+        errmsg_set(err, err_cap, "top_p must be in (0, 1] (got %g)", (double)p->top_p);
+        return ANVIL_ERR_INVALID;
+    }
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
+        errmsg_set(err, err_cap, "min_p must be in [0, 1] (got %g)", (double)p->min_p);
+        return ANVIL_ERR_INVALID;
+    }
+    if (!(p->repeat_penalty > 0.0f && isfinite(p->repeat_penalty))) {
+        errmsg_set(err, err_cap, "repeat_penalty must be a finite number > 0 (got %g)",
+                   (double)p->repeat_penalty);
+        return ANVIL_ERR_INVALID;
+    }
+    if (p->repeat_last_n < 0 || p->repeat_last_n > SAMPLE_MAX_LAST_N) {
+        errmsg_set(err, err_cap, "repeat_last_n must be in [0, %d] (got %d)", SAMPLE_MAX_LAST_N,
+                   (int)p->repeat_last_n);
+        return ANVIL_ERR_INVALID;
+    }
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f)) {
+        errmsg_set(err, err_cap, "presence_penalty must be in [-2, 2] (got %g)",
+                   (double)p->presence_penalty);
+        return ANVIL_ERR_INVALID;
+    }
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f)) {
+        errmsg_set(err, err_cap, "frequency_penalty must be in [-2, 2] (got %g)",
+                   (double)p->frequency_penalty);
+        return ANVIL_ERR_INVALID;
+    }
+    return ANVIL_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* RNG: xoshiro256** seeded through splitmix64 */
+
+uint64_t sample_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
+
+uint64_t sample_rng_next(struct anvil_sampler *s) {
+    uint64_t *st = s->rng;
+    uint64_t out = rotl(st[1] * 5, 7) * 9;
+    uint64_t t = st[1] << 17;
+    st[2] ^= st[0];
+    st[3] ^= st[1];
+    st[1] ^= st[2];
+    st[0] ^= st[3];
+    st[2] ^= t;
+    st[3] = rotl(st[3], 45);
+    return out;
+}
+
+static void rng_seed(struct anvil_sampler *s) {
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = sample_splitmix64(&x);
+    /* splitmix64 never yields four zero words in a row, so the state is valid */
+}
+
+/* ---------------------------------------------------------------------- */
+/* lifetime */
+
+int sample_penalties_on(const struct anvil_sampler *s) {
+    return s->last_n > 0;
+}
+
+anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_vocab,
+                                struct anvil_sampler **out) {
+    struct anvil_sampler_params def = anvil_sampler_default_params();
+    if (!p) p = &def;
+    if (!out || n_vocab <= 0 || n_vocab > SAMPLE_MAX_VOCAB) return ANVIL_ERR_INVALID;
+    char msg[128];
+    if (anvil_sampler_params_check(p, msg, sizeof msg) != ANVIL_OK) {
+        anvil_log(LOG_DEBUG, "anvil_sampler_init: %s", msg);
+        return ANVIL_ERR_INVALID;
+    }
+    /* penalties that change nothing keep no window (llama.cpp does the same) */
+    int32_t last_n = p->repeat_last_n;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+        last_n = 0;
+    int need_cand = p->temperature > 0.0f;
+
+    /* one allocation: struct | cand (n_vocab) | hist, sorted, pen_id, pen_cnt (last_n each).
+     * n_vocab <= 2^23 and last_n <= 2^20 keep this far from overflow. */
+    size_t off_cand = (sizeof(struct anvil_sampler) + 15) & ~(size_t)15;
+    size_t sz_cand = need_cand ? (size_t)n_vocab * sizeof(struct sample_cand) : 0;
+    size_t off_ring = off_cand + sz_cand;
+    size_t total = off_ring + 4 * (size_t)last_n * sizeof(int32_t);
+    char *mem = anvil_malloc(total);
+    if (!mem) return ANVIL_ERR_NOMEM;
+    struct anvil_sampler *s = (struct anvil_sampler *)mem;
+    memset(s, 0, sizeof *s);
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->last_n = last_n;
+    s->log_min_p = p->min_p > 0.0f ? log((double)p->min_p) : -INFINITY;
+    s->cand = need_cand ? (struct sample_cand *)(mem + off_cand) : NULL;
+    int32_t *ring = (int32_t *)(mem + off_ring);
+    s->hist = ring;
+    s->sorted = ring + last_n;
+    s->pen_id = ring + 2 * (size_t)last_n;
+    s->pen_cnt = ring + 3 * (size_t)last_n;
+    rng_seed(s);
+    *out = s;
+    return ANVIL_OK;
+}
+
+void anvil_sampler_free(struct anvil_sampler *s) {
+    anvil_free(s);
+}
+
+void anvil_sampler_reset(struct anvil_sampler *s) {
+    if (!s) return;
+    s->hist_n = 0;
+    s->hist_head = 0;
+    rng_seed(s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* penalty window */
+
+/* first index in a[0..n) with a[i] >= t (strict: > t) */
+static int32_t lower_bound(const anvil_token *a, int32_t n, anvil_token t, int strict) {
+    int32_t lo = 0, hi = n;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < t || (strict && a[mid] == t)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void anvil_sampler_accept(struct anvil_sampler *s, anvil_token t) {
+    /* ids outside the vocabulary (e.g. a -1 from sample) cannot be penalized */
+    if (!s || s->last_n == 0 || t < 0 || t >= s->n_vocab) return;
+    int32_t n = s->hist_n;
+    if (n == s->last_n) { /* evict the oldest from the sorted multiset */
+        anvil_token old = s->hist[s->hist_head];
+        int32_t i = lower_bound(s->sorted, n, old, 0);
+        ANVIL_DASSERT(i < n && s->sorted[i] == old);
+        memmove(s->sorted + i, s->sorted + i + 1, (size_t)(n - 1 - i) * sizeof *s->sorted);
+        n--;
+    } else {
+        s->hist_n++;
+    }
+    s->hist[s->hist_head] = t;
+    s->hist_head = s->hist_head + 1 == s->last_n ? 0 : s->hist_head + 1;
+    int32_t i = lower_bound(s->sorted, n, t, 1);
+    memmove(s->sorted + i + 1, s->sorted + i, (size_t)(n - i) * sizeof *s->sorted);
+    s->sorted[i] = t;
+}
+
+/* Fill pen_id/pen_cnt with the distinct window tokens; returns how many. */
+static int32_t build_penalties(struct anvil_sampler *s) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->hist_n; i++) {
+        if (n > 0 && s->pen_id[n - 1] == s->sorted[i]) {
+            s->pen_cnt[n - 1]++;
+        } else {
+            s->pen_id[n] = s->sorted[i];
+            s->pen_cnt[n] = 1;
+            n++;
+        }
+    }
+    return n;
+}
+
+void sample_apply_penalties(const struct anvil_sampler *s, float *logits) {
+    /* const: reads the sorted window directly instead of the pen_* scratch */
+    for (int32_t i = 0; i < s->hist_n;) {
+        int32_t j = i;
+        while (j < s->hist_n && s->sorted[j] == s->sorted[i]) j++;
+        anvil_token t = s->sorted[i];
+        logits[t] = sample_penalize(logits[t], j - i, &s->p);
+        i = j;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* the scan: visit every candidate (allowed, penalized, not NaN/-inf) in id
+ * order. Plain runs between penalized ids go through a tight loop. */
+
+struct scan_max {
+    float m;     /* max penalized logit so far */
+    int32_t arg; /* its lowest id, -1 when none */
+};
+
+static inline void max_one(struct scan_max *r, float l, int32_t id) {
+    /* strict > keeps the lowest id among ties (ids arrive in order) */
+    if (l == l && l != -INFINITY && (r->arg < 0 || l > r->m)) {
+        r->m = l;
+        r->arg = id;
+    }
+}
+
+static void max_range(struct scan_max *r, const float *logits, const uint8_t *allowed, int32_t a,
+                      int32_t b) {
+    if (!allowed) {
+        for (int32_t i = a; i < b; i++) max_one(r, logits[i], i);
+    } else {
+        for (int32_t i = a; i < b; i++)
+            if (sample_allowed(allowed, i)) max_one(r, logits[i], i);
+    }
+}
+
+static struct scan_max scan_max(const struct anvil_sampler *s, int32_t n_pen,
+                                const float *logits, const uint8_t *allowed) {
+    struct scan_max r = {0.0f, -1};
+    int32_t a = 0;
+    for (int32_t j = 0; j <= n_pen; j++) {
+        int32_t b = j < n_pen ? s->pen_id[j] : s->n_vocab;
+        max_range(&r, logits, allowed, a, b);
+        if (j < n_pen && sample_allowed(allowed, b))
+            max_one(&r, sample_penalize(logits[b], s->pen_cnt[j], &s->p), b);
+        a = b + 1;
+    }
+    return r;
+}
+
+/* ---------------------------------------------------------------------- */
+/* partial ordering */
+
+static inline void swap_cand(struct sample_cand *a, struct sample_cand *b) {
+    struct sample_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Rearrange c[0..n) so that c[0..k) are the first k in candidate order
+ * (unsorted), 0 < k < n. Hoare/Wirth quickselect with a median-of-three
+ * pivot; the order is total (ids break ties), so no key repeats. */
+static void select_top(struct sample_cand *c, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n - 1, kk = k - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (sample_before(c[mid], c[lo])) swap_cand(&c[mid], &c[lo]);
+        if (sample_before(c[hi], c[lo])) swap_cand(&c[hi], &c[lo]);
+        if (sample_before(c[hi], c[mid])) swap_cand(&c[hi], &c[mid]);
+        struct sample_cand piv = c[mid];
+        int32_t i = lo, j = hi;
+        do {
+            while (sample_before(c[i], piv)) i++;
+            while (sample_before(piv, c[j])) j--;
+            if (i <= j) {
+                swap_cand(&c[i], &c[j]);
+                i++;
+                j--;
+            }
+        } while (i <= j);
+        if (j < kk) lo = i;
+        if (kk < i) hi = j;
+    }
+}
+
+static int cmp_cand(const void *pa, const void *pb) {
+    const struct sample_cand *a = pa, *b = pb;
+    return sample_before(*a, *b) ? -1 : sample_before(*b, *a) ? 1 : 0;
+}
+
+/* c[0..*ns) is sorted and precedes all of c[*ns..n). Grow the sorted
+ * prefix to at least min(want, n), geometrically (x4, from 32), so a walk
+ * that keeps asking costs O(n) selection work per step and stops early. */
+static void grow_sorted(struct sample_cand *c, int32_t n, int32_t *ns, int32_t want) {
+    if (want <= *ns) return;
+    int32_t next = *ns < 8 ? 32 : *ns * 4;
+    if (next < want) next = want;
+    if (next > n) next = n;
+    int32_t k = next - *ns;
+    if (k < n - *ns) select_top(c + *ns, n - *ns, k);
+    qsort(c + *ns, (size_t)k, sizeof *c, cmp_cand);
+    *ns = next;
+}
+
+/* ---------------------------------------------------------------------- */
+/* candidate collection: the second pass over the logits */
+
+/* Keeps the candidates with sample_shift(l, m) >= xcut. With cap > 0 it
+ * keeps only the first `cap` of them in candidate order, in a binary heap
+ * whose root is the last kept (so a top-k pass writes O(k log) entries,
+ * not the vocabulary). */
+struct collect {
+    struct sample_cand *c;
+    int32_t n;   /* entries in c */
+    int32_t cap; /* 0 = keep all */
+    float m;
+    double xcut;
+};
+
+static void heap_down(struct sample_cand *c, int32_t n, int32_t i) {
+    for (;;) {
+        int32_t w = i, a = 2 * i + 1, b = a + 1;
+        if (a < n && sample_before(c[w], c[a])) w = a;
+        if (b < n && sample_before(c[w], c[b])) w = b;
+        if (w == i) return;
+        swap_cand(&c[i], &c[w]);
+        i = w;
+    }
+}
+
+static void heap_up(struct sample_cand *c, int32_t i) {
+    while (i > 0) {
+        int32_t parent = (i - 1) / 2;
+        if (!sample_before(c[parent], c[i])) return;
+        swap_cand(&c[parent], &c[i]);
+        i = parent;
+    }
+}
+
+static inline void collect_one(struct collect *k, float l, int32_t id) {
+    /* NaN fails the >=; -inf gives x = -inf and fails too */
+    if (!(sample_shift(l, k->m) >= k->xcut)) return;
+    struct sample_cand e = {l, id};
+    if (k->cap == 0) {
+        k->c[k->n++] = e;
+    } else if (k->n < k->cap) {
+        k->c[k->n] = e;
+        heap_up(k->c, k->n);
+        k->n++;
+    } else if (sample_before(e, k->c[0])) {
+        k->c[0] = e;
+        heap_down(k->c, k->n, 0);
+    }
+}
+
+static void scan_collect(const struct anvil_sampler *s, int32_t n_pen, const float *logits,
+                         const uint8_t *allowed, struct collect *k) {
+    int32_t a = 0;
+    for (int32_t j = 0; j <= n_pen; j++) {
+        int32_t b = j < n_pen ? s->pen_id[j] : s->n_vocab;
+        if (!allowed) {
+            for (int32_t i = a; i < b; i++) collect_one(k, logits[i], i);
+        } else {
+            for (int32_t i = a; i < b; i++)
+                if (sample_allowed(allowed, i)) collect_one(k, logits[i], i);
+        }
+        if (j < n_pen && sample_allowed(allowed, b))
+            collect_one(k, sample_penalize(logits[b], s->pen_cnt[j], &s->p), b);
+        a = b + 1;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* the draw */
+
+/* fixed-point weight of logit l at temperature t (x / 1 is exact, so t = 1 is the plain weight) */
+static inline uint64_t weight(float l, float m, double t) {
+    double x = sample_shift(l, m);
+    return sample_fx(sample_exp(x / t));
+}
+
+/* Steps 1-7 of sample.h: returns the kept count n, the set in s->cand[0..n)
+ * with c[0..*ns) sorted; *m_out is the max logit. 0 when no candidate. */
+static int32_t build_kept(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
+                          float *m_out, int32_t *ns_out) {
+    const struct anvil_sampler_params *p = &s->p;
+    int32_t n_pen = s->last_n ? build_penalties(s) : 0;
+    struct scan_max mx = scan_max(s, n_pen, logits, allowed);
+    *ns_out = 0;
+    if (mx.arg < 0) return 0;
+    float m = mx.m;
+    *m_out = m;
+
+    /* Drop tokens that have weight 0 both at T = 1 (top-p) and at T (the
+     * draw): x < -30 * max(1, T) makes both fx() zero, and such tokens sit
+     * at the end of the order, so no later step can tell they are gone.
+     * Without top-p, min-p (a prefix of the order, like top-k) can cut
+     * here too: min-p(top-k(S)) = top-k(min-p(S)) for prefixes. With top-p
+     * it cannot, because top-p's total Z1 covers the whole top-k set. */
+    struct collect k = {.c = s->cand, .n = 0, .cap = 0, .m = m};
+    k.xcut = SAMPLE_X_CUT * (p->temperature > 1.0f ? (double)p->temperature : 1.0);
+    if (p->top_p >= 1.0f && p->min_p > 0.0f && s->log_min_p > k.xcut) k.xcut = s->log_min_p;
+    if (p->top_k > 0 && p->top_k < s->n_vocab) k.cap = p->top_k;
+    scan_collect(s, n_pen, logits, allowed, &k);
+    int32_t n = k.n;
+    ANVIL_DASSERT(n >= 1); /* the max itself has x = 0 */
+    struct sample_cand *c = s->cand;
+    int32_t ns = 0;
+
+    if (p->top_p < 1.0f) {
+        uint64_t z1 = 0;
+        for (int32_t i = 0; i < n; i++) z1 += weight(c[i].l, m, 1.0);
+        double thr = (double)p->top_p * (double)z1;
+        if (p->min_p > 0.0f) { /* min-p after top-p: both prefixes, so cut first */
+            int32_t w = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (sample_shift(c[i].l, m) >= s->log_min_p) c[w++] = c[i];
+            n = w;
+        }
+        uint64_t cum = 0;
+        for (int32_t i = 0; i < n; i++) {
+            grow_sorted(c, n, &ns, i + 1);
+            cum += weight(c[i].l, m, 1.0);
+            if ((double)cum >= thr) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    *ns_out = ns;
+    return n;
+}
+
+anvil_token sample_draw(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
+                        uint64_t rand64) {
+    if (s->p.temperature == 0.0f) {
+        int32_t n_pen = s->last_n ? build_penalties(s) : 0;
+        return scan_max(s, n_pen, logits, allowed).arg;
+    }
+    float m;
+    int32_t ns;
+    int32_t n = build_kept(s, logits, allowed, &m, &ns);
+    if (n == 0) return -1;
+    struct sample_cand *c = s->cand;
+    double t = (double)s->p.temperature;
+    uint64_t z = 0;
+    for (int32_t i = 0; i < n; i++) z += weight(c[i].l, m, t);
+    uint64_t r = (uint64_t)(((unsigned __int128)rand64 * z) >> 64);
+    uint64_t cum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        grow_sorted(c, n, &ns, i + 1);
+        cum += weight(c[i].l, m, t);
+        if (cum > r) return c[i].id;
+    }
+    ANVIL_ASSERT(0 && "sample_draw: cumulative weight never passed r < Z");
+    return -1;
+}
+
+int32_t sample_kept(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
+                    anvil_token *ids, double *probs) {
+    if (s->p.temperature == 0.0f) return 0;
+    float m;
+    int32_t ns;
+    int32_t n = build_kept(s, logits, allowed, &m, &ns);
+    struct sample_cand *c = s->cand;
+    grow_sorted(c, n, &ns, n);
+    double t = (double)s->p.temperature;
+    uint64_t z = 0;
+    for (int32_t i = 0; i < n; i++) z += weight(c[i].l, m, t);
+    for (int32_t i = 0; i < n; i++) {
+        ids[i] = c[i].id;
+        probs[i] = (double)weight(c[i].l, m, t) / (double)z;
+    }
+    return n;
+}
+
+anvil_token anvil_sampler_sample(struct anvil_sampler *s, const float *logits,
+                                 const uint8_t *allowed) {
+    ANVIL_ASSERT(s && logits);
+    uint64_t r = s->p.temperature > 0.0f ? sample_rng_next(s) : 0;
+    return sample_draw(s, logits, allowed, r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* log-probabilities */
+
+int32_t sample_logprobs(const float *logits, int32_t n_vocab, anvil_token chosen, int32_t n_top,
+                        struct sample_logprob *top, float *chosen_lp) {
+    float m = -INFINITY;
+    int any = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float l = logits[i];
+        if (l != l) continue;
+        if (!any || l > m) m = l;
+        any = 1;
+    }
+    if (!any || m == -INFINITY) { /* every logit NaN or -inf: no distribution */
+        if (chosen_lp) *chosen_lp = NAN;
+        return 0;
+    }
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (logits[i] == logits[i]) sum += sample_exp(sample_shift(logits[i], m));
+    double lse = log(sum);
+    /* top n_top by insertion into a sorted array: O(n_vocab) compares and
+     * O(n_top) moves for the rare token that enters */
+    int32_t nt = 0;
+    if (n_top > 0) {
+        for (int32_t i = 0; i < n_vocab; i++) {
+            float l = logits[i];
+            if (l != l) continue;
+            if (nt == n_top && !(l > top[nt - 1].logprob)) continue; /* ids ascend: ties stay out */
+            int32_t j = nt < n_top ? nt++ : nt - 1;
+            while (j > 0 && l > top[j - 1].logprob) {
+                top[j] = top[j - 1];
+                j--;
+            }
+            top[j].id = i;
+            top[j].logprob = l; /* raw logit for now */
+        }
+        for (int32_t j = 0; j < nt; j++)
+            top[j].logprob = (float)(sample_shift(top[j].logprob, m) - lse);
+    }
+    if (chosen_lp) {
+        if (chosen < 0 || chosen >= n_vocab || logits[chosen] != logits[chosen])
+            *chosen_lp = chosen >= 0 && chosen < n_vocab ? -INFINITY : NAN;
+        else
+            *chosen_lp = (float)(sample_shift(logits[chosen], m) - lse);
+    }
+    return nt;
+}
