@@ -24,19 +24,20 @@
  *   7. min_p > 0: keep tokens with x >= log(min_p) (p/p_max >= min_p, in
  *      logit space like llama.cpp; a prefix of the order).
  *   8. Draw: w(t) = fx(exp(x / temperature)); Z = sum over the kept set;
- *      r = (rand64 * Z) >> 64 (128-bit product); return the first token in
- *      the order whose running sum exceeds r.
+ *      r = floor(rand64 * Z / 2^64) (exact integer math); return the first
+ *      token in the order whose running sum exceeds r.
  * The order of 5-8 is llama.cpp's common default chain (top-k, top-p,
  * min-p, temperature, dist). Temperature last means top-p and min-p see
  * the model's own distribution, so "top_p 0.9" keeps the same tokens at
  * every temperature; temperature only reshapes what is left.
  *
- * Why fixed point: fx(w) = floor(w * 2^40) makes every weight an integer,
- * so sums are exact and independent of summation order. The fast path can
- * then sum over an unsorted candidate array and still agree bit for bit
- * with the sorted reference, and a draw is an exact integer comparison.
- * The cost: tokens with w < 2^-40 (x < -27.7) get weight 0 and are never
- * drawn; their probability relative to the top token is below 1e-12.
+ * Why fixed point: fx(w) = floor(w * 2^63) makes every weight an integer
+ * and sums (128-bit) are exact and independent of summation order. The
+ * fast path can then sum over an unsorted candidate array and still agree
+ * bit for bit with the sorted reference, and a draw is an exact integer
+ * comparison. The cost: tokens with w < 2^-63 (x < -43.6) get weight 0
+ * and are never drawn, and truncation moves a probability by at most
+ * n_vocab * 2^-63 (1.4e-14 at 128k tokens).
  * exp is our own (sample_exp: only + * and exact scaling), so the same
  * seed and logits give the same tokens on every IEEE-754 machine; the one
  * libm call is log(min_p), done once at init.
@@ -52,18 +53,22 @@
 
 #include "anvil.h"
 
-/* Largest vocabulary: n_vocab * 2^40 must fit a uint64 sum. */
-#define SAMPLE_MAX_VOCAB (1 << 23)
+/* Largest vocabulary: a sanity bound (16 bytes of scratch per token);
+ * sums stay below n_vocab * 2^63 < 2^91 in 128 bits. */
+#define SAMPLE_MAX_VOCAB (1 << 27)
 /* Largest penalty window: bounds the ring buffer (4 MiB of ids each). */
 #define SAMPLE_MAX_LAST_N (1 << 20)
 /* fixed-point scale of weights, and the x below which every weight is 0
- * at temperature >= 1 (exp(-30) < 2^-40, with margin for sample_exp). */
-#define SAMPLE_FX_SCALE 0x1p40
-#define SAMPLE_X_CUT (-30.0)
+ * at temperature >= 1 (exp(-45) = 2.9e-20 < 2^-63 = 1.1e-19). */
+#define SAMPLE_FX_SCALE 0x1p63
+#define SAMPLE_X_CUT (-45.0)
+
+typedef unsigned __int128 sample_u128; /* exact weight sums (GCC/Clang) */
 
 struct sample_cand {
     float l;    /* penalized logit, never NaN */
     int32_t id; /* token id */
+    uint64_t w; /* fixed-point weight at the current stage (fast path only) */
 };
 
 struct anvil_sampler {
@@ -85,34 +90,30 @@ struct anvil_sampler {
 /* shared numerics: both twins call exactly these */
 
 /* exp(x) for x <= 0 (returns 0 below -700, 1 at 0). Only + and * with
- * round-to-nearest plus an exact power-of-two scaling, so it is the same
- * on every IEEE-754 machine. Relative error ~2e-16. */
+ * round-to-nearest, a table of 2^(j/64) and an exact power-of-two scaling,
+ * so it is the same on every IEEE-754 machine. Relative error ~2e-16.
+ * x = (k/64) ln2 + r, |r| <= ln2/128; exp(r) by a degree-5 Taylor
+ * polynomial (truncation r^6/720 < 4e-17). */
+extern const double sample_exp2_tab[64]; /* 2^(j/64), correctly rounded */
+
 static inline double sample_exp(double x) {
     if (!(x > -700.0)) return 0.0;
     if (x >= 0.0) return 1.0; /* callers only pass x <= 0 */
-    const double log2e = 1.4426950408889634, ln2_hi = 6.93147180369123816490e-01,
-                 ln2_lo = 1.90821492927058770002e-10;
-    double k = (double)(int32_t)(x * log2e - 0.5); /* round(x*log2e) for x < 0 */
-    double r = (x - k * ln2_hi) - k * ln2_lo;      /* |r| <= ~0.35 */
-    /* Taylor to degree 13 in Horner form: truncation < 1e-17 for |r| <= 0.35 */
-    double p = 1.0 / 6227020800.0;
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
+    double y = x * 0x1.71547652b82fep+6;  /* x * 64 / ln2 */
+    int32_t k = (int32_t)(y - 0.5);        /* round(y) for y < 0; k >= -64640 */
+    /* ln2/64 split hi + lo; hi has 29 significant bits, so k * hi is exact */
+    double r = (x - (double)k * 0x1.62e42fee00000p-7) - (double)k * 0x1.a39ef35793c76p-39;
+    double p = r * (1.0 / 120.0) + 1.0 / 24.0;
     p = p * r + 1.0 / 6.0;
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
-    uint64_t bits = (uint64_t)((int64_t)k + 1023) << 52; /* 2^k, k >= -1011 */
+    uint32_t j = (uint32_t)k & 63u;
+    int32_t e = (k - (int32_t)j) / 64; /* floor(k / 64), exact */
+    uint64_t bits = (uint64_t)((int64_t)e + 1023) << 52; /* 2^e, e >= -1011: normal */
     double scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return (sample_exp2_tab[j] * p) * scale;
 }
 
 /* x = l - m in double; 0 when l == m (covers m = +inf). */
@@ -120,7 +121,7 @@ static inline double sample_shift(float l, float m) {
     return l == m ? 0.0 : (double)l - (double)m;
 }
 
-/* fixed-point weight of w in [0, 1] */
+/* fixed-point weight of w in [0, 1]: at most 2^63 */
 static inline uint64_t sample_fx(double w) {
     return (uint64_t)(w * SAMPLE_FX_SCALE);
 }
@@ -168,6 +169,13 @@ anvil_token sample_draw_ref(const struct anvil_sampler *s, const float *logits,
  * for having weight 0 at every stage are not listed. */
 int32_t sample_kept(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
                     anvil_token *ids, double *probs);
+
+/* floor(rand64 * z / 2^64) for z < 2^127, exact: the draw's target. */
+static inline sample_u128 sample_target(uint64_t rand64, sample_u128 z) {
+    uint64_t z_lo = (uint64_t)z;
+    sample_u128 z_hi = z >> 64;
+    return z_hi * rand64 + (((sample_u128)z_lo * rand64) >> 64);
+}
 
 /* RNG: next output of the sampler's xoshiro256** stream. */
 uint64_t sample_rng_next(struct anvil_sampler *s);

@@ -49,6 +49,7 @@ anvil_token sample_draw_ref(const struct anvil_sampler *s, const float *logits,
         if (!sample_allowed(allowed, t) || isnan(l[t]) || l[t] == -INFINITY) continue;
         c[n].l = l[t];
         c[n].id = t;
+        c[n].w = 0;
         n++;
     }
     result = -1;
@@ -72,10 +73,10 @@ anvil_token sample_draw_ref(const struct anvil_sampler *s, const float *logits,
 
     /* 6. top-p on the temperature-1 distribution */
     if (p->top_p < 1.0f) {
-        uint64_t z1 = 0;
+        sample_u128 z1 = 0;
         for (int32_t i = 0; i < n; i++) z1 += sample_fx(sample_exp(sample_shift(c[i].l, m) / 1.0));
         double thr = (double)p->top_p * (double)z1;
-        uint64_t cum = 0;
+        sample_u128 cum = 0;
         for (int32_t i = 0; i < n; i++) {
             cum += sample_fx(sample_exp(sample_shift(c[i].l, m) / 1.0));
             if ((double)cum >= thr) {
@@ -94,10 +95,15 @@ anvil_token sample_draw_ref(const struct anvil_sampler *s, const float *logits,
 
     /* 8. temperature and the draw */
     double t = (double)p->temperature;
-    uint64_t z = 0;
+    sample_u128 z = 0;
     for (int32_t i = 0; i < n; i++) z += sample_fx(sample_exp(sample_shift(c[i].l, m) / t));
-    uint64_t r = (uint64_t)(((unsigned __int128)rand64 * z) >> 64);
-    uint64_t cum = 0;
+    /* r = floor(rand64 * z / 2^64), by 32-bit limbs of z (z < 2^96), as a
+     * second derivation of sample_target's split */
+    sample_u128 z0 = z & 0xffffffffu, z1l = (z >> 32) & 0xffffffffu, z2 = z >> 64;
+    sample_u128 lo = z0 * rand64;                /* < 2^96 */
+    sample_u128 mid = z1l * rand64 + (lo >> 32); /* < 2^97, in units of 2^32 */
+    sample_u128 r = z2 * rand64 + (mid >> 32);   /* in units of 2^64 */
+    sample_u128 cum = 0;
     for (int32_t i = 0; i < n; i++) {
         cum += sample_fx(sample_exp(sample_shift(c[i].l, m) / t));
         if (cum > r) {
