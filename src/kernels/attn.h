@@ -1,0 +1,155 @@
+/*
+ * attn.h - attention kernels over the paged KV cache (src/kv): one kernel
+ * shape serves batched decode, split-K decode (Flash-Decoding) and causal
+ * prefill. Kept apart from ops.h; the table is picked by kn_attn_select()
+ * from the name of the kn_ops family in use.
+ *
+ * KV layout. The cache is a pool of blocks of block_size token positions.
+ * For one layer, block b and kv head h form a "tile" (kn_kv_layout):
+ *   F16:  K^T  f16  (head_dim, block_size)   key j, dim d at [d*block_size + j]
+ *         V    f16  (block_size, head_dim)   value j, dim d at [j*head_dim + d]
+ *   Q8_0: K^T  int8 (head_dim, block_size), then the K scales
+ *              f16  (head_dim/32, block_size): token j's dims 32g..32g+31
+ *                                              are kq * scale[g*block_size + j]
+ *         V    int8 (block_size, head_dim), then the V scales
+ *              f16  (block_size, head_dim/32)
+ *         (ggml's Q8_0 numerics: blocks of 32 along head_dim, f16 scale,
+ *         split into quants and scales so SIMD loads stay aligned.)
+ * K is stored transposed so that 16 keys of one dim are one vector: the
+ * 16 scores of a step accumulate in one register with no horizontal sums.
+ * V stays row-major for the P.V accumulation. A tile of 16 tokens with
+ * head_dim 64 in F16 is 4 KiB, read front to back.
+ *
+ * Algorithm (the same in every variant, so that results are batch
+ * invariant). Query row at position p attends to keys [0, p]. Keys are
+ * cut into chunks of KN_ATTN_CHUNK at fixed positions [c*CHUNK,
+ * (c+1)*CHUNK), chunks into steps of KN_ATTN_SUB keys. Inside a chunk an
+ * online softmax runs step by step from an empty state (m = -inf, l = 0,
+ * acc = 0); each chunk yields a partial (m, l, acc). The partials are
+ * folded left to right, chunk 0 first:
+ *     m = max(m1, m2); l = l1*e^(m1-m) + l2*e^(m2-m); acc likewise;
+ * and out = acc / l. Because every path (no split, split over threads,
+ * a prefill tile, a decode row) computes the same partials with the same
+ * code and folds them in the same order, the output for a query depends
+ * only on q and the keys and values it sees: not on the thread count, the
+ * batch, the split policy, or the prefill tile it sits in. Within one
+ * variant the results are bit-identical; across variants they agree
+ * within floating-point tolerance.
+ *
+ * Reference: Dao et al., "Flash-Decoding for long-context inference"
+ * (2023); ../shared/seeds/flashdecode-wormhole.md.
+ */
+#ifndef ANVIL_KN_ATTN_H
+#define ANVIL_KN_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KN_ATTN_SUB 16          /* keys per online-softmax step */
+#define KN_ATTN_CHUNK 256       /* keys per split-K chunk (fixed positions) */
+#define KN_ATTN_MAXQ 32         /* max query vectors (rows * group) per task */
+#define KN_ATTN_MAX_HEAD_DIM 256
+
+/* Geometry of one layer of the paged cache as the kernels read it. */
+struct kn_kv_layout {
+    int type;           /* ANVIL_TYPE_F16 or ANVIL_TYPE_Q8_0 */
+    int block_size;     /* tokens per block: a multiple of KN_ATTN_SUB */
+    int head_dim;       /* a multiple of 32, <= KN_ATTN_MAX_HEAD_DIM */
+    int n_head_kv;
+    size_t tile_bytes;  /* bytes of one (block, kv head) tile; multiple of 64 */
+    size_t v_off;       /* offset of V in a tile */
+    size_t ks_off;      /* Q8_0: offset of the K scales in a tile */
+    size_t vs_off;      /* Q8_0: offset of the V scales in a tile */
+};
+
+/* Fill a layout for (type, block_size, head_dim, n_head_kv). Returns 0, or
+ * -1 when the combination is not supported. */
+int kn_kv_layout_init(struct kn_kv_layout *l, int type, int block_size, int head_dim,
+                      int n_head_kv);
+
+/* Address of the tile of block b, kv head h, given a layer's base. */
+static inline const uint8_t *kn_kv_tile(const struct kn_kv_layout *l, const uint8_t *base,
+                                        int32_t b, int h) {
+    return base + ((size_t)b * (size_t)l->n_head_kv + (size_t)h) * l->tile_bytes;
+}
+
+/* Floats of one split-K partial record: for each of the group's query
+ * heads g, acc[head_dim] then m then l, at rec + g*(head_dim + 2). */
+static inline size_t kn_attn_rec_floats(int group, int head_dim) {
+    return (size_t)group * (size_t)(head_dim + 2);
+}
+
+/* Number of chunks covering keys [0, n_kv). */
+static inline int kn_attn_n_chunks(int n_kv) { return (n_kv + KN_ATTN_CHUNK - 1) / KN_ATTN_CHUNK; }
+
+/* One attention task: the `group` query heads of kv head `kv_head` for
+ * query rows [0, n_rows) of one sequence. Row r is at position pos + r
+ * and attends to keys [0, pos + r]; keys are read through the block table.
+ *   q:   row r, head g (g < group) at q + r*q_stride + g*head_dim; float32
+ *        after RoPE; q already points at the group's first head
+ *   out: same layout as q
+ * n_rows * group <= KN_ATTN_MAXQ. */
+struct kn_attn_task {
+    const struct kn_kv_layout *kv;
+    const uint8_t *base;     /* the layer's tiles */
+    const int32_t *blocks;   /* the sequence's block table */
+    int kv_head;
+    int group;               /* query heads per kv head (GQA ratio) */
+    float scale;             /* softmax scale, 1/sqrt(head_dim) */
+    const float *q;
+    size_t q_stride;         /* floats between query rows */
+    float *out;
+    size_t out_stride;       /* floats between output rows */
+    int pos;
+    int n_rows;
+    int c0, c1;              /* partial/reduce: chunk range */
+    float *part;             /* partial/reduce: records, chunk c at (c - c0) */
+};
+
+/*   attn:    every chunk of every row, folded, written to out.
+ *   partial: n_rows == 1: the partial record of each chunk c in [c0, c1)
+ *            written to part + (c - c0) * kn_attn_rec_floats(); out unused.
+ *   reduce:  n_rows == 1: fold the records of chunks [c0, c1) (c0 == 0,
+ *            c1 == all chunks) and write out.
+ * For every variant, attn == reduce(partial) bit for bit, and a row's
+ * output does not depend on n_rows or on the other rows. */
+typedef void (*kn_attn_fn)(const struct kn_attn_task *t);
+
+struct kn_attn_ops {
+    const char *name; /* "ref", "avx2", "avx512" */
+    kn_attn_fn attn;
+    kn_attn_fn partial;
+    kn_attn_fn reduce;
+};
+
+extern const struct kn_attn_ops kn_attn_ops_ref;
+void kn_attn_ref(const struct kn_attn_task *t); /* the ref entries, for fallbacks */
+void kn_attn_partial_ref(const struct kn_attn_task *t);
+void kn_attn_reduce_ref(const struct kn_attn_task *t);
+extern const struct kn_attn_ops kn_attn_ops_avx2;
+extern const struct kn_attn_ops kn_attn_ops_avx512;
+
+/* The attention table of a kernel family, by the kn_ops name ("ref",
+ * "avx2", "avx512"; NULL or "auto" = the best the CPU runs, with the
+ * ANVIL_KERNELS override, like kn_select). NULL when unknown/unsupported. */
+const struct kn_attn_ops *kn_attn_select(const char *name);
+
+/* ---------------------------------------------------------------------- */
+/* naive reference (cpu/ref/attn.c): the test oracle, not in any table */
+
+/* Plain attention in double: for each row r and each of the n_head query
+ * heads, materialize the scores over keys [0, pos + r], softmax, and sum
+ * the values. Same q/out layout as kn_attn_task with group = n_head and
+ * kv head of query head i = i / (n_head / n_head_kv). scratch holds
+ * pos + n_rows doubles. */
+void kn_attn_naive_ref(const struct kn_kv_layout *kv, const uint8_t *base,
+                       const int32_t *blocks, int n_head, float scale, const float *q,
+                       size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
+                       double *scratch);
+
+/* Value of K (is_v = 0) or V (is_v = 1) of kv head h, token position t, as
+ * stored (after F16/Q8_0 rounding), as float. */
+float kn_kv_get(const struct kn_kv_layout *kv, const uint8_t *base, const int32_t *blocks,
+                int h, int t, int d, int is_v);
+
+#endif

@@ -1,0 +1,535 @@
+/*
+ * unit_attn.c - attention over the paged KV cache (kernels/attn.h,
+ * kv/kv_attn.c):
+ *   - the naive double reference against numpy golden outputs
+ *     (tests/data/attn_golden.bin, made by tests/gen/gen_attn_golden.py);
+ *   - every kernel variant the CPU runs (ref, avx2, avx512; others SKIP)
+ *     against the naive reference: decode for context lengths around the
+ *     block (16) and chunk (256) edges, GQA 1/3/4/8, head_dim 64/128, F16
+ *     and Q8_0;
+ *   - bit-exactness inside each variant: split-K with every chunk split
+ *     equals the unsplit kernel; a prefill row equals the decode of that
+ *     row whatever tile it sits in; the driver's output does not depend
+ *     on threads, split policy or the rest of the batch.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/core.h"
+#include "core/pool.h"
+#include "kernels/attn.h"
+#include "kv/kv_cache.h"
+
+/* ---------------------------------------------------------------------- */
+/* helpers */
+
+/* The generator shared with tests/gen/gen_attn_golden.py. */
+static float lcg_uniform(uint32_t *x) {
+    *x = *x * 1664525u + 1013904223u;
+    return (float)(*x >> 8) * 0x1p-23f - 1.0f;
+}
+
+static const char *VARIANTS[] = {"ref", "avx2", "avx512"};
+#define N_VARIANTS 3
+
+static const struct kn_attn_ops *variant(int i) {
+    const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[i]);
+    if (!ops) printf("SKIP attention variant %s (CPU lacks it)\n", VARIANTS[i]);
+    return ops;
+}
+
+struct fixture {
+    struct kv_cache *kv;
+    int type, hd, n_head, n_head_kv, group;
+    int n_kv;      /* keys written in seq 0 */
+    int n_rows;    /* query rows, the last at position n_kv - 1 */
+    float *q;      /* (n_rows, n_head, hd) */
+    float *want;   /* naive outputs, same shape */
+    float *got;
+};
+
+static struct kv_cache *make_kv(int type, int hd, int n_head, int n_head_kv, int n_ctx, int n_seq,
+                                int n_threads) {
+    struct kv_params p = {
+        .n_layer = 1,
+        .n_head = n_head,
+        .n_head_kv = n_head_kv,
+        .head_dim = hd,
+        .type = type,
+        .block_size = 16,
+        .n_seq_max = n_seq,
+        .n_ctx = n_ctx,
+        .n_threads = n_threads,
+    };
+    p.n_blocks = n_seq * ((n_ctx + 15) / 16) + 2;
+    struct kv_cache *kv = NULL;
+    char err[256];
+    anvil_status st = kv_init(&p, &kv, err, sizeof(err));
+    if (st != ANVIL_OK) fail_msg("kv_init: %s", err);
+    return kv;
+}
+
+/* Append n_kv tokens of LCG K then V to seq (layer 0), interleaving block
+ * by block with `dummy` (when >= 0) so the table is not contiguous. */
+static void fill_seq(struct kv_cache *kv, int seq, int dummy, int n_kv, int n_head_kv, int hd,
+                     uint32_t *x) {
+    size_t row = (size_t)n_head_kv * hd;
+    float *k = malloc((size_t)n_kv * row * sizeof(float) + 1);
+    float *v = malloc((size_t)n_kv * row * sizeof(float) + 1);
+    assert_non_null(k);
+    assert_non_null(v);
+    for (size_t i = 0; i < (size_t)n_kv * row; i++) k[i] = lcg_uniform(x);
+    for (size_t i = 0; i < (size_t)n_kv * row; i++) v[i] = lcg_uniform(x);
+    int base = kv_seq_len(kv, seq);
+    for (int t0 = 0; t0 < n_kv; t0 += 16) {
+        int n = n_kv - t0 < 16 ? n_kv - t0 : 16;
+        assert_int_equal(kv_seq_reserve(kv, seq, n), ANVIL_OK);
+        kv_write(kv, 0, seq, base + t0, n, k + (size_t)t0 * row, row, v + (size_t)t0 * row, row);
+        assert_int_equal(kv_seq_commit(kv, seq, n, NULL), ANVIL_OK);
+        if (dummy >= 0 && kv_seq_blocks_needed(kv, dummy, 16) <= kv_n_available(kv) &&
+            kv_seq_len(kv, dummy) + 16 <= 1 << 20) {
+            if (kv_seq_reserve(kv, dummy, 16) == ANVIL_OK) kv_seq_commit(kv, dummy, 16, NULL);
+        }
+    }
+    free(k);
+    free(v);
+}
+
+static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_head_kv, int n_kv,
+                         int n_rows, uint32_t seed, bool dummy) {
+    memset(f, 0, sizeof(*f));
+    f->type = type;
+    f->hd = hd;
+    f->n_head = n_head;
+    f->n_head_kv = n_head_kv;
+    f->group = n_head / n_head_kv;
+    f->n_kv = n_kv;
+    f->n_rows = n_rows;
+    f->kv = make_kv(type, hd, n_head, n_head_kv, n_kv + 16, dummy ? 2 : 1, 4);
+    uint32_t x = seed;
+    fill_seq(f->kv, 0, dummy ? 1 : -1, n_kv, n_head_kv, hd, &x);
+    size_t n = (size_t)n_rows * n_head * hd;
+    f->q = malloc(n * sizeof(float));
+    f->want = malloc(n * sizeof(float));
+    f->got = malloc(n * sizeof(float));
+    assert_true(f->q && f->want && f->got);
+    for (size_t i = 0; i < n; i++) f->q[i] = 4.0f * lcg_uniform(&x);
+    double *scratch = malloc(((size_t)n_kv + 1) * sizeof(double));
+    assert_non_null(scratch);
+    size_t stride = (size_t)n_head * hd;
+    kn_attn_naive_ref(kv_layout(f->kv), kv_layer_base(f->kv, 0), kv_seq_blocks(f->kv, 0), n_head,
+                      1.0f / sqrtf((float)hd), f->q, stride, f->want, stride, n_kv - n_rows,
+                      n_rows, scratch);
+    free(scratch);
+}
+
+static void fixture_free(struct fixture *f) {
+    kv_free(f->kv);
+    free(f->q);
+    free(f->want);
+    free(f->got);
+}
+
+/* A task for kv head h over rows [r0, r0 + n_rows) of the fixture. */
+static struct kn_attn_task fixture_task(const struct fixture *f, int h, int r0, int n_rows,
+                                        float *out) {
+    size_t stride = (size_t)f->n_head * f->hd;
+    struct kn_attn_task t = {
+        .kv = kv_layout(f->kv),
+        .base = kv_layer_base(f->kv, 0),
+        .blocks = kv_seq_blocks(f->kv, 0),
+        .kv_head = h,
+        .group = f->group,
+        .scale = 1.0f / sqrtf((float)f->hd),
+        .q = f->q + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
+        .q_stride = stride,
+        .out = out + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
+        .out_stride = stride,
+        .pos = f->n_kv - f->n_rows + r0,
+        .n_rows = n_rows,
+    };
+    return t;
+}
+
+/* |a - b| <= atol + rtol*|b| everywhere and nmse <= 1e-9; prints the first
+ * mismatches. */
+static void expect_close(const float *a, const float *b, size_t n, double atol, double rtol,
+                         const char *what) {
+    double num = 0.0, den = 0.0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+        if (!(fabs(d) <= atol + rtol * fabs(b[i]))) {
+            if (bad < 5) printf("  %s: [%zu] got %.9g want %.9g\n", what, i, a[i], b[i]);
+            bad++;
+        }
+    }
+    double nmse = den > 0 ? num / den : num;
+    if (bad || !(nmse <= 1e-9)) fail_msg("%s: %d mismatches, nmse %.3g", what, bad, nmse);
+}
+
+static void expect_same(const float *a, const float *b, size_t n, const char *what) {
+    if (memcmp(a, b, n * sizeof(float)) != 0) {
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(&a[i], &b[i], sizeof(float))) {
+                fail_msg("%s: not bit-identical at [%zu]: %.9g vs %.9g", what, i, a[i], b[i]);
+            }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* golden data from numpy */
+
+static void test_golden(void **state) {
+    (void)state;
+    FILE *fp = fopen("tests/data/attn_golden.bin", "rb");
+    if (!fp) fail_msg("tests/data/attn_golden.bin missing (run from the repo root)");
+    char magic[8];
+    uint32_t n_cases;
+    assert_int_equal(fread(magic, 1, 8, fp), 8);
+    assert_memory_equal(magic, "ANVATTN1", 8);
+    assert_int_equal(fread(&n_cases, 4, 1, fp), 1);
+    assert_true(n_cases >= 1 && n_cases < 100);
+    for (uint32_t c = 0; c < n_cases; c++) {
+        int32_t h[7];
+        assert_int_equal(fread(h, 4, 7, fp), 7);
+        int type = h[0], hd = h[1], n_head = h[2], n_head_kv = h[3], pos = h[4], n_rows = h[5];
+        struct fixture f;
+        fixture_init(&f, type, hd, n_head, n_head_kv, pos + n_rows, n_rows, (uint32_t)h[6], true);
+        size_t n = (size_t)n_rows * n_head * hd;
+        float *gold = malloc(n * sizeof(float));
+        assert_non_null(gold);
+        assert_int_equal(fread(gold, sizeof(float), n, fp), n);
+        char what[96];
+        snprintf(what, sizeof(what), "golden case %u naive", c);
+        expect_close(f.want, gold, n, 1e-6, 1e-5, what);
+        /* and every variant, through the kernel directly */
+        for (int vi = 0; vi < N_VARIANTS; vi++) {
+            const struct kn_attn_ops *ops = variant(vi);
+            if (!ops) continue;
+            for (int kh = 0; kh < n_head_kv; kh++) {
+                struct kn_attn_task t = fixture_task(&f, kh, 0, 1, f.got);
+                for (int r = 0; r < n_rows; r++) {
+                    t = fixture_task(&f, kh, r, 1, f.got);
+                    ops->attn(&t);
+                }
+            }
+            snprintf(what, sizeof(what), "golden case %u %s", c, ops->name);
+            expect_close(f.got, gold, n, 2e-5, 2e-4, what);
+        }
+        free(gold);
+        fixture_free(&f);
+    }
+    fclose(fp);
+}
+
+/* ---------------------------------------------------------------------- */
+/* decode: every variant vs naive; split-K bit-exact */
+
+static const int CTX_LENS[] = {1, 15, 16, 17, 255, 257, 1000, 2049};
+
+static void check_decode(const struct kn_attn_ops *ops, struct fixture *f) {
+    int nc = kn_attn_n_chunks(f->n_kv);
+    size_t nout = (size_t)f->n_head * f->hd;
+    size_t rec = kn_attn_rec_floats(f->group, f->hd);
+    float *part = malloc((size_t)nc * rec * sizeof(float));
+    float *split = malloc(nout * sizeof(float));
+    assert_true(part && split);
+    char what[128];
+    snprintf(what, sizeof(what), "%s type %d hd %d G %d n_kv %d", ops->name, f->type, f->hd,
+             f->group, f->n_kv);
+    for (int h = 0; h < f->n_head_kv; h++) {
+        struct kn_attn_task t = fixture_task(f, h, 0, 1, f->got);
+        ops->attn(&t);
+    }
+    expect_close(f->got, f->want, nout, 2e-5, 2e-4, what);
+    /* split-K: every piece size, pieces computed separately, then reduced */
+    for (int piece = 1; piece <= nc; piece++) {
+        memset(split, 0xff, nout * sizeof(float));
+        for (int h = 0; h < f->n_head_kv; h++) {
+            for (int c0 = 0; c0 < nc; c0 += piece) {
+                struct kn_attn_task t = fixture_task(f, h, 0, 1, split);
+                t.c0 = c0;
+                t.c1 = c0 + piece < nc ? c0 + piece : nc;
+                t.part = part + (size_t)c0 * rec;
+                ops->partial(&t);
+            }
+            struct kn_attn_task t = fixture_task(f, h, 0, 1, split);
+            t.c0 = 0;
+            t.c1 = nc;
+            t.part = part;
+            ops->reduce(&t);
+        }
+        char w2[160];
+        snprintf(w2, sizeof(w2), "%s split piece %d", what, piece);
+        expect_same(split, f->got, nout, w2);
+    }
+    free(part);
+    free(split);
+}
+
+static void test_decode_variants(void **state) {
+    (void)state;
+    static const int GROUPS[] = {1, 3, 4, 8};
+    static const int TYPES[] = {ANVIL_TYPE_F16, ANVIL_TYPE_Q8_0};
+    static const int HDS[] = {64, 128};
+    uint32_t seed = 100;
+    for (int ti = 0; ti < 2; ti++)
+        for (int hi = 0; hi < 2; hi++)
+            for (int gi = 0; gi < 4; gi++)
+                for (size_t li = 0; li < sizeof(CTX_LENS) / sizeof(CTX_LENS[0]); li++) {
+                    int G = GROUPS[gi], nkv = G <= 3 ? 2 : 1;
+                    struct fixture f;
+                    fixture_init(&f, TYPES[ti], HDS[hi], G * nkv, nkv, CTX_LENS[li], 1, seed++,
+                                 true);
+                    for (int vi = 0; vi < N_VARIANTS; vi++) {
+                        const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[vi]);
+                        if (ops) check_decode(ops, &f);
+                    }
+                    fixture_free(&f);
+                }
+    for (int vi = 0; vi < N_VARIANTS; vi++) (void)variant(vi); /* report skips once */
+}
+
+/* Values far apart: the running max moves up and down across steps and
+ * chunks, and exp underflows for most keys. */
+static void test_decode_peaky(void **state) {
+    (void)state;
+    struct fixture f;
+    fixture_init(&f, ANVIL_TYPE_F16, 64, 3, 1, 777, 1, 7, true);
+    for (int i = 0; i < 3 * 64; i++) f.q[i] *= 16.0f;
+    double *scratch = malloc(800 * sizeof(double));
+    kn_attn_naive_ref(kv_layout(f.kv), kv_layer_base(f.kv, 0), kv_seq_blocks(f.kv, 0), 3, 0.125f,
+                      f.q, 192, f.want, 192, 776, 1, scratch);
+    free(scratch);
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[vi]);
+        if (ops) check_decode(ops, &f);
+    }
+    fixture_free(&f);
+}
+
+/* ---------------------------------------------------------------------- */
+/* prefill: tiles vs naive, and each row bit-identical to its decode */
+
+static void test_prefill_variants(void **state) {
+    (void)state;
+    static const struct {
+        int type, hd, n_head, n_head_kv, pos, n_rows;
+    } C[] = {
+        {ANVIL_TYPE_F16, 64, 9, 3, 0, 40},      /* no prefix */
+        {ANVIL_TYPE_F16, 64, 9, 3, 250, 30},    /* prefix, rows cross a chunk edge */
+        {ANVIL_TYPE_Q8_0, 128, 8, 2, 17, 33},   /* GQA 4 */
+        {ANVIL_TYPE_F16, 128, 4, 4, 500, 20},   /* MHA */
+        {ANVIL_TYPE_Q8_0, 64, 8, 1, 0, 9},      /* GQA 8 */
+    };
+    for (size_t ci = 0; ci < sizeof(C) / sizeof(C[0]); ci++) {
+        struct fixture f;
+        fixture_init(&f, C[ci].type, C[ci].hd, C[ci].n_head, C[ci].n_head_kv,
+                     C[ci].pos + C[ci].n_rows, C[ci].n_rows, 300 + (uint32_t)ci, true);
+        size_t n = (size_t)f.n_rows * f.n_head * f.hd;
+        float *dec = malloc(n * sizeof(float));
+        assert_non_null(dec);
+        for (int vi = 0; vi < N_VARIANTS; vi++) {
+            const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[vi]);
+            if (!ops) continue;
+            char what[128];
+            snprintf(what, sizeof(what), "prefill %s case %zu", ops->name, ci);
+            /* every row as a decode */
+            for (int h = 0; h < f.n_head_kv; h++)
+                for (int r = 0; r < f.n_rows; r++) {
+                    struct kn_attn_task t = fixture_task(&f, h, r, 1, dec);
+                    ops->attn(&t);
+                }
+            expect_close(dec, f.want, n, 2e-5, 2e-4, what);
+            /* tiles of several heights */
+            int max_rows = KN_ATTN_MAXQ / f.group;
+            for (int tile = 2; tile <= max_rows; tile = tile * 2 + 1) {
+                memset(f.got, 0, n * sizeof(float));
+                for (int h = 0; h < f.n_head_kv; h++)
+                    for (int r0 = 0; r0 < f.n_rows; r0 += tile) {
+                        int nr = f.n_rows - r0 < tile ? f.n_rows - r0 : tile;
+                        struct kn_attn_task t = fixture_task(&f, h, r0, nr, f.got);
+                        ops->attn(&t);
+                    }
+                char w2[160];
+                snprintf(w2, sizeof(w2), "%s tile %d vs decode", what, tile);
+                expect_same(f.got, dec, n, w2);
+            }
+        }
+        free(dec);
+        fixture_free(&f);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* driver: batch invariance over threads, split modes and batch makeup */
+
+struct batch_case {
+    int seq, n_kv, n_tokens; /* the last n_tokens of n_kv are query rows */
+};
+
+static void run_batch(struct kv_cache *kv, const struct kn_attn_ops *ops, struct pool *pool,
+                      int n_threads, enum kv_split split, const struct batch_case *bc, int n,
+                      float *const *q, float *const *out, int n_head, int hd, bool *was_split) {
+    struct kv_attn_seq s[16];
+    for (int i = 0; i < n; i++) {
+        s[i].seq = bc[i].seq;
+        s[i].pos = bc[i].n_kv - bc[i].n_tokens;
+        s[i].n_tokens = bc[i].n_tokens;
+        s[i].q = q[i];
+        s[i].out = out[i];
+    }
+    struct kv_attn_job *job = NULL;
+    size_t stride = (size_t)n_head * hd;
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, n, stride, stride, n_threads, split, &job),
+                     ANVIL_OK);
+    if (was_split) *was_split = kv_attn_job_split(job);
+    kv_attn_run(job, pool);
+}
+
+static void test_driver_invariance(void **state) {
+    (void)state;
+    enum { N = 7, NH = 9, NKV = 3, HD = 64 };
+    static const struct batch_case bc[N] = {
+        {0, 1, 1}, {1, 17, 1}, {2, 300, 1}, {3, 2049, 1}, {4, 600, 40}, {5, 256, 1}, {6, 70, 70},
+    };
+    struct pool *pools[4] = {NULL};
+    for (int nt = 2; nt <= 3; nt++) assert_int_equal(pool_create(nt, &pools[nt]), ANVIL_OK);
+    for (int ti = 0; ti < 2; ti++) {
+        int type = ti ? ANVIL_TYPE_Q8_0 : ANVIL_TYPE_F16;
+        struct kv_cache *kv = make_kv(type, HD, NH, NKV, 2100, N, 3);
+        uint32_t x = 77;
+        float *q[N], *ref[N], *out[N];
+        for (int i = 0; i < N; i++) {
+            fill_seq(kv, bc[i].seq, -1, bc[i].n_kv, NKV, HD, &x);
+            size_t n = (size_t)bc[i].n_tokens * NH * HD;
+            q[i] = malloc(n * sizeof(float));
+            ref[i] = malloc(n * sizeof(float));
+            out[i] = malloc(n * sizeof(float));
+            for (size_t j = 0; j < n; j++) q[i][j] = 4.0f * lcg_uniform(&x);
+        }
+        for (int vi = 0; vi < N_VARIANTS; vi++) {
+            const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[vi]);
+            if (!ops) continue;
+            /* reference: each sequence alone, one thread, no split */
+            for (int i = 0; i < N; i++)
+                run_batch(kv, ops, NULL, 1, KV_SPLIT_OFF, &bc[i], 1, &q[i], &ref[i], NH, HD, NULL);
+            /* against naive, for good measure */
+            double *scratch = malloc(2100 * sizeof(double));
+            for (int i = 0; i < N; i++) {
+                size_t n = (size_t)bc[i].n_tokens * NH * HD;
+                float *nv = malloc(n * sizeof(float));
+                kn_attn_naive_ref(kv_layout(kv), kv_layer_base(kv, 0), kv_seq_blocks(kv, bc[i].seq),
+                                  NH, 0.125f, q[i], NH * HD, nv, NH * HD,
+                                  bc[i].n_kv - bc[i].n_tokens, bc[i].n_tokens, scratch);
+                expect_close(ref[i], nv, n, 2e-5, 2e-4, ops->name);
+                free(nv);
+            }
+            free(scratch);
+            for (int nt = 1; nt <= 3; nt++)
+                for (int sp = 0; sp < 3; sp++)
+                    for (int sub = 0; sub < 3; sub++) {
+                        /* whole batch, decode rows only, or a rotated subset */
+                        struct batch_case b2[N];
+                        float *q2[N], *o2[N], *r2[N];
+                        int n2 = 0;
+                        for (int i = 0; i < N; i++) {
+                            int j = sub == 2 ? (i + 3) % N : i;
+                            if (sub == 1 && bc[j].n_tokens != 1) continue;
+                            if (sub == 2 && i >= 5) continue;
+                            b2[n2] = bc[j];
+                            q2[n2] = q[j];
+                            o2[n2] = out[j];
+                            r2[n2] = ref[j];
+                            n2++;
+                        }
+                        for (int i = 0; i < n2; i++)
+                            memset(o2[i], 0xff, (size_t)b2[i].n_tokens * NH * HD * sizeof(float));
+                        bool was_split = false;
+                        run_batch(kv, ops, pools[nt], nt, (enum kv_split)sp, b2, n2, q2, o2, NH,
+                                  HD, &was_split);
+                        if (sp == KV_SPLIT_ON) assert_true(was_split);
+                        for (int i = 0; i < n2; i++) {
+                            char what[128];
+                            snprintf(what, sizeof(what), "%s type %d threads %d split %d sub %d seq %d",
+                                     ops->name, type, nt, sp, sub, b2[i].seq);
+                            expect_same(o2[i], r2[i], (size_t)b2[i].n_tokens * NH * HD, what);
+                        }
+                    }
+        }
+        for (int i = 0; i < N; i++) {
+            free(q[i]);
+            free(ref[i]);
+            free(out[i]);
+        }
+        kv_free(kv);
+    }
+    for (int nt = 2; nt <= 3; nt++) pool_free(pools[nt]);
+}
+
+static void test_driver_bad_input(void **state) {
+    (void)state;
+    struct kv_cache *kv = make_kv(ANVIL_TYPE_F16, 64, 3, 1, 64, 2, 2);
+    uint32_t x = 1;
+    fill_seq(kv, 0, -1, 20, 1, 64, &x);
+    float q[3 * 64] = {0}, o[3 * 64];
+    struct kv_attn_seq s[2] = {{0, 19, 1, q, o}, {0, 19, 1, q, o}};
+    struct kv_attn_job *job = NULL;
+    const struct kn_attn_ops *ops = kn_attn_select("ref");
+    /* the same sequence twice, past its blocks, bad layer, too many threads */
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 2, 192, 192, 1, KV_SPLIT_AUTO, &job),
+                     ANVIL_ERR_INVALID);
+    s[0].pos = 40;
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 1, 192, 192, 1, KV_SPLIT_AUTO, &job),
+                     ANVIL_ERR_INVALID);
+    s[0].pos = 19;
+    assert_int_equal(kv_attn_prepare(kv, ops, 1, s, 1, 192, 192, 1, KV_SPLIT_AUTO, &job),
+                     ANVIL_ERR_INVALID);
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 1, 192, 192, 3, KV_SPLIT_AUTO, &job),
+                     ANVIL_ERR_INVALID);
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 1, 192, 192, 2, KV_SPLIT_AUTO, &job),
+                     ANVIL_OK);
+    /* and the marks were cleared by the failures: the cache is consistent */
+    char err[256];
+    assert_int_equal(kv_check(kv, err, sizeof(err)), ANVIL_OK);
+    kv_free(kv);
+}
+
+static void test_split_policy(void **state) {
+    (void)state;
+    int32_t one[1] = {8192};
+    /* batch 1, 3 kv heads, 2 threads: 3 tasks cannot balance -> split */
+    assert_true(kv_split_policy(1, one, 3, 3, 64, 0.0, 2));
+    /* one thread never splits */
+    assert_false(kv_split_policy(1, one, 3, 3, 64, 0.0, 1));
+    /* many equal sequences balance without a split */
+    int32_t many[64];
+    for (int i = 0; i < 64; i++) many[i] = 2048;
+    assert_false(kv_split_policy(64, many, 3, 3, 64, 0.0, 2));
+    /* short contexts: one chunk each, nothing to gain */
+    int32_t shorts[1] = {100};
+    assert_false(kv_split_policy(1, shorts, 8, 4, 128, 0.0, 2));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_decode_variants),
+        cmocka_unit_test(test_decode_peaky),
+        cmocka_unit_test(test_prefill_variants),
+        cmocka_unit_test(test_driver_invariance),
+        cmocka_unit_test(test_driver_bad_input),
+        cmocka_unit_test(test_split_policy),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
