@@ -39,9 +39,19 @@ static float lcg_uniform(uint32_t *x) {
 static const char *VARIANTS[] = {"ref", "avx2", "avx512"};
 #define N_VARIANTS 3
 
-static const struct kn_attn_ops *variant(int i) {
+/* Variant i, or NULL when the CPU cannot run it or it is the reference
+ * under another name (entries not written yet point at the reference). */
+static const struct kn_attn_ops *pick(int i) {
     const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[i]);
-    if (!ops) printf("SKIP attention variant %s (CPU lacks it)\n", VARIANTS[i]);
+    if (ops && i > 0 && ops->attn == kn_attn_ref && ops->partial == kn_attn_partial_ref &&
+        ops->reduce == kn_attn_reduce_ref)
+        return NULL;
+    return ops;
+}
+
+static const struct kn_attn_ops *variant(int i) {
+    const struct kn_attn_ops *ops = pick(i);
+    if (!ops) printf("SKIP attention variant %s (CPU lacks it, or it is the reference)\n", VARIANTS[i]);
     return ops;
 }
 
@@ -254,6 +264,8 @@ static void check_decode(const struct kn_attn_ops *ops, struct fixture *f) {
     expect_close(f->got, f->want, nout, 2e-5, 2e-4, what);
     /* split-K: every piece size, pieces computed separately, then reduced */
     for (int piece = 1; piece <= nc; piece++) {
+        /* long contexts: a few piece sizes are enough (ragged and even) */
+        if (nc > 5 && piece > 3 && piece != nc - 1 && piece != nc) continue;
         memset(split, 0xff, nout * sizeof(float));
         for (int h = 0; h < f->n_head_kv; h++) {
             for (int c0 = 0; c0 < nc; c0 += piece) {
@@ -292,7 +304,7 @@ static void test_decode_variants(void **state) {
                     fixture_init(&f, TYPES[ti], HDS[hi], G * nkv, nkv, CTX_LENS[li], 1, seed++,
                                  true);
                     for (int vi = 0; vi < N_VARIANTS; vi++) {
-                        const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[vi]);
+                        const struct kn_attn_ops *ops = pick(vi);
                         if (ops) check_decode(ops, &f);
                     }
                     fixture_free(&f);
@@ -312,7 +324,7 @@ static void test_decode_peaky(void **state) {
                       f.q, 192, f.want, 192, 776, 1, scratch);
     free(scratch);
     for (int vi = 0; vi < N_VARIANTS; vi++) {
-        const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[vi]);
+        const struct kn_attn_ops *ops = pick(vi);
         if (ops) check_decode(ops, &f);
     }
     fixture_free(&f);
@@ -340,7 +352,7 @@ static void test_prefill_variants(void **state) {
         float *dec = malloc(n * sizeof(float));
         assert_non_null(dec);
         for (int vi = 0; vi < N_VARIANTS; vi++) {
-            const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[vi]);
+            const struct kn_attn_ops *ops = pick(vi);
             if (!ops) continue;
             char what[128];
             snprintf(what, sizeof(what), "prefill %s case %zu", ops->name, ci);
@@ -401,13 +413,13 @@ static void test_driver_invariance(void **state) {
     (void)state;
     enum { N = 7, NH = 9, NKV = 3, HD = 64 };
     static const struct batch_case bc[N] = {
-        {0, 1, 1}, {1, 17, 1}, {2, 300, 1}, {3, 2049, 1}, {4, 600, 40}, {5, 256, 1}, {6, 70, 70},
+        {0, 1, 1}, {1, 17, 1}, {2, 300, 1}, {3, 1100, 1}, {4, 300, 20}, {5, 256, 1}, {6, 40, 40},
     };
     struct pool *pools[4] = {NULL};
     for (int nt = 2; nt <= 3; nt++) assert_int_equal(pool_create(nt, &pools[nt]), ANVIL_OK);
     for (int ti = 0; ti < 2; ti++) {
         int type = ti ? ANVIL_TYPE_Q8_0 : ANVIL_TYPE_F16;
-        struct kv_cache *kv = make_kv(type, HD, NH, NKV, 2100, N, 3);
+        struct kv_cache *kv = make_kv(type, HD, NH, NKV, 1200, N, 3);
         uint32_t x = 77;
         float *q[N], *ref[N], *out[N];
         for (int i = 0; i < N; i++) {
@@ -419,13 +431,13 @@ static void test_driver_invariance(void **state) {
             for (size_t j = 0; j < n; j++) q[i][j] = 4.0f * lcg_uniform(&x);
         }
         for (int vi = 0; vi < N_VARIANTS; vi++) {
-            const struct kn_attn_ops *ops = kn_attn_select(VARIANTS[vi]);
+            const struct kn_attn_ops *ops = pick(vi);
             if (!ops) continue;
             /* reference: each sequence alone, one thread, no split */
             for (int i = 0; i < N; i++)
                 run_batch(kv, ops, NULL, 1, KV_SPLIT_OFF, &bc[i], 1, &q[i], &ref[i], NH, HD, NULL);
             /* against naive, for good measure */
-            double *scratch = malloc(2100 * sizeof(double));
+            double *scratch = malloc(1200 * sizeof(double));
             for (int i = 0; i < N; i++) {
                 size_t n = (size_t)bc[i].n_tokens * NH * HD;
                 float *nv = malloc(n * sizeof(float));
@@ -439,6 +451,8 @@ static void test_driver_invariance(void **state) {
             for (int nt = 1; nt <= 3; nt++)
                 for (int sp = 0; sp < 3; sp++)
                     for (int sub = 0; sub < 3; sub++) {
+                        /* sub-batches only on the 2-thread pool (the machine's) */
+                        if (sub && nt != 2) continue;
                         /* whole batch, decode rows only, or a rotated subset */
                         struct batch_case b2[N];
                         float *q2[N], *o2[N], *r2[N];
@@ -521,7 +535,8 @@ static void test_split_policy(void **state) {
     assert_false(kv_split_policy(1, shorts, 8, 4, 128, 0.0, 2));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_decode_variants),

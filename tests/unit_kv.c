@@ -486,7 +486,8 @@ static void test_random_ops(void **state) {
     kv_free(kv);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_params),
         cmocka_unit_test(test_init_oom),

@@ -148,12 +148,14 @@ static void load_step(const struct kn_kv_layout *kv, const uint8_t *tile, int j0
 /* One online-softmax step over the first `valid` keys of a loaded step. */
 static void step(struct qstate *st, const float *q, const float *K, const float *V, int hd,
                  int valid, float scale) {
-    float s[KN_ATTN_SUB];
+    float s[KN_ATTN_SUB] = {0};
     float mb = -INFINITY;
+    /* s[j] = sum over d in order of q[d] * k_j[d]; d outer for speed, the
+     * order of each sum is the same */
+    for (int d = 0; d < hd; d++)
+        for (int j = 0; j < KN_ATTN_SUB; j++) s[j] += q[d] * K[d * KN_ATTN_SUB + j];
     for (int j = 0; j < valid; j++) {
-        float a = 0.0f;
-        for (int d = 0; d < hd; d++) a += q[d] * K[d * KN_ATTN_SUB + j];
-        s[j] = a * scale;
+        s[j] *= scale;
         mb = fmaxf(mb, s[j]);
     }
     float m_new = fmaxf(st->m, mb);
