@@ -7,6 +7,7 @@
  * Barrier: sense-reversing counter, spin only (all threads are in fn).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "pool.h"
@@ -19,6 +20,7 @@
 #endif
 
 #define SPIN_BEFORE_SLEEP 200000
+#define SPIN_BEFORE_YIELD 2000 /* then yield: survives more threads than cores */
 
 struct worker {
     struct pool *pool;
@@ -129,7 +131,9 @@ void pool_run(struct pool *p, pool_fn fn, void *arg) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->n);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1) cpu_relax();
+    for (int spins = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1;)
+        if (++spins < SPIN_BEFORE_YIELD) cpu_relax();
+        else sched_yield();
 }
 
 void pool_barrier(struct pool *p) {
@@ -139,7 +143,9 @@ void pool_barrier(struct pool *p) {
         atomic_store(&p->bar_count, 0);
         atomic_store(&p->bar_sense, !sense);
     } else {
-        while (atomic_load(&p->bar_sense) == sense) cpu_relax();
+        for (int spins = 0; atomic_load(&p->bar_sense) == sense;)
+            if (++spins < SPIN_BEFORE_YIELD) cpu_relax();
+            else sched_yield();
     }
 }
 

@@ -1,0 +1,760 @@
+/*
+ * engine.c - serving engine: a request queue and a continuous-batching
+ * scheduler on top of one anvil_ctx.
+ *
+ * Each step:
+ *   1. take new submissions and cancellations (under the lock);
+ *   2. admit waiting requests into free sequence slots while the KV cache
+ *      has room for their first chunk;
+ *   3. build one batch: first one decode row for every running request
+ *      that has finished its prompt (so decodes never stall behind a long
+ *      prompt), then prompt chunks (at most prefill_chunk tokens of one
+ *      request) in admission order, up to step_tokens rows;
+ *   4. run the forward pass; when the KV pool runs out, preempt the most
+ *      recently admitted request (free its cache; it recomputes later from
+ *      its prompt plus what it generated) and rebuild the batch;
+ *   5. sample for every row that finished a request's pending tokens, emit
+ *      events, and retire finished requests (freeing their KV).
+ *
+ * A request's tokens are tokens[0, n_tokens): the prompt, then generated
+ * tokens. n_cached of them are in the KV cache; the step feeds
+ * tokens[n_cached, ...). Preemption sets n_cached to 0 - nothing else
+ * changes, and because every row of the forward pass is computed
+ * independently of the others (batch-invariant kernels), the recomputed
+ * cache and the continuation are the same as without preemption.
+ *
+ * Locking: `mu` guards the inbox, the live list (for cancel), the stats
+ * and the wake-up condition. Everything else belongs to the driver thread.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/ctx.h"
+
+#define MAX_STOP 16
+#define MAX_TOP_LOGPROBS 20
+
+struct request {
+    anvil_req_id id;
+    anvil_event_fn cb;
+    void *user;
+    anvil_token *tokens; /* (n_prompt + max_tokens) prompt then generated */
+    int32_t n_prompt, n_tokens, max_tokens, n_gen;
+    int32_t n_cached;    /* tokens in the KV cache */
+    int32_t slot;        /* sequence id in the ctx, -1 while waiting */
+    struct anvil_sampler *smp;
+    bool ignore_eos;
+    char *stop[MAX_STOP];
+    int32_t n_stop, stop_max_len;
+    int32_t top_logprobs;
+    struct anvil_detok dt;
+    char *held;          /* released by detok, held back for stop matching */
+    int32_t n_held, held_cap;
+    double t_submit, t_first;
+    bool cancelled;      /* written under mu */
+    uint64_t admit_seq;  /* admission order, for preemption */
+    struct request *next;      /* inbox / waiting list */
+    struct request *live_prev, *live_next; /* live list, under mu */
+};
+
+struct anvil_engine {
+    struct anvil_model *m;
+    struct anvil_ctx *ctx;
+    struct anvil_engine_params p;
+    int32_t n_vocab, n_ctx;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct request *inbox_head, *inbox_tail; /* under mu */
+    int32_t n_inbox;                         /* under mu */
+    struct request *live;                    /* under mu */
+    anvil_req_id next_id;                    /* under mu */
+    struct anvil_engine_stats stats;         /* under mu */
+    bool stop;                               /* under mu */
+    pthread_t thread;
+    bool thread_started;
+
+    /* driver-owned */
+    struct request *wait_head, *wait_tail;
+    int32_t n_waiting;
+    struct request **running; /* (max_running) by slot */
+    int32_t n_running;
+    uint64_t admit_counter;
+    anvil_token *b_token;     /* (step_tokens) batch rows */
+    int32_t *b_pos, *b_seq;
+    int8_t *b_logits;
+    struct request **b_req;   /* (step_tokens) request of each row */
+    struct request **out_req; /* (2*max_running) request of each logits row, then
+                                 build_batch's admission-order scratch */
+    char *text;               /* (text_cap) event text scratch */
+    int32_t text_cap;
+    anvil_token top_tok[MAX_TOP_LOGPROBS];
+    float top_lp[MAX_TOP_LOGPROBS];
+    char errmsg[256];
+};
+
+struct anvil_engine_params anvil_engine_default_params(void) {
+    struct anvil_engine_params p = {0};
+    return p;
+}
+
+const char *anvil_engine_errmsg(const struct anvil_engine *e) { return e->errmsg; }
+
+/* ---------------------------------------------------------------------- */
+/* requests */
+
+static void request_free(struct request *r) {
+    if (!r) return;
+    anvil_sampler_free(r->smp);
+    for (int i = 0; i < r->n_stop; i++) anvil_free(r->stop[i]);
+    anvil_free(r->tokens);
+    anvil_free(r->held);
+    anvil_free(r);
+}
+
+static void live_remove(struct anvil_engine *e, struct request *r) {
+    if (r->live_prev) r->live_prev->live_next = r->live_next;
+    else e->live = r->live_next;
+    if (r->live_next) r->live_next->live_prev = r->live_prev;
+    r->live_prev = r->live_next = NULL;
+}
+
+/* Emit an event to the request's callback. */
+static void emit(struct request *r, const struct anvil_event *ev) {
+    if (r->cb) r->cb(r->user, ev);
+}
+
+/* Retire a request: free its KV, send DONE with the text still held (unless
+ * a stop string cut it), and free it. */
+static void finish(struct anvil_engine *e, struct request *r, enum anvil_finish why,
+                   const char *error, bool flush_held) {
+    if (r->slot >= 0) {
+        anvil_seq_truncate(e->ctx, r->slot, 0);
+        e->running[r->slot] = NULL;
+        e->n_running--;
+        r->slot = -1;
+    }
+    int32_t n = 0;
+    if (flush_held) {
+        /* the detokenizer's incomplete tail becomes U+FFFD at the end */
+        char tail[16];
+        int32_t k = anvil_detok_flush(&r->dt, tail, sizeof(tail));
+        if (r->n_held > 0 && r->n_held <= e->text_cap) {
+            memcpy(e->text, r->held, (size_t)r->n_held);
+            n = r->n_held;
+        }
+        if (k > 0 && n + k <= e->text_cap) {
+            memcpy(e->text + n, tail, (size_t)k);
+            n += k;
+        }
+    }
+    struct anvil_event ev = {
+        .type = ANVIL_EVENT_DONE,
+        .id = r->id,
+        .text = e->text,
+        .text_len = n,
+        .finish = why,
+        .n_prompt = r->n_prompt,
+        .n_gen = r->n_gen,
+        .ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : 0.0,
+        .error = error,
+    };
+    emit(r, &ev);
+    pthread_mutex_lock(&e->mu);
+    live_remove(e, r);
+    e->stats.n_requests_done++;
+    e->stats.n_prompt_tokens += (uint64_t)r->n_prompt;
+    e->stats.n_gen_tokens += (uint64_t)r->n_gen;
+    pthread_mutex_unlock(&e->mu);
+    request_free(r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* init / free */
+
+static void *alloc_n(size_t n, size_t size) {
+    size_t b;
+    return size_mul(n, size, &b) ? anvil_malloc(b) : NULL;
+}
+
+anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_params *p,
+                               struct anvil_engine **out) {
+    if (!m || !out) return ANVIL_ERR_INVALID;
+    struct anvil_engine_params d = anvil_engine_default_params();
+    if (!p) p = &d;
+    if (p->n_threads < 0 || p->max_running < 0 || p->max_queue < 0 || p->n_ctx < 0 ||
+        p->step_tokens < 0 || p->prefill_chunk < 0 || p->kv_mem < 0 || p->max_running > 4096)
+        return ANVIL_ERR_INVALID;
+    if (p->kv_type != 0 && p->kv_type != ANVIL_TYPE_F16 && p->kv_type != ANVIL_TYPE_Q8_0)
+        return ANVIL_ERR_INVALID;
+    struct anvil_engine *e = anvil_calloc(1, sizeof(*e));
+    if (!e) return ANVIL_ERR_NOMEM;
+    e->m = m;
+    e->p = *p;
+    if (!e->p.max_running) e->p.max_running = 64;
+    if (!e->p.max_queue) e->p.max_queue = 1024;
+    if (!e->p.step_tokens) e->p.step_tokens = 512;
+    if (!e->p.prefill_chunk) e->p.prefill_chunk = 256;
+    if (e->p.step_tokens < e->p.max_running) e->p.step_tokens = e->p.max_running;
+    if (!e->p.kv_type) e->p.kv_type = ANVIL_TYPE_F16;
+    int32_t train = anvil_model_n_ctx_train(m);
+    if (!e->p.n_ctx) e->p.n_ctx = train < 8192 ? train : 8192;
+    e->n_vocab = anvil_model_n_vocab(m);
+    e->next_id = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+
+    anvil_status st = ANVIL_ERR_NOMEM;
+    struct anvil_ctx_params cp = anvil_ctx_default_params();
+    cp.n_ctx = e->p.n_ctx;
+    cp.n_seq_max = e->p.max_running;
+    cp.n_batch = e->p.step_tokens;
+    cp.n_threads = e->p.n_threads;
+    cp.n_outputs = e->p.max_running;
+    if ((st = anvil_ctx_init(m, &cp, &e->ctx)) != ANVIL_OK) goto fail;
+    e->n_ctx = anvil_ctx_n_ctx(e->ctx);
+    st = ANVIL_ERR_NOMEM;
+    size_t nb = (size_t)e->p.step_tokens, nr = (size_t)e->p.max_running;
+    if (!(e->running = anvil_calloc(nr, sizeof(*e->running)))) goto fail;
+    if (!(e->b_token = alloc_n(nb, sizeof(anvil_token)))) goto fail;
+    if (!(e->b_pos = alloc_n(nb, sizeof(int32_t)))) goto fail;
+    if (!(e->b_seq = alloc_n(nb, sizeof(int32_t)))) goto fail;
+    if (!(e->b_logits = alloc_n(nb, sizeof(int8_t)))) goto fail;
+    if (!(e->b_req = alloc_n(nb, sizeof(*e->b_req)))) goto fail;
+    if (!(e->out_req = alloc_n(2 * nr, sizeof(*e->out_req)))) goto fail;
+    e->text_cap = 4096;
+    if (!(e->text = anvil_malloc((size_t)e->text_cap))) goto fail;
+    *out = e;
+    return ANVIL_OK;
+fail:
+    anvil_engine_free(e);
+    return st;
+}
+
+void anvil_engine_free(struct anvil_engine *e) {
+    if (!e) return;
+    anvil_engine_stop(e);
+    /* everything still queued or running ends as cancelled */
+    if (e->running) {
+        for (int s = 0; s < e->p.max_running; s++)
+            if (e->running[s]) finish(e, e->running[s], ANVIL_FINISH_CANCELLED, NULL, false);
+    }
+    while (e->wait_head) {
+        struct request *r = e->wait_head;
+        e->wait_head = r->next;
+        finish(e, r, ANVIL_FINISH_CANCELLED, NULL, false);
+    }
+    while (e->inbox_head) {
+        struct request *r = e->inbox_head;
+        e->inbox_head = r->next;
+        finish(e, r, ANVIL_FINISH_CANCELLED, NULL, false);
+    }
+    anvil_ctx_free(e->ctx);
+    anvil_free(e->running);
+    anvil_free(e->b_token);
+    anvil_free(e->b_pos);
+    anvil_free(e->b_seq);
+    anvil_free(e->b_logits);
+    anvil_free(e->b_req);
+    anvil_free(e->out_req);
+    anvil_free(e->text);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    anvil_free(e);
+}
+
+/* ---------------------------------------------------------------------- */
+/* submit / cancel (any thread) */
+
+anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_request_params *rp,
+                                 anvil_event_fn cb, void *user, anvil_req_id *out_id, char *err,
+                                 size_t err_cap) {
+    if (!e || !rp) return ANVIL_ERR_INVALID;
+    if (rp->n_prompt < 1 || !rp->prompt) {
+        errmsg_set(err, err_cap, "the prompt is empty");
+        return ANVIL_ERR_INVALID;
+    }
+    if (rp->max_tokens < 1) {
+        errmsg_set(err, err_cap, "max_tokens must be >= 1, got %d", rp->max_tokens);
+        return ANVIL_ERR_INVALID;
+    }
+    for (int i = 0; i < rp->n_prompt; i++)
+        if (rp->prompt[i] < 0 || rp->prompt[i] >= e->n_vocab) {
+            errmsg_set(err, err_cap, "prompt token %d is %d, outside the vocabulary [0, %d)", i,
+                       rp->prompt[i], e->n_vocab);
+            return ANVIL_ERR_INVALID;
+        }
+    if (rp->n_prompt >= e->n_ctx) {
+        errmsg_set(err, err_cap, "the prompt has %d tokens; the context holds %d", rp->n_prompt,
+                   e->n_ctx);
+        return ANVIL_ERR_INVALID;
+    }
+    if ((int64_t)rp->n_prompt + rp->max_tokens > e->n_ctx) {
+        errmsg_set(err, err_cap,
+                   "prompt (%d tokens) plus max_tokens (%d) exceeds the context (%d tokens)",
+                   rp->n_prompt, rp->max_tokens, e->n_ctx);
+        return ANVIL_ERR_INVALID;
+    }
+    if (rp->n_stop < 0 || rp->n_stop > MAX_STOP || (rp->n_stop > 0 && !rp->stop)) {
+        errmsg_set(err, err_cap, "at most %d stop strings", MAX_STOP);
+        return ANVIL_ERR_INVALID;
+    }
+    if (rp->top_logprobs < 0 || rp->top_logprobs > MAX_TOP_LOGPROBS) {
+        errmsg_set(err, err_cap, "top_logprobs must be in [0, %d]", MAX_TOP_LOGPROBS);
+        return ANVIL_ERR_INVALID;
+    }
+    if (anvil_sampler_params_check(&rp->sampling, err, err_cap) != ANVIL_OK)
+        return ANVIL_ERR_INVALID;
+
+    struct request *r = anvil_calloc(1, sizeof(*r));
+    if (!r) return ANVIL_ERR_NOMEM;
+    r->slot = -1;
+    r->cb = cb;
+    r->user = user;
+    r->n_prompt = r->n_tokens = rp->n_prompt;
+    r->max_tokens = rp->max_tokens;
+    r->ignore_eos = rp->ignore_eos;
+    r->top_logprobs = rp->top_logprobs;
+    r->t_submit = time_now_s();
+    anvil_status st = ANVIL_ERR_NOMEM;
+    if (!(r->tokens = alloc_n((size_t)rp->n_prompt + (size_t)rp->max_tokens, sizeof(anvil_token))))
+        goto fail;
+    memcpy(r->tokens, rp->prompt, (size_t)rp->n_prompt * sizeof(anvil_token));
+    for (int i = 0; i < rp->n_stop; i++) {
+        if (!rp->stop[i] || !rp->stop[i][0]) {
+            errmsg_set(err, err_cap, "stop strings must not be empty");
+            st = ANVIL_ERR_INVALID;
+            goto fail;
+        }
+        if (!(r->stop[i] = anvil_strdup(rp->stop[i]))) goto fail;
+        r->n_stop = i + 1;
+        int32_t len = (int32_t)strlen(rp->stop[i]);
+        if (len > 256) {
+            errmsg_set(err, err_cap, "stop strings are limited to 256 bytes");
+            st = ANVIL_ERR_INVALID;
+            goto fail;
+        }
+        if (len > r->stop_max_len) r->stop_max_len = len;
+    }
+    r->held_cap = 512 + 2 * r->stop_max_len;
+    if (!(r->held = anvil_malloc((size_t)r->held_cap))) goto fail;
+    if ((st = anvil_sampler_init(&rp->sampling, e->n_vocab, &r->smp)) != ANVIL_OK) goto fail;
+    for (int i = 0; i < r->n_prompt; i++) anvil_sampler_accept(r->smp, r->tokens[i]);
+
+    pthread_mutex_lock(&e->mu);
+    if (e->stop || e->n_inbox + e->stats.queued >= e->p.max_queue) {
+        pthread_mutex_unlock(&e->mu);
+        errmsg_set(err, err_cap, "the request queue is full (%d waiting)", e->p.max_queue);
+        st = ANVIL_ERR_KV_FULL;
+        goto fail;
+    }
+    r->id = e->next_id++;
+    if (e->inbox_tail) e->inbox_tail->next = r;
+    else e->inbox_head = r;
+    e->inbox_tail = r;
+    e->n_inbox++;
+    r->live_next = e->live;
+    if (e->live) e->live->live_prev = r;
+    e->live = r;
+    if (out_id) *out_id = r->id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return ANVIL_OK;
+fail:
+    if (st == ANVIL_ERR_NOMEM) errmsg_set(err, err_cap, "out of memory");
+    request_free(r);
+    return st;
+}
+
+anvil_status anvil_engine_cancel(struct anvil_engine *e, anvil_req_id id) {
+    if (!e) return ANVIL_ERR_INVALID;
+    anvil_status st = ANVIL_ERR_INVALID;
+    pthread_mutex_lock(&e->mu);
+    for (struct request *r = e->live; r; r = r->live_next)
+        if (r->id == id) {
+            r->cancelled = true;
+            st = ANVIL_OK;
+            pthread_cond_signal(&e->cv);
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+/* ---------------------------------------------------------------------- */
+/* text release with stop strings */
+
+/* Length of the longest suffix of s[0, n) that is a proper prefix of some
+ * stop string: that much must be held back. */
+static int32_t stop_prefix_len(const struct request *r, const char *s, int32_t n) {
+    int32_t best = 0;
+    for (int i = 0; i < r->n_stop; i++) {
+        int32_t len = (int32_t)strlen(r->stop[i]);
+        for (int32_t k = len - 1 < n ? len - 1 : n; k > best; k--)
+            if (!memcmp(s + n - k, r->stop[i], (size_t)k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Append new text; move what can be released into e->text. Returns the
+ * number of bytes released; *stopped when a stop string matched (the text
+ * before it is released, the rest dropped). */
+static int32_t release_text(struct anvil_engine *e, struct request *r, const char *piece,
+                            int32_t n, bool *stopped) {
+    *stopped = false;
+    if (r->n_stop == 0) {
+        if (n > e->text_cap) n = e->text_cap;
+        memcpy(e->text, piece, (size_t)n);
+        return n;
+    }
+    if (r->n_held + n > r->held_cap) {
+        /* cannot happen with held_cap >= max stop length + max piece, but
+         * stay safe: release what is held first */
+        int32_t k = r->n_held < e->text_cap ? r->n_held : e->text_cap;
+        memcpy(e->text, r->held, (size_t)k);
+        r->n_held = 0;
+        int32_t m = n < r->held_cap ? n : r->held_cap;
+        memcpy(r->held, piece, (size_t)m);
+        r->n_held = m;
+        return k;
+    }
+    memcpy(r->held + r->n_held, piece, (size_t)n);
+    r->n_held += n;
+    int32_t cut = -1;
+    for (int i = 0; i < r->n_stop; i++) {
+        const char *hit = memmem(r->held, (size_t)r->n_held, r->stop[i], strlen(r->stop[i]));
+        if (hit && (cut < 0 || hit - r->held < cut)) cut = (int32_t)(hit - r->held);
+    }
+    int32_t rel;
+    if (cut >= 0) {
+        rel = cut;
+        *stopped = true;
+    } else {
+        rel = r->n_held - stop_prefix_len(r, r->held, r->n_held);
+    }
+    if (rel > e->text_cap) rel = e->text_cap;
+    memcpy(e->text, r->held, (size_t)rel);
+    if (*stopped) {
+        r->n_held = 0;
+    } else {
+        memmove(r->held, r->held + rel, (size_t)(r->n_held - rel));
+        r->n_held -= rel;
+    }
+    return rel;
+}
+
+/* ---------------------------------------------------------------------- */
+/* logprobs of the model distribution (raw logits, before sampling
+ * transforms): the chosen token and the top n alternatives */
+
+static float log_softmax_top(const float *logits, int32_t n_vocab, anvil_token chosen, int32_t n,
+                             anvil_token *top_tok, float *top_lp) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    float lse = mx + (float)log(sum);
+    int32_t k = 0;
+    for (int32_t i = 0; i < n_vocab && n > 0; i++) {
+        float v = logits[i];
+        if (k == n && v <= top_lp[k - 1]) continue;
+        int32_t j = k < n ? k++ : n - 1;
+        while (j > 0 && top_lp[j - 1] < v) {
+            top_lp[j] = top_lp[j - 1];
+            top_tok[j] = top_tok[j - 1];
+            j--;
+        }
+        top_lp[j] = v;
+        top_tok[j] = i;
+    }
+    for (int32_t j = 0; j < k; j++) top_lp[j] -= lse;
+    return logits[chosen] - lse;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the step */
+
+static void take_inbox(struct anvil_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    struct request *head = e->inbox_head;
+    int32_t n = e->n_inbox;
+    e->inbox_head = e->inbox_tail = NULL;
+    e->n_inbox = 0;
+    e->stats.queued += n;
+    pthread_mutex_unlock(&e->mu);
+    for (struct request *r = head, *next; r; r = next) {
+        next = r->next;
+        r->next = NULL;
+        if (e->wait_tail) e->wait_tail->next = r;
+        else e->wait_head = r;
+        e->wait_tail = r;
+        e->n_waiting++;
+    }
+}
+
+static bool is_cancelled(struct anvil_engine *e, struct request *r) {
+    pthread_mutex_lock(&e->mu);
+    bool c = r->cancelled;
+    pthread_mutex_unlock(&e->mu);
+    return c;
+}
+
+static void drop_cancelled(struct anvil_engine *e) {
+    for (struct request **pp = &e->wait_head, *r; (r = *pp);) {
+        if (is_cancelled(e, r)) {
+            *pp = r->next;
+            if (e->wait_tail == r) e->wait_tail = NULL;
+            e->n_waiting--;
+            finish(e, r, ANVIL_FINISH_CANCELLED, NULL, false);
+        } else {
+            pp = &r->next;
+        }
+    }
+    if (!e->wait_tail)
+        for (struct request *r = e->wait_head; r; r = r->next) e->wait_tail = r;
+    for (int s = 0; s < e->p.max_running; s++)
+        if (e->running[s] && is_cancelled(e, e->running[s]))
+            finish(e, e->running[s], ANVIL_FINISH_CANCELLED, NULL, false);
+}
+
+static void admit(struct anvil_engine *e) {
+    while (e->wait_head && e->n_running < e->p.max_running) {
+        int slot = -1;
+        for (int s = 0; s < e->p.max_running; s++)
+            if (!e->running[s]) {
+                slot = s;
+                break;
+            }
+        if (slot < 0) break;
+        struct request *r = e->wait_head;
+        /* room for the whole request in this slot (the contiguous cache
+         * reserves n_ctx per slot; a paged pool checks free blocks) */
+        if (ctx_kv_room(e->ctx, slot) < r->n_tokens + (r->max_tokens - r->n_gen)) break;
+        e->wait_head = r->next;
+        if (!e->wait_head) e->wait_tail = NULL;
+        e->n_waiting--;
+        r->next = NULL;
+        r->slot = slot;
+        r->n_cached = 0;
+        r->admit_seq = ++e->admit_counter;
+        e->running[slot] = r;
+        e->n_running++;
+    }
+}
+
+/* Free the most recently admitted running request and put it back at the
+ * head of the queue; it will recompute its cache. */
+static bool preempt_one(struct anvil_engine *e) {
+    struct request *victim = NULL;
+    for (int s = 0; s < e->p.max_running; s++) {
+        struct request *r = e->running[s];
+        if (r && (!victim || r->admit_seq > victim->admit_seq)) victim = r;
+    }
+    if (!victim || e->n_running <= 1) return false;
+    anvil_seq_truncate(e->ctx, victim->slot, 0);
+    e->running[victim->slot] = NULL;
+    e->n_running--;
+    victim->slot = -1;
+    victim->n_cached = 0;
+    victim->next = e->wait_head;
+    e->wait_head = victim;
+    if (!e->wait_tail) e->wait_tail = victim;
+    e->n_waiting++;
+    pthread_mutex_lock(&e->mu);
+    e->stats.n_preemptions++;
+    pthread_mutex_unlock(&e->mu);
+    return true;
+}
+
+/* Fill the batch arrays; returns the row count. Running requests are
+ * taken in admission order: first those with one pending token (decode),
+ * then prompt chunks. */
+static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
+    struct request **order = e->out_req + e->p.max_running; /* second half: scratch */
+    int32_t nr = 0;
+    for (int s = 0; s < e->p.max_running; s++) {
+        struct request *r = e->running[s];
+        if (!r || r->n_cached >= r->n_tokens) continue;
+        int32_t j = nr++;
+        while (j > 0 && order[j - 1]->admit_seq > r->admit_seq) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = r;
+    }
+    int32_t n = 0, no = 0, budget = e->p.step_tokens;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < nr && budget > 0; i++) {
+            struct request *r = order[i];
+            bool decode = r->n_tokens - r->n_cached == 1 && r->n_gen > 0;
+            if ((pass == 0) != decode) continue;
+            int32_t k = r->n_tokens - r->n_cached;
+            if (k > e->p.prefill_chunk) k = e->p.prefill_chunk;
+            if (k > budget) k = budget;
+            for (int32_t j = 0; j < k; j++) {
+                int32_t p = r->n_cached + j;
+                e->b_token[n] = r->tokens[p];
+                e->b_pos[n] = p;
+                e->b_seq[n] = r->slot;
+                e->b_req[n] = r;
+                e->b_logits[n] = p == r->n_tokens - 1;
+                if (e->b_logits[n]) e->out_req[no++] = r;
+                n++;
+            }
+            budget -= k;
+        }
+    }
+    *n_out = no;
+    return n;
+}
+
+static void after_decode(struct anvil_engine *e, int32_t n_rows, int32_t n_out) {
+    /* advance caches */
+    for (int32_t i = 0; i < n_rows; i++) e->b_req[i]->n_cached = e->b_pos[i] + 1;
+    double now = time_now_s();
+    for (int32_t o = 0; o < n_out; o++) {
+        struct request *r = e->out_req[o];
+        const float *logits = anvil_get_logits(e->ctx, o);
+        anvil_token t = logits ? anvil_sampler_sample(r->smp, logits, NULL) : -1;
+        if (t < 0) {
+            finish(e, r, ANVIL_FINISH_ERROR, "the logits are not finite", true);
+            continue;
+        }
+        if (r->t_first == 0) r->t_first = now;
+        if (!r->ignore_eos && anvil_token_is_eog(e->m, t)) {
+            finish(e, r, ANVIL_FINISH_STOP, NULL, true);
+            continue;
+        }
+        anvil_sampler_accept(r->smp, t);
+        r->tokens[r->n_tokens++] = t;
+        r->n_gen++;
+        struct anvil_event ev = {.type = ANVIL_EVENT_TOKEN, .id = r->id, .token = t};
+        if (r->top_logprobs > 0) {
+            ev.logprob = log_softmax_top(logits, e->n_vocab, t, r->top_logprobs, e->top_tok,
+                                         e->top_lp);
+            ev.n_top = r->top_logprobs;
+            ev.top_tokens = e->top_tok;
+            ev.top_logprobs = e->top_lp;
+        }
+        char piece[256 + 16];
+        int32_t k = anvil_detok_push(e->m, &r->dt, t, piece, sizeof(piece));
+        if (k < 0) k = 0;
+        bool stopped = false;
+        int32_t rel = release_text(e, r, piece, k, &stopped);
+        ev.text = e->text;
+        ev.text_len = rel;
+        emit(r, &ev);
+        if (stopped) finish(e, r, ANVIL_FINISH_STOP, NULL, false);
+        else if (r->n_gen >= r->max_tokens || r->n_tokens >= e->n_ctx)
+            finish(e, r, ANVIL_FINISH_LENGTH, NULL, true);
+    }
+}
+
+static void publish_stats(struct anvil_engine *e) {
+    struct ctx_kv_info kv;
+    ctx_kv_info(e->ctx, &kv);
+    pthread_mutex_lock(&e->mu);
+    e->stats.queued = e->n_waiting;
+    e->stats.running = e->n_running;
+    e->stats.kv_blocks_total = kv.blocks_total;
+    e->stats.kv_blocks_used = kv.blocks_used;
+    e->stats.kv_block_tokens = kv.block_tokens;
+    pthread_mutex_unlock(&e->mu);
+}
+
+anvil_status anvil_engine_step(struct anvil_engine *e, int32_t *n_active) {
+    if (!e) return ANVIL_ERR_INVALID;
+    take_inbox(e);
+    drop_cancelled(e);
+    admit(e);
+    anvil_status st = ANVIL_OK;
+    for (;;) {
+        int32_t n_out = 0, n = build_batch(e, &n_out);
+        if (n == 0) break;
+        struct anvil_batch b = {.n_tokens = n,
+                                .token = e->b_token,
+                                .pos = e->b_pos,
+                                .seq_id = e->b_seq,
+                                .logits = e->b_logits};
+        st = anvil_decode(e->ctx, &b);
+        if (st == ANVIL_ERR_KV_FULL && preempt_one(e)) continue;
+        if (st != ANVIL_OK) {
+            /* a batch the engine built was refused: fail its requests
+             * rather than retrying forever */
+            snprintf(e->errmsg, sizeof(e->errmsg), "%s", anvil_ctx_errmsg(e->ctx));
+            for (int32_t i = 0; i < n; i++) {
+                struct request *r = e->b_req[i];
+                if (r && r->slot >= 0) {
+                    for (int32_t j = i + 1; j < n; j++)
+                        if (e->b_req[j] == r) e->b_req[j] = NULL;
+                    finish(e, r, ANVIL_FINISH_ERROR, e->errmsg, false);
+                }
+            }
+            break;
+        }
+        after_decode(e, n, n_out);
+        pthread_mutex_lock(&e->mu);
+        e->stats.n_steps++;
+        pthread_mutex_unlock(&e->mu);
+        break;
+    }
+    publish_stats(e);
+    if (n_active) {
+        pthread_mutex_lock(&e->mu);
+        *n_active = e->n_inbox + e->n_waiting + e->n_running;
+        pthread_mutex_unlock(&e->mu);
+    }
+    return st == ANVIL_ERR_KV_FULL ? ANVIL_OK : st;
+}
+
+/* ---------------------------------------------------------------------- */
+/* driver thread */
+
+static void *driver_main(void *arg) {
+    struct anvil_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && e->n_inbox == 0 && e->n_waiting == 0 && e->n_running == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        bool stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        anvil_engine_step(e, NULL);
+    }
+    return NULL;
+}
+
+anvil_status anvil_engine_start(struct anvil_engine *e) {
+    if (!e || e->thread_started) return ANVIL_ERR_INVALID;
+    e->stop = false;
+    if (pthread_create(&e->thread, NULL, driver_main, e) != 0) return ANVIL_ERR_NOMEM;
+    e->thread_started = true;
+    return ANVIL_OK;
+}
+
+void anvil_engine_stop(struct anvil_engine *e) {
+    if (!e || !e->thread_started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->thread_started = false;
+    pthread_mutex_lock(&e->mu);
+    e->stop = false;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    out->queued += e->n_inbox;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,24 @@
+/*
+ * ctx.h - internal context calls for the scheduler (src/engine): KV cache
+ * accounting that the public API does not expose.
+ */
+#ifndef ANVIL_CTX_H
+#define ANVIL_CTX_H
+
+#include "anvil.h"
+
+struct ctx_kv_info {
+    int32_t blocks_total; /* blocks in the pool */
+    int32_t blocks_used;  /* blocks held by sequences */
+    int32_t block_tokens; /* positions per block */
+};
+
+void ctx_kv_info(const struct anvil_ctx *c, struct ctx_kv_info *out);
+
+/* Positions sequence seq_id can still append before anvil_decode would
+ * return ANVIL_ERR_KV_FULL (pool blocks and its n_ctx limit). */
+int32_t ctx_kv_room(const struct anvil_ctx *c, int32_t seq_id);
+
+int32_t ctx_n_seq_max(const struct anvil_ctx *c);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * model.h - internal model representation: hyperparameters read from GGUF
+ * metadata, weights bound by name (pointers into the read-only mapping),
+ * the tokenizer and the kernel table.
+ *
+ * Q/K/V and gate/up are "concatenated" at load time as multi-part
+ * matrices (struct wmat): one matmul call spans all rows of the parts, so
+ * they share one activation quantization and one thread split, without
+ * copying weights out of the mapping.
+ */
+#ifndef ANVIL_MODEL_H
+#define ANVIL_MODEL_H
+
+#include "anvil.h"
+#include "core/core.h"
+#include "gguf/gguf.h"
+#include "kernels/ops.h"
+#include "tok/tok.h"
+
+#define WMAT_MAX_PARTS 3
+
+/* A weight matrix of n_out rows of n_in elements, possibly made of parts
+ * stacked by rows. Every part has the same n_in and activation format. */
+struct wmat {
+    int n_in, n_out;
+    int act;                 /* activation format the parts consume */
+    int n_parts;
+    struct {
+        const uint8_t *data; /* (rows, n_in) in `type` blocks, row-major */
+        int type;
+        int rows;
+        size_t row_bytes;
+    } part[WMAT_MAX_PARTS];
+};
+
+struct llama_layer {
+    const float *attn_norm; /* (n_embd) */
+    const float *ffn_norm;  /* (n_embd) */
+    struct wmat wqkv;       /* (n_head*head_dim + 2*n_head_kv*head_dim, n_embd) */
+    struct wmat wo;         /* (n_embd, n_head*head_dim) */
+    struct wmat wgu;        /* (2*n_ff, n_embd): gate rows then up rows */
+    struct wmat wdown;      /* (n_embd, n_ff) */
+};
+
+struct llama_hparams {
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    int n_rot;         /* dims rotated by RoPE (== head_dim here) */
+    float rope_base;
+    float norm_eps;
+};
+
+struct anvil_model {
+    struct gguf_file *gguf;
+    struct tok_vocab *vocab;
+    const struct kn_ops *ops;
+    struct llama_hparams hp;
+    int wtype;                 /* dominant weight type, for display */
+    const uint8_t *tok_embd;   /* (n_vocab, n_embd) in tok_embd_type */
+    int tok_embd_type;
+    size_t tok_embd_row_bytes;
+    const float *output_norm;  /* (n_embd) */
+    struct wmat output;        /* (n_vocab, n_embd): tok_embd when tied */
+    struct llama_layer *layers; /* (n_layer) */
+    float *inv_freq;           /* (n_rot / 2): RoPE frequencies */
+    uint64_t n_params;
+    char desc[128];
+};
+
+/* Multiply: y[t*ldy + r] = W row r . X row t, rows [r0, r1) of the whole
+ * (multi-part) matrix. x rows are in w->act format. */
+void wmat_matmul(const struct kn_ops *ops, const struct wmat *w, float *y, size_t ldy,
+                 const void *x, size_t x_stride, int n_tokens, int r0, int r1);
+
+#endif

@@ -1,0 +1,56 @@
+"""Shared fixtures for anvil's Python tests: paths to the binaries, the
+default model, and a session-wide llama-cpp-python reference."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.environ.get("ANVIL_MODEL") or os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def build_path(mode, name):
+    return os.path.join(ROOT, "build", mode, "tests", name)
+
+
+@pytest.fixture(scope="session")
+def root():
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def model_path():
+    if not os.path.exists(MODEL):
+        pytest.fail(f"default model missing: {MODEL} (run `make model`)")
+    return MODEL
+
+
+@pytest.fixture(scope="session")
+def anvil_bin():
+    return os.path.join(ROOT, "bin", "anvil")
+
+
+@pytest.fixture(scope="session")
+def anvil_bins():
+    """The release binary, plus the ASan+UBSan one when it is built."""
+    bins = [os.path.join(ROOT, "bin", "anvil")]
+    asan = os.path.join(ROOT, "bin", "anvil-asan")
+    if os.path.exists(asan):
+        bins.append(asan)
+    return bins
+
+
+@pytest.fixture(scope="session")
+def llama_ref(model_path):
+    """llama-cpp-python on the same GGUF, 2 threads, f16 KV cache."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llm = llama_cpp.Llama(model_path=model_path, n_ctx=1024, n_batch=512, n_threads=2,
+                          seed=0, verbose=False)
+    return llm
+
+
+def run(cmd, **kw):
+    kw.setdefault("capture_output", True)
+    kw.setdefault("timeout", 600)
+    return subprocess.run(cmd, **kw)

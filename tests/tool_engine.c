@@ -1,0 +1,147 @@
+/*
+ * tool_engine.c - drive the serving engine for the Python tests.
+ *
+ * usage: tool_engine MODEL [-r MAX_RUNNING] [-s STEP_TOKENS] [-c PREFILL_CHUNK]
+ *                          [-x N_CTX] [-t THREADS] [--serial] [--cancel-after K]
+ *                          [--kv-mem BYTES] [--thread]
+ * stdin: one request per line: "max_tokens temp seed stop|- id id id ..."
+ *        (stop: a stop string with '_' for spaces, or '-' for none)
+ * stdout: one line per request, in input order:
+ *        "<finish> <n_gen> <ids...> | <text as hex>"
+ * --serial runs the requests one at a time; otherwise all are submitted at
+ * once. --cancel-after K cancels request 0 after its K-th token.
+ * After all requests end it checks that the KV cache is empty again and
+ * prints "kv_used=<blocks> preemptions=<n>" on stderr.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "anvil.h"
+
+#define MAX_REQ 512
+
+struct out {
+    int finish, n_gen, done, n_ids;
+    anvil_token ids[4096];
+    char text[65536];
+    int n_text;
+    int cancel_after;
+    anvil_req_id id;
+    struct anvil_engine *e;
+};
+
+static void on_event(void *user, const struct anvil_event *ev) {
+    struct out *o = user;
+    if (ev->text_len > 0 && o->n_text + ev->text_len < (int)sizeof(o->text)) {
+        memcpy(o->text + o->n_text, ev->text, (size_t)ev->text_len);
+        o->n_text += ev->text_len;
+    }
+    if (ev->type == ANVIL_EVENT_TOKEN) {
+        if (o->n_ids < 4096) o->ids[o->n_ids++] = ev->token;
+        if (o->cancel_after > 0 && o->n_ids == o->cancel_after) anvil_engine_cancel(o->e, o->id);
+    } else {
+        o->finish = ev->finish;
+        o->n_gen = ev->n_gen;
+        o->done = 1;
+    }
+}
+
+static struct out outs[MAX_REQ];
+static struct anvil_request_params reqs[MAX_REQ];
+static anvil_token prompts[MAX_REQ][2048];
+static char stops[MAX_REQ][64];
+static const char *stop_ptr[MAX_REQ][1];
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    struct anvil_engine_params ep = anvil_engine_default_params();
+    int serial = 0, cancel_after = 0, use_thread = 0;
+    ep.n_threads = 2;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "-r")) ep.max_running = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s")) ep.step_tokens = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-c")) ep.prefill_chunk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-x")) ep.n_ctx = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-t")) ep.n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-mem")) ep.kv_mem = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--serial")) serial = 1;
+        else if (!strcmp(argv[i], "--thread")) use_thread = 1;
+        else if (!strcmp(argv[i], "--cancel-after")) cancel_after = atoi(argv[++i]);
+    }
+    int n = 0;
+    static char line[1 << 16];
+    while (n < MAX_REQ && fgets(line, sizeof(line), stdin)) {
+        struct anvil_request_params *r = &reqs[n];
+        memset(r, 0, sizeof(*r));
+        r->sampling = anvil_sampler_default_params();
+        char *save, *tok = strtok_r(line, " \n", &save);
+        if (!tok) continue;
+        r->max_tokens = atoi(tok);
+        r->sampling.temperature = (float)atof(strtok_r(NULL, " \n", &save));
+        r->sampling.seed = strtoull(strtok_r(NULL, " \n", &save), NULL, 10);
+        char *st = strtok_r(NULL, " \n", &save);
+        if (strcmp(st, "-")) {
+            snprintf(stops[n], sizeof(stops[n]), "%s", st);
+            for (char *c = stops[n]; *c; c++)
+                if (*c == '_') *c = ' ';
+            stop_ptr[n][0] = stops[n];
+            r->stop = stop_ptr[n];
+            r->n_stop = 1;
+        }
+        int k = 0;
+        while ((tok = strtok_r(NULL, " \n", &save)) && k < 2048) prompts[n][k++] = atoi(tok);
+        r->prompt = prompts[n];
+        r->n_prompt = k;
+        n++;
+    }
+    char err[ANVIL_ERRMSG_CAP];
+    struct anvil_model *m;
+    if (anvil_model_load(argv[1], NULL, &m, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "tool_engine: %s\n", err);
+        return 2;
+    }
+    struct anvil_engine *e;
+    if (anvil_engine_init(m, &ep, &e) != ANVIL_OK) {
+        fprintf(stderr, "tool_engine: engine init failed\n");
+        return 1;
+    }
+    if (use_thread) anvil_engine_start(e);
+    int first = 0;
+    while (first < n) {
+        int last = serial ? first + 1 : n;
+        for (int i = first; i < last; i++) {
+            outs[i].e = e;
+            outs[i].cancel_after = i == 0 ? cancel_after : 0;
+            if (anvil_engine_submit(e, &reqs[i], on_event, &outs[i], &outs[i].id, err,
+                                    sizeof(err)) != ANVIL_OK) {
+                fprintf(stderr, "tool_engine: submit %d: %s\n", i, err);
+                outs[i].done = 1;
+                outs[i].finish = -1;
+            }
+        }
+        for (;;) {
+            int all = 1;
+            for (int i = first; i < last; i++) all &= outs[i].done;
+            if (all) break;
+            if (use_thread) usleep(1000);
+            else anvil_engine_step(e, NULL);
+        }
+        first = last;
+    }
+    struct anvil_engine_stats s;
+    anvil_engine_get_stats(e, &s);
+    fprintf(stderr, "kv_used=%d preemptions=%llu steps=%llu\n", s.kv_blocks_used,
+            (unsigned long long)s.n_preemptions, (unsigned long long)s.n_steps);
+    for (int i = 0; i < n; i++) {
+        printf("%d %d", outs[i].finish, outs[i].n_gen);
+        for (int k = 0; k < outs[i].n_ids; k++) printf(" %d", outs[i].ids[k]);
+        printf(" |");
+        for (int k = 0; k < outs[i].n_text; k++) printf("%02x", (unsigned char)outs[i].text[k]);
+        printf("\n");
+    }
+    anvil_engine_free(e);
+    anvil_model_free(m);
+    return 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * gen.h - shared generation loop for `run` and `chat`: options, model and
+ * context setup, prefill in n_batch chunks with KV prefix reuse, sampling,
+ * streaming UTF-8-safe output and the stats line.
+ */
+#ifndef ANVIL_CLI_GEN_H
+#define ANVIL_CLI_GEN_H
+
+#include <stdio.h>
+
+#include "anvil.h"
+
+struct gen_opts {
+    const char *model_path;
+    const char *prompt;
+    const char *system;
+    int n_predict;
+    int n_threads;
+    int n_ctx;
+    bool chat;
+    bool ignore_eos;
+    bool seed_set;
+    bool verbose;
+    const char *kernels;
+    struct anvil_sampler_params sp;
+};
+
+struct gen_session {
+    struct anvil_model *model;
+    struct anvil_ctx *ctx;
+    struct anvil_sampler *smp;
+    anvil_token *cached;  /* tokens currently in the KV cache (seq 0) */
+    int n_cached;
+    anvil_token *buf;     /* (n_ctx) scratch for tokenization */
+    int n_ctx;
+    uint64_t seed;
+};
+
+/* Parse the options common to run/chat starting at argv[*i]. Returns 1 if
+ * argv[*i] was consumed (with its value), 0 if not an option of ours, -1 on
+ * a bad value (an error was printed). */
+int gen_parse_opt(const char *cmd, struct gen_opts *o, int argc, char **argv, int *i);
+void gen_opts_default(struct gen_opts *o);
+void gen_print_opts_help(FILE *f);
+
+/* Load model, ctx, sampler. Returns 0 or an exit status (error printed). */
+int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s);
+void gen_close(struct gen_session *s);
+
+/* Tokenize text, reuse the cached prefix, prefill the rest, then generate
+ * up to o->n_predict tokens, streaming text to out. Appends the generated
+ * tokens to the cache record. Returns 0 or an exit status. */
+int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, const char *text,
+            FILE *out, char **reply);
+
+#endif
