@@ -549,6 +549,32 @@ void kv_write(struct kv_cache *kv, int32_t layer, int32_t seq, int32_t pos, int3
     }
 }
 
+void kv_fill_random(struct kv_cache *kv, uint64_t seed) {
+    const struct kn_kv_layout *L = &kv->lay;
+    size_t n_tiles = (size_t)kv->p.n_layer * (size_t)kv->n_blocks * (size_t)L->n_head_kv;
+    uint64_t x = seed | 1;
+    for (size_t i = 0; i < n_tiles; i++) {
+        uint8_t *tile = kv->pool + i * L->tile_bytes;
+        for (size_t o = 0; o + 8 <= L->tile_bytes; o += 8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            uint64_t w = x;
+            if (L->type == ANVIL_TYPE_F16) {
+                /* four halves: sign, exponent 12..15 (2^-3..2^0), mantissa */
+                uint64_t keep = 0x83ff83ff83ff83ffULL;
+                w = (w & keep) | 0x3000300030003000ULL | ((w >> 3) & 0x0c000c000c000c00ULL);
+            }
+            memcpy(tile + o, &w, 8);
+        }
+        if (L->type == ANVIL_TYPE_Q8_0) {
+            size_t n_scales = (size_t)kv->bs * (size_t)(L->head_dim / QK);
+            kn_f16 *ks = (kn_f16 *)(tile + L->ks_off), *vs = (kn_f16 *)(tile + L->vs_off);
+            for (size_t j = 0; j < n_scales; j++) ks[j] = vs[j] = kn_f32_to_f16(1.0f / 127.0f);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------- */
 /* accounting */
 

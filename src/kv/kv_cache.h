@@ -138,6 +138,12 @@ anvil_status kv_seq_fork(struct kv_cache *kv, int32_t dst, int32_t src);
 void kv_write(struct kv_cache *kv, int32_t layer, int32_t seq, int32_t pos, int32_t n,
               const float *k, size_t k_stride, const float *v, size_t v_stride);
 
+/* Fill the whole pool (every layer, block and head) with valid
+ * pseudo-random K/V: F16 values of magnitude 1/8..1, or Q8_0 quants with
+ * scales near 1/127. For benchmarks: touches every page up front without
+ * writing token by token. Leaves the metadata alone. */
+void kv_fill_random(struct kv_cache *kv, uint64_t seed);
+
 /* Kernel-level view, for tests and benchmarks. */
 const struct kn_kv_layout *kv_layout(const struct kv_cache *kv);
 const uint8_t *kv_layer_base(const struct kv_cache *kv, int32_t layer);

@@ -1,12 +1,314 @@
 /*
- * attn.c (avx512) - attention kernels (kernels/attn.h); not written yet:
- * every entry points at the reference.
+ * attn.c (avx512) - attention kernels of kernels/attn.h with AVX-512F.
+ *
+ * Same algorithm and structure as the reference (cpu/ref/attn.c): steps of
+ * 16 keys, chunks of 256, left fold of chunk partials. One step is one
+ * vector: a step's 16 keys are converted once to float (K^T (hd, 16) and
+ * V (16, hd) in a stack buffer), then every query vector of the task
+ * (the GQA group, times the rows of a prefill tile) runs over the buffer,
+ * so K and V are read from memory once per (sequence, kv head).
+ *
+ * Per query vector the arithmetic is fixed, whatever the grouping:
+ *   score  = ((a0 + a1) + (a2 + a3)) * scale,  a_u = sum over d = u mod 4,
+ *            in d order, of q[d] * k[d]  (fused multiply-add)
+ *   m_new  = max(m, max of valid scores); if it grew (and m was finite),
+ *            l and acc are scaled by expf(m - m_new)
+ *   p      = exp512(score - m_new) on valid lanes, 0 elsewhere
+ *   l     += horizontal sum of p;  acc[d] += p_j * v_j[d] for j in order
+ * Query vectors are processed up to 4 at a time only to reuse the loaded
+ * K row and V row; that changes no result. So attn, partial + reduce, and
+ * any prefill tile give the same bits for the same query (attn.h).
+ *
+ * exp512: Cody-Waite range reduction and Cephes' expf polynomial, ~1 ulp;
+ * the fold uses libm expf like the reference.
  */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "anvil.h"
 #include "kernels/attn.h"
+
+#define SUB KN_ATTN_SUB
+#define HDMAX KN_ATTN_MAX_HEAD_DIM
+#define QGROUP 4 /* query vectors sharing one pass over the step buffer */
+
+_Static_assert(KN_ATTN_SUB == 16, "one step is one 16-lane vector");
+
+/* ---------------------------------------------------------------------- */
+/* helpers */
+
+static inline __m512 exp512(__m512 x) {
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+    const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3365f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.3762f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
+    r = _mm512_fnmadd_ps(n, ln2_lo, r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+static inline __m512 load_f16x16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+static inline __m512 load_i8x16(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+/* Keys [j0, j0 + 16) of a tile as float: Kb (hd, 16), Vb (16, hd). The
+ * values equal the reference's (an exact conversion, or one product). */
+static void load_step(const struct kn_kv_layout *kv, const uint8_t *tile, int j0,
+                      float *restrict Kb, float *restrict Vb) {
+    int bs = kv->block_size, hd = kv->head_dim;
+    if (kv->type == ANVIL_TYPE_F16) {
+        const uint16_t *kt = (const uint16_t *)tile + j0;
+        for (int d = 0; d < hd; d++) _mm512_store_ps(Kb + d * SUB, load_f16x16(kt + (size_t)d * bs));
+        const uint16_t *vt = (const uint16_t *)(tile + kv->v_off) + (size_t)j0 * hd;
+        for (int i = 0; i < SUB * hd; i += 16) _mm512_store_ps(Vb + i, load_f16x16(vt + i));
+        return;
+    }
+    const int8_t *kq = (const int8_t *)tile + j0;
+    const uint16_t *ks = (const uint16_t *)(tile + kv->ks_off) + j0;
+    for (int g = 0; g < hd / 32; g++) {
+        __m512 sc = load_f16x16(ks + (size_t)g * bs);
+        for (int d = g * 32; d < g * 32 + 32; d++)
+            _mm512_store_ps(Kb + d * SUB, _mm512_mul_ps(load_i8x16(kq + (size_t)d * bs), sc));
+    }
+    const int8_t *vq = (const int8_t *)(tile + kv->v_off) + (size_t)j0 * hd;
+    const uint16_t *vs = (const uint16_t *)(tile + kv->vs_off) + (size_t)j0 * (hd / 32);
+    for (int j = 0; j < SUB; j++)
+        for (int g = 0; g < hd / 32; g++) {
+            __m512 sc = _mm512_set1_ps(_cvtsh_ss(vs[j * (hd / 32) + g]));
+            const int8_t *src = vq + (size_t)j * hd + g * 32;
+            float *dst = Vb + j * hd + g * 32;
+            _mm512_store_ps(dst, _mm512_mul_ps(load_i8x16(src), sc));
+            _mm512_store_ps(dst + 16, _mm512_mul_ps(load_i8x16(src + 16), sc));
+        }
+}
+
+/* acc_k[0, 16*nb) += sum over j < valid, in order, of p[k][j] * V[j][...]
+ * for nq query vectors (acc_k at acc + k*acc_stride, V rows hd apart). */
+static inline __attribute__((always_inline)) void
+pv_cols(const int nq, const int nb, float *restrict acc, int acc_stride,
+        const float (*restrict p)[SUB], const float *restrict V, int hd, int valid) {
+    __m512 c[QGROUP][4];
+#pragma GCC unroll 4
+    for (int k = 0; k < nq; k++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) c[k][b] = _mm512_load_ps(acc + k * acc_stride + 16 * b);
+    for (int j = 0; j < valid; j++) {
+        const float *vr = V + j * hd;
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) {
+            __m512 v = _mm512_load_ps(vr + 16 * b);
+#pragma GCC unroll 4
+            for (int k = 0; k < nq; k++) c[k][b] = _mm512_fmadd_ps(_mm512_set1_ps(p[k][j]), v, c[k][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < nq; k++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) _mm512_store_ps(acc + k * acc_stride + 16 * b, c[k][b]);
+}
+
+/* One online-softmax step for nq (1..4) query vectors q + k*hd, states
+ * m[k], l[k], acc + k*hd, over the first `valid` keys of the buffer. */
+static inline __attribute__((always_inline)) void
+step_group(const int nq, const float *restrict q, float *restrict m, float *restrict l,
+           float *restrict acc, const float *restrict Kb, const float *restrict Vb, int hd,
+           int valid, float scale) {
+    __m512 a[QGROUP][4];
+#pragma GCC unroll 4
+    for (int k = 0; k < nq; k++)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) a[k][u] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 4) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            __m512 kr = _mm512_load_ps(Kb + (d + u) * SUB);
+#pragma GCC unroll 4
+            for (int k = 0; k < nq; k++)
+                a[k][u] = _mm512_fmadd_ps(_mm512_set1_ps(q[k * hd + d + u]), kr, a[k][u]);
+        }
+    }
+    const __mmask16 vm = (__mmask16)((1u << valid) - 1u);
+    float pb[QGROUP][SUB] __attribute__((aligned(64)));
+#pragma GCC unroll 4
+    for (int k = 0; k < nq; k++) {
+        __m512 s = _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][1]), _mm512_add_ps(a[k][2], a[k][3]));
+        s = _mm512_mul_ps(s, _mm512_set1_ps(scale));
+        s = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, s);
+        float mb = _mm512_reduce_max_ps(s);
+        float mo = m[k], mn = mo > mb ? mo : mb;
+        if (mn > mo && mo != -INFINITY) {
+            float al = expf(mo - mn);
+            l[k] *= al;
+            __m512 av = _mm512_set1_ps(al);
+            float *ak = acc + k * hd;
+            for (int d = 0; d < hd; d += 16) _mm512_store_ps(ak + d, _mm512_mul_ps(_mm512_load_ps(ak + d), av));
+        }
+        m[k] = mn;
+        __m512 p = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(s, _mm512_set1_ps(mn))));
+        l[k] += _mm512_reduce_add_ps(p);
+        _mm512_store_ps(pb[k], p);
+    }
+    /* acc[d] += p_j * v_j[d], j in order; 64 columns of every query
+     * vector at once for independent chains (32 for a head_dim tail) */
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) pv_cols(nq, 4, acc + d0, hd, pb, Vb + d0, hd, valid);
+    if (d0 < hd) pv_cols(nq, 2, acc + d0, hd, pb, Vb + d0, hd, valid);
+}
+
+/* Query vectors of one row (G of them) through one step, in groups of 4. */
+static void step_row(const float *q, float *m, float *l, float *acc, int G, const float *Kb,
+                     const float *Vb, int hd, int valid, float scale) {
+    int g = 0;
+    for (; g + 4 <= G; g += 4)
+        step_group(4, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale);
+    switch (G - g) {
+    case 3: step_group(3, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale); break;
+    case 2: step_group(2, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale); break;
+    case 1: step_group(1, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale); break;
+    default: break;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* chunks, fold, tasks */
+
+struct states {
+    float m[KN_ATTN_MAXQ], l[KN_ATTN_MAXQ];
+    float acc[KN_ATTN_MAXQ * HDMAX] __attribute__((aligned(64)));
+};
+
+struct bufs {
+    float K[HDMAX * SUB] __attribute__((aligned(64)));
+    float V[SUB * HDMAX] __attribute__((aligned(64)));
+};
+
+static void states_clear(struct states *s, int nq, int hd) {
+    for (int i = 0; i < nq; i++) {
+        s->m[i] = -INFINITY;
+        s->l[i] = 0.0f;
+    }
+    memset(s->acc, 0, (size_t)nq * hd * sizeof(float));
+}
+
+static void prefetch_tile(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+/* Keys of chunk c for every row of the task into cur (cleared first). */
+static void chunk_pass(const struct kn_attn_task *t, int c, struct states *cur, struct bufs *b) {
+    const struct kn_kv_layout *kv = t->kv;
+    int hd = kv->head_dim, bs = kv->block_size, G = t->group;
+    int n_kv_max = t->pos + t->n_rows;
+    int k0 = c * KN_ATTN_CHUNK;
+    int k1 = k0 + KN_ATTN_CHUNK < n_kv_max ? k0 + KN_ATTN_CHUNK : n_kv_max;
+    states_clear(cur, t->n_rows * G, hd);
+    for (int s0 = k0; s0 < k1; s0 += SUB) {
+        const uint8_t *tile = kn_kv_tile(kv, t->base, t->blocks[s0 / bs], t->kv_head);
+        int nxt = s0 + bs - s0 % bs; /* first key of the next block */
+        if (s0 % bs == 0 && nxt < k1)
+            prefetch_tile(kn_kv_tile(kv, t->base, t->blocks[nxt / bs], t->kv_head), kv->tile_bytes);
+        load_step(kv, tile, s0 % bs, b->K, b->V);
+        for (int r = 0; r < t->n_rows; r++) {
+            int valid = t->pos + r + 1 - s0;
+            if (valid <= 0) continue;
+            if (valid > SUB) valid = SUB;
+            int i = r * G;
+            step_row(t->q + (size_t)r * t->q_stride, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd,
+                     G, b->K, b->V, hd, valid, t->scale);
+        }
+    }
+}
+
+/* (m, l, acc) = fold((m, l, acc), (cm, cl, cacc)); the reference's merge. */
+static void fold(float *m, float *l, float *acc, float cm, float cl, const float *cacc, int hd) {
+    float mx = *m > cm ? *m : cm;
+    float a = expf(*m - mx), b = expf(cm - mx);
+    *m = mx;
+    *l = *l * a + cl * b;
+    __m512 av = _mm512_set1_ps(a), bv = _mm512_set1_ps(b);
+    for (int d = 0; d < hd; d += 16)
+        _mm512_storeu_ps(acc + d, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(acc + d), av),
+                                                _mm512_mul_ps(_mm512_loadu_ps(cacc + d), bv)));
+}
+
+static void finish(float l, const float *acc, float *out, int hd) {
+    __m512 inv = _mm512_set1_ps(1.0f / l);
+    for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), inv));
+}
+
+static void attn_avx512(const struct kn_attn_task *t) {
+    int hd = t->kv->head_dim, G = t->group, nq = t->n_rows * G;
+    struct states run, cur;
+    struct bufs b;
+    states_clear(&run, nq, hd);
+    int nc = kn_attn_n_chunks(t->pos + t->n_rows);
+    for (int c = 0; c < nc; c++) {
+        chunk_pass(t, c, &cur, &b);
+        for (int r = 0; r < t->n_rows; r++) {
+            if (t->pos + r + 1 <= c * KN_ATTN_CHUNK) continue;
+            for (int g = 0; g < G; g++) {
+                int i = r * G + g;
+                fold(&run.m[i], &run.l[i], run.acc + (size_t)i * hd, cur.m[i], cur.l[i],
+                     cur.acc + (size_t)i * hd, hd);
+            }
+        }
+    }
+    for (int r = 0; r < t->n_rows; r++)
+        for (int g = 0; g < G; g++) {
+            int i = r * G + g;
+            finish(run.l[i], run.acc + (size_t)i * hd, t->out + (size_t)r * t->out_stride + (size_t)g * hd, hd);
+        }
+}
+
+static void partial_avx512(const struct kn_attn_task *t) {
+    int hd = t->kv->head_dim, G = t->group;
+    struct states cur;
+    struct bufs b;
+    size_t rec = kn_attn_rec_floats(G, hd);
+    for (int c = t->c0; c < t->c1; c++) {
+        chunk_pass(t, c, &cur, &b);
+        float *p = t->part + (size_t)(c - t->c0) * rec;
+        for (int g = 0; g < G; g++) {
+            float *pg = p + (size_t)g * (hd + 2);
+            memcpy(pg, cur.acc + (size_t)g * hd, (size_t)hd * sizeof(float));
+            pg[hd] = cur.m[g];
+            pg[hd + 1] = cur.l[g];
+        }
+    }
+}
+
+static void reduce_avx512(const struct kn_attn_task *t) {
+    int hd = t->kv->head_dim, G = t->group;
+    size_t rec = kn_attn_rec_floats(G, hd);
+    float acc[HDMAX] __attribute__((aligned(64)));
+    for (int g = 0; g < G; g++) {
+        float m = -INFINITY, l = 0.0f;
+        memset(acc, 0, (size_t)hd * sizeof(float));
+        for (int c = t->c0; c < t->c1; c++) {
+            const float *pg = t->part + (size_t)(c - t->c0) * rec + (size_t)g * (hd + 2);
+            fold(&m, &l, acc, pg[hd], pg[hd + 1], pg, hd);
+        }
+        finish(l, acc, t->out + (size_t)g * hd, hd);
+    }
+}
 
 const struct kn_attn_ops kn_attn_ops_avx512 = {
     .name = "avx512",
-    .attn = kn_attn_ref,
-    .partial = kn_attn_partial_ref,
-    .reduce = kn_attn_reduce_ref,
+    .attn = attn_avx512,
+    .partial = partial_avx512,
+    .reduce = reduce_avx512,
 };
