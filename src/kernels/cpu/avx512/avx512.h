@@ -1,0 +1,27 @@
+/*
+ * avx512.h - the avx512 kernels, named so that the table (ops.c) and the
+ * tests can reach them (kn_<op>_avx512). Signatures are those of
+ * kernels/ops.h. Only files under cpu/avx512/ may call them: they are
+ * compiled with the AVX-512 -m flags, and dispatch.c hands out the table
+ * only when CPUID says the CPU can run it.
+ */
+#ifndef ANVIL_KN_AVX512_H
+#define ANVIL_KN_AVX512_H
+
+#include "kernels/ops.h"
+
+#define DECLARE_MATMUL_AVX512(NAME) \
+    void NAME(float *restrict y, size_t ldy, const void *restrict w, size_t w_stride, \
+              const void *restrict x, size_t x_stride, int n, int n_tokens, int r0, int r1);
+DECLARE_MATMUL_AVX512(kn_matmul_q8_0_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_q4_0_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_q4_1_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_f16_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_f32_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_bf16_avx512)    /* AVX512_BF16 (vdpbf16ps) */
+DECLARE_MATMUL_AVX512(kn_matmul_bf16f_avx512)   /* AVX-512F only: bf16 widened to f32 */
+
+void kn_act_q8a_avx512(void *restrict dst, const float *restrict x, int n);
+void kn_act_bf16_avx512(void *restrict dst, const float *restrict x, int n);
+
+#endif

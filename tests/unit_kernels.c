@@ -1,0 +1,467 @@
+/*
+ * unit_kernels.c - every kernel of every variant this CPU can run, against
+ * the reference (kn_ops_ref) on the same inputs, test-backend-ops style:
+ * op x variant x shape x 3 seeds. A case passes when nmse <= tol and
+ * |a - ref| <= atol + rtol * |ref| elementwise; on failure it prints op,
+ * variant, shape, seed and the first mismatches. Variants the CPU cannot run
+ * are reported as skipped, never as passed.
+ *
+ * Also here: batch invariance of each matmul variant (ops.h: y(t, r) must
+ * be bit-identical whatever n_tokens, r0, r1), and the reference against
+ * golden tensors computed with numpy and the gguf package
+ * (tests/gen/gen_kernels.py -> tests/data/kernels.bin).
+ *
+ * Tolerances: matmul error bounds scale with the magnitude sum
+ * sum_i |w_i| |x_i| of each dot (absdot), not with |y|, so cancellation in
+ * random data cannot make a correct kernel fail nor hide a wrong one (a
+ * dropped block costs ~1/nb of absdot, far above the bound).
+ */
+#include <float.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/core.h"
+#include "kernels/cpu/ref/ref.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+
+/* ---------------------------------------------------------------------- */
+/* variants */
+
+extern const struct kn_ops kn_ops_avx512_nobf16;
+
+struct variant {
+    const char *name;
+    const struct kn_ops *ops; /* NULL: this CPU cannot run it */
+};
+static struct variant variants[] = {{"ref", NULL}, {"avx2", NULL}, {"avx512", NULL},
+                                    {"avx512-nobf16", NULL}};
+enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
+
+static void variants_init(void) {
+    variants[0].ops = &kn_ops_ref;
+    variants[1].ops = kn_select("avx2");
+    variants[2].ops = kn_select("avx512");
+    /* the AVX-512 table without AVX512_BF16 instructions runs wherever the
+     * avx512 family does */
+    variants[3].ops = variants[2].ops ? &kn_ops_avx512_nobf16 : NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* deterministic inputs */
+
+static uint64_t rng_state;
+static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
+static uint32_t rng_u32(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t x = (uint32_t)(((rng_state >> 18) ^ rng_state) >> 27);
+    uint32_t rot = (uint32_t)(rng_state >> 59);
+    return (x >> rot) | (x << ((32 - rot) & 31));
+}
+/* roughly N(0,1) (Irwin-Hall of 4 uniforms): cheap, enough for test data */
+static float rng_normal(void) {
+    uint32_t a = rng_u32(), b = rng_u32();
+    float s = (float)(a & 0xffff) + (float)(a >> 16) + (float)(b & 0xffff) + (float)(b >> 16);
+    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
+}
+/* Mostly N(0,1); a few rows or elements are large or small, some exact
+ * zeros and block-constant runs, so that scales, saturation and zero
+ * blocks are exercised. */
+static void fill(float *x, size_t count, int row_len) {
+    float scale = 1.0f;
+    for (size_t i = 0; i < count; i++) {
+        if (i % (size_t)row_len == 0) {
+            uint32_t r = rng_u32() % 16;
+            scale = r == 0 ? 1e-3f : r == 1 ? 50.0f : 1.0f;
+        }
+        uint32_t r = rng_u32() % 256;
+        float v = rng_normal() * scale;
+        if (r == 0) v = 0.0f;
+        else if (r == 1) v *= 20.0f;
+        x[i] = v;
+    }
+    /* one all-zero block and one constant block, when there is room */
+    if (count >= 128) {
+        memset(x + 32, 0, 32 * sizeof(float));
+        for (int j = 0; j < 32; j++) x[96 + j] = 0.75f;
+    }
+}
+
+static void *xmalloc(size_t n) {
+    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    assert_non_null(p);
+    return p;
+}
+
+/* ---------------------------------------------------------------------- */
+/* comparison */
+
+struct cmp {
+    double atol_c; /* atol = atol_c * scale_i (scale given per element) or atol_c */
+    double rtol;
+    double nmse;
+};
+
+/* Compare got against ref over count values; scale (may be NULL) gives each
+ * element's magnitude for atol. Returns true on pass; prints on failure. */
+static bool check(const char *op, const char *var, const char *shape, int seed, const float *got,
+                  const float *ref, const double *scale, size_t count, struct cmp c) {
+    double se = 0, sr = 0;
+    int bad = 0;
+    size_t first_bad[5];
+    for (size_t i = 0; i < count; i++) {
+        double a = got[i], b = ref[i];
+        double tol = c.atol_c * (scale ? scale[i] : 1.0) + c.rtol * fabs(b);
+        if (!(fabs(a - b) <= tol) && !(isnan(a) && isnan(b)) && !(a == b)) {
+            if (bad < 5) first_bad[bad] = i;
+            bad++;
+        }
+        if (isfinite(a) && isfinite(b)) {
+            se += (a - b) * (a - b);
+            sr += b * b;
+        }
+    }
+    double nmse = sr > 0 ? se / sr : se;
+    if (bad == 0 && nmse <= c.nmse) return true;
+    printf("FAIL %s [%s] %s seed %d: %d/%zu mismatches, nmse %.3g (tol %.3g)\n", op, var, shape,
+           seed, bad, count, nmse, c.nmse);
+    for (int k = 0; k < bad && k < 5; k++) {
+        size_t i = first_bad[k];
+        printf("  [%zu] got %.9g ref %.9g diff %.3g tol %.3g\n", i, got[i], ref[i],
+               fabs((double)got[i] - ref[i]),
+               c.atol_c * (scale ? scale[i] : 1.0) + c.rtol * fabs(ref[i]));
+    }
+    return false;
+}
+
+static const struct variant *case_variant(void **state, bool *skip) {
+    const struct variant *v = *state;
+    *skip = v->ops == NULL;
+    if (*skip) printf("SKIP %s: not supported by this CPU\n", v->name);
+    return v;
+}
+
+/* ---------------------------------------------------------------------- */
+/* matmul */
+
+static const char *type_name(int type) {
+    switch (type) {
+    case ANVIL_TYPE_F32: return "F32";
+    case ANVIL_TYPE_F16: return "F16";
+    case ANVIL_TYPE_BF16: return "BF16";
+    case ANVIL_TYPE_Q8_0: return "Q8_0";
+    case ANVIL_TYPE_Q4_0: return "Q4_0";
+    case ANVIL_TYPE_Q4_1: return "Q4_1";
+    default: return "?";
+    }
+}
+
+static const int MM_TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0, ANVIL_TYPE_Q4_0,
+                               ANVIL_TYPE_F16,  ANVIL_TYPE_BF16, ANVIL_TYPE_F32};
+
+static size_t row_bytes(int type, int n) {
+    switch (type) {
+    case ANVIL_TYPE_F32: return (size_t)n * 4;
+    case ANVIL_TYPE_F16:
+    case ANVIL_TYPE_BF16: return (size_t)n * 2;
+    case ANVIL_TYPE_Q8_0: return (size_t)(n / QK) * sizeof(struct blk_q8_0);
+    case ANVIL_TYPE_Q4_0: return (size_t)(n / QK) * sizeof(struct blk_q4_0);
+    case ANVIL_TYPE_Q4_1: return (size_t)(n / QK) * sizeof(struct blk_q4_1);
+    default: return 0;
+    }
+}
+
+/* |terms| of one weight row as the kernels see them (see the header). */
+static void abs_weights(int type, const void *w, int n, float *out) {
+    if (type == ANVIL_TYPE_Q4_0 || type == ANVIL_TYPE_Q4_1) {
+        for (int b = 0; b < n / QK; b++) {
+            const uint8_t *qs;
+            float d, m = 0.0f;
+            if (type == ANVIL_TYPE_Q4_0) {
+                const struct blk_q4_0 *blk = (const struct blk_q4_0 *)w + b;
+                d = kn_f16_to_f32(blk->d);
+                m = 8.0f * fabsf(d);
+                qs = blk->qs;
+            } else {
+                const struct blk_q4_1 *blk = (const struct blk_q4_1 *)w + b;
+                d = kn_f16_to_f32(blk->d);
+                m = fabsf(kn_f16_to_f32(blk->m));
+                qs = blk->qs;
+            }
+            for (int j = 0; j < QK / 2; j++) {
+                out[b * QK + j] = fabsf(d) * (float)(qs[j] & 15) + m;
+                out[b * QK + QK / 2 + j] = fabsf(d) * (float)(qs[j] >> 4) + m;
+            }
+        }
+        return;
+    }
+    kn_dequantize_row(type, w, out, n);
+    for (int i = 0; i < n; i++) out[i] = fabsf(out[i]);
+}
+
+/* Float values of one activation row as the kernels see them. */
+static void act_values(int act, const void *a, int n, float *out) {
+    if (act == KN_ACT_Q8A) {
+        const int8_t *q = a;
+        const float *d = (const float *)((const uint8_t *)a + n);
+        for (int i = 0; i < n; i++) out[i] = d[i / QK] * (float)q[i];
+    } else if (act == KN_ACT_BF16) {
+        for (int i = 0; i < n; i++) out[i] = kn_bf16_to_f32(((const kn_bf16 *)a)[i]);
+    } else {
+        memcpy(out, a, (size_t)n * sizeof(float));
+    }
+}
+
+struct mm_case {
+    int type, n, rows, n_tokens, seed;
+    void *w;       /* rows x row_bytes */
+    void *x;       /* n_tokens x act row */
+    size_t w_stride, x_stride;
+    float *y_ref;  /* n_tokens x rows */
+    double *absdot;
+};
+
+static void mm_case_make(struct mm_case *c, int type, int n, int rows, int n_tokens, int seed) {
+    memset(c, 0, sizeof(*c));
+    c->type = type;
+    c->n = n;
+    c->rows = rows;
+    c->n_tokens = n_tokens;
+    c->seed = seed;
+    int act = kn_act_for_type(type);
+    c->w_stride = row_bytes(type, n);
+    c->x_stride = kn_act_row_size(act, n);
+    c->w = xmalloc(c->w_stride * rows);
+    c->x = xmalloc(c->x_stride * n_tokens);
+    float *f = xmalloc((size_t)n * sizeof(float) * (rows > n_tokens ? rows : n_tokens));
+    rng_seed((uint64_t)seed * 1000003u + (uint64_t)type * 7919u + (uint64_t)n * 31u + rows);
+    fill(f, (size_t)n * rows, n);
+    for (int r = 0; r < rows; r++)
+        kn_quantize_row(type, f + (size_t)r * n, (uint8_t *)c->w + r * c->w_stride, n);
+    fill(f, (size_t)n * n_tokens, n);
+    for (int t = 0; t < n_tokens; t++)
+        kn_ops_ref.act[act]((uint8_t *)c->x + t * c->x_stride, f + (size_t)t * n, n);
+    c->y_ref = xmalloc(sizeof(float) * (size_t)rows * n_tokens);
+    kn_ops_ref.matmul[type](c->y_ref, rows, c->w, c->w_stride, c->x, c->x_stride, n, n_tokens, 0,
+                            rows);
+    /* absdot(t, r) = sum |w||x| in double */
+    c->absdot = xmalloc(sizeof(double) * (size_t)rows * n_tokens);
+    float *aw = xmalloc((size_t)n * sizeof(float)), *ax = xmalloc((size_t)n * sizeof(float));
+    float *axs = xmalloc((size_t)n * sizeof(float) * n_tokens);
+    for (int t = 0; t < n_tokens; t++) {
+        act_values(act, (uint8_t *)c->x + t * c->x_stride, n, ax);
+        for (int i = 0; i < n; i++) axs[(size_t)t * n + i] = fabsf(ax[i]);
+    }
+    for (int r = 0; r < rows; r++) {
+        abs_weights(type, (uint8_t *)c->w + r * c->w_stride, n, aw);
+        for (int t = 0; t < n_tokens; t++) {
+            double s = 0;
+            for (int i = 0; i < n; i++) s += (double)aw[i] * axs[(size_t)t * n + i];
+            c->absdot[(size_t)t * rows + r] = s;
+        }
+    }
+    free(aw);
+    free(ax);
+    free(axs);
+    free(f);
+}
+
+static void mm_case_free(struct mm_case *c) {
+    free(c->w);
+    free(c->x);
+    free(c->y_ref);
+    free(c->absdot);
+}
+
+/* Accumulation error bound coefficient for a dot of n elements: a variant
+ * and the reference each round at most ~(terms + tree depth) times. */
+static double mm_atol_c(int type, int n) {
+    int terms = kn_act_for_type(type) == KN_ACT_Q8A ? 2 * (n / QK) : n;
+    return 2.0 * (terms + 40) * FLT_EPSILON;
+}
+
+/* Run variant v on rows [r0, r1) of case c, compare with the reference;
+ * rows outside the range must stay untouched. */
+static bool mm_run_check(const struct variant *v, struct mm_case *c, int r0, int r1) {
+    size_t cnt = (size_t)c->rows * c->n_tokens;
+    float *y = xmalloc(sizeof(float) * cnt);
+    for (size_t i = 0; i < cnt; i++) y[i] = NAN;
+    /* write into a larger ldy to check that it is honoured */
+    size_t ldy = (size_t)c->rows + 3;
+    float *yb = xmalloc(sizeof(float) * ldy * c->n_tokens);
+    for (size_t i = 0; i < ldy * c->n_tokens; i++) yb[i] = -777.0f;
+    v->ops->matmul[c->type](yb, ldy, c->w, c->w_stride, c->x, c->x_stride, c->n, c->n_tokens, r0,
+                            r1);
+    bool ok = true;
+    for (int t = 0; t < c->n_tokens; t++)
+        for (size_t r = 0; r < ldy; r++) {
+            float val = yb[t * ldy + r];
+            bool inside = (int)r >= r0 && (int)r < r1;
+            if (inside) y[(size_t)t * c->rows + r] = val;
+            else if (val != -777.0f) {
+                if (ok)
+                    printf("FAIL matmul %s [%s] n %d rows %d: wrote y[t %d][r %zu] outside [%d, %d)\n",
+                           type_name(c->type), v->name, c->n, c->rows, t, r, r0, r1);
+                ok = false;
+            }
+        }
+    /* compare only inside the range */
+    float *g = xmalloc(sizeof(float) * cnt), *rf = xmalloc(sizeof(float) * cnt);
+    double *sc = xmalloc(sizeof(double) * cnt);
+    size_t k = 0;
+    for (int t = 0; t < c->n_tokens; t++)
+        for (int r = r0; r < r1; r++, k++) {
+            g[k] = y[(size_t)t * c->rows + r];
+            rf[k] = c->y_ref[(size_t)t * c->rows + r];
+            sc[k] = c->absdot[(size_t)t * c->rows + r];
+        }
+    char shape[128];
+    snprintf(shape, sizeof(shape), "n %d rows [%d,%d) of %d, n_tokens %d", c->n, r0, r1, c->rows,
+             c->n_tokens);
+    char op[32];
+    snprintf(op, sizeof(op), "matmul %s", type_name(c->type));
+    struct cmp cm = {mm_atol_c(c->type, c->n), 0.0, 1e-9};
+    ok = check(op, v->name, shape, c->seed, g, rf, sc, k, cm) && ok;
+    free(g);
+    free(rf);
+    free(sc);
+    free(y);
+    free(yb);
+    return ok;
+}
+
+struct mm_shape {
+    int n, rows;
+    const int *tokens; /* 0-terminated */
+};
+static const int TOK_ALL[] = {1, 2, 3, 4, 5, 7, 8, 16, 33, 0};
+static const int TOK_FEW[] = {1, 2, 5, 0};
+static const int TOK_LONG[] = {70, 0};
+static const struct mm_shape MM_SHAPES[] = {
+    {32, 5, TOK_ALL},  {64, 9, TOK_ALL},    {576, 67, TOK_ALL}, {1536, 19, TOK_ALL},
+    {544, 13, TOK_FEW}, {576, 6, TOK_LONG}, {32, 49157, (const int[]){1, 0}},
+    {8224, 6, TOK_FEW}, /* n > 8192: the matvec-per-token path of the tiled variants */
+};
+
+static void test_matmul_type(void **state, int type) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    int fails = 0;
+    for (size_t s = 0; s < sizeof(MM_SHAPES) / sizeof(MM_SHAPES[0]); s++) {
+        const struct mm_shape *sh = &MM_SHAPES[s];
+        for (const int *nt = sh->tokens; *nt; nt++)
+            for (int seed = 1; seed <= 3; seed++) {
+                struct mm_case c;
+                mm_case_make(&c, type, sh->n, sh->rows, *nt, seed);
+                int R = sh->rows;
+                /* whole range, then an inner range that is no multiple of a tile */
+                if (!mm_run_check(v, &c, 0, R)) fails++;
+                if (R > 4 && !mm_run_check(v, &c, seed, R - 2)) fails++;
+                if (R > 2 && !mm_run_check(v, &c, R - 1, R)) fails++;
+                mm_case_free(&c);
+                if (fails > 3) break;
+            }
+    }
+    assert_int_equal(fails, 0);
+}
+
+#define MM_TEST(T) \
+    static void test_matmul_##T(void **state) { test_matmul_type(state, ANVIL_TYPE_##T); }
+MM_TEST(Q4_1)
+MM_TEST(Q8_0)
+MM_TEST(Q4_0)
+MM_TEST(F16)
+MM_TEST(BF16)
+MM_TEST(F32)
+
+/* Batch invariance: y(t, r) from one call over n_tokens tokens and all rows
+ * must equal, bit for bit, the value from calls over one token, other
+ * token windows and other row ranges. */
+static void test_batch_invariance(void **state) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    static const int shapes[][3] = {{576, 23, 37}, {1536, 9, 11}, {64, 13, 70}, {8224, 5, 5}};
+    int fails = 0;
+    for (size_t ti = 0; ti < sizeof(MM_TYPES) / sizeof(MM_TYPES[0]); ti++)
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            int type = MM_TYPES[ti], n = shapes[s][0], R = shapes[s][1], T = shapes[s][2];
+            struct mm_case c;
+            mm_case_make(&c, type, n, R, T, 5);
+            kn_matmul_fn mm = v->ops->matmul[type];
+            float *full = xmalloc(sizeof(float) * R * T), *part = xmalloc(sizeof(float) * R * T);
+            mm(full, R, c.w, c.w_stride, c.x, c.x_stride, n, T, 0, R);
+            /* one token at a time, rows split unevenly */
+            for (int t = 0; t < T; t++) {
+                const uint8_t *xt = (const uint8_t *)c.x + t * c.x_stride;
+                mm(part + (size_t)t * R, R, c.w, c.w_stride, xt, c.x_stride, n, 1, 0, 3);
+                mm(part + (size_t)t * R, R, c.w, c.w_stride, xt, c.x_stride, n, 1, 3, R);
+            }
+            if (memcmp(full, part, sizeof(float) * R * T)) {
+                printf("FAIL batch invariance %s [%s] n %d rows %d: n_tokens %d vs 1\n",
+                       type_name(type), v->name, n, R, T);
+                fails++;
+            }
+            /* token windows of odd sizes at odd offsets, rows in 3 pieces */
+            memset(part, 0, sizeof(float) * R * T);
+            for (int t0 = 0, w = 3; t0 < T; t0 += w, w = w % 7 + 2) {
+                int nt = T - t0 < w ? T - t0 : w;
+                const uint8_t *xt = (const uint8_t *)c.x + t0 * c.x_stride;
+                int cut1 = R / 3 + 1, cut2 = 2 * R / 3 + 1;
+                float *yt = part + (size_t)t0 * R;
+                mm(yt, R, c.w, c.w_stride, xt, c.x_stride, n, nt, 0, cut1);
+                mm(yt, R, c.w, c.w_stride, xt, c.x_stride, n, nt, cut1, cut2);
+                mm(yt, R, c.w, c.w_stride, xt, c.x_stride, n, nt, cut2, R);
+            }
+            if (memcmp(full, part, sizeof(float) * R * T)) {
+                printf("FAIL batch invariance %s [%s] n %d rows %d: token windows\n",
+                       type_name(type), v->name, n, R);
+                fails++;
+            }
+            free(full);
+            free(part);
+            mm_case_free(&c);
+        }
+    assert_int_equal(fails, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* test list: every op x every variant */
+
+struct tdef {
+    const char *op;
+    CMUnitTestFunction fn;
+};
+static const struct tdef TESTS[] = {
+    {"matmul_Q4_1", test_matmul_Q4_1}, {"matmul_Q8_0", test_matmul_Q8_0},
+    {"matmul_Q4_0", test_matmul_Q4_0}, {"matmul_F16", test_matmul_F16},
+    {"matmul_BF16", test_matmul_BF16}, {"matmul_F32", test_matmul_F32},
+    {"batch_invariance", test_batch_invariance},
+};
+enum { N_TDEF = sizeof(TESTS) / sizeof(TESTS[0]) };
+
+int main(int argc, char **argv) {
+    variants_init();
+    static struct CMUnitTest tests[N_TDEF * N_VARIANTS];
+    static char names[N_TDEF * N_VARIANTS][64];
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    size_t nt = 0;
+    for (int i = 0; i < N_TDEF; i++)
+        for (int v = 0; v < N_VARIANTS; v++) {
+            /* ref vs ref is trivially equal; ref still gets the invariance test */
+            if (v == 0 && strcmp(TESTS[i].op, "batch_invariance")) continue;
+            snprintf(names[nt], sizeof(names[nt]), "%s/%s", TESTS[i].op, variants[v].name);
+            if (filter && !strstr(names[nt], filter)) continue;
+            tests[nt] = (struct CMUnitTest){names[nt], TESTS[i].fn, NULL, NULL, &variants[v]};
+            nt++;
+        }
+    return _cmocka_run_group_tests("kernels", tests, nt, NULL, NULL);
+}
