@@ -18,6 +18,9 @@ int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
+/* `anvil bench --kernels ...` (bench_kernels.c); argv as given to cmd_bench. */
+int cli_bench_kernels(int argc, char **argv);
+
 /* Print "anvil CMD: message" to stderr and return 2 (bad usage/input). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -7,18 +7,20 @@
  * combined in float 16 at a time ("group": one zmm lane per block, lanes in
  * the order PI below), and the 16 lanes are summed once at the end of the
  * row with a fixed tree. That float stage is the one function fstage(), fed
- * the same inputs by both shapes of the kernel, so y(t, r) is bit-identical
+ * the same inputs by every shape of the kernel, so y(t, r) is bit-identical
  * whatever n_tokens, r0 and r1 are (batch invariance, kernels/ops.h), even
- * though the two shapes compute isum differently:
+ * though the shapes compute isum differently:
  *   - matvec, one token at a time: weights are read in their GGUF layout;
  *     the qs of 4 blocks are permuted into one zmm (one block per 128-bit
- *     lane), dotted against the activation arranged the same way, and the 4
- *     partial dwords of each block are summed by an unpack tree (tree4).
+ *     lane, "H layout"), dotted against the activation arranged the same way,
+ *     and the 4 partial dwords of each block are summed by an unpack tree.
  *   - tiled, several tokens: a tile of up to 4 weight rows is expanded once
  *     into stack scratch in transposed form (dword k of lane l = elements
- *     4k..4k+3 of block PI(l)); the token rows likewise, so 8 vpdpbusd per
+ *     4k..4k+3 of block PI[l]), the token rows likewise, so 8 vpdpbusd per
  *     (token, row, group) give the 16 block sums with no reduction, and each
  *     expanded weight row serves every token of the chunk.
+ *   - a last group of at most 4 blocks (n = 576 has 16 + 2) stays in the H
+ *     layout in both shapes: 2 vpdpbusd and an in-lane sum instead of 8.
  * Float stage, per lane (a block b of weight row r and token t):
  *   Q8_0: acc = fma(float(isum), dw*da, acc)
  *   Q4_0: acc = fma(dw, fma(da, float(isum), -8*sa), acc)
@@ -38,47 +40,93 @@
 #include "kernels/cpu/avx512/avx512.h"
 #include "kernels/cpu/ref/ref.h"
 
-/* Lane l of a group holds block PI[l]: lane 4L+m <-> block 4m+L. It is the
+/* Lane l of a group holds block PI(l): lane 4L+m <-> block 4m+L. It is the
  * order tree4() and transpose4() produce for free; an involution. */
-static const int32_t PI[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+#define PI_(l) (4 * ((l) % 4) + (l) / 4)
+#define L16(F) {F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8), F(9), F(10), F(11), \
+                F(12), F(13), F(14), F(15)}
+static const int32_t PI[16] = L16(PI_);
 
 /* vpermt2d/w indices that pull the qs of blocks 4m..4m+3 out of the group's
- * raw bytes, one block per 128-bit lane (see load_h_*). */
+ * raw bytes, one block per 128-bit lane (see load_group). Q4_1 blocks are 5
+ * dwords (d, m, 4 dwords of qs); Q4_0 9 words (d, 8 words of qs); Q8_0 17
+ * words (d, 16 words of qs). */
 #define Q41I(m, j) (5 * (4 * (m) + (j) / 4) + 1 + (j) % 4 - 16 * (m))
-#define Q41ROW(m) \
-    {Q41I(m, 0), Q41I(m, 1), Q41I(m, 2), Q41I(m, 3), Q41I(m, 4), Q41I(m, 5), \
-     Q41I(m, 6), Q41I(m, 7), Q41I(m, 8), Q41I(m, 9), Q41I(m, 10), Q41I(m, 11), \
-     Q41I(m, 12), Q41I(m, 13), Q41I(m, 14), Q41I(m, 15)}
-static const int32_t IDX_Q4_1[4][16] = {Q41ROW(0), Q41ROW(1), Q41ROW(2), Q41ROW(3)};
+#define Q41I0(j) Q41I(0, j)
+#define Q41I1(j) Q41I(1, j)
+#define Q41I2(j) Q41I(2, j)
+#define Q41I3(j) Q41I(3, j)
+static const int32_t IDX_Q4_1[4][16] = {L16(Q41I0), L16(Q41I1), L16(Q41I2), L16(Q41I3)};
 
+#define L32(F) {F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8), F(9), F(10), F(11), \
+                F(12), F(13), F(14), F(15), F(16), F(17), F(18), F(19), F(20), F(21), F(22), \
+                F(23), F(24), F(25), F(26), F(27), F(28), F(29), F(30), F(31)}
 #define Q40I(m, p) (9 * (4 * (m) + (p) / 8) + 1 + (p) % 8 - 32 * (m))
-#define Q40R8(m, b) Q40I(m, b), Q40I(m, b + 1), Q40I(m, b + 2), Q40I(m, b + 3), \
-                    Q40I(m, b + 4), Q40I(m, b + 5), Q40I(m, b + 6), Q40I(m, b + 7)
-#define Q40ROW(m) {Q40R8(m, 0), Q40R8(m, 8), Q40R8(m, 16), Q40R8(m, 24)}
-static const int16_t IDX_Q4_0[4][32] = {Q40ROW(0), Q40ROW(1), Q40ROW(2), Q40ROW(3)};
+#define Q40I0(p) Q40I(0, p)
+#define Q40I1(p) Q40I(1, p)
+#define Q40I2(p) Q40I(2, p)
+#define Q40I3(p) Q40I(3, p)
+static const int16_t IDX_Q4_0[4][32] = {L32(Q40I0), L32(Q40I1), L32(Q40I2), L32(Q40I3)};
 
 #define Q80I(p) (17 * ((p) / 8) + 1 + (p) % 8)
-#define Q80R8(b) Q80I(b), Q80I(b + 1), Q80I(b + 2), Q80I(b + 3), \
-                 Q80I(b + 4), Q80I(b + 5), Q80I(b + 6), Q80I(b + 7)
-static const int16_t IDX_Q8_0[32] = {Q80R8(0), Q80R8(8), Q80R8(16), Q80R8(24)};
+static const int16_t IDX_Q8_0[32] = L32(Q80I);
 
-enum { GB = 16 };              /* blocks per group */
+/* Scales of a full group, lane l = block PI(l), pulled from the raw group
+ * registers in three pieces (A: first two, B: next two, C: last register)
+ * and blended with the masks below (lanes whose block lies in B / C). */
+#define Q41SA(l) (PI_(l) <= 6 ? 5 * PI_(l) : 0)
+#define Q41SB(l) (PI_(l) >= 7 && PI_(l) <= 12 ? 5 * PI_(l) - 32 : 0)
+#define Q41SC(l) (PI_(l) >= 13 ? 5 * PI_(l) - 64 : 0)
+static const int32_t SIDX_Q4_1[3][16] = {L16(Q41SA), L16(Q41SB), L16(Q41SC)};
+#define Q40SA(l) ((l) < 16 && PI_(l) <= 7 ? 9 * PI_(l) : 0)
+#define Q40SB(l) ((l) < 16 && PI_(l) >= 8 && PI_(l) <= 14 ? 9 * PI_(l) - 64 : 0)
+#define Q40SC(l) ((l) < 16 && PI_(l) >= 15 ? 9 * PI_(l) - 128 : 0)
+static const int16_t SIDX_Q4_0[3][32] = {L32(Q40SA), L32(Q40SB), L32(Q40SC)};
+#define LANES_WHERE(C) \
+    ((C(0) << 0) | (C(1) << 1) | (C(2) << 2) | (C(3) << 3) | (C(4) << 4) | (C(5) << 5) | \
+     (C(6) << 6) | (C(7) << 7) | (C(8) << 8) | (C(9) << 9) | (C(10) << 10) | (C(11) << 11) | \
+     (C(12) << 12) | (C(13) << 13) | (C(14) << 14) | (C(15) << 15))
+#define Q41MB(l) (PI_(l) >= 7 && PI_(l) <= 12 ? 1u : 0u)
+#define Q41MC(l) (PI_(l) >= 13 ? 1u : 0u)
+#define Q40MB(l) (PI_(l) >= 8 && PI_(l) <= 14 ? 1u : 0u)
+#define Q40MC(l) (PI_(l) >= 15 ? 1u : 0u)
+
+/* Q8_0: d of block 4m+L (word 17L of the window at block 4m) to lane 4L+m;
+ * the four windows' results are blended by lane % 4. Tails of <= 4 blocks:
+ * block b to lane 4b (= PI^-1(b)) for every type. */
+#define Q80S(p) ((p) < 16 ? 17 * ((p) / 4) : 0)
+static const int16_t SIDX_Q8_0[32] = L32(Q80S);
+#define T4S41(l) ((l) % 4 == 0 ? 5 * ((l) / 4) : 0)
+#define T4S40(p) ((p) < 16 && (p) % 4 == 0 ? 9 * ((p) / 4) : 0)
+#define T4S80(p) ((p) < 16 && (p) % 4 == 0 ? 17 * ((p) / 4) : 0)
+static const int32_t T4IDX_Q4_1[16] = L16(T4S41);
+static const int16_t T4IDX_Q4_0[32] = L32(T4S40);
+static const int16_t T4IDX_Q8_0[32] = L32(T4S80);
+/* lanes 4b for the nv (<= 4) valid blocks of a tail */
+static inline __mmask16 tail4_lanes(int nv) {
+    return (__mmask16)(0x1111 & ((1u << (4 * nv)) - 1));
+}
+
+enum { GB = 16 }; /* blocks per group */
 enum { T_Q8_0, T_Q4_0, T_Q4_1 };
+/* how much of a group is valid: all 16 blocks, at most 4 (H layout only),
+ * or anything else (masked) */
+enum { G_FULL, G_TAIL4, G_TAIL };
 
 static const int BLK_BYTES[3] = {34, 18, 20};
 
 /* One group of 16 blocks of one activation row, prepared per call. */
 struct agrp {
-    __m512i q[8];  /* matvec: q[m] / q[4+m] = elements 0..15 / 16..31 of
-                      blocks 4m..4m+3, one per 128-bit lane;
-                      tiled: q[k] lane l = elements 4k..4k+3 of block PI[l] */
+    __m512i q[8];  /* H layout (matvec, and a tail of <= 4 blocks): q[m] / q[4+m] =
+                      elements 0..15 / 16..31 of blocks 4m..4m+3, one per 128-bit lane;
+                      transposed (tiled): q[k] lane l = elements 4k..4k+3 of block PI(l) */
     __m512 da, sa; /* PI order; 0 past the row's last block */
     __m512i sum;   /* PI order: integer sum of the block's qa */
 };
 
 /* One group of 16 blocks of one weight row, expanded for the tiled path. */
 struct wgrp {
-    __m512i q[8];  /* lane l = weights (as u8) of elements 4k..4k+3 of block PI[l] */
+    __m512i q[8];  /* as agrp.q, weights as u8 (Q4: 0..15, Q8_0: biased) */
     __m512 dw, mw; /* PI order; mw only for Q4_1 */
 };
 
@@ -108,6 +156,14 @@ static inline __m512i tree4(__m512i p0, __m512i p1, __m512i p2, __m512i p3) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(q01, q23), _mm512_unpackhi_epi64(q01, q23));
 }
 
+/* tree4(p0, 0, 0, 0) for a tail of <= 4 blocks: lane 4L = sum of lane L's
+ * 4 dwords, other lanes 0. */
+static inline __m512i tree1(__m512i p0) {
+    __m512i s = _mm512_add_epi32(p0, _mm512_shuffle_epi32(p0, _MM_PERM_BADC));
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
+    return _mm512_maskz_mov_epi32(0x1111, s);
+}
+
 /* g[j] lane 4L+m = dword j of 128-bit lane L of h[m] (4x4 transposes). */
 static inline void transpose4(const __m512i h[4], __m512i g[4]) {
     __m512i t0 = _mm512_unpacklo_epi32(h[0], h[1]), t1 = _mm512_unpackhi_epi32(h[0], h[1]);
@@ -132,52 +188,131 @@ fstage(int type, __m512 acc, __m512i isum, __m512 dw, __m512 mw, __m512 da, __m5
 }
 
 /* ---------------------------------------------------------------------- */
-/* weights: raw group bytes -> per-lane qs and scales */
+/* weights: raw group bytes -> H layout and scales */
 
-/* h[m] (m = 0..3), 128-bit lane L: the 16 qs bytes of block 4m+L (Q4: the
- * nibble bytes; Q8_0: hl = elements 0..15, hh = 16..31). nv valid blocks;
- * the rest read as zero. */
-static inline __attribute__((always_inline)) void
-load_h(int type, const uint8_t *g, int nv, __m512i hl[4], __m512i hh[4]) {
-    if (type == T_Q4_1) {
-        __m512i z[5];
-        for (int k = 0; k < 5; k++) z[k] = _mm512_maskz_loadu_epi32(dmask(5 * nv - 16 * k), g + 64 * k);
-        for (int m = 0; m < 4; m++)
-            hl[m] = _mm512_permutex2var_epi32(z[m], _mm512_loadu_si512(IDX_Q4_1[m]), z[m + 1]);
-    } else if (type == T_Q4_0) {
-        __m512i z[5];
-        for (int k = 0; k < 5; k++) z[k] = _mm512_maskz_loadu_epi16(wmask(9 * nv - 32 * k), g + 64 * k);
-        for (int m = 0; m < 4; m++)
-            hl[m] = _mm512_permutex2var_epi16(z[m], _mm512_loadu_si512(IDX_Q4_0[m]), z[m + 1]);
-    } else {
-        const __m512i idx = _mm512_loadu_si512(IDX_Q8_0);
-        const __m512i bias = _mm512_set1_epi8((char)0x80);
-        int v = 34 * nv;
-        for (int m = 0; m < 4; m++) {
-            int o = 136 * m;
-            __m512i a0 = _mm512_maskz_loadu_epi8(bmask(v - o), g + o);
-            __m512i a1 = _mm512_maskz_loadu_epi8(bmask(v - o - 64), g + o + 64);
-            __m512i b0 = _mm512_maskz_loadu_epi8(bmask(v - o - 16), g + o + 16);
-            __m512i b1 = _mm512_maskz_loadu_epi8(bmask(v - o - 80), g + o + 80);
-            /* the bias also turns invalid (zero) lanes into 128: harmless,
-             * the activation there is zero */
-            hl[m] = _mm512_xor_si512(_mm512_permutex2var_epi16(a0, idx, a1), bias);
-            hh[m] = _mm512_xor_si512(_mm512_permutex2var_epi16(b0, idx, b1), bias);
-        }
-    }
+/* One group of one weight row in H layout: hl[m] / hh[m], 128-bit lane L =
+ * block 4m+L: Q4: hl = its 16 nibble bytes (hh unused); Q8_0: hl / hh =
+ * elements 0..15 / 16..31, biased. dw, mw: scales in PI order. Invalid
+ * blocks read as zero (Q8_0: as the bias). G_TAIL4 fills only m = 0. */
+struct graw {
+    __m512i hl[4], hh[4];
+    __m512 dw, mw;
+};
+
+static inline __attribute__((always_inline)) __m512i
+mload32(int mode, const uint8_t *p, int ndwords) {
+    return mode == G_FULL ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(dmask(ndwords), p);
 }
 
-/* Scales of the group's blocks in PI order (0 for invalid blocks). */
 static inline __attribute__((always_inline)) void
-load_scales(int type, const uint8_t *g, int nv, __m512 *dw, __m512 *mw) {
+scales_gather(int type, const uint8_t *g, int nv, struct graw *o) {
     const __m512i pi = _mm512_loadu_si512(PI);
     __mmask16 valid = _mm512_cmplt_epi32_mask(pi, _mm512_set1_epi32(nv));
     __m512i off = _mm512_mullo_epi32(pi, _mm512_set1_epi32(BLK_BYTES[type]));
     /* 4 bytes at each block start: d (and m for Q4_1, else the first qs) */
     __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, g, 1);
-    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-    if (type == T_Q4_1) *mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-    else *mw = _mm512_setzero_ps();
+    o->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+    o->mw = type == T_Q4_1 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))
+                           : _mm512_setzero_ps();
+}
+
+static inline __attribute__((always_inline)) void
+load_group(int type, int mode, const uint8_t *g, int nv, struct graw *o) {
+    const int nm = mode == G_TAIL4 ? 1 : 4;
+    if (mode == G_FULL) nv = GB;
+    if (type == T_Q4_1) {
+        __m512i z[5];
+#pragma GCC unroll 8
+        for (int k = 0; k < 5; k++) z[k] = mload32(mode, g + 64 * k, 5 * nv - 16 * k);
+#pragma GCC unroll 8
+        for (int m = 0; m < nm; m++)
+            o->hl[m] = _mm512_permutex2var_epi32(z[m], _mm512_loadu_si512(IDX_Q4_1[m]), z[m + 1]);
+        if (mode == G_FULL) {
+            __m512i a = _mm512_permutex2var_epi32(z[0], _mm512_loadu_si512(SIDX_Q4_1[0]), z[1]);
+            __m512i b = _mm512_permutex2var_epi32(z[2], _mm512_loadu_si512(SIDX_Q4_1[1]), z[3]);
+            __m512i c = _mm512_permutexvar_epi32(_mm512_loadu_si512(SIDX_Q4_1[2]), z[4]);
+            a = _mm512_mask_blend_epi32((__mmask16)LANES_WHERE(Q41MB), a, b);
+            a = _mm512_mask_blend_epi32((__mmask16)LANES_WHERE(Q41MC), a, c);
+            o->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(a));
+            o->mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16)));
+        } else if (mode == G_TAIL4) {
+            __m512i a = _mm512_maskz_permutexvar_epi32(tail4_lanes(nv), _mm512_loadu_si512(T4IDX_Q4_1), z[0]);
+            o->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(a));
+            o->mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16)));
+        } else {
+            scales_gather(type, g, nv, o);
+        }
+    } else if (type == T_Q4_0) {
+        __m512i z[5];
+#pragma GCC unroll 8
+        for (int k = 0; k < 5; k++) /* a group is 288 bytes: the last load is masked */
+            z[k] = mode == G_FULL && k < 4 ? _mm512_loadu_si512(g + 64 * k)
+                                           : _mm512_maskz_loadu_epi16(wmask(9 * nv - 32 * k), g + 64 * k);
+#pragma GCC unroll 8
+        for (int m = 0; m < nm; m++)
+            o->hl[m] = _mm512_permutex2var_epi16(z[m], _mm512_loadu_si512(IDX_Q4_0[m]), z[m + 1]);
+        if (mode == G_FULL) {
+            __m512i a = _mm512_permutex2var_epi16(z[0], _mm512_loadu_si512(SIDX_Q4_0[0]), z[1]);
+            __m512i b = _mm512_permutex2var_epi16(z[2], _mm512_loadu_si512(SIDX_Q4_0[1]), z[3]);
+            __m512i c = _mm512_permutexvar_epi16(_mm512_loadu_si512(SIDX_Q4_0[2]), z[4]);
+            a = _mm512_mask_blend_epi16((__mmask32)LANES_WHERE(Q40MB), a, b);
+            a = _mm512_mask_blend_epi16((__mmask32)LANES_WHERE(Q40MC), a, c);
+            o->dw = _mm512_cvtph_ps(_mm512_castsi512_si256(a));
+            o->mw = _mm512_setzero_ps();
+        } else if (mode == G_TAIL4) {
+            __m512i a = _mm512_maskz_permutexvar_epi16(tail4_lanes(nv), _mm512_loadu_si512(T4IDX_Q4_0), z[0]);
+            o->dw = _mm512_cvtph_ps(_mm512_castsi512_si256(a));
+            o->mw = _mm512_setzero_ps();
+        } else {
+            scales_gather(type, g, nv, o);
+        }
+    } else {
+        const __m512i idx = _mm512_loadu_si512(IDX_Q8_0);
+        const __m512i sidx = _mm512_loadu_si512(mode == G_FULL ? SIDX_Q8_0 : T4IDX_Q8_0);
+        const __m512i bias = _mm512_set1_epi8((char)0x80);
+        const int v = 34 * nv;
+        __m512i d = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int m = 0; m < nm; m++) {
+            const int o0 = 136 * m;
+            __m512i a0, a1, b0, b1;
+            if (mode == G_FULL) { /* a group is 544 bytes: only the very last load is masked */
+                a0 = _mm512_loadu_si512(g + o0);
+                a1 = _mm512_loadu_si512(g + o0 + 64);
+                b0 = _mm512_loadu_si512(g + o0 + 16);
+                b1 = m < 3 ? _mm512_loadu_si512(g + o0 + 80)
+                           : _mm512_maskz_loadu_epi8(bmask(544 - o0 - 80), g + o0 + 80);
+            } else {
+                a0 = _mm512_maskz_loadu_epi8(bmask(v - o0), g + o0);
+                a1 = _mm512_maskz_loadu_epi8(bmask(v - o0 - 64), g + o0 + 64);
+                b0 = _mm512_maskz_loadu_epi8(bmask(v - o0 - 16), g + o0 + 16);
+                b1 = _mm512_maskz_loadu_epi8(bmask(v - o0 - 80), g + o0 + 80);
+            }
+            /* the bias also turns invalid (zero) lanes into 128: harmless,
+             * the activation there is zero */
+            o->hl[m] = _mm512_xor_si512(_mm512_permutex2var_epi16(a0, idx, a1), bias);
+            o->hh[m] = _mm512_xor_si512(_mm512_permutex2var_epi16(b0, idx, b1), bias);
+            if (mode == G_FULL) {
+                __m512i dm = _mm512_permutex2var_epi16(a0, sidx, a1);
+                d = m == 0 ? dm : _mm512_mask_blend_epi16((__mmask32)(0x1111u << m), d, dm);
+            } else if (mode == G_TAIL4) {
+                d = _mm512_maskz_permutex2var_epi16(tail4_lanes(nv), a0, sidx, a1);
+            }
+        }
+        if (mode == G_TAIL) {
+            scales_gather(type, g, nv, o);
+        } else {
+            o->dw = _mm512_cvtph_ps(_mm512_castsi512_si256(d));
+            o->mw = _mm512_setzero_ps();
+        }
+    }
+}
+
+/* Q4 H-layout nibble bytes -> elements 0..15 (lo) and 16..31 (hi). */
+static inline void nibbles(__m512i h, __m512i *lo, __m512i *hi) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    *lo = _mm512_and_si512(h, nib);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(h, 4), nib);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -192,7 +327,9 @@ static void act_prep(struct agrp *ag, const uint8_t *x, int n, int tiled) {
         int nv = nb - g * GB < GB ? nb - g * GB : GB;
         const uint8_t *q = x + (size_t)g * GB * QK;
         __m512i nat[8], lo[4], hi[4], p[4];
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) nat[k] = _mm512_maskz_loadu_epi8(bmask(nv * QK - 64 * k), q + 64 * k);
+#pragma GCC unroll 8
         for (int m = 0; m < 4; m++) {
             lo[m] = _mm512_shuffle_i32x4(nat[2 * m], nat[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0));
             hi[m] = _mm512_shuffle_i32x4(nat[2 * m], nat[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1));
@@ -202,10 +339,11 @@ static void act_prep(struct agrp *ag, const uint8_t *x, int n, int tiled) {
         ag[g].sum = tree4(p[0], p[1], p[2], p[3]);
         ag[g].da = _mm512_permutexvar_ps(pi, _mm512_maskz_loadu_ps(dmask(nv), d + g * GB));
         ag[g].sa = _mm512_permutexvar_ps(pi, _mm512_maskz_loadu_ps(dmask(nv), s + g * GB));
-        if (tiled) {
+        if (tiled && nv > 4) {
             transpose4(lo, ag[g].q);
             transpose4(hi, ag[g].q + 4);
         } else {
+#pragma GCC unroll 8
             for (int m = 0; m < 4; m++) {
                 ag[g].q[m] = lo[m];
                 ag[g].q[4 + m] = hi[m];
@@ -217,33 +355,49 @@ static void act_prep(struct agrp *ag, const uint8_t *x, int n, int tiled) {
 /* ---------------------------------------------------------------------- */
 /* matvec: one token, rows [r0, r1) */
 
+/* isum of one group in H layout (nm = 4, or 1 for a tail of <= 4 blocks) */
+static inline __attribute__((always_inline)) __m512i
+isum_h(int type, int nm, const struct graw *w, const struct agrp *a) {
+    __m512i p[4];
+#pragma GCC unroll 8
+    for (int m = 0; m < nm; m++) {
+        __m512i lo, hi;
+        if (type == T_Q8_0) {
+            lo = w->hl[m];
+            hi = w->hh[m];
+        } else {
+            nibbles(w->hl[m], &lo, &hi);
+        }
+        p[m] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a->q[m]), hi,
+                                   a->q[4 + m]);
+    }
+    __m512i isum = nm == 1 ? tree1(p[0]) : tree4(p[0], p[1], p[2], p[3]);
+    if (type == T_Q8_0) isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(a->sum, 7));
+    return isum;
+}
+
 static inline __attribute__((always_inline)) float
 dot_mv(int type, const uint8_t *row, const struct agrp *ag, int nb) {
     __m512 acc = _mm512_setzero_ps();
-    const __m512i nib = _mm512_set1_epi8(0x0f);
-    int gbytes = GB * BLK_BYTES[type];
-    for (int g = 0; g * GB < nb; g++) {
-        int nv = nb - g * GB < GB ? nb - g * GB : GB;
+    const int gbytes = GB * BLK_BYTES[type], nfull = nb / GB, tail = nb % GB;
+    struct graw w;
+    for (int g = 0; g < nfull; g++) {
         const uint8_t *gp = row + (size_t)g * gbytes;
-        __m512i hl[4], hh[4], p[4];
-        load_h(type, gp, nv, hl, hh);
-        for (int m = 0; m < 4; m++) {
-            __m512i lo, hi;
-            if (type == T_Q8_0) {
-                lo = hl[m];
-                hi = hh[m];
-            } else {
-                lo = _mm512_and_si512(hl[m], nib);
-                hi = _mm512_and_si512(_mm512_srli_epi16(hl[m], 4), nib);
-            }
-            p[m] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, ag[g].q[m]),
-                                       hi, ag[g].q[4 + m]);
+        load_group(type, G_FULL, gp, GB, &w);
+        acc = fstage(type, acc, isum_h(type, 4, &w, &ag[g]), w.dw, w.mw, ag[g].da, ag[g].sa);
+    }
+    if (tail) {
+        const uint8_t *gp = row + (size_t)nfull * gbytes;
+        const struct agrp *a = &ag[nfull];
+        __m512i isum;
+        if (tail <= 4) {
+            load_group(type, G_TAIL4, gp, tail, &w);
+            isum = isum_h(type, 1, &w, a);
+        } else {
+            load_group(type, G_TAIL, gp, tail, &w);
+            isum = isum_h(type, 4, &w, a);
         }
-        __m512i isum = tree4(p[0], p[1], p[2], p[3]);
-        if (type == T_Q8_0) isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ag[g].sum, 7));
-        __m512 dw, mw;
-        load_scales(type, gp, nv, &dw, &mw);
-        acc = fstage(type, acc, isum, dw, mw, ag[g].da, ag[g].sa);
+        acc = fstage(type, acc, isum, w.dw, w.mw, a->da, a->sa);
     }
     return _mm512_reduce_add_ps(acc);
 }
@@ -252,32 +406,44 @@ dot_mv(int type, const uint8_t *row, const struct agrp *ag, int nb) {
 /* tiled: weight rows expanded once per token chunk */
 
 static inline __attribute__((always_inline)) void
-wprep(int type, struct wgrp *wg, const uint8_t *row, int nb) {
-    const __m512i nib = _mm512_set1_epi8(0x0f);
-    int gbytes = GB * BLK_BYTES[type];
-    for (int g = 0; g * GB < nb; g++) {
-        int nv = nb - g * GB < GB ? nb - g * GB : GB;
-        const uint8_t *gp = row + (size_t)g * gbytes;
-        __m512i hl[4], hh[4], t[4];
-        load_h(type, gp, nv, hl, hh);
+wprep_group(int type, int mode, struct wgrp *o, const uint8_t *gp, int nv) {
+    struct graw w;
+    load_group(type, mode, gp, nv, &w);
+    o->dw = w.dw;
+    o->mw = w.mw;
+    if (mode == G_TAIL4) { /* stays in H layout: q[0] / q[4] */
         if (type == T_Q8_0) {
-            transpose4(hl, wg[g].q);
-            transpose4(hh, wg[g].q + 4);
+            o->q[0] = w.hl[0];
+            o->q[4] = w.hh[0];
         } else {
-            transpose4(hl, t);
-            for (int j = 0; j < 4; j++) {
-                wg[g].q[j] = _mm512_and_si512(t[j], nib);
-                wg[g].q[4 + j] = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), nib);
-            }
+            nibbles(w.hl[0], &o->q[0], &o->q[4]);
         }
-        load_scales(type, gp, nv, &wg[g].dw, &wg[g].mw);
+        return;
+    }
+    if (type == T_Q8_0) {
+        transpose4(w.hl, o->q);
+        transpose4(w.hh, o->q + 4);
+    } else {
+        __m512i t[4];
+        transpose4(w.hl, t);
+#pragma GCC unroll 8
+        for (int j = 0; j < 4; j++) nibbles(t[j], &o->q[j], &o->q[4 + j]);
     }
 }
 
-/* mt tokens x nr rows; ag: mt token rows of ng groups, wg: nr weight rows. */
 static inline __attribute__((always_inline)) void
-tile(int type, int mt, int nr, const struct wgrp *wg, const struct agrp *ag, int ng, float *y,
-     size_t ldy) {
+wprep(int type, struct wgrp *wg, const uint8_t *row, int nb) {
+    const int gbytes = GB * BLK_BYTES[type], nfull = nb / GB, tail = nb % GB;
+    for (int g = 0; g < nfull; g++) wprep_group(type, G_FULL, &wg[g], row + (size_t)g * gbytes, GB);
+    if (tail > 4) wprep_group(type, G_TAIL, &wg[nfull], row + (size_t)nfull * gbytes, tail);
+    else if (tail) wprep_group(type, G_TAIL4, &wg[nfull], row + (size_t)nfull * gbytes, tail);
+}
+
+/* mt tokens x nr rows; ag: mt token rows of ng groups, wg: nr weight rows;
+ * h_last: the last group is a tail of <= 4 blocks in H layout. */
+static inline __attribute__((always_inline)) void
+tile(int type, int mt, int nr, const struct wgrp *wg, const struct agrp *ag, int ng, int h_last,
+     float *y, size_t ldy) {
     __m512 facc[4][4];
 #pragma GCC unroll 4
     for (int t = 0; t < mt; t++)
@@ -285,21 +451,35 @@ tile(int type, int mt, int nr, const struct wgrp *wg, const struct agrp *ag, int
         for (int r = 0; r < nr; r++) facc[t][r] = _mm512_setzero_ps();
     for (int g = 0; g < ng; g++) {
         __m512i acc[4][4];
+        const int h = h_last && g == ng - 1;
 #pragma GCC unroll 4
         for (int t = 0; t < mt; t++)
 #pragma GCC unroll 4
             for (int r = 0; r < nr; r++) acc[t][r] = _mm512_setzero_si512();
+        if (!h) {
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m512i wk[4];
+            for (int k = 0; k < 8; k++) {
+                __m512i wk[4];
 #pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) wk[r] = wg[r * ng + g].q[k];
+                for (int r = 0; r < nr; r++) wk[r] = wg[r * ng + g].q[k];
 #pragma GCC unroll 4
-            for (int t = 0; t < mt; t++) {
-                __m512i a = ag[t * ng + g].q[k];
+                for (int t = 0; t < mt; t++) {
+                    __m512i a = ag[t * ng + g].q[k];
 #pragma GCC unroll 4
-                for (int r = 0; r < nr; r++) acc[t][r] = _mm512_dpbusd_epi32(acc[t][r], wk[r], a);
+                    for (int r = 0; r < nr; r++) acc[t][r] = _mm512_dpbusd_epi32(acc[t][r], wk[r], a);
+                }
             }
+        } else {
+#pragma GCC unroll 4
+            for (int t = 0; t < mt; t++)
+#pragma GCC unroll 4
+                for (int r = 0; r < nr; r++) {
+                    const struct wgrp *w = &wg[r * ng + g];
+                    const struct agrp *a = &ag[t * ng + g];
+                    acc[t][r] = tree1(_mm512_dpbusd_epi32(
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->q[0], a->q[0]), w->q[4],
+                        a->q[4]));
+                }
         }
 #pragma GCC unroll 4
         for (int t = 0; t < mt; t++) {
@@ -321,11 +501,11 @@ tile(int type, int mt, int nr, const struct wgrp *wg, const struct agrp *ag, int
 }
 
 #define TILE_CASE(MT, NR) \
-    case (MT) * 8 + (NR): tile(type, MT, NR, wg, ag, ng, y, ldy); break;
+    case (MT) * 8 + (NR): tile(type, MT, NR, wg, ag, ng, h_last, y, ldy); break;
 
 static inline __attribute__((always_inline)) void
-tile_any(int type, int mt, int nr, const struct wgrp *wg, const struct agrp *ag, int ng, float *y,
-         size_t ldy) {
+tile_any(int type, int mt, int nr, const struct wgrp *wg, const struct agrp *ag, int ng,
+         int h_last, float *y, size_t ldy) {
     switch (mt * 8 + nr) {
         TILE_CASE(4, 4) TILE_CASE(4, 3) TILE_CASE(4, 2) TILE_CASE(4, 1)
         TILE_CASE(3, 4) TILE_CASE(3, 3) TILE_CASE(3, 2) TILE_CASE(3, 1)
@@ -363,6 +543,7 @@ matmul_q(int type, float *restrict y, size_t ldy, const void *restrict w, size_t
     }
     struct agrp ag[TILE_MAX_ACT];
     struct wgrp wg[4 * TILE_MAX_GROUPS];
+    const int h_last = nb % GB != 0 && nb % GB <= 4;
     int tc = (TILE_MAX_ACT / ng) & ~3;
     if (tc > 64) tc = 64;
     for (int t0 = 0; t0 < n_tokens; t0 += tc) {
@@ -373,7 +554,8 @@ matmul_q(int type, float *restrict y, size_t ldy, const void *restrict w, size_t
             for (int r = 0; r < nr; r++) wprep(type, wg + r * ng, wb + (size_t)(rt + r) * w_stride, nb);
             for (int t = 0; t < nt; t += 4) {
                 int mt = nt - t < 4 ? nt - t : 4;
-                tile_any(type, mt, nr, wg, ag + t * ng, ng, y + (size_t)(t0 + t) * ldy + rt, ldy);
+                tile_any(type, mt, nr, wg, ag + t * ng, ng, h_last, y + (size_t)(t0 + t) * ldy + rt,
+                         ldy);
             }
         }
     }

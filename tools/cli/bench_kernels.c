@@ -1,0 +1,715 @@
+/*
+ * bench_kernels.c - `anvil bench --kernels`: the quantized matmul
+ * micro-benchmark of ../shared/SCENARIOS.md, plus the machine's memory read
+ * bandwidth for context.
+ *
+ * Cases: each weight type x SmolLM2-135M projection shape (q/o 576->576,
+ * k/v 576->192, gate/up 576->1536, down 1536->576, lm_head 576->49152) x
+ * 1, 4, 16, 64, 512 activation rows x kernel variant (ref, avx2, avx512 as
+ * the CPU allows). Each case reports time per call, GFLOP/s (2*m*n*rows)
+ * and GB/s of weights (rows * row bytes per call), mean +- sd over -r reps.
+ *
+ * Weights are "cold" by default: calls rotate over enough copies of the
+ * matrix (>= 256 MB) that each call streams its weights from memory, as a
+ * decode step does with the whole model; --hot times a single copy.
+ * Before timing, each variant's output is compared with the reference on a
+ * slice of rows; a wrong kernel gets no number ("REFUSED"). The tolerance
+ * tests themselves live in tests/unit_kernels.c. Never run by `make test`.
+ */
+#include <math.h>
+#include <png.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core/core.h"
+#include "core/pool.h"
+#include "kernels/cpu/ref/ref.h"
+#include "kernels/ops.h"
+
+#define CMD "bench --kernels"
+
+/* ---------------------------------------------------------------------- */
+/* cases */
+
+struct shape {
+    const char *name;
+    int n, rows; /* input length, output rows */
+};
+static const struct shape SHAPES[] = {
+    {"qo", 576, 576}, {"kv", 576, 192}, {"gate_up", 576, 1536}, {"down", 1536, 576},
+    {"lm_head", 576, 49152},
+};
+enum { N_SHAPES = sizeof(SHAPES) / sizeof(SHAPES[0]) };
+static const int TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q8_0,
+                            ANVIL_TYPE_F16,  ANVIL_TYPE_BF16, ANVIL_TYPE_F32};
+enum { N_TYPES = sizeof(TYPES) / sizeof(TYPES[0]) };
+static const int MS[] = {1, 4, 16, 64, 512};
+enum { N_MS = sizeof(MS) / sizeof(MS[0]) };
+static const char *VARIANTS[] = {"ref", "avx2", "avx512"};
+enum { N_VARIANTS = 3 };
+
+#define COLD_BYTES ((size_t)256 << 20)
+
+struct opts {
+    bool json, hot, full_ref, membw;
+    const char *png;
+    int threads, reps;
+    bool type_on[KN_TYPE_MAX], shape_on[N_SHAPES], m_on[N_MS], var_on[N_VARIANTS];
+};
+
+struct result {
+    bool done, refused;
+    double us, us_sd, gflops, gflops_sd, gbps, gbps_sd;
+    double flops, bytes; /* per call */
+};
+/* results[variant][type index][shape][m index] */
+static struct result results[N_VARIANTS][N_TYPES][N_SHAPES][N_MS];
+
+static const char *type_name(int type) {
+    switch (type) {
+    case ANVIL_TYPE_F32: return "F32";
+    case ANVIL_TYPE_F16: return "F16";
+    case ANVIL_TYPE_BF16: return "BF16";
+    case ANVIL_TYPE_Q8_0: return "Q8_0";
+    case ANVIL_TYPE_Q4_0: return "Q4_0";
+    case ANVIL_TYPE_Q4_1: return "Q4_1";
+    default: return "?";
+    }
+}
+
+static size_t row_bytes(int type, int n) {
+    switch (type) {
+    case ANVIL_TYPE_F32: return (size_t)n * 4;
+    case ANVIL_TYPE_F16:
+    case ANVIL_TYPE_BF16: return (size_t)n * 2;
+    case ANVIL_TYPE_Q8_0: return (size_t)(n / QK) * sizeof(struct blk_q8_0);
+    case ANVIL_TYPE_Q4_0: return (size_t)(n / QK) * sizeof(struct blk_q4_0);
+    case ANVIL_TYPE_Q4_1: return (size_t)(n / QK) * sizeof(struct blk_q4_1);
+    default: return 0;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* helpers */
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static void *xalloc(size_t n) {
+    void *p = anvil_malloc_aligned(n ? n : 64);
+    if (!p) {
+        fprintf(stderr, "anvil %s: out of memory (%zu bytes)\n", CMD, n);
+        exit(1); /* tools may exit */
+    }
+    return p;
+}
+
+static void mean_sd(const double *v, int n, double *mean, double *sd) {
+    double s = 0, ss = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) ss += (v[i] - *mean) * (v[i] - *mean);
+    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
+}
+
+static void git_commit(char *out, size_t cap) {
+    snprintf(out, cap, "unknown");
+    FILE *f = popen("git rev-parse --short=10 HEAD 2>/dev/null", "r");
+    if (!f) return;
+    char buf[64];
+    if (fgets(buf, sizeof(buf), f)) {
+        buf[strcspn(buf, "\r\n")] = 0;
+        if (*buf && strlen(buf) < cap) memcpy(out, buf, strlen(buf) + 1);
+    }
+    pclose(f);
+}
+
+static void cpu_flags(char *out, size_t cap) {
+    const struct cpu_features *f = cpu_get_features();
+    snprintf(out, cap, "%s%s%s%s%s%s%s%s%s", f->avx2 ? "avx2 " : "", f->fma ? "fma " : "",
+             f->f16c ? "f16c " : "", f->avx512f ? "avx512f " : "", f->avx512bw ? "avx512bw " : "",
+             f->avx512vl ? "avx512vl " : "", f->avx512dq ? "avx512dq " : "",
+             f->avx512vnni ? "avx512vnni " : "", f->avx512bf16 ? "avx512bf16" : "");
+    size_t l = strlen(out);
+    if (l && out[l - 1] == ' ') out[l - 1] = 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* memory read bandwidth */
+
+struct bw_job {
+    const uint8_t *buf;
+    size_t len;
+    uint64_t sink[64];
+};
+
+/* Streaming read with software prefetch; AVX2 loads when the CPU has them
+ * (this file is built without ISA flags, hence the target attribute). */
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t len) {
+    typedef long long v4 __attribute__((vector_size(32)));
+    v4 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (size_t i = 0; i + 128 <= len; i += 128) {
+        __builtin_prefetch(p + i + 2048);
+        __builtin_prefetch(p + i + 2048 + 64);
+        v4 x0, x1, x2, x3;
+        memcpy(&x0, p + i, 32);
+        memcpy(&x1, p + i + 32, 32);
+        memcpy(&x2, p + i + 64, 32);
+        memcpy(&x3, p + i + 96, 32);
+        a0 ^= x0;
+        a1 ^= x1;
+        a2 ^= x2;
+        a3 ^= x3;
+    }
+    a0 ^= a1 ^ a2 ^ a3;
+    return (uint64_t)(a0[0] ^ a0[1] ^ a0[2] ^ a0[3]);
+}
+static uint64_t read_plain(const uint8_t *p, size_t len) {
+    uint64_t a = 0, b = 0;
+    for (size_t i = 0; i + 16 <= len; i += 16) {
+        uint64_t x, y;
+        memcpy(&x, p + i, 8);
+        memcpy(&y, p + i + 8, 8);
+        a ^= x;
+        b ^= y;
+    }
+    return a ^ b;
+}
+
+static void bw_run(void *arg, int ith, int nth) {
+    struct bw_job *j = arg;
+    size_t per = j->len / (size_t)nth / 4096 * 4096;
+    const uint8_t *p = j->buf + per * (size_t)ith;
+    j->sink[ith] = cpu_get_features()->avx2 ? read_avx2(p, per) : read_plain(p, per);
+}
+
+/* Read bandwidth in GB/s over reps passes of a 256 MB buffer. */
+static void measure_bw(int threads, int reps, double *mean, double *sd) {
+    struct pool *pool = NULL;
+    if (pool_create(threads, &pool) != ANVIL_OK) {
+        *mean = *sd = 0;
+        return;
+    }
+    size_t len = COLD_BYTES;
+    uint8_t *buf = xalloc(len);
+    for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)(i * 131);
+    struct bw_job j = {.buf = buf, .len = len};
+    pool_run(pool, bw_run, &j); /* warm up: page-in, frequency */
+    double v[64];
+    if (reps > 64) reps = 64;
+    for (int r = 0; r < reps; r++) {
+        double t0 = time_now_s();
+        pool_run(pool, bw_run, &j);
+        v[r] = (double)len / (time_now_s() - t0) / 1e9;
+    }
+    mean_sd(v, reps, mean, sd);
+    anvil_free_aligned(buf);
+    pool_free(pool);
+}
+
+/* ---------------------------------------------------------------------- */
+/* matmul timing */
+
+struct mm_job {
+    kn_matmul_fn fn;
+    float *y;
+    size_t ldy;
+    const uint8_t *w;
+    size_t ws;
+    const void *x;
+    size_t xs;
+    int n, m, rows;
+};
+
+static void mm_run(void *arg, int ith, int nth) {
+    struct mm_job *j = arg;
+    int r0, r1;
+    pool_split(j->rows, ith, nth, 16, &r0, &r1);
+    if (r0 < r1) j->fn(j->y, j->ldy, j->w, j->ws, j->x, j->xs, j->n, j->m, r0, r1);
+}
+
+/* Variant output against the reference on two slices of rows (head and
+ * tail). Returns false, with a message, for a wrong kernel. */
+static bool mm_verify(const char *var, int type, const struct shape *sh, int m,
+                      const struct mm_job *job, float *y_ref) {
+    int rows = sh->rows, slice = rows < 48 ? rows : 48;
+    int starts[2] = {0, rows - slice};
+    double se = 0, sr = 0, maxd = 0, maxr = 0;
+    for (int s = 0; s < 2; s++) {
+        kn_ops_ref.matmul[type](y_ref, job->ldy, job->w, job->ws, job->x, job->xs, job->n, m,
+                                starts[s], starts[s] + slice);
+        for (int t = 0; t < m; t++)
+            for (int r = starts[s]; r < starts[s] + slice; r++) {
+                double a = job->y[(size_t)t * job->ldy + r], b = y_ref[(size_t)t * job->ldy + r];
+                se += (a - b) * (a - b);
+                sr += b * b;
+                if (fabs(a - b) > maxd || isnan(a)) maxd = isnan(a) ? INFINITY : fabs(a - b);
+                if (fabs(b) > maxr) maxr = fabs(b);
+            }
+    }
+    double nmse = sr > 0 ? se / sr : se;
+    if (nmse <= 1e-8 && maxd <= 1e-4 * maxr) return true;
+    fprintf(stderr,
+            "anvil %s: REFUSED %s %s %s m=%d: output differs from the reference "
+            "(nmse %.3g, max |diff| %.3g of max |ref| %.3g)\n",
+            CMD, var, type_name(type), sh->name, m, nmse, maxd, maxr);
+    return false;
+}
+
+/* Time one case; returns false when refused. */
+static bool mm_case(const struct opts *o, struct pool *pool, const struct kn_ops *ops, int vi,
+                    int ti, int si, int mi, const uint8_t *copies, int n_copies, size_t copy_stride,
+                    const void *x, size_t xs, float *y, float *y_ref) {
+    int type = TYPES[ti], m = MS[mi];
+    const struct shape *sh = &SHAPES[si];
+    struct result *res = &results[vi][ti][si][mi];
+    struct mm_job job = {ops->matmul[type], y, (size_t)sh->rows, copies, row_bytes(type, sh->n),
+                         x, xs, sh->n, m, sh->rows};
+    res->flops = 2.0 * m * sh->n * sh->rows;
+    res->bytes = (double)job.ws * sh->rows;
+    pool_run(pool, mm_run, &job);
+    if (!mm_verify(VARIANTS[vi], type, sh, m, &job, y_ref)) {
+        res->done = res->refused = true;
+        return false;
+    }
+    /* warm-up, and calls per timed batch so that a batch lasts >= 20 ms */
+    int idx = 0;
+    double t0 = time_now_s(), el;
+    int calls = 0;
+    do {
+        job.w = copies + copy_stride * (size_t)(idx++ % n_copies);
+        pool_run(pool, mm_run, &job);
+        calls++;
+        el = time_now_s() - t0;
+    } while (el < 0.05 && calls < 1000000);
+    int batch = (int)(0.02 / (el / calls)) + 1;
+    double us[256];
+    int reps = o->reps > 256 ? 256 : o->reps;
+    for (int r = 0; r < reps; r++) {
+        t0 = time_now_s();
+        for (int c = 0; c < batch; c++) {
+            job.w = copies + copy_stride * (size_t)(idx++ % n_copies);
+            pool_run(pool, mm_run, &job);
+        }
+        us[r] = (time_now_s() - t0) / batch * 1e6;
+    }
+    double gf[256], gb[256];
+    for (int r = 0; r < reps; r++) {
+        gf[r] = res->flops / us[r] / 1e3;
+        gb[r] = res->bytes / us[r] / 1e3;
+    }
+    mean_sd(us, reps, &res->us, &res->us_sd);
+    mean_sd(gf, reps, &res->gflops, &res->gflops_sd);
+    mean_sd(gb, reps, &res->gbps, &res->gbps_sd);
+    res->done = true;
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* PNG plot: decode (smallest m) GB/s and prefill (largest m) GFLOP/s per
+ * type and variant, aggregated over the shapes like a forward pass would
+ * (total work / total time); drawn by hand, 5x7 font. */
+
+struct glyph {
+    char c;
+    uint8_t rows[7];
+};
+static const struct glyph FONT[] = {
+    {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}}, {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08}},
+    {'+', {0x00, 0x04, 0x04, 0x1f, 0x04, 0x04, 0x00}}, {',', {0x00, 0x00, 0x00, 0x00, 0x0c, 0x04, 0x08}},
+    {'-', {0x00, 0x00, 0x00, 0x1f, 0x00, 0x00, 0x00}}, {'.', {0x00, 0x00, 0x00, 0x00, 0x00, 0x0c, 0x0c}},
+    {'/', {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00}}, {'0', {0x0e, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0e}},
+    {'1', {0x04, 0x0c, 0x04, 0x04, 0x04, 0x04, 0x0e}}, {'2', {0x0e, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1f}},
+    {'3', {0x1f, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0e}}, {'4', {0x02, 0x06, 0x0a, 0x12, 0x1f, 0x02, 0x02}},
+    {'5', {0x1f, 0x10, 0x1e, 0x01, 0x01, 0x11, 0x0e}}, {'6', {0x06, 0x08, 0x10, 0x1e, 0x11, 0x11, 0x0e}},
+    {'7', {0x1f, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08}}, {'8', {0x0e, 0x11, 0x11, 0x0e, 0x11, 0x11, 0x0e}},
+    {'9', {0x0e, 0x11, 0x11, 0x0f, 0x01, 0x02, 0x0c}}, {':', {0x00, 0x0c, 0x0c, 0x00, 0x0c, 0x0c, 0x00}},
+    {'=', {0x00, 0x00, 0x1f, 0x00, 0x1f, 0x00, 0x00}}, {'A', {0x0e, 0x11, 0x11, 0x1f, 0x11, 0x11, 0x11}},
+    {'B', {0x1e, 0x11, 0x11, 0x1e, 0x11, 0x11, 0x1e}}, {'C', {0x0e, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0e}},
+    {'D', {0x1c, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1c}}, {'E', {0x1f, 0x10, 0x10, 0x1e, 0x10, 0x10, 0x1f}},
+    {'F', {0x1f, 0x10, 0x10, 0x1e, 0x10, 0x10, 0x10}}, {'G', {0x0e, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0f}},
+    {'H', {0x11, 0x11, 0x11, 0x1f, 0x11, 0x11, 0x11}}, {'I', {0x0e, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0e}},
+    {'J', {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0c}}, {'K', {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11}},
+    {'L', {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1f}}, {'M', {0x11, 0x1b, 0x15, 0x15, 0x11, 0x11, 0x11}},
+    {'N', {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11}}, {'O', {0x0e, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0e}},
+    {'P', {0x1e, 0x11, 0x11, 0x1e, 0x10, 0x10, 0x10}}, {'Q', {0x0e, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0d}},
+    {'R', {0x1e, 0x11, 0x11, 0x1e, 0x14, 0x12, 0x11}}, {'S', {0x0f, 0x10, 0x10, 0x0e, 0x01, 0x01, 0x1e}},
+    {'T', {0x1f, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04}}, {'U', {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0e}},
+    {'V', {0x11, 0x11, 0x11, 0x11, 0x11, 0x0a, 0x04}}, {'W', {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0a}},
+    {'X', {0x11, 0x11, 0x0a, 0x04, 0x0a, 0x11, 0x11}}, {'Y', {0x11, 0x11, 0x0a, 0x04, 0x04, 0x04, 0x04}},
+    {'Z', {0x1f, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1f}}, {'_', {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1f}},
+    {'x', {0x00, 0x00, 0x11, 0x0a, 0x04, 0x0a, 0x11}}, /* small x, for "576x576" */
+};
+
+struct canvas {
+    int w, h;
+    uint8_t *px; /* h x w x RGB */
+};
+
+static void rect(struct canvas *c, int x0, int y0, int x1, int y1, uint32_t rgb) {
+    if (x0 < 0) x0 = 0;
+    if (y0 < 0) y0 = 0;
+    if (x1 > c->w) x1 = c->w;
+    if (y1 > c->h) y1 = c->h;
+    for (int y = y0; y < y1; y++)
+        for (int x = x0; x < x1; x++) {
+            uint8_t *p = c->px + ((size_t)y * c->w + x) * 3;
+            p[0] = (uint8_t)(rgb >> 16);
+            p[1] = (uint8_t)(rgb >> 8);
+            p[2] = (uint8_t)rgb;
+        }
+}
+
+/* Text at (x, y) top-left, pixel scale s; lower case is drawn as upper
+ * case. Returns the width drawn. */
+static int text(struct canvas *c, int x, int y, int s, uint32_t rgb, const char *str) {
+    int x0 = x;
+    for (const char *p = str; *p; p++, x += 6 * s) {
+        char ch = *p;
+        /* a small 'x' only between digits ("576x576") */
+        bool small_x = ch == 'x' && p > str && p[-1] >= '0' && p[-1] <= '9';
+        if (ch >= 'a' && ch <= 'z' && !small_x) ch = (char)(ch - 'a' + 'A');
+        for (size_t g = 0; g < sizeof(FONT) / sizeof(FONT[0]); g++) {
+            if (FONT[g].c != ch) continue;
+            for (int r = 0; r < 7; r++)
+                for (int b = 0; b < 5; b++)
+                    if (FONT[g].rows[r] & (0x10 >> b))
+                        rect(c, x + b * s, y + r * s, x + (b + 1) * s, y + (r + 1) * s, rgb);
+            break;
+        }
+    }
+    return x - x0;
+}
+
+static const uint32_t VAR_COLOR[N_VARIANTS] = {0x9e9e9e, 0x4a90d9, 0xe4572e};
+
+/* One bar panel in [px, px+pw) x [py, py+ph): values[v][t], a reference
+ * line at ref_line (<= 0: none). */
+static void panel(struct canvas *c, int px, int py, int pw, int ph, const char *title,
+                  double values[N_VARIANTS][N_TYPES], double ref_line, const char *ref_label) {
+    double vmax = ref_line;
+    for (int v = 0; v < N_VARIANTS; v++)
+        for (int t = 0; t < N_TYPES; t++)
+            if (values[v][t] > vmax) vmax = values[v][t];
+    if (vmax <= 0) vmax = 1;
+    /* nice axis maximum */
+    double step = pow(10, floor(log10(vmax / 4)));
+    if (vmax / step > 20) step *= 5;
+    else if (vmax / step > 8) step *= 2;
+    double amax = ceil(vmax * 1.1 / step) * step;
+    text(c, px, py, 2, 0x202020, title);
+    int ax = px + 60, ay = py + 30, aw = pw - 70, ah = ph - 70; /* plot area */
+    for (double g = 0; g <= amax + 1e-9; g += step) {
+        int y = ay + ah - (int)(g / amax * ah);
+        rect(c, ax, y, ax + aw, y + 1, 0xdddddd);
+        char lab[32];
+        snprintf(lab, sizeof(lab), "%g", g);
+        text(c, ax - 8 - 6 * (int)strlen(lab), y - 3, 1, 0x404040, lab);
+    }
+    rect(c, ax, ay, ax + 1, ay + ah, 0x404040);
+    rect(c, ax, ay + ah, ax + aw, ay + ah + 1, 0x404040);
+    int gw = aw / N_TYPES, bw = (gw - 12) / N_VARIANTS;
+    for (int t = 0; t < N_TYPES; t++) {
+        int gx = ax + t * gw + 6;
+        for (int v = 0; v < N_VARIANTS; v++) {
+            if (values[v][t] <= 0) continue;
+            int h = (int)(values[v][t] / amax * ah);
+            rect(c, gx + v * bw, ay + ah - h, gx + (v + 1) * bw - 2, ay + ah, VAR_COLOR[v]);
+            char lab[32];
+            snprintf(lab, sizeof(lab), values[v][t] < 10 ? "%.1f" : "%.0f", values[v][t]);
+            int lw = 6 * (int)strlen(lab);
+            if (lw <= bw + 4) text(c, gx + v * bw + (bw - lw) / 2, ay + ah - h - 10, 1, 0x202020, lab);
+        }
+        const char *tn = type_name(TYPES[t]);
+        text(c, gx + (gw - 12 - 12 * (int)strlen(tn)) / 2, ay + ah + 8, 2, 0x202020, tn);
+    }
+    if (ref_line > 0) {
+        int y = ay + ah - (int)(ref_line / amax * ah);
+        for (int x = ax; x < ax + aw; x += 8) rect(c, x, y, x + 5, y + 2, 0x2e8b57);
+        text(c, ax + aw - 6 * (int)strlen(ref_label) - 4, y - 10, 1, 0x2e8b57, ref_label);
+    }
+}
+
+static bool write_png(const char *path, const struct canvas *c) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!png || !info || setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        fclose(f);
+        return false;
+    }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, (png_uint_32)c->w, (png_uint_32)c->h, 8, PNG_COLOR_TYPE_RGB,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < c->h; y++) png_write_row(png, c->px + (size_t)y * c->w * 3);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    return fclose(f) == 0;
+}
+
+static bool plot(const struct opts *o, const char *path, double bw1, const char *cpu,
+                 const char *commit) {
+    int mlo = -1, mhi = -1;
+    for (int mi = 0; mi < N_MS; mi++)
+        if (o->m_on[mi]) {
+            if (mlo < 0) mlo = mi;
+            mhi = mi;
+        }
+    if (mlo < 0) return false;
+    double dec[N_VARIANTS][N_TYPES] = {{0}}, pre[N_VARIANTS][N_TYPES] = {{0}};
+    for (int v = 0; v < N_VARIANTS; v++)
+        for (int t = 0; t < N_TYPES; t++) {
+            double bytes = 0, flops = 0, tlo = 0, thi = 0;
+            bool all_lo = true, all_hi = true, any = false;
+            for (int s = 0; s < N_SHAPES; s++) {
+                if (!o->shape_on[s]) continue;
+                const struct result *a = &results[v][t][s][mlo], *b = &results[v][t][s][mhi];
+                any = true;
+                if (a->done && !a->refused) {
+                    bytes += a->bytes;
+                    tlo += a->us;
+                } else all_lo = false;
+                if (b->done && !b->refused) {
+                    flops += b->flops;
+                    thi += b->us;
+                } else all_hi = false;
+            }
+            if (any && all_lo && tlo > 0) dec[v][t] = bytes / tlo / 1e3;
+            if (any && all_hi && thi > 0) pre[v][t] = flops / thi / 1e3;
+        }
+    struct canvas c = {1400, 560, NULL};
+    c.px = xalloc((size_t)c.w * c.h * 3);
+    rect(&c, 0, 0, c.w, c.h, 0xffffff);
+    char title[256], lab[64];
+    snprintf(title, sizeof(title), "ANVIL MATMUL KERNELS, SMOLLM2-135M SHAPES, %d THREAD%s, %s",
+             o->threads, o->threads > 1 ? "S" : "", o->hot ? "HOT WEIGHTS" : "COLD WEIGHTS");
+    text(&c, 20, 12, 2, 0x000000, title);
+    snprintf(title, sizeof(title), "COMMIT %s  CPU: %s", commit, cpu);
+    text(&c, 20, 36, 1, 0x404040, title);
+    snprintf(title, sizeof(title), "DECODE M=%d: GB/S OF WEIGHTS", MS[mlo]);
+    snprintf(lab, sizeof(lab), "MEMORY READ %.1f GB/S", bw1);
+    panel(&c, 20, 70, 680, 470, title, dec, bw1, lab);
+    snprintf(title, sizeof(title), "PREFILL M=%d: GFLOP/S", MS[mhi]);
+    panel(&c, 710, 70, 680, 470, title, pre, 0, "");
+    int lx = 1000;
+    for (int v = 0; v < N_VARIANTS; v++) {
+        rect(&c, lx, 14, lx + 14, 28, VAR_COLOR[v]);
+        lx += 20 + text(&c, lx + 20, 14, 2, 0x202020, VARIANTS[v]) + 20;
+    }
+    bool ok = write_png(path, &c);
+    anvil_free_aligned(c.px);
+    return ok;
+}
+
+/* ---------------------------------------------------------------------- */
+/* command */
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: anvil bench --kernels [--json] [--png FILE] [-t T] [-r REPS]\n"
+            "                   [--types Q4_1,Q8_0,..] [--shapes qo,kv,gate_up,down,lm_head]\n"
+            "                   [--m 1,4,16,64,512] [--variants ref,avx2,avx512]\n"
+            "                   [--hot] [--full-ref] [--no-membw]\n"
+            "  --hot       time one copy of the weights (cache-resident when small);\n"
+            "              default rotates over 256 MB of copies (streamed from memory)\n"
+            "  --full-ref  also time the scalar reference at m > 4 (slow)\n");
+    return 2;
+}
+
+/* Comma list of names; sets on[i] for each NAMES[i] listed. */
+static bool parse_list(const char *opt, const char *s, const char *const *names, int count,
+                       bool *on) {
+    for (int i = 0; i < count; i++) on[i] = false;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int i = 0;
+        while (i < count && strcasecmp(tok, names[i])) i++;
+        if (i == count) {
+            cli_fail(CMD, "%s: unknown value '%s'", opt, tok);
+            return false;
+        }
+        on[i] = true;
+    }
+    return true;
+}
+
+int cli_bench_kernels(int argc, char **argv) {
+    struct opts o = {.threads = 1, .reps = 5, .membw = true};
+    const char *type_names[N_TYPES], *shape_names[N_SHAPES], *m_names[N_MS];
+    char m_buf[N_MS][8];
+    bool type_on[N_TYPES];
+    for (int i = 0; i < N_TYPES; i++) type_on[i] = true, type_names[i] = type_name(TYPES[i]);
+    for (int i = 0; i < N_SHAPES; i++) o.shape_on[i] = true, shape_names[i] = SHAPES[i].name;
+    for (int i = 0; i < N_MS; i++) {
+        o.m_on[i] = true;
+        snprintf(m_buf[i], sizeof(m_buf[i]), "%d", MS[i]);
+        m_names[i] = m_buf[i];
+    }
+    for (int i = 0; i < N_VARIANTS; i++) o.var_on[i] = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long l;
+        if (!strcmp(a, "--kernels")) continue;
+        else if (!strcmp(a, "--json")) o.json = true;
+        else if (!strcmp(a, "--hot")) o.hot = true;
+        else if (!strcmp(a, "--full-ref")) o.full_ref = true;
+        else if (!strcmp(a, "--no-membw")) o.membw = false;
+        else if (!strcmp(a, "--png")) {
+            if (!(o.png = cli_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_value(CMD, argc, argv, &i)) || !cli_int(CMD, a, v, 1, 256, &l)) return 2;
+            o.threads = (int)l;
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) {
+            if (!(v = cli_value(CMD, argc, argv, &i)) || !cli_int(CMD, a, v, 1, 256, &l)) return 2;
+            o.reps = (int)l;
+        } else if (!strcmp(a, "--types")) {
+            if (!(v = cli_value(CMD, argc, argv, &i)) ||
+                !parse_list(a, v, type_names, N_TYPES, type_on))
+                return 2;
+        } else if (!strcmp(a, "--shapes")) {
+            if (!(v = cli_value(CMD, argc, argv, &i)) ||
+                !parse_list(a, v, shape_names, N_SHAPES, o.shape_on))
+                return 2;
+        } else if (!strcmp(a, "--m")) {
+            if (!(v = cli_value(CMD, argc, argv, &i)) || !parse_list(a, v, m_names, N_MS, o.m_on))
+                return 2;
+        } else if (!strcmp(a, "--variants")) {
+            if (!(v = cli_value(CMD, argc, argv, &i)) ||
+                !parse_list(a, v, VARIANTS, N_VARIANTS, o.var_on))
+                return 2;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else {
+            cli_fail(CMD, "unknown option '%s'", a);
+            return usage();
+        }
+    }
+
+    char commit[32], cpu[160];
+    git_commit(commit, sizeof(commit));
+    cpu_flags(cpu, sizeof(cpu));
+    const struct kn_ops *ops[N_VARIANTS];
+    for (int v = 0; v < N_VARIANTS; v++) {
+        ops[v] = o.var_on[v] ? kn_select(VARIANTS[v]) : NULL;
+        if (o.var_on[v] && !ops[v] && !o.json)
+            printf("# variant %s: not supported by this CPU, skipped\n", VARIANTS[v]);
+    }
+    if (!o.json)
+        printf("# anvil bench --kernels: commit %s, threads %d, %s weights\n# cpu: %s\n", commit,
+               o.threads, o.hot ? "hot" : "cold", cpu);
+
+    double bw[2] = {0, 0};
+    if (o.membw) {
+        int tl[2] = {1, 2};
+        for (int k = 0; k < 2; k++) {
+            double mean, sd;
+            measure_bw(tl[k], o.reps, &mean, &sd);
+            bw[k] = mean;
+            if (o.json)
+                printf("{\"bench\":\"membw\",\"threads\":%d,\"gbps\":%.3f,\"gbps_sd\":%.3f,"
+                       "\"commit\":\"%s\",\"cpu\":\"%s\"}\n",
+                       tl[k], mean, sd, commit, cpu);
+            else
+                printf("memory read bandwidth, %d thread%s: %.1f +- %.1f GB/s\n", tl[k],
+                       tl[k] > 1 ? "s" : "", mean, sd);
+        }
+    }
+
+    struct pool *pool = NULL;
+    if (pool_create(o.threads, &pool) != ANVIL_OK) {
+        fprintf(stderr, "anvil %s: cannot create %d threads\n", CMD, o.threads);
+        return 1;
+    }
+    if (!o.json)
+        printf("\n%-7s %-5s %-8s %11s %4s %18s %10s %10s\n", "variant", "type", "shape", "n->rows",
+               "m", "us/call", "GFLOP/s", "GB/s");
+    int refused = 0;
+    int max_m = 0;
+    for (int mi = 0; mi < N_MS; mi++)
+        if (o.m_on[mi] && MS[mi] > max_m) max_m = MS[mi];
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        if (!type_on[ti]) continue;
+        int type = TYPES[ti], act = kn_act_for_type(type);
+        for (int si = 0; si < N_SHAPES; si++) {
+            if (!o.shape_on[si]) continue;
+            const struct shape *sh = &SHAPES[si];
+            size_t rb = row_bytes(type, sh->n), wbytes = rb * sh->rows;
+            size_t stride = (wbytes + 4095) & ~(size_t)4095;
+            int n_copies = o.hot ? 1 : (int)((COLD_BYTES + wbytes - 1) / wbytes);
+            if (n_copies < 1) n_copies = 1;
+            uint8_t *copies = xalloc(stride * n_copies);
+            float *f = xalloc(sizeof(float) * (size_t)sh->n * (sh->rows > max_m ? sh->rows : max_m));
+            for (size_t i = 0; i < (size_t)sh->n * sh->rows; i++) f[i] = frand();
+            for (int r = 0; r < sh->rows; r++) kn_quantize_row(type, f + (size_t)r * sh->n, copies + rb * r, sh->n);
+            for (int k = 1; k < n_copies; k++) memcpy(copies + stride * k, copies, wbytes);
+            size_t xs = kn_act_row_size(act, sh->n);
+            uint8_t *x = xalloc(xs * max_m);
+            for (size_t i = 0; i < (size_t)sh->n * max_m; i++) f[i] = frand();
+            for (int t = 0; t < max_m; t++) kn_ops_ref.act[act](x + xs * t, f + (size_t)t * sh->n, sh->n);
+            float *y = xalloc(sizeof(float) * (size_t)sh->rows * max_m);
+            float *y_ref = xalloc(sizeof(float) * (size_t)sh->rows * max_m);
+            for (int mi = 0; mi < N_MS; mi++) {
+                if (!o.m_on[mi]) continue;
+                for (int vi = 0; vi < N_VARIANTS; vi++) {
+                    if (!ops[vi]) continue;
+                    if (vi == 0 && MS[mi] > 4 && !o.full_ref) continue;
+                    if (!mm_case(&o, pool, ops[vi], vi, ti, si, mi, copies, n_copies, stride, x,
+                                 xs, y, y_ref)) {
+                        refused++;
+                        continue;
+                    }
+                    const struct result *r = &results[vi][ti][si][mi];
+                    if (o.json)
+                        printf("{\"bench\":\"matmul\",\"variant\":\"%s\",\"type\":\"%s\","
+                               "\"shape\":\"%s\",\"n\":%d,\"rows\":%d,\"m\":%d,\"threads\":%d,"
+                               "\"weights\":\"%s\",\"us\":%.3f,\"us_sd\":%.3f,\"gflops\":%.3f,"
+                               "\"gflops_sd\":%.3f,\"gbps\":%.3f,\"gbps_sd\":%.3f,"
+                               "\"commit\":\"%s\",\"cpu\":\"%s\"}\n",
+                               VARIANTS[vi], type_name(type), sh->name, sh->n, sh->rows, MS[mi],
+                               o.threads, o.hot ? "hot" : "cold", r->us, r->us_sd, r->gflops,
+                               r->gflops_sd, r->gbps, r->gbps_sd, commit, cpu);
+                    else {
+                        char nr[24], t[40];
+                        snprintf(nr, sizeof(nr), "%d->%d", sh->n, sh->rows);
+                        snprintf(t, sizeof(t), "%.1f +- %.1f", r->us, r->us_sd);
+                        printf("%-7s %-5s %-8s %11s %4d %18s %10.1f %10.2f\n", VARIANTS[vi],
+                               type_name(type), sh->name, nr, MS[mi], t, r->gflops, r->gbps);
+                    }
+                    fflush(stdout);
+                }
+            }
+            anvil_free_aligned(y_ref);
+            anvil_free_aligned(y);
+            anvil_free_aligned(x);
+            anvil_free_aligned(f);
+            anvil_free_aligned(copies);
+        }
+    }
+    pool_free(pool);
+    if (o.png) {
+        double line = o.membw ? bw[o.threads > 1 ? 1 : 0] : 0;
+        if (!plot(&o, o.png, line, cpu, commit)) {
+            fprintf(stderr, "anvil %s: cannot write %s\n", CMD, o.png);
+            return 1;
+        }
+        if (!o.json) printf("wrote %s\n", o.png);
+    }
+    if (refused) {
+        fprintf(stderr, "anvil %s: %d case(s) refused: kernel output differs from the reference\n",
+                CMD, refused);
+        return 1;
+    }
+    return 0;
+}
