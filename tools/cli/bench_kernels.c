@@ -17,12 +17,12 @@
  * tests themselves live in tests/unit_kernels.c. Never run by `make test`.
  */
 #include <math.h>
-#include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "plot.h"
 #include "core/core.h"
 #include "core/pool.h"
 #include "kernels/cpu/ref/ref.h"
@@ -313,201 +313,96 @@ static bool mm_case(const struct opts *o, struct pool *pool, const struct kn_ops
 }
 
 /* ---------------------------------------------------------------------- */
-/* PNG plot: decode (smallest m) GB/s and prefill (largest m) GFLOP/s per
- * type and variant, aggregated over the shapes like a forward pass would
- * (total work / total time); drawn by hand, 5x7 font. */
+/* PNG plot (tools/cli/plot.h): decode (smallest m) GB/s and prefill
+ * (largest m) GFLOP/s per type and variant, aggregated over the shapes as
+ * a forward pass would (total work / total time), and GFLOP/s against m per
+ * type for the best variant. */
 
-struct glyph {
-    char c;
-    uint8_t rows[7];
-};
-static const struct glyph FONT[] = {
-    {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}}, {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08}},
-    {'+', {0x00, 0x04, 0x04, 0x1f, 0x04, 0x04, 0x00}}, {',', {0x00, 0x00, 0x00, 0x00, 0x0c, 0x04, 0x08}},
-    {'-', {0x00, 0x00, 0x00, 0x1f, 0x00, 0x00, 0x00}}, {'.', {0x00, 0x00, 0x00, 0x00, 0x00, 0x0c, 0x0c}},
-    {'/', {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00}}, {'0', {0x0e, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0e}},
-    {'1', {0x04, 0x0c, 0x04, 0x04, 0x04, 0x04, 0x0e}}, {'2', {0x0e, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1f}},
-    {'3', {0x1f, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0e}}, {'4', {0x02, 0x06, 0x0a, 0x12, 0x1f, 0x02, 0x02}},
-    {'5', {0x1f, 0x10, 0x1e, 0x01, 0x01, 0x11, 0x0e}}, {'6', {0x06, 0x08, 0x10, 0x1e, 0x11, 0x11, 0x0e}},
-    {'7', {0x1f, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08}}, {'8', {0x0e, 0x11, 0x11, 0x0e, 0x11, 0x11, 0x0e}},
-    {'9', {0x0e, 0x11, 0x11, 0x0f, 0x01, 0x02, 0x0c}}, {':', {0x00, 0x0c, 0x0c, 0x00, 0x0c, 0x0c, 0x00}},
-    {'=', {0x00, 0x00, 0x1f, 0x00, 0x1f, 0x00, 0x00}}, {'A', {0x0e, 0x11, 0x11, 0x1f, 0x11, 0x11, 0x11}},
-    {'B', {0x1e, 0x11, 0x11, 0x1e, 0x11, 0x11, 0x1e}}, {'C', {0x0e, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0e}},
-    {'D', {0x1c, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1c}}, {'E', {0x1f, 0x10, 0x10, 0x1e, 0x10, 0x10, 0x1f}},
-    {'F', {0x1f, 0x10, 0x10, 0x1e, 0x10, 0x10, 0x10}}, {'G', {0x0e, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0f}},
-    {'H', {0x11, 0x11, 0x11, 0x1f, 0x11, 0x11, 0x11}}, {'I', {0x0e, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0e}},
-    {'J', {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0c}}, {'K', {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11}},
-    {'L', {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1f}}, {'M', {0x11, 0x1b, 0x15, 0x15, 0x11, 0x11, 0x11}},
-    {'N', {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11}}, {'O', {0x0e, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0e}},
-    {'P', {0x1e, 0x11, 0x11, 0x1e, 0x10, 0x10, 0x10}}, {'Q', {0x0e, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0d}},
-    {'R', {0x1e, 0x11, 0x11, 0x1e, 0x14, 0x12, 0x11}}, {'S', {0x0f, 0x10, 0x10, 0x0e, 0x01, 0x01, 0x1e}},
-    {'T', {0x1f, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04}}, {'U', {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0e}},
-    {'V', {0x11, 0x11, 0x11, 0x11, 0x11, 0x0a, 0x04}}, {'W', {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0a}},
-    {'X', {0x11, 0x11, 0x0a, 0x04, 0x0a, 0x11, 0x11}}, {'Y', {0x11, 0x11, 0x0a, 0x04, 0x04, 0x04, 0x04}},
-    {'Z', {0x1f, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1f}}, {'_', {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1f}},
-    {'x', {0x00, 0x00, 0x11, 0x0a, 0x04, 0x0a, 0x11}}, /* small x, for "576x576" */
-};
-
-struct canvas {
-    int w, h;
-    uint8_t *px; /* h x w x RGB */
-};
-
-static void rect(struct canvas *c, int x0, int y0, int x1, int y1, uint32_t rgb) {
-    if (x0 < 0) x0 = 0;
-    if (y0 < 0) y0 = 0;
-    if (x1 > c->w) x1 = c->w;
-    if (y1 > c->h) y1 = c->h;
-    for (int y = y0; y < y1; y++)
-        for (int x = x0; x < x1; x++) {
-            uint8_t *p = c->px + ((size_t)y * c->w + x) * 3;
-            p[0] = (uint8_t)(rgb >> 16);
-            p[1] = (uint8_t)(rgb >> 8);
-            p[2] = (uint8_t)rgb;
-        }
-}
-
-/* Text at (x, y) top-left, pixel scale s; lower case is drawn as upper
- * case. Returns the width drawn. */
-static int text(struct canvas *c, int x, int y, int s, uint32_t rgb, const char *str) {
-    int x0 = x;
-    for (const char *p = str; *p; p++, x += 6 * s) {
-        char ch = *p;
-        /* a small 'x' only between digits ("576x576") */
-        bool small_x = ch == 'x' && p > str && p[-1] >= '0' && p[-1] <= '9';
-        if (ch >= 'a' && ch <= 'z' && !small_x) ch = (char)(ch - 'a' + 'A');
-        for (size_t g = 0; g < sizeof(FONT) / sizeof(FONT[0]); g++) {
-            if (FONT[g].c != ch) continue;
-            for (int r = 0; r < 7; r++)
-                for (int b = 0; b < 5; b++)
-                    if (FONT[g].rows[r] & (0x10 >> b))
-                        rect(c, x + b * s, y + r * s, x + (b + 1) * s, y + (r + 1) * s, rgb);
-            break;
-        }
-    }
-    return x - x0;
-}
-
-static const uint32_t VAR_COLOR[N_VARIANTS] = {0x9e9e9e, 0x4a90d9, 0xe4572e};
-
-/* One bar panel in [px, px+pw) x [py, py+ph): values[v][t], a reference
- * line at ref_line (<= 0: none). */
-static void panel(struct canvas *c, int px, int py, int pw, int ph, const char *title,
-                  double values[N_VARIANTS][N_TYPES], double ref_line, const char *ref_label) {
-    double vmax = ref_line;
-    for (int v = 0; v < N_VARIANTS; v++)
-        for (int t = 0; t < N_TYPES; t++)
-            if (values[v][t] > vmax) vmax = values[v][t];
-    if (vmax <= 0) vmax = 1;
-    /* nice axis maximum */
-    double step = pow(10, floor(log10(vmax / 4)));
-    if (vmax / step > 20) step *= 5;
-    else if (vmax / step > 8) step *= 2;
-    double amax = ceil(vmax * 1.1 / step) * step;
-    text(c, px, py, 2, 0x202020, title);
-    int ax = px + 60, ay = py + 30, aw = pw - 70, ah = ph - 70; /* plot area */
-    for (double g = 0; g <= amax + 1e-9; g += step) {
-        int y = ay + ah - (int)(g / amax * ah);
-        rect(c, ax, y, ax + aw, y + 1, 0xdddddd);
-        char lab[32];
-        snprintf(lab, sizeof(lab), "%g", g);
-        text(c, ax - 8 - 6 * (int)strlen(lab), y - 3, 1, 0x404040, lab);
-    }
-    rect(c, ax, ay, ax + 1, ay + ah, 0x404040);
-    rect(c, ax, ay + ah, ax + aw, ay + ah + 1, 0x404040);
-    int gw = aw / N_TYPES, bw = (gw - 12) / N_VARIANTS;
-    for (int t = 0; t < N_TYPES; t++) {
-        int gx = ax + t * gw + 6;
-        for (int v = 0; v < N_VARIANTS; v++) {
-            if (values[v][t] <= 0) continue;
-            int h = (int)(values[v][t] / amax * ah);
-            rect(c, gx + v * bw, ay + ah - h, gx + (v + 1) * bw - 2, ay + ah, VAR_COLOR[v]);
-            char lab[32];
-            snprintf(lab, sizeof(lab), values[v][t] < 10 ? "%.1f" : "%.0f", values[v][t]);
-            int lw = 6 * (int)strlen(lab);
-            if (lw <= bw + 4) text(c, gx + v * bw + (bw - lw) / 2, ay + ah - h - 10, 1, 0x202020, lab);
-        }
-        const char *tn = type_name(TYPES[t]);
-        text(c, gx + (gw - 12 - 12 * (int)strlen(tn)) / 2, ay + ah + 8, 2, 0x202020, tn);
-    }
-    if (ref_line > 0) {
-        int y = ay + ah - (int)(ref_line / amax * ah);
-        for (int x = ax; x < ax + aw; x += 8) rect(c, x, y, x + 5, y + 2, 0x2e8b57);
-        text(c, ax + aw - 6 * (int)strlen(ref_label) - 4, y - 10, 1, 0x2e8b57, ref_label);
-    }
-}
-
-static bool write_png(const char *path, const struct canvas *c) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return false;
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    if (!png || !info || setjmp(png_jmpbuf(png))) {
-        png_destroy_write_struct(&png, &info);
-        fclose(f);
-        return false;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)c->w, (png_uint_32)c->h, 8, PNG_COLOR_TYPE_RGB,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < c->h; y++) png_write_row(png, c->px + (size_t)y * c->w * 3);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    return fclose(f) == 0;
-}
-
-static bool plot(const struct opts *o, const char *path, double bw1, const char *cpu,
-                 const char *commit) {
-    int mlo = -1, mhi = -1;
+static bool plot(const struct opts *o, const bool *type_on, const char *path, double bw,
+                 const char *cpu, const char *commit) {
+    int mlo = -1, mhi = -1, best = -1;
     for (int mi = 0; mi < N_MS; mi++)
         if (o->m_on[mi]) {
             if (mlo < 0) mlo = mi;
             mhi = mi;
         }
-    if (mlo < 0) return false;
-    double dec[N_VARIANTS][N_TYPES] = {{0}}, pre[N_VARIANTS][N_TYPES] = {{0}};
     for (int v = 0; v < N_VARIANTS; v++)
+        for (int t = 0; t < N_TYPES; t++)
+            if (results[v][t][0][mhi].done || results[v][t][N_SHAPES - 1][mhi].done) best = v;
+    if (mlo < 0) return false;
+    char title[320], sub[128];
+    snprintf(title, sizeof(title),
+             "anvil matmul kernels, SmolLM2-135M shapes, %d thread%s, %s weights - commit %s - %s",
+             o->threads, o->threads > 1 ? "s" : "", o->hot ? "hot" : "cold", commit, cpu);
+    struct plot_grid *g = plot_grid_new(3, 1, 620, 460, title);
+    if (!g) return false;
+    struct plot *dec = plot_grid_panel(g, 0), *pre = plot_grid_panel(g, 1),
+                *scale = plot_grid_panel(g, 2);
+    bool ok = dec && pre && scale;
+    snprintf(sub, sizeof(sub), "decode, m = %d: GB/s of weights", MS[mlo]);
+    ok = ok && !plot_set_labels(dec, sub, "weight type", "GB/s");
+    snprintf(sub, sizeof(sub), "prefill, m = %d: GFLOP/s", MS[mhi]);
+    ok = ok && !plot_set_labels(pre, sub, "weight type", "GFLOP/s");
+    ok = ok && !plot_set_labels(scale, "GFLOP/s against activation rows m (all shapes)", "m",
+                                "GFLOP/s");
+    const char *labels[N_TYPES];
+    for (int v = 0; ok && v < N_VARIANTS; v++) {
+        double dv[N_TYPES], pv[N_TYPES];
+        int nl = 0;
+        bool any = false;
         for (int t = 0; t < N_TYPES; t++) {
+            if (!type_on[t]) continue;
             double bytes = 0, flops = 0, tlo = 0, thi = 0;
-            bool all_lo = true, all_hi = true, any = false;
+            bool all_lo = true, all_hi = true;
             for (int s = 0; s < N_SHAPES; s++) {
                 if (!o->shape_on[s]) continue;
                 const struct result *a = &results[v][t][s][mlo], *b = &results[v][t][s][mhi];
-                any = true;
-                if (a->done && !a->refused) {
-                    bytes += a->bytes;
-                    tlo += a->us;
-                } else all_lo = false;
-                if (b->done && !b->refused) {
-                    flops += b->flops;
-                    thi += b->us;
-                } else all_hi = false;
+                if (a->done && !a->refused) bytes += a->bytes, tlo += a->us;
+                else all_lo = false;
+                if (b->done && !b->refused) flops += b->flops, thi += b->us;
+                else all_hi = false;
             }
-            if (any && all_lo && tlo > 0) dec[v][t] = bytes / tlo / 1e3;
-            if (any && all_hi && thi > 0) pre[v][t] = flops / thi / 1e3;
+            labels[nl] = type_name(TYPES[t]);
+            dv[nl] = all_lo && tlo > 0 ? bytes / tlo / 1e3 : NAN;
+            pv[nl] = all_hi && thi > 0 ? flops / thi / 1e3 : NAN;
+            any = any || isfinite(dv[nl]) || isfinite(pv[nl]);
+            nl++;
         }
-    struct canvas c = {1400, 560, NULL};
-    c.px = xalloc((size_t)c.w * c.h * 3);
-    rect(&c, 0, 0, c.w, c.h, 0xffffff);
-    char title[256], lab[64];
-    snprintf(title, sizeof(title), "ANVIL MATMUL KERNELS, SMOLLM2-135M SHAPES, %d THREAD%s, %s",
-             o->threads, o->threads > 1 ? "S" : "", o->hot ? "HOT WEIGHTS" : "COLD WEIGHTS");
-    text(&c, 20, 12, 2, 0x000000, title);
-    snprintf(title, sizeof(title), "COMMIT %s  CPU: %s", commit, cpu);
-    text(&c, 20, 36, 1, 0x404040, title);
-    snprintf(title, sizeof(title), "DECODE M=%d: GB/S OF WEIGHTS", MS[mlo]);
-    snprintf(lab, sizeof(lab), "MEMORY READ %.1f GB/S", bw1);
-    panel(&c, 20, 70, 680, 470, title, dec, bw1, lab);
-    snprintf(title, sizeof(title), "PREFILL M=%d: GFLOP/S", MS[mhi]);
-    panel(&c, 710, 70, 680, 470, title, pre, 0, "");
-    int lx = 1000;
-    for (int v = 0; v < N_VARIANTS; v++) {
-        rect(&c, lx, 14, lx + 14, 28, VAR_COLOR[v]);
-        lx += 20 + text(&c, lx + 20, 14, 2, 0x202020, VARIANTS[v]) + 20;
+        if (!any) continue;
+        ok = !plot_bars(dec, labels, dv, nl, VARIANTS[v]) && !plot_bars(pre, labels, pv, nl, VARIANTS[v]);
     }
-    bool ok = write_png(path, &c);
-    anvil_free_aligned(c.px);
+    if (ok && bw > 0) {
+        snprintf(sub, sizeof(sub), "memory read %.1f GB/s", bw);
+        ok = !plot_hline(dec, bw, sub);
+    }
+    plot_log_x(scale, true);
+    for (int t = 0; ok && best >= 0 && t < N_TYPES; t++) {
+        if (!type_on[t]) continue;
+        double x[N_MS], y[N_MS];
+        int k = 0;
+        for (int mi = 0; mi < N_MS; mi++) {
+            if (!o->m_on[mi]) continue;
+            double flops = 0, us = 0;
+            bool all = true;
+            for (int s = 0; s < N_SHAPES; s++) {
+                if (!o->shape_on[s]) continue;
+                const struct result *r = &results[best][t][s][mi];
+                if (r->done && !r->refused) flops += r->flops, us += r->us;
+                else all = false;
+            }
+            x[k] = MS[mi];
+            y[k++] = all && us > 0 ? flops / us / 1e3 : NAN;
+        }
+        char lab[32];
+        snprintf(lab, sizeof(lab), "%s %s", VARIANTS[best], type_name(TYPES[t]));
+        ok = !plot_line(scale, lab, x, y, k);
+    }
+    char err[256] = "";
+    if (ok && plot_grid_write_png(g, path, err, sizeof(err))) {
+        fprintf(stderr, "anvil %s: %s\n", CMD, err);
+        ok = false;
+    }
+    plot_grid_free(g);
     return ok;
 }
 
@@ -700,7 +595,7 @@ int cli_bench_kernels(int argc, char **argv) {
     pool_free(pool);
     if (o.png) {
         double line = o.membw ? bw[o.threads > 1 ? 1 : 0] : 0;
-        if (!plot(&o, o.png, line, cpu, commit)) {
+        if (!plot(&o, type_on, o.png, line, cpu, commit)) {
             fprintf(stderr, "anvil %s: cannot write %s\n", CMD, o.png);
             return 1;
         }
