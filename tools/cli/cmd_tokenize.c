@@ -1,8 +1,177 @@
-/* cmd_tokenize.c - `anvil tokenize` (not built yet). */
+/*
+ * cmd_tokenize.c - `anvil tokenize -m MODEL -p TEXT`: print the token ids
+ * of a text (and each token's bytes), as the model's tokenizer makes them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
 
+static void help(FILE *f) {
+    fprintf(f, "usage: anvil tokenize -m MODEL (-p TEXT | -f FILE) [options]\n"
+               "\n"
+               "Tokenize TEXT with the model's vocabulary and print one token per line:\n"
+               "its id and its bytes (escaped). Special-token texts such as <|im_start|>\n"
+               "become their ids unless --no-special is given.\n"
+               "\n"
+               "options:\n"
+               "  -m, --model PATH   the GGUF model\n"
+               "  -p, --prompt TEXT  the text to tokenize\n"
+               "  -f, --file PATH    read the text from a file (any bytes)\n"
+               "  --no-special       treat special-token texts as plain text\n"
+               "  --no-bos           never add BOS (by default it is added when the\n"
+               "                     vocabulary asks for it)\n"
+               "  --ids-only         print only the ids, on one line\n"
+               "  -h, --help         this help\n"
+               "\n"
+               "Exit status: 0 ok, 1 runtime failure, 2 bad usage or bad input.\n");
+}
+
+/* Length of the well-formed UTF-8 character at p[0..n), or 0. */
+static int utf8_char_len(const unsigned char *p, int32_t n) {
+    int len = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+              : p[0] >= 0xf0 && p[0] <= 0xf4                ? 4
+                                                             : 0;
+    if (len == 0 || len > n) return 0;
+    for (int k = 1; k < len; k++)
+        if ((p[k] & 0xc0) != 0x80) return 0;
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
+        return 0;
+    return len;
+}
+
+/* Print a token's bytes quoted: whole UTF-8 characters as they are, control
+ * characters and bytes of split or invalid characters as escapes. */
+static void put_piece(const char *s, int32_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    putchar('\'');
+    for (int32_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        int k = utf8_char_len(p + i, n - i);
+        if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\r') fputs("\\r", stdout);
+        else if (c == '\t') fputs("\\t", stdout);
+        else if (c == '\'' || c == '\\') printf("\\%c", c);
+        else if (k == 0 || c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else fwrite(p + i, 1, (size_t)k, stdout);
+        i += k > 0 ? k : 1;
+    }
+    putchar('\'');
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        n += fread(b + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = realloc(b, cap * 2);
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    if (b && ferror(f)) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *len = n;
+    return b;
+}
+
 int cmd_tokenize(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_fail("tokenize", "not available in this build yet");
+    const char *cmd = "tokenize", *model = NULL, *prompt = NULL, *file = NULL;
+    bool parse_special = true, add_special = true, ids_only = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!(prompt = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(file = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--no-special")) {
+            parse_special = false;
+        } else if (!strcmp(a, "--no-bos")) {
+            add_special = false;
+        } else if (!strcmp(a, "--ids-only")) {
+            ids_only = true;
+        } else {
+            help(stderr);
+            return cli_fail(cmd, "unknown option '%s'", a);
+        }
+    }
+    if (!model) return cli_fail(cmd, "no model (-m MODEL)");
+    if (!prompt == !file) return cli_fail(cmd, "give exactly one of -p TEXT or -f FILE");
+
+    char *text = NULL;
+    size_t len;
+    if (file) {
+        text = read_file(file, &len);
+        if (!text) return cli_fail(cmd, "cannot read '%s'", file);
+    } else {
+        len = strlen(prompt);
+    }
+    const char *t = file ? text : prompt;
+    if (len == 0) {
+        free(text);
+        return cli_fail(cmd, "empty text");
+    }
+
+    char err[ANVIL_ERRMSG_CAP] = "";
+    struct anvil_model *m = NULL;
+    struct anvil_model_params mp = anvil_model_default_params();
+    anvil_status st = anvil_model_load(model, &mp, &m, err, sizeof(err));
+    if (st != ANVIL_OK) {
+        free(text);
+        return cli_fail(cmd, "%s", err[0] ? err : anvil_status_str(st));
+    }
+
+    int rc = 0;
+    int32_t cap = 256;
+    anvil_token *ids = malloc(sizeof(anvil_token) * (size_t)cap);
+    int32_t n = ids ? anvil_tokenize(m, t, len, ids, cap, add_special, parse_special) : INT32_MIN;
+    if (n < 0 && n != INT32_MIN) {
+        cap = -n;
+        free(ids);
+        ids = malloc(sizeof(anvil_token) * (size_t)cap);
+        n = ids ? anvil_tokenize(m, t, len, ids, cap, add_special, parse_special) : INT32_MIN;
+    }
+    if (n < 0) {
+        fprintf(stderr, "anvil %s: tokenization failed (out of memory?)\n", cmd);
+        rc = 1;
+        goto done;
+    }
+    if (ids_only) {
+        for (int32_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        putchar('\n');
+    } else {
+        char piece[512];
+        for (int32_t i = 0; i < n; i++) {
+            int32_t k = anvil_token_to_piece(m, ids[i], piece, sizeof(piece), true);
+            printf("%6d -> ", ids[i]);
+            if (k < 0) {
+                printf("(%d bytes)", -k);
+            } else {
+                put_piece(piece, k);
+            }
+            putchar('\n');
+        }
+    }
+done:
+    free(ids);
+    free(text);
+    anvil_model_free(m);
+    return rc;
 }
