@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -723,6 +724,63 @@ static void test_load_gguf(void **state) {
 }
 
 // ----------------------------------------------------------------------------
+// one vocabulary, several threads
+
+static const char *const mt_texts[] = {
+    "Hello world, it's 2024!", "<|im_start|>user\n\xf0\x9f\x98\x80 hi<|im_end|>",
+    "  \t\n  spaces  ", "\xff\xfe bad bytes", "the theory of everything 1234567",
+};
+#define MT_N (sizeof(mt_texts) / sizeof(mt_texts[0]))
+
+struct mt_job {
+    const struct tok_vocab *v;
+    anvil_token want[MT_N][64];
+    int n_want[MT_N];
+    int errors;
+};
+
+static void *mt_worker(void *arg) {
+    struct mt_job *j = arg;
+    for (int rep = 0; rep < 200; rep++) {
+        for (size_t i = 0; i < MT_N; i++) {
+            anvil_token got[64];
+            int32_t n = tok_encode(j->v, mt_texts[i], strlen(mt_texts[i]), got, 64, false, true);
+            if (n != j->n_want[i] || memcmp(got, j->want[i], sizeof(anvil_token) * (size_t)n))
+                __atomic_add_fetch(&j->errors, 1, __ATOMIC_RELAXED);
+        }
+    }
+    return NULL;
+}
+
+static void test_threads_share_vocab(void **state) {
+    (void)state;
+    struct toy t = {0};
+    toy_bytes(&t);
+    toy_tok(&t, "<|im_start|>", TOK_TYPE_CONTROL);
+    toy_tok(&t, "<|im_end|>", TOK_TYPE_CONTROL);
+    toy_tok(&t, "th", TOK_TYPE_NORMAL);
+    toy_tok(&t, "the", TOK_TYPE_NORMAL);
+    toy_tok(&t, "\xc4\xa0the", TOK_TYPE_NORMAL); /* "Ġthe" */
+    toy_merge(&t, "t h");
+    toy_merge(&t, "th e");
+    toy_merge(&t, "\xc4\xa0 the");
+    struct tok_vocab *v;
+    char err[ANVIL_ERRMSG_CAP];
+    assert_int_equal(toy_build(&t, "smollm", NULL, &v, err), ANVIL_OK);
+    static struct mt_job job;
+    memset(&job, 0, sizeof(job));
+    job.v = v;
+    for (size_t i = 0; i < MT_N; i++)
+        job.n_want[i] = encode(v, mt_texts[i], strlen(mt_texts[i]), job.want[i], 64, true);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&th[i], NULL, mt_worker, &job), 0);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    assert_int_equal(job.errors, 0);
+    tok_free(v);
+    toy_free(&t);
+}
+
+// ----------------------------------------------------------------------------
 // out of memory
 
 static void test_oom_walk(void **state) {
@@ -772,6 +830,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_random),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_load_gguf),
+        cmocka_unit_test(test_threads_share_vocab),
         cmocka_unit_test(test_oom_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

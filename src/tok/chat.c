@@ -6,8 +6,9 @@
  *       <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n]
  *     A template that writes a fixed system turn when messages[0] is not a
  *     system message (SmolLM2: "You are a helpful AI assistant named
- *     SmolLM, trained by Hugging Face") has that text extracted here and
- *     injected the same way.
+ *     SmolLM, trained by Hugging Face"; Qwen2.5: "You are Qwen, ...") has
+ *     that text extracted here and injected the same way. Tool calls and
+ *     other template logic are not reproduced.
  *   Llama 3 (the template contains "<|start_header_id|>"):
  *       <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
  *     Like llama.cpp's built-in renderer (llama-chat.cpp), no BOS text is
@@ -32,8 +33,10 @@ static const char *find_in(const char *s, size_t n, const char *pat, size_t from
  * '<|im_end|>' inside one string literal. */
 static anvil_status find_default_system(struct tok_chat *c, const char *s, size_t n) {
     static const char head[] = "<|im_start|>system";
-    /* only templates that branch on the first role can inject one */
-    if (!find_in(s, n, "!= 'system'", 0) && !find_in(s, n, "!= \"system\"", 0)) return ANVIL_OK;
+    /* only templates that test for a system message can inject one
+     * (SmolLM2: messages[0]['role'] != 'system'; Qwen2.5: == 'system'
+     * ... else) */
+    if (!find_in(s, n, "'system'", 0) && !find_in(s, n, "\"system\"", 0)) return ANVIL_OK;
     size_t from = 0;
     const char *p;
     while ((p = find_in(s, n, head, from)) != NULL) {

@@ -39,7 +39,24 @@ bool tok_add_bos(const struct tok_vocab *v);
 bool tok_is_eog(const struct tok_vocab *v, anvil_token t);
 
 /* Same contracts as anvil_tokenize / anvil_token_to_piece / anvil_detok_* /
- * anvil_chat_apply in anvil.h. */
+ * anvil_chat_apply in anvil.h, made precise here:
+ *
+ * tok_encode: number of tokens; -(needed) when cap is too small (out holds
+ *   the first cap ids); INT32_MIN on out-of-memory or bad arguments
+ *   (v NULL, text NULL with len > 0, cap < 0, len > 1 GiB). Allocates
+ *   per-call scratch (freed before returning). Thread-safe on a shared v.
+ * tok_piece: byte count (not NUL-terminated); -(needed) when cap is too
+ *   small; 0 for an out-of-range id, an unused token, or a control/unknown
+ *   token when special is false.
+ * tok_detok_push: appends token t (control tokens print nothing) and writes
+ *   the complete characters now available, NUL-terminated; invalid bytes
+ *   become U+FFFD. Returns bytes written (without the NUL), or -(needed,
+ *   NUL included) when cap is too small, in which case *d is unchanged.
+ * tok_detok_flush: the held-back tail (at most 3 bytes of an unfinished
+ *   character) becomes one U+FFFD; same return convention.
+ * tok_chat_apply: bytes written without the NUL; -(needed, NUL included)
+ *   when cap is too small; 0 when the vocabulary has no template anvil
+ *   recognises (the caller falls back). Allocation-free. */
 int32_t tok_encode(const struct tok_vocab *v, const char *text, size_t len, anvil_token *out,
                    int32_t cap, bool add_special, bool parse_special);
 int32_t tok_piece(const struct tok_vocab *v, anvil_token t, char *buf, int32_t cap, bool special);

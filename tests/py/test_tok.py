@@ -362,8 +362,9 @@ def test_add_special(ref):
         assert o == ref.tokenize(t, add_bos=True, special=True)
 
 
-def write_gguf_with_pre(src, dst, pre):
-    """Copy src's metadata (no tensors) with tokenizer.ggml.pre replaced."""
+def write_gguf_with(src, dst, replace):
+    """Copy src's metadata (no tensors) with the string values of the keys in
+    `replace` replaced (or added)."""
     with open(src, "rb") as f:
         data = f.read()
     assert data[:4] == b"GGUF"
@@ -394,15 +395,12 @@ def write_gguf_with_pre(src, dst, pre):
         end = skip(o + 12 + kl, t)
         kvs.append((key, data[o:end]))
         o = end
-    out = []
-    found = False
-    for key, raw in kvs:
-        if key == "tokenizer.ggml.pre":
-            found = True
-            k = key.encode()
-            raw = struct.pack("<Q", len(k)) + k + struct.pack("<IQ", 8, len(pre)) + pre.encode()
-        out.append(raw)
-    assert found
+    def kv(key, val):
+        k, v = key.encode(), val.encode()
+        return struct.pack("<Q", len(k)) + k + struct.pack("<IQ", 8, len(v)) + v
+
+    out = [kv(key, replace[key]) if key in replace else raw for key, raw in kvs]
+    out += [kv(key, val) for key, val in replace.items() if key not in dict(kvs)]
     with open(dst, "wb") as f:
         f.write(b"GGUF" + struct.pack("<IQQ", version, 0, len(out)) + b"".join(out))
 
@@ -410,7 +408,7 @@ def write_gguf_with_pre(src, dst, pre):
 @pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "default"])
 def test_other_pretokenizers(tmp_path, pre):
     path = str(tmp_path / f"vocab-{pre}.gguf")
-    write_gguf_with_pre(MODEL, path, pre)
+    write_gguf_with(MODEL, path, {"tokenizer.ggml.pre": pre})
     llm = ref_model(path)
     texts = TEXTS[:: 2] + [t for t in TEXTS if len(t) >= 5000]
     compare(tools()[0], path, llm, texts, True)
@@ -527,21 +525,57 @@ def chat_payload(msgs, add):
     return b
 
 
-def test_chat_template_matches_jinja(ref):
+# The Llama 3 Instruct template, and a Qwen2.5-style ChatML template with a
+# default system prompt (tools left out), as Jinja source.
+LLAMA3_TMPL = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+    "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+    "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+QWEN_TMPL = (
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + "
+    "messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are "
+    "Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if (message.role == \"user\") or (message.role == "
+    "\"system\" and not loop.first) or (message.role == \"assistant\") %}{{- '<|im_start|>' + "
+    "message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+@pytest.mark.parametrize("which", ["model", "llama3", "qwen"])
+def test_chat_template_matches_jinja(ref, tmp_path, which):
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-    tmpl = ref.metadata["tokenizer.chat_template"]
-    payload = b"".join(chat_payload(m, a) for m, a in CHATS)
+    model, chats = MODEL, CHATS
+    if which == "model":
+        tmpl = ref.metadata["tokenizer.chat_template"]
+    else:
+        tmpl = LLAMA3_TMPL if which == "llama3" else QWEN_TMPL
+        model = str(tmp_path / f"chat-{which}.gguf")
+        write_gguf_with(MODEL, model, {"tokenizer.chat_template": tmpl})
+        # Qwen's template writes its system turn even for no messages; we
+        # inject it with the first message only
+        chats = [c for c in CHATS if c[0]]
+    payload = b"".join(chat_payload(m, a) for m, a in chats)
     for tool in tools():
-        out = run_tool(tool, MODEL, "chat", payload)
+        out = run_tool(tool, model, "chat", payload)
         o = 0
-        for msgs, add in CHATS:
+        for msgs, add in chats:
             (n,) = struct.unpack_from("<i", out, o)
             o += 4
-            assert n >= 0, "the SmolLM2 template must be recognised"
+            assert n >= 0, "the template must be recognised"
             ours = out[o:o + n].decode()
             o += n
-            fmt = Jinja2ChatFormatter(template=tmpl, eos_token="<|im_end|>",
-                                      bos_token="<|im_start|>", add_generation_prompt=add)
+            # no BOS text: llama.cpp's renderer leaves BOS to the tokenizer
+            fmt = Jinja2ChatFormatter(template=tmpl, eos_token="<|im_end|>", bos_token="",
+                                      add_generation_prompt=add)
             want = fmt(messages=[{"role": r, "content": c} for r, c in msgs]).prompt
             assert ours == want, (msgs, add, ours, want)
         assert o == len(out)
+
+
+def test_unknown_chat_template(tmp_path):
+    model = str(tmp_path / "chat-unknown.gguf")
+    write_gguf_with(MODEL, model, {"tokenizer.chat_template": "{{ messages[0]['content'] }}"})
+    out = run_tool(tools()[0], model, "chat", chat_payload([("user", "hi")], True))
+    assert struct.unpack("<i", out) == (-1,)
