@@ -434,6 +434,315 @@ static void test_batch_invariance(void **state) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* element-wise and row ops */
+
+static const int ROW_NS[] = {32, 64, 96, 576, 1536, 8224};       /* multiples of 32 (Q8A) */
+static const int ANY_NS[] = {1, 7, 16, 17, 33, 100, 576, 1536}; /* anything */
+
+/* Inputs for row ops: fill() plus specials (big, tiny, ties for rounding). */
+static void fill_row(float *x, int n, int seed, int salt) {
+    rng_seed((uint64_t)seed * 7777u + (uint64_t)salt * 131u + (uint64_t)n);
+    fill(x, (size_t)n, n);
+    if (n > 40) {
+        x[3] = 1e4f;
+        x[5] = -3e-5f;
+        x[7] = 0.5f; /* with x[3] the block's scale: exercises exact halves */
+    }
+}
+
+static bool bytes_equal(const char *op, const char *var, int n, int seed, const void *a,
+                        const void *b, size_t len) {
+    if (!memcmp(a, b, len)) return true;
+    const uint8_t *pa = a, *pb = b;
+    size_t i = 0;
+    while (pa[i] == pb[i]) i++;
+    printf("FAIL %s [%s] n %d seed %d: first differing byte %zu (%02x vs ref %02x)\n", op, var, n,
+           seed, i, pa[i], pb[i]);
+    return false;
+}
+
+/* Bytes of an activation row that carry data (not the padding). */
+static size_t act_data_bytes(int act, int n) {
+    return act == KN_ACT_Q8A ? (size_t)n + (size_t)(n / QK) * 8
+                             : (size_t)n * (act == KN_ACT_BF16 ? 2 : 4);
+}
+
+/* Activation rows produced by a fused op vs the reference: the values
+ * (dequantized) may differ by one quantum where the float inputs differed
+ * by rounding and a value sat at a rounding boundary. */
+static bool act_close(const char *op, const char *var, int act, int n, int seed, const void *got,
+                      const void *ref, double rtol) {
+    float *a = xmalloc(sizeof(float) * n), *b = xmalloc(sizeof(float) * n);
+    double *sc = xmalloc(sizeof(double) * n);
+    act_values(act, got, n, a);
+    act_values(act, ref, n, b);
+    for (int i = 0; i < n; i++) {
+        double q = 0;
+        if (act == KN_ACT_Q8A) {
+            const float *dr = (const float *)((const uint8_t *)ref + n);
+            q = 1.01 * dr[i / QK];
+        } else if (act == KN_ACT_BF16) {
+            q = fabs(b[i]) * (1.0 / 128); /* one bf16 ulp */
+        }
+        sc[i] = q;
+    }
+    char shape[32];
+    snprintf(shape, sizeof(shape), "n %d", n);
+    struct cmp c = {1.0, rtol, act == KN_ACT_F32 ? 1e-12 : 1e-4};
+    bool ok = check(op, var, shape, seed, a, b, sc, (size_t)n, c);
+    free(a);
+    free(b);
+    free(sc);
+    return ok;
+}
+
+static void test_act(void **state) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    int fails = 0;
+    static const char *names[KN_ACT_COUNT] = {"act F32", "act BF16", "act Q8A"};
+    for (int act = 0; act < KN_ACT_COUNT; act++) {
+        const int *ns = act == KN_ACT_Q8A ? ROW_NS : ANY_NS;
+        int nn = act == KN_ACT_Q8A ? (int)(sizeof(ROW_NS) / sizeof(int)) : (int)(sizeof(ANY_NS) / sizeof(int));
+        for (int k = 0; k < nn; k++)
+            for (int seed = 1; seed <= 3; seed++) {
+                int n = ns[k];
+                float *x = xmalloc(sizeof(float) * n);
+                fill_row(x, n, seed, act);
+                if (act == KN_ACT_BF16 && n >= 17) { /* specials the rounding must keep */
+                    x[0] = NAN;
+                    x[1] = INFINITY;
+                    x[2] = -INFINITY;
+                    x[4] = 1e-40f;  /* denormal */
+                    x[6] = 1.0f + 0x1p-8f; /* tie: to even */
+                    x[8] = 1.0f + 0x1p-8f + 0x1p-7f;
+                    x[9] = 3.4e38f; /* rounds to inf */
+                }
+                size_t rs = kn_act_row_size(act, n);
+                uint8_t *a = xmalloc(rs), *b = xmalloc(rs);
+                memset(a, 0, rs);
+                memset(b, 0, rs);
+                v->ops->act[act](a, x, n);
+                kn_ops_ref.act[act](b, x, n);
+                /* the conversions are exact: the reference's format, bit for bit */
+                if (!bytes_equal(names[act], v->name, n, seed, a, b, act_data_bytes(act, n))) fails++;
+                free(a);
+                free(b);
+                free(x);
+            }
+    }
+    assert_int_equal(fails, 0);
+}
+
+static double rms_rtol(int n) { (void)n; return 4.0 * FLT_EPSILON; }
+
+static void test_rmsnorm(void **state) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    int fails = 0;
+    for (size_t k = 0; k < sizeof(ANY_NS) / sizeof(int); k++)
+        for (int seed = 1; seed <= 3; seed++) {
+            int n = ANY_NS[k];
+            float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * n);
+            float *y = xmalloc(sizeof(float) * n), *yr = xmalloc(sizeof(float) * n);
+            fill_row(x, n, seed, 11);
+            fill_row(w, n, seed, 12);
+            kn_ops_ref.rmsnorm(yr, x, w, n, 1e-5f);
+            v->ops->rmsnorm(y, x, w, n, 1e-5f);
+            char shape[32];
+            snprintf(shape, sizeof(shape), "n %d", n);
+            struct cmp c = {1e-30, rms_rtol(n), 1e-12};
+            if (!check("rmsnorm", v->name, shape, seed, y, yr, NULL, n, c)) fails++;
+            /* in place (y aliases x) */
+            memcpy(y, x, sizeof(float) * n);
+            v->ops->rmsnorm(y, y, w, n, 1e-5f);
+            if (!check("rmsnorm in place", v->name, shape, seed, y, yr, NULL, n, c)) fails++;
+            free(x);
+            free(w);
+            free(y);
+            free(yr);
+        }
+    assert_int_equal(fails, 0);
+}
+
+static void test_add_rmsnorm(void **state) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    int fails = 0;
+    for (size_t k = 0; k < sizeof(ANY_NS) / sizeof(int); k++)
+        for (int seed = 1; seed <= 3; seed++) {
+            int n = ANY_NS[k];
+            float *res = xmalloc(sizeof(float) * n), *resr = xmalloc(sizeof(float) * n);
+            float *d = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * n);
+            float *y = xmalloc(sizeof(float) * n), *yr = xmalloc(sizeof(float) * n);
+            fill_row(res, n, seed, 21);
+            fill_row(d, n, seed, 22);
+            fill_row(w, n, seed, 23);
+            memcpy(resr, res, sizeof(float) * n);
+            kn_ops_ref.add_rmsnorm(resr, d, yr, w, n, 1e-6f);
+            v->ops->add_rmsnorm(res, d, y, w, n, 1e-6f);
+            char shape[32];
+            snprintf(shape, sizeof(shape), "n %d", n);
+            struct cmp c = {1e-30, rms_rtol(n), 1e-12};
+            /* the residual sum is one float add per element: exact */
+            if (!bytes_equal("add_rmsnorm residual", v->name, n, seed, res, resr, sizeof(float) * n))
+                fails++;
+            if (!check("add_rmsnorm", v->name, shape, seed, y, yr, NULL, n, c)) fails++;
+            free(res);
+            free(resr);
+            free(d);
+            free(w);
+            free(y);
+            free(yr);
+        }
+    assert_int_equal(fails, 0);
+}
+
+/* rmsnorm_act and silu_mul_act: the fused op against the reference's
+ * unfused composition, for every activation format. */
+static void test_fused_act(void **state, bool silu) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    int fails = 0;
+    for (int act = 0; act < KN_ACT_COUNT; act++)
+        for (size_t k = 0; k < sizeof(ROW_NS) / sizeof(int); k++)
+            for (int seed = 1; seed <= 3; seed++) {
+                int n = ROW_NS[k];
+                float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * n);
+                fill_row(x, n, seed, 31 + act);
+                fill_row(w, n, seed, 41 + act);
+                size_t rs = kn_act_row_size(act, n);
+                uint8_t *a = xmalloc(rs), *b = xmalloc(rs);
+                const char *op;
+                if (silu) {
+                    op = "silu_mul_act";
+                    v->ops->silu_mul_act(a, x, w, n, act);
+                    kn_ops_ref.silu_mul_act(b, x, w, n, act);
+                } else {
+                    op = "rmsnorm_act";
+                    v->ops->rmsnorm_act(a, x, w, n, 1e-5f, act);
+                    kn_ops_ref.rmsnorm_act(b, x, w, n, 1e-5f, act);
+                }
+                char name[48];
+                snprintf(name, sizeof(name), "%s %s", op,
+                         act == KN_ACT_Q8A ? "Q8A" : act == KN_ACT_BF16 ? "BF16" : "F32");
+                if (!act_close(name, v->name, act, n, seed, a, b, silu ? 1e-6 : rms_rtol(n))) fails++;
+                free(a);
+                free(b);
+                free(x);
+                free(w);
+            }
+    assert_int_equal(fails, 0);
+}
+static void test_rmsnorm_act(void **state) { test_fused_act(state, false); }
+static void test_silu_mul_act(void **state) { test_fused_act(state, true); }
+
+/* The fused ops of the reference are the unfused compositions (a test
+ * that the definition is kept, independent of the variants). */
+static void test_ref_fused_is_composition(void **state) {
+    (void)state;
+    int n = 576;
+    float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * n);
+    float *t = xmalloc(sizeof(float) * n);
+    fill_row(x, n, 1, 51);
+    fill_row(w, n, 1, 52);
+    for (int act = 0; act < KN_ACT_COUNT; act++) {
+        size_t rs = kn_act_row_size(act, n);
+        uint8_t *a = xmalloc(rs), *b = xmalloc(rs);
+        kn_ops_ref.rmsnorm_act(a, x, w, n, 1e-5f, act);
+        kn_ops_ref.rmsnorm(t, x, w, n, 1e-5f);
+        kn_ops_ref.act[act](b, t, n);
+        assert_memory_equal(a, b, act_data_bytes(act, n));
+        kn_ops_ref.silu_mul_act(a, x, w, n, act);
+        kn_ops_ref.silu_mul(t, x, w, n);
+        kn_ops_ref.act[act](b, t, n);
+        assert_memory_equal(a, b, act_data_bytes(act, n));
+        free(a);
+        free(b);
+    }
+    free(x);
+    free(w);
+    free(t);
+}
+
+static void test_silu_mul(void **state) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    int fails = 0;
+    for (size_t k = 0; k < sizeof(ANY_NS) / sizeof(int); k++)
+        for (int seed = 1; seed <= 3; seed++) {
+            int n = ANY_NS[k];
+            float *g = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n);
+            float *y = xmalloc(sizeof(float) * n), *yr = xmalloc(sizeof(float) * n);
+            fill_row(g, n, seed, 61);
+            fill_row(u, n, seed, 62);
+            for (int i = 0; i < n; i += 13) g[i] *= 10.0f; /* tails of the sigmoid */
+            if (n > 8) {
+                g[1] = -100.0f; /* e^100 overflows: y = -0 */
+                g[2] = 100.0f;
+                g[4] = -87.0f;
+                g[6] = 0.0f;
+            }
+            kn_ops_ref.silu_mul(yr, g, u, n);
+            v->ops->silu_mul(y, g, u, n);
+            char shape[32];
+            snprintf(shape, sizeof(shape), "n %d", n);
+            struct cmp c = {1e-37, 1e-6, 1e-12};
+            if (!check("silu_mul", v->name, shape, seed, y, yr, NULL, n, c)) fails++;
+            /* y aliases g, as the forward pass calls it */
+            memcpy(y, g, sizeof(float) * n);
+            v->ops->silu_mul(y, y, u, n);
+            if (!check("silu_mul in place", v->name, shape, seed, y, yr, NULL, n, c)) fails++;
+            free(g);
+            free(u);
+            free(y);
+            free(yr);
+        }
+    assert_int_equal(fails, 0);
+}
+
+static void test_rope(void **state) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    static const int hds[] = {64, 128, 32, 80, 2, 96};
+    static const int heads[] = {1, 3, 9};
+    static const int poss[] = {0, 1, 7, 511, 4095, 32767};
+    int fails = 0;
+    for (size_t a = 0; a < sizeof(hds) / sizeof(int); a++)
+        for (size_t b = 0; b < sizeof(heads) / sizeof(int); b++)
+            for (size_t p = 0; p < sizeof(poss) / sizeof(int); p++) {
+                int hd = hds[a], nh = heads[b], pos = poss[p], n = hd * nh;
+                int seed = (int)(a + b + p) % 3 + 1;
+                float *x = xmalloc(sizeof(float) * n), *xr = xmalloc(sizeof(float) * n);
+                float *sc = NULL, *inv = xmalloc(sizeof(float) * hd / 2);
+                double *scale = xmalloc(sizeof(double) * n);
+                (void)sc;
+                double base = (p % 2) ? 100000.0 : 10000.0;
+                for (int i = 0; i < hd / 2; i++) inv[i] = (float)pow(base, -2.0 * i / hd);
+                fill_row(x, n, seed, 71);
+                memcpy(xr, x, sizeof(float) * n);
+                for (int i = 0; i < n; i += 2) scale[i] = scale[i + 1] = fabs(x[i]) + fabs(x[i + 1]);
+                kn_ops_ref.rope(xr, nh, hd, pos, inv);
+                v->ops->rope(x, nh, hd, pos, inv);
+                char shape[64];
+                snprintf(shape, sizeof(shape), "n_head %d head_dim %d pos %d", nh, hd, pos);
+                struct cmp c = {1e-6, 0.0, 1e-11};
+                if (!check("rope", v->name, shape, seed, x, xr, scale, n, c)) fails++;
+                free(x);
+                free(xr);
+                free(inv);
+                free(scale);
+            }
+    assert_int_equal(fails, 0);
+}
+
+/* ---------------------------------------------------------------------- */
 /* test list: every op x every variant */
 
 struct tdef {
@@ -445,12 +754,19 @@ static const struct tdef TESTS[] = {
     {"matmul_Q4_0", test_matmul_Q4_0}, {"matmul_F16", test_matmul_F16},
     {"matmul_BF16", test_matmul_BF16}, {"matmul_F32", test_matmul_F32},
     {"batch_invariance", test_batch_invariance},
+    {"act", test_act},
+    {"rmsnorm", test_rmsnorm},
+    {"add_rmsnorm", test_add_rmsnorm},
+    {"rmsnorm_act", test_rmsnorm_act},
+    {"silu_mul", test_silu_mul},
+    {"silu_mul_act", test_silu_mul_act},
+    {"rope", test_rope},
 };
 enum { N_TDEF = sizeof(TESTS) / sizeof(TESTS[0]) };
 
 int main(int argc, char **argv) {
     variants_init();
-    static struct CMUnitTest tests[N_TDEF * N_VARIANTS];
+    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 1];
     static char names[N_TDEF * N_VARIANTS][64];
     const char *filter = argc > 1 ? argv[1] : NULL;
     size_t nt = 0;
@@ -463,5 +779,8 @@ int main(int argc, char **argv) {
             tests[nt] = (struct CMUnitTest){names[nt], TESTS[i].fn, NULL, NULL, &variants[v]};
             nt++;
         }
+    if (!filter || strstr("ref_fused_is_composition", filter))
+        tests[nt++] = (struct CMUnitTest){"ref_fused_is_composition", test_ref_fused_is_composition,
+                                          NULL, NULL, NULL};
     return _cmocka_run_group_tests("kernels", tests, nt, NULL, NULL);
 }

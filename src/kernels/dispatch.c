@@ -1,7 +1,8 @@
 /*
  * dispatch.c - pick a kernel table at run time from CPUID.
  *
- * Order of preference: avx512 (needs F, BW, VL, DQ and VNNI), avx2 (AVX2,
+ * Order of preference: avx512 (needs F, BW, VL, DQ and VNNI; the variant
+ * using AVX512_BF16 instructions only when the CPU has them), avx2 (AVX2,
  * FMA, F16C), ref. ANVIL_KERNELS=ref|avx2|avx512 overrides the automatic
  * choice; a forced family the CPU cannot run is refused, never run.
  */
@@ -13,13 +14,14 @@
 
 extern const struct kn_ops kn_ops_avx2;
 extern const struct kn_ops kn_ops_avx512;
+extern const struct kn_ops kn_ops_avx512_nobf16; /* same without AVX512_BF16 instructions */
 
 static const struct kn_ops *avx512_table(void) {
     const struct cpu_features *f = cpu_get_features();
     if (!(f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni && f->fma &&
           f->f16c))
         return NULL;
-    return &kn_ops_avx512;
+    return f->avx512bf16 ? &kn_ops_avx512 : &kn_ops_avx512_nobf16;
 }
 
 static const struct kn_ops *avx2_table(void) {

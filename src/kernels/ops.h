@@ -50,6 +50,11 @@ typedef void (*kn_rmsnorm_act_fn)(void *restrict dst, const float *restrict x,
 /* y[i] = silu(g[i]) * u[i]; y may alias g. */
 typedef void (*kn_silu_mul_fn)(float *y, const float *g, const float *u, int n);
 
+/* Fused SiLU-gate + activation conversion for the down projection: act(dst)
+ * of silu(g) * u (the unfused composition is the definition). */
+typedef void (*kn_silu_mul_act_fn)(void *restrict dst, const float *restrict g,
+                                   const float *restrict u, int n, int act);
+
 /* Rotate n_head heads of head_dim in place at position pos (Llama "norm"
  * RoPE: adjacent pairs (2i, 2i+1) rotated by pos * inv_freq[i]). */
 typedef void (*kn_rope_fn)(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
@@ -62,6 +67,7 @@ struct kn_ops {
     kn_add_rmsnorm_fn add_rmsnorm;
     kn_rmsnorm_act_fn rmsnorm_act;
     kn_silu_mul_fn silu_mul;
+    kn_silu_mul_act_fn silu_mul_act;
     kn_rope_fn rope;
 };
 

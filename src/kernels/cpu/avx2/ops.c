@@ -25,5 +25,6 @@ const struct kn_ops kn_ops_avx2 = {
     .add_rmsnorm = kn_add_rmsnorm_ref,
     .rmsnorm_act = kn_rmsnorm_act_ref,
     .silu_mul = kn_silu_mul_ref,
+    .silu_mul_act = kn_silu_mul_act_ref,
     .rope = kn_rope_ref,
 };

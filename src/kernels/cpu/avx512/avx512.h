@@ -23,5 +23,19 @@ DECLARE_MATMUL_AVX512(kn_matmul_bf16f_avx512)   /* AVX-512F only: bf16 widened t
 
 void kn_act_q8a_avx512(void *restrict dst, const float *restrict x, int n);
 void kn_act_bf16_avx512(void *restrict dst, const float *restrict x, int n);
+void kn_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps);
+void kn_add_rmsnorm_avx512(float *restrict res, const float *restrict delta, float *restrict y,
+                           const float *restrict w, int n, float eps);
+void kn_rmsnorm_act_avx512(void *restrict dst, const float *restrict x, const float *restrict w,
+                           int n, float eps, int act);
+void kn_silu_mul_avx512(float *y, const float *g, const float *u, int n);
+void kn_silu_mul_act_avx512(void *restrict dst, const float *restrict g, const float *restrict u,
+                            int n, int act);
+void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
+
+/* The two avx512 tables: with AVX512_BF16 instructions (BF16 matmul by
+ * vdpbf16ps) and without; dispatch.c picks by CPUID. */
+extern const struct kn_ops kn_ops_avx512;
+extern const struct kn_ops kn_ops_avx512_nobf16;
 
 #endif

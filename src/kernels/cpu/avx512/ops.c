@@ -1,55 +1,298 @@
 /*
- * ops.c (avx512) - the avx512 kernel table. Entries without a avx512 version
- * point at the reference (kernels/cpu/ref), like ggml's arch-fallback.
+ * ops.c (avx512) - element-wise and row ops (activation conversions,
+ * RMSNorm plain / with the residual add / fused with the activation
+ * conversion, SiLU*mul plain / fused, RoPE) and the avx512 kernel tables.
+ * The specification is cpu/ref/ops.c and cpu/ref/matmul.c.
+ *
+ * Numerics against the reference:
+ *   - Q8A and BF16 conversions are bit-exact (same divisions, products and
+ *     round-to-nearest-even; cvtps2dq rounds like nearbyintf under the
+ *     default MXCSR, which the library never changes).
+ *   - RMSNorm accumulates the sum of squares in double, like the reference,
+ *     only in another order, then y = (x * scale) * w as the reference does:
+ *     outputs are equal unless the two sums round to different scales.
+ *   - silu uses its own exp (rel. error ~2 ulp); RoPE its own sin/cos (abs.
+ *     error ~1e-7 after a 3-part pi/2 reduction, fine for |theta| up to 1e5).
+ * Row ops work on one row and are batch-invariant by construction.
  */
+#include <immintrin.h>
+#include <math.h>
+
 #include "kernels/cpu/avx512/avx512.h"
 #include "kernels/cpu/ref/ref.h"
 
-const struct kn_ops kn_ops_avx512 = {
-    .name = "avx512",
-    .matmul =
-        {
-            [ANVIL_TYPE_F32] = kn_matmul_f32_ref,
-            [ANVIL_TYPE_F16] = kn_matmul_f16_ref,
-            [ANVIL_TYPE_BF16] = kn_matmul_bf16_ref,
-            [ANVIL_TYPE_Q8_0] = kn_matmul_q8_0_avx512,
-            [ANVIL_TYPE_Q4_0] = kn_matmul_q4_0_avx512,
-            [ANVIL_TYPE_Q4_1] = kn_matmul_q4_1_avx512,
-        },
-    .act =
-        {
-            [KN_ACT_F32] = kn_act_f32_ref,
-            [KN_ACT_BF16] = kn_act_bf16_ref,
-            [KN_ACT_Q8A] = kn_act_q8a_ref,
-        },
-    .rmsnorm = kn_rmsnorm_ref,
-    .add_rmsnorm = kn_add_rmsnorm_ref,
-    .rmsnorm_act = kn_rmsnorm_act_ref,
-    .silu_mul = kn_silu_mul_ref,
-    .rope = kn_rope_ref,
-};
+static inline __mmask16 tail_mask(int left) {
+    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+}
 
-/* Same table for CPUs with AVX-512 VNNI but without AVX512_BF16. */
-const struct kn_ops kn_ops_avx512_nobf16 = {
-    .name = "avx512",
-    .matmul =
-        {
-            [ANVIL_TYPE_F32] = kn_matmul_f32_ref,
-            [ANVIL_TYPE_F16] = kn_matmul_f16_ref,
-            [ANVIL_TYPE_BF16] = kn_matmul_bf16_ref,
-            [ANVIL_TYPE_Q8_0] = kn_matmul_q8_0_avx512,
-            [ANVIL_TYPE_Q4_0] = kn_matmul_q4_0_avx512,
-            [ANVIL_TYPE_Q4_1] = kn_matmul_q4_1_avx512,
-        },
-    .act =
-        {
-            [KN_ACT_F32] = kn_act_f32_ref,
-            [KN_ACT_BF16] = kn_act_bf16_ref,
-            [KN_ACT_Q8A] = kn_act_q8a_ref,
-        },
-    .rmsnorm = kn_rmsnorm_ref,
-    .add_rmsnorm = kn_add_rmsnorm_ref,
-    .rmsnorm_act = kn_rmsnorm_act_ref,
-    .silu_mul = kn_silu_mul_ref,
-    .rope = kn_rope_ref,
-};
+/* ---------------------------------------------------------------------- */
+/* activation conversions */
+
+/* One block of 32 floats (a, b) -> Q8A: qs[32], *d, *s (see quant.h). */
+static inline void q8a_block(__m512 a, __m512 b, int8_t *qs, float *d, float *s) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b)));
+    float db = amax / 127.0f, id = db != 0.0f ? 127.0f / amax : 0.0f;
+    __m512 vid = _mm512_set1_ps(id);
+    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid));
+    __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
+    _mm_storeu_si128((__m128i *)qs, _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128((__m128i *)(qs + 16), _mm512_cvtepi32_epi8(qb));
+    *d = db;
+    *s = db * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+}
+
+void kn_act_q8a_avx512(void *restrict dst, const float *restrict x, int n) {
+    int nb = n / QK;
+    int8_t *qs = dst;
+    float *d = (float *)((uint8_t *)dst + n), *s = d + nb;
+    for (int b = 0; b < nb; b++)
+        q8a_block(_mm512_loadu_ps(x + b * QK), _mm512_loadu_ps(x + b * QK + 16), qs + b * QK, d + b,
+                  s + b);
+}
+
+/* 16 floats -> 16 bf16, round to nearest even, NaN stays (quiet) NaN */
+static inline __m256i to_bf16(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(64));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+void kn_act_bf16_avx512(void *restrict dst, const float *restrict x, int n) {
+    kn_bf16 *y = dst;
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i);
+        _mm256_mask_storeu_epi16(y + i, k, to_bf16(_mm512_maskz_loadu_ps(k, x + i)));
+    }
+}
+
+/* Convert a row already in registers chunk by chunk: f(i) gives floats
+ * i..i+15 (masked past n). Q8A needs n % 32 == 0, as the format does. */
+#define ACT_ROW(dst, n, act, F) \
+    do { \
+        if ((act) == KN_ACT_Q8A) { \
+            int nb_ = (n) / QK; \
+            int8_t *qs_ = (dst); \
+            float *d_ = (float *)((uint8_t *)(dst) + (n)), *s_ = d_ + nb_; \
+            for (int b_ = 0; b_ < nb_; b_++) { \
+                int i = b_ * QK; \
+                __m512 lo_ = F; \
+                i += 16; \
+                __m512 hi_ = F; \
+                q8a_block(lo_, hi_, qs_ + b_ * QK, d_ + b_, s_ + b_); \
+            } \
+        } else if ((act) == KN_ACT_BF16) { \
+            kn_bf16 *y_ = (dst); \
+            for (int i = 0; i < (n); i += 16) \
+                _mm256_mask_storeu_epi16(y_ + i, tail_mask((n) - i), to_bf16(F)); \
+        } else { \
+            float *y_ = (dst); \
+            for (int i = 0; i < (n); i += 16) _mm512_mask_storeu_ps(y_ + i, tail_mask((n) - i), F); \
+        } \
+    } while (0)
+
+/* ---------------------------------------------------------------------- */
+/* RMSNorm */
+
+/* sum of squares in double, as the reference (different order) */
+static double sumsq(const float *x, int n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (int i = 0; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        a0 = _mm512_fmadd_pd(lo, lo, a0);
+        a1 = _mm512_fmadd_pd(hi, hi, a1);
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+}
+
+static inline float rms_scale(double ss, int n, float eps) {
+    return (float)(1.0 / sqrt(ss / n + eps));
+}
+
+void kn_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps) {
+    __m512 sc = _mm512_set1_ps(rms_scale(sumsq(x, n), n, eps));
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i);
+        __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), sc),
+                                 _mm512_maskz_loadu_ps(k, w + i));
+        _mm512_mask_storeu_ps(y + i, k, v);
+    }
+}
+
+void kn_add_rmsnorm_avx512(float *restrict res, const float *restrict delta, float *restrict y,
+                           const float *restrict w, int n, float eps) {
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i);
+        _mm512_mask_storeu_ps(res + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, res + i),
+                                                        _mm512_maskz_loadu_ps(k, delta + i)));
+    }
+    kn_rmsnorm_avx512(y, res, w, n, eps);
+}
+
+void kn_rmsnorm_act_avx512(void *restrict dst, const float *restrict x, const float *restrict w,
+                           int n, float eps, int act) {
+    __m512 sc = _mm512_set1_ps(rms_scale(sumsq(x, n), n, eps));
+#define RMS_AT(i) \
+    _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(n - (i)), x + (i)), sc), \
+                  _mm512_maskz_loadu_ps(tail_mask(n - (i)), w + (i)))
+    ACT_ROW(dst, n, act, RMS_AT(i));
+#undef RMS_AT
+}
+
+/* ---------------------------------------------------------------------- */
+/* SiLU */
+
+/* e^x: x = k ln2 + r, |r| <= ln2/2, degree-7 Taylor polynomial (truncation
+ * < 1e-8 relative), then vscalefps, which gives inf above ~88.7 and
+ * graded underflow below. */
+static inline __m512 exp_ps(__m512 x) {
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860682030941723212e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, k);
+}
+
+/* silu(g) * u = g / (1 + e^-g) * u, in the reference's order */
+static inline __m512 silu_mul16(__m512 g, __m512 u) {
+    __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+void kn_silu_mul_avx512(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, k, silu_mul16(_mm512_maskz_loadu_ps(k, g + i),
+                                                   _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+void kn_silu_mul_act_avx512(void *restrict dst, const float *restrict g, const float *restrict u,
+                            int n, int act) {
+#define SILU_AT(i) \
+    silu_mul16(_mm512_maskz_loadu_ps(tail_mask(n - (i)), g + (i)), \
+               _mm512_maskz_loadu_ps(tail_mask(n - (i)), u + (i)))
+    ACT_ROW(dst, n, act, SILU_AT(i));
+#undef SILU_AT
+}
+
+/* ---------------------------------------------------------------------- */
+/* RoPE */
+
+/* sin and cos of theta: k = round(theta * 2/pi), r = theta - k pi/2 with a
+ * 3-part pi/2 (FMA), Taylor polynomials on |r| <= pi/4, quadrant from k. */
+static inline void sincos_ps(__m512 th, __m512 *s, __m512 *c) {
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(th, _mm512_set1_ps(0.636619772367581343f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.5707963705062866211f), th);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-4.371138828673793e-08f), r);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-1.7151245100058819e-15f), r);
+    __m512 r2 = _mm512_mul_ps(r, r);
+    __m512 ps = _mm512_set1_ps(1.0f / 362880);
+    ps = _mm512_fmadd_ps(ps, r2, _mm512_set1_ps(-1.0f / 5040));
+    ps = _mm512_fmadd_ps(ps, r2, _mm512_set1_ps(1.0f / 120));
+    ps = _mm512_fmadd_ps(ps, r2, _mm512_set1_ps(-1.0f / 6));
+    ps = _mm512_fmadd_ps(_mm512_mul_ps(ps, r2), r, r);
+    __m512 pc = _mm512_set1_ps(1.0f / 40320);
+    pc = _mm512_fmadd_ps(pc, r2, _mm512_set1_ps(-1.0f / 720));
+    pc = _mm512_fmadd_ps(pc, r2, _mm512_set1_ps(1.0f / 24));
+    pc = _mm512_fmadd_ps(pc, r2, _mm512_set1_ps(-0.5f));
+    pc = _mm512_fmadd_ps(pc, r2, _mm512_set1_ps(1.0f));
+    __m512i q = _mm512_cvtps_epi32(k);
+    __mmask16 swap = _mm512_test_epi32_mask(q, _mm512_set1_epi32(1));
+    __mmask16 neg_s = _mm512_test_epi32_mask(q, _mm512_set1_epi32(2));
+    __mmask16 neg_c = _mm512_test_epi32_mask(_mm512_add_epi32(q, _mm512_set1_epi32(1)),
+                                             _mm512_set1_epi32(2));
+    __m512 sv = _mm512_mask_blend_ps(swap, ps, pc), cv = _mm512_mask_blend_ps(swap, pc, ps);
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    *s = _mm512_mask_xor_ps(sv, neg_s, sv, sign);
+    *c = _mm512_mask_xor_ps(cv, neg_c, cv, sign);
+}
+
+enum { ROPE_MAX_HD = 1024 };
+
+void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *inv_freq) {
+    if (head_dim > ROPE_MAX_HD || head_dim % 2) {
+        kn_rope_ref(x, n_head, head_dim, pos, inv_freq);
+        return;
+    }
+    /* per element j of a head: cc[j] = cos(theta_{j/2}), ss[j] = -/+ sin */
+    _Alignas(64) float cc[ROPE_MAX_HD], ss[ROPE_MAX_HD];
+    const int half = head_dim / 2;
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512 alt = _mm512_setr_ps(-1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1);
+    for (int i = 0; i < half; i += 16) {
+        __mmask16 k = tail_mask(half - i);
+        __m512 th = _mm512_mul_ps(_mm512_set1_ps((float)pos), _mm512_maskz_loadu_ps(k, inv_freq + i));
+        __m512 s, c;
+        sincos_ps(th, &s, &c);
+        /* pairs i..i+7 then i+8..i+15, each value twice */
+        __m512 c0 = _mm512_permutexvar_ps(dup, c), s0 = _mm512_permutexvar_ps(dup, s);
+        __m512i dup8 = _mm512_add_epi32(dup, _mm512_set1_epi32(8));
+        __m512 c1 = _mm512_permutexvar_ps(dup8, c), s1 = _mm512_permutexvar_ps(dup8, s);
+        _mm512_mask_storeu_ps(cc + 2 * i, tail_mask(2 * (half - i)), c0);
+        _mm512_mask_storeu_ps(ss + 2 * i, tail_mask(2 * (half - i)), _mm512_mul_ps(s0, alt));
+        if (half - i > 8) {
+            _mm512_mask_storeu_ps(cc + 2 * i + 16, tail_mask(2 * (half - i) - 16), c1);
+            _mm512_mask_storeu_ps(ss + 2 * i + 16, tail_mask(2 * (half - i) - 16), _mm512_mul_ps(s1, alt));
+        }
+    }
+    for (int h = 0; h < n_head; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int j = 0; j < head_dim; j += 16) {
+            __mmask16 k = tail_mask(head_dim - j);
+            __m512 a = _mm512_maskz_loadu_ps(k, v + j);
+            __m512 sw = _mm512_permute_ps(a, _MM_SHUFFLE(2, 3, 0, 1)); /* (b, a) pairs */
+            /* (a c - b s, b c + a s), as the reference: two products, one add */
+            __m512 r = _mm512_add_ps(_mm512_mul_ps(a, _mm512_maskz_load_ps(k, cc + j)),
+                                     _mm512_mul_ps(sw, _mm512_maskz_load_ps(k, ss + j)));
+            _mm512_mask_storeu_ps(v + j, k, r);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* tables: with AVX512_BF16 (vdpbf16ps) and without; dispatch.c picks */
+
+#define KN_OPS_AVX512(BF16_MATMUL) \
+    { \
+        .name = "avx512", \
+        .matmul = \
+            { \
+                [ANVIL_TYPE_F32] = kn_matmul_f32_avx512, \
+                [ANVIL_TYPE_F16] = kn_matmul_f16_avx512, \
+                [ANVIL_TYPE_BF16] = BF16_MATMUL, \
+                [ANVIL_TYPE_Q8_0] = kn_matmul_q8_0_avx512, \
+                [ANVIL_TYPE_Q4_0] = kn_matmul_q4_0_avx512, \
+                [ANVIL_TYPE_Q4_1] = kn_matmul_q4_1_avx512, \
+            }, \
+        .act = \
+            { \
+                [KN_ACT_F32] = kn_act_f32_ref, \
+                [KN_ACT_BF16] = kn_act_bf16_avx512, \
+                [KN_ACT_Q8A] = kn_act_q8a_avx512, \
+            }, \
+        .rmsnorm = kn_rmsnorm_avx512, \
+        .add_rmsnorm = kn_add_rmsnorm_avx512, \
+        .rmsnorm_act = kn_rmsnorm_act_avx512, \
+        .silu_mul = kn_silu_mul_avx512, \
+        .silu_mul_act = kn_silu_mul_act_avx512, \
+        .rope = kn_rope_avx512, \
+    }
+
+const struct kn_ops kn_ops_avx512 = KN_OPS_AVX512(kn_matmul_bf16_avx512);
+const struct kn_ops kn_ops_avx512_nobf16 = KN_OPS_AVX512(kn_matmul_bf16f_avx512);

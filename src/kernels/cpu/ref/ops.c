@@ -43,6 +43,19 @@ void kn_silu_mul_ref(float *y, const float *g, const float *u, int n) {
     }
 }
 
+/* The unfused composition is the definition (n <= 16384, as rmsnorm_act). */
+void kn_silu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
+                         int n, int act) {
+    float tmp[16384];
+    if (n > 16384) return;
+    kn_silu_mul_ref(tmp, g, u, n);
+    switch (act) {
+    case KN_ACT_Q8A: kn_act_q8a_ref(dst, tmp, n); break;
+    case KN_ACT_BF16: kn_act_bf16_ref(dst, tmp, n); break;
+    default: kn_act_f32_ref(dst, tmp, n); break;
+    }
+}
+
 void kn_rope_ref(float *x, int n_head, int head_dim, int pos, const float *inv_freq) {
     for (int h = 0; h < n_head; h++) {
         float *v = x + (size_t)h * head_dim;
@@ -77,5 +90,6 @@ const struct kn_ops kn_ops_ref = {
     .add_rmsnorm = kn_add_rmsnorm_ref,
     .rmsnorm_act = kn_rmsnorm_act_ref,
     .silu_mul = kn_silu_mul_ref,
+    .silu_mul_act = kn_silu_mul_act_ref,
     .rope = kn_rope_ref,
 };

@@ -27,6 +27,8 @@ void kn_add_rmsnorm_ref(float *restrict res, const float *restrict delta, float 
 void kn_rmsnorm_act_ref(void *restrict dst, const float *restrict x, const float *restrict w,
                         int n, float eps, int act);
 void kn_silu_mul_ref(float *y, const float *g, const float *u, int n);
+void kn_silu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
+                         int n, int act);
 void kn_rope_ref(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
 
 #endif
