@@ -9,7 +9,7 @@
  * Also here: batch invariance of each matmul variant (ops.h: y(t, r) must
  * be bit-identical whatever n_tokens, r0, r1), and the reference against
  * golden tensors computed with numpy and the gguf package
- * (tests/gen/gen_kernels.py -> tests/data/kernels.bin).
+ * (tests/gen/gen_kernels.py -> tests/data/kernels_golden.bin).
  *
  * Tolerances: matmul error bounds scale with the magnitude sum
  * sum_i |w_i| |x_i| of each dot (absdot), not with |y|, so cancellation in
@@ -743,6 +743,154 @@ static void test_rope(void **state) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* the reference against numpy golden tensors (tests/gen/gen_kernels.py) */
+
+struct garr {
+    uint32_t dtype; /* 0 f32, 1 u8, 2 f64 */
+    uint64_t count;
+    void *data;
+};
+struct grec {
+    char name[17];
+    uint32_t n_int, n_arr;
+    int32_t ints[8];
+    struct garr arr[8];
+};
+
+static bool read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
+
+/* One record; false at EOF or on a malformed file (then *bad is set). */
+static bool grec_read(FILE *f, struct grec *r, bool *bad) {
+    memset(r, 0, sizeof(*r));
+    *bad = true;
+    if (!read_exact(f, r->name, 16)) return false;
+    if (!read_exact(f, &r->n_int, 4) || r->n_int > 8) return false;
+    if (!read_exact(f, r->ints, 4 * r->n_int)) return false;
+    if (!read_exact(f, &r->n_arr, 4) || r->n_arr > 8) return false;
+    for (uint32_t i = 0; i < r->n_arr; i++) {
+        struct garr *a = &r->arr[i];
+        if (!read_exact(f, &a->dtype, 4) || !read_exact(f, &a->count, 8) || a->dtype > 2 ||
+            a->count > (1u << 24))
+            return false;
+        size_t es = a->dtype == 0 ? 4 : a->dtype == 1 ? 1 : 8;
+        a->data = xmalloc(a->count * es + 64);
+        if (!read_exact(f, a->data, a->count * es)) return false;
+    }
+    *bad = false;
+    return true;
+}
+
+static void grec_free(struct grec *r) {
+    for (uint32_t i = 0; i < r->n_arr; i++) free(r->arr[i].data);
+}
+
+static bool golden_one(const struct grec *r) {
+    const char *nm = r->name;
+    char shape[64];
+    if (!strcmp(nm, "rmsnorm")) {
+        int n = r->ints[0];
+        const float *x = r->arr[0].data, *w = r->arr[1].data, *eps = r->arr[2].data;
+        float *y = xmalloc(sizeof(float) * n);
+        kn_rmsnorm_ref(y, x, w, n, eps[0]);
+        snprintf(shape, sizeof(shape), "n %d", n);
+        bool ok = check("golden rmsnorm", "ref", shape, 0, y, r->arr[3].data, NULL, n,
+                        (struct cmp){1e-30, 6 * FLT_EPSILON, 1e-12});
+        free(y);
+        return ok;
+    }
+    if (!strcmp(nm, "rope")) {
+        int nh = r->ints[0], hd = r->ints[1], pos = r->ints[2], n = nh * hd;
+        float *x = xmalloc(sizeof(float) * n);
+        double *sc = xmalloc(sizeof(double) * n);
+        memcpy(x, r->arr[0].data, sizeof(float) * n);
+        for (int i = 0; i < n; i += 2) sc[i] = sc[i + 1] = fabs(x[i]) + fabs(x[i + 1]);
+        kn_rope_ref(x, nh, hd, pos, r->arr[1].data);
+        snprintf(shape, sizeof(shape), "n_head %d head_dim %d pos %d", nh, hd, pos);
+        bool ok = check("golden rope", "ref", shape, 0, x, r->arr[2].data, sc, n,
+                        (struct cmp){1e-6, 0, 1e-12});
+        free(x);
+        free(sc);
+        return ok;
+    }
+    if (!strcmp(nm, "silu_mul")) {
+        int n = r->ints[0];
+        float *y = xmalloc(sizeof(float) * n);
+        kn_silu_mul_ref(y, r->arr[0].data, r->arr[1].data, n);
+        snprintf(shape, sizeof(shape), "n %d", n);
+        bool ok = check("golden silu_mul", "ref", shape, 0, y, r->arr[2].data, NULL, n,
+                        (struct cmp){1e-37, 5e-7, 1e-12});
+        free(y);
+        return ok;
+    }
+    if (!strcmp(nm, "q8a")) {
+        int n = r->ints[0], nb = n / QK;
+        uint8_t *a = xmalloc(kn_act_row_size(KN_ACT_Q8A, n));
+        kn_act_q8a_ref(a, r->arr[0].data, n);
+        /* the format is exact: qs, then d, then s */
+        bool ok = bytes_equal("golden q8a qs", "ref", n, 0, a, r->arr[1].data, (size_t)n) &&
+                  bytes_equal("golden q8a d", "ref", n, 0, a + n, r->arr[2].data, 4 * (size_t)nb) &&
+                  bytes_equal("golden q8a s", "ref", n, 0, a + n + 4 * nb, r->arr[3].data,
+                              4 * (size_t)nb);
+        free(a);
+        return ok;
+    }
+    if (!strcmp(nm, "matmul")) {
+        int type = r->ints[0], n = r->ints[1], rows = r->ints[2], nt = r->ints[3];
+        int act = kn_act_for_type(type);
+        size_t ws = row_bytes(type, n), xs = kn_act_row_size(act, n);
+        if (r->arr[0].count != ws * rows) {
+            printf("FAIL golden matmul: %zu weight bytes for %s n %d rows %d\n",
+                   (size_t)r->arr[0].count, type_name(type), n, rows);
+            return false;
+        }
+        uint8_t *x = xmalloc(xs * nt);
+        float *y = xmalloc(sizeof(float) * rows * nt);
+        for (int t = 0; t < nt; t++)
+            kn_ops_ref.act[act](x + xs * t, (const float *)r->arr[1].data + (size_t)t * n, n);
+        kn_ops_ref.matmul[type](y, rows, r->arr[0].data, ws, x, xs, n, nt, 0, rows);
+        snprintf(shape, sizeof(shape), "%s n %d rows %d n_tokens %d", type_name(type), n, rows, nt);
+        bool ok = check("golden matmul", "ref", shape, 0, y, r->arr[2].data, r->arr[3].data,
+                        (size_t)rows * nt, (struct cmp){mm_atol_c(type, n), 0, 1e-10});
+        free(x);
+        free(y);
+        return ok;
+    }
+    printf("FAIL golden: unknown record '%s'\n", nm);
+    return false;
+}
+
+static void test_golden(void **state) {
+    (void)state;
+    FILE *f = fopen("tests/data/kernels_golden.bin", "rb");
+    if (!f) fail_msg("tests/data/kernels_golden.bin missing (run from the repo root)");
+    char magic[8];
+    uint32_t count = 0;
+    assert_true(read_exact(f, magic, 8) && !memcmp(magic, "ANVKRN01", 8));
+    assert_true(read_exact(f, &count, 4));
+    int fails = 0, seen = 0;
+    bool kinds[5] = {false};
+    for (uint32_t i = 0; i < count; i++) {
+        struct grec r;
+        bool bad;
+        if (!grec_read(f, &r, &bad)) {
+            grec_free(&r);
+            fclose(f);
+            fail_msg("tests/data/kernels_golden.bin: malformed record %u", i);
+        }
+        static const char *names[5] = {"rmsnorm", "rope", "silu_mul", "q8a", "matmul"};
+        for (int k = 0; k < 5; k++)
+            if (!strcmp(r.name, names[k])) kinds[k] = true;
+        if (!golden_one(&r)) fails++;
+        seen++;
+        grec_free(&r);
+    }
+    fclose(f);
+    assert_int_equal(seen, (int)count);
+    for (int k = 0; k < 5; k++) assert_true(kinds[k]);
+    assert_int_equal(fails, 0);
+}
+
+/* ---------------------------------------------------------------------- */
 /* test list: every op x every variant */
 
 struct tdef {
@@ -766,7 +914,7 @@ enum { N_TDEF = sizeof(TESTS) / sizeof(TESTS[0]) };
 
 int main(int argc, char **argv) {
     variants_init();
-    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 1];
+    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 2];
     static char names[N_TDEF * N_VARIANTS][64];
     const char *filter = argc > 1 ? argv[1] : NULL;
     size_t nt = 0;
@@ -779,6 +927,8 @@ int main(int argc, char **argv) {
             tests[nt] = (struct CMUnitTest){names[nt], TESTS[i].fn, NULL, NULL, &variants[v]};
             nt++;
         }
+    if (!filter || strstr("golden", filter))
+        tests[nt++] = (struct CMUnitTest){"golden", test_golden, NULL, NULL, NULL};
     if (!filter || strstr("ref_fused_is_composition", filter))
         tests[nt++] = (struct CMUnitTest){"ref_fused_is_composition", test_ref_fused_is_composition,
                                           NULL, NULL, NULL};
