@@ -179,6 +179,14 @@ def test_llama_cpp_runs_output(outputs, reference_top, name):
     assert top[0] in reference_top, (name, top, reference_top, text)
 
 
+@pytest.mark.parametrize("name", list(TYPES))
+def test_anvil_runs_output(outputs, name):
+    """Our own engine loads and runs each output (greedy, a few tokens)."""
+    p = run([ANVIL, "run", "-m", outputs[name], "-p", PROMPT, "-n", "4", "--temp", "0", "-t", "2"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() != ""
+
+
 @pytest.mark.skipif(not os.path.exists(ANVIL_ASAN), reason="bin/anvil-asan not built")
 def test_asan_quantize(tmp_path):
     out = str(tmp_path / "asan.gguf")
