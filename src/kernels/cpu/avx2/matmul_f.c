@@ -14,6 +14,10 @@
 
 #include "kernels/cpu/avx2/avx2.h"
 
+/* Prefetch distance along each weight row in the one-token path: 8 rows
+ * are read in parallel, so a shorter distance than matmul_q.c's. */
+enum { PF_DIST = 1024 };
+
 enum { F_F32, F_F16, F_BF16 };
 
 /* 8 values from element i of row p (weights of `type`, or activations of
@@ -49,6 +53,7 @@ tile(int type, int mt, int nr, const uint8_t *w, size_t ws, const uint8_t *x, si
      float *y, size_t ldy) {
     const int xfmt = type == F_BF16 ? F_BF16 : F_F32;
     const int nfull = n / 8 * 8;
+    const int ebytes = type == F_F32 ? 4 : 2;
     __m256 acc[4][8];
 #pragma GCC unroll 4
     for (int t = 0; t < mt; t++)
@@ -56,6 +61,10 @@ tile(int type, int mt, int nr, const uint8_t *w, size_t ws, const uint8_t *x, si
         for (int r = 0; r < nr; r++) acc[t][r] = _mm256_setzero_ps();
     for (int i = 0; i < nfull; i += 8) {
         __m256 wv[8];
+        if (mt == 1 && i % 16 == 0) /* decode: weights stream from memory */
+#pragma GCC unroll 8
+            for (int r = 0; r < nr; r++)
+                _mm_prefetch((const char *)w + r * ws + (size_t)i * ebytes + PF_DIST, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) wv[r] = load8(type, w + r * ws, i, n, 0);
 #pragma GCC unroll 4

@@ -23,6 +23,9 @@
 #include "kernels/cpu/avx2/avx2.h"
 
 enum { T_Q8_0, T_Q4_0, T_Q4_1 };
+
+/* Prefetch distance for the weight stream (see cpu/avx512/matmul_q.c). */
+enum { PF_DIST = 4096 };
 static const int BLK_BYTES[3] = {34, 18, 20};
 
 /* lane j = sum of the 8 dwords of p[j] */
@@ -88,6 +91,7 @@ dot_row(int type, const uint8_t *row, const int8_t *qa, const float *da, const f
         int nv = nb - g < 8 ? nb - g : 8;
         const uint8_t *gp = row + (size_t)g * bb;
         __m256i p[8];
+        for (int k = 0; k < 8 * bb; k += 64) _mm_prefetch((const char *)gp + PF_DIST + k, _MM_HINT_T0);
         if (nv == 8) {
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) p[j] = block_dot(type, gp + j * bb, qa + (g + j) * QK);

@@ -19,6 +19,10 @@
 
 #include "kernels/cpu/avx512/avx512.h"
 
+/* Prefetch distance along each weight row in the one-token path: 8 rows
+ * are read in parallel, so a shorter distance than matmul_q.c's. */
+enum { PF_DIST = 1024 };
+
 enum { F_F32, F_F16, F_BF16DP, F_BF16W };
 
 static inline __m512 widen_bf16(__m256i h) {
@@ -69,6 +73,7 @@ tile(int type, int mt, int nr, const uint8_t *w, size_t ws, const uint8_t *x, si
      float *y, size_t ldy) {
     const int step = type == F_BF16DP ? 32 : 16;
     const int nfull = n / step * step;
+    const int ebytes = type == F_F32 ? 4 : 2;
     __m512 acc[4][8];
 #pragma GCC unroll 4
     for (int t = 0; t < mt; t++)
@@ -76,6 +81,10 @@ tile(int type, int mt, int nr, const uint8_t *w, size_t ws, const uint8_t *x, si
         for (int r = 0; r < nr; r++) acc[t][r] = _mm512_setzero_ps();
     for (int i = 0; i < nfull; i += step) {
         __m512 wv[8];
+        if (mt == 1) /* decode: weights stream from memory, nr rows in parallel */
+#pragma GCC unroll 8
+            for (int r = 0; r < nr; r++)
+                _mm_prefetch((const char *)w + r * ws + (size_t)i * ebytes + PF_DIST, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) wv[r] = load_w(type, w + r * ws, i, n, 0);
 #pragma GCC unroll 4

@@ -108,6 +108,17 @@ static inline __mmask16 tail4_lanes(int nv) {
 }
 
 enum { GB = 16 }; /* blocks per group */
+
+/* Software prefetch distance for weight rows, which are read once per call
+ * as one contiguous stream. The hardware prefetcher stops at 4 KB page
+ * boundaries; prefetching a page ahead measured ~1.5x faster on cold
+ * (streamed) weights here (1 thread, SmolLM2 lm_head, Q4_1 and Q8_0);
+ * 1-16 KB were tried, 4 KB was best or close to it. */
+enum { PF_DIST = 4096 };
+
+static inline void prefetch_group(const uint8_t *gp, int gbytes) {
+    for (int k = 0; k < gbytes; k += 64) _mm_prefetch((const char *)gp + PF_DIST + k, _MM_HINT_T0);
+}
 enum { T_Q8_0, T_Q4_0, T_Q4_1 };
 /* how much of a group is valid: all 16 blocks, at most 4 (H layout only),
  * or anything else (masked) */
@@ -383,6 +394,7 @@ dot_mv(int type, const uint8_t *row, const struct agrp *ag, int nb) {
     struct graw w;
     for (int g = 0; g < nfull; g++) {
         const uint8_t *gp = row + (size_t)g * gbytes;
+        prefetch_group(gp, gbytes);
         load_group(type, G_FULL, gp, GB, &w);
         acc = fstage(type, acc, isum_h(type, 4, &w, &ag[g]), w.dw, w.mw, ag[g].da, ag[g].sa);
     }
@@ -434,7 +446,10 @@ wprep_group(int type, int mode, struct wgrp *o, const uint8_t *gp, int nv) {
 static inline __attribute__((always_inline)) void
 wprep(int type, struct wgrp *wg, const uint8_t *row, int nb) {
     const int gbytes = GB * BLK_BYTES[type], nfull = nb / GB, tail = nb % GB;
-    for (int g = 0; g < nfull; g++) wprep_group(type, G_FULL, &wg[g], row + (size_t)g * gbytes, GB);
+    for (int g = 0; g < nfull; g++) {
+        prefetch_group(row + (size_t)g * gbytes, gbytes);
+        wprep_group(type, G_FULL, &wg[g], row + (size_t)g * gbytes, GB);
+    }
     if (tail > 4) wprep_group(type, G_TAIL, &wg[nfull], row + (size_t)nfull * gbytes, tail);
     else if (tail) wprep_group(type, G_TAIL4, &wg[nfull], row + (size_t)nfull * gbytes, tail);
 }
