@@ -155,6 +155,9 @@ struct anvil_ctx_params {
     int32_t n_batch;   /* max rows in one anvil_decode; 0 = 512 */
     int32_t n_threads; /* 0 = number of online CPUs */
     int32_t n_outputs; /* max rows asking for logits in one decode; 0 = n_seq_max */
+    int kv_type;       /* ANVIL_TYPE_F16 (default when 0) or ANVIL_TYPE_Q8_0 */
+    int64_t kv_mem;    /* KV pool bytes; 0 = room for n_seq_max * n_ctx positions */
+    bool prefix_cache; /* share full KV blocks of identical prompt prefixes */
 };
 
 struct anvil_ctx_params anvil_ctx_default_params(void);
@@ -165,9 +168,10 @@ void anvil_ctx_free(struct anvil_ctx *c);
 const char *anvil_ctx_errmsg(const struct anvil_ctx *c);
 int32_t anvil_ctx_n_ctx(const struct anvil_ctx *c);
 
-/* A batch is n_tokens rows; row i is (token[i], pos[i], seq_id[i]). Rows of
- * one sequence must be in increasing position order, and a sequence's rows
- * must continue exactly where its cache ends (pos == current length).
+/* A batch is n_tokens rows; row i is (token[i], pos[i], seq_id[i]). The
+ * rows of one sequence must be consecutive in the batch, in increasing
+ * position order, and continue exactly where its cache ends (pos ==
+ * current length).
  * logits[i] != 0 asks for the logits of row i; NULL asks for the last row.
  * All arrays stay the caller's. */
 struct anvil_batch {
@@ -179,8 +183,9 @@ struct anvil_batch {
 };
 
 /* Run the forward pass. ANVIL_ERR_INVALID for bad token ids, positions,
- * sequence ids or sizes (the cache is left as it was); ANVIL_ERR_KV_FULL
- * when a sequence would pass n_ctx (recoverable). */
+ * sequence ids or sizes; ANVIL_ERR_KV_FULL when a sequence would pass
+ * n_ctx or the KV pool has no free blocks (recoverable: free a sequence
+ * and retry). On any error the cache is left exactly as it was. */
 anvil_status anvil_decode(struct anvil_ctx *c, const struct anvil_batch *b);
 
 /* Logits (n_vocab floats) of the i-th row that asked for them in the last
@@ -191,8 +196,15 @@ int32_t anvil_n_logits(const struct anvil_ctx *c);
 
 /* Current length (next position) of a sequence's cache. */
 int32_t anvil_seq_len(const struct anvil_ctx *c, int32_t seq_id);
-/* Drop a sequence's cached positions >= pos (pos 0 clears it). */
+/* Drop a sequence's cached positions >= pos (pos 0 clears it and frees
+ * its KV blocks). */
 anvil_status anvil_seq_truncate(struct anvil_ctx *c, int32_t seq_id, int32_t pos);
+/* For an empty sequence: reuse cached KV blocks of an identical prompt
+ * prefix (needs prefix_cache). Returns the positions reused (whole blocks,
+ * at most n - 1 so the last token is computed); the sequence then has that
+ * length. */
+int32_t anvil_seq_reuse_prefix(struct anvil_ctx *c, int32_t seq_id, const anvil_token *tokens,
+                               int32_t n);
 
 /* ---------------------------------------------------------------------- */
 /* sampling */

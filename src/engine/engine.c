@@ -33,6 +33,7 @@
 
 #include "core/core.h"
 #include "model/ctx.h"
+#include "model/model.h"
 
 #define MAX_STOP 16
 #define MAX_TOP_LOGPROBS 20
@@ -214,6 +215,17 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     cp.n_batch = e->p.step_tokens;
     cp.n_threads = e->p.n_threads;
     cp.n_outputs = e->p.max_running;
+    cp.kv_type = e->p.kv_type;
+    cp.prefix_cache = true;
+    cp.kv_mem = e->p.kv_mem;
+    if (!cp.kv_mem) {
+        /* max_running sequences of min(n_ctx, 1024) positions each */
+        const struct llama_hparams *hp = &m->hp;
+        int64_t per_tok = (int64_t)hp->n_layer * 2 * hp->n_head_kv * hp->head_dim;
+        per_tok = e->p.kv_type == ANVIL_TYPE_Q8_0 ? per_tok * 34 / 32 : per_tok * 2;
+        int64_t toks = e->p.n_ctx < 1024 ? e->p.n_ctx : 1024;
+        cp.kv_mem = per_tok * toks * e->p.max_running;
+    }
     if ((st = anvil_ctx_init(m, &cp, &e->ctx)) != ANVIL_OK) goto fail;
     e->n_ctx = anvil_ctx_n_ctx(e->ctx);
     st = ANVIL_ERR_NOMEM;
@@ -524,7 +536,13 @@ static void drop_cancelled(struct anvil_engine *e) {
             finish(e, e->running[s], ANVIL_FINISH_CANCELLED, NULL, false);
 }
 
+/* Move waiting requests into free slots, FIFO, while the KV pool has room
+ * for the rest of their tokens plus one block of growth per running
+ * request (a watermark, so that admitting does not force an immediate
+ * preemption). Identical prompt prefixes reuse cached blocks. */
 static void admit(struct anvil_engine *e) {
+    struct ctx_kv_info kv;
+    ctx_kv_info(e->ctx, &kv);
     while (e->wait_head && e->n_running < e->p.max_running) {
         int slot = -1;
         for (int s = 0; s < e->p.max_running; s++)
@@ -534,15 +552,18 @@ static void admit(struct anvil_engine *e) {
             }
         if (slot < 0) break;
         struct request *r = e->wait_head;
-        /* room for the whole request in this slot (the contiguous cache
-         * reserves n_ctx per slot; a paged pool checks free blocks) */
-        if (ctx_kv_room(e->ctx, slot) < r->n_tokens + (r->max_tokens - r->n_gen)) break;
+        int32_t reused = anvil_seq_reuse_prefix(e->ctx, slot, r->tokens, r->n_tokens);
+        int32_t need = r->n_tokens - reused + kv.block_tokens * e->n_running;
+        if (ctx_kv_room(e->ctx, slot) < need && e->n_running > 0) {
+            anvil_seq_truncate(e->ctx, slot, 0);
+            break;
+        }
         e->wait_head = r->next;
         if (!e->wait_head) e->wait_tail = NULL;
         e->n_waiting--;
         r->next = NULL;
         r->slot = slot;
-        r->n_cached = 0;
+        r->n_cached = reused;
         r->admit_seq = ++e->admit_counter;
         e->running[slot] = r;
         e->n_running++;

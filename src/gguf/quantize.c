@@ -13,11 +13,12 @@
  *     llama.cpp ftype of the target and general.quantization_version to 2,
  *     as llama-quantize does (added when missing).
  *   - alignment: the input's general.alignment (default 32) is kept.
- * llama.cpp's default mix differs in one place: for Q4_0/Q4_1 it writes
- * output.weight - or the token embedding when the output is tied to it -
- * as Q6_K (as Q8_0 in versions whose row check used the 256-element super
- * block, which is what the shipped SmolLM2 Q4_1 file has). anvil does not
- * read Q6_K and keeps the rule simple, like `llama-quantize --pure`.
+ *   - except the lm_head: for Q4_0/Q4_1 targets, output.weight - or the
+ *     token embedding when the output is tied to it - becomes Q8_0. llama.cpp
+ *     keeps this matrix at higher precision too (Q6_K today, Q8_0 in the
+ *     versions that made the shipped SmolLM2 Q4_1 file); anvil does not read
+ *     Q6_K, so Q8_0. Measured on SmolLM2-135M: with a Q4_0 lm_head the
+ *     greedy answer to "The capital of France is" stops being " Paris".
  *
  * The output is written to OUT.tmp and renamed over OUT only when complete,
  * so OUT is never half-written; on failure OUT.tmp is removed.
@@ -52,8 +53,10 @@ static uint32_t eff_dims(const struct gguf_tensor *t) {
     return n;
 }
 
-static int out_type(const struct gguf_tensor *t, int target) {
+static int out_type(const struct gguf_tensor *t, int target, bool is_lm_head) {
     if (eff_dims(t) < 2) return ANVIL_TYPE_F32;
+    if (is_lm_head && (target == ANVIL_TYPE_Q4_0 || target == ANVIL_TYPE_Q4_1))
+        target = ANVIL_TYPE_Q8_0;
     uint32_t blck;
     gguf_type_block(target, &blck, NULL);
     return t->ne[0] % blck == 0 ? target : t->type;
@@ -95,7 +98,10 @@ anvil_status anvil_quantize(const char *in, const char *out, int type, anvil_pro
     if (!types || !offs) goto nomem;
     for (uint64_t i = 0; i < n; i++) {
         const struct gguf_tensor *t = &f->tensors[i];
-        types[i] = out_type(t, type);
+        bool lm_head = !strcmp(t->name, "output.weight") ||
+                       (!strcmp(t->name, "token_embd.weight") &&
+                        !gguf_find_tensor(f, "output.weight"));
+        types[i] = out_type(t, type, lm_head);
         offs[i] = off;
         uint64_t nel = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; /* checked by gguf_open */
         uint64_t nb = gguf_row_size(types[i], t->ne[0]) * (nel / t->ne[0]);

@@ -22,14 +22,19 @@
  * and lm_head. No allocation happens in anvil_decode: every buffer is sized
  * in anvil_ctx_init from the model and n_batch.
  *
- * The KV cache here is contiguous per sequence: k_cache is
- * (n_layer, n_seq_max, n_ctx, n_head_kv*head_dim) F16, v_cache the same.
+ * K/V live in the paged cache (src/kv): each step reserves the blocks its
+ * rows need up front (all or nothing, so ANVIL_ERR_KV_FULL leaves the
+ * cache untouched), writes K/V per layer, runs the batched decode /
+ * split-K / tiled prefill attention driver over the block tables, and
+ * commits the positions at the end.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/pool.h"
+#include "kv/kv_cache.h"
+#include "model/ctx.h"
 #include "model/model.h"
 
 struct anvil_ctx {
@@ -38,9 +43,14 @@ struct anvil_ctx {
     int n_ctx, n_seq_max, n_batch, n_outputs, n_threads;
     int q_dim, kv_dim, qkv_dim, max_dim;
 
-    kn_f16 *k_cache, *v_cache; /* (n_layer, n_seq_max, n_ctx, kv_dim) */
-    int32_t *seq_len;          /* (n_seq_max) positions cached per sequence */
+    struct kv_cache *kv;
+    const struct kn_attn_ops *attn_ops;
     int32_t *seq_next;         /* (n_seq_max) validation scratch */
+    /* the batch's runs: one per sequence, rows [run_row0, run_row0 + run_n) */
+    int32_t n_runs;
+    int32_t *run_seq, *run_n, *run_row0, *run_pos0; /* (n_seq_max) */
+    struct kv_attn_seq *run_attn;                   /* (n_seq_max) */
+    struct kv_attn_job *job;   /* this layer's attention plan */
 
     float *x;        /* (n_batch, n_embd) residual stream */
     float *qkv;      /* (n_batch, qkv_dim) */
@@ -48,7 +58,6 @@ struct anvil_ctx {
     float *tmp;      /* (n_batch, n_embd) output of Wo / Wdown */
     float *gu;       /* (n_batch, 2*n_ff) gate then up */
     float *nrm;      /* (n_threads, max_dim) per-thread row */
-    float *scores;   /* (n_threads, n_ctx) attention scores */
     uint8_t *act;    /* (n_batch, act_stride) activation rows */
     size_t act_stride;
     float *logits;   /* (n_outputs, n_vocab) */
@@ -73,17 +82,19 @@ int32_t anvil_ctx_n_ctx(const struct anvil_ctx *c) { return c->n_ctx; }
 void anvil_ctx_free(struct anvil_ctx *c) {
     if (!c) return;
     pool_free(c->pool);
-    anvil_free_aligned(c->k_cache);
-    anvil_free_aligned(c->v_cache);
-    anvil_free(c->seq_len);
+    kv_free(c->kv);
     anvil_free(c->seq_next);
+    anvil_free(c->run_seq);
+    anvil_free(c->run_n);
+    anvil_free(c->run_row0);
+    anvil_free(c->run_pos0);
+    anvil_free(c->run_attn);
     anvil_free_aligned(c->x);
     anvil_free_aligned(c->qkv);
     anvil_free_aligned(c->attn);
     anvil_free_aligned(c->tmp);
     anvil_free_aligned(c->gu);
     anvil_free_aligned(c->nrm);
-    anvil_free_aligned(c->scores);
     anvil_free_aligned(c->act);
     anvil_free_aligned(c->logits);
     anvil_free(c->out_row);
@@ -123,25 +134,55 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     if (hp->n_ff > c->max_dim) c->max_dim = hp->n_ff;
 
     anvil_status st = ANVIL_ERR_NOMEM;
-    size_t kv_elems;
-    if (!size_mul((size_t)hp->n_layer * (size_t)c->n_seq_max, (size_t)c->n_ctx, &kv_elems) ||
-        !size_mul(kv_elems, (size_t)c->kv_dim, &kv_elems)) {
-        snprintf(c->errmsg, sizeof(c->errmsg), "ctx: KV cache size overflows");
+    if (p->kv_type != 0 && p->kv_type != ANVIL_TYPE_F16 && p->kv_type != ANVIL_TYPE_Q8_0) {
+        st = ANVIL_ERR_INVALID;
+        snprintf(c->errmsg, sizeof(c->errmsg), "ctx: KV type must be F16 or Q8_0");
         goto fail;
     }
-    size_t nb = (size_t)c->n_batch;
+    c->attn_ops = kn_attn_select(m->ops->name);
+    if (!c->attn_ops) {
+        st = ANVIL_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    struct kv_params kp = {
+        .n_layer = hp->n_layer,
+        .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv,
+        .head_dim = hp->head_dim,
+        .type = p->kv_type ? p->kv_type : ANVIL_TYPE_F16,
+        .n_seq_max = c->n_seq_max,
+        .n_ctx = c->n_ctx,
+        .n_threads = c->n_threads,
+        .prefix_cache = p->prefix_cache,
+    };
+    if (p->kv_mem > 0) {
+        kp.mem_bytes = (size_t)p->kv_mem;
+    } else {
+        /* room for every sequence at full length */
+        int32_t bs = 16;
+        int64_t blocks = (int64_t)c->n_seq_max * ((c->n_ctx + bs - 1) / bs);
+        if (blocks > INT32_MAX / 2) {
+            st = ANVIL_ERR_INVALID;
+            goto fail;
+        }
+        kp.n_blocks = (int32_t)blocks;
+    }
+    if ((st = kv_init(&kp, &c->kv, c->errmsg, sizeof(c->errmsg))) != ANVIL_OK) goto fail;
+    st = ANVIL_ERR_NOMEM;
+    size_t nb = (size_t)c->n_batch, ns = (size_t)c->n_seq_max;
     c->act_stride = kn_act_row_size(KN_ACT_F32, c->max_dim); /* the widest format */
-    if (!(c->k_cache = alloc_array(kv_elems, sizeof(kn_f16)))) goto fail;
-    if (!(c->v_cache = alloc_array(kv_elems, sizeof(kn_f16)))) goto fail;
-    if (!(c->seq_len = anvil_calloc((size_t)c->n_seq_max, sizeof(int32_t)))) goto fail;
-    if (!(c->seq_next = anvil_calloc((size_t)c->n_seq_max, sizeof(int32_t)))) goto fail;
+    if (!(c->seq_next = anvil_calloc(ns, sizeof(int32_t)))) goto fail;
+    if (!(c->run_seq = anvil_calloc(ns, sizeof(int32_t)))) goto fail;
+    if (!(c->run_n = anvil_calloc(ns, sizeof(int32_t)))) goto fail;
+    if (!(c->run_row0 = anvil_calloc(ns, sizeof(int32_t)))) goto fail;
+    if (!(c->run_pos0 = anvil_calloc(ns, sizeof(int32_t)))) goto fail;
+    if (!(c->run_attn = anvil_calloc(ns, sizeof(*c->run_attn)))) goto fail;
     if (!(c->x = alloc_array(nb * hp->n_embd, sizeof(float)))) goto fail;
     if (!(c->qkv = alloc_array(nb * c->qkv_dim, sizeof(float)))) goto fail;
     if (!(c->attn = alloc_array(nb * c->q_dim, sizeof(float)))) goto fail;
     if (!(c->tmp = alloc_array(nb * hp->n_embd, sizeof(float)))) goto fail;
     if (!(c->gu = alloc_array(nb * 2 * (size_t)hp->n_ff, sizeof(float)))) goto fail;
     if (!(c->nrm = alloc_array((size_t)c->n_threads * c->max_dim, sizeof(float)))) goto fail;
-    if (!(c->scores = alloc_array((size_t)c->n_threads * c->n_ctx, sizeof(float)))) goto fail;
     if (!(c->act = alloc_array(nb, c->act_stride))) goto fail;
     if (!(c->logits = alloc_array((size_t)c->n_outputs * hp->n_vocab, sizeof(float)))) goto fail;
     if (!(c->out_row = anvil_calloc((size_t)c->n_outputs, sizeof(int32_t)))) goto fail;
@@ -151,39 +192,6 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
 fail:
     anvil_ctx_free(c);
     return st;
-}
-
-/* ---------------------------------------------------------------------- */
-/* attention (reference, contiguous cache) */
-
-static void attend(const struct anvil_ctx *c, int l, int t, int h, float *scores) {
-    const struct llama_hparams *hp = &c->m->hp;
-    const struct anvil_batch *b = c->b;
-    int hd = hp->head_dim, s = b->seq_id[t], n_kv = b->pos[t] + 1;
-    int kvh = h / (hp->n_head / hp->n_head_kv);
-    const float *q = c->qkv + (size_t)t * c->qkv_dim + (size_t)h * hd;
-    size_t base = ((size_t)l * c->n_seq_max + (size_t)s) * c->n_ctx * c->kv_dim + (size_t)kvh * hd;
-    const kn_f16 *kc = c->k_cache + base, *vc = c->v_cache + base;
-    float scale = 1.0f / sqrtf((float)hd), mx = -INFINITY;
-    for (int p = 0; p < n_kv; p++) {
-        const kn_f16 *k = kc + (size_t)p * c->kv_dim;
-        float dot = 0.0f;
-        for (int i = 0; i < hd; i++) dot += q[i] * kn_f16_to_f32(k[i]);
-        scores[p] = dot * scale;
-        if (scores[p] > mx) mx = scores[p];
-    }
-    float sum = 0.0f;
-    for (int p = 0; p < n_kv; p++) {
-        scores[p] = expf(scores[p] - mx);
-        sum += scores[p];
-    }
-    float *o = c->attn + (size_t)t * c->q_dim + (size_t)h * hd;
-    for (int i = 0; i < hd; i++) o[i] = 0.0f;
-    for (int p = 0; p < n_kv; p++) {
-        const kn_f16 *v = vc + (size_t)p * c->kv_dim;
-        float w = scores[p] / sum;
-        for (int i = 0; i < hd; i++) o[i] += w * kn_f16_to_f32(v[i]);
-    }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -205,7 +213,6 @@ static void forward_worker(void *arg, int ith, int nth) {
     int n = b->n_tokens, ne = hp->n_embd, hd = hp->head_dim;
     float eps = hp->norm_eps;
     float *nrm = c->nrm + (size_t)ith * c->max_dim;
-    float *scores = c->scores + (size_t)ith * c->n_ctx;
     int t0, t1;
     pool_split(n, ith, nth, 1, &t0, &t1);
 
@@ -230,23 +237,31 @@ static void forward_worker(void *arg, int ith, int nth) {
         matmul_rows(c, &ly->wqkv, c->qkv, (size_t)c->qkv_dim, n, ith, nth);
         pool_barrier(c->pool);
 
-        /* RoPE, then K and V into the cache */
+        /* RoPE on this thread's rows, then their K and V into the cache */
         for (int t = t0; t < t1; t++) {
-            float *q = c->qkv + (size_t)t * c->qkv_dim, *k = q + c->q_dim, *v = k + c->kv_dim;
+            float *q = c->qkv + (size_t)t * c->qkv_dim, *k = q + c->q_dim;
             ops->rope(q, hp->n_head, hd, b->pos[t], m->inv_freq);
             ops->rope(k, hp->n_head_kv, hd, b->pos[t], m->inv_freq);
-            size_t off = (((size_t)l * c->n_seq_max + (size_t)b->seq_id[t]) * c->n_ctx +
-                          (size_t)b->pos[t]) * c->kv_dim;
-            for (int i = 0; i < c->kv_dim; i++) {
-                c->k_cache[off + i] = kn_f32_to_f16(k[i]);
-                c->v_cache[off + i] = kn_f32_to_f16(v[i]);
-            }
+        }
+        for (int r = 0; r < c->n_runs; r++) {
+            int a0 = c->run_row0[r], a1 = a0 + c->run_n[r];
+            int lo = a0 > t0 ? a0 : t0, hi = a1 < t1 ? a1 : t1;
+            if (lo >= hi) continue;
+            const float *k = c->qkv + (size_t)lo * c->qkv_dim + c->q_dim;
+            kv_write(c->kv, l, c->run_seq[r], b->pos[lo], hi - lo, k, (size_t)c->qkv_dim,
+                     k + c->kv_dim, (size_t)c->qkv_dim);
         }
         pool_barrier(c->pool);
 
-        int p0, p1;
-        pool_split(n * hp->n_head, ith, nth, 1, &p0, &p1);
-        for (int i = p0; i < p1; i++) attend(c, l, i / hp->n_head, i % hp->n_head, scores);
+        /* attention: planned by thread 0, run by all */
+        if (ith == 0) {
+            anvil_status ast = kv_attn_prepare(c->kv, c->attn_ops, l, c->run_attn, c->n_runs,
+                                               (size_t)c->qkv_dim, (size_t)c->q_dim, nth,
+                                               KV_SPLIT_AUTO, &c->job);
+            ANVIL_ASSERT(ast == ANVIL_OK);
+        }
+        pool_barrier(c->pool);
+        kv_attn_work(c->job, c->pool, ith, nth);
         pool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++)
@@ -267,9 +282,9 @@ static void forward_worker(void *arg, int ith, int nth) {
         pool_barrier(c->pool);
 
         for (int t = t0; t < t1; t++) {
-            float *g = c->gu + (size_t)t * 2 * hp->n_ff;
-            ops->silu_mul(g, g, g + hp->n_ff, hp->n_ff);
-            ops->act[ly->wdown.act](c->act + (size_t)t * c->act_stride, g, hp->n_ff);
+            const float *g = c->gu + (size_t)t * 2 * hp->n_ff;
+            ops->silu_mul_act(c->act + (size_t)t * c->act_stride, g, g + hp->n_ff, hp->n_ff,
+                              ly->wdown.act);
         }
         pool_barrier(c->pool);
         matmul_rows(c, &ly->wdown, c->tmp, (size_t)ne, n, ith, nth);
@@ -302,8 +317,9 @@ static anvil_status validate(struct anvil_ctx *c, const struct anvil_batch *b) {
                  c->n_batch);
         return ANVIL_ERR_INVALID;
     }
-    memcpy(c->seq_next, c->seq_len, (size_t)c->n_seq_max * sizeof(int32_t));
+    for (int s = 0; s < c->n_seq_max; s++) c->seq_next[s] = -1; /* not seen yet */
     int n_out = 0;
+    c->n_runs = 0;
     for (int i = 0; i < b->n_tokens; i++) {
         int s = b->seq_id[i];
         if (b->token[i] < 0 || b->token[i] >= hp->n_vocab) {
@@ -314,6 +330,19 @@ static anvil_status validate(struct anvil_ctx *c, const struct anvil_batch *b) {
         if (s < 0 || s >= c->n_seq_max) {
             snprintf(c->errmsg, sizeof(c->errmsg), "decode: sequence id %d out of range [0, %d)",
                      s, c->n_seq_max);
+            return ANVIL_ERR_INVALID;
+        }
+        if (c->seq_next[s] < 0) {
+            /* first row of this sequence: a new run */
+            c->seq_next[s] = kv_seq_len(c->kv, s);
+            int r = c->n_runs++;
+            c->run_seq[r] = s;
+            c->run_row0[r] = i;
+            c->run_n[r] = 0;
+            c->run_pos0[r] = b->pos[i];
+        } else if (b->seq_id[i - 1] != s) {
+            snprintf(c->errmsg, sizeof(c->errmsg),
+                     "decode: the rows of sequence %d are not consecutive in the batch", s);
             return ANVIL_ERR_INVALID;
         }
         if (b->pos[i] != c->seq_next[s]) {
@@ -328,6 +357,7 @@ static anvil_status validate(struct anvil_ctx *c, const struct anvil_batch *b) {
             return ANVIL_ERR_KV_FULL;
         }
         c->seq_next[s]++;
+        c->run_n[c->n_runs - 1]++;
         bool want = b->logits ? b->logits[i] != 0 : i == b->n_tokens - 1;
         if (want) {
             if (n_out == c->n_outputs) {
@@ -339,6 +369,15 @@ static anvil_status validate(struct anvil_ctx *c, const struct anvil_batch *b) {
         }
     }
     c->n_logits = n_out;
+    for (int r = 0; r < c->n_runs; r++) {
+        c->run_attn[r] = (struct kv_attn_seq){
+            .seq = c->run_seq[r],
+            .pos = c->run_pos0[r],
+            .n_tokens = c->run_n[r],
+            .q = c->qkv + (size_t)c->run_row0[r] * c->qkv_dim,
+            .out = c->attn + (size_t)c->run_row0[r] * c->q_dim,
+        };
+    }
     return ANVIL_OK;
 }
 
@@ -350,10 +389,23 @@ anvil_status anvil_decode(struct anvil_ctx *c, const struct anvil_batch *b) {
         c->n_logits = 0;
         return st;
     }
+    /* all blocks for all runs, or nothing (run_pos0 as scratch for counts
+     * would clash; run_n is exactly the per-sequence count) */
+    st = kv_reserve(c->kv, c->n_runs, c->run_seq, c->run_n);
+    if (st != ANVIL_OK) {
+        c->n_logits = 0;
+        snprintf(c->errmsg, sizeof(c->errmsg), "decode: %s",
+                 st == ANVIL_ERR_KV_FULL ? "the KV cache has no free blocks left"
+                                         : "a sequence would pass the context length");
+        return st == ANVIL_ERR_INVALID ? ANVIL_ERR_KV_FULL : st;
+    }
     c->b = b;
     pool_run(c->pool, forward_worker, c);
     c->b = NULL;
-    memcpy(c->seq_len, c->seq_next, (size_t)c->n_seq_max * sizeof(int32_t));
+    for (int r = 0; r < c->n_runs; r++) {
+        st = kv_seq_commit(c->kv, c->run_seq[r], c->run_n[r], b->token + c->run_row0[r]);
+        ANVIL_ASSERT(st == ANVIL_OK);
+    }
     c->errmsg[0] = '\0';
     return ANVIL_OK;
 }
@@ -367,30 +419,43 @@ int32_t anvil_n_logits(const struct anvil_ctx *c) { return c ? c->n_logits : 0; 
 
 int32_t anvil_seq_len(const struct anvil_ctx *c, int32_t seq_id) {
     if (!c || seq_id < 0 || seq_id >= c->n_seq_max) return -1;
-    return c->seq_len[seq_id];
+    return kv_seq_len(c->kv, seq_id);
 }
 
 anvil_status anvil_seq_truncate(struct anvil_ctx *c, int32_t seq_id, int32_t pos) {
     if (!c || seq_id < 0 || seq_id >= c->n_seq_max || pos < 0) return ANVIL_ERR_INVALID;
-    if (pos < c->seq_len[seq_id]) c->seq_len[seq_id] = pos;
-    return ANVIL_OK;
+    int32_t len = kv_seq_len(c->kv, seq_id);
+    return kv_seq_truncate(c->kv, seq_id, pos < len ? pos : len);
+}
+
+int32_t anvil_seq_reuse_prefix(struct anvil_ctx *c, int32_t seq_id, const anvil_token *tokens,
+                               int32_t n) {
+    if (!c || seq_id < 0 || seq_id >= c->n_seq_max || !tokens || n < 2 ||
+        kv_seq_len(c->kv, seq_id) != 0)
+        return 0;
+    return kv_seq_match(c->kv, seq_id, tokens, n - 1);
 }
 
 /* ---------------------------------------------------------------------- */
-/* KV accounting (contiguous cache: one "block" is one sequence's slot) */
-
-#include "model/ctx.h"
+/* KV accounting for the scheduler */
 
 void ctx_kv_info(const struct anvil_ctx *c, struct ctx_kv_info *out) {
-    out->blocks_total = c->n_seq_max;
-    out->block_tokens = c->n_ctx;
-    out->blocks_used = 0;
-    for (int s = 0; s < c->n_seq_max; s++) out->blocks_used += c->seq_len[s] > 0;
+    struct kv_stats st;
+    kv_get_stats(c->kv, &st);
+    out->blocks_total = st.n_blocks;
+    out->blocks_used = st.n_used;
+    out->block_tokens = st.block_size;
 }
 
 int32_t ctx_kv_room(const struct anvil_ctx *c, int32_t seq_id) {
     if (seq_id < 0 || seq_id >= c->n_seq_max) return 0;
-    return c->n_ctx - c->seq_len[seq_id];
+    int32_t len = kv_seq_len(c->kv, seq_id);
+    struct kv_stats st;
+    kv_get_stats(c->kv, &st);
+    int64_t in_last = (int64_t)((len + st.block_size - 1) / st.block_size) * st.block_size - len;
+    int64_t room = in_last + (int64_t)kv_n_available(c->kv) * st.block_size;
+    int64_t ctx_room = c->n_ctx - len;
+    return (int32_t)(room < ctx_room ? room : ctx_room);
 }
 
 int32_t ctx_n_seq_max(const struct anvil_ctx *c) { return c->n_seq_max; }

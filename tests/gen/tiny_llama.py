@@ -10,7 +10,7 @@ tests/py/test_tiny_model.py; nothing here is checked in as data.
 import numpy as np
 import gguf
 
-N_VOCAB, N_EMBD, N_FF, N_HEAD, N_HEAD_KV, N_LAYER = 300, 64, 96, 4, 2, 2
+N_VOCAB, N_EMBD, N_FF, N_HEAD, N_HEAD_KV, N_LAYER = 300, 128, 192, 4, 2, 2  # head_dim 32: the KV cache needs a multiple of 32
 HEAD_DIM = N_EMBD // N_HEAD
 ROPE_BASE, EPS = 10000.0, 1e-5
 

@@ -123,6 +123,8 @@ def test_layout_and_bytes(outputs, src, name):
         dne, dty, doff = tensor_fields(dhead, dlay, dt)
         assert dne == sne, st["name"]
         want = TYPES[name] if len(sne) >= 2 and sne[1] > 1 else QT.F32
+        if st["name"] == "token_embd.weight" and name in ("Q4_0", "Q4_1"):
+            want = QT.Q8_0  # the tied lm_head stays 8-bit for 4-bit targets
         assert dty == want, (st["name"], dty, want)
         assert doff % dlay.alignment == 0
         nm = st["name"]
@@ -148,7 +150,8 @@ def test_gguf_package_reads_output(outputs):
     assert int(f.parts[f.data[0]][0]) == FTYPE["Q4_0"]
     assert len(r.tensors) == 272
     types = {t.name: t.tensor_type for t in r.tensors}
-    assert types["token_embd.weight"] == QT.Q4_0 and types["output_norm.weight"] == QT.F32
+    assert types["token_embd.weight"] == QT.Q8_0 and types["output_norm.weight"] == QT.F32
+    assert types["blk.0.attn_q.weight"] == QT.Q4_0
     t = next(t for t in r.tensors if t.name == "blk.3.ffn_up.weight")
     assert t.data.shape == (1536, 576 // 32 * 18)
 
