@@ -73,6 +73,17 @@ debug:
 asan:
 	@$(MAKE) --no-print-directory MODE=asan all
 
+# The commit goes into benchmark records; the stamp rebuilds bench_model.o
+# when it changes.
+GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- src include tools 2>/dev/null || echo -dirty)
+COMMIT_STAMP := $(BUILD)/commit-$(GIT_COMMIT).stamp
+$(COMMIT_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/commit-*.stamp
+	@touch $@
+$(BUILD)/tools/cli/bench_model.o: $(COMMIT_STAMP)
+$(BUILD)/tools/cli/bench_model.o: CFLAGS_ALL += -DANVIL_COMMIT=\"$(GIT_COMMIT)\"
+
 $(BUILD)/src/kernels/cpu/avx2/%.o: CFLAGS_ALL += $(ISA_AVX2)
 $(BUILD)/src/kernels/cpu/avx512/%.o: CFLAGS_ALL += $(ISA_AVX512)
 $(BUILD)/bench/%.o: CFLAGS_ALL += -Wno-missing-prototypes
