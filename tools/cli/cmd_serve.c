@@ -1,8 +1,252 @@
-/* cmd_serve.c - `anvil serve` (not built yet). */
+/*
+ * cmd_serve.c - `anvil serve`: the OpenAI-compatible HTTP server.
+ *
+ * Thin: parse argv strictly, load the model, start the engine's driver
+ * thread and the HTTP daemon (src/server), then wait for SIGINT/SIGTERM.
+ * Shutdown: stop accepting, let in-flight requests finish for a grace
+ * period (a second signal cuts it short), cancel the rest, stop HTTP,
+ * free the engine, the server and the model. Exit 0 after a clean stop.
+ *
+ * Signals are blocked in every thread (the mask is set before any thread
+ * starts) and taken synchronously with sigwait, so no handler runs in
+ * the middle of the library.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "cli.h"
+#include "server/server.h"
+
+#define CMD "serve"
+#define DEFAULT_MAX_QUEUE 1024
+#define DEFAULT_TIMEOUT 600
+#define MAX_BODY (4u << 20) /* 4 MiB: a full 8k-token prompt as text or ids fits many times */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: anvil serve -m MODEL [options]\n\n"
+            "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
+            "GET /v1/models, /health, /metrics.\n\n"
+            "  -m, --model FILE      GGUF model (required)\n"
+            "      --host ADDR       address to bind (default 127.0.0.1; numeric or localhost)\n"
+            "      --port N          TCP port, 0 = any free port (default 8080)\n"
+            "      --parallel N      sequences decoded at once (default: engine's, 64)\n"
+            "      --kv-mem SIZE     KV cache memory, e.g. 512M, 2G (default: engine's)\n"
+            "      --api-key KEY     require 'Authorization: Bearer KEY' (not on /health)\n"
+            "      --max-queue N     waiting requests before 503 (default %d)\n"
+            "      --timeout S       idle connection timeout in seconds (default %d)\n"
+            "  -t, --threads N       engine threads (default: all online CPUs)\n"
+            "  -c, --ctx N           max tokens per request, prompt + completion\n"
+            "                        (default: min(train ctx, 8192))\n"
+            "      --kernels K       auto, ref, avx2 or avx512\n",
+            DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT);
+}
+
+/* "512M", "2G", "1048576", "64k": bytes, binary suffixes. */
+static bool parse_size(const char *opt, const char *s, long long *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v > 0)) {
+        cli_fail(CMD, "%s expects a size such as 512M or 2G, got '%s'", opt, s);
+        return false;
+    }
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' && mul > 1) end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end) {
+        cli_fail(CMD, "%s expects a size such as 512M or 2G, got '%s'", opt, s);
+        return false;
+    }
+    v *= mul;
+    if (v < 1024.0 * 1024 || v > 1024.0 * 1024 * 1024 * 1024) {
+        cli_fail(CMD, "%s must be between 1M and 1T, got '%s'", opt, s);
+        return false;
+    }
+    *out = (long long)v;
+    return true;
+}
+
+/* "models/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1" */
+static void model_id_of(const char *path, char *out, size_t cap) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(out, cap, "%s", b);
+    size_t n = strlen(out);
+    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = '\0';
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Wait up to `secs` for the in-flight requests to end; false when a
+ * signal arrived first. */
+static bool drain(struct srv *s, const sigset_t *set, double secs) {
+    double t_end = now_s() + secs;
+    while (srv_n_active(s) > 0 && now_s() < t_end) {
+        struct timespec ts = {0, 50 * 1000000L};
+        if (sigtimedwait(set, NULL, &ts) > 0) return false;
+    }
+    return true;
+}
 
 int cmd_serve(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_fail("serve", "not available in this build yet");
+    const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *kernels = NULL;
+    long port = 8080, parallel = 0, max_queue = DEFAULT_MAX_QUEUE, timeout = DEFAULT_TIMEOUT;
+    long threads = 0, ctx = 0;
+    long long kv_mem = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+#define VAL() \
+    do { \
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2; \
+    } while (0)
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            VAL();
+            model_path = v;
+        } else if (!strcmp(a, "--host")) {
+            VAL();
+            if (!v[0]) return cli_fail(CMD, "--host is empty");
+            host = v;
+        } else if (!strcmp(a, "--port")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 0, 65535, &port)) return 2;
+        } else if (!strcmp(a, "--parallel")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, 4096, &parallel)) return 2;
+        } else if (!strcmp(a, "--kv-mem")) {
+            VAL();
+            if (!parse_size(a, v, &kv_mem)) return 2;
+        } else if (!strcmp(a, "--api-key")) {
+            VAL();
+            if (!v[0]) return cli_fail(CMD, "--api-key is empty");
+            api_key = v;
+        } else if (!strcmp(a, "--max-queue")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, 65536, &max_queue)) return 2;
+        } else if (!strcmp(a, "--timeout")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, 86400, &timeout)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, 256, &threads)) return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 16, 1 << 20, &ctx)) return 2;
+        } else if (!strcmp(a, "--kernels")) {
+            VAL();
+            if (strcmp(v, "auto") && strcmp(v, "ref") && strcmp(v, "avx2") && strcmp(v, "avx512"))
+                return cli_fail(CMD, "--kernels must be auto, ref, avx2 or avx512, got '%s'", v);
+            kernels = v;
+        } else {
+            return cli_fail(CMD, "unknown option '%s' (see anvil serve --help)", a);
+        }
+#undef VAL
+    }
+    if (!model_path) return cli_fail(CMD, "a model is required (-m FILE)");
+
+    /* before any thread exists, so every thread inherits the mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[ANVIL_ERRMSG_CAP] = "";
+    struct anvil_model_params mp = anvil_model_default_params();
+    mp.kernels = kernels;
+    struct anvil_model *m = NULL;
+    anvil_status st = anvil_model_load(model_path, &mp, &m, err, sizeof(err));
+    if (st != ANVIL_OK) {
+        fprintf(stderr, "anvil serve: %s\n", err[0] ? err : anvil_status_str(st));
+        return st == ANVIL_ERR_IO || st == ANVIL_ERR_FORMAT || st == ANVIL_ERR_UNSUPPORTED ? 2 : 1;
+    }
+    int32_t n_ctx = (int32_t)ctx;
+    if (n_ctx == 0) {
+        n_ctx = anvil_model_n_ctx_train(m);
+        if (n_ctx <= 0 || n_ctx > 8192) n_ctx = 8192;
+    }
+    struct anvil_engine_params ep = anvil_engine_default_params();
+    ep.n_threads = (int32_t)threads;
+    ep.max_running = (int32_t)parallel;
+    ep.max_queue = (int32_t)max_queue;
+    ep.n_ctx = n_ctx;
+    ep.kv_mem = kv_mem;
+    struct anvil_engine *e = NULL;
+    st = anvil_engine_init(m, &ep, &e);
+    if (st != ANVIL_OK) {
+        fprintf(stderr, "anvil serve: cannot start the engine: %s\n", anvil_status_str(st));
+        anvil_model_free(m);
+        return st == ANVIL_ERR_INVALID ? 2 : 1;
+    }
+    st = anvil_engine_start(e);
+    if (st != ANVIL_OK) {
+        fprintf(stderr, "anvil serve: cannot start the engine thread: %s\n",
+                anvil_engine_errmsg(e));
+        anvil_engine_free(e);
+        anvil_model_free(m);
+        return 1;
+    }
+    char model_id[256];
+    model_id_of(model_path, model_id, sizeof(model_id));
+    long running = parallel ? parallel : 64;
+    struct srv_config cfg = {
+        .host = host,
+        .port = (int)port,
+        .api_key = api_key,
+        .model_id = model_id,
+        .timeout_s = (int)timeout,
+        .max_conn = (int)(running + max_queue + 64),
+        .max_queue = (int)max_queue,
+        .n_ctx = n_ctx,
+        .max_body = MAX_BODY,
+    };
+    struct srv *s = NULL;
+    if (srv_start(m, e, &cfg, &s, err, sizeof(err)) != 0) {
+        fprintf(stderr, "anvil serve: %s\n", err);
+        anvil_engine_free(e);
+        anvil_model_free(m);
+        return 1;
+    }
+    const char *shown = host;
+    bool v6 = strchr(host, ':') != NULL;
+    printf("anvil serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", shown, v6 ? "]" : "",
+           srv_port(s));
+    fflush(stdout);
+
+    int sig = 0;
+    while (sigwait(&set, &sig) != 0) {
+    }
+    fprintf(stderr, "anvil serve: %s: stopping (in-flight requests: %d)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", srv_n_active(s));
+    srv_quiesce(s);
+    /* finish what is running for a while; a second signal cancels at once */
+    double grace = timeout < 10 ? (double)timeout : 10.0;
+    if (!drain(s, &set, grace)) fprintf(stderr, "anvil serve: second signal: cancelling\n");
+    srv_cancel_all(s);
+    drain(s, &set, 2.0); /* let cancelled streams send their last event */
+    srv_stop(s);
+    anvil_engine_free(e);
+    srv_free(s);
+    anvil_model_free(m);
+    fprintf(stderr, "anvil serve: stopped\n");
+    return 0;
 }

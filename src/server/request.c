@@ -1,0 +1,679 @@
+/*
+ * request.c - JSON body of /v1/completions and /v1/chat/completions ->
+ * struct srv_req, with every field checked for type and range.
+ *
+ * Reference: the OpenAI API reference (Chat Completions, Completions).
+ * Rules kept here:
+ *   - a JSON null is the same as an absent field;
+ *   - numbers are never accepted as strings ("10" is a type error, the
+ *     bug llama-server b4748 had), integers must be integral;
+ *   - unknown top-level fields are rejected (OpenAI answers "Unrecognized
+ *     request argument supplied"), and known fields anvil cannot honour
+ *     (tools, logit_bias, echo, best_of > 1, n > 1, ...) get a clear 400
+ *     instead of being ignored silently;
+ *   - the prompt (after the chat template) plus max_tokens must fit in the
+ *     context and in the KV cache, or the request is a 400 here rather
+ *     than a request the engine can never run;
+ *   - prompt token ids are checked against the vocabulary, so one bad
+ *     request fails alone (llama-server b4748 failed every slot).
+ * Defaults are OpenAI's: temperature 1, top_p 1, no top_k/min_p, max_tokens
+ * 16 for completions and "the rest of the context" for chat.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "server/srv_int.h"
+
+void srv_err_set(struct srv_err *e, int status, const char *type, const char *code,
+                 const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+}
+
+/* A 400 invalid_request_error naming `param`; returns false. */
+static bool bad(struct srv_err *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool bad(struct srv_err *e, const char *param, const char *fmt, ...) {
+    e->status = 400;
+    e->type = "invalid_request_error";
+    e->code = NULL;
+    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+void srv_req_free(struct srv_req *r) {
+    if (!r) return;
+    free(r->prompt);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    memset(r, 0, sizeof(*r));
+}
+
+// ----------------------------------------------------------------------------
+// typed field getters: absent and null are "not present"
+
+static const char *type_name(const cJSON *v) {
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsObject(v)) return "an object";
+    return "null";
+}
+
+static const cJSON *field(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+static bool get_bool(const cJSON *o, const char *key, bool *out, bool *present,
+                     struct srv_err *e) {
+    const cJSON *v = field(o, key);
+    if (present) *present = v != NULL;
+    if (!v) return true;
+    if (!cJSON_IsBool(v)) return bad(e, key, "'%s' must be a boolean, got %s", key, type_name(v));
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+/* Integer in [lo, hi]. JSON numbers are doubles in cJSON; |v| <= 2^53 is
+ * exact, so integrality is checked on the double. */
+static bool get_int(const cJSON *o, const char *key, double lo, double hi, long long *out,
+                    bool *present, struct srv_err *e) {
+    const cJSON *v = field(o, key);
+    if (present) *present = v != NULL;
+    if (!v) return true;
+    if (!cJSON_IsNumber(v))
+        return bad(e, key, "'%s' must be an integer, got %s", key, type_name(v));
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d))
+        return bad(e, key, "'%s' must be an integer, got %g", key, d);
+    if (d < lo || d > hi)
+        return bad(e, key, "'%s' must be in [%.0f, %.0f], got %.0f", key, lo, hi, d);
+    *out = (long long)d;
+    return true;
+}
+
+static bool get_num(const cJSON *o, const char *key, double lo, double hi, float *out,
+                    struct srv_err *e) {
+    const cJSON *v = field(o, key);
+    if (!v) return true;
+    if (!cJSON_IsNumber(v)) return bad(e, key, "'%s' must be a number, got %s", key, type_name(v));
+    double d = v->valuedouble;
+    if (!isfinite(d) || d < lo || d > hi)
+        return bad(e, key, "'%s' must be in [%g, %g], got %g", key, lo, hi, d);
+    *out = (float)d;
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+// accepted fields
+
+enum fld_rule {
+    FLD_USED,     /* parsed below */
+    FLD_IGNORED,  /* accepted and ignored (metadata, user, ...) */
+};
+
+struct fld {
+    const char *name;
+    unsigned kinds; /* bit 0 chat, bit 1 completion */
+    enum fld_rule rule;
+};
+
+#define CH 1u
+#define CO 2u
+static const struct fld fields[] = {
+    {"model", CH | CO, FLD_USED},
+    {"messages", CH, FLD_USED},
+    {"prompt", CO, FLD_USED},
+    {"max_tokens", CH | CO, FLD_USED},
+    {"max_completion_tokens", CH, FLD_USED},
+    {"temperature", CH | CO, FLD_USED},
+    {"top_p", CH | CO, FLD_USED},
+    {"top_k", CH | CO, FLD_USED},
+    {"min_p", CH | CO, FLD_USED},
+    {"seed", CH | CO, FLD_USED},
+    {"stop", CH | CO, FLD_USED},
+    {"presence_penalty", CH | CO, FLD_USED},
+    {"frequency_penalty", CH | CO, FLD_USED},
+    {"logprobs", CH | CO, FLD_USED},
+    {"top_logprobs", CH, FLD_USED},
+    {"n", CH | CO, FLD_USED},
+    {"stream", CH | CO, FLD_USED},
+    {"stream_options", CH | CO, FLD_USED},
+    {"ignore_eos", CH | CO, FLD_USED},
+    {"logit_bias", CH | CO, FLD_USED},
+    {"response_format", CH, FLD_USED},
+    {"tools", CH, FLD_USED},
+    {"tool_choice", CH, FLD_USED},
+    {"functions", CH, FLD_USED},
+    {"function_call", CH, FLD_USED},
+    {"echo", CO, FLD_USED},
+    {"best_of", CO, FLD_USED},
+    {"suffix", CO, FLD_USED},
+    {"user", CH | CO, FLD_IGNORED},
+    {"metadata", CH, FLD_IGNORED},
+    {"store", CH, FLD_IGNORED},
+    {"service_tier", CH | CO, FLD_IGNORED},
+    {"parallel_tool_calls", CH, FLD_IGNORED},
+};
+
+static bool check_keys(const cJSON *root, unsigned kind_bit, struct srv_err *e) {
+    for (const cJSON *c = root->child; c; c = c->next) {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+            if ((fields[i].kinds & kind_bit) && !strcmp(fields[i].name, c->string)) {
+                ok = true;
+                break;
+            }
+        if (!ok) {
+            char name[48];
+            snprintf(name, sizeof(name), "%s", c->string);
+            return bad(e, name, "Unrecognized request argument supplied: %s", name);
+        }
+    }
+    return true;
+}
+
+/* Fields anvil knows but cannot honour: fine when absent, null or neutral. */
+static bool check_unsupported(const cJSON *root, enum srv_kind kind, struct srv_err *e) {
+    const cJSON *v;
+    if ((v = field(root, "logit_bias")) != NULL) {
+        if (!cJSON_IsObject(v))
+            return bad(e, "logit_bias", "'logit_bias' must be an object, got %s", type_name(v));
+        if (v->child) return bad(e, "logit_bias", "'logit_bias' is not supported by anvil");
+    }
+    if (kind == SRV_KIND_CHAT) {
+        static const char *const tools[] = {"tools", "tool_choice", "functions", "function_call"};
+        for (int i = 0; i < 4; i++)
+            if ((v = field(root, tools[i])) != NULL && !(cJSON_IsArray(v) && !v->child))
+                return bad(e, tools[i], "'%s': tool calling is not supported by anvil", tools[i]);
+        if ((v = field(root, "response_format")) != NULL) {
+            const cJSON *t = cJSON_IsObject(v) ? field(v, "type") : NULL;
+            if (!cJSON_IsObject(v) || !cJSON_IsString(t))
+                return bad(e, "response_format",
+                           "'response_format' must be an object with a string 'type'");
+            if (strcmp(t->valuestring, "text") != 0)
+                return bad(e, "response_format",
+                           "response_format type '%.40s' is not supported by anvil (only 'text')",
+                           t->valuestring);
+        }
+    } else {
+        bool echo = false;
+        if (!get_bool(root, "echo", &echo, NULL, e)) return false;
+        if (echo) return bad(e, "echo", "'echo' is not supported by anvil");
+        long long best_of = 1;
+        if (!get_int(root, "best_of", 0, 20, &best_of, NULL, e)) return false;
+        if (best_of != 1) return bad(e, "best_of", "'best_of' must be 1 with anvil");
+        if ((v = field(root, "suffix")) != NULL) {
+            if (!cJSON_IsString(v))
+                return bad(e, "suffix", "'suffix' must be a string, got %s", type_name(v));
+            if (v->valuestring[0]) return bad(e, "suffix", "'suffix' is not supported by anvil");
+        }
+    }
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+// stop strings
+
+static bool add_stop(struct srv_req *r, const cJSON *s, struct srv_err *e) {
+    if (!cJSON_IsString(s))
+        return bad(e, "stop", "'stop' must be a string or an array of strings, got %s",
+                   type_name(s));
+    size_t n = strlen(s->valuestring);
+    if (n == 0) return bad(e, "stop", "'stop' strings must not be empty");
+    if (n > SRV_MAX_STOP_LEN)
+        return bad(e, "stop", "'stop' strings must be at most %d bytes", SRV_MAX_STOP_LEN);
+    if (r->n_stop >= SRV_MAX_STOP)
+        return bad(e, "stop", "'stop' holds at most %d strings", SRV_MAX_STOP);
+    char *c = strdup(s->valuestring);
+    if (!c) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return false;
+    }
+    r->stop[r->n_stop++] = c;
+    return true;
+}
+
+static bool parse_stop(const cJSON *root, struct srv_req *r, struct srv_err *e) {
+    const cJSON *v = field(root, "stop");
+    if (!v) return true;
+    if (cJSON_IsString(v)) return add_stop(r, v, e);
+    if (!cJSON_IsArray(v))
+        return bad(e, "stop", "'stop' must be a string or an array of strings, got %s",
+                   type_name(v));
+    for (const cJSON *c = v->child; c; c = c->next)
+        if (!add_stop(r, c, e)) return false;
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+// prompt: chat messages through the template, or a completion prompt
+
+/* Tokenize text into r->prompt (at most lim->n_ctx tokens + the overflow
+ * count). */
+static bool tokenize_into(const struct srv_limits *lim, const char *text, size_t len,
+                          struct srv_req *r, const char *param, struct srv_err *e) {
+    int32_t cap = lim->n_ctx;
+    r->prompt = malloc((size_t)cap * sizeof(anvil_token));
+    if (!r->prompt) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return false;
+    }
+    int32_t n = anvil_tokenize(lim->model, text, len, r->prompt, cap, true, true);
+    if (n < 0) {
+        srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", param,
+                    "This model's maximum context length is %d tokens. However, your prompt "
+                    "is %d tokens long.",
+                    (int)lim->n_ctx, (int)-n);
+        return false;
+    }
+    r->n_prompt = n;
+    return true;
+}
+
+static const char *msg_role(const char *role) {
+    static const char *const roles[] = {"system", "user", "assistant"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(role, roles[i])) return roles[i];
+    if (!strcmp(role, "developer")) return "system"; /* OpenAI's newer name for system */
+    return NULL;
+}
+
+/* Message content: a string, an array of {"type":"text","text":...} parts
+ * (joined), or null for an assistant turn. Returns malloc'd text. */
+static char *msg_content(const cJSON *msg, int idx, bool assistant, struct srv_err *e) {
+    char param[48];
+    snprintf(param, sizeof(param), "messages[%d].content", idx);
+    const cJSON *c = field(msg, "content");
+    if (!c) {
+        if (!assistant) {
+            bad(e, param, "'%s' is required", param);
+            return NULL;
+        }
+        return strdup("");
+    }
+    if (cJSON_IsString(c)) return strdup(c->valuestring);
+    if (!cJSON_IsArray(c)) {
+        bad(e, param, "'%s' must be a string or an array of content parts, got %s", param,
+            type_name(c));
+        return NULL;
+    }
+    struct sbuf b;
+    sb_init(&b);
+    sb_reserve(&b, 0);
+    for (const cJSON *p = c->child; p; p = p->next) {
+        const cJSON *t = cJSON_IsObject(p) ? field(p, "type") : NULL;
+        const cJSON *txt = cJSON_IsObject(p) ? field(p, "text") : NULL;
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0 || !cJSON_IsString(txt)) {
+            sb_free(&b);
+            bad(e, param, "'%s': only {\"type\": \"text\", \"text\": ...} parts are supported",
+                param);
+            return NULL;
+        }
+        sb_puts(&b, txt->valuestring);
+    }
+    if (b.oom) {
+        sb_free(&b);
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    return sb_take(&b, NULL);
+}
+
+static bool parse_messages(const struct srv_limits *lim, const cJSON *root, struct srv_req *r,
+                           struct srv_err *e) {
+    const cJSON *msgs = field(root, "messages");
+    if (!msgs) return bad(e, "messages", "'messages' is required");
+    if (!cJSON_IsArray(msgs))
+        return bad(e, "messages", "'messages' must be an array, got %s", type_name(msgs));
+    int n = cJSON_GetArraySize(msgs);
+    if (n == 0) return bad(e, "messages", "'messages' must not be empty");
+    struct anvil_chat_msg *cm = calloc((size_t)n, sizeof(*cm));
+    char **texts = calloc((size_t)n, sizeof(*texts));
+    char *prompt = NULL;
+    bool ok = false;
+    if (!cm || !texts) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    int i = 0;
+    for (const cJSON *m = msgs->child; m; m = m->next, i++) {
+        char param[48];
+        snprintf(param, sizeof(param), "messages[%d]", i);
+        if (!cJSON_IsObject(m)) {
+            bad(e, param, "'%s' must be an object, got %s", param, type_name(m));
+            goto fail;
+        }
+        for (const cJSON *k = m->child; k; k = k->next) {
+            if (!strcmp(k->string, "role") || !strcmp(k->string, "content") ||
+                !strcmp(k->string, "name") || !strcmp(k->string, "refusal"))
+                continue;
+            if (!strcmp(k->string, "tool_calls") &&
+                (cJSON_IsNull(k) || (cJSON_IsArray(k) && !k->child)))
+                continue;
+            bad(e, param, "'%s': field '%.40s' is not supported", param, k->string);
+            goto fail;
+        }
+        const cJSON *role = field(m, "role");
+        if (!cJSON_IsString(role)) {
+            snprintf(param, sizeof(param), "messages[%d].role", i);
+            bad(e, param, "'%s' must be a string", param);
+            goto fail;
+        }
+        cm[i].role = msg_role(role->valuestring);
+        if (!cm[i].role) {
+            snprintf(param, sizeof(param), "messages[%d].role", i);
+            bad(e, param, "'%s' must be one of system, user, assistant, developer; got '%.40s'",
+                param, role->valuestring);
+            goto fail;
+        }
+        const cJSON *name = field(m, "name");
+        if (name && !cJSON_IsString(name)) {
+            snprintf(param, sizeof(param), "messages[%d].name", i);
+            bad(e, param, "'%s' must be a string", param);
+            goto fail;
+        }
+        texts[i] = msg_content(m, i, !strcmp(cm[i].role, "assistant"), e);
+        if (!texts[i]) {
+            if (e->status == 0) srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+            goto fail;
+        }
+        cm[i].content = texts[i];
+    }
+    int32_t need = anvil_chat_apply(lim->model, cm, (size_t)n, true, NULL, 0);
+    if (need == 0) {
+        bad(e, "messages", "this model has no chat template: use /v1/completions");
+        goto fail;
+    }
+    if (need < 0) need = -need;
+    prompt = malloc((size_t)need + 1);
+    if (!prompt) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    int32_t got = anvil_chat_apply(lim->model, cm, (size_t)n, true, prompt, need + 1);
+    if (got <= 0 || got > need) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "chat template failed");
+        goto fail;
+    }
+    ok = tokenize_into(lim, prompt, (size_t)got, r, "messages", e);
+fail:
+    if (texts)
+        for (int j = 0; j < n; j++) free(texts[j]);
+    free(texts);
+    free(cm);
+    free(prompt);
+    return ok;
+}
+
+static bool parse_token_ids(const struct srv_limits *lim, const cJSON *arr, struct srv_req *r,
+                            struct srv_err *e) {
+    int n = cJSON_GetArraySize(arr);
+    if (n == 0) return bad(e, "prompt", "'prompt' must not be empty");
+    if (n >= lim->n_ctx) {
+        srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", "prompt",
+                    "This model's maximum context length is %d tokens. However, your prompt "
+                    "is %d tokens long.",
+                    (int)lim->n_ctx, n);
+        return false;
+    }
+    r->prompt = malloc((size_t)n * sizeof(anvil_token));
+    if (!r->prompt) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return false;
+    }
+    int i = 0;
+    for (const cJSON *c = arr->child; c; c = c->next, i++) {
+        if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble) ||
+            c->valuedouble != floor(c->valuedouble))
+            return bad(e, "prompt", "'prompt[%d]' must be an integer token id, got %s", i,
+                       cJSON_IsNumber(c) ? "a fraction" : type_name(c));
+        if (c->valuedouble < 0 || c->valuedouble >= lim->n_vocab)
+            return bad(e, "prompt", "'prompt[%d]' = %.0f is not a token id: the vocabulary has "
+                       "%d tokens", i, c->valuedouble, (int)lim->n_vocab);
+        r->prompt[i] = (anvil_token)c->valuedouble;
+    }
+    r->n_prompt = n;
+    return true;
+}
+
+static bool parse_prompt(const struct srv_limits *lim, const cJSON *root, struct srv_req *r,
+                         struct srv_err *e) {
+    const cJSON *p = field(root, "prompt");
+    if (!p) return bad(e, "prompt", "'prompt' is required");
+    if (cJSON_IsArray(p)) {
+        const cJSON *first = p->child;
+        if (!first) return bad(e, "prompt", "'prompt' must not be empty");
+        if (cJSON_IsNumber(first)) return parse_token_ids(lim, p, r, e);
+        /* a batch of prompts: anvil answers one prompt per request */
+        if (first->next)
+            return bad(e, "prompt", "batched prompts are not supported: send one prompt per "
+                       "request");
+        if (cJSON_IsArray(first)) return parse_token_ids(lim, first, r, e);
+        p = first;
+    }
+    if (!cJSON_IsString(p))
+        return bad(e, "prompt", "'prompt' must be a string or an array of token ids, got %s",
+                   type_name(p));
+    return tokenize_into(lim, p->valuestring, strlen(p->valuestring), r, "prompt", e);
+}
+
+// ----------------------------------------------------------------------------
+// sampling and the rest
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t random_seed(void) {
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return splitmix64(t ^ splitmix64(atomic_fetch_add(&counter, 1)));
+}
+
+static bool parse_sampling(const struct srv_limits *lim, const cJSON *root, struct srv_req *r,
+                           struct srv_err *e) {
+    struct anvil_sampler_params *s = &r->sampling;
+    memset(s, 0, sizeof(*s));
+    s->temperature = 1.0f;
+    s->top_p = 1.0f;
+    s->repeat_penalty = 1.0f;
+    s->repeat_last_n = 64;
+    if (!get_num(root, "temperature", 0.0, 2.0, &s->temperature, e)) return false;
+    if (!get_num(root, "top_p", 0.0, 1.0, &s->top_p, e)) return false;
+    if (!get_num(root, "min_p", 0.0, 1.0, &s->min_p, e)) return false;
+    if (!get_num(root, "presence_penalty", -2.0, 2.0, &s->presence_penalty, e)) return false;
+    if (!get_num(root, "frequency_penalty", -2.0, 2.0, &s->frequency_penalty, e)) return false;
+    long long v = 0;
+    bool present = false;
+    if (!get_int(root, "top_k", 0, lim->n_vocab, &v, &present, e)) return false;
+    if (present) s->top_k = (int32_t)v;
+    if (s->top_p == 0.0f) {
+        /* OpenAI accepts top_p 0 (keep only the most likely token); the
+         * sampler wants (0, 1], and top_k 1 is the same distribution */
+        s->top_p = 1.0f;
+        s->top_k = 1;
+    }
+    /* 2^53: the largest range a JSON number (a double) holds exactly */
+    if (!get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &v, &present, e))
+        return false;
+    s->seed = present ? (uint64_t)v : random_seed();
+    char msg[160];
+    if (anvil_sampler_params_check(s, msg, sizeof(msg)) != ANVIL_OK)
+        return bad(e, NULL, "%s", msg);
+    return true;
+}
+
+static bool parse_logprobs(const cJSON *root, enum srv_kind kind, struct srv_req *r,
+                           struct srv_err *e) {
+    long long v = 0;
+    bool present = false;
+    if (kind == SRV_KIND_COMPLETION) {
+        /* legacy completions: logprobs is the number of alternatives, 0..5 */
+        if (!get_int(root, "logprobs", 0, 5, &v, &present, e)) return false;
+        r->logprobs = present;
+        r->top_logprobs = (int32_t)v;
+        return true;
+    }
+    if (!get_bool(root, "logprobs", &r->logprobs, NULL, e)) return false;
+    if (!get_int(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &v, &present, e)) return false;
+    if (present && !r->logprobs)
+        return bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    r->top_logprobs = (int32_t)v;
+    return true;
+}
+
+bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
+                       size_t len, struct srv_req *r, struct srv_err *e) {
+    memset(r, 0, sizeof(*r));
+    memset(e, 0, sizeof(*e));
+    r->kind = kind;
+    if (len == 0) return bad(e, NULL, "the request body is empty: expected a JSON object");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t off = (at && at >= body && at <= body + len) ? (size_t)(at - body) : 0;
+        return bad(e, NULL, "We could not parse the JSON body of your request: malformed JSON "
+                   "near byte %zu", off);
+    }
+    bool ok = false;
+    if (end)
+        for (const char *p = end; p < body + len; p++)
+            if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0') {
+                bad(e, NULL, "We could not parse the JSON body of your request: trailing data "
+                    "after the JSON object at byte %zu", (size_t)(p - body));
+                goto out;
+            }
+    if (!cJSON_IsObject(root)) {
+        bad(e, NULL, "the request body must be a JSON object, got %s", type_name(root));
+        goto out;
+    }
+    if (!check_keys(root, kind == SRV_KIND_CHAT ? CH : CO, e)) goto out;
+    if (!check_unsupported(root, kind, e)) goto out;
+
+    const cJSON *model = field(root, "model");
+    if (model) {
+        if (!cJSON_IsString(model)) {
+            bad(e, "model", "'model' must be a string, got %s", type_name(model));
+            goto out;
+        }
+        if (strcmp(model->valuestring, lim->model_id) != 0) {
+            /* the issue asks for 400 (OpenAI itself answers 404) */
+            srv_err_set(e, 400, "invalid_request_error", "model_not_found", "model",
+                        "The model '%.100s' does not exist: this server serves '%.100s'",
+                        model->valuestring, lim->model_id);
+            goto out;
+        }
+    }
+    long long n = 1;
+    if (!get_int(root, "n", 1, 128, &n, NULL, e)) goto out;
+    if (n != 1) {
+        bad(e, "n", "'n' must be 1: anvil returns one choice per request (send %lld requests "
+            "instead)", n);
+        goto out;
+    }
+    if (!get_bool(root, "stream", &r->stream, NULL, e)) goto out;
+    const cJSON *so = field(root, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) {
+            bad(e, "stream_options", "'stream_options' must be an object, got %s",
+                type_name(so));
+            goto out;
+        }
+        if (!r->stream) {
+            bad(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+            goto out;
+        }
+        for (const cJSON *k = so->child; k; k = k->next)
+            if (strcmp(k->string, "include_usage") != 0) {
+                bad(e, "stream_options", "Unrecognized stream option: %.40s", k->string);
+                goto out;
+            }
+        if (!get_bool(so, "include_usage", &r->include_usage, NULL, e)) goto out;
+    }
+    if (!get_bool(root, "ignore_eos", &r->ignore_eos, NULL, e)) goto out;
+    long long max_tokens = 0;
+    bool has_max = false, has_mct = false;
+    if (!get_int(root, "max_tokens", 1, 1 << 30, &max_tokens, &has_max, e)) goto out;
+    if (kind == SRV_KIND_CHAT) {
+        long long mct = 0;
+        if (!get_int(root, "max_completion_tokens", 1, 1 << 30, &mct, &has_mct, e)) goto out;
+        if (has_mct) {
+            if (has_max && mct != max_tokens) {
+                bad(e, "max_completion_tokens", "'max_tokens' and 'max_completion_tokens' "
+                    "disagree");
+                goto out;
+            }
+            max_tokens = mct;
+            has_max = true;
+        }
+    }
+    if (!parse_sampling(lim, root, r, e)) goto out;
+    if (!parse_logprobs(root, kind, r, e)) goto out;
+    if (!parse_stop(root, r, e)) goto out;
+
+    if (kind == SRV_KIND_CHAT ? !parse_messages(lim, root, r, e) : !parse_prompt(lim, root, r, e))
+        goto out;
+    const char *pname = kind == SRV_KIND_CHAT ? "messages" : "prompt";
+    if (r->n_prompt == 0) {
+        bad(e, pname, "the prompt is empty");
+        goto out;
+    }
+    /* what one request may hold: the context, and the whole KV cache */
+    int64_t limit = lim->n_ctx;
+    if (lim->kv_tokens > 0 && lim->kv_tokens < limit) limit = lim->kv_tokens;
+    if (r->n_prompt >= limit) {
+        srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", pname,
+                    "This model's maximum context length is %lld tokens. However, your prompt "
+                    "is %d tokens long.",
+                    (long long)limit, (int)r->n_prompt);
+        goto out;
+    }
+    if (has_max) {
+        if (r->n_prompt + max_tokens > limit) {
+            srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                        "max_tokens",
+                        "This model's maximum context length is %lld tokens. However, you "
+                        "requested %lld tokens (%d in the prompt, %lld in the completion). "
+                        "Please reduce the length of the prompt or completion.",
+                        (long long)limit, r->n_prompt + max_tokens, (int)r->n_prompt,
+                        max_tokens);
+            goto out;
+        }
+        r->max_tokens = (int32_t)max_tokens;
+    } else {
+        int64_t rest = limit - r->n_prompt;
+        r->max_tokens = (int32_t)(kind == SRV_KIND_COMPLETION && rest > 16 ? 16 : rest);
+    }
+    ok = true;
+out:
+    cJSON_Delete(root);
+    if (!ok) {
+        enum srv_kind k = r->kind;
+        srv_req_free(r);
+        r->kind = k;
+    }
+    return ok;
+}

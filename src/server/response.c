@@ -1,0 +1,247 @@
+/*
+ * response.c - OpenAI response shapes: errors, chat.completion(.chunk),
+ * text_completion (whole and streamed), model lists.
+ *
+ * Reference: the OpenAI API reference, "The chat completion object", "The
+ * chat completion chunk object", "The completion object". Streams are
+ * Server-Sent Events: one "data: {json}\n\n" per chunk and a final
+ * "data: [DONE]\n\n" (written by http.c). JSON is formatted by hand with
+ * sb_json_str, which never emits invalid UTF-8.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_int.h"
+
+const char *srv_finish_str(enum anvil_finish f) {
+    switch (f) {
+    case ANVIL_FINISH_LENGTH: return "length";
+    case ANVIL_FINISH_STOP: return "stop";
+    /* not OpenAI values, but never seen by a client in practice: a
+     * cancelled request's client is gone, an error becomes an error body */
+    case ANVIL_FINISH_CANCELLED: return "cancelled";
+    case ANVIL_FINISH_ERROR: return "error";
+    default: return NULL;
+    }
+}
+
+void srv_fmt_error(struct sbuf *b, const struct srv_err *e) {
+    sb_puts(b, "{\"error\":{\"message\":");
+    sb_json_str(b, e->message, strlen(e->message));
+    sb_puts(b, ",\"type\":");
+    sb_json_str(b, e->type ? e->type : "invalid_request_error",
+                strlen(e->type ? e->type : "invalid_request_error"));
+    sb_puts(b, ",\"param\":");
+    if (e->param[0])
+        sb_json_str(b, e->param, strlen(e->param));
+    else
+        sb_puts(b, "null");
+    sb_puts(b, ",\"code\":");
+    if (e->code)
+        sb_json_str(b, e->code, strlen(e->code));
+    else
+        sb_puts(b, "null");
+    sb_puts(b, "}}");
+}
+
+// ----------------------------------------------------------------------------
+// logprobs
+
+/* Raw bytes of token t (control tokens by name) into scratch. */
+static void piece(const struct anvil_model *m, anvil_token t, struct sbuf *scratch) {
+    sb_clear(scratch);
+    if (!sb_reserve(scratch, 64)) return;
+    int32_t n = anvil_token_to_piece(m, t, scratch->p, (int32_t)scratch->cap, true);
+    if (n < 0) {
+        if (!sb_reserve(scratch, (size_t)-n)) return;
+        n = anvil_token_to_piece(m, t, scratch->p, (int32_t)scratch->cap, true);
+        if (n < 0) n = 0;
+    }
+    scratch->len = (size_t)n;
+}
+
+static void bytes_array(struct sbuf *b, const struct sbuf *s) {
+    sb_puts(b, "[");
+    for (size_t i = 0; i < s->len; i++)
+        sb_printf(b, i ? ",%u" : "%u", (unsigned)(unsigned char)s->p[i]);
+    sb_puts(b, "]");
+}
+
+static void chat_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
+                          const struct srv_tok *toks, int32_t n) {
+    struct sbuf s;
+    sb_init(&s);
+    sb_puts(b, "{\"content\":[");
+    for (int32_t i = 0; i < n; i++) {
+        const struct srv_tok *t = &toks[i];
+        piece(ri->model, t->token, &s);
+        sb_puts(b, i ? ",{\"token\":" : "{\"token\":");
+        sb_json_str(b, s.p, s.len);
+        sb_puts(b, ",\"logprob\":");
+        sb_json_num(b, t->logprob);
+        sb_puts(b, ",\"bytes\":");
+        bytes_array(b, &s);
+        sb_puts(b, ",\"top_logprobs\":[");
+        int32_t k = t->n_top < ri->top_logprobs ? t->n_top : ri->top_logprobs;
+        for (int32_t j = 0; j < k; j++) {
+            piece(ri->model, t->top_tokens[j], &s);
+            sb_puts(b, j ? ",{\"token\":" : "{\"token\":");
+            sb_json_str(b, s.p, s.len);
+            sb_puts(b, ",\"logprob\":");
+            sb_json_num(b, t->top_logprobs[j]);
+            sb_puts(b, ",\"bytes\":");
+            bytes_array(b, &s);
+            sb_puts(b, "}");
+        }
+        sb_puts(b, "]}");
+    }
+    sb_puts(b, "],\"refusal\":null}");
+    if (s.oom) b->oom = true;
+    sb_free(&s);
+}
+
+/* Legacy completions shape: parallel arrays. */
+static void completion_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
+                                const struct srv_tok *toks, int32_t n, size_t text_offset) {
+    struct sbuf s;
+    sb_init(&s);
+    sb_puts(b, "{\"tokens\":[");
+    for (int32_t i = 0; i < n; i++) {
+        piece(ri->model, toks[i].token, &s);
+        if (i) sb_puts(b, ",");
+        sb_json_str(b, s.p, s.len);
+    }
+    sb_puts(b, "],\"token_logprobs\":[");
+    for (int32_t i = 0; i < n; i++) {
+        if (i) sb_puts(b, ",");
+        sb_json_num(b, toks[i].logprob);
+    }
+    sb_puts(b, "],\"top_logprobs\":[");
+    for (int32_t i = 0; i < n; i++) {
+        sb_puts(b, i ? ",{" : "{");
+        int32_t k = toks[i].n_top < ri->top_logprobs ? toks[i].n_top : ri->top_logprobs;
+        for (int32_t j = 0; j < k; j++) {
+            piece(ri->model, toks[i].top_tokens[j], &s);
+            if (j) sb_puts(b, ",");
+            sb_json_str(b, s.p, s.len);
+            sb_puts(b, ":");
+            sb_json_num(b, toks[i].top_logprobs[j]);
+        }
+        sb_puts(b, "}");
+    }
+    sb_puts(b, "],\"text_offset\":[");
+    size_t off = text_offset;
+    for (int32_t i = 0; i < n; i++) {
+        piece(ri->model, toks[i].token, &s);
+        sb_printf(b, i ? ",%zu" : "%zu", off);
+        off += s.len;
+    }
+    sb_puts(b, "]}");
+    if (s.oom) b->oom = true;
+    sb_free(&s);
+}
+
+static void logprobs(struct sbuf *b, const struct srv_resp_info *ri, const struct srv_tok *toks,
+                     int32_t n, size_t text_offset) {
+    if (!ri->logprobs) {
+        sb_puts(b, "null");
+        return;
+    }
+    if (ri->kind == SRV_KIND_CHAT)
+        chat_logprobs(b, ri, toks, n);
+    else
+        completion_logprobs(b, ri, toks, n, text_offset);
+}
+
+// ----------------------------------------------------------------------------
+// completions
+
+static void head(struct sbuf *b, const struct srv_resp_info *ri, const char *object) {
+    sb_puts(b, "{\"id\":");
+    sb_json_str(b, ri->id, strlen(ri->id));
+    sb_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, ri->created);
+    sb_json_str(b, ri->model_id, strlen(ri->model_id));
+    sb_puts(b, ",\"system_fingerprint\":\"anvil\"");
+}
+
+static void finish_field(struct sbuf *b, const char *finish) {
+    sb_puts(b, ",\"finish_reason\":");
+    if (finish)
+        sb_printf(b, "\"%s\"", finish);
+    else
+        sb_puts(b, "null");
+}
+
+static void usage(struct sbuf *b, int32_t n_prompt, int32_t n_gen) {
+    sb_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}",
+              (int)n_prompt, (int)n_gen, (int)(n_prompt + n_gen));
+}
+
+void srv_fmt_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
+                   const struct srv_tok *toks, int32_t n_toks, bool first_chat,
+                   const char *finish, size_t text_offset) {
+    sb_puts(b, "data: ");
+    if (ri->kind == SRV_KIND_CHAT) {
+        head(b, ri, "chat.completion.chunk");
+        sb_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{");
+        if (first_chat) sb_puts(b, "\"role\":\"assistant\"");
+        if (n || first_chat) {
+            sb_puts(b, first_chat ? ",\"content\":" : "\"content\":");
+            sb_json_str(b, text, n);
+        }
+        sb_puts(b, "},\"logprobs\":");
+        if (n_toks)
+            logprobs(b, ri, toks, n_toks, text_offset);
+        else
+            sb_puts(b, "null");
+    } else {
+        head(b, ri, "text_completion");
+        sb_puts(b, ",\"choices\":[{\"text\":");
+        sb_json_str(b, text, n);
+        sb_puts(b, ",\"index\":0,\"logprobs\":");
+        if (n_toks)
+            logprobs(b, ri, toks, n_toks, text_offset);
+        else
+            sb_puts(b, "null");
+    }
+    finish_field(b, finish);
+    sb_puts(b, "}]}\n\n");
+}
+
+void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t n_prompt,
+                         int32_t n_gen) {
+    sb_puts(b, "data: ");
+    head(b, ri, ri->kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion");
+    sb_puts(b, ",\"choices\":[],");
+    usage(b, n_prompt, n_gen);
+    sb_puts(b, "}\n\n");
+}
+
+void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
+                  const struct srv_tok *toks, int32_t n_toks, const char *finish,
+                  int32_t n_prompt, int32_t n_gen) {
+    if (ri->kind == SRV_KIND_CHAT) {
+        head(b, ri, "chat.completion");
+        sb_puts(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+        sb_json_str(b, text, n);
+        sb_puts(b, ",\"refusal\":null},\"logprobs\":");
+    } else {
+        head(b, ri, "text_completion");
+        sb_puts(b, ",\"choices\":[{\"text\":");
+        sb_json_str(b, text, n);
+        sb_puts(b, ",\"index\":0,\"logprobs\":");
+    }
+    logprobs(b, ri, toks, n_toks, 0);
+    finish_field(b, finish);
+    sb_puts(b, "}],");
+    usage(b, n_prompt, n_gen);
+    sb_puts(b, "}");
+}
+
+void srv_fmt_models(struct sbuf *b, const char *model_id, long long created, bool single) {
+    if (!single) sb_puts(b, "{\"object\":\"list\",\"data\":[");
+    sb_puts(b, "{\"id\":");
+    sb_json_str(b, model_id, strlen(model_id));
+    sb_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"anvil\"}", created);
+    if (!single) sb_puts(b, "]}");
+}

@@ -1,0 +1,63 @@
+/*
+ * server.h - the OpenAI-compatible HTTP front door of anvil (`anvil serve`).
+ *
+ * src/server turns HTTP requests into anvil_engine_* calls and engine
+ * events back into OpenAI JSON / Server-Sent Events. It only calls the
+ * public API (include/anvil.h), so the engine stays usable as a library and
+ * knows nothing about JSON (llama.cpp keeps JSON out of server_slot).
+ *
+ * It is linked into the CLI binary only, not into libanvil.a. The CLI
+ * (tools/cli/cmd_serve.c) owns the process: argv, signals, model and
+ * engine lifetime; this module owns the HTTP daemon.
+ *
+ * Life cycle: srv_start -> (requests) -> srv_quiesce -> wait for
+ * srv_n_active() to reach 0, or give up -> srv_cancel_all -> srv_stop ->
+ * anvil_engine_free -> srv_free -> anvil_model_free. srv_free comes after
+ * the engine because a request still inside the engine gets its last
+ * event (DONE) from anvil_engine_free, and that event lands in the server.
+ */
+#ifndef ANVIL_SERVER_H
+#define ANVIL_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "anvil.h"
+
+struct srv;
+
+struct srv_config {
+    const char *host;     /* numeric IPv4/IPv6 address or "localhost" */
+    int port;             /* 0 = any free port (see srv_port) */
+    const char *api_key;  /* NULL or "" = no key required */
+    const char *model_id; /* name served in /v1/models and accepted in "model" */
+    int timeout_s;        /* idle connection timeout (slow or stuck clients) */
+    int max_conn;         /* concurrent connections; more are refused */
+    int max_queue;        /* the engine's max_queue (to tell 503 from 400) */
+    int32_t n_ctx;        /* the engine's n_ctx: prompt + max_tokens limit */
+    size_t max_body;      /* request body limit in bytes (413 above it) */
+};
+
+/* Start the HTTP daemon on its own threads. The server borrows the model
+ * and the engine (started by the caller): both must outlive srv_free. On
+ * failure writes a one-line message to err and leaves *out unchanged. */
+int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_config *cfg,
+              struct srv **out, char *err, size_t err_cap);
+/* The port actually bound (useful with port 0). */
+int srv_port(const struct srv *s);
+/* Stop accepting connections; requests that arrive on open keep-alive
+ * connections get 503. In-flight requests continue. */
+void srv_quiesce(struct srv *s);
+/* Generation requests submitted and not yet finished. */
+int srv_n_active(struct srv *s);
+/* Cancel every in-flight generation (anvil_engine_cancel): streams end
+ * with an error event and [DONE], waiting clients get 503. */
+void srv_cancel_all(struct srv *s);
+/* Stop the HTTP daemon: closes every connection and joins its thread;
+ * waits give up at once. The engine may still hold requests. */
+void srv_stop(struct srv *s);
+/* Free the server (stops it first if needed). Call after
+ * anvil_engine_free. NULL is a no-op. */
+void srv_free(struct srv *s);
+
+#endif

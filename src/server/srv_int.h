@@ -1,0 +1,177 @@
+/*
+ * srv_int.h - declarations shared by the files of src/server (not by
+ * anything outside it): a byte buffer with JSON string escaping, the
+ * parsed-and-validated form of a completion request, the OpenAI response
+ * formatters and the Prometheus metrics.
+ *
+ * Files: sbuf.c (buffer, JSON escaping), request.c (JSON body -> struct
+ * srv_req, every field type- and range-checked), response.c (OpenAI JSON
+ * and SSE shapes), metrics.c (counters, histograms, text format),
+ * http.c (libmicrohttpd glue, routing, per-request event queues).
+ */
+#ifndef ANVIL_SRV_INT_H
+#define ANVIL_SRV_INT_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "anvil.h"
+
+/* ---------------------------------------------------------------------- */
+/* sbuf: growable byte buffer (malloc; the server is not the library). An
+ * allocation failure sets `oom` and makes later appends no-ops, so a
+ * formatter can append freely and check once at the end. */
+
+struct sbuf {
+    char *p; /* NUL terminated when len > 0 or after sb_reserve */
+    size_t len, cap;
+    bool oom;
+};
+
+void sb_init(struct sbuf *b);
+void sb_free(struct sbuf *b);
+void sb_clear(struct sbuf *b); /* keeps the storage */
+bool sb_reserve(struct sbuf *b, size_t extra);
+void sb_put(struct sbuf *b, const char *s, size_t n);
+void sb_puts(struct sbuf *b, const char *s);
+void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append s[0..n) as a quoted JSON string. Bytes that are not valid UTF-8
+ * become U+FFFD, so the output is always valid JSON whatever the model
+ * emits (a byte-level token can be half a character). */
+void sb_json_str(struct sbuf *b, const char *s, size_t n);
+/* Append a float as a JSON number (finite values; -inf/NaN become -9999). */
+void sb_json_num(struct sbuf *b, double v);
+/* Hand the storage to the caller (malloc'd, NUL terminated) and reset b. */
+char *sb_take(struct sbuf *b, size_t *len);
+
+/* ---------------------------------------------------------------------- */
+/* request parsing (request.c) */
+
+enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION };
+
+#define SRV_MAX_STOP 16
+#define SRV_MAX_STOP_LEN 256
+#define SRV_MAX_TOP_LOGPROBS 20
+
+/* OpenAI error: {"error": {"message", "type", "param", "code"}}. */
+struct srv_err {
+    int status;
+    const char *type;  /* "invalid_request_error", "server_error", ... */
+    const char *code;  /* NULL or "model_not_found", "invalid_api_key", ... */
+    char param[64];    /* "" = null */
+    char message[512];
+};
+
+void srv_err_set(struct srv_err *e, int status, const char *type, const char *code,
+                 const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* What the parser needs to know about the serving side. */
+struct srv_limits {
+    const struct anvil_model *model;
+    const char *model_id;
+    int32_t n_vocab;
+    int32_t n_ctx;       /* prompt + max_tokens must fit */
+    int64_t kv_tokens;   /* total KV capacity in tokens (0 = unknown) */
+};
+
+/* A request after validation: everything the engine submit needs, plus
+ * the response options. Owned by whoever called srv_parse_request; free
+ * with srv_req_free. */
+struct srv_req {
+    enum srv_kind kind;
+    anvil_token *prompt; /* (n_prompt,) malloc'd */
+    int32_t n_prompt;
+    int32_t max_tokens;
+    struct anvil_sampler_params sampling;
+    bool ignore_eos;
+    char *stop[SRV_MAX_STOP]; /* malloc'd strings */
+    int32_t n_stop;
+    bool logprobs;        /* report the chosen token's logprob */
+    int32_t top_logprobs; /* alternatives to report (0..20) */
+    bool stream;
+    bool include_usage; /* stream_options.include_usage */
+};
+
+/* Parse and validate a JSON body. On failure fills err (status 400 and
+ * the offending param) and returns false; *out is then empty (safe to
+ * srv_req_free). Never reads past body[len]. */
+bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
+                       size_t len, struct srv_req *out, struct srv_err *err);
+void srv_req_free(struct srv_req *r);
+
+/* ---------------------------------------------------------------------- */
+/* response formatting (response.c) */
+
+/* One generated token as reported by the engine (for logprobs). */
+struct srv_tok {
+    anvil_token token;
+    float logprob;
+    int32_t n_top;
+    const anvil_token *top_tokens; /* (n_top,) */
+    const float *top_logprobs;     /* (n_top,) */
+};
+
+struct srv_resp_info {
+    enum srv_kind kind;
+    const char *id;    /* "chatcmpl-..." / "cmpl-..." */
+    long long created; /* unix seconds */
+    const char *model_id;
+    const struct anvil_model *model;
+    bool logprobs;
+    int32_t top_logprobs;
+};
+
+/* Error body. */
+void srv_fmt_error(struct sbuf *b, const struct srv_err *e);
+/* "data: {chunk}\n\n" with `text` (may be empty) and the logprobs of toks;
+ * first_chat adds the assistant role to a chat delta; finish is NULL or
+ * "stop"/"length". text_offset is the completion's text length before this
+ * chunk (legacy completions logprobs). */
+void srv_fmt_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
+                   const struct srv_tok *toks, int32_t n_toks, bool first_chat,
+                   const char *finish, size_t text_offset);
+/* "data: {usage chunk}\n\n" (stream_options.include_usage). */
+void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t n_prompt,
+                         int32_t n_gen);
+/* Whole non-streaming response. */
+void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
+                  const struct srv_tok *toks, int32_t n_toks, const char *finish,
+                  int32_t n_prompt, int32_t n_gen);
+/* GET /v1/models and /v1/models/{id}. */
+void srv_fmt_models(struct sbuf *b, const char *model_id, long long created, bool single);
+/* finish_reason string for an engine finish (NULL for NONE). */
+const char *srv_finish_str(enum anvil_finish f);
+
+/* ---------------------------------------------------------------------- */
+/* metrics (metrics.c): lock-free counters written from HTTP threads and
+ * the engine's driver thread, read by GET /metrics. */
+
+#define SRV_HIST_MAX 16
+
+struct srv_hist {
+    int n_bounds;
+    double bounds[SRV_HIST_MAX]; /* upper bounds in seconds, increasing */
+    _Atomic uint64_t counts[SRV_HIST_MAX + 1]; /* per bucket, last = +Inf */
+    _Atomic uint64_t sum_ns;
+    _Atomic uint64_t count;
+};
+
+enum { SRV_N_CODES = 11 };
+
+struct srv_metrics {
+    _Atomic uint64_t by_code[SRV_N_CODES]; /* indexed by srv_code_index */
+    _Atomic uint64_t finished[5];          /* by enum anvil_finish */
+    _Atomic int64_t in_flight;             /* generation requests submitted, not done */
+    struct srv_hist ttft, itl;
+};
+
+void srv_metrics_init(struct srv_metrics *m);
+void srv_metrics_status(struct srv_metrics *m, int status);
+void srv_hist_observe(struct srv_hist *h, double seconds);
+/* Prometheus text exposition format 0.0.4. */
+void srv_fmt_metrics(struct sbuf *b, struct srv_metrics *m, const struct anvil_engine_stats *st);
+
+#endif
