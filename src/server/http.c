@@ -115,6 +115,7 @@ struct job {
     struct sbuf out;  /* formatted bytes for the wire */
     size_t out_pos;
     size_t text_sent; /* completion text bytes so far */
+    double t_check;   /* last peer_gone check (monotonic seconds) */
     struct sbuf full; /* non-streaming: whole text */
     bool sent_first, sent_done;
 };
@@ -299,6 +300,15 @@ enum wait_res { WAIT_DATA, WAIT_GONE, WAIT_STOP };
  * text into j->rx. *n_ev and *done are a consistent snapshot: rx holds the
  * text of events [consumed, n_ev) and, when done, the DONE text. */
 static enum wait_res job_wait(struct job *j, int32_t *n_ev, bool *done) {
+    /* also between events: a non-streaming request's events keep coming
+     * while its client is gone, and nothing is written to notice it */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double t = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+    if (t - j->t_check >= WAIT_SLICE_MS * 1e-3) {
+        j->t_check = t;
+        if (peer_gone(j->fd)) return WAIT_GONE;
+    }
     pthread_mutex_lock(&j->mu);
     while (j->n_ev == j->consumed && j->pend.len == 0 && !j->done) {
         if (atomic_load(&j->srv->stopping)) {

@@ -11,6 +11,7 @@
  * starts) and taken synchronously with sigwait, so no handler runs in
  * the middle of the library.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -161,6 +162,11 @@ int cmd_serve(int argc, char **argv) {
 #undef VAL
     }
     if (!model_path) return cli_fail(CMD, "a model is required (-m FILE)");
+    unsigned char addr[16];
+    if (strcmp(host, "localhost") != 0 && inet_pton(AF_INET, host, addr) != 1 &&
+        inet_pton(AF_INET6, host, addr) != 1)
+        return cli_fail(CMD, "--host must be a numeric IPv4/IPv6 address or localhost, got '%s'",
+                        host);
 
     /* before any thread exists, so every thread inherits the mask */
     sigset_t set;
