@@ -552,19 +552,9 @@ static enum MHD_Result submit_error(struct srv *s, struct MHD_Connection *c, anv
                                     const char *msg) {
     if (st == ANVIL_ERR_INVALID)
         return send_errf(s, c, 400, "invalid_request_error", NULL, NULL, NULL, msg);
-    if (st == ANVIL_ERR_KV_FULL) {
-        /* KV_FULL is "queue full" or "can never fit". request.c already
-         * rejected what cannot fit in n_ctx or the whole cache, so this is
-         * the queue unless the queue has room right now. */
-        struct anvil_engine_stats es;
-        memset(&es, 0, sizeof(es));
-        anvil_engine_get_stats(s->engine, &es);
-        if (es.queued < s->cfg.max_queue)
-            return send_errf(s, c, 400, "invalid_request_error", "context_length_exceeded", NULL,
-                             NULL, msg);
+    if (st == ANVIL_ERR_KV_FULL) /* the queue is full (what can never fit is INVALID) */
         return send_errf(s, c, 503, "server_error", "engine_overloaded", "Retry-After", "1",
                          "The server is overloaded: its request queue is full. Retry later.");
-    }
     return send_errf(s, c, 500, "server_error", NULL, NULL, NULL, msg);
 }
 
@@ -853,12 +843,12 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conn,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, err_cap, "cannot listen on %s port %d: %s", cfg->host, cfg->port,
                  strerror(errno));

@@ -33,7 +33,6 @@ struct srv_config {
     const char *model_id; /* name served in /v1/models and accepted in "model" */
     int timeout_s;        /* idle connection timeout (slow or stuck clients) */
     int max_conn;         /* concurrent connections; more are refused */
-    int max_queue;        /* the engine's max_queue (to tell 503 from 400) */
     int32_t n_ctx;        /* the engine's n_ctx: prompt + max_tokens limit */
     size_t max_body;      /* request body limit in bytes (413 above it) */
 };

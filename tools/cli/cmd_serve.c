@@ -221,7 +221,6 @@ int cmd_serve(int argc, char **argv) {
         .model_id = model_id,
         .timeout_s = (int)timeout,
         .max_conn = (int)(running + max_queue + 64),
-        .max_queue = (int)max_queue,
         .n_ctx = n_ctx,
         .max_body = MAX_BODY,
     };
