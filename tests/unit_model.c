@@ -1,0 +1,215 @@
+/*
+ * unit_model.c - the model/context API on the default model: every bad
+ * batch is refused with the right status and leaves the cache as it was;
+ * KV exhaustion is recoverable; out-of-memory at every allocation of
+ * load, ctx init and decode fails cleanly and leaks nothing.
+ *
+ * Needs models/SmolLM2-135M-Instruct.Q4_1.gguf (or ANVIL_MODEL); the test
+ * runner fetches it with `make model` first.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "anvil.h"
+#include "core/core.h"
+
+static const char *model_path(void) {
+    const char *p = getenv("ANVIL_MODEL");
+    return p && *p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+static struct anvil_model *model;
+
+static int setup(void **state) {
+    (void)state;
+    char err[ANVIL_ERRMSG_CAP];
+    if (anvil_model_load(model_path(), NULL, &model, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "unit_model: cannot load %s: %s\n", model_path(), err);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    anvil_model_free(model);
+    return 0;
+}
+
+static struct anvil_ctx *make_ctx(int n_ctx, int n_seq, int n_batch, int64_t kv_mem) {
+    struct anvil_ctx_params p = anvil_ctx_default_params();
+    p.n_ctx = n_ctx;
+    p.n_seq_max = n_seq;
+    p.n_batch = n_batch;
+    p.n_threads = 2;
+    p.kv_mem = kv_mem;
+    struct anvil_ctx *c = NULL;
+    assert_int_equal(anvil_ctx_init(model, &p, &c), ANVIL_OK);
+    return c;
+}
+
+static anvil_status decode1(struct anvil_ctx *c, anvil_token t, int32_t pos, int32_t seq) {
+    struct anvil_batch b = {.n_tokens = 1, .token = &t, .pos = &pos, .seq_id = &seq};
+    return anvil_decode(c, &b);
+}
+
+static void test_bad_batches(void **state) {
+    (void)state;
+    struct anvil_ctx *c = make_ctx(64, 2, 8, 0);
+    int32_t nv = anvil_model_n_vocab(model);
+    assert_int_equal(decode1(c, 100, 0, 0), ANVIL_OK);
+    float ref[8];
+    memcpy(ref, anvil_get_logits(c, 0), sizeof(ref));
+
+    struct anvil_batch empty = {0};
+    assert_int_equal(anvil_decode(c, &empty), ANVIL_ERR_INVALID);
+    assert_int_equal(anvil_decode(c, NULL), ANVIL_ERR_INVALID);
+    assert_int_equal(decode1(c, -1, 1, 0), ANVIL_ERR_INVALID);
+    assert_non_null(strstr(anvil_ctx_errmsg(c), "out of range"));
+    assert_int_equal(decode1(c, nv, 1, 0), ANVIL_ERR_INVALID);
+    assert_int_equal(decode1(c, 5, 1, 2), ANVIL_ERR_INVALID);  /* seq out of range */
+    assert_int_equal(decode1(c, 5, 1, -1), ANVIL_ERR_INVALID);
+    assert_int_equal(decode1(c, 5, 3, 0), ANVIL_ERR_INVALID);  /* gap */
+    assert_int_equal(decode1(c, 5, 0, 0), ANVIL_ERR_INVALID);  /* rewrite */
+    /* rows of one sequence split by another */
+    anvil_token tk[3] = {5, 6, 7};
+    int32_t pos[3] = {1, 0, 2}, seq[3] = {0, 1, 0};
+    struct anvil_batch b = {.n_tokens = 3, .token = tk, .pos = pos, .seq_id = seq};
+    assert_int_equal(anvil_decode(c, &b), ANVIL_ERR_INVALID);
+    /* more rows than n_batch */
+    anvil_token many[9] = {0};
+    int32_t mpos[9], mseq[9] = {0};
+    for (int i = 0; i < 9; i++) mpos[i] = 1 + i;
+    struct anvil_batch big = {.n_tokens = 9, .token = many, .pos = mpos, .seq_id = mseq};
+    assert_int_equal(anvil_decode(c, &big), ANVIL_ERR_INVALID);
+    /* more logits rows than n_outputs (= n_seq_max = 2) */
+    int8_t want[3] = {1, 1, 1};
+    struct anvil_batch lg = {.n_tokens = 3, .token = many, .pos = mpos, .seq_id = mseq, .logits = want};
+    assert_int_equal(anvil_decode(c, &lg), ANVIL_ERR_INVALID);
+    assert_int_equal(anvil_n_logits(c), 0);
+    assert_null(anvil_get_logits(c, 0));
+
+    /* nothing changed: the sequence still has one position, and recomputing
+     * it from scratch gives the same logits */
+    assert_int_equal(anvil_seq_len(c, 0), 1);
+    assert_int_equal(anvil_seq_len(c, 1), 0);
+    assert_int_equal(anvil_seq_truncate(c, 0, 0), ANVIL_OK);
+    assert_int_equal(decode1(c, 100, 0, 0), ANVIL_OK);
+    assert_memory_equal(ref, anvil_get_logits(c, 0), sizeof(ref));
+    anvil_ctx_free(c);
+}
+
+static void test_context_full(void **state) {
+    (void)state;
+    struct anvil_ctx *c = make_ctx(16, 1, 16, 0);
+    anvil_token tk[16];
+    int32_t pos[16], seq[16] = {0};
+    for (int i = 0; i < 16; i++) tk[i] = 200 + i, pos[i] = i;
+    struct anvil_batch b = {.n_tokens = 16, .token = tk, .pos = pos, .seq_id = seq};
+    assert_int_equal(anvil_decode(c, &b), ANVIL_OK);
+    assert_int_equal(decode1(c, 5, 16, 0), ANVIL_ERR_KV_FULL);
+    assert_int_equal(anvil_seq_len(c, 0), 16);
+    assert_int_equal(anvil_seq_truncate(c, 0, 15), ANVIL_OK);
+    assert_int_equal(decode1(c, 5, 15, 0), ANVIL_OK);
+    anvil_ctx_free(c);
+}
+
+static void test_kv_pool_exhaustion(void **state) {
+    (void)state;
+    /* a pool of a few blocks shared by 4 sequences */
+    struct anvil_ctx *c = make_ctx(256, 4, 64, 4 * 16 * 30 * 2 * 192 * 2);
+    anvil_token tk[64];
+    int32_t pos[64], seq[64];
+    for (int i = 0; i < 64; i++) tk[i] = 300 + i, pos[i] = i, seq[i] = 0;
+    struct anvil_batch b = {.n_tokens = 64, .token = tk, .pos = pos, .seq_id = seq};
+    assert_int_equal(anvil_decode(c, &b), ANVIL_OK); /* 4 blocks: the whole pool */
+    for (int i = 0; i < 8; i++) seq[i] = 1;
+    b.n_tokens = 8;
+    assert_int_equal(anvil_decode(c, &b), ANVIL_ERR_KV_FULL);
+    assert_int_equal(anvil_seq_len(c, 1), 0);
+    assert_int_equal(anvil_seq_len(c, 0), 64);
+    assert_int_equal(anvil_seq_truncate(c, 0, 0), ANVIL_OK); /* free seq 0 */
+    assert_int_equal(anvil_decode(c, &b), ANVIL_OK);
+    assert_int_equal(anvil_seq_len(c, 1), 8);
+    anvil_ctx_free(c);
+}
+
+static void test_params_rejected(void **state) {
+    (void)state;
+    struct anvil_ctx_params p = anvil_ctx_default_params();
+    struct anvil_ctx *c = (struct anvil_ctx *)0x1;
+    p.n_ctx = -5;
+    assert_int_equal(anvil_ctx_init(model, &p, &c), ANVIL_ERR_INVALID);
+    assert_true(c == (struct anvil_ctx *)0x1); /* untouched on failure */
+    p = anvil_ctx_default_params();
+    p.kv_type = ANVIL_TYPE_Q4_0;
+    assert_int_equal(anvil_ctx_init(model, &p, &c), ANVIL_ERR_INVALID);
+    char err[ANVIL_ERRMSG_CAP];
+    struct anvil_model *m = (struct anvil_model *)0x1;
+    assert_int_equal(anvil_model_load("/nonexistent/x.gguf", NULL, &m, err, sizeof(err)),
+                     ANVIL_ERR_IO);
+    assert_true(m == (struct anvil_model *)0x1);
+    struct anvil_model_params mp = anvil_model_default_params();
+    mp.kernels = "sse9";
+    assert_int_equal(anvil_model_load(model_path(), &mp, &m, err, sizeof(err)),
+                     ANVIL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "sse9"));
+}
+
+/* Fail allocation N for N = 1, 2, ... through load + init + decode: each
+ * run must fail with NOMEM (or succeed once N passes the last allocation)
+ * and leave no live allocation behind. */
+static void test_oom_walk(void **state) {
+    (void)state;
+    int64_t base = anvil_alloc_live();
+    char err[ANVIL_ERRMSG_CAP];
+    int n_fail = 0;
+    for (uint64_t n = 1; n < 100000; n += n < 300 ? 1 : 997) {
+        anvil_alloc_fail_at(n);
+        struct anvil_model *m = NULL;
+        struct anvil_ctx *c = NULL;
+        anvil_status st = anvil_model_load(model_path(), NULL, &m, err, sizeof(err));
+        if (st == ANVIL_OK) {
+            struct anvil_ctx_params p = anvil_ctx_default_params();
+            p.n_ctx = 64;
+            p.n_threads = 2;
+            st = anvil_ctx_init(m, &p, &c);
+            if (st == ANVIL_OK) {
+                anvil_token t = 42;
+                int32_t pos = 0, seq = 0;
+                struct anvil_batch b = {.n_tokens = 1, .token = &t, .pos = &pos, .seq_id = &seq};
+                st = anvil_decode(c, &b);
+                assert_int_equal(st, ANVIL_OK); /* decode never allocates */
+            }
+        }
+        bool done = st == ANVIL_OK;
+        if (!done) {
+            assert_int_equal(st, ANVIL_ERR_NOMEM);
+            n_fail++;
+        }
+        anvil_ctx_free(c);
+        anvil_model_free(m);
+        anvil_alloc_fail_at(0);
+        assert_int_equal(anvil_alloc_live(), base);
+        if (done) break;
+    }
+    assert_true(n_fail > 10);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_batches),
+        cmocka_unit_test(test_context_full),
+        cmocka_unit_test(test_kv_pool_exhaustion),
+        cmocka_unit_test(test_params_rejected),
+        cmocka_unit_test(test_oom_walk),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
