@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_attn.h"
 #include "core/core.h"
@@ -51,6 +52,8 @@ struct opts {
     double footprint_mb, max_mem_mb;
     int reps;
     bool json;
+    bool no_bw;
+    bool cpu_time; /* time with the caller's CPU clock (for --threads 1 on a busy machine) */
 };
 
 static const char *SPLIT_NAME[3] = {"off", "on", "auto"};
@@ -88,6 +91,12 @@ static double pct(const double *sorted, int n, double q) {
     int i = (int)pos;
     double f = pos - i;
     return i + 1 < n ? sorted[i] * (1 - f) + sorted[i + 1] * f : sorted[i];
+}
+
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static const char *commit_id(void) {
@@ -140,16 +149,16 @@ static void bw_fn(void *arg, int ith, int nth) {
     j->sink[ith % 64] = a0 + a1 + a2 + a3;
 }
 
-static double read_bandwidth(struct pool *pool, size_t bytes) {
+static double read_bandwidth(struct pool *pool, size_t bytes, bool cpu_time) {
     uint64_t *buf = anvil_malloc_aligned(bytes);
     if (!buf) return 0.0;
     struct bw_job j = {.buf = buf, .n = bytes / 8};
     for (size_t i = 0; i < j.n; i++) buf[i] = i * 0x9e3779b97f4a7c15ULL;
     double best = 0.0;
     for (int rep = 0; rep < 5; rep++) {
-        double t0 = time_now_s();
+        double t0 = cpu_time ? thread_cpu_s() : time_now_s();
         pool_run(pool, bw_fn, &j);
-        double dt = time_now_s() - t0;
+        double dt = (cpu_time ? thread_cpu_s() : time_now_s()) - t0;
         double gbs = (double)bytes / dt / 1e9;
         if (gbs > best) best = gbs;
     }
@@ -299,10 +308,10 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
         uint64_t allocs = anvil_alloc_count();
         for (int r = 0; r < o->reps; r++) {
             int l = (warm + r) % n_layer;
-            double t0 = time_now_s();
+            double t0 = o->cpu_time ? thread_cpu_s() : time_now_s();
             kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m], &job);
             kv_attn_run(job, pool);
-            t_us[r] = (time_now_s() - t0) * 1e6;
+            t_us[r] = ((o->cpu_time ? thread_cpu_s() : time_now_s()) - t0) * 1e6;
         }
         if (anvil_alloc_count() != allocs) {
             fprintf(stderr, "bench --attention: the attention path allocated memory\n");
@@ -353,6 +362,14 @@ static int parse(int argc, char **argv, struct opts *o) {
         if (!strcmp(a, "--attention")) continue;
         if (!strcmp(a, "--json")) {
             o->json = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-bw")) {
+            o->no_bw = true;
+            continue;
+        }
+        if (!strcmp(a, "--cpu-time")) {
+            o->cpu_time = true;
             continue;
         }
         if (!v) return usage("missing value for", a);
@@ -413,8 +430,8 @@ int bench_attention(int argc, char **argv) {
         fprintf(stderr, "bench --attention: cannot start threads\n");
         return 1;
     }
-    double bw1 = read_bandwidth(pool1, (size_t)1 << 30);
-    double bwn = o.threads > 1 ? read_bandwidth(pool, (size_t)1 << 30) : bw1;
+    double bw1 = o.no_bw ? 1.0 : read_bandwidth(pool1, (size_t)1 << 30, o.cpu_time);
+    double bwn = o.no_bw ? 1.0 : o.threads > 1 ? read_bandwidth(pool, (size_t)1 << 30, false) : bw1;
     pool_free(pool1);
     const char *tname = o.kv_type == ANVIL_TYPE_Q8_0 ? "q8_0" : "f16";
     if (o.json) {

@@ -19,6 +19,10 @@
  *                                     bigger than the caches)
  *   --max-mem MB                      skip cases needing more (default 3072)
  *   -r N                              timed calls per case (default 30)
+ *   --no-bw                           skip the bandwidth measurement
+ *   --cpu-time                        time with the calling thread's CPU
+ *                                     clock (development on a busy
+ *                                     machine; meaningful with --threads 1)
  *   --json                            one JSON object per case
  * Returns 0, 1 on a runtime failure (including a kernel that disagrees
  * with the reference), 2 on bad usage. */

@@ -24,6 +24,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "anvil.h"
@@ -96,21 +97,51 @@ static void load_step(const struct kn_kv_layout *kv, const uint8_t *tile, int j0
         }
 }
 
-/* acc_k[0, 16*nb) += sum over j < valid, in order, of p[k][j] * V[j][...]
- * for nq query vectors (acc_k at acc + k*acc_stride, V rows hd apart). */
+/* Where a step's 16 keys come from: the float buffer filled by load_step
+ * (prefill tiles, groups of more than QGROUP heads: converted once, read
+ * many times), or the tile itself, converted in registers as it is read
+ * (decode: each K and V row is read exactly once per group anyway). Both
+ * give the same floats, so the arithmetic below is the same bit for bit. */
+enum { SRC_BUF, SRC_F16, SRC_Q8 };
+
+struct src {
+    const void *k;           /* BUF: (hd, 16) floats; else K^T at key j0, rows bs apart */
+    const void *v;           /* BUF: (16, hd) floats; else V at row j0 */
+    const uint16_t *ks, *vs; /* Q8: the scales at key j0 */
+    int bs;
+};
+
+static inline __attribute__((always_inline)) __m512 src_k(const int mode, const struct src *s,
+                                                          int d) {
+    if (mode == SRC_BUF) return _mm512_load_ps((const float *)s->k + d * SUB);
+    if (mode == SRC_F16) return load_f16x16((const uint16_t *)s->k + (size_t)d * s->bs);
+    __m512 sc = load_f16x16(s->ks + (size_t)(d / 32) * s->bs);
+    return _mm512_mul_ps(load_i8x16((const int8_t *)s->k + (size_t)d * s->bs), sc);
+}
+
+/* V row j, columns [col, col + 16) */
+static inline __attribute__((always_inline)) __m512 src_v(const int mode, const struct src *s,
+                                                          int j, int col, int hd) {
+    if (mode == SRC_BUF) return _mm512_load_ps((const float *)s->v + j * hd + col);
+    if (mode == SRC_F16) return load_f16x16((const uint16_t *)s->v + (size_t)j * hd + col);
+    __m512 sc = _mm512_set1_ps(_cvtsh_ss(s->vs[j * (hd / 32) + col / 32]));
+    return _mm512_mul_ps(load_i8x16((const int8_t *)s->v + (size_t)j * hd + col), sc);
+}
+
+/* acc_k[d0, d0 + 16*nb) += sum over j < valid, in order, of p[k][j] * v_j
+ * for nq query vectors (acc_k at acc + k*hd). */
 static inline __attribute__((always_inline)) void
-pv_cols(const int nq, const int nb, float *restrict acc, int acc_stride,
-        const float (*restrict p)[SUB], const float *restrict V, int hd, int valid) {
+pv_cols(const int mode, const int nq, const int nb, float *restrict acc, int d0,
+        const float (*restrict p)[SUB], const struct src *s, int hd, int valid) {
     __m512 c[QGROUP][4];
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++)
 #pragma GCC unroll 4
-        for (int b = 0; b < nb; b++) c[k][b] = _mm512_load_ps(acc + k * acc_stride + 16 * b);
+        for (int b = 0; b < nb; b++) c[k][b] = _mm512_load_ps(acc + k * hd + d0 + 16 * b);
     for (int j = 0; j < valid; j++) {
-        const float *vr = V + j * hd;
 #pragma GCC unroll 4
         for (int b = 0; b < nb; b++) {
-            __m512 v = _mm512_load_ps(vr + 16 * b);
+            __m512 v = src_v(mode, s, j, d0 + 16 * b, hd);
 #pragma GCC unroll 4
             for (int k = 0; k < nq; k++) c[k][b] = _mm512_fmadd_ps(_mm512_set1_ps(p[k][j]), v, c[k][b]);
         }
@@ -118,15 +149,15 @@ pv_cols(const int nq, const int nb, float *restrict acc, int acc_stride,
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++)
 #pragma GCC unroll 4
-        for (int b = 0; b < nb; b++) _mm512_store_ps(acc + k * acc_stride + 16 * b, c[k][b]);
+        for (int b = 0; b < nb; b++) _mm512_store_ps(acc + k * hd + d0 + 16 * b, c[k][b]);
 }
 
 /* One online-softmax step for nq (1..4) query vectors q + k*hd, states
- * m[k], l[k], acc + k*hd, over the first `valid` keys of the buffer. */
+ * m[k], l[k], acc + k*hd, over the first `valid` keys of the step. */
 static inline __attribute__((always_inline)) void
-step_group(const int nq, const float *restrict q, float *restrict m, float *restrict l,
-           float *restrict acc, const float *restrict Kb, const float *restrict Vb, int hd,
-           int valid, float scale) {
+step_group(const int mode, const int nq, const float *restrict q, float *restrict m,
+           float *restrict l, float *restrict acc, const struct src *s, int hd, int valid,
+           float scale) {
     __m512 a[QGROUP][4];
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++)
@@ -135,7 +166,7 @@ step_group(const int nq, const float *restrict q, float *restrict m, float *rest
     for (int d = 0; d < hd; d += 4) {
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
-            __m512 kr = _mm512_load_ps(Kb + (d + u) * SUB);
+            __m512 kr = src_k(mode, s, d + u);
 #pragma GCC unroll 4
             for (int k = 0; k < nq; k++)
                 a[k][u] = _mm512_fmadd_ps(_mm512_set1_ps(q[k * hd + d + u]), kr, a[k][u]);
@@ -145,10 +176,10 @@ step_group(const int nq, const float *restrict q, float *restrict m, float *rest
     float pb[QGROUP][SUB] __attribute__((aligned(64)));
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++) {
-        __m512 s = _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][1]), _mm512_add_ps(a[k][2], a[k][3]));
-        s = _mm512_mul_ps(s, _mm512_set1_ps(scale));
-        s = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, s);
-        float mb = _mm512_reduce_max_ps(s);
+        __m512 sv = _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][1]), _mm512_add_ps(a[k][2], a[k][3]));
+        sv = _mm512_mul_ps(sv, _mm512_set1_ps(scale));
+        sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, sv);
+        float mb = _mm512_reduce_max_ps(sv);
         float mo = m[k], mn = mo > mb ? mo : mb;
         if (mn > mo && mo != -INFINITY) {
             float al = expf(mo - mn);
@@ -158,29 +189,42 @@ step_group(const int nq, const float *restrict q, float *restrict m, float *rest
             for (int d = 0; d < hd; d += 16) _mm512_store_ps(ak + d, _mm512_mul_ps(_mm512_load_ps(ak + d), av));
         }
         m[k] = mn;
-        __m512 p = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(s, _mm512_set1_ps(mn))));
+        __m512 p = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(mn))));
         l[k] += _mm512_reduce_add_ps(p);
         _mm512_store_ps(pb[k], p);
     }
     /* acc[d] += p_j * v_j[d], j in order; 64 columns of every query
      * vector at once for independent chains (32 for a head_dim tail) */
     int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) pv_cols(nq, 4, acc + d0, hd, pb, Vb + d0, hd, valid);
-    if (d0 < hd) pv_cols(nq, 2, acc + d0, hd, pb, Vb + d0, hd, valid);
+    for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, nq, 4, acc, d0, pb, s, hd, valid);
+    if (d0 < hd) pv_cols(mode, nq, 2, acc, d0, pb, s, hd, valid);
 }
 
-/* Query vectors of one row (G of them) through one step, in groups of 4. */
-static void step_row(const float *q, float *m, float *l, float *acc, int G, const float *Kb,
-                     const float *Vb, int hd, int valid, float scale) {
+/* The G query vectors of one row through one step, in groups of 4. */
+static inline __attribute__((always_inline)) void
+step_row(const int mode, const float *q, float *m, float *l, float *acc, int G,
+         const struct src *s, int hd, int valid, float scale) {
     int g = 0;
-    for (; g + 4 <= G; g += 4)
-        step_group(4, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale);
+    for (; g + 4 <= G; g += 4) step_group(mode, 4, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale);
     switch (G - g) {
-    case 3: step_group(3, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale); break;
-    case 2: step_group(2, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale); break;
-    case 1: step_group(1, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale); break;
+    case 3: step_group(mode, 3, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale); break;
+    case 2: step_group(mode, 2, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale); break;
+    case 1: step_group(mode, 1, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale); break;
     default: break;
     }
+}
+
+static void step_row_buf(const float *q, float *m, float *l, float *acc, int G, const struct src *s,
+                         int hd, int valid, float scale) {
+    step_row(SRC_BUF, q, m, l, acc, G, s, hd, valid, scale);
+}
+static void step_row_f16(const float *q, float *m, float *l, float *acc, int G, const struct src *s,
+                         int hd, int valid, float scale) {
+    step_row(SRC_F16, q, m, l, acc, G, s, hd, valid, scale);
+}
+static void step_row_q8(const float *q, float *m, float *l, float *acc, int G, const struct src *s,
+                        int hd, int valid, float scale) {
+    step_row(SRC_Q8, q, m, l, acc, G, s, hd, valid, scale);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -215,20 +259,41 @@ static void chunk_pass(const struct kn_attn_task *t, int c, struct states *cur, 
     int n_kv_max = t->pos + t->n_rows;
     int k0 = c * KN_ATTN_CHUNK;
     int k1 = k0 + KN_ATTN_CHUNK < n_kv_max ? k0 + KN_ATTN_CHUNK : n_kv_max;
+    /* decode rows with one group of heads read the tile directly */
+    const bool direct = t->n_rows == 1 && G <= QGROUP;
     states_clear(cur, t->n_rows * G, hd);
     for (int s0 = k0; s0 < k1; s0 += SUB) {
         const uint8_t *tile = kn_kv_tile(kv, t->base, t->blocks[s0 / bs], t->kv_head);
         int nxt = s0 + bs - s0 % bs; /* first key of the next block */
         if (s0 % bs == 0 && nxt < k1)
             prefetch_tile(kn_kv_tile(kv, t->base, t->blocks[nxt / bs], t->kv_head), kv->tile_bytes);
+        if (direct) {
+            int j0 = s0 % bs;
+            struct src sr = {.bs = bs};
+            if (kv->type == ANVIL_TYPE_F16) {
+                sr.k = (const uint16_t *)tile + j0;
+                sr.v = (const uint16_t *)(tile + kv->v_off) + (size_t)j0 * hd;
+            } else {
+                sr.k = (const int8_t *)tile + j0;
+                sr.v = (const int8_t *)(tile + kv->v_off) + (size_t)j0 * hd;
+                sr.ks = (const uint16_t *)(tile + kv->ks_off) + j0;
+                sr.vs = (const uint16_t *)(tile + kv->vs_off) + (size_t)j0 * (hd / 32);
+            }
+            int valid = t->pos + 1 - s0;
+            if (valid > SUB) valid = SUB;
+            (kv->type == ANVIL_TYPE_F16 ? step_row_f16 : step_row_q8)(t->q, cur->m, cur->l, cur->acc,
+                                                                      G, &sr, hd, valid, t->scale);
+            continue;
+        }
         load_step(kv, tile, s0 % bs, b->K, b->V);
+        struct src sb = {.k = b->K, .v = b->V, .bs = SUB};
         for (int r = 0; r < t->n_rows; r++) {
             int valid = t->pos + r + 1 - s0;
             if (valid <= 0) continue;
             if (valid > SUB) valid = SUB;
             int i = r * G;
-            step_row(t->q + (size_t)r * t->q_stride, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd,
-                     G, b->K, b->V, hd, valid, t->scale);
+            step_row_buf(t->q + (size_t)r * t->q_stride, cur->m + i, cur->l + i,
+                         cur->acc + (size_t)i * hd, G, &sb, hd, valid, t->scale);
         }
     }
 }
