@@ -38,10 +38,13 @@ struct shape {
 static const struct shape SHAPES[] = {
     {"smollm2", 9, 3, 64},
     {"llama3-8b", 32, 8, 128},
+    /* one kv head: the case split-K exists for (fewer tasks than threads) */
+    {"mqa", 8, 1, 128},
 };
+#define N_SHAPES 3
 
 struct opts {
-    bool shape_on[2];
+    bool shape_on[N_SHAPES];
     int batch[16], n_batch;
     int ctx[16], n_ctx;
     int threads;
@@ -375,9 +378,16 @@ static int parse(int argc, char **argv, struct opts *o) {
         if (!v) return usage("missing value for", a);
         i++;
         if (!strcmp(a, "--shape")) {
-            o->shape_on[0] = !strcmp(v, "smollm2") || !strcmp(v, "all");
-            o->shape_on[1] = !strcmp(v, "llama3-8b") || !strcmp(v, "all");
-            if (!o->shape_on[0] && !o->shape_on[1]) return usage("unknown shape", v);
+            /* a comma list of names, or "all" (the two shapes of SCENARIOS.md) */
+            bool any = false;
+            for (int k = 0; k < N_SHAPES; k++) {
+                const char *f = strstr(v, SHAPES[k].name);
+                size_t n = strlen(SHAPES[k].name);
+                o->shape_on[k] = (f && (f == v || f[-1] == ',') && (f[n] == 0 || f[n] == ',')) ||
+                                 (k < 2 && !strcmp(v, "all"));
+                any |= o->shape_on[k];
+            }
+            if (!any) return usage("unknown shape (smollm2, llama3-8b, mqa, all)", v);
         } else if (!strcmp(a, "--batch")) {
             if ((o->n_batch = parse_list(v, o->batch, 16, 1, 4096)) < 1) return usage("bad --batch", v);
         } else if (!strcmp(a, "--ctx")) {
@@ -452,7 +462,7 @@ int bench_attention(int argc, char **argv) {
     }
     fflush(stdout);
     rc = 0;
-    for (int si = 0; si < 2; si++) {
+    for (int si = 0; si < N_SHAPES; si++) {
         if (!o.shape_on[si]) continue;
         const struct shape *sh = &SHAPES[si];
         for (int bi = 0; bi < o.n_batch; bi++)

@@ -6,7 +6,9 @@
 #define ANVIL_BENCH_ATTN_H
 
 /* argv[0] is the command name; options (all optional):
- *   --shape smollm2|llama3-8b|all     model shapes (default all)
+ *   --shape LIST                      smollm2 (9/3 heads, 64), llama3-8b
+ *                                     (32/8, 128), mqa (8/1, 128), or all
+ *                                     (default: smollm2,llama3-8b)
  *   --batch 1,4,16,32,64,128          sequences per step
  *   --ctx 256,512,1024,2048,8192      KV length of every sequence
  *   --threads N                       default: online CPUs
