@@ -34,6 +34,9 @@
  * unsigned operand as they are. Q8_0 weights are biased by 128 (xor 0x80)
  * and the bias is removed exactly with the activation block's integer sum:
  * sum((w + 128) * a) - 128 * sum(a).
+ *
+ * Scratch lives on the stack (about 90 KB per call, see matmul_q()): the
+ * kernels allocate nothing, and pool threads have the default stack.
  */
 #include <immintrin.h>
 
@@ -547,8 +550,16 @@ matmul_q(int type, float *restrict y, size_t ldy, const void *restrict w, size_t
     int nb = n / QK, ng = (nb + GB - 1) / GB;
     const uint8_t *wb = w, *xb = x;
     if (r0 >= r1 || n_tokens <= 0) return;
+    /* one stack scratch (~90 KB) serves either shape */
+    union {
+        struct agrp mv[MV_MAX_GROUPS];
+        struct {
+            struct agrp ag[TILE_MAX_ACT];
+            struct wgrp wg[4 * TILE_MAX_GROUPS];
+        } tl;
+    } scr;
     if (ng > TILE_MAX_GROUPS || n_tokens < TILE_MIN_TOKENS) {
-        struct agrp ag[MV_MAX_GROUPS];
+        struct agrp *ag = scr.mv;
         for (int t = 0; t < n_tokens; t++) {
             float *yt = y + (size_t)t * ldy;
             act_prep(ag, xb + (size_t)t * x_stride, n, 0);
@@ -556,8 +567,8 @@ matmul_q(int type, float *restrict y, size_t ldy, const void *restrict w, size_t
         }
         return;
     }
-    struct agrp ag[TILE_MAX_ACT];
-    struct wgrp wg[4 * TILE_MAX_GROUPS];
+    struct agrp *ag = scr.tl.ag;
+    struct wgrp *wg = scr.tl.wg;
     const int h_last = nb % GB != 0 && nb % GB <= 4;
     int tc = (TILE_MAX_ACT / ng) & ~3;
     if (tc > 64) tc = 64;
