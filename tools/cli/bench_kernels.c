@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "plot.h"
@@ -54,6 +55,7 @@ enum { N_VARIANTS = 3 };
 
 struct opts {
     bool json, hot, full_ref, membw;
+    bool cpu_time; /* time with the calling thread's CPU clock (-t 1 on a busy machine) */
     const char *png;
     int threads, reps;
     bool type_on[KN_TYPE_MAX], shape_on[N_SHAPES], m_on[N_MS], var_on[N_VARIANTS];
@@ -118,6 +120,17 @@ static void mean_sd(const double *v, int n, double *mean, double *sd) {
     for (int i = 0; i < n; i++) ss += (v[i] - *mean) * (v[i] - *mean);
     *sd = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
 }
+
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The clock of every timing: wall time, or the caller's CPU time with
+ * --cpu-time (meaningful with one thread only; the option requires -t 1). */
+static bool use_cpu_time;
+static double now_s(void) { return use_cpu_time ? thread_cpu_s() : time_now_s(); }
 
 static void git_commit(char *out, size_t cap) {
     snprintf(out, cap, "unknown");
@@ -205,9 +218,9 @@ static void measure_bw(int threads, int reps, double *mean, double *sd) {
     double v[64];
     if (reps > 64) reps = 64;
     for (int r = 0; r < reps; r++) {
-        double t0 = time_now_s();
+        double t0 = now_s();
         pool_run(pool, bw_run, &j);
-        v[r] = (double)len / (time_now_s() - t0) / 1e9;
+        v[r] = (double)len / (now_s() - t0) / 1e9;
     }
     mean_sd(v, reps, mean, sd);
     anvil_free_aligned(buf);
@@ -281,24 +294,24 @@ static bool mm_case(const struct opts *o, struct pool *pool, const struct kn_ops
     }
     /* warm-up, and calls per timed batch so that a batch lasts >= 20 ms */
     int idx = 0;
-    double t0 = time_now_s(), el;
+    double t0 = now_s(), el;
     int calls = 0;
     do {
         job.w = copies + copy_stride * (size_t)(idx++ % n_copies);
         pool_run(pool, mm_run, &job);
         calls++;
-        el = time_now_s() - t0;
+        el = now_s() - t0;
     } while (el < 0.05 && calls < 1000000);
     int batch = (int)(0.02 / (el / calls)) + 1;
     double us[256];
     int reps = o->reps > 256 ? 256 : o->reps;
     for (int r = 0; r < reps; r++) {
-        t0 = time_now_s();
+        t0 = now_s();
         for (int c = 0; c < batch; c++) {
             job.w = copies + copy_stride * (size_t)(idx++ % n_copies);
             pool_run(pool, mm_run, &job);
         }
-        us[r] = (time_now_s() - t0) / batch * 1e6;
+        us[r] = (now_s() - t0) / batch * 1e6;
     }
     double gf[256], gb[256];
     for (int r = 0; r < reps; r++) {
@@ -414,10 +427,12 @@ static int usage(void) {
             "usage: anvil bench --kernels [--json] [--png FILE] [-t T] [-r REPS]\n"
             "                   [--types Q4_1,Q8_0,..] [--shapes qo,kv,gate_up,down,lm_head]\n"
             "                   [--m 1,4,16,64,512] [--variants ref,avx2,avx512]\n"
-            "                   [--hot] [--full-ref] [--no-membw]\n"
+            "                   [--hot] [--full-ref] [--no-membw] [--cpu-time]\n"
             "  --hot       time one copy of the weights (cache-resident when small);\n"
             "              default rotates over 256 MB of copies (streamed from memory)\n"
-            "  --full-ref  also time the scalar reference at m > 4 (slow)\n");
+            "  --full-ref  also time the scalar reference at m > 4 (slow)\n"
+            "  --cpu-time  time with the thread's CPU clock instead of wall time\n"
+            "              (-t 1 only; for a machine shared with other jobs)\n");
     return 2;
 }
 
@@ -460,6 +475,7 @@ int cli_bench_kernels(int argc, char **argv) {
         else if (!strcmp(a, "--hot")) o.hot = true;
         else if (!strcmp(a, "--full-ref")) o.full_ref = true;
         else if (!strcmp(a, "--no-membw")) o.membw = false;
+        else if (!strcmp(a, "--cpu-time")) o.cpu_time = true;
         else if (!strcmp(a, "--png")) {
             if (!(o.png = cli_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -492,6 +508,8 @@ int cli_bench_kernels(int argc, char **argv) {
         }
     }
 
+    if (o.cpu_time && o.threads != 1) return cli_fail(CMD, "--cpu-time needs -t 1");
+    use_cpu_time = o.cpu_time;
     char commit[32], cpu[160];
     git_commit(commit, sizeof(commit));
     cpu_flags(cpu, sizeof(cpu));
@@ -502,13 +520,13 @@ int cli_bench_kernels(int argc, char **argv) {
             printf("# variant %s: not supported by this CPU, skipped\n", VARIANTS[v]);
     }
     if (!o.json)
-        printf("# anvil bench --kernels: commit %s, threads %d, %s weights\n# cpu: %s\n", commit,
-               o.threads, o.hot ? "hot" : "cold", cpu);
+        printf("# anvil bench --kernels: commit %s, threads %d, %s weights, %s time\n# cpu: %s\n",
+               commit, o.threads, o.hot ? "hot" : "cold", o.cpu_time ? "thread CPU" : "wall", cpu);
 
     double bw[2] = {0, 0};
     if (o.membw) {
         int tl[2] = {1, 2};
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < (o.cpu_time ? 1 : 2); k++) {
             double mean, sd;
             measure_bw(tl[k], o.reps, &mean, &sd);
             bw[k] = mean;
@@ -569,11 +587,11 @@ int cli_bench_kernels(int argc, char **argv) {
                     if (o.json)
                         printf("{\"bench\":\"matmul\",\"variant\":\"%s\",\"type\":\"%s\","
                                "\"shape\":\"%s\",\"n\":%d,\"rows\":%d,\"m\":%d,\"threads\":%d,"
-                               "\"weights\":\"%s\",\"us\":%.3f,\"us_sd\":%.3f,\"gflops\":%.3f,"
+                               "\"weights\":\"%s\",\"clock\":\"%s\",\"us\":%.3f,\"us_sd\":%.3f,\"gflops\":%.3f,"
                                "\"gflops_sd\":%.3f,\"gbps\":%.3f,\"gbps_sd\":%.3f,"
                                "\"commit\":\"%s\",\"cpu\":\"%s\"}\n",
                                VARIANTS[vi], type_name(type), sh->name, sh->n, sh->rows, MS[mi],
-                               o.threads, o.hot ? "hot" : "cold", r->us, r->us_sd, r->gflops,
+                               o.threads, o.hot ? "hot" : "cold", o.cpu_time ? "cpu" : "wall", r->us, r->us_sd, r->gflops,
                                r->gflops_sd, r->gbps, r->gbps_sd, commit, cpu);
                     else {
                         char nr[24], t[40];
