@@ -172,8 +172,11 @@ int32_t anvil_ctx_n_ctx(const struct anvil_ctx *c);
  * rows of one sequence must be consecutive in the batch, in increasing
  * position order, and continue exactly where its cache ends (pos ==
  * current length).
- * logits[i] != 0 asks for the logits of row i; NULL asks for the last row.
- * All arrays stay the caller's. */
+ * logits[i] asks for an output of row i: ANVIL_OUT_LOGITS for the full
+ * logits row, ANVIL_OUT_ARGMAX for only its argmax (computed inside the
+ * lm_head matmul, so the n_vocab floats are never written); NULL asks for
+ * the logits of the last row. All arrays stay the caller's. */
+enum { ANVIL_OUT_NONE = 0, ANVIL_OUT_LOGITS = 1, ANVIL_OUT_ARGMAX = 2 };
 struct anvil_batch {
     int32_t n_tokens;
     const anvil_token *token;
@@ -188,10 +191,14 @@ struct anvil_batch {
  * and retry). On any error the cache is left exactly as it was. */
 anvil_status anvil_decode(struct anvil_ctx *c, const struct anvil_batch *b);
 
-/* Logits (n_vocab floats) of the i-th row that asked for them in the last
- * decode, or NULL. Valid until the next decode on this ctx. */
+/* Logits (n_vocab floats) of the i-th output row of the last decode, or
+ * NULL (also for a row that asked for ANVIL_OUT_ARGMAX only). Valid until
+ * the next decode on this ctx. */
 const float *anvil_get_logits(struct anvil_ctx *c, int32_t i);
-/* Number of logits rows produced by the last decode. */
+/* Argmax (lowest id among ties) of the i-th output row of the last decode,
+ * for rows asked with ANVIL_OUT_LOGITS or ANVIL_OUT_ARGMAX; -1 if none. */
+anvil_token anvil_get_argmax(struct anvil_ctx *c, int32_t i);
+/* Number of output rows produced by the last decode (logits or argmax). */
 int32_t anvil_n_logits(const struct anvil_ctx *c);
 
 /* Current length (next position) of a sequence's cache. */

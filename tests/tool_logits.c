@@ -101,6 +101,11 @@ int main(int argc, char **argv) {
             for (int s = s0; s < s1; s++) {
                 const float *lg = anvil_get_logits(c, s - s0);
                 gen[s][k] = argmax(lg, n_vocab);
+                if (anvil_get_argmax(c, s - s0) != gen[s][k]) {
+                    fprintf(stderr, "tool_logits: fused argmax %d != argmax of logits %d\n",
+                            anvil_get_argmax(c, s - s0), gen[s][k]);
+                    return 1;
+                }
                 tok[n] = gen[s][k];
                 pos[n] = n_prompt[s] + k;
                 seq[n] = batched ? s : 0;

@@ -51,6 +51,7 @@ struct request {
     char *stop[MAX_STOP];
     int32_t n_stop, stop_max_len;
     int32_t top_logprobs;
+    bool argmax_only;    /* greedy with no penalties: lm_head's fused argmax suffices */
     struct anvil_detok dt;
     char *held;          /* released by detok, held back for stop matching */
     int32_t n_held, held_cap;
@@ -330,6 +331,9 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     r->max_tokens = rp->max_tokens;
     r->ignore_eos = rp->ignore_eos;
     r->top_logprobs = rp->top_logprobs;
+    r->argmax_only = rp->sampling.temperature == 0.0f && rp->sampling.repeat_penalty == 1.0f &&
+                     rp->sampling.presence_penalty == 0.0f &&
+                     rp->sampling.frequency_penalty == 0.0f && rp->top_logprobs == 0;
     r->t_submit = time_now_s();
     anvil_status st = ANVIL_ERR_NOMEM;
     if (!(r->tokens = alloc_n((size_t)rp->n_prompt + (size_t)rp->max_tokens, sizeof(anvil_token))))
@@ -625,7 +629,9 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
                 e->b_pos[n] = p;
                 e->b_seq[n] = r->slot;
                 e->b_req[n] = r;
-                e->b_logits[n] = p == r->n_tokens - 1;
+                e->b_logits[n] = p != r->n_tokens - 1 ? ANVIL_OUT_NONE
+                                 : r->argmax_only    ? ANVIL_OUT_ARGMAX
+                                                     : ANVIL_OUT_LOGITS;
                 if (e->b_logits[n]) e->out_req[no++] = r;
                 n++;
             }
@@ -643,7 +649,9 @@ static void after_decode(struct anvil_engine *e, int32_t n_rows, int32_t n_out) 
     for (int32_t o = 0; o < n_out; o++) {
         struct request *r = e->out_req[o];
         const float *logits = anvil_get_logits(e->ctx, o);
-        anvil_token t = logits ? anvil_sampler_sample(r->smp, logits, NULL) : -1;
+        anvil_token t = r->argmax_only ? anvil_get_argmax(e->ctx, o)
+                        : logits       ? anvil_sampler_sample(r->smp, logits, NULL)
+                                       : -1;
         if (t < 0) {
             finish(e, r, ANVIL_FINISH_ERROR, "the logits are not finite", true);
             continue;

@@ -61,12 +61,21 @@ struct anvil_ctx {
     uint8_t *act;    /* (n_batch, act_stride) activation rows */
     size_t act_stride;
     float *logits;   /* (n_outputs, n_vocab) */
-    int32_t *out_row; /* (n_outputs) batch row of each logits row */
+    int32_t *out_row; /* (n_outputs) batch row of each output row */
+    int8_t *out_full; /* (n_outputs) 1 when the full logits row is wanted */
+    float *tile;      /* (n_threads, n_outputs, LM_TILE) lm_head tiles */
+    float *best_v;    /* (n_threads, n_outputs) per-thread running max */
+    int32_t *best_i;  /* (n_threads, n_outputs) its index */
+    anvil_token *argmax; /* (n_outputs) */
     int n_logits;
 
     const struct anvil_batch *b; /* the batch being decoded */
     char errmsg[256];
 };
+
+/* lm_head rows computed per tile: the tile stays in L1 while its argmax is
+ * taken, and full-logits rows are copied out of it. */
+#define LM_TILE 256
 
 struct anvil_ctx_params anvil_ctx_default_params(void) {
     struct anvil_ctx_params p = {0};
@@ -98,6 +107,11 @@ void anvil_ctx_free(struct anvil_ctx *c) {
     anvil_free_aligned(c->act);
     anvil_free_aligned(c->logits);
     anvil_free(c->out_row);
+    anvil_free(c->out_full);
+    anvil_free_aligned(c->tile);
+    anvil_free(c->best_v);
+    anvil_free(c->best_i);
+    anvil_free(c->argmax);
     anvil_free(c);
 }
 
@@ -185,7 +199,13 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     if (!(c->nrm = alloc_array((size_t)c->n_threads * c->max_dim, sizeof(float)))) goto fail;
     if (!(c->act = alloc_array(nb, c->act_stride))) goto fail;
     if (!(c->logits = alloc_array((size_t)c->n_outputs * hp->n_vocab, sizeof(float)))) goto fail;
-    if (!(c->out_row = anvil_calloc((size_t)c->n_outputs, sizeof(int32_t)))) goto fail;
+    size_t no = (size_t)c->n_outputs, nt = (size_t)c->n_threads;
+    if (!(c->out_row = anvil_calloc(no, sizeof(int32_t)))) goto fail;
+    if (!(c->out_full = anvil_calloc(no, sizeof(int8_t)))) goto fail;
+    if (!(c->tile = alloc_array(nt * no * LM_TILE, sizeof(float)))) goto fail;
+    if (!(c->best_v = anvil_calloc(nt * no, sizeof(float)))) goto fail;
+    if (!(c->best_i = anvil_calloc(nt * no, sizeof(int32_t)))) goto fail;
+    if (!(c->argmax = anvil_calloc(no, sizeof(anvil_token)))) goto fail;
     if ((st = pool_create(c->n_threads, &c->pool)) != ANVIL_OK) goto fail;
     *out = c;
     return ANVIL_OK;
@@ -202,6 +222,53 @@ static void matmul_rows(const struct anvil_ctx *c, const struct wmat *w, float *
     int r0, r1;
     pool_split(w->n_out, ith, nth, 16, &r0, &r1);
     wmat_matmul(c->m->ops, w, y, ldy, c->act, c->act_stride, n_tokens, r0, r1);
+}
+
+/* lm_head over this thread's vocabulary rows, LM_TILE rows at a time:
+ * full-logits rows are copied out, and every row's running argmax is kept
+ * per thread; thread 0 merges them after a barrier (lowest id wins ties, as
+ * a left-to-right scan would). */
+static void lm_head(struct anvil_ctx *c, int ith, int nth) {
+    const struct anvil_model *m = c->m;
+    int n_vocab = m->hp.n_vocab, no = c->n_logits;
+    int r0, r1;
+    pool_split(n_vocab, ith, nth, 16, &r0, &r1);
+    float *tile = c->tile + (size_t)ith * c->n_outputs * LM_TILE;
+    float *bv = c->best_v + (size_t)ith * c->n_outputs;
+    int32_t *bi = c->best_i + (size_t)ith * c->n_outputs;
+    for (int o = 0; o < no; o++) {
+        bv[o] = -INFINITY;
+        bi[o] = -1;
+    }
+    for (int a = r0; a < r1; a += LM_TILE) {
+        int b = a + LM_TILE < r1 ? a + LM_TILE : r1;
+        wmat_matmul_tile(m->ops, &m->output, tile, LM_TILE, c->act, c->act_stride, no, a, b);
+        for (int o = 0; o < no; o++) {
+            const float *y = tile + (size_t)o * LM_TILE;
+            for (int r = 0; r < b - a; r++)
+                if (y[r] > bv[o]) { /* NaN never wins */
+                    bv[o] = y[r];
+                    bi[o] = a + r;
+                }
+            if (c->out_full[o])
+                memcpy(c->logits + (size_t)o * n_vocab + a, y, (size_t)(b - a) * sizeof(float));
+        }
+    }
+    pool_barrier(c->pool);
+    if (ith != 0) return;
+    for (int o = 0; o < no; o++) {
+        float v = -INFINITY;
+        int32_t best = -1;
+        for (int t = 0; t < nth; t++) {
+            float tv = c->best_v[(size_t)t * c->n_outputs + o];
+            int32_t ti = c->best_i[(size_t)t * c->n_outputs + o];
+            if (ti >= 0 && (best < 0 || tv > v)) { /* threads hold increasing ranges */
+                v = tv;
+                best = ti;
+            }
+        }
+        c->argmax[o] = best;
+    }
 }
 
 static void forward_worker(void *arg, int ith, int nth) {
@@ -301,7 +368,7 @@ static void forward_worker(void *arg, int ith, int nth) {
         ops->act[m->output.act](c->act + (size_t)o * c->act_stride, nrm, ne);
     }
     pool_barrier(c->pool);
-    matmul_rows(c, &m->output, c->logits, (size_t)hp->n_vocab, c->n_logits, ith, nth);
+    lm_head(c, ith, nth);
 }
 
 /* Check the whole batch before touching any state, so a rejected batch
@@ -358,13 +425,19 @@ static anvil_status validate(struct anvil_ctx *c, const struct anvil_batch *b) {
         }
         c->seq_next[s]++;
         c->run_n[c->n_runs - 1]++;
-        bool want = b->logits ? b->logits[i] != 0 : i == b->n_tokens - 1;
-        if (want) {
+        int out = b->logits ? b->logits[i] : (i == b->n_tokens - 1 ? ANVIL_OUT_LOGITS : 0);
+        if (out < ANVIL_OUT_NONE || out > ANVIL_OUT_ARGMAX) {
+            snprintf(c->errmsg, sizeof(c->errmsg), "decode: row %d asks for output kind %d", i,
+                     out);
+            return ANVIL_ERR_INVALID;
+        }
+        if (out != ANVIL_OUT_NONE) {
             if (n_out == c->n_outputs) {
                 snprintf(c->errmsg, sizeof(c->errmsg),
                          "decode: more than %d rows ask for logits", c->n_outputs);
                 return ANVIL_ERR_INVALID;
             }
+            c->out_full[n_out] = out == ANVIL_OUT_LOGITS;
             c->out_row[n_out++] = i;
         }
     }
@@ -411,8 +484,13 @@ anvil_status anvil_decode(struct anvil_ctx *c, const struct anvil_batch *b) {
 }
 
 const float *anvil_get_logits(struct anvil_ctx *c, int32_t i) {
-    if (!c || i < 0 || i >= c->n_logits) return NULL;
+    if (!c || i < 0 || i >= c->n_logits || !c->out_full[i]) return NULL;
     return c->logits + (size_t)i * c->m->hp.n_vocab;
+}
+
+anvil_token anvil_get_argmax(struct anvil_ctx *c, int32_t i) {
+    if (!c || i < 0 || i >= c->n_logits) return -1;
+    return c->argmax[i];
 }
 
 int32_t anvil_n_logits(const struct anvil_ctx *c) { return c ? c->n_logits : 0; }

@@ -37,6 +37,21 @@ void wmat_matmul(const struct kn_ops *ops, const struct wmat *w, float *y, size_
     }
 }
 
+void wmat_matmul_tile(const struct kn_ops *ops, const struct wmat *w, float *y, size_t ldy,
+                      const void *x, size_t x_stride, int n_tokens, int a, int b) {
+    int off = 0;
+    for (int p = 0; p < w->n_parts; p++) {
+        int rows = w->part[p].rows;
+        int lo = a > off ? a : off, hi = b < off + rows ? b : off + rows;
+        if (lo < hi)
+            ops->matmul[w->part[p].type](y + (lo - a), ldy,
+                                         w->part[p].data + (size_t)(lo - off) * w->part[p].row_bytes,
+                                         w->part[p].row_bytes, x, x_stride, w->n_in, n_tokens, 0,
+                                         hi - lo);
+        off += rows;
+    }
+}
+
 /* ---------------------------------------------------------------------- */
 /* loading */
 

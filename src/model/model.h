@@ -71,4 +71,9 @@ struct anvil_model {
 void wmat_matmul(const struct kn_ops *ops, const struct wmat *w, float *y, size_t ldy,
                  const void *x, size_t x_stride, int n_tokens, int r0, int r1);
 
+/* The same for rows [a, b) written to y[t*ldy + (r - a)]: a tile of the
+ * output (the lm_head works tile by tile). */
+void wmat_matmul_tile(const struct kn_ops *ops, const struct wmat *w, float *y, size_t ldy,
+                      const void *x, size_t x_stride, int n_tokens, int a, int b);
+
 #endif

@@ -1,15 +1,17 @@
 """Differential tests of the forward pass against llama-cpp-python (the same
 llama.cpp, built from source) on the default GGUF: last-row logits and greedy
-continuations, plus batch invariance of our own engine.
+continuations, plus batch and thread-count invariance of our own engine.
 
-Tolerance for logits: both engines quantize activations to 8 bits per block
-of 32 before each quantized matmul (llama.cpp: Q8_1 with fp16 scales for
-Q4_1 weights, Q8_0 for the lm_head; anvil: Q8A with float scales), both keep
-K/V in F16, and they sum in different orders. Those roundings give
-differences of a few hundredths of a logit per layer step. We require the
-max |difference| over the vocabulary to stay under 3% of the reference's
-logit range (max - min, about 25-35 for this model) and the top-5 ids to be
-the same set; measured differences are printed with -s.
+Tolerances. With F16 weights (the default model converted by `anvil
+quantize`), neither engine quantizes activations and the logits agree to
+about 0.06% of the logit range (max |diff| 0.023 of 37); we require 0.25%.
+With the Q4_1 model both engines round activations to 8 bits per block of
+32 before every matmul, but differently (llama.cpp: Q8_1 with fp16 scale
+and sum; anvil: Q8A with float scale and sum), and 30 layers amplify that
+rounding noise: measured max |diff| 1.08 of a range of 37 (2.9%), mean
+0.24, correlation 0.9991. We require max <= 5% and mean <= 1.5% of the
+range, correlation >= 0.998, the same top token (unless the reference's
+top two are a near-tie) and 4 of the top-5 ids in common.
 """
 import json
 import os
@@ -51,13 +53,21 @@ def ref_tokens(llm, text):
     return llm.tokenize(text.encode(), add_bos=False, special=True)
 
 
+def last_logits(llm):
+    """The reference's logits of the last evaluated token (llama.cpp's own
+    buffer: llama-cpp-python fills llm.scores only with logits_all)."""
+    import llama_cpp
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float32).copy()
+
+
 def ref_greedy(llm, toks, n_gen):
     """Greedy continuation with the reference and its top-2 gap per step."""
     llm.reset()
     llm.eval(toks)
     gen, gaps, first_logits = [], [], None
     for _ in range(n_gen):
-        logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        logits = last_logits(llm)
         if first_logits is None:
             first_logits = logits.copy()
         top2 = np.argsort(-logits)[:2]
@@ -93,17 +103,43 @@ def ours(model_path, reference):
 
 
 def test_logits_match_reference(reference, ours):
-    worst = 0.0
-    for (toks, _, _, ref), row in zip(reference, ours):
+    worst, worst_mean = 0.0, 0.0
+    for (toks, _, gaps, ref), row in zip(reference, ours):
         got = np.array(row["logits"], dtype=np.float32)
         assert got.shape == ref.shape
         assert np.all(np.isfinite(got))
         rng = float(ref.max() - ref.min())
+        assert rng > 1.0, "reference logits look empty"
+        d = np.abs(got - ref)
+        worst = max(worst, float(d.max()) / rng)
+        worst_mean = max(worst_mean, float(d.mean()) / rng)
+        assert d.max() <= 0.05 * rng, f"max |diff| {d.max():.4f} > 5% of range {rng:.2f}"
+        assert d.mean() <= 0.015 * rng, f"mean |diff| {d.mean():.4f} > 1.5% of range {rng:.2f}"
+        assert np.corrcoef(got, ref)[0, 1] >= 0.998
+        if gaps[0] >= NEAR_TIE:
+            assert int(np.argmax(got)) == int(np.argmax(ref))
+        assert len(set(np.argsort(-got)[:5]) & set(np.argsort(-ref)[:5])) >= 4
+    print(f"worst max|diff|/range = {worst:.4f}, worst mean|diff|/range = {worst_mean:.4f}")
+
+
+def test_logits_f16_tight(tmp_path, model_path, anvil_bin):
+    """Without activation quantization the two engines agree closely."""
+    import llama_cpp
+    f16 = str(tmp_path / "smol-f16.gguf")
+    p = run([anvil_bin, "quantize", model_path, f16, "F16"], text=True)
+    assert p.returncode == 0, p.stderr
+    llm = llama_cpp.Llama(model_path=f16, n_ctx=512, n_threads=2, verbose=False)
+    prompts = [ref_tokens(llm, t) for t in PROMPTS[:6]]
+    rows = anvil_logits(f16, prompts, 0, ("-t", "2"))
+    for toks, row in zip(prompts, rows):
+        llm.reset()
+        llm.eval(toks)
+        ref = last_logits(llm)
+        got = np.array(row["logits"], dtype=np.float32)
+        rng = float(ref.max() - ref.min())
         err = float(np.max(np.abs(got - ref)))
-        worst = max(worst, err / rng)
-        assert err <= 0.03 * rng, f"max |diff| {err:.4f} > 3% of range {rng:.2f}"
-        assert set(np.argsort(-got)[:5]) == set(np.argsort(-ref)[:5])
-    print(f"worst max|diff| / range = {worst:.4f}")
+        assert err <= 0.0025 * rng, f"F16: max |diff| {err:.4f} > 0.25% of range {rng:.2f}"
+        assert int(np.argmax(got)) == int(np.argmax(ref))
 
 
 def test_greedy_matches_reference(reference, ours):
@@ -144,4 +180,4 @@ def test_reference_kernels_agree(model_path, reference, ours):
     ref_rows = anvil_logits(model_path, [r[0] for r in reference[:4]], 8, ("-t", "2", "-k", "ref"))
     for (toks, gen_ref, gaps, ref), a in zip(reference[:4], ref_rows):
         got = np.array(a["logits"], dtype=np.float32)
-        assert float(np.max(np.abs(got - ref))) <= 0.03 * float(ref.max() - ref.min())
+        assert float(np.max(np.abs(got - ref))) <= 0.05 * float(ref.max() - ref.min())
