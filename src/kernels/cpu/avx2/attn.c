@@ -121,6 +121,7 @@ pv_cols(const int nq, const int nb, float *restrict acc, int acc_stride,
 #pragma GCC unroll 4
         for (int b = 0; b < nb; b++) {
             __m256 v = _mm256_load_ps(vr + 8 * b);
+            __asm__("" : "+x"(v));
 #pragma GCC unroll 4
             for (int k = 0; k < nq; k++) c[k][b] = _mm256_fmadd_ps(_mm256_set1_ps(p[k][j]), v, c[k][b]);
         }
@@ -145,6 +146,8 @@ step_group(const int nq, const float *restrict q, float *restrict m, float *rest
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++) {
             __m256 k0 = _mm256_load_ps(Kb + (d + u) * SUB), k1 = _mm256_load_ps(Kb + (d + u) * SUB + 8);
+            /* keep the rows in registers (see the avx512 variant) */
+            __asm__("" : "+x"(k0), "+x"(k1));
 #pragma GCC unroll 2
             for (int k = 0; k < nq; k++) {
                 __m256 qd = _mm256_set1_ps(q[k * hd + d + u]);

@@ -142,6 +142,7 @@ pv_cols(const int mode, const int nq, const int nb, float *restrict acc, int d0,
 #pragma GCC unroll 4
         for (int b = 0; b < nb; b++) {
             __m512 v = src_v(mode, s, j, d0 + 16 * b, hd);
+            __asm__("" : "+v"(v)); /* one load, shared by the nq FMAs */
 #pragma GCC unroll 4
             for (int k = 0; k < nq; k++) c[k][b] = _mm512_fmadd_ps(_mm512_set1_ps(p[k][j]), v, c[k][b]);
         }
@@ -167,6 +168,10 @@ step_group(const int mode, const int nq, const float *restrict q, float *restric
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
             __m512 kr = src_k(mode, s, d + u);
+            /* keep the row in a register: otherwise gcc folds its load into
+             * each of the nq FMAs and loads q separately (2 loads per FMA);
+             * this way q comes as an embedded broadcast */
+            __asm__("" : "+v"(kr));
 #pragma GCC unroll 4
             for (int k = 0; k < nq; k++)
                 a[k][u] = _mm512_fmadd_ps(_mm512_set1_ps(q[k * hd + d + u]), kr, a[k][u]);
