@@ -18,8 +18,15 @@
  * Cost model (key*vector units: one key against one query vector at
  * head_dim 64 is 1): a kv task over K keys costs K * (COST_LOAD + group);
  * a kernel call adds COST_CALL; a split adds COST_SPLIT once (barrier and
- * reduction). Constants from bench_attention on the development machine
- * (Sapphire Rapids, 2 threads); see the comment at kv_split_policy.
+ * reduction). Calibrated with bench_attention --cpu-time --threads 1 on
+ * the development machine (Sapphire Rapids, avx512, F16, caches warm):
+ *     smollm2  (G 3, hd 64)   21.5 ns per key and kv head
+ *     llama3-8b (G 4, hd 128) 56 ns            (-> 28 per 64 dims)
+ *     mqa      (G 8, hd 128)  96 ns            (-> 48 per 64 dims)
+ * i.e. about 6.5 ns per unit with COST_LOAD under 1 unit per key; a
+ * barrier plus the reduction of a batch-1 step is 1-2 us, ~300 units.
+ * At batch 1, ctx 512, smollm2 shape, 2 threads, split measured 15%
+ * faster than no split (35 vs 41 us), which these constants reproduce.
  */
 #include <math.h>
 #include <string.h>
@@ -28,9 +35,9 @@
 #include "core/pool.h"
 #include "kv/kv_internal.h"
 
-#define COST_LOAD 1.0     /* per key: read and convert K and V once per task */
-#define COST_CALL 64.0    /* per kernel call: setup, state init, record write */
-#define COST_SPLIT 1500.0 /* per split call: the barrier and the reduction */
+#define COST_LOAD 1.0    /* per key: read and convert K and V once per task */
+#define COST_CALL 32.0   /* per kernel call: setup, state init, record write */
+#define COST_SPLIT 300.0 /* per split call: the barrier and the reduction */
 #define MAX_SIM_THREADS 256
 
 /* ---------------------------------------------------------------------- */
