@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""bench_serve.py - drive `anvil serve` over loopback with concurrent
+streaming clients and report throughput, TTFT and inter-token latency.
+
+Workload: the balanced_b32 shape of /work/shared/SCENARIOS.md - 32
+requests, 256 prompt tokens each, 128 new tokens each, greedy, EOS
+ignored - with prompts built exactly as `anvil bench --scenario` builds
+them (the same filler text tokenized with the model's tokenizer, request i
+taking tokens (i*37 + k) mod n of it), sent as token ids so that HTTP and
+in-process runs do the same work. Clients are closed-loop: C client
+threads share the request list, each sending its next request when the
+previous one ends; C = 32 submits everything at t = 0, like the
+in-process scenario.
+
+Per request, TTFT is the time from sending the request to the first
+chunk that carries text; ITL is the gap between consecutive text chunks.
+Both are measured by the client, so they include HTTP and SSE overhead.
+
+Output: a table on stdout and one JSON object per client count (SCENARIOS
+keys plus `clients`, `req_s` and, with --compare, the in-process numbers
+and the HTTP/in-process throughput ratio) written to --out.
+
+Usage:
+  bench/bench_serve.py [-m MODEL] [-t THREADS] [--clients 1,8,32]
+                       [--requests 32] [--prompt 256] [--gen 128]
+                       [--out bench_serve.json] [--no-compare]
+Never run by `make test`.
+"""
+import argparse
+import concurrent.futures as cf
+import http.client
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# tools/cli/bench_model.c FILLER, verbatim: the same prompts as in-process
+FILLER = (
+    "The history of computing is a story of people who wanted to think faster than their "
+    "hands could write. Early mechanical calculators added and multiplied numbers with gears, "
+    "and the difference engine promised tables without human error. Electronic machines "
+    "replaced relays with vacuum tubes, then transistors, then integrated circuits that put "
+    "millions of switches on a sliver of silicon. Programmers moved from wiring panels to "
+    "assembly language, from assembly to compiled languages, and from single machines to "
+    "networks that span the planet. Each step made computation cheaper and more abundant, "
+    "and each step changed what people expected a computer to do. Today a phone holds more "
+    "memory than the mainframes of the past, and a language model can draft a letter, "
+    "summarise a report or explain a proof. Yet the principles remain: data must be stored, "
+    "moved and transformed, and the speed of the whole is set by its slowest part. ")
+
+
+def percentile(xs, q):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    i = q * (len(xs) - 1)
+    lo = int(i)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (i - lo)
+
+
+def filler_ids(anvil, model):
+    p = subprocess.run([anvil, "tokenize", "-m", model, "-p", FILLER, "--no-special", "--no-bos",
+                        "--ids-only"], capture_output=True, text=True, check=True)
+    return [int(x) for x in p.stdout.split()]
+
+
+def commit():
+    try:
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+class Server:
+    def __init__(self, anvil, model, threads, n_ctx, parallel):
+        cmd = [anvil, "serve", "-m", model, "--port", "0", "-t", str(threads), "--ctx",
+               str(n_ctx), "--parallel", str(parallel), "--max-queue", "4096"]
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        line = self.p.stdout.readline().decode()
+        m = re.search(r":(\d+)\s*$", line)
+        if not m:
+            self.p.kill()
+            sys.exit(f"bench_serve: server did not start: {line!r}")
+        self.port = int(m.group(1))
+
+    def metrics(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        out = {}
+        for l in text.splitlines():
+            if l and not l.startswith("#"):
+                k, v = l.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def peak_rss_mb(self):
+        try:
+            with open(f"/proc/{self.p.pid}/status") as f:
+                for l in f:
+                    if l.startswith("VmHWM:"):
+                        return int(l.split()[1]) / 1024.0
+        except OSError:
+            pass
+        return float("nan")
+
+    def stop(self):
+        self.p.terminate()
+        self.p.wait(120)
+
+
+def stream_one(port, prompt, n_gen):
+    """One streaming request; returns (ttft_s, [itl_s], n_tokens)."""
+    body = json.dumps({"prompt": prompt, "max_tokens": n_gen, "temperature": 0,
+                       "ignore_eos": True, "stream": True,
+                       "stream_options": {"include_usage": True}})
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"status {r.status}: {r.read()[:200]!r}")
+    t_first = t_last = None
+    gaps = []
+    n_tok = 0
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        if not line.startswith(b"data: "):
+            continue
+        payload = line[6:].strip()
+        if payload == b"[DONE]":
+            break
+        d = json.loads(payload)
+        if d.get("usage"):
+            n_tok = d["usage"]["completion_tokens"]
+        if d["choices"] and d["choices"][0]["text"]:
+            now = time.perf_counter()
+            if t_first is None:
+                t_first = now
+            else:
+                gaps.append(now - t_last)
+            t_last = now
+    c.close()
+    return (t_first - t0) if t_first else float("nan"), gaps, n_tok
+
+
+def run_clients(srv, prompts, n_gen, n_clients):
+    todo = list(range(len(prompts)))
+    lock = threading.Lock()
+    results = []
+    peak = [0.0]
+    stop = threading.Event()
+
+    def poll_kv():
+        while not stop.is_set():
+            try:
+                peak[0] = max(peak[0], srv.metrics()["anvil_kv_blocks_used"])
+            except (OSError, KeyError):
+                pass
+            stop.wait(0.2)
+
+    def client():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i = todo.pop(0)
+            results.append(stream_one(srv.port, prompts[i], n_gen))
+
+    poller = threading.Thread(target=poll_kv, daemon=True)
+    poller.start()
+    t0 = time.perf_counter()
+    with cf.ThreadPoolExecutor(n_clients) as ex:
+        for f in [ex.submit(client) for _ in range(n_clients)]:
+            f.result()
+    wall = time.perf_counter() - t0
+    stop.set()
+    poller.join()
+    return wall, results, peak[0]
+
+
+def in_process(anvil, model, threads):
+    p = subprocess.run([anvil, "bench", "-m", model, "--scenario", "balanced_b32", "-t",
+                        str(threads), "--json"], capture_output=True, text=True)
+    for l in p.stdout.splitlines():
+        try:
+            d = json.loads(l)
+        except ValueError:
+            continue
+        if d.get("scenario") == "balanced_b32":
+            return d
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-m", "--model", default=os.path.join(ROOT, "models",
+                                                          "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--bin", default=os.path.join(ROOT, "bin", "anvil"))
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--clients", default="1,8,32")
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--prompt", type=int, default=256)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--out", default="bench_serve.json")
+    ap.add_argument("--no-compare", action="store_true",
+                    help="skip the in-process `anvil bench --scenario balanced_b32` run")
+    a = ap.parse_args()
+    clients = [int(x) for x in a.clients.split(",")]
+    if a.requests < 1 or a.prompt < 1 or a.gen < 1 or min(clients) < 1:
+        ap.error("--requests, --prompt, --gen and --clients must be >= 1")
+
+    ftok = filler_ids(a.bin, a.model)
+    prompts = [[ftok[(i * 37 + k) % len(ftok)] for k in range(a.prompt)]
+               for i in range(a.requests)]
+    ref = None if a.no_compare else in_process(a.bin, a.model, a.threads)
+    base = {
+        "scenario": "balanced_b32" if (a.requests, a.prompt, a.gen) == (32, 256, 128)
+        else f"custom_r{a.requests}_p{a.prompt}_g{a.gen}",
+        "model": os.path.basename(a.model),
+        "quant": re.sub(r".*\.", "", os.path.basename(a.model).removesuffix(".gguf")),
+        "threads": a.threads,
+        "commit": commit(),
+        "transport": "http+sse",
+    }
+    records = []
+    print(f"{'clients':>7} {'wall_s':>8} {'req/s':>7} {'tok/s':>8} {'dec tok/s':>9} "
+          f"{'ttft p50':>9} {'ttft p99':>9} {'itl p50':>8} {'itl p99':>8}  (ms)")
+    for c in clients:
+        srv = Server(a.bin, a.model, a.threads, a.prompt + a.gen + 8, max(c, 1))
+        try:
+            stream_one(srv.port, prompts[0][:16], 4)  # warm up
+            wall, res, peak_kv = run_clients(srv, prompts, a.gen, c)
+            rss = srv.peak_rss_mb()
+        finally:
+            srv.stop()
+        ttft = [r[0] * 1e3 for r in res]
+        itl = [g * 1e3 for r in res for g in r[1]]
+        n_in = a.prompt * len(res)
+        n_out = sum(r[2] for r in res)
+        rec = dict(base, clients=c, requests=len(res), wall_s=wall,
+                   req_s=len(res) / wall,
+                   total_tok_s=(n_in + n_out) / wall, prefill_tok_s=n_in / wall,
+                   decode_tok_s=n_out / wall,
+                   ttft_p50_ms=percentile(ttft, 0.5), ttft_p99_ms=percentile(ttft, 0.99),
+                   itl_p50_ms=percentile(itl, 0.5), itl_p99_ms=percentile(itl, 0.99),
+                   peak_rss_mb=rss, kv_blocks_used=peak_kv, out_tokens=n_out)
+        if ref and c == a.requests:
+            rec["in_process_total_tok_s"] = ref.get("total_tok_s")
+            rec["in_process_wall_s"] = ref.get("wall_s")
+            if ref.get("total_tok_s"):
+                rec["http_vs_in_process"] = rec["total_tok_s"] / ref["total_tok_s"]
+        records.append(rec)
+        print(f"{c:>7} {wall:>8.2f} {rec['req_s']:>7.2f} {rec['total_tok_s']:>8.1f} "
+              f"{rec['decode_tok_s']:>9.1f} {rec['ttft_p50_ms']:>9.1f} {rec['ttft_p99_ms']:>9.1f} "
+              f"{rec['itl_p50_ms']:>8.1f} {rec['itl_p99_ms']:>8.1f}")
+        if n_out != a.gen * len(res):
+            print(f"bench_serve: warning: {n_out} tokens generated, expected "
+                  f"{a.gen * len(res)}", file=sys.stderr)
+    if ref:
+        print(f"in-process balanced_b32: wall {ref.get('wall_s', float('nan')):.2f} s, "
+              f"{ref.get('total_tok_s', float('nan')):.1f} tok/s, ttft p50 "
+              f"{ref.get('ttft_p50_ms', float('nan')):.1f} ms, itl p50 "
+              f"{ref.get('itl_p50_ms', float('nan')):.1f} ms")
+        for r in records:
+            if "http_vs_in_process" in r:
+                print(f"HTTP / in-process throughput at {r['clients']} clients: "
+                      f"{r['http_vs_in_process']:.3f}")
+    with open(a.out, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
