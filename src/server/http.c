@@ -29,8 +29,9 @@
  *
  * Limits: headers are bounded by MHD_OPTION_CONNECTION_MEMORY_LIMIT
  * (MHD answers 431 above it); a body whose Content-Length is over
- * max_body gets 413 before a byte of it is read; a chunked body is cut
- * off at max_body.
+ * max_body gets 413 before a byte of it is read; a chunked body that
+ * grows past max_body gets its connection closed (MHD cannot answer in
+ * the middle of an upload).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -720,14 +721,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size) {
         size_t n = *upload_size;
         if (n > s->cfg.max_body - k->body_len) {
-            /* chunked body over the limit: stop reading and close */
+            /* a chunked body (no Content-Length) over the limit: MHD takes
+             * no response in the middle of an upload, so the connection is
+             * closed without reading the rest */
             k->responded = true;
-            char msg[160];
-            snprintf(msg, sizeof(msg), "The request body is over the limit of %zu bytes.",
-                     s->cfg.max_body);
-            *upload_size = 0;
-            return send_errf(s, c, 413, "invalid_request_error", "request_too_large",
-                             MHD_HTTP_HEADER_CONNECTION, "close", msg);
+            srv_metrics_status(&s->metrics, 413);
+            return MHD_NO;
         }
         if (k->body_len + n > k->body_cap) {
             size_t cap = k->body_cap ? k->body_cap * 2 : 4096;

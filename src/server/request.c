@@ -20,6 +20,7 @@
  * 16 for completions and "the rest of the context" for chat.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,10 +552,16 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
     r->kind = kind;
     if (len == 0) return bad(e, NULL, "the request body is empty: expected a JSON object");
     const char *end = NULL;
+    /* cJSON resets and sets a global error record on every parse
+     * (cJSON.c global_error): parsing is serialised so that concurrent
+     * requests do not race on it. A parse takes microseconds. */
+    static pthread_mutex_t parse_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&parse_mu);
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    pthread_mutex_unlock(&parse_mu);
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        size_t off = (at && at >= body && at <= body + len) ? (size_t)(at - body) : 0;
+        /* on failure cJSON points `end` at the error */
+        size_t off = (end && end >= body && end <= body + len) ? (size_t)(end - body) : 0;
         return bad(e, NULL, "We could not parse the JSON body of your request: malformed JSON "
                    "near byte %zu", off);
     }

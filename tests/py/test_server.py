@@ -570,6 +570,23 @@ def test_body_limit_413_without_reading_it(srv):
     assert srv.request("GET", "/health")[0] == 200
 
 
+def test_chunked_body_over_limit_closes(srv):
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    sent = 0
+    try:
+        while sent < (64 << 20):
+            s.sendall(b"10000\r\n" + b"x" * 65536 + b"\r\n")
+            sent += 65536
+        got = s.recv(4096)
+    except (BrokenPipeError, ConnectionResetError):
+        got = b""
+    s.close()
+    assert sent < (16 << 20)  # cut off near the 4 MiB limit, not read whole
+    assert got == b"" or got.startswith(b"HTTP/1.1 413")
+    assert srv.request("GET", "/health")[0] == 200
+
+
 def test_header_limit(srv):
     st, _, _ = srv.request("GET", "/health", headers={"X-Big": "a" * (64 * 1024)})
     assert st in (413, 431)
