@@ -640,35 +640,42 @@ def test_api_key(model_path):
         assert s.stop() == 0, s.stderr()
 
 
-def test_queue_full_503(model_path):
+def wait_metric(srv, name, pred, secs=60):
+    t_end = time.time() + secs
+    while time.time() < t_end:
+        m = srv.metrics()
+        if pred(m[name]):
+            return m
+        time.sleep(0.05)
+    pytest.fail(f"{name} never satisfied the condition: {srv.metrics()}")
+
+
+def test_queue_full_503_and_disconnect_while_queued(model_path):
     s = Server(serve_bin(), model_path, "--ctx", "512", "--parallel", "1", "--max-queue", "1",
                "--kv-mem", "64M")
     socks = []
     try:
-        body = {"prompt": "Count:", "max_tokens": 300, "ignore_eos": True, "stream": True}
-        codes = []
-        for _ in range(4):
-            socks.append(raw_post(s, "/v1/completions", body))
-        for k in socks:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = k.recv(4096)
-                if not chunk:
-                    break
-                head += chunk
-            codes.append(int(head.split(b" ", 2)[1]))
-        assert codes.count(200) >= 1 and codes.count(503) >= 1, codes
-        st, h, data = (None, None, None)
+        long = {"prompt": [300], "max_tokens": 500, "ignore_eos": True}
+        a = raw_post(s, "/v1/completions", dict(long, stream=True))  # runs
+        socks.append(a)
+        got = b""
+        while b"data: " not in got:
+            got += a.recv(4096)
+        b = raw_post(s, "/v1/completions", long)  # waits in the queue
+        socks.append(b)
+        wait_metric(s, "anvil_queue_depth", lambda v: v == 1)
         st, h, data = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2})
-        if st == 503:
-            check_error(st, data, 503)
-            assert "Retry-After" in h
-        for k in socks:
-            k.close()
-        wait_idle(s, 0, want_cancel=False)
+        check_error(st, data, 503, code="engine_overloaded")
+        assert h["Retry-After"] == "1"
+        # the queued client goes away before its turn: its request is cancelled
+        b.close()
+        m = wait_metric(s, 'anvil_requests_finished_total{reason="cancelled"}', lambda v: v == 1)
+        assert m["anvil_queue_depth"] == 0 and m["anvil_running_sequences"] == 1
+        a.close()
+        wait_idle(s, 1)
         st, _, _ = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2})
         assert st == 200
-        assert s.metrics()['anvil_http_requests_total{code="503"}'] >= 1
+        assert s.metrics()['anvil_http_requests_total{code="503"}'] == 1
     finally:
         for k in socks:
             k.close()
