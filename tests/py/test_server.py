@@ -640,14 +640,14 @@ def test_api_key(model_path):
         assert s.stop() == 0, s.stderr()
 
 
-def wait_metric(srv, name, pred, secs=60):
+def wait_metric(srv, pred, secs=60):
     t_end = time.time() + secs
     while time.time() < t_end:
         m = srv.metrics()
-        if pred(m[name]):
+        if pred(m):
             return m
         time.sleep(0.05)
-    pytest.fail(f"{name} never satisfied the condition: {srv.metrics()}")
+    pytest.fail(f"metrics never satisfied the condition: {srv.metrics()}")
 
 
 def test_queue_full_503_and_disconnect_while_queued(model_path):
@@ -661,16 +661,22 @@ def test_queue_full_503_and_disconnect_while_queued(model_path):
         got = b""
         while b"data: " not in got:
             got += a.recv(4096)
+        # the engine counts an admitted request as queued until the end of
+        # its step (stats are published once per step): let it settle
+        wait_metric(s, lambda m: m["anvil_queue_depth"] == 0 and m["anvil_running_sequences"] == 1)
         b = raw_post(s, "/v1/completions", long)  # waits in the queue
         socks.append(b)
-        wait_metric(s, "anvil_queue_depth", lambda v: v == 1)
+        wait_metric(s, lambda m: m["anvil_queue_depth"] == 1)
         st, h, data = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2})
         check_error(st, data, 503, code="engine_overloaded")
         assert h["Retry-After"] == "1"
         # the queued client goes away before its turn: its request is cancelled
         b.close()
-        m = wait_metric(s, 'anvil_requests_finished_total{reason="cancelled"}', lambda v: v == 1)
-        assert m["anvil_queue_depth"] == 0 and m["anvil_running_sequences"] == 1
+        # (the engine's gauges are refreshed once per step, its events come
+        # during the step: wait for both)
+        m = wait_metric(s, lambda m: m['anvil_requests_finished_total{reason="cancelled"}'] == 1
+                        and m["anvil_queue_depth"] == 0)
+        assert m["anvil_running_sequences"] == 1
         a.close()
         wait_idle(s, 1)
         st, _, _ = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2})
