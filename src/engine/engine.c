@@ -67,6 +67,7 @@ struct anvil_engine {
     struct anvil_ctx *ctx;
     struct anvil_engine_params p;
     int32_t n_vocab, n_ctx;
+    int64_t pool_tokens; /* positions the whole KV pool holds */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -229,6 +230,9 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     }
     if ((st = anvil_ctx_init(m, &cp, &e->ctx)) != ANVIL_OK) goto fail;
     e->n_ctx = anvil_ctx_n_ctx(e->ctx);
+    struct ctx_kv_info kvi;
+    ctx_kv_info(e->ctx, &kvi);
+    e->pool_tokens = (int64_t)kvi.blocks_total * kvi.block_tokens;
     st = ANVIL_ERR_NOMEM;
     size_t nb = (size_t)e->p.step_tokens, nr = (size_t)e->p.max_running;
     if (!(e->running = anvil_calloc(nr, sizeof(*e->running)))) goto fail;
@@ -310,6 +314,13 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
                    "prompt (%d tokens) plus max_tokens (%d) exceeds the context (%d tokens)",
                    rp->n_prompt, rp->max_tokens, e->n_ctx);
         return ANVIL_ERR_INVALID;
+    }
+    if ((int64_t)rp->n_prompt + rp->max_tokens > e->pool_tokens) {
+        errmsg_set(err, err_cap,
+                   "prompt (%d tokens) plus max_tokens (%d) exceeds the whole KV cache (%lld "
+                   "positions)",
+                   rp->n_prompt, rp->max_tokens, (long long)e->pool_tokens);
+        return ANVIL_ERR_KV_FULL;
     }
     if (rp->n_stop < 0 || rp->n_stop > MAX_STOP || (rp->n_stop > 0 && !rp->stop)) {
         errmsg_set(err, err_cap, "at most %d stop strings", MAX_STOP);

@@ -80,3 +80,28 @@ def test_stop_string(model_path, llama_ref):
     stopped, _ = engine(model_path, ["24 0 1 _9, " + " ".join(map(str, prompt)) + "\n"])
     assert stopped[0]["finish"] == 2  # STOP
     assert stopped[0]["text"] == text[: text.index(" 9,")]
+
+
+def test_preemption_is_transparent(model_path):
+    """A KV pool far smaller than the load forces preemptions (requests are
+    freed and recomputed later); every output still equals the serial run."""
+    lines = []
+    for i in range(10):
+        ids = [500 + 13 * i + k for k in range(90)]
+        lines.append(f"40 0 {i} - " + " ".join(map(str, ids)) + "\n")
+    block = 30 * 3 * 4096  # one block: 30 layers x 3 kv heads x a 4 KiB F16 tile
+    serial, _ = engine(model_path, lines, "--serial", "-r", "1")
+    batched, stats = engine(model_path, lines, "-r", "10", "--kv-mem", str(24 * block))
+    assert int(stats["preemptions"]) > 0
+    assert [o["ids"] for o in serial] == [o["ids"] for o in batched]
+    assert all(o["finish"] == 1 for o in batched)
+    assert stats["kv_used"] == "0"
+
+
+def test_request_larger_than_pool_is_refused(model_path):
+    block = 30 * 3 * 4096
+    lines = ["200 0 1 - " + " ".join(["700"] * 100) + "\n"]
+    p = run([build_path("release", TOOL), model_path, "--kv-mem", str(8 * block)],
+            input="".join(lines), text=True)
+    assert p.returncode == 0
+    assert "exceeds the whole KV cache" in p.stderr
