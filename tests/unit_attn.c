@@ -65,6 +65,8 @@ struct fixture {
     float *got;
 };
 
+static int g_block = 16; /* block size of make_kv */
+
 static struct kv_cache *make_kv(int type, int hd, int n_head, int n_head_kv, int n_ctx, int n_seq,
                                 int n_threads) {
     struct kv_params p = {
@@ -73,12 +75,12 @@ static struct kv_cache *make_kv(int type, int hd, int n_head, int n_head_kv, int
         .n_head_kv = n_head_kv,
         .head_dim = hd,
         .type = type,
-        .block_size = 16,
+        .block_size = g_block,
         .n_seq_max = n_seq,
         .n_ctx = n_ctx,
         .n_threads = n_threads,
     };
-    p.n_blocks = n_seq * ((n_ctx + 15) / 16) + 2;
+    p.n_blocks = n_seq * ((n_ctx + g_block - 1) / g_block) + 2;
     struct kv_cache *kv = NULL;
     char err[256];
     anvil_status st = kv_init(&p, &kv, err, sizeof(err));
@@ -519,6 +521,43 @@ static void test_driver_bad_input(void **state) {
     kv_free(kv);
 }
 
+/* The numbers do not depend on the block size (steps of 16 keys, chunks
+ * at fixed positions): the same K/V in caches of 16-, 32- and 64-token
+ * blocks give the same bits. */
+static void test_block_sizes(void **state) {
+    (void)state;
+    for (int ti = 0; ti < 2; ti++) {
+        int type = ti ? ANVIL_TYPE_Q8_0 : ANVIL_TYPE_F16;
+        float *first[N_VARIANTS] = {NULL};
+        for (int bs = 16; bs <= 64; bs *= 2) {
+            g_block = bs;
+            struct fixture f;
+            fixture_init(&f, type, 64, 9, 3, 300, 5, 900, true);
+            size_t n = (size_t)f.n_rows * f.n_head * f.hd;
+            for (int vi = 0; vi < N_VARIANTS; vi++) {
+                const struct kn_attn_ops *ops = pick(vi);
+                if (!ops) continue;
+                for (int h = 0; h < f.n_head_kv; h++) {
+                    struct kn_attn_task t = fixture_task(&f, h, 0, f.n_rows, f.got);
+                    ops->attn(&t);
+                }
+                char what[96];
+                snprintf(what, sizeof(what), "%s type %d block %d", ops->name, type, bs);
+                expect_close(f.got, f.want, n, 2e-5, 2e-4, what);
+                if (!first[vi]) {
+                    first[vi] = malloc(n * sizeof(float));
+                    memcpy(first[vi], f.got, n * sizeof(float));
+                } else {
+                    expect_same(f.got, first[vi], n, what);
+                }
+            }
+            fixture_free(&f);
+        }
+        for (int vi = 0; vi < N_VARIANTS; vi++) free(first[vi]);
+    }
+    g_block = 16;
+}
+
 static void test_split_policy(void **state) {
     (void)state;
     int32_t one[1] = {8192};
@@ -544,6 +583,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_prefill_variants),
         cmocka_unit_test(test_driver_invariance),
         cmocka_unit_test(test_driver_bad_input),
+        cmocka_unit_test(test_block_sizes),
         cmocka_unit_test(test_split_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

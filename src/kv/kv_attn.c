@@ -169,6 +169,12 @@ anvil_status kv_attn_prepare(struct kv_cache *kv, const struct kn_attn_ops *ops,
     if (split == KV_SPLIT_ON) job->split = n_decode > 0;
     else if (split == KV_SPLIT_AUTO)
         job->split = kv_split_policy(n_decode, job->nkv, nkv, G, hd, other, n_threads);
+    if (job->split) {
+        /* records must fit the scratch (kv_init caps it); else run unsplit */
+        int64_t need = 0;
+        for (i = 0; i < n_decode; i++) need += (int64_t)nkv * kn_attn_n_chunks(job->nkv[i]);
+        if ((uint64_t)need > kv->part_recs) job->split = false;
+    }
 
     /* items and split records */
     int64_t items = 0, recs = 0;
@@ -188,7 +194,7 @@ anvil_status kv_attn_prepare(struct kv_cache *kv, const struct kn_attn_ops *ops,
         ANVIL_ASSERT(items < INT32_MAX);
     }
     job->item_off[n_seqs] = (int32_t)items;
-    ANVIL_ASSERT((size_t)recs * kn_attn_rec_floats(G, hd) <= kv->part_floats);
+    ANVIL_ASSERT((uint64_t)recs <= kv->part_recs);
 
     /* contiguous partition by cost midpoints */
     double total = 0.0;

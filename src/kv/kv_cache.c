@@ -93,11 +93,16 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
     uint32_t nbuckets = 16;
     while (nbuckets < (uint32_t)nb && nbuckets < (1u << 30)) nbuckets <<= 1;
     int32_t group = p->n_head / p->n_head_kv;
-    /* split-K records: every (sequence, kv head, chunk) at full context */
-    size_t part_floats = 1;
+    /* split-K records: every (sequence, kv head, chunk) at full context,
+     * capped: splitting pays only with few tasks, and a plan that would
+     * need more records runs unsplit (same numbers, kv_attn.c) */
+    size_t part_recs = 1;
     bool ok = size_mul((size_t)p->n_seq_max * (size_t)p->n_head_kv,
-                       (size_t)kn_attn_n_chunks(p->n_ctx), &part_floats) &&
-              size_mul(part_floats, kn_attn_rec_floats(group, p->head_dim), &part_floats);
+                       (size_t)kn_attn_n_chunks(p->n_ctx), &part_recs);
+    size_t rec_cap = (size_t)64 * (size_t)n_threads < 8192 ? 8192 : (size_t)64 * (size_t)n_threads;
+    if (part_recs > rec_cap) part_recs = rec_cap;
+    size_t part_floats = 0;
+    ok = ok && size_mul(part_recs, kn_attn_rec_floats(group, p->head_dim), &part_floats);
 
     size_t off = 0, o_kv, o_blk, o_tok, o_tab, o_seq, o_htab, o_ent, o_ioff, o_th, o_red, o_nkv, o_part,
            o_pool, pool_bytes = 0;
@@ -154,7 +159,7 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
     kv->seqs = (struct kv_seq *)(base + o_seq);
     kv->htab = (int32_t *)(base + o_htab);
     kv->hmask = nbuckets - 1;
-    kv->part_floats = part_floats;
+    kv->part_recs = part_recs;
     kv->pool = base + o_pool;
     if (palign == HUGE_ALIGN) (void)madvise(kv->pool, pool_bytes & ~(HUGE_ALIGN - 1), MADV_HUGEPAGE);
     kv->job.ent = (struct kv_attn_ent *)(base + o_ent);

@@ -189,7 +189,9 @@ struct kv_attn_seq {
 enum kv_split {
     KV_SPLIT_AUTO = 0, /* the policy decides (kv_attn.c: kv_split_policy) */
     KV_SPLIT_OFF,      /* one thread per (sequence, kv head) decode task */
-    KV_SPLIT_ON,       /* decode chunks spread over threads, then reduced */
+    KV_SPLIT_ON,       /* decode chunks spread over threads, then reduced
+                        * (unless the chunk records would not fit the
+                        * scratch: 64 per thread, at least 8192) */
 };
 
 struct kv_attn_job;

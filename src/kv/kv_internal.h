@@ -81,7 +81,7 @@ struct kv_cache {
     int32_t lru_head, lru_tail, n_cached;
     int32_t n_used;
     int64_t n_cow, n_evicted, n_matched;
-    size_t part_floats;       /* capacity of job.part */
+    size_t part_recs;         /* capacity of job.part, in records */
     struct kv_attn_job job;
 };
 
