@@ -527,6 +527,22 @@ def test_malformed_json(srv, raw):
     check_error(st, data, 400)
 
 
+def test_error_messages_are_valid_json(srv, model_id):
+    """User text echoed in error messages: quotes, control bytes, and a
+    UTF-8 character cut by the message's length limit stay valid JSON."""
+    cases = [
+        {"prompt": "hi", "model": "x" + "\u00e9" * 80},       # cut mid-character at 100 bytes
+        {"prompt": "hi", "we\"ird\n\u0001key": 1},
+        {"messages": [{"role": "\u0000\"\\\u2028", "content": "hi"}]},
+    ]
+    for body in cases:
+        path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+        st, _, data = srv.post(path, body)
+        data.decode("utf-8")  # strict: no invalid UTF-8 on the wire
+        e = check_error(st, data, 400)
+        assert "\ufffd" in e["message"] or "key" in e["message"] or "role" in e["message"]
+
+
 def test_routes_and_methods(srv):
     st, _, data = srv.request("GET", "/v1/nothing")
     check_error(st, data, 404)
