@@ -81,14 +81,13 @@ static inline __m256i lanes_below(int nv) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* One row against one Q8A activation row (qa, da, sa of nb blocks). */
-static inline __attribute__((always_inline)) float
-dot_row(int type, const uint8_t *row, const int8_t *qa, const float *da, const float *sa, int nb) {
+/* One group of 8 blocks (nv valid) of one row, into the accumulator. */
+static inline __attribute__((always_inline)) __m256
+dot_group(int type, __m256 acc, const uint8_t *row, int g, int nv, const int8_t *qa, const float *da,
+          const float *sa) {
     const int bb = BLK_BYTES[type];
     const __m256i offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bb));
-    __m256 acc = _mm256_setzero_ps();
-    for (int g = 0; g < nb; g += 8) {
-        int nv = nb - g < 8 ? nb - g : 8;
+    {
         const uint8_t *gp = row + (size_t)g * bb;
         __m256i p[8];
         for (int k = 0; k < 8 * bb; k += 64) _mm_prefetch((const char *)gp + PF_DIST + k, _MM_HINT_T0);
@@ -113,7 +112,27 @@ dot_row(int type, const uint8_t *row, const int8_t *qa, const float *da, const f
         __m256 dav = _mm256_maskload_ps(da + g, valid), sav = _mm256_maskload_ps(sa + g, valid);
         acc = fstage(type, acc, isum, dw, mw, dav, sav);
     }
-    return hsum8(acc);
+    return acc;
+}
+
+/* NS rows against one Q8A activation row (qa, da, sa of nb blocks), group
+ * by group in lockstep: the same operations per row as one at a time, but
+ * NS memory streams (see cpu/avx512/matmul_q.c: dot_mv_ns). */
+enum { NS = 4 };
+
+static inline __attribute__((always_inline)) void
+dot_rows(int type, int ns, const uint8_t *const rows[NS], const int8_t *qa, const float *da,
+         const float *sa, int nb, float out[NS]) {
+    __m256 acc[NS];
+#pragma GCC unroll 4
+    for (int s = 0; s < ns; s++) acc[s] = _mm256_setzero_ps();
+    for (int g = 0; g < nb; g += 8) {
+        int nv = nb - g < 8 ? nb - g : 8;
+#pragma GCC unroll 4
+        for (int s = 0; s < ns; s++) acc[s] = dot_group(type, acc[s], rows[s], g, nv, qa, da, sa);
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < ns; s++) out[s] = hsum8(acc[s]);
 }
 
 enum { ROW_BLOCK_BYTES = 16 << 10 }; /* rows swept over all tokens at a time */
@@ -133,7 +152,20 @@ matmul_q(int type, float *restrict y, size_t ldy, const void *restrict w, size_t
             const int8_t *qa = (const int8_t *)xt;
             const float *da = (const float *)(xt + n), *sa = da + nb;
             float *yt = y + (size_t)t * ldy;
-            for (int r = ra; r < re; r++) yt[r] = dot_row(type, wb + (size_t)r * ws, qa, da, sa, nb);
+            const int q = (re - ra) / NS;
+            for (int i = 0; i < q; i++) {
+                const uint8_t *rows[NS];
+                float out[NS];
+                for (int s = 0; s < NS; s++) rows[s] = wb + (size_t)(ra + s * q + i) * ws;
+                dot_rows(type, NS, rows, qa, da, sa, nb, out);
+                for (int s = 0; s < NS; s++) yt[ra + s * q + i] = out[s];
+            }
+            for (int r = ra + NS * q; r < re; r++) {
+                const uint8_t *rows[NS] = {wb + (size_t)r * ws};
+                float out[NS];
+                dot_rows(type, 1, rows, qa, da, sa, nb, out);
+                yt[r] = out[0];
+            }
         }
     }
 }
