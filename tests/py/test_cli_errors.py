@@ -89,9 +89,14 @@ def test_run_seed_reproducible(anvil_bin, model_path):
     assert a != c
 
 
-def test_chat_mode(anvil_bin, model_path):
-    p = run([anvil_bin, "run", "-m", model_path, "--chat", "-p", "What is the capital of France?",
+def test_chat_mode(anvil_bin, model_path, llama_ref):
+    """--chat renders the model's template like llama.cpp does (same prompt
+    token count) and never prints template tokens."""
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    r = llama_ref.create_chat_completion(messages=msgs, max_tokens=4, temperature=0)
+    p = run([anvil_bin, "run", "-m", model_path, "--chat", "-p", msgs[0]["content"],
              "-n", "32", "--temp", "0"], text=True)
     assert p.returncode == 0, p.stderr
-    assert "Paris" in p.stdout
+    assert f"prompt {r['usage']['prompt_tokens']} tok" in p.stderr
+    assert p.stdout.strip()
     assert "<|im_" not in p.stdout
