@@ -305,6 +305,10 @@ static void test_fork_cow(void **state) {
     expect_data(kv, 0, a, 22);
     expect_data(kv, 1, b, 22);
     check(kv);
+    /* committing into the shared block without a reservation is refused */
+    assert_int_equal(kv_seq_truncate(kv, 1, 10), ANVIL_OK);
+    assert_int_equal(kv_seq_commit(kv, 1, 1, b + 10), ANVIL_ERR_INVALID);
+    check(kv);
     /* truncating into a shared full block, then writing, copies it */
     assert_int_equal(kv_seq_truncate(kv, 1, 10), ANVIL_OK);
     b[10] = 555;

@@ -428,6 +428,12 @@ anvil_status kv_seq_commit(struct kv_cache *kv, int32_t seq, int32_t n, const an
     struct kv_seq *s = &kv->seqs[seq];
     if ((int64_t)s->len + n > (int64_t)s->n_blocks * kv->bs) return ANVIL_ERR_INVALID;
     int32_t *tab = table_of(kv, seq);
+    if (n > 0) {
+        /* the positions must have been reserved: their first block private
+         * (a shared or hashed block here means kv_seq_reserve was skipped) */
+        const struct kv_block *b = &kv->blk[tab[s->len / kv->bs]];
+        if (b->ref != 1 || b->hashed) return ANVIL_ERR_INVALID;
+    }
     if (tokens) {
         for (int32_t i = 0; i < n; i++) {
             int32_t p = s->len + i;
