@@ -22,9 +22,11 @@
  *   --max-mem MB                      skip cases needing more (default 3072)
  *   -r N                              timed calls per case (default 30)
  *   --no-bw                           skip the bandwidth measurement
- *   --cpu-time                        time with the calling thread's CPU
- *                                     clock (development on a busy
- *                                     machine; meaningful with --threads 1)
+ *   --cpu-time                        per-thread CPU clocks instead of the
+ *                                     wall clock: a call costs the slowest
+ *                                     thread's CPU time (for a busy shared
+ *                                     machine, where descheduling would
+ *                                     otherwise dominate)
  *   --json                            one JSON object per case
  * Returns 0, 1 on a runtime failure (including a kernel that disagrees
  * with the reference), 2 on bad usage. */
