@@ -12,7 +12,8 @@
  *              f16  (head_dim/32, block_size): token j's dims 32g..32g+31
  *                                              are kq * scale[g*block_size + j]
  *         V    int8 (block_size, head_dim), then the V scales
- *              f16  (block_size, head_dim/32)
+ *              f16  (head_dim/32, block_size): token j's dims 32g..32g+31
+ *                                              are vq * scale[g*block_size + j]
  *         (ggml's Q8_0 numerics: blocks of 32 along head_dim, f16 scale,
  *         split into quants and scales so SIMD loads stay aligned.)
  * K is stored transposed so that 16 keys of one dim are one vector: the

@@ -549,7 +549,7 @@ void kv_write(struct kv_cache *kv, int32_t layer, int32_t seq, int32_t pos, int3
                 kn_f16 *ks = (kn_f16 *)(tile + L->ks_off), *vs = (kn_f16 *)(tile + L->vs_off);
                 for (int32_t g = 0; g < hd / QK; g++) {
                     ks[(size_t)g * bs + j] = qk[g].d;
-                    vs[(size_t)j * (hd / QK) + g] = qv[g].d;
+                    vs[(size_t)g * bs + j] = qv[g].d;
                     for (int32_t i = 0; i < QK; i++) {
                         kq[(size_t)(g * QK + i) * bs + j] = qk[g].qs[i];
                         vq[(size_t)j * hd + g * QK + i] = qv[g].qs[i];

@@ -97,10 +97,10 @@ static void load_step(const struct kn_kv_layout *kv, const uint8_t *tile, int j0
         }
     }
     const int8_t *vq = (const int8_t *)(tile + kv->v_off) + (size_t)j0 * hd;
-    const uint16_t *vs = (const uint16_t *)(tile + kv->vs_off) + (size_t)j0 * (hd / 32);
+    const uint16_t *vs = (const uint16_t *)(tile + kv->vs_off) + j0;
     for (int j = 0; j < SUB; j++)
         for (int g = 0; g < hd / 32; g++) {
-            __m256 sc = _mm256_set1_ps(_cvtsh_ss(vs[j * (hd / 32) + g]));
+            __m256 sc = _mm256_set1_ps(_cvtsh_ss(vs[(size_t)g * bs + j]));
             const int8_t *src = vq + (size_t)j * hd + g * 32;
             float *dst = Vb + j * hd + g * 32;
             for (int u = 0; u < 32; u += 8) _mm256_store_ps(dst + u, _mm256_mul_ps(load_i8x8(src + u), sc));

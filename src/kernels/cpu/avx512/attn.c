@@ -10,7 +10,8 @@
  *
  * Per query vector the arithmetic is fixed, whatever the grouping:
  *   score  = ((a0 + a1) + (a2 + a3)) * scale,  a_u = sum over d = u mod 4,
- *            in d order, of q[d] * k[d]  (fused multiply-add)
+ *            in d order, of q[d] * k[d]  (fused multiply-add); Q8_0 per
+ *            32-dim group with the scales factored out (see struct src)
  *   m_new  = max(m, max of valid scores); if it grew (and m was finite),
  *            l and acc are scaled by expf(m - m_new)
  *   p      = exp512(score - m_new) on valid lanes, 0 elsewhere
@@ -66,10 +67,12 @@ static inline __m512 load_i8x16(const int8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
 
-/* Keys [j0, j0 + 16) of a tile as float: Kb (hd, 16), Vb (16, hd). The
- * values equal the reference's (an exact conversion, or one product). */
+/* Keys [j0, j0 + 16) of a tile as float: Kb (hd, 16), Vb (16, hd). F16:
+ * the exact values. Q8_0: the quants only (exact), and the scales as
+ * floats in Ks, Vs (hd/32, 16) - the arithmetic applies them per group. */
 static void load_step(const struct kn_kv_layout *kv, const uint8_t *tile, int j0,
-                      float *restrict Kb, float *restrict Vb) {
+                      float *restrict Kb, float *restrict Vb, float *restrict Ks,
+                      float *restrict Vs) {
     int bs = kv->block_size, hd = kv->head_dim;
     if (kv->type == ANVIL_TYPE_F16) {
         const uint16_t *kt = (const uint16_t *)tile + j0;
@@ -79,60 +82,69 @@ static void load_step(const struct kn_kv_layout *kv, const uint8_t *tile, int j0
         return;
     }
     const int8_t *kq = (const int8_t *)tile + j0;
-    const uint16_t *ks = (const uint16_t *)(tile + kv->ks_off) + j0;
-    for (int g = 0; g < hd / 32; g++) {
-        __m512 sc = load_f16x16(ks + (size_t)g * bs);
-        for (int d = g * 32; d < g * 32 + 32; d++)
-            _mm512_store_ps(Kb + d * SUB, _mm512_mul_ps(load_i8x16(kq + (size_t)d * bs), sc));
-    }
+    for (int d = 0; d < hd; d++) _mm512_store_ps(Kb + d * SUB, load_i8x16(kq + (size_t)d * bs));
     const int8_t *vq = (const int8_t *)(tile + kv->v_off) + (size_t)j0 * hd;
-    const uint16_t *vs = (const uint16_t *)(tile + kv->vs_off) + (size_t)j0 * (hd / 32);
-    for (int j = 0; j < SUB; j++)
-        for (int g = 0; g < hd / 32; g++) {
-            __m512 sc = _mm512_set1_ps(_cvtsh_ss(vs[j * (hd / 32) + g]));
-            const int8_t *src = vq + (size_t)j * hd + g * 32;
-            float *dst = Vb + j * hd + g * 32;
-            _mm512_store_ps(dst, _mm512_mul_ps(load_i8x16(src), sc));
-            _mm512_store_ps(dst + 16, _mm512_mul_ps(load_i8x16(src + 16), sc));
-        }
+    for (int i = 0; i < SUB * hd; i += 16) _mm512_store_ps(Vb + i, load_i8x16(vq + i));
+    const uint16_t *ks = (const uint16_t *)(tile + kv->ks_off) + j0;
+    const uint16_t *vs = (const uint16_t *)(tile + kv->vs_off) + j0;
+    for (int g = 0; g < hd / 32; g++) {
+        _mm512_store_ps(Ks + g * SUB, load_f16x16(ks + (size_t)g * bs));
+        _mm512_store_ps(Vs + g * SUB, load_f16x16(vs + (size_t)g * bs));
+    }
 }
 
 /* Where a step's 16 keys come from: the float buffer filled by load_step
  * (prefill tiles, groups of more than QGROUP heads: converted once, read
  * many times), or the tile itself, converted in registers as it is read
  * (decode: each K and V row is read exactly once per group anyway). Both
- * give the same floats, so the arithmetic below is the same bit for bit. */
-enum { SRC_BUF, SRC_F16, SRC_Q8 };
+ * give the same floats, so the arithmetic below is the same bit for bit.
+ * Q8_0 (SRC_Q8, SRC_BUF8) factors the scales out of each 32-dim group:
+ *     score = sum over groups g, in order, of ((a0+a1)+(a2+a3)) * ks_g
+ *             (first group a product, the others fused multiply-adds)
+ *     acc[d] += (p_j * vs_{j,g}) * vq[j][d]
+ * so the inner loops run on the int8 values converted to float, and the
+ * kernel stays memory-bound on half the bytes of F16. */
+enum { SRC_BUF, SRC_F16, SRC_Q8, SRC_BUF8 };
 
 struct src {
-    const void *k;           /* BUF: (hd, 16) floats; else K^T at key j0, rows bs apart */
-    const void *v;           /* BUF: (16, hd) floats; else V at row j0 */
-    const uint16_t *ks, *vs; /* Q8: the scales at key j0 */
+    const void *k;           /* BUF*: (hd, 16) floats; else K^T at key j0, rows bs apart */
+    const void *v;           /* BUF*: (16, hd) floats; else V at row j0 */
+    const void *ks, *vs;     /* Q8: f16 scales at key j0, rows bs apart; BUF8: (hd/32, 16) floats */
     int bs;
 };
 
+#define IS_Q8(mode) ((mode) == SRC_Q8 || (mode) == SRC_BUF8)
+
+/* K row d (16 keys); Q8: unscaled quants */
 static inline __attribute__((always_inline)) __m512 src_k(const int mode, const struct src *s,
                                                           int d) {
-    if (mode == SRC_BUF) return _mm512_load_ps((const float *)s->k + d * SUB);
+    if (mode == SRC_BUF || mode == SRC_BUF8) return _mm512_load_ps((const float *)s->k + d * SUB);
     if (mode == SRC_F16) return load_f16x16((const uint16_t *)s->k + (size_t)d * s->bs);
-    __m512 sc = load_f16x16(s->ks + (size_t)(d / 32) * s->bs);
-    return _mm512_mul_ps(load_i8x16((const int8_t *)s->k + (size_t)d * s->bs), sc);
+    return load_i8x16((const int8_t *)s->k + (size_t)d * s->bs);
 }
 
-/* V row j, columns [col, col + 16) */
+/* Q8: scales of group g for the 16 keys (K or V) */
+static inline __attribute__((always_inline)) __m512 src_scale(const int mode, const void *sc,
+                                                              int g, int bs) {
+    if (mode == SRC_BUF8) return _mm512_load_ps((const float *)sc + g * SUB);
+    return load_f16x16((const uint16_t *)sc + (size_t)g * bs);
+}
+
+/* V row j, columns [col, col + 16); Q8: unscaled quants */
 static inline __attribute__((always_inline)) __m512 src_v(const int mode, const struct src *s,
                                                           int j, int col, int hd) {
-    if (mode == SRC_BUF) return _mm512_load_ps((const float *)s->v + j * hd + col);
+    if (mode == SRC_BUF || mode == SRC_BUF8) return _mm512_load_ps((const float *)s->v + j * hd + col);
     if (mode == SRC_F16) return load_f16x16((const uint16_t *)s->v + (size_t)j * hd + col);
-    __m512 sc = _mm512_set1_ps(_cvtsh_ss(s->vs[j * (hd / 32) + col / 32]));
-    return _mm512_mul_ps(load_i8x16((const int8_t *)s->v + (size_t)j * hd + col), sc);
+    return load_i8x16((const int8_t *)s->v + (size_t)j * hd + col);
 }
 
-/* acc_k[d0, d0 + 16*nb) += sum over j < valid, in order, of p[k][j] * v_j
- * for nq query vectors (acc_k at acc + k*hd). */
+/* acc_k[d0, d0 + 16*nb) += sum over j < valid, in order, of w * v_j for
+ * nq query vectors (acc_k at acc + k*hd), with the weight w of query k,
+ * key j, column block b at p[k*pk + ((d0 + 16b)/32)*pg + j]: the
+ * probability (F16, pg = 0) or probability times V scale (Q8). */
 static inline __attribute__((always_inline)) void
 pv_cols(const int mode, const int nq, const int nb, float *restrict acc, int d0,
-        const float (*restrict p)[SUB], const struct src *s, int hd, int valid) {
+        const float *restrict p, int pk, int pg, const struct src *s, int hd, int valid) {
     __m512 c[QGROUP][4];
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++)
@@ -143,8 +155,9 @@ pv_cols(const int mode, const int nq, const int nb, float *restrict acc, int d0,
         for (int b = 0; b < nb; b++) {
             __m512 v = src_v(mode, s, j, d0 + 16 * b, hd);
             __asm__("" : "+v"(v)); /* one load, shared by the nq FMAs */
+            const float *pb = p + ((d0 + 16 * b) / 32) * pg + j;
 #pragma GCC unroll 4
-            for (int k = 0; k < nq; k++) c[k][b] = _mm512_fmadd_ps(_mm512_set1_ps(p[k][j]), v, c[k][b]);
+            for (int k = 0; k < nq; k++) c[k][b] = _mm512_fmadd_ps(_mm512_set1_ps(pb[k * pk]), v, c[k][b]);
         }
     }
 #pragma GCC unroll 4
@@ -153,18 +166,18 @@ pv_cols(const int mode, const int nq, const int nb, float *restrict acc, int d0,
         for (int b = 0; b < nb; b++) _mm512_store_ps(acc + k * hd + d0 + 16 * b, c[k][b]);
 }
 
-/* One online-softmax step for nq (1..4) query vectors q + k*hd, states
- * m[k], l[k], acc + k*hd, over the first `valid` keys of the step. */
+/* Scores of the 16 keys for nq query vectors, over dims [d0, d1):
+ * a_u = sum over d = u mod 4, in d order, of q[d] * k[d]; returns
+ * (a0 + a1) + (a2 + a3) per query in out[]. */
 static inline __attribute__((always_inline)) void
-step_group(const int mode, const int nq, const float *restrict q, float *restrict m,
-           float *restrict l, float *restrict acc, const struct src *s, int hd, int valid,
-           float scale) {
+qk_dims(const int mode, const int nq, const float *restrict q, const struct src *s, int hd,
+        int d0, int d1, __m512 *out) {
     __m512 a[QGROUP][4];
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++)
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) a[k][u] = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d += 4) {
+    for (int d = d0; d < d1; d += 4) {
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
             __m512 kr = src_k(mode, s, d + u);
@@ -177,14 +190,42 @@ step_group(const int mode, const int nq, const float *restrict q, float *restric
                 a[k][u] = _mm512_fmadd_ps(_mm512_set1_ps(q[k * hd + d + u]), kr, a[k][u]);
         }
     }
+#pragma GCC unroll 4
+    for (int k = 0; k < nq; k++)
+        out[k] = _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][1]), _mm512_add_ps(a[k][2], a[k][3]));
+}
+
+/* One online-softmax step for nq (1..4) query vectors q + k*hd, states
+ * m[k], l[k], acc + k*hd, over the first `valid` keys of the step. */
+static inline __attribute__((always_inline)) void
+step_group(const int mode, const int nq, const float *restrict q, float *restrict m,
+           float *restrict l, float *restrict acc, const struct src *s, int hd, int valid,
+           float scale) {
+    __m512 sv[QGROUP];
+    if (IS_Q8(mode)) {
+        __m512 gs[QGROUP];
+        qk_dims(mode, nq, q, s, hd, 0, 32, gs);
+        __m512 ks = src_scale(mode, s->ks, 0, s->bs);
+#pragma GCC unroll 4
+        for (int k = 0; k < nq; k++) sv[k] = _mm512_mul_ps(gs[k], ks);
+        for (int g = 1; g < hd / 32; g++) {
+            qk_dims(mode, nq, q, s, hd, g * 32, g * 32 + 32, gs);
+            ks = src_scale(mode, s->ks, g, s->bs);
+#pragma GCC unroll 4
+            for (int k = 0; k < nq; k++) sv[k] = _mm512_fmadd_ps(gs[k], ks, sv[k]);
+        }
+    } else {
+        qk_dims(mode, nq, q, s, hd, 0, hd, sv);
+    }
     const __mmask16 vm = (__mmask16)((1u << valid) - 1u);
-    float pb[QGROUP][SUB] __attribute__((aligned(64)));
+    /* weights: p (F16) or p times the V scale of each group (Q8) */
+    float pb[QGROUP * (HDMAX / 32)][SUB] __attribute__((aligned(64)));
+    const int ng = IS_Q8(mode) ? hd / 32 : 1;
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++) {
-        __m512 sv = _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][1]), _mm512_add_ps(a[k][2], a[k][3]));
-        sv = _mm512_mul_ps(sv, _mm512_set1_ps(scale));
-        sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, sv);
-        float mb = _mm512_reduce_max_ps(sv);
+        __m512 x = _mm512_mul_ps(sv[k], _mm512_set1_ps(scale));
+        x = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, x);
+        float mb = _mm512_reduce_max_ps(x);
         float mo = m[k], mn = mo > mb ? mo : mb;
         if (mn > mo && mo != -INFINITY) {
             float al = expf(mo - mn);
@@ -194,15 +235,21 @@ step_group(const int mode, const int nq, const float *restrict q, float *restric
             for (int d = 0; d < hd; d += 16) _mm512_store_ps(ak + d, _mm512_mul_ps(_mm512_load_ps(ak + d), av));
         }
         m[k] = mn;
-        __m512 p = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(mn))));
+        __m512 p = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(x, _mm512_set1_ps(mn))));
         l[k] += _mm512_reduce_add_ps(p);
-        _mm512_store_ps(pb[k], p);
+        if (IS_Q8(mode)) {
+            for (int g = 0; g < ng; g++)
+                _mm512_store_ps(pb[k * ng + g], _mm512_mul_ps(p, src_scale(mode, s->vs, g, s->bs)));
+        } else {
+            _mm512_store_ps(pb[k], p);
+        }
     }
-    /* acc[d] += p_j * v_j[d], j in order; 64 columns of every query
+    /* acc[d] += w_j * v_j[d], j in order; 64 columns of every query
      * vector at once for independent chains (32 for a head_dim tail) */
+    const int pk = ng * SUB, pg = IS_Q8(mode) ? SUB : 0;
     int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, nq, 4, acc, d0, pb, s, hd, valid);
-    if (d0 < hd) pv_cols(mode, nq, 2, acc, d0, pb, s, hd, valid);
+    for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, nq, 4, acc, d0, pb[0], pk, pg, s, hd, valid);
+    if (d0 < hd) pv_cols(mode, nq, 2, acc, d0, pb[0], pk, pg, s, hd, valid);
 }
 
 /* The G query vectors of one row through one step, in groups of 4. */
@@ -219,18 +266,15 @@ step_row(const int mode, const float *q, float *m, float *l, float *acc, int G,
     }
 }
 
-static void step_row_buf(const float *q, float *m, float *l, float *acc, int G, const struct src *s,
-                         int hd, int valid, float scale) {
-    step_row(SRC_BUF, q, m, l, acc, G, s, hd, valid, scale);
-}
-static void step_row_f16(const float *q, float *m, float *l, float *acc, int G, const struct src *s,
-                         int hd, int valid, float scale) {
-    step_row(SRC_F16, q, m, l, acc, G, s, hd, valid, scale);
-}
-static void step_row_q8(const float *q, float *m, float *l, float *acc, int G, const struct src *s,
-                        int hd, int valid, float scale) {
-    step_row(SRC_Q8, q, m, l, acc, G, s, hd, valid, scale);
-}
+#define STEP_ROW_FN(NAME, MODE) \
+    static void NAME(const float *q, float *m, float *l, float *acc, int G, const struct src *s, \
+                     int hd, int valid, float scale) { \
+        step_row(MODE, q, m, l, acc, G, s, hd, valid, scale); \
+    }
+STEP_ROW_FN(step_row_buf, SRC_BUF)
+STEP_ROW_FN(step_row_f16, SRC_F16)
+STEP_ROW_FN(step_row_q8, SRC_Q8)
+STEP_ROW_FN(step_row_buf8, SRC_BUF8)
 
 /* ---------------------------------------------------------------------- */
 /* chunks, fold, tasks */
@@ -243,6 +287,8 @@ struct states {
 struct bufs {
     float K[HDMAX * SUB] __attribute__((aligned(64)));
     float V[SUB * HDMAX] __attribute__((aligned(64)));
+    float Ks[HDMAX / 32 * SUB] __attribute__((aligned(64))); /* Q8_0 scales */
+    float Vs[HDMAX / 32 * SUB] __attribute__((aligned(64)));
 };
 
 static void states_clear(struct states *s, int nq, int hd) {
@@ -282,7 +328,7 @@ static void chunk_pass(const struct kn_attn_task *t, int c, struct states *cur, 
                 sr.k = (const int8_t *)tile + j0;
                 sr.v = (const int8_t *)(tile + kv->v_off) + (size_t)j0 * hd;
                 sr.ks = (const uint16_t *)(tile + kv->ks_off) + j0;
-                sr.vs = (const uint16_t *)(tile + kv->vs_off) + (size_t)j0 * (hd / 32);
+                sr.vs = (const uint16_t *)(tile + kv->vs_off) + j0;
             }
             int valid = t->pos + 1 - s0;
             if (valid > SUB) valid = SUB;
@@ -290,15 +336,17 @@ static void chunk_pass(const struct kn_attn_task *t, int c, struct states *cur, 
                                                                       G, &sr, hd, valid, t->scale);
             continue;
         }
-        load_step(kv, tile, s0 % bs, b->K, b->V);
-        struct src sb = {.k = b->K, .v = b->V, .bs = SUB};
+        load_step(kv, tile, s0 % bs, b->K, b->V, b->Ks, b->Vs);
+        struct src sb = {.k = b->K, .v = b->V, .ks = b->Ks, .vs = b->Vs, .bs = SUB};
+        void (*row_fn)(const float *, float *, float *, float *, int, const struct src *, int, int,
+                       float) = kv->type == ANVIL_TYPE_F16 ? step_row_buf : step_row_buf8;
         for (int r = 0; r < t->n_rows; r++) {
             int valid = t->pos + r + 1 - s0;
             if (valid <= 0) continue;
             if (valid > SUB) valid = SUB;
             int i = r * G;
-            step_row_buf(t->q + (size_t)r * t->q_stride, cur->m + i, cur->l + i,
-                         cur->acc + (size_t)i * hd, G, &sb, hd, valid, t->scale);
+            row_fn(t->q + (size_t)r * t->q_stride, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd,
+                   G, &sb, hd, valid, t->scale);
         }
     }
 }

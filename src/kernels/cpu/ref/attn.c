@@ -63,7 +63,7 @@ float kn_kv_get(const struct kn_kv_layout *kv, const uint8_t *base, const int32_
     }
     const int8_t *q = (const int8_t *)(tile + kv->v_off);
     const kn_f16 *s = (const kn_f16 *)(tile + kv->vs_off);
-    return (float)q[(size_t)j * hd + d] * kn_f16_to_f32(s[(size_t)j * (hd / 32) + d / 32]);
+    return (float)q[(size_t)j * hd + d] * kn_f16_to_f32(s[(size_t)(d / 32) * bs + j]);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -142,7 +142,7 @@ static void load_step(const struct kn_kv_layout *kv, const uint8_t *tile, int j0
     for (int j = 0; j < KN_ATTN_SUB; j++)
         for (int d = 0; d < hd; d++)
             V[j * hd + d] = (float)vq[(size_t)(j0 + j) * hd + d] *
-                            kn_f16_to_f32(vs[(size_t)(j0 + j) * (hd / 32) + d / 32]);
+                            kn_f16_to_f32(vs[(size_t)(d / 32) * bs + j0 + j]);
 }
 
 /* One online-softmax step over the first `valid` keys of a loaded step. */
