@@ -20,7 +20,10 @@
  * per-sequence waste (half a block on average) and the prefix-sharing
  * granularity stay small. 32 is allowed (and any multiple of 16); the
  * attention numerics do not depend on it (steps of 16 keys, chunks of 256
- * at fixed positions). bench_attention measures both.
+ * at fixed positions). bench_attention measures both: smollm2 shape,
+ * batch 16, ctx 2048, one thread, three interleaved runs: 3.5/3.5/3.8 ms
+ * with 16, 3.8/3.1/3.8 ms with 32 - no difference above the noise, so
+ * the finer block wins.
  *
  * Block states (checked by kv_check):
  *   FREE    ref 0, not hashed, on the free list;
