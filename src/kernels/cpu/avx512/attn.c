@@ -114,6 +114,19 @@ struct src {
 };
 
 #define IS_Q8(mode) ((mode) == SRC_Q8 || (mode) == SRC_BUF8)
+#define IS_DIRECT(mode) ((mode) == SRC_F16 || (mode) == SRC_Q8)
+
+/* Lines of the next tile still to prefetch. Decode issues them a couple
+ * at a time from inside the compute loops: a burst of a whole tile at the
+ * block edge stalls the pipeline once the line-fill buffers are full, so
+ * memory and arithmetic would take turns instead of overlapping. */
+struct pfq {
+    const char *p, *end;
+};
+
+static inline __attribute__((always_inline)) void pf_issue(struct pfq *q, int n) {
+    for (int i = 0; i < n && q->p < q->end; i++, q->p += 64) _mm_prefetch(q->p, _MM_HINT_T0);
+}
 
 /* K row d (16 keys); Q8: unscaled quants */
 static inline __attribute__((always_inline)) __m512 src_k(const int mode, const struct src *s,
@@ -144,13 +157,15 @@ static inline __attribute__((always_inline)) __m512 src_v(const int mode, const 
  * probability (F16, pg = 0) or probability times V scale (Q8). */
 static inline __attribute__((always_inline)) void
 pv_cols(const int mode, const int nq, const int nb, float *restrict acc, int d0,
-        const float *restrict p, int pk, int pg, const struct src *s, int hd, int valid) {
+        const float *restrict p, int pk, int pg, const struct src *s, int hd, int valid,
+        struct pfq *pf) {
     __m512 c[QGROUP][4];
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++)
 #pragma GCC unroll 4
         for (int b = 0; b < nb; b++) c[k][b] = _mm512_load_ps(acc + k * hd + d0 + 16 * b);
     for (int j = 0; j < valid; j++) {
+        if (IS_DIRECT(mode)) pf_issue(pf, 2);
 #pragma GCC unroll 4
         for (int b = 0; b < nb; b++) {
             __m512 v = src_v(mode, s, j, d0 + 16 * b, hd);
@@ -171,13 +186,14 @@ pv_cols(const int mode, const int nq, const int nb, float *restrict acc, int d0,
  * (a0 + a1) + (a2 + a3) per query in out[]. */
 static inline __attribute__((always_inline)) void
 qk_dims(const int mode, const int nq, const float *restrict q, const struct src *s, int hd,
-        int d0, int d1, __m512 *out) {
+        int d0, int d1, __m512 *out, struct pfq *pf) {
     __m512 a[QGROUP][4];
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++)
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) a[k][u] = _mm512_setzero_ps();
     for (int d = d0; d < d1; d += 4) {
+        if (IS_DIRECT(mode)) pf_issue(pf, 2);
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
             __m512 kr = src_k(mode, s, d + u);
@@ -200,22 +216,22 @@ qk_dims(const int mode, const int nq, const float *restrict q, const struct src 
 static inline __attribute__((always_inline)) void
 step_group(const int mode, const int nq, const float *restrict q, float *restrict m,
            float *restrict l, float *restrict acc, const struct src *s, int hd, int valid,
-           float scale) {
+           float scale, struct pfq *pf) {
     __m512 sv[QGROUP];
     if (IS_Q8(mode)) {
         __m512 gs[QGROUP];
-        qk_dims(mode, nq, q, s, hd, 0, 32, gs);
+        qk_dims(mode, nq, q, s, hd, 0, 32, gs, pf);
         __m512 ks = src_scale(mode, s->ks, 0, s->bs);
 #pragma GCC unroll 4
         for (int k = 0; k < nq; k++) sv[k] = _mm512_mul_ps(gs[k], ks);
         for (int g = 1; g < hd / 32; g++) {
-            qk_dims(mode, nq, q, s, hd, g * 32, g * 32 + 32, gs);
+            qk_dims(mode, nq, q, s, hd, g * 32, g * 32 + 32, gs, pf);
             ks = src_scale(mode, s->ks, g, s->bs);
 #pragma GCC unroll 4
             for (int k = 0; k < nq; k++) sv[k] = _mm512_fmadd_ps(gs[k], ks, sv[k]);
         }
     } else {
-        qk_dims(mode, nq, q, s, hd, 0, hd, sv);
+        qk_dims(mode, nq, q, s, hd, 0, hd, sv, pf);
     }
     const __mmask16 vm = (__mmask16)((1u << valid) - 1u);
     /* weights: p (F16) or p times the V scale of each group (Q8) */
@@ -248,28 +264,29 @@ step_group(const int mode, const int nq, const float *restrict q, float *restric
      * vector at once for independent chains (32 for a head_dim tail) */
     const int pk = ng * SUB, pg = IS_Q8(mode) ? SUB : 0;
     int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, nq, 4, acc, d0, pb[0], pk, pg, s, hd, valid);
-    if (d0 < hd) pv_cols(mode, nq, 2, acc, d0, pb[0], pk, pg, s, hd, valid);
+    for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, nq, 4, acc, d0, pb[0], pk, pg, s, hd, valid, pf);
+    if (d0 < hd) pv_cols(mode, nq, 2, acc, d0, pb[0], pk, pg, s, hd, valid, pf);
 }
 
 /* The G query vectors of one row through one step, in groups of 4. */
 static inline __attribute__((always_inline)) void
 step_row(const int mode, const float *q, float *m, float *l, float *acc, int G,
-         const struct src *s, int hd, int valid, float scale) {
+         const struct src *s, int hd, int valid, float scale, struct pfq *pf) {
     int g = 0;
-    for (; g + 4 <= G; g += 4) step_group(mode, 4, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale);
+    for (; g + 4 <= G; g += 4)
+        step_group(mode, 4, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale, pf);
     switch (G - g) {
-    case 3: step_group(mode, 3, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale); break;
-    case 2: step_group(mode, 2, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale); break;
-    case 1: step_group(mode, 1, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale); break;
+    case 3: step_group(mode, 3, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale, pf); break;
+    case 2: step_group(mode, 2, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale, pf); break;
+    case 1: step_group(mode, 1, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale, pf); break;
     default: break;
     }
 }
 
 #define STEP_ROW_FN(NAME, MODE) \
     static void NAME(const float *q, float *m, float *l, float *acc, int G, const struct src *s, \
-                     int hd, int valid, float scale) { \
-        step_row(MODE, q, m, l, acc, G, s, hd, valid, scale); \
+                     int hd, int valid, float scale, struct pfq *pf) { \
+        step_row(MODE, q, m, l, acc, G, s, hd, valid, scale, pf); \
     }
 STEP_ROW_FN(step_row_buf, SRC_BUF)
 STEP_ROW_FN(step_row_f16, SRC_F16)
@@ -313,11 +330,19 @@ static void chunk_pass(const struct kn_attn_task *t, int c, struct states *cur, 
     /* decode rows with one group of heads read the tile directly */
     const bool direct = t->n_rows == 1 && G <= QGROUP;
     states_clear(cur, t->n_rows * G, hd);
+    struct pfq pf = {NULL, NULL};
     for (int s0 = k0; s0 < k1; s0 += SUB) {
         const uint8_t *tile = kn_kv_tile(kv, t->base, t->blocks[s0 / bs], t->kv_head);
         int nxt = s0 + bs - s0 % bs; /* first key of the next block */
-        if (s0 % bs == 0 && nxt < k1)
-            prefetch_tile(kn_kv_tile(kv, t->base, t->blocks[nxt / bs], t->kv_head), kv->tile_bytes);
+        if (s0 % bs == 0 && nxt < k1) {
+            const char *np = (const char *)kn_kv_tile(kv, t->base, t->blocks[nxt / bs], t->kv_head);
+            if (direct) {
+                pf.p = np; /* spread over this block's steps */
+                pf.end = np + kv->tile_bytes;
+            } else {
+                prefetch_tile((const uint8_t *)np, kv->tile_bytes);
+            }
+        }
         if (direct) {
             int j0 = s0 % bs;
             struct src sr = {.bs = bs};
@@ -333,20 +358,21 @@ static void chunk_pass(const struct kn_attn_task *t, int c, struct states *cur, 
             int valid = t->pos + 1 - s0;
             if (valid > SUB) valid = SUB;
             (kv->type == ANVIL_TYPE_F16 ? step_row_f16 : step_row_q8)(t->q, cur->m, cur->l, cur->acc,
-                                                                      G, &sr, hd, valid, t->scale);
+                                                                      G, &sr, hd, valid, t->scale, &pf);
+            pf_issue(&pf, 1 << 20); /* whatever the loops left (short steps) */
             continue;
         }
         load_step(kv, tile, s0 % bs, b->K, b->V, b->Ks, b->Vs);
         struct src sb = {.k = b->K, .v = b->V, .ks = b->Ks, .vs = b->Vs, .bs = SUB};
         void (*row_fn)(const float *, float *, float *, float *, int, const struct src *, int, int,
-                       float) = kv->type == ANVIL_TYPE_F16 ? step_row_buf : step_row_buf8;
+                       float, struct pfq *) = kv->type == ANVIL_TYPE_F16 ? step_row_buf : step_row_buf8;
         for (int r = 0; r < t->n_rows; r++) {
             int valid = t->pos + r + 1 - s0;
             if (valid <= 0) continue;
             if (valid > SUB) valid = SUB;
             int i = r * G;
             row_fn(t->q + (size_t)r * t->q_stride, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd,
-                   G, &sb, hd, valid, t->scale);
+                   G, &sb, hd, valid, t->scale, &pf);
         }
     }
 }
