@@ -43,7 +43,7 @@ def test_bad_arguments(anvil_bins, model_path, args, want):
     for b in anvil_bins:
         cmd = [b] + args
         if args and args[0] == "run":
-            cmd += ["-m", model_path]
+            cmd = [b, "run", "-m", model_path] + args[1:]
         check_error(cmd, want)
 
 
