@@ -35,6 +35,11 @@
  *     smollm2 9/3 (3 tasks),   batch 1: 1.05x 1.07x 1.10x   -> split
  *     llama3-8b 32/8 (8 tasks),batch 1: 0.95x 0.96x 0.97x   -> no split
  *     any shape,               batch 4: 0.92x .. 0.99x      -> no split
+ * Wall clock in a quiet spell (after the spread-prefetch kernel, measured
+ * read bandwidth 11.0 GB/s on 1 thread, 22.6 on 2), smollm2 shape, batch
+ * 1, split off -> on: ctx 512 1.26x, 1024 1.35x, 2048 1.37x, 8192 1.21x;
+ * batch 4..64 within 0.87x..1.15x of no split (noise), and the policy
+ * kept those unsplit.
  * With one task per kv head, a batch-1 step already has n_head_kv tasks;
  * splitting helps by the imbalance of n_head_kv over the threads (at most
  * 4/3 for 3 heads on 2 threads), and the full factor only when there are
