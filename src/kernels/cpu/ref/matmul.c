@@ -17,24 +17,35 @@
 /* ---------------------------------------------------------------------- */
 /* activation conversion */
 
-void kn_act_q8a_ref(void *restrict dst, const float *restrict x, int n) {
-    int nb = n / QK;
-    int8_t *qs = dst;
-    float *d = (float *)((uint8_t *)dst + n);
-    float *s = d + nb;
-    for (int b = 0; b < nb; b++) {
+/* Block b (elements [32b, 32b + k), k <= 32, k == 32 for Q8A) of an
+ * activation row of n elements, from the k floats at x. The whole-row
+ * conversions below are this, block by block; the fused norm/SiLU ops use
+ * it to convert as they go, with no row-sized temporary. */
+void kn_act_block_ref(void *restrict dst, const float *restrict x, int n, int b, int k, int act) {
+    if (act == KN_ACT_Q8A) {
+        int nb = n / QK;
+        int8_t *qs = (int8_t *)dst + (size_t)b * QK;
+        float *d = (float *)((uint8_t *)dst + n);
         float amax = 0.0f;
-        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[b * QK + j]));
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
         float db = amax / 127.0f, id = db != 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < QK; j++) {
-            int q = (int)nearbyintf(x[b * QK + j] * id);
-            qs[b * QK + j] = (int8_t)q;
+            int q = (int)nearbyintf(x[j] * id);
+            qs[j] = (int8_t)q;
             sum += q;
         }
         d[b] = db;
-        s[b] = db * (float)sum;
+        d[nb + b] = db * (float)sum;
+    } else if (act == KN_ACT_BF16) {
+        for (int j = 0; j < k; j++) ((kn_bf16 *)dst)[(size_t)b * QK + j] = kn_f32_to_bf16(x[j]);
+    } else {
+        memcpy((float *)dst + (size_t)b * QK, x, (size_t)k * sizeof(float));
     }
+}
+
+void kn_act_q8a_ref(void *restrict dst, const float *restrict x, int n) {
+    for (int b = 0; b < n / QK; b++) kn_act_block_ref(dst, x + (size_t)b * QK, n, b, QK, KN_ACT_Q8A);
 }
 
 void kn_act_bf16_ref(void *restrict dst, const float *restrict x, int n) {

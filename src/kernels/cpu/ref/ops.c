@@ -21,18 +21,19 @@ void kn_add_rmsnorm_ref(float *restrict res, const float *restrict delta, float 
     kn_rmsnorm_ref(y, res, w, n, eps);
 }
 
-/* The unfused composition is the definition: rmsnorm into a float row,
- * then the activation conversion. n is at most a model's n_embd or n_ff, so
- * a stack row is fine up to 16k. */
+/* rmsnorm then the activation conversion, block by block: element for
+ * element the same arithmetic as kn_rmsnorm_ref followed by kn_act_*_ref,
+ * with no row-sized temporary (any n). */
 void kn_rmsnorm_act_ref(void *restrict dst, const float *restrict x, const float *restrict w,
                         int n, float eps, int act) {
-    float tmp[16384];
-    if (n > 16384) return;
-    kn_rmsnorm_ref(tmp, x, w, n, eps);
-    switch (act) {
-    case KN_ACT_Q8A: kn_act_q8a_ref(dst, tmp, n); break;
-    case KN_ACT_BF16: kn_act_bf16_ref(dst, tmp, n); break;
-    default: kn_act_f32_ref(dst, tmp, n); break;
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    float blk[QK];
+    for (int b = 0; b * QK < n; b++) {
+        int k = n - b * QK < QK ? n - b * QK : QK;
+        for (int j = 0; j < k; j++) blk[j] = x[b * QK + j] * scale * w[b * QK + j];
+        kn_act_block_ref(dst, blk, n, b, k, act);
     }
 }
 
@@ -43,16 +44,14 @@ void kn_silu_mul_ref(float *y, const float *g, const float *u, int n) {
     }
 }
 
-/* The unfused composition is the definition (n <= 16384, as rmsnorm_act). */
+/* silu_mul then the activation conversion, block by block (any n). */
 void kn_silu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
                          int n, int act) {
-    float tmp[16384];
-    if (n > 16384) return;
-    kn_silu_mul_ref(tmp, g, u, n);
-    switch (act) {
-    case KN_ACT_Q8A: kn_act_q8a_ref(dst, tmp, n); break;
-    case KN_ACT_BF16: kn_act_bf16_ref(dst, tmp, n); break;
-    default: kn_act_f32_ref(dst, tmp, n); break;
+    float blk[QK];
+    for (int b = 0; b * QK < n; b++) {
+        int k = n - b * QK < QK ? n - b * QK : QK;
+        kn_silu_mul_ref(blk, g + (size_t)b * QK, u + (size_t)b * QK, k);
+        kn_act_block_ref(dst, blk, n, b, k, act);
     }
 }
 

@@ -7,6 +7,7 @@
 
 #include "kernels/ops.h"
 
+void kn_act_block_ref(void *restrict dst, const float *restrict x, int n, int b, int k, int act);
 void kn_act_q8a_ref(void *restrict dst, const float *restrict x, int n);
 void kn_act_bf16_ref(void *restrict dst, const float *restrict x, int n);
 void kn_act_f32_ref(void *restrict dst, const float *restrict x, int n);
