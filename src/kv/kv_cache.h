@@ -13,7 +13,11 @@
  * with the tile of kernels/attn.h: for F16 and block_size 16, head_dim 64,
  * K^T (64, 16) f16 then V (16, 64) f16 = 4 KiB. An attention task (one
  * sequence, one kv head, one layer) reads one contiguous tile per block.
- * KV memory = n_blocks * kv_block_bytes() (+ metadata, ~100 bytes/block).
+ * KV memory = n_blocks * kv_block_bytes(), plus metadata (~110 bytes per
+ * block, 4 bytes per table entry) and the split-K scratch (one record of
+ * group * (head_dim + 2) floats per (sequence, kv head, 256-key chunk) at
+ * n_ctx, capped at max(8192, 64 * n_threads) records); kv_get_stats()
+ * reports the total.
  *
  * Block size. 16 tokens by default: a tile is then 4 KiB (F16, head_dim
  * 64), a whole page, long enough for the hardware prefetcher, while the
