@@ -324,10 +324,13 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
 /* Stops the driver thread if started; pending requests get DONE/CANCELLED. */
 void anvil_engine_free(struct anvil_engine *e);
 const char *anvil_engine_errmsg(const struct anvil_engine *e);
+/* Positions one request may use (prompt plus generated tokens). */
+int32_t anvil_engine_n_ctx(const struct anvil_engine *e);
 
 /* Thread-safe. Validates and queues a request: ANVIL_ERR_INVALID for bad
- * params (message in err), ANVIL_ERR_KV_FULL when the queue is full or the
- * prompt plus max_tokens can never fit (err says which). */
+ * params or a request that can never run (prompt plus max_tokens over
+ * n_ctx or over the whole KV pool), ANVIL_ERR_KV_FULL when the queue
+ * already holds max_queue requests (retry later); err says which. */
 anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_request_params *r,
                                  anvil_event_fn cb, void *user, anvil_req_id *out_id, char *err,
                                  size_t err_cap);

@@ -105,6 +105,7 @@ struct anvil_engine_params anvil_engine_default_params(void) {
 }
 
 const char *anvil_engine_errmsg(const struct anvil_engine *e) { return e->errmsg; }
+int32_t anvil_engine_n_ctx(const struct anvil_engine *e) { return e->n_ctx; }
 
 /* ---------------------------------------------------------------------- */
 /* requests */
@@ -134,6 +135,7 @@ static void emit(struct request *r, const struct anvil_event *ev) {
  * a stop string cut it), and free it. */
 static void finish(struct anvil_engine *e, struct request *r, enum anvil_finish why,
                    const char *error, bool flush_held) {
+    bool was_queued = r->slot < 0;
     if (r->slot >= 0) {
         anvil_seq_truncate(e->ctx, r->slot, 0);
         e->running[r->slot] = NULL;
@@ -167,6 +169,7 @@ static void finish(struct anvil_engine *e, struct request *r, enum anvil_finish 
     };
     emit(r, &ev);
     pthread_mutex_lock(&e->mu);
+    if (was_queued) e->stats.queued--;
     live_remove(e, r);
     e->stats.n_requests_done++;
     e->stats.n_prompt_tokens += (uint64_t)r->n_prompt;
@@ -320,7 +323,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
                    "prompt (%d tokens) plus max_tokens (%d) exceeds the whole KV cache (%lld "
                    "positions)",
                    rp->n_prompt, rp->max_tokens, (long long)e->pool_tokens);
-        return ANVIL_ERR_KV_FULL;
+        return ANVIL_ERR_INVALID;
     }
     if (rp->n_stop < 0 || rp->n_stop > MAX_STOP || (rp->n_stop > 0 && !rp->stop)) {
         errmsg_set(err, err_cap, "at most %d stop strings", MAX_STOP);
@@ -372,7 +375,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     for (int i = 0; i < r->n_prompt; i++) anvil_sampler_accept(r->smp, r->tokens[i]);
 
     pthread_mutex_lock(&e->mu);
-    if (e->stop || e->n_inbox + e->stats.queued >= e->p.max_queue) {
+    if (e->stop || e->stats.queued >= e->p.max_queue) {
         pthread_mutex_unlock(&e->mu);
         errmsg_set(err, err_cap, "the request queue is full (%d waiting)", e->p.max_queue);
         st = ANVIL_ERR_KV_FULL;
@@ -383,6 +386,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     else e->inbox_head = r;
     e->inbox_tail = r;
     e->n_inbox++;
+    e->stats.queued++; /* until admitted (admit) or finished while waiting */
     r->live_next = e->live;
     if (e->live) e->live->live_prev = r;
     e->live = r;
@@ -511,10 +515,8 @@ static float log_softmax_top(const float *logits, int32_t n_vocab, anvil_token c
 static void take_inbox(struct anvil_engine *e) {
     pthread_mutex_lock(&e->mu);
     struct request *head = e->inbox_head;
-    int32_t n = e->n_inbox;
     e->inbox_head = e->inbox_tail = NULL;
     e->n_inbox = 0;
-    e->stats.queued += n;
     pthread_mutex_unlock(&e->mu);
     for (struct request *r = head, *next; r; r = next) {
         next = r->next;
@@ -580,6 +582,9 @@ static void admit(struct anvil_engine *e) {
         r->slot = slot;
         r->n_cached = reused;
         r->admit_seq = ++e->admit_counter;
+        pthread_mutex_lock(&e->mu);
+        e->stats.queued--;
+        pthread_mutex_unlock(&e->mu);
         e->running[slot] = r;
         e->n_running++;
     }
@@ -605,6 +610,7 @@ static bool preempt_one(struct anvil_engine *e) {
     e->n_waiting++;
     pthread_mutex_lock(&e->mu);
     e->stats.n_preemptions++;
+    e->stats.queued++;
     pthread_mutex_unlock(&e->mu);
     return true;
 }
@@ -701,7 +707,6 @@ static void publish_stats(struct anvil_engine *e) {
     struct ctx_kv_info kv;
     ctx_kv_info(e->ctx, &kv);
     pthread_mutex_lock(&e->mu);
-    e->stats.queued = e->n_waiting;
     e->stats.running = e->n_running;
     e->stats.kv_blocks_total = kv.blocks_total;
     e->stats.kv_blocks_used = kv.blocks_used;
@@ -795,6 +800,5 @@ void anvil_engine_stop(struct anvil_engine *e) {
 void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->stats;
-    out->queued += e->n_inbox;
     pthread_mutex_unlock(&e->mu);
 }
