@@ -570,8 +570,9 @@ static void admit(struct anvil_engine *e) {
         if (slot < 0) break;
         struct request *r = e->wait_head;
         int32_t reused = anvil_seq_reuse_prefix(e->ctx, slot, r->tokens, r->n_tokens);
-        int32_t need = r->n_tokens - reused + kv.block_tokens * e->n_running;
-        if (ctx_kv_room(e->ctx, slot) < need && e->n_running > 0) {
+        /* the pool, not the slot: n_ctx per request was checked at submit */
+        int64_t need = (int64_t)r->n_tokens - reused + (int64_t)kv.block_tokens * e->n_running;
+        if (ctx_kv_pool_room(e->ctx) < need && e->n_running > 0) {
             anvil_seq_truncate(e->ctx, slot, 0);
             break;
         }

@@ -19,6 +19,9 @@ void ctx_kv_info(const struct anvil_ctx *c, struct ctx_kv_info *out);
  * return ANVIL_ERR_KV_FULL (pool blocks and its n_ctx limit). */
 int32_t ctx_kv_room(const struct anvil_ctx *c, int32_t seq_id);
 
+/* Positions the pool can still hand out (free and evictable blocks). */
+int64_t ctx_kv_pool_room(const struct anvil_ctx *c);
+
 int32_t ctx_n_seq_max(const struct anvil_ctx *c);
 
 #endif

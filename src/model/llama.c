@@ -536,4 +536,10 @@ int32_t ctx_kv_room(const struct anvil_ctx *c, int32_t seq_id) {
     return (int32_t)(room < ctx_room ? room : ctx_room);
 }
 
+int64_t ctx_kv_pool_room(const struct anvil_ctx *c) {
+    struct kv_stats st;
+    kv_get_stats(c->kv, &st);
+    return (int64_t)kv_n_available(c->kv) * st.block_size;
+}
+
 int32_t ctx_n_seq_max(const struct anvil_ctx *c) { return c->n_seq_max; }
