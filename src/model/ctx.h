@@ -15,13 +15,7 @@ struct ctx_kv_info {
 
 void ctx_kv_info(const struct anvil_ctx *c, struct ctx_kv_info *out);
 
-/* Positions sequence seq_id can still append before anvil_decode would
- * return ANVIL_ERR_KV_FULL (pool blocks and its n_ctx limit). */
-int32_t ctx_kv_room(const struct anvil_ctx *c, int32_t seq_id);
-
 /* Positions the pool can still hand out (free and evictable blocks). */
 int64_t ctx_kv_pool_room(const struct anvil_ctx *c);
-
-int32_t ctx_n_seq_max(const struct anvil_ctx *c);
 
 #endif

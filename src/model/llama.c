@@ -525,21 +525,8 @@ void ctx_kv_info(const struct anvil_ctx *c, struct ctx_kv_info *out) {
     out->block_tokens = st.block_size;
 }
 
-int32_t ctx_kv_room(const struct anvil_ctx *c, int32_t seq_id) {
-    if (seq_id < 0 || seq_id >= c->n_seq_max) return 0;
-    int32_t len = kv_seq_len(c->kv, seq_id);
-    struct kv_stats st;
-    kv_get_stats(c->kv, &st);
-    int64_t in_last = (int64_t)((len + st.block_size - 1) / st.block_size) * st.block_size - len;
-    int64_t room = in_last + (int64_t)kv_n_available(c->kv) * st.block_size;
-    int64_t ctx_room = c->n_ctx - len;
-    return (int32_t)(room < ctx_room ? room : ctx_room);
-}
-
 int64_t ctx_kv_pool_room(const struct anvil_ctx *c) {
     struct kv_stats st;
     kv_get_stats(c->kv, &st);
     return (int64_t)kv_n_available(c->kv) * st.block_size;
 }
-
-int32_t ctx_n_seq_max(const struct anvil_ctx *c) { return c->n_seq_max; }
