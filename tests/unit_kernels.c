@@ -41,9 +41,53 @@ struct variant {
     const char *name;
     const struct kn_ops *ops; /* NULL: this CPU cannot run it */
 };
-static struct variant variants[] = {{"ref", NULL}, {"avx2", NULL}, {"avx512", NULL},
-                                    {"avx512-nobf16", NULL}};
+static struct variant variants[] = {{"ref", NULL},           {"avx2", NULL},
+                                    {"avx512", NULL},        {"avx512-nobf16", NULL},
+                                    {"avx512-packed", NULL}};
 enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
+
+/* The "-packed" variant: the avx512 table whose quantized matmuls pack
+ * rows [0, r1) of the GGUF weights into the variant's layout on every call
+ * (ops.h: pack_size, pack_rows) and run matmul_packed, so every matmul
+ * test below also covers packing and the packed kernels. */
+static const struct kn_ops *packed_base;
+static struct kn_ops packed_ops;
+
+static void packed_matmul(int type, float *restrict y, size_t ldy, const void *restrict w,
+                          size_t w_stride, const void *restrict x, size_t x_stride, int n,
+                          int n_tokens, int r0, int r1) {
+    size_t sz = packed_base->pack_size(type, r1, n);
+    if (sz == 0) { /* not packable: the table's own kernel */
+        packed_base->matmul[type](y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1);
+        return;
+    }
+    void *pw = aligned_alloc(64, (sz + 63) & ~(size_t)63);
+    assert_non_null(pw);
+    memset(pw, 0, sz);
+    packed_base->pack_rows(type, pw, n, 0, r1, w, w_stride);
+    packed_base->matmul_packed[type](y, ldy, pw, 0, x, x_stride, n, n_tokens, r0, r1);
+    free(pw);
+}
+#define PACKED_MM(T) \
+    static void packed_mm_##T(float *restrict y, size_t ldy, const void *restrict w, \
+                              size_t w_stride, const void *restrict x, size_t x_stride, int n, \
+                              int n_tokens, int r0, int r1) { \
+        packed_matmul(ANVIL_TYPE_##T, y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1); \
+    }
+PACKED_MM(Q4_0)
+PACKED_MM(Q4_1)
+PACKED_MM(Q8_0)
+
+static const struct kn_ops *packed_table(const struct kn_ops *base) {
+    packed_base = base;
+    packed_ops = *base;
+    packed_ops.name = "avx512-packed";
+    if (!base->pack_size) return NULL;
+    packed_ops.matmul[ANVIL_TYPE_Q4_0] = packed_mm_Q4_0;
+    packed_ops.matmul[ANVIL_TYPE_Q4_1] = packed_mm_Q4_1;
+    packed_ops.matmul[ANVIL_TYPE_Q8_0] = packed_mm_Q8_0;
+    return &packed_ops;
+}
 
 static void variants_init(void) {
     variants[0].ops = &kn_ops_ref;
@@ -52,6 +96,7 @@ static void variants_init(void) {
     /* the AVX-512 table without AVX512_BF16 instructions runs wherever the
      * avx512 family does */
     variants[3].ops = variants[2].ops ? &kn_ops_avx512_nobf16 : NULL;
+    variants[4].ops = variants[2].ops ? packed_table(variants[2].ops) : NULL;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -890,6 +935,45 @@ static void test_golden(void **state) {
     assert_int_equal(fails, 0);
 }
 
+/* Packing rows from several tensors (as QKV is) gives the same packed
+ * matrix as one tensor, and a product over a tile-aligned window of the
+ * packed matrix (the lm_head's tiles) equals the same rows of the whole. */
+static void test_packed_parts(void **state) {
+    (void)state;
+    const struct kn_ops *ops = kn_select("avx512");
+    if (!ops || !ops->pack_size) skip();
+    static const int types[] = {ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0};
+    for (size_t ti = 0; ti < 3; ti++) {
+        int type = types[ti], n = 576, rows = 40, nt = 9;
+        struct mm_case c;
+        mm_case_make(&c, type, n, rows, nt, 11);
+        size_t sz = ops->pack_size(type, rows, n), tsz = ops->pack_size(type, KN_PACK_ROWS, n);
+        assert_true(sz > 0 && sz == 3 * tsz);
+        uint8_t *a = xmalloc(sz), *b = xmalloc(sz);
+        memset(a, 0, sz);
+        memset(b, 0, sz);
+        ops->pack_rows(type, a, n, 0, rows, c.w, c.w_stride);
+        /* parts of 7, 13 and 20 rows, packed in reverse order */
+        const uint8_t *w = c.w;
+        ops->pack_rows(type, b, n, 20, 20, w + 20 * c.w_stride, c.w_stride);
+        ops->pack_rows(type, b, n, 7, 13, w + 7 * c.w_stride, c.w_stride);
+        ops->pack_rows(type, b, n, 0, 7, w, c.w_stride);
+        assert_memory_equal(a, b, sz);
+        float *full = xmalloc(sizeof(float) * rows * nt), *win = xmalloc(sizeof(float) * 24 * nt);
+        ops->matmul_packed[type](full, rows, a, 0, c.x, c.x_stride, n, nt, 0, rows);
+        ops->matmul_packed[type](win, 24, a + tsz, 0, c.x, c.x_stride, n, nt, 0, 24);
+        for (int t = 0; t < nt; t++)
+            assert_memory_equal(win + (size_t)t * 24, full + (size_t)t * rows + 16, 24 * sizeof(float));
+        /* padding rows are zero and never written out */
+        assert_int_equal(ops->pack_size(type, rows, n + 1), 0);
+        free(full);
+        free(win);
+        free(a);
+        free(b);
+        mm_case_free(&c);
+    }
+}
+
 /* ---------------------------------------------------------------------- */
 /* test list: every op x every variant */
 
@@ -914,7 +998,7 @@ enum { N_TDEF = sizeof(TESTS) / sizeof(TESTS[0]) };
 
 int main(int argc, char **argv) {
     variants_init();
-    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 2];
+    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 3];
     static char names[N_TDEF * N_VARIANTS][64];
     const char *filter = argc > 1 ? argv[1] : NULL;
     size_t nt = 0;
@@ -927,6 +1011,8 @@ int main(int argc, char **argv) {
             tests[nt] = (struct CMUnitTest){names[nt], TESTS[i].fn, NULL, NULL, &variants[v]};
             nt++;
         }
+    if (!filter || strstr("packed_parts", filter))
+        tests[nt++] = (struct CMUnitTest){"packed_parts", test_packed_parts, NULL, NULL, NULL};
     if (!filter || strstr("golden", filter))
         tests[nt++] = (struct CMUnitTest){"golden", test_golden, NULL, NULL, NULL};
     if (!filter || strstr("ref_fused_is_composition", filter))

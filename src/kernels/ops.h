@@ -59,9 +59,30 @@ typedef void (*kn_silu_mul_act_fn)(void *restrict dst, const float *restrict g,
  * RoPE: adjacent pairs (2i, 2i+1) rotated by pos * inv_freq[i]). */
 typedef void (*kn_rope_fn)(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
 
+/* Weight repacking. A variant may keep quantized matrices in a layout of
+ * its own, built once at load time, in tiles of KN_PACK_ROWS rows:
+ *   pack_size(type, rows, n): bytes of the packed rows x n matrix; 0 when
+ *     the variant keeps this type (or shape) in GGUF layout;
+ *   pack_rows(type, dst, n, row0, count, src, src_stride): write the GGUF
+ *     rows src[i] (src_stride bytes apart) as rows row0 + i of the packed
+ *     matrix dst, which the caller zeroed first (padding rows stay zero);
+ *     rows may come from several tensors;
+ *   matmul_packed[type]: kn_matmul_fn with w = the packed matrix (64-byte
+ *     aligned; w_stride unused). A tile starts every
+ *     pack_size(type, KN_PACK_ROWS, n) bytes, so rows [a, b) with a a
+ *     multiple of KN_PACK_ROWS are the matrix at that offset.
+ * The packed product must be batch-invariant like any matmul. */
+#define KN_PACK_ROWS 16
+typedef size_t (*kn_pack_size_fn)(int type, int rows, int n);
+typedef void (*kn_pack_rows_fn)(int type, void *dst, int n, int row0, int count, const void *src,
+                                size_t src_stride);
+
 struct kn_ops {
     const char *name; /* "ref", "avx2", "avx512" */
     kn_matmul_fn matmul[KN_TYPE_MAX];
+    kn_pack_size_fn pack_size;            /* NULL: nothing is packed */
+    kn_pack_rows_fn pack_rows;
+    kn_matmul_fn matmul_packed[KN_TYPE_MAX];
     kn_act_fn act[KN_ACT_COUNT];
     kn_rmsnorm_fn rmsnorm;
     kn_add_rmsnorm_fn add_rmsnorm;

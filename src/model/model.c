@@ -26,6 +26,11 @@ struct anvil_model_params anvil_model_default_params(void) {
 
 void wmat_matmul(const struct kn_ops *ops, const struct wmat *w, float *y, size_t ldy,
                  const void *x, size_t x_stride, int n_tokens, int r0, int r1) {
+    if (w->packed) {
+        ops->matmul_packed[w->packed_type](y, ldy, w->packed, 0, x, x_stride, w->n_in, n_tokens,
+                                           r0, r1);
+        return;
+    }
     int off = 0;
     for (int p = 0; p < w->n_parts; p++) {
         int rows = w->part[p].rows;
@@ -39,6 +44,12 @@ void wmat_matmul(const struct kn_ops *ops, const struct wmat *w, float *y, size_
 
 void wmat_matmul_tile(const struct kn_ops *ops, const struct wmat *w, float *y, size_t ldy,
                       const void *x, size_t x_stride, int n_tokens, int a, int b) {
+    if (w->packed) { /* callers cut windows on tile boundaries */
+        ANVIL_ASSERT(a % KN_PACK_ROWS == 0);
+        ops->matmul_packed[w->packed_type](y, ldy, w->packed + (size_t)(a / KN_PACK_ROWS) * w->packed_tile,
+                                           0, x, x_stride, w->n_in, n_tokens, 0, b - a);
+        return;
+    }
     int off = 0;
     for (int p = 0; p < w->n_parts; p++) {
         int rows = w->part[p].rows;
@@ -280,6 +291,44 @@ static anvil_status load_weights(struct loader *L, struct anvil_model *m) {
     return ANVIL_OK;
 }
 
+/* Copy w into the kernels' packed layout, if they have one for its type. */
+static anvil_status pack_wmat(const struct kn_ops *ops, struct wmat *w) {
+    if (!ops->pack_size) return ANVIL_OK;
+    int type = w->part[0].type;
+    for (int p = 1; p < w->n_parts; p++)
+        if (w->part[p].type != type) return ANVIL_OK;
+    size_t sz = ops->pack_size(type, w->n_out, w->n_in);
+    if (sz == 0) return ANVIL_OK;
+    uint8_t *dst = anvil_malloc_aligned(sz);
+    if (!dst) return ANVIL_ERR_NOMEM;
+    memset(dst, 0, sz);
+    int row0 = 0;
+    for (int p = 0; p < w->n_parts; p++) {
+        ops->pack_rows(type, dst, w->n_in, row0, w->part[p].rows, w->part[p].data,
+                       w->part[p].row_bytes);
+        row0 += w->part[p].rows;
+    }
+    w->packed = dst;
+    w->packed_type = type;
+    w->packed_tile = ops->pack_size(type, KN_PACK_ROWS, w->n_in);
+    return ANVIL_OK;
+}
+
+static anvil_status pack_weights(struct anvil_model *m) {
+    anvil_status st = ANVIL_OK;
+    TRY(pack_wmat(m->ops, &m->output));
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        struct llama_layer *ly = &m->layers[l];
+        TRY(pack_wmat(m->ops, &ly->wqkv));
+        TRY(pack_wmat(m->ops, &ly->wo));
+        TRY(pack_wmat(m->ops, &ly->wgu));
+        TRY(pack_wmat(m->ops, &ly->wdown));
+    }
+    return ANVIL_OK;
+fail:
+    return st;
+}
+
 anvil_status anvil_model_load(const char *path, const struct anvil_model_params *p,
                               struct anvil_model **out, char *err, size_t err_cap) {
     anvil_status st = ANVIL_OK;
@@ -319,6 +368,7 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     TRY(tok_load(m->gguf, &m->vocab, err, err_cap));
     TRY(load_hparams(&L, &m->hp, m->vocab));
     TRY(load_weights(&L, m));
+    TRY(pack_weights(m));
     m->n_params = L.n_params;
     snprintf(m->desc, sizeof(m->desc), "llama %dL %dd %dh/%dkv ff%d %s (%.0fM params)",
              m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv, m->hp.n_ff,
@@ -334,6 +384,13 @@ fail:
 void anvil_model_free(struct anvil_model *m) {
     if (!m) return;
     anvil_free(m->inv_freq);
+    anvil_free_aligned(m->output.packed);
+    for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
+        anvil_free_aligned(m->layers[l].wqkv.packed);
+        anvil_free_aligned(m->layers[l].wo.packed);
+        anvil_free_aligned(m->layers[l].wgu.packed);
+        anvil_free_aligned(m->layers[l].wdown.packed);
+    }
     anvil_free(m->layers);
     tok_free(m->vocab);
     gguf_close(m->gguf);

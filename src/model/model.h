@@ -5,8 +5,11 @@
  *
  * Q/K/V and gate/up are "concatenated" at load time as multi-part
  * matrices (struct wmat): one matmul call spans all rows of the parts, so
- * they share one activation quantization and one thread split, without
- * copying weights out of the mapping.
+ * they share one activation quantization and one thread split. When the
+ * kernel table has a packed layout for the weight type (AVX-512: 16-row
+ * interleaved tiles), every matrix is copied once into it at load time,
+ * parts stacked, and the mapping's pages are released; otherwise the parts
+ * are used in place in the read-only mapping.
  */
 #ifndef ANVIL_MODEL_H
 #define ANVIL_MODEL_H
@@ -31,6 +34,11 @@ struct wmat {
         int rows;
         size_t row_bytes;
     } part[WMAT_MAX_PARTS];
+    /* The kernels' packed copy of all parts (kernels/ops.h pack_size), or
+     * NULL: then the parts are used in place. Owned by the model. */
+    uint8_t *packed;
+    int packed_type;
+    size_t packed_tile; /* bytes per KN_PACK_ROWS rows */
 };
 
 struct llama_layer {

@@ -48,8 +48,10 @@ static const int TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q8_0,
 enum { N_TYPES = sizeof(TYPES) / sizeof(TYPES[0]) };
 static const int MS[] = {1, 4, 16, 64, 512};
 enum { N_MS = sizeof(MS) / sizeof(MS[0]) };
-static const char *VARIANTS[] = {"ref", "avx2", "avx512"};
-enum { N_VARIANTS = 3 };
+/* "avx512p": the avx512 table's packed kernels (weights repacked as the
+ * model loader does, ops.h pack_size/pack_rows/matmul_packed) */
+static const char *VARIANTS[] = {"ref", "avx2", "avx512", "avx512p"};
+enum { N_VARIANTS = 4, V_PACKED = 3 };
 
 #define COLD_BYTES ((size_t)256 << 20)
 
@@ -251,12 +253,12 @@ static void mm_run(void *arg, int ith, int nth) {
 /* Variant output against the reference on two slices of rows (head and
  * tail). Returns false, with a message, for a wrong kernel. */
 static bool mm_verify(const char *var, int type, const struct shape *sh, int m,
-                      const struct mm_job *job, float *y_ref) {
+                      const struct mm_job *job, const uint8_t *w_gguf, float *y_ref) {
     int rows = sh->rows, slice = rows < 48 ? rows : 48;
     int starts[2] = {0, rows - slice};
     double se = 0, sr = 0, maxd = 0, maxr = 0;
     for (int s = 0; s < 2; s++) {
-        kn_ops_ref.matmul[type](y_ref, job->ldy, job->w, job->ws, job->x, job->xs, job->n, m,
+        kn_ops_ref.matmul[type](y_ref, job->ldy, w_gguf, row_bytes(type, sh->n), job->x, job->xs, job->n, m,
                                 starts[s], starts[s] + slice);
         for (int t = 0; t < m; t++)
             for (int r = starts[s]; r < starts[s] + slice; r++) {
@@ -279,16 +281,17 @@ static bool mm_verify(const char *var, int type, const struct shape *sh, int m,
 /* Time one case; returns false when refused. */
 static bool mm_case(const struct opts *o, struct pool *pool, const struct kn_ops *ops, int vi,
                     int ti, int si, int mi, const uint8_t *copies, int n_copies, size_t copy_stride,
-                    const void *x, size_t xs, float *y, float *y_ref) {
+                    const uint8_t *w_gguf, const void *x, size_t xs, float *y, float *y_ref) {
     int type = TYPES[ti], m = MS[mi];
     const struct shape *sh = &SHAPES[si];
     struct result *res = &results[vi][ti][si][mi];
-    struct mm_job job = {ops->matmul[type], y, (size_t)sh->rows, copies, row_bytes(type, sh->n),
+    kn_matmul_fn fn = vi == V_PACKED ? ops->matmul_packed[type] : ops->matmul[type];
+    struct mm_job job = {fn, y, (size_t)sh->rows, copies, row_bytes(type, sh->n),
                          x, xs, sh->n, m, sh->rows};
     res->flops = 2.0 * m * sh->n * sh->rows;
     res->bytes = (double)job.ws * sh->rows;
     pool_run(pool, mm_run, &job);
-    if (!mm_verify(VARIANTS[vi], type, sh, m, &job, y_ref)) {
+    if (!mm_verify(VARIANTS[vi], type, sh, m, &job, w_gguf, y_ref)) {
         res->done = res->refused = true;
         return false;
     }
@@ -515,7 +518,7 @@ int cli_bench_kernels(int argc, char **argv) {
     cpu_flags(cpu, sizeof(cpu));
     const struct kn_ops *ops[N_VARIANTS];
     for (int v = 0; v < N_VARIANTS; v++) {
-        ops[v] = o.var_on[v] ? kn_select(VARIANTS[v]) : NULL;
+        ops[v] = o.var_on[v] ? kn_select(v == V_PACKED ? "avx512" : VARIANTS[v]) : NULL;
         if (o.var_on[v] && !ops[v] && !o.json)
             printf("# variant %s: not supported by this CPU, skipped\n", VARIANTS[v]);
     }
@@ -567,6 +570,17 @@ int cli_bench_kernels(int argc, char **argv) {
             for (size_t i = 0; i < (size_t)sh->n * sh->rows; i++) f[i] = frand();
             for (int r = 0; r < sh->rows; r++) kn_quantize_row(type, f + (size_t)r * sh->n, copies + rb * r, sh->n);
             for (int k = 1; k < n_copies; k++) memcpy(copies + stride * k, copies, wbytes);
+            /* the packed form of the same weights, as many copies */
+            uint8_t *pcopies = NULL;
+            size_t pbytes = 0, pstride = 0;
+            if (ops[V_PACKED] && ops[V_PACKED]->pack_size &&
+                (pbytes = ops[V_PACKED]->pack_size(type, sh->rows, sh->n)) > 0) {
+                pstride = (pbytes + 4095) & ~(size_t)4095;
+                pcopies = xalloc(pstride * n_copies);
+                memset(pcopies, 0, pbytes);
+                ops[V_PACKED]->pack_rows(type, pcopies, sh->n, 0, sh->rows, copies, rb);
+                for (int k = 1; k < n_copies; k++) memcpy(pcopies + pstride * k, pcopies, pbytes);
+            }
             size_t xs = kn_act_row_size(act, sh->n);
             uint8_t *x = xalloc(xs * max_m);
             for (size_t i = 0; i < (size_t)sh->n * max_m; i++) f[i] = frand();
@@ -578,8 +592,10 @@ int cli_bench_kernels(int argc, char **argv) {
                 for (int vi = 0; vi < N_VARIANTS; vi++) {
                     if (!ops[vi]) continue;
                     if (vi == 0 && MS[mi] > 4 && !o.full_ref) continue;
-                    if (!mm_case(&o, pool, ops[vi], vi, ti, si, mi, copies, n_copies, stride, x,
-                                 xs, y, y_ref)) {
+                    if (vi == V_PACKED && !pcopies) continue;
+                    bool pk = vi == V_PACKED;
+                    if (!mm_case(&o, pool, ops[vi], vi, ti, si, mi, pk ? pcopies : copies, n_copies,
+                                 pk ? pstride : stride, copies, x, xs, y, y_ref)) {
                         refused++;
                         continue;
                     }
@@ -608,6 +624,7 @@ int cli_bench_kernels(int argc, char **argv) {
             anvil_free_aligned(x);
             anvil_free_aligned(f);
             anvil_free_aligned(copies);
+            if (pcopies) anvil_free_aligned(pcopies);
         }
     }
     pool_free(pool);

@@ -20,6 +20,13 @@ DECLARE_MATMUL_AVX512(kn_matmul_f16_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_f32_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_bf16_avx512)    /* AVX512_BF16 (vdpbf16ps) */
 DECLARE_MATMUL_AVX512(kn_matmul_bf16f_avx512)   /* AVX-512F only: bf16 widened to f32 */
+/* packed (P16) layouts, matmul_p.c */
+DECLARE_MATMUL_AVX512(kn_matmul_p_q8_0_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_p_q4_0_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_p_q4_1_avx512)
+size_t kn_pack_size_avx512(int type, int rows, int n);
+void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const void *src,
+                         size_t src_stride);
 
 void kn_act_q8a_avx512(void *restrict dst, const float *restrict x, int n);
 void kn_act_bf16_avx512(void *restrict dst, const float *restrict x, int n);

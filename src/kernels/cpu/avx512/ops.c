@@ -280,6 +280,14 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
                 [ANVIL_TYPE_Q4_0] = kn_matmul_q4_0_avx512, \
                 [ANVIL_TYPE_Q4_1] = kn_matmul_q4_1_avx512, \
             }, \
+        .pack_size = kn_pack_size_avx512, \
+        .pack_rows = kn_pack_rows_avx512, \
+        .matmul_packed = \
+            { \
+                [ANVIL_TYPE_Q8_0] = kn_matmul_p_q8_0_avx512, \
+                [ANVIL_TYPE_Q4_0] = kn_matmul_p_q4_0_avx512, \
+                [ANVIL_TYPE_Q4_1] = kn_matmul_p_q4_1_avx512, \
+            }, \
         .act = \
             { \
                 [KN_ACT_F32] = kn_act_f32_ref, \

@@ -1,0 +1,289 @@
+/*
+ * matmul_p.c (avx512) - Q4_0, Q4_1 and Q8_0 weights repacked at load time
+ * into 16-row tiles, times Q8A activations, with AVX-512 VNNI.
+ * The specification is cpu/ref/matmul.c; the GGUF-layout kernels
+ * (matmul_q.c) serve matrices that are not packed.
+ *
+ * Layout ("P16"). Rows are grouped in tiles of KN_PACK_ROWS = 16; the last
+ * tile is padded with zero rows. In a tile, zmm lane l is row l, and
+ * block b (32 elements) of the 16 rows is stored as CH chunks of 64 bytes,
+ * chunk c lane l holding 4 bytes of row l:
+ *   Q4_0, Q4_1 (CH = 4): byte i of chunk c is GGUF qs byte 4c+i, i.e. its
+ *     low nibble is element 4c+i and its high nibble element 16+4c+i;
+ *   Q8_0 (CH = 8): elements 4c..4c+3, biased by 128 (unsigned).
+ * A tile is [qs of blocks 0..nb-1][d of blocks 0..nb-1, 16 f16 each]
+ * [Q4_1: m likewise], rounded up to 64 bytes. Same bytes as GGUF, so
+ * packing costs no memory beyond the copy itself.
+ *
+ * Why: one vpdpbusd takes a chunk (16 rows x 4 weights) against 4 bytes of
+ * one token broadcast to every lane, so the 16 lanes are 16 independent
+ * output rows. 8 of them make a block's integer dot for 16 rows; no
+ * horizontal sums anywhere, and a weight chunk loaded once serves MT
+ * tokens from registers.
+ *
+ * Numerics, per lane (row r, token t) and block b in order 0..nb-1:
+ *   isum = sum(qw * qa) over the block, exact in int32; then
+ *   Q4_0: isum -= 8 * sum(qa)     Q8_0: isum -= 128 * sum(qa)  (exact)
+ *   acc  = fma(float(isum), dw * da, acc)
+ *   Q4_1: acc = fma(mw, sa, acc)
+ * and y = acc. It differs from the reference's per-block sum by rounding
+ * only. Every shape of the kernel (matvec over several tiles, tiles of MT
+ * tokens) runs exactly these operations per lane, so y(t, r) is
+ * bit-identical whatever n_tokens, r0 and r1 are (kernels/ops.h). The file
+ * is built with -ffp-contract=off semantics (-std=c11): no extra fusing.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/avx512/avx512.h"
+
+enum { T_Q8_0, T_Q4_0, T_Q4_1 };
+enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
+
+enum {
+    MT = 8,            /* tokens per register tile */
+    NT = 4,            /* tiles in lockstep for one token (memory streams) */
+    PF_DIST = 4096,    /* software prefetch distance (see matmul_q.c) */
+    CORR_MAX = 8192,   /* int32 block corrections per call chunk (32 KB of stack) */
+    TOK_CHUNK = 64,    /* tokens per call chunk */
+};
+
+static int ptype(int type) {
+    switch (type) {
+    case ANVIL_TYPE_Q8_0: return T_Q8_0;
+    case ANVIL_TYPE_Q4_0: return T_Q4_0;
+    case ANVIL_TYPE_Q4_1: return T_Q4_1;
+    default: return -1;
+    }
+}
+
+static inline int chunks(int pt) { return pt == T_Q8_0 ? 8 : 4; }
+
+/* byte offsets inside a tile of nb blocks */
+static inline size_t d_off(int pt, int nb) { return (size_t)nb * chunks(pt) * 64; }
+static inline size_t m_off(int pt, int nb) { return d_off(pt, nb) + (size_t)nb * 32; }
+static inline size_t tile_size(int pt, int nb) {
+    size_t s = m_off(pt, nb) + (pt == T_Q4_1 ? (size_t)nb * 32 : 0);
+    return (s + 63) & ~(size_t)63;
+}
+
+size_t kn_pack_size_avx512(int type, int rows, int n) {
+    int pt = ptype(type);
+    if (pt < 0 || rows <= 0 || n <= 0 || n % QK || n / QK > CORR_MAX) return 0;
+    return (size_t)((rows + R - 1) / R) * tile_size(pt, n / QK);
+}
+
+void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const void *src,
+                         size_t src_stride) {
+    int pt = ptype(type), nb = n / QK;
+    size_t ts = tile_size(pt, nb);
+    for (int i = 0; i < count; i++) {
+        int r = row0 + i, l = r % R;
+        uint8_t *tile = (uint8_t *)dst + (size_t)(r / R) * ts;
+        const uint8_t *row = (const uint8_t *)src + (size_t)i * src_stride;
+        for (int b = 0; b < nb; b++) {
+            uint8_t *q = tile + (size_t)b * chunks(pt) * 64 + 4 * l;
+            uint8_t *d = tile + d_off(pt, nb) + (size_t)b * 32 + 2 * l;
+            if (pt == T_Q8_0) {
+                const struct blk_q8_0 *blk = (const struct blk_q8_0 *)row + b;
+                for (int c = 0; c < 8; c++)
+                    for (int k = 0; k < 4; k++) q[64 * c + k] = (uint8_t)(blk->qs[4 * c + k] ^ 0x80);
+                memcpy(d, &blk->d, 2);
+            } else if (pt == T_Q4_0) {
+                const struct blk_q4_0 *blk = (const struct blk_q4_0 *)row + b;
+                for (int c = 0; c < 4; c++) memcpy(q + 64 * c, blk->qs + 4 * c, 4);
+                memcpy(d, &blk->d, 2);
+            } else {
+                const struct blk_q4_1 *blk = (const struct blk_q4_1 *)row + b;
+                for (int c = 0; c < 4; c++) memcpy(q + 64 * c, blk->qs + 4 * c, 4);
+                memcpy(d, &blk->d, 2);
+                memcpy(tile + m_off(pt, nb) + (size_t)b * 32 + 2 * l, &blk->m, 2);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* the tile kernel */
+
+
+/* One call chunk of activation rows, as the kernel reads them. */
+struct pk_act {
+    const int8_t *q[TOK_CHUNK];  /* qs of each token row */
+    const float *d[TOK_CHUNK];   /* da per block */
+    const float *s[TOK_CHUNK];   /* sa per block */
+    const int32_t *c[TOK_CHUNK]; /* integer correction per block (Q4_0, Q8_0) */
+};
+
+static inline __m512i bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Tiles tp[0..nt) times tokens [t0, t0 + mt) of a; lane mask sm[i] of
+ * which rows of tile i to store at y + t*ldy + rb[i]. */
+static inline __attribute__((always_inline)) void
+pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const struct pk_act *a,
+         int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
+    const int ch = chunks(pt);
+    const size_t doff = d_off(pt, nb), moff = m_off(pt, nb);
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    __m512 acc[NT][MT];
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < mt; t++) acc[i][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+#pragma GCC unroll 4
+        for (int i = 0; i < nt; i++) {
+            const uint8_t *q = tp[i] + (size_t)b * ch * 64;
+            if (pf) {
+#pragma GCC unroll 8
+                for (int c = 0; c < ch; c++) _mm_prefetch((const char *)q + PF_DIST + 64 * c, _MM_HINT_T0);
+                if ((b & 1) == 0) _mm_prefetch((const char *)tp[i] + doff + (size_t)b * 32 + PF_DIST / 8, _MM_HINT_T0);
+            }
+            __m512i is[MT];
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++) is[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int c = 0; c < ch; c++) {
+                __m512i v = _mm512_load_si512(q + 64 * c);
+                if (pt == T_Q8_0) {
+#pragma GCC unroll 8
+                    for (int t = 0; t < mt; t++)
+                        is[t] = _mm512_dpbusd_epi32(is[t], v, bcast32(a->q[t0 + t] + b * QK + 4 * c));
+                } else {
+                    __m512i lo = _mm512_and_si512(v, nib);
+                    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+#pragma GCC unroll 8
+                    for (int t = 0; t < mt; t++) {
+                        const int8_t *x = a->q[t0 + t] + b * QK + 4 * c;
+                        is[t] = _mm512_dpbusd_epi32(is[t], lo, bcast32(x));
+                        is[t] = _mm512_dpbusd_epi32(is[t], hi, bcast32(x + 16));
+                    }
+                }
+            }
+            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(tp[i] + doff + (size_t)b * 32)));
+            __m512 mw = pt == T_Q4_1
+                            ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(tp[i] + moff + (size_t)b * 32)))
+                            : _mm512_setzero_ps();
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++) {
+                __m512i s = is[t];
+                if (pt != T_Q4_1) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a->c[t0 + t][b]));
+                __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
+                acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[i][t]);
+                if (pt == T_Q4_1) acc[i][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->s[t0 + t][b]), acc[i][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < mt; t++)
+            _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ldy + rb[i], sm[i], acc[i][t]);
+}
+
+#define PK_CASE(M) \
+    case M: pk_tiles(pt, 1, M, tp, nb, a, t0, y, ldy, rb, sm, pf); break;
+
+static inline __attribute__((always_inline)) void
+pk_tile_tokens(int pt, int mt, const uint8_t *const tp[NT], int nb, const struct pk_act *a, int t0,
+               float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
+    switch (mt) {
+        PK_CASE(8) PK_CASE(7) PK_CASE(6) PK_CASE(5) PK_CASE(4) PK_CASE(3) PK_CASE(2) PK_CASE(1)
+    default: break;
+    }
+}
+
+/* lanes of tile k that hold rows in [r0, r1) */
+static inline __mmask16 lanes(int k, int r0, int r1) {
+    int lo = r0 - k * R, hi = r1 - k * R;
+    if (lo < 0) lo = 0;
+    if (hi > R) hi = R;
+    if (hi <= lo) return 0;
+    return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+/* Integer corrections of one activation row: c[b] = k * sum(qa of block b). */
+static void block_corr(int32_t *c, const int8_t *q, int nb, int k) {
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    for (int b = 0; b < nb; b++) {
+        __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + b * QK)), bias);
+        __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256()); /* sums of (q + 128) */
+        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
+        c[b] = k * ((int32_t)_mm_cvtsi128_si32(h) - 128 * QK);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const void *restrict x,
+         size_t x_stride, int n, int n_tokens, int r0, int r1) {
+    const int nb = n / QK;
+    const size_t ts = tile_size(pt, nb);
+    const uint8_t *wb = w, *xb = x;
+    const int k0 = r0 / R, k1 = (r1 + R - 1) / R;
+    int32_t corr[CORR_MAX];
+    struct pk_act a;
+    if (r0 >= r1 || n_tokens <= 0) return;
+    int tc = CORR_MAX / nb < TOK_CHUNK ? CORR_MAX / nb : TOK_CHUNK;
+    for (int c0 = 0; c0 < n_tokens; c0 += tc) {
+        int nt = n_tokens - c0 < tc ? n_tokens - c0 : tc;
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *row = xb + (size_t)(c0 + t) * x_stride;
+            a.q[t] = (const int8_t *)row;
+            a.d[t] = (const float *)(row + n);
+            a.s[t] = a.d[t] + nb;
+            a.c[t] = corr + (size_t)t * nb;
+            if (pt != T_Q4_1) block_corr(corr + (size_t)t * nb, a.q[t], nb, pt == T_Q8_0 ? 128 : 8);
+        }
+        float *yc = y + (size_t)c0 * ldy;
+        if (nt == 1) {
+            /* one token: NT stretches of the tile range in lockstep, each a
+             * separate memory stream; the leftover tiles one by one */
+            const int q = (k1 - k0) / NT;
+            for (int j = 0; j < q; j++) {
+                const uint8_t *tp[NT];
+                int rb[NT];
+                __mmask16 sm[NT];
+#pragma GCC unroll 4
+                for (int s = 0; s < NT; s++) {
+                    int k = k0 + s * q + j;
+                    tp[s] = wb + (size_t)k * ts;
+                    rb[s] = k * R;
+                    sm[s] = lanes(k, r0, r1);
+                }
+                pk_tiles(pt, NT, 1, tp, nb, &a, 0, yc, ldy, rb, sm, 1);
+            }
+            for (int k = k0 + NT * q; k < k1; k++) {
+                const uint8_t *tp[NT] = {wb + (size_t)k * ts};
+                int rb[NT] = {k * R};
+                __mmask16 sm[NT] = {lanes(k, r0, r1)};
+                pk_tiles(pt, 1, 1, tp, nb, &a, 0, yc, ldy, rb, sm, 1);
+            }
+            continue;
+        }
+        for (int k = k0; k < k1; k++) {
+            const uint8_t *tp[NT] = {wb + (size_t)k * ts};
+            int rb[NT] = {k * R};
+            __mmask16 sm[NT] = {lanes(k, r0, r1)};
+            for (int t = 0; t < nt; t += MT) {
+                int mt = nt - t < MT ? nt - t : MT;
+                pk_tile_tokens(pt, mt, tp, nb, &a, t, yc, ldy, rb, sm, t == 0);
+            }
+        }
+    }
+}
+
+#define DEFINE_MATMUL_P(NAME, PT) \
+    void NAME(float *restrict y, size_t ldy, const void *restrict w, size_t w_stride, \
+              const void *restrict x, size_t x_stride, int n, int n_tokens, int r0, int r1) { \
+        (void)w_stride; \
+        matmul_p(PT, y, ldy, w, x, x_stride, n, n_tokens, r0, r1); \
+    }
+
+DEFINE_MATMUL_P(kn_matmul_p_q8_0_avx512, T_Q8_0)
+DEFINE_MATMUL_P(kn_matmul_p_q4_0_avx512, T_Q4_0)
+DEFINE_MATMUL_P(kn_matmul_p_q4_1_avx512, T_Q4_1)
