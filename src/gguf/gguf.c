@@ -513,6 +513,14 @@ static void free_impl(struct gguf_impl *g) {
     anvil_free(g);
 }
 
+void gguf_release(struct gguf_file *f, const void *p, size_t len) {
+    const uint8_t *base = f->map, *a = p;
+    if (!base || a < base || len > f->map_size || (size_t)(a - base) > f->map_size - len) return;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = ((uintptr_t)a + len) & ~(pg - 1);
+    if (lo < hi) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 static anvil_status parse(struct gguf_impl *g, struct rd *r) {
     struct gguf_file *f = &g->f;
     anvil_status st;

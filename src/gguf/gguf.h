@@ -89,6 +89,11 @@ size_t gguf_row_size(int type, uint64_t n);
 anvil_status gguf_open(const char *path, struct gguf_file **out, char *err, size_t err_cap);
 void gguf_close(struct gguf_file *f); /* NULL is a no-op */
 
+/* Drop the whole pages of [p, p + len) (inside the file's mapping) from
+ * the process: for tensors that were copied elsewhere. The mapping stays
+ * valid; a later read faults the bytes back in from the file. */
+void gguf_release(struct gguf_file *f, const void *p, size_t len);
+
 /* Lookups; NULL / false when missing or of another type. Integer getters
  * accept any integer type whose value fits. */
 const struct gguf_kv *gguf_find(const struct gguf_file *f, const char *key);

@@ -292,7 +292,7 @@ static anvil_status load_weights(struct loader *L, struct anvil_model *m) {
 }
 
 /* Copy w into the kernels' packed layout, if they have one for its type. */
-static anvil_status pack_wmat(const struct kn_ops *ops, struct wmat *w) {
+static anvil_status pack_wmat(const struct kn_ops *ops, struct gguf_file *f, struct wmat *w) {
     if (!ops->pack_size) return ANVIL_OK;
     int type = w->part[0].type;
     for (int p = 1; p < w->n_parts; p++)
@@ -308,6 +308,9 @@ static anvil_status pack_wmat(const struct kn_ops *ops, struct wmat *w) {
                        w->part[p].row_bytes);
         row0 += w->part[p].rows;
     }
+    /* the copy serves every product from now on */
+    for (int p = 0; p < w->n_parts; p++)
+        gguf_release(f, w->part[p].data, (size_t)w->part[p].rows * w->part[p].row_bytes);
     w->packed = dst;
     w->packed_type = type;
     w->packed_tile = ops->pack_size(type, KN_PACK_ROWS, w->n_in);
@@ -316,13 +319,13 @@ static anvil_status pack_wmat(const struct kn_ops *ops, struct wmat *w) {
 
 static anvil_status pack_weights(struct anvil_model *m) {
     anvil_status st = ANVIL_OK;
-    TRY(pack_wmat(m->ops, &m->output));
+    TRY(pack_wmat(m->ops, m->gguf, &m->output));
     for (int l = 0; l < m->hp.n_layer; l++) {
         struct llama_layer *ly = &m->layers[l];
-        TRY(pack_wmat(m->ops, &ly->wqkv));
-        TRY(pack_wmat(m->ops, &ly->wo));
-        TRY(pack_wmat(m->ops, &ly->wgu));
-        TRY(pack_wmat(m->ops, &ly->wdown));
+        TRY(pack_wmat(m->ops, m->gguf, &ly->wqkv));
+        TRY(pack_wmat(m->ops, m->gguf, &ly->wo));
+        TRY(pack_wmat(m->ops, m->gguf, &ly->wgu));
+        TRY(pack_wmat(m->ops, m->gguf, &ly->wdown));
     }
     return ANVIL_OK;
 fail:
