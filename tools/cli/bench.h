@@ -31,6 +31,9 @@ int bench_run_scenario(const char *model, const char *kernels, int n_threads, co
 int bench_scenario_count(void);
 const char *bench_scenario_name(int i);
 
+/* `anvil bench --batched ...` (bench_batched.c); argv as given to cmd_bench. */
+int bench_batched(int argc, char **argv);
+
 const char *bench_commit(void);
 double bench_peak_rss_mb(void);
 /* Sorts x in place. */

@@ -5,6 +5,8 @@
  *                                          single stream pp/tg (bench_model.c)
  *   anvil bench -m MODEL --scenario NAME|all [-t T] [--json] [--png FILE]
  *                                          serving scenarios of SCENARIOS.md
+ *   anvil bench -m MODEL --batched [...]  batched decode, llama-batched-bench style
+ *                                          (bench_batched.c)
  *   anvil bench --kernels [...]            matmul micro-benchmark (bench_kernels.c)
  *   anvil bench --attention [...]          decode attention micro-benchmark (bench_attn.c)
  *
@@ -25,6 +27,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: anvil bench -m MODEL [-p N] [-n N] [-t T[,T...]] [-r REPS] [--json]\n"
             "       anvil bench -m MODEL --scenario NAME|all [-t T] [--json] [--png FILE]\n"
+            "       anvil bench -m MODEL --batched [--help]   batched decode throughput\n"
             "       anvil bench --kernels [--help]     matmul micro-benchmark\n"
             "       anvil bench --attention [--help]   decode attention micro-benchmark\n\n"
             "  -p N            prompt tokens for pp (default 512; 0 = skip)\n"
@@ -93,6 +96,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--kernels")) return cli_bench_kernels(argc, argv);
         if (!strcmp(argv[i], "--attention")) return bench_attention(argc, argv);
+        if (!strcmp(argv[i], "--batched")) return bench_batched(argc, argv);
     }
     const char *model = NULL, *scenario = NULL, *png = NULL, *threads = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5;
