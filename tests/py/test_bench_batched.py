@@ -71,42 +71,44 @@ def test_batch_invariance_bigger_batch(anvil_bin, model_path):
     assert rows[0]["tokens"][0] == rows[1]["tokens"][0]
 
 
-def ref_greedy(llm, prompt, n):
-    """llama-cpp-python's greedy continuation of prompt ids, with the top-2
-    logit gap of each step."""
+def ref_logits_along(llm, prompt, tokens):
+    """llama-cpp-python's logits after the prompt and after each of tokens[:-1]
+    (teacher forcing along our own greedy path), one row per step."""
     import llama_cpp
     llm.reset()
-    llm.eval(prompt)
-    gen, gaps = [], []
-    for _ in range(n):
+    rows = []
+    for step in [prompt] + [[t] for t in tokens[:-1]]:
+        llm.eval(step)
         ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
-        logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float64)
-        top2 = np.argsort(-logits)[:2]
-        gen.append(int(top2[0]))
-        gaps.append(float(logits[top2[0]] - logits[top2[1]]))
-        llm.eval([gen[-1]])
-    return gen, gaps
+        rows.append(np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float64))
+    return np.array(rows)
 
 
-# Q4_1 logits of the two engines differ by up to about 1.5 (see
-# test_model_llama.py); a step whose reference top-2 gap is under this is a
-# near-tie where either token is right, and the comparison stops there.
-NEAR_TIE = 0.5
+# The Q4_1 logits of the two engines differ by up to about 1.5, p99 about
+# 0.6 (test_model_llama.py), so where the reference's top two are close
+# either engine may pick either. Each of our greedy tokens must be within
+# this of the reference's best logit at that step.
+TIE = 1.0
 
 
 def test_tokens_match_llama_cpp(anvil_bin, model_path, llama_ref):
+    """Every token of every sequence of a batch is a greedy choice of
+    llama.cpp on the same prompt ids and the same preceding tokens (the
+    prompts are cuts of a text, so near-ties are common: checked along our
+    path rather than by comparing two free-running continuations)."""
     rows = json_rows(anvil_bin, model_path, "--npl", "3", "--npp", "16", "--ntg", "8",
                      "--dump-tokens")
     r = rows[0]
-    compared = 0
-    for prompt, ours in zip(r["prompts"], r["tokens"]):
-        ref, gaps = ref_greedy(llama_ref, prompt, len(ours))
-        for i, (a, b) in enumerate(zip(ours, ref)):
-            if gaps[i] < NEAR_TIE:
-                break
-            assert a == b, f"prompt {prompt}: step {i}: anvil {ours} vs llama.cpp {ref}"
-            compared += 1
-    assert compared >= 12, "too few steps compared (near-ties everywhere?)"
+    exact = total = 0
+    for j, (prompt, ours) in enumerate(zip(r["prompts"], r["tokens"])):
+        ref = ref_logits_along(llama_ref, prompt, ours)
+        for i, t in enumerate(ours):
+            gap = ref[i].max() - ref[i][t]
+            assert gap <= TIE, (f"sequence {j} step {i}: anvil chose {t}, {gap:.2f} below "
+                                f"llama.cpp's best {int(ref[i].argmax())}")
+            exact += int(ref[i].argmax() == t)
+            total += 1
+    assert exact >= total * 3 // 4, f"only {exact}/{total} tokens are llama.cpp's argmax"
 
 
 def test_table(anvil_bin, model_path):
