@@ -434,7 +434,6 @@ static int read_compare(const char *path, const char *quant, struct series *s, i
 /* s[0] is anvil's series (filled here), s[1..ns) the --compare ones. */
 static int write_png(const struct bopts *o, struct anvil_model *m, const struct bres *res, int n,
                      struct series *s, int ns) {
-    const char *quant = anvil_type_name(anvil_model_type(m));
     snprintf(s[0].label, sizeof(s[0].label), "anvil");
     for (int i = 0; i < n; i++) {
         s[0].x[i] = res[i].npl;
@@ -444,8 +443,8 @@ static int write_png(const struct bopts *o, struct anvil_model *m, const struct 
     s[0].n = n;
     int rc;
     char title[160];
-    snprintf(title, sizeof(title), "batched decode: %s %s, %d threads, PP %d, TG %d",
-             anvil_model_desc(m), quant, o->threads, o->npp, o->ntg);
+    snprintf(title, sizeof(title), "batched decode: %s, %d threads, PP %d, TG %d",
+             anvil_model_desc(m), o->threads, o->npp, o->ntg);
     struct plot_grid *g = plot_grid_new(2, 1, 620, 440, title);
     if (!g) return cli_fail("bench", "cannot create the plot");
     struct plot *pp = plot_grid_panel(g, 0), *tg = plot_grid_panel(g, 1);
