@@ -19,9 +19,11 @@
 
 #include "kernels/cpu/avx512/avx512.h"
 
-/* Prefetch distance along each weight row in the one-token path: 8 rows
- * are read in parallel, so a shorter distance than matmul_q.c's. */
-enum { PF_DIST = 1024 };
+/* One token: while a tile of nr rows (contiguous in memory) is read, the
+ * next tile is prefetched at the same offsets, a tile ahead. Prefetching
+ * along the row instead (1 KB ahead) ran at 4.5 GB/s on F16 gate_up
+ * (1152-byte rows: the target was mostly the current tile); a tile ahead,
+ * 10-12 GB/s, the read bandwidth of one thread here. */
 
 enum { F_F32, F_F16, F_BF16DP, F_BF16W };
 
@@ -84,7 +86,7 @@ tile(int type, int mt, int nr, const uint8_t *w, size_t ws, const uint8_t *x, si
         if (mt == 1) /* decode: weights stream from memory, nr rows in parallel */
 #pragma GCC unroll 8
             for (int r = 0; r < nr; r++)
-                _mm_prefetch((const char *)w + r * ws + (size_t)i * ebytes + PF_DIST, _MM_HINT_T0);
+                _mm_prefetch((const char *)w + (r + nr) * ws + (size_t)i * ebytes, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) wv[r] = load_w(type, w + r * ws, i, n, 0);
 #pragma GCC unroll 4
