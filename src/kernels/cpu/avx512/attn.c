@@ -213,11 +213,11 @@ qk_dims(const int mode, const int nq, const float *restrict q, const struct src 
 
 /* One online-softmax step for nq (1..4) query vectors q + k*hd, states
  * m[k], l[k], acc + k*hd, over the first `valid` keys of the step. */
+/* Raw scores (before the scale) of the step's 16 keys for nq query
+ * vectors: sv[k]. */
 static inline __attribute__((always_inline)) void
-step_group(const int mode, const int nq, const float *restrict q, float *restrict m,
-           float *restrict l, float *restrict acc, const struct src *s, int hd, int valid,
-           float scale, struct pfq *pf) {
-    __m512 sv[QGROUP];
+qk_scores(const int mode, const int nq, const float *restrict q, const struct src *s, int hd,
+          __m512 *sv, struct pfq *pf) {
     if (IS_Q8(mode)) {
         __m512 gs[QGROUP];
         qk_dims(mode, nq, q, s, hd, 0, 32, gs, pf);
@@ -233,6 +233,45 @@ step_group(const int mode, const int nq, const float *restrict q, float *restric
     } else {
         qk_dims(mode, nq, q, s, hd, 0, hd, sv, pf);
     }
+}
+
+/* qk_dims() over all dims of two F16 steps at once, from float buffers
+ * K0, K1 (hd, 16): each key's score is computed exactly as there, but a
+ * broadcast q element serves both steps' rows (the loop is load-bound:
+ * 5 loads per 6 FMAs instead of 4 per 3). nq <= 3 (24 accumulators). */
+static inline __attribute__((always_inline)) void
+qk_dims2(const int nq, const float *restrict q, const float *restrict K0,
+         const float *restrict K1, int hd, __m512 *out0, __m512 *out1) {
+    __m512 a[3][4], b[3][4];
+#pragma GCC unroll 4
+    for (int k = 0; k < nq; k++)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) a[k][u] = b[k][u] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 4) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            __m512 k0 = _mm512_load_ps(K0 + (d + u) * SUB), k1 = _mm512_load_ps(K1 + (d + u) * SUB);
+#pragma GCC unroll 4
+            for (int k = 0; k < nq; k++) {
+                __m512 qv = _mm512_set1_ps(q[k * hd + d + u]);
+                __asm__("" : "+v"(qv)); /* one broadcast, two FMAs */
+                a[k][u] = _mm512_fmadd_ps(qv, k0, a[k][u]);
+                b[k][u] = _mm512_fmadd_ps(qv, k1, b[k][u]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < nq; k++) {
+        out0[k] = _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][1]), _mm512_add_ps(a[k][2], a[k][3]));
+        out1[k] = _mm512_add_ps(_mm512_add_ps(b[k][0], b[k][1]), _mm512_add_ps(b[k][2], b[k][3]));
+    }
+}
+
+/* The rest of an online-softmax step, from the raw scores sv[k]. */
+static inline __attribute__((always_inline)) void
+softmax_pv(const int mode, const int nq, const __m512 *sv, float *restrict m, float *restrict l,
+           float *restrict acc, const struct src *s, int hd, int valid, float scale,
+           struct pfq *pf) {
     const __mmask16 vm = (__mmask16)((1u << valid) - 1u);
     /* weights: p (F16) or p times the V scale of each group (Q8) */
     float pb[QGROUP * (HDMAX / 32)][SUB] __attribute__((aligned(64)));
@@ -266,6 +305,42 @@ step_group(const int mode, const int nq, const float *restrict q, float *restric
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, nq, 4, acc, d0, pb[0], pk, pg, s, hd, valid, pf);
     if (d0 < hd) pv_cols(mode, nq, 2, acc, d0, pb[0], pk, pg, s, hd, valid, pf);
+}
+
+static inline __attribute__((always_inline)) void
+step_group(const int mode, const int nq, const float *restrict q, float *restrict m,
+           float *restrict l, float *restrict acc, const struct src *s, int hd, int valid,
+           float scale, struct pfq *pf) {
+    __m512 sv[QGROUP];
+    qk_scores(mode, nq, q, s, hd, sv, pf);
+    softmax_pv(mode, nq, sv, m, l, acc, s, hd, valid, scale, pf);
+}
+
+/* Two consecutive F16 steps (buffers sa, sb; valid0 > 0 and valid1 > 0
+ * keys) for nq <= 3 query vectors: the same arithmetic as two step_group
+ * calls, with the scores of both computed first. */
+static inline __attribute__((always_inline)) void
+step_group2(const int nq, const float *restrict q, float *restrict m, float *restrict l,
+            float *restrict acc, const struct src *sa, const struct src *sb, int hd, int valid0,
+            int valid1, float scale) {
+    __m512 s0[3], s1[3];
+    qk_dims2(nq, q, sa->k, sb->k, hd, s0, s1);
+    softmax_pv(SRC_BUF, nq, s0, m, l, acc, sa, hd, valid0, scale, NULL);
+    softmax_pv(SRC_BUF, nq, s1, m, l, acc, sb, hd, valid1, scale, NULL);
+}
+
+/* The G query vectors of one row through two F16 steps, 3 at a time. */
+static void step_row_buf2(const float *q, float *m, float *l, float *acc, int G,
+                          const struct src *sa, const struct src *sb, int hd, int valid0,
+                          int valid1, float scale) {
+    int g = 0;
+    for (; g + 3 <= G; g += 3)
+        step_group2(3, q + g * hd, m + g, l + g, acc + g * hd, sa, sb, hd, valid0, valid1, scale);
+    switch (G - g) {
+    case 2: step_group2(2, q + g * hd, m + g, l + g, acc + g * hd, sa, sb, hd, valid0, valid1, scale); break;
+    case 1: step_group2(1, q + g * hd, m + g, l + g, acc + g * hd, sa, sb, hd, valid0, valid1, scale); break;
+    default: break;
+    }
 }
 
 /* The G query vectors of one row through one step, in groups of 4. */
@@ -304,6 +379,8 @@ struct states {
 struct bufs {
     float K[HDMAX * SUB] __attribute__((aligned(64)));
     float V[SUB * HDMAX] __attribute__((aligned(64)));
+    float K2[HDMAX * SUB] __attribute__((aligned(64))); /* F16: the next step */
+    float V2[SUB * HDMAX] __attribute__((aligned(64)));
     float Ks[HDMAX / 32 * SUB] __attribute__((aligned(64))); /* Q8_0 scales */
     float Vs[HDMAX / 32 * SUB] __attribute__((aligned(64)));
 };
@@ -364,6 +441,32 @@ static void chunk_pass(const struct kn_attn_task *t, int c, struct states *cur, 
         }
         load_step(kv, tile, s0 % bs, b->K, b->V, b->Ks, b->Vs);
         struct src sb = {.k = b->K, .v = b->V, .ks = b->Ks, .vs = b->Vs, .bs = SUB};
+        if (kv->type == ANVIL_TYPE_F16 && s0 + SUB < k1) {
+            /* two steps at once: rows that reach into the second step take
+             * both through step_row_buf2, the others the first alone */
+            int s1 = s0 + SUB;
+            const uint8_t *tile1 = kn_kv_tile(kv, t->base, t->blocks[s1 / bs], t->kv_head);
+            if (s1 % bs == 0 && s1 + bs < k1)
+                prefetch_tile(kn_kv_tile(kv, t->base, t->blocks[s1 / bs + 1], t->kv_head), kv->tile_bytes);
+            load_step(kv, tile1, s1 % bs, b->K2, b->V2, NULL, NULL);
+            struct src sb2 = {.k = b->K2, .v = b->V2, .bs = SUB};
+            for (int r = 0; r < t->n_rows; r++) {
+                int valid = t->pos + r + 1 - s0, valid1 = valid - SUB;
+                if (valid <= 0) continue;
+                if (valid > SUB) valid = SUB;
+                if (valid1 > SUB) valid1 = SUB;
+                int i = r * G;
+                const float *qr = t->q + (size_t)r * t->q_stride;
+                if (valid1 > 0)
+                    step_row_buf2(qr, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd, G, &sb,
+                                  &sb2, hd, valid, valid1, t->scale);
+                else
+                    step_row_buf(qr, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd, G, &sb, hd,
+                                 valid, t->scale, &pf);
+            }
+            s0 = s1; /* the loop adds the second SUB */
+            continue;
+        }
         void (*row_fn)(const float *, float *, float *, float *, int, const struct src *, int, int,
                        float, struct pfq *) = kv->type == ANVIL_TYPE_F16 ? step_row_buf : step_row_buf8;
         for (int r = 0; r < t->n_rows; r++) {
