@@ -8,6 +8,7 @@
 #   make model      fetch the default model into models/
 #   make run        build, fetch the model if missing, answer a chat prompt
 #   make bench      single-stream benchmark on the default model
+#   make fuzz       libFuzzer harnesses (clang): build/fuzz/fuzz_*
 #
 # Kernels for each instruction set live in their own directories and only
 # those files get the matching -m flags; the binary picks at run time.
@@ -35,8 +36,11 @@ else ifeq ($(MODE),debug)
 else ifeq ($(MODE),asan)
   OPT := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -DANVIL_DEBUG
   SUFFIX := -asan
+else ifeq ($(MODE),fuzz)
+  OPT := -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -DANVIL_DEBUG -Wno-string-concatenation
+  SUFFIX := -fuzz
 else
-  $(error MODE must be release, debug or asan)
+  $(error MODE must be release, debug, asan or fuzz)
 endif
 ifeq ($(NATIVE),1)
   OPT += -march=native
@@ -63,7 +67,7 @@ TEST_COMMON_OBJ := $(TEST_COMMON_SRC:%.c=$(BUILD)/%.o)
 LIBA       := $(BUILD)/libanvil.a
 CLI_BIN    := bin/anvil$(SUFFIX)
 
-.PHONY: all debug asan test unit model run bench clean deps venv fmt
+.PHONY: all debug asan test unit model run bench clean deps venv fmt fuzz fuzz-bins
 .DEFAULT_GOAL := all
 
 all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN)
@@ -87,6 +91,11 @@ $(BUILD)/tools/cli/bench_model.o: CFLAGS_ALL += -DANVIL_COMMIT=\"$(GIT_COMMIT)\"
 $(BUILD)/src/kernels/cpu/avx2/%.o: CFLAGS_ALL += $(ISA_AVX2)
 $(BUILD)/src/kernels/cpu/avx512/%.o: CFLAGS_ALL += $(ISA_AVX512)
 $(BUILD)/bench/%.o: CFLAGS_ALL += -Wno-missing-prototypes
+ifeq ($(MODE),fuzz)
+# No parser reaches the SIMD kernels, and instrumenting them costs clang a
+# quarter of an hour: they are built plain.
+$(BUILD)/src/kernels/cpu/avx2/%.o $(BUILD)/src/kernels/cpu/avx512/%.o: CFLAGS_ALL += -fno-sanitize=all
+endif
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -108,9 +117,26 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_COMMON_OBJ) $(LIBA)
 $(BUILD)/tests/%.o: CFLAGS_ALL += -Itests
 
 # ---------------------------------------------------------------------------
+# fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang
+# (ASan+UBSan, coverage on the whole library) into build/fuzz/fuzz_*.
+# Run one: build/fuzz/fuzz_gguf -max_total_time=60 tests/fuzz/corpus/gguf
+
+FUZZ_CC  ?= clang-14
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+
+fuzz:
+	@$(MAKE) --no-print-directory MODE=fuzz CC=$(FUZZ_CC) fuzz-bins
+fuzz-bins: $(FUZZ_BIN)
+.SECONDARY: $(FUZZ_SRC:%.c=build/fuzz/%.o)
+
+build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o $(SERVER_OBJ) $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -fsanitize=fuzzer -o $@ $< $(SERVER_OBJ) $(LIBA) $(SERVER_LIBS) $(LIBS)
+
+# ---------------------------------------------------------------------------
 # dependencies: Debian packages, the Python venv, the model
 
-APT_PKGS := gcc make pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev libpng-dev cmake g++ python3-venv unzip
+APT_PKGS := gcc make pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev libpng-dev cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev
 deps:
 	@scripts/install_deps.sh $(APT_PKGS)
 

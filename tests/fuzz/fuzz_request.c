@@ -1,0 +1,159 @@
+/*
+ * fuzz_request.c - libFuzzer harness: bytes -> the HTTP server's request
+ * body parser (srv_parse_request, src/server/request.c), as a chat and as
+ * a completion request.
+ *
+ * The model ($ANVIL_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf) is
+ * loaded once: the parser renders the chat template and tokenizes with it.
+ * Per input and kind:
+ *   - accepted: the request is within every limit the server relies on
+ *     (prompt ids in the vocabulary, prompt + max_tokens within n_ctx, at
+ *     most 16 non-empty stop strings of <= 256 bytes, top_logprobs <= 20,
+ *     sampler parameters accepted by anvil_sampler_params_check);
+ *   - refused: a 400 or 500 with a message, and the OpenAI error body the
+ *     server would send is valid JSON (cJSON) and valid UTF-8 with the
+ *     four fields;
+ *   - either way srv_req_free leaves nothing behind (ASan's leak check).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "anvil.h"
+#include "server/srv_int.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define N_CTX 512
+
+static struct anvil_model *g_model;
+static struct srv_limits g_lim;
+
+static void check(bool ok, const char *what) {
+    if (!ok) {
+        fprintf(stderr, "fuzz_request: property broken: %s\n", what);
+        abort();
+    }
+}
+
+static void unload(void) { anvil_model_free(g_model); }
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    const char *path = getenv("ANVIL_MODEL");
+    if (!path || !*path) path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    char err[256] = "";
+    struct anvil_model_params mp = anvil_model_default_params();
+    if (anvil_model_load(path, &mp, &g_model, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "fuzz_request: cannot load %s: %s\n", path, err);
+        abort();
+    }
+    atexit(unload);
+    g_lim = (struct srv_limits){
+        .model = g_model,
+        .model_id = "SmolLM2-135M-Instruct.Q4_1",
+        .n_vocab = anvil_model_n_vocab(g_model),
+        .n_ctx = N_CTX,
+        .kv_tokens = 4 * N_CTX,
+    };
+    return 0;
+}
+
+/* Strict UTF-8 check of the error body (independent of sbuf.c). */
+static bool valid_utf8(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        size_t len;
+        unsigned char lo = 0x80, hi = 0xbf;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            len = 2;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            if (c == 0xe0) lo = 0xa0;
+            if (c == 0xed) hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            if (c == 0xf0) lo = 0x90;
+            if (c == 0xf4) hi = 0x8f;
+        } else {
+            return false;
+        }
+        if (n - i < len || s[i + 1] < lo || s[i + 1] > hi) return false;
+        for (size_t k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xbf) return false;
+        i += len;
+    }
+    return true;
+}
+
+static bool str_or_null(const cJSON *v) { return v && (cJSON_IsString(v) || cJSON_IsNull(v)); }
+
+static void check_error_body(const struct srv_err *e) {
+    check(e->status == 400 || e->status == 500, "error status 400 or 500");
+    check(e->message[0] != '\0', "error has a message");
+    struct sbuf b;
+    sb_init(&b);
+    srv_fmt_error(&b, e);
+    check(!b.oom && b.len > 0, "error body formatted");
+    check(valid_utf8((const unsigned char *)b.p, b.len), "error body is valid UTF-8");
+    cJSON *root = cJSON_ParseWithLength(b.p, b.len);
+    check(root != NULL, "error body is valid JSON");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(root, "error");
+    check(cJSON_IsObject(err), "error body has an error object");
+    check(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(err, "message")), "message string");
+    check(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(err, "type")), "type string");
+    check(str_or_null(cJSON_GetObjectItemCaseSensitive(err, "param")), "param string or null");
+    check(str_or_null(cJSON_GetObjectItemCaseSensitive(err, "code")), "code string or null");
+    cJSON_Delete(root);
+    sb_free(&b);
+}
+
+static void check_request(const struct srv_req *r, enum srv_kind kind) {
+    check(r->kind == kind, "kind kept");
+    check(r->n_prompt > 0 && r->n_prompt < N_CTX, "prompt length within n_ctx");
+    check(r->prompt != NULL, "prompt ids present");
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        check(r->prompt[i] >= 0 && r->prompt[i] < g_lim.n_vocab, "prompt id in the vocabulary");
+    check(r->max_tokens >= 1, "max_tokens >= 1");
+    check((int64_t)r->n_prompt + r->max_tokens <= N_CTX, "prompt + max_tokens within n_ctx");
+    check(r->n_stop >= 0 && r->n_stop <= SRV_MAX_STOP, "stop count");
+    for (int32_t i = 0; i < r->n_stop; i++) {
+        size_t n = strlen(r->stop[i]);
+        check(n > 0 && n <= SRV_MAX_STOP_LEN, "stop string length");
+    }
+    check(r->top_logprobs >= 0 && r->top_logprobs <= SRV_MAX_TOP_LOGPROBS, "top_logprobs");
+    check(!r->include_usage || r->stream, "include_usage only with stream");
+    char msg[160];
+    check(anvil_sampler_params_check(&r->sampling, msg, sizeof(msg)) == ANVIL_OK,
+          "sampler parameters accepted");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > 1 << 16) return 0;
+    /* an exact-size copy, so ASan sees any read past the body */
+    char *body = malloc(size ? size : 1);
+    check(body != NULL, "harness out of memory");
+    if (size) memcpy(body, data, size);
+    for (int k = 0; k < 2; k++) {
+        enum srv_kind kind = k ? SRV_KIND_COMPLETION : SRV_KIND_CHAT;
+        struct srv_req r;
+        struct srv_err e;
+        if (srv_parse_request(&g_lim, kind, body, size, &r, &e)) {
+            check_request(&r, kind);
+        } else {
+            check(r.prompt == NULL && r.n_stop == 0, "a refused request holds nothing");
+            check_error_body(&e);
+        }
+        srv_req_free(&r);
+    }
+    free(body);
+    return 0;
+}

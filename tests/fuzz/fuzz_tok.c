@@ -1,0 +1,304 @@
+/*
+ * fuzz_tok.c - libFuzzer harness: bytes -> tokenizer, detokenizer and chat
+ * template of the default model's vocabulary.
+ *
+ * The vocabulary is loaded once from $ANVIL_MODEL, else from
+ * models/SmolLM2-135M-Instruct.Q4_1.gguf (relative to the working
+ * directory). Per input:
+ *   - tokenize with and without special-token parsing and BOS; every id is
+ *     in the vocabulary, and a too-small cap returns -(needed) with the
+ *     same first ids;
+ *   - round trip: for valid UTF-8 (checked here with an independent strict
+ *     validator), tokenizing without special tokens and concatenating the
+ *     pieces (special = false) gives back the input byte for byte, and so
+ *     does the streaming detokenizer (push + flush) - except for the bytes
+ *     that no token of the vocabulary spells on its own: SmolLM2's lacks
+ *     0x04 0x06 0x13 0x14 0x16 0x1d 0xc0 0xc1 0xf1 0xf2 0xf5..0xff, and
+ *     llama.cpp drops those bytes when it tokenizes (checked against
+ *     llama-cpp-python: "a\x13b" -> "a" "b"), so the expected text is the
+ *     input without them;
+ *   - the streaming detokenizer's output is valid UTF-8 for any input, and
+ *     also for arbitrary token ids read from the input (out-of-range ones
+ *     included);
+ *   - the chat template with the input (up to its first NUL) as a user
+ *     message: the size query and the render agree, the content appears
+ *     verbatim, and the result tokenizes with special tokens.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "gguf/gguf.h"
+#include "tok/tok.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct gguf_file *g_file;
+static struct tok_vocab *g_vocab;
+static int32_t g_n_vocab;
+static bool g_byte_ok[256]; /* some token's piece is exactly this byte */
+
+static void check(bool ok, const char *what) {
+    if (!ok) {
+        fprintf(stderr, "fuzz_tok: property broken: %s\n", what);
+        abort();
+    }
+}
+
+static void unload(void) {
+    tok_free(g_vocab);
+    gguf_close(g_file);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    const char *path = getenv("ANVIL_MODEL");
+    if (!path || !*path) path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    char err[256] = "";
+    if (gguf_open(path, &g_file, err, sizeof(err)) != ANVIL_OK ||
+        tok_load(g_file, &g_vocab, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "fuzz_tok: cannot load the vocabulary of %s: %s\n", path, err);
+        abort();
+    }
+    g_n_vocab = tok_n_vocab(g_vocab);
+    for (int32_t t = 0; t < g_n_vocab; t++) {
+        char piece[8];
+        if (tok_piece(g_vocab, t, piece, (int32_t)sizeof(piece), false) == 1)
+            g_byte_ok[(uint8_t)piece[0]] = true;
+    }
+    atexit(unload);
+    return 0;
+}
+
+/* Strict UTF-8 (Unicode table 3-7): no overlongs, no surrogates, <= U+10FFFF.
+ * Written here, independent of src/tok/utf8.c. */
+static bool valid_utf8(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        size_t len;
+        uint8_t lo = 0x80, hi = 0xbf;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            len = 2;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            if (c == 0xe0) lo = 0xa0;
+            if (c == 0xed) hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            if (c == 0xf0) lo = 0x90;
+            if (c == 0xf4) hi = 0x8f;
+        } else {
+            return false;
+        }
+        if (n - i < len) return false;
+        if (s[i + 1] < lo || s[i + 1] > hi) return false;
+        for (size_t k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xbf) return false;
+        i += len;
+    }
+    return true;
+}
+
+/* Growable byte buffer for the harness (plain malloc: not the library's). */
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
+static void buf_put(struct buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        b->p = realloc(b->p, cap);
+        check(b->p != NULL, "harness out of memory");
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+/* Tokenize, checking ids and the too-small-cap contract. Returns malloc'd
+ * ids (count in *n). */
+static anvil_token *encode(const char *text, size_t len, bool add_special, bool parse_special,
+                           int32_t *n) {
+    int32_t need = tok_encode(g_vocab, text, len, NULL, 0, add_special, parse_special);
+    check(need != INT32_MIN, "tok_encode size query");
+    need = need < 0 ? -need : need;
+    anvil_token *ids = malloc(((size_t)need + 1) * sizeof(*ids));
+    check(ids != NULL, "harness out of memory");
+    int32_t got = tok_encode(g_vocab, text, len, ids, need, add_special, parse_special);
+    check(got == need, "tok_encode returns the size it asked for");
+    for (int32_t i = 0; i < got; i++) check(ids[i] >= 0 && ids[i] < g_n_vocab, "id in vocab");
+    if (got >= 2) {
+        int32_t cap = got / 2;
+        anvil_token *part = malloc((size_t)cap * sizeof(*part));
+        check(part != NULL, "harness out of memory");
+        int32_t r = tok_encode(g_vocab, text, len, part, cap, add_special, parse_special);
+        check(r == -got, "too-small cap returns -(needed)");
+        check(memcmp(part, ids, (size_t)cap * sizeof(*ids)) == 0, "partial ids are a prefix");
+        free(part);
+    }
+    *n = got;
+    return ids;
+}
+
+/* Streaming detokenizer over ids; starts with a tiny buffer so that the
+ * -(needed) path runs, and checks that it leaves the state unchanged. */
+static void detok_stream(const anvil_token *ids, int32_t n, struct buf *out) {
+    struct anvil_detok d;
+    memset(&d, 0, sizeof(d));
+    char small[4];
+    for (int32_t i = 0; i < n; i++) {
+        struct anvil_detok before = d;
+        int32_t r = tok_detok_push(g_vocab, &d, ids[i], small, (int32_t)sizeof(small));
+        if (r < 0) {
+            check(r != INT32_MIN, "detok push");
+            check(memcmp(&before, &d, sizeof(d)) == 0, "too-small buffer leaves state unchanged");
+            int32_t need = -r;
+            char *big = malloc((size_t)need);
+            check(big != NULL, "harness out of memory");
+            r = tok_detok_push(g_vocab, &d, ids[i], big, need);
+            check(r >= 0 && r == need - 1, "detok push with the needed room");
+            check(big[r] == '\0', "detok output NUL terminated");
+            buf_put(out, big, (size_t)r);
+            free(big);
+        } else {
+            check(small[r] == '\0', "detok output NUL terminated");
+            buf_put(out, small, (size_t)r);
+        }
+    }
+    char tail[8];
+    int32_t r = tok_detok_flush(&d, tail, (int32_t)sizeof(tail));
+    check(r >= 0, "detok flush");
+    buf_put(out, tail, (size_t)r);
+}
+
+static void fuzz_roundtrip(const uint8_t *data, size_t size) {
+    const char *text = (const char *)data;
+    bool utf8 = valid_utf8(data, size);
+    int32_t n;
+    anvil_token *ids = encode(text, size, false, false, &n);
+
+    /* the input without the bytes the vocabulary cannot spell */
+    struct buf want = {0};
+    buf_put(&want, "", 0);
+    for (size_t i = 0; i < size; i++)
+        if (g_byte_ok[data[i]]) buf_put(&want, text + i, 1);
+    check(want.len == 0 || n > 0, "non-empty text gives tokens");
+
+    struct buf pieces = {0}, stream = {0};
+    buf_put(&pieces, "", 0);
+    for (int32_t i = 0; i < n; i++) {
+        char small[8];
+        int32_t r = tok_piece(g_vocab, ids[i], small, (int32_t)sizeof(small), false);
+        if (r < 0) {
+            char *big = malloc((size_t)-r);
+            check(big != NULL, "harness out of memory");
+            int32_t r2 = tok_piece(g_vocab, ids[i], big, -r, false);
+            check(r2 == -r, "tok_piece with the needed room");
+            buf_put(&pieces, big, (size_t)r2);
+            free(big);
+        } else {
+            buf_put(&pieces, small, (size_t)r);
+        }
+    }
+    detok_stream(ids, n, &stream);
+    buf_put(&stream, "", 0);
+    check(valid_utf8((const uint8_t *)stream.p, stream.len), "detok output is valid UTF-8");
+    if (utf8) {
+        check(pieces.len == want.len && memcmp(pieces.p, want.p, want.len) == 0,
+              "pieces of tokenize(s) concatenate to s");
+        if (valid_utf8((const uint8_t *)want.p, want.len))
+            check(stream.len == want.len && memcmp(stream.p, want.p, want.len) == 0,
+                  "streaming detokenize(tokenize(s)) == s");
+    }
+    free(want.p);
+    free(pieces.p);
+    free(stream.p);
+    free(ids);
+
+    /* with special tokens and BOS: ids valid, detokenizer output valid */
+    ids = encode(text, size, true, true, &n);
+    struct buf out = {0};
+    detok_stream(ids, n, &out);
+    buf_put(&out, "", 0);
+    check(valid_utf8((const uint8_t *)out.p, out.len), "detok output is valid UTF-8 (special)");
+    free(out.p);
+    free(ids);
+}
+
+/* Arbitrary ids (16 bits each, spread over [-4, n_vocab + 4)). */
+static void fuzz_ids(const uint8_t *data, size_t size) {
+    int32_t n = (int32_t)(size / 2);
+    if (n > 4096) n = 4096;
+    anvil_token *ids = malloc(((size_t)n + 1) * sizeof(*ids));
+    check(ids != NULL, "harness out of memory");
+    for (int32_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)data[2 * i] | (uint32_t)data[2 * i + 1] << 8;
+        ids[i] = (anvil_token)(v % (uint32_t)(g_n_vocab + 8)) - 4;
+        char piece[256];
+        tok_piece(g_vocab, ids[i], piece, (int32_t)sizeof(piece), (v & 1) != 0);
+        (void)tok_is_eog(g_vocab, ids[i]);
+    }
+    struct buf out = {0};
+    detok_stream(ids, n, &out);
+    buf_put(&out, "", 0);
+    check(valid_utf8((const uint8_t *)out.p, out.len), "detok of any ids is valid UTF-8");
+    free(out.p);
+    free(ids);
+}
+
+static void fuzz_chat(const uint8_t *data, size_t size) {
+    char *content = malloc(size + 1);
+    check(content != NULL, "harness out of memory");
+    memcpy(content, data, size);
+    content[size] = '\0';
+    size_t clen = strlen(content);
+    struct anvil_chat_msg msgs[3] = {
+        {"system", "You are a test."},
+        {"user", content},
+        {"assistant", content},
+    };
+    /* with and without a leading system message, with and without the
+     * assistant header */
+    for (int variant = 0; variant < 2; variant++) {
+        const struct anvil_chat_msg *m = variant ? msgs : msgs + 1;
+        size_t nm = variant ? 3 : 1;
+        int32_t need = tok_chat_apply(g_vocab, m, nm, variant == 0, NULL, 0);
+        if (need == 0) break; /* a vocabulary without a template anvil knows */
+        check(need < 0, "chat size query reports the needed size");
+        need = -need;
+        char *out = malloc((size_t)need);
+        check(out != NULL, "harness out of memory");
+        int32_t got = tok_chat_apply(g_vocab, m, nm, variant == 0, out, need);
+        check(got == need - 1 && out[got] == '\0', "chat render fills the size it asked for");
+        check(memmem(out, (size_t)got, content, clen) != NULL || clen == 0,
+              "content appears in the render");
+        int32_t r = tok_chat_apply(g_vocab, m, nm, variant == 0, out, need - 1);
+        check(r == -need, "chat render one byte short");
+        int32_t n;
+        anvil_token *ids = encode(out, (size_t)got, true, true, &n);
+        check(n > 0, "chat render tokenizes");
+        free(ids);
+        free(out);
+    }
+    free(content);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > 1 << 16) return 0; /* long inputs add time, not coverage */
+    int64_t live0 = anvil_alloc_live();
+    fuzz_roundtrip(data, size);
+    fuzz_ids(data, size);
+    fuzz_chat(data, size);
+    check(anvil_alloc_live() == live0, "tokenizer calls free their scratch");
+    return 0;
+}
