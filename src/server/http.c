@@ -29,9 +29,12 @@
  *
  * Limits: headers are bounded by MHD_OPTION_CONNECTION_MEMORY_LIMIT
  * (MHD answers 431 above it); a body whose Content-Length is over
- * max_body gets 413 before a byte of it is read; a chunked body that
- * grows past max_body gets its connection closed (MHD cannot answer in
- * the middle of an upload).
+ * max_body gets 413 before a byte of it is read. A chunked body (no
+ * Content-Length) that grows past max_body also gets 413, but only once
+ * it has been read to its end: libmicrohttpd 0.9.x refuses a response
+ * queued in the middle of an upload (MHD_queue_response returns MHD_NO
+ * and the connection is closed), so the rest is read and dropped, up to
+ * DISCARD_MAX bytes; an upload longer than that has its connection closed.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -53,6 +56,7 @@
 
 #define WAIT_SLICE_MS 100
 #define HEADER_MEM (32 * 1024)
+#define DISCARD_MAX ((size_t)64 << 20) /* chunked bytes dropped past max_body before a 413 */
 
 struct job;
 
@@ -430,6 +434,8 @@ struct conn {
     size_t body_len, body_cap;
     struct job *job;
     bool responded;
+    bool too_large;   /* chunked body past max_body: dropping the rest, then 413 */
+    size_t discarded; /* bytes dropped so far */
 };
 
 static enum MHD_Result send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
@@ -720,13 +726,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (k->responded) return MHD_NO; /* answered already; do not read the rest */
     if (*upload_size) {
         size_t n = *upload_size;
-        if (n > s->cfg.max_body - k->body_len) {
+        if (!k->too_large && n > s->cfg.max_body - k->body_len) {
             /* a chunked body (no Content-Length) over the limit: MHD takes
-             * no response in the middle of an upload, so the connection is
-             * closed without reading the rest */
-            k->responded = true;
-            srv_metrics_status(&s->metrics, 413);
-            return MHD_NO;
+             * no response in the middle of an upload, so the body is freed
+             * and the rest is read and dropped; the 413 goes out at its end */
+            k->too_large = true;
+            free(k->body);
+            k->body = NULL;
+            k->body_len = k->body_cap = 0;
+        }
+        if (k->too_large) {
+            *upload_size = 0;
+            k->discarded += n;
+            if (k->discarded > DISCARD_MAX) { /* an endless upload: give up */
+                k->responded = true;
+                srv_metrics_status(&s->metrics, 413);
+                return MHD_NO;
+            }
+            return MHD_YES;
         }
         if (k->body_len + n > k->body_cap) {
             size_t cap = k->body_cap ? k->body_cap * 2 : 4096;
@@ -744,6 +761,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     k->responded = true;
+    if (k->too_large) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "The request body is over the limit of %zu bytes.",
+                 s->cfg.max_body);
+        return send_errf(s, c, 413, "invalid_request_error", "request_too_large",
+                         MHD_HTTP_HEADER_CONNECTION, "close", msg);
+    }
     return handle_generate(s, c, k);
 }
 

@@ -586,20 +586,68 @@ def test_body_limit_413_without_reading_it(srv):
     assert srv.request("GET", "/health")[0] == 200
 
 
-def test_chunked_body_over_limit_closes(srv):
+def chunked_post(srv, body_chunks, end=True, limit=None):
+    """POST /v1/completions with Transfer-Encoding: chunked; returns (bytes
+    sent, the raw response up to the server's close)."""
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n")
     sent = 0
     try:
-        while sent < (64 << 20):
-            s.sendall(b"10000\r\n" + b"x" * 65536 + b"\r\n")
-            sent += 65536
-        got = s.recv(4096)
+        for c in body_chunks:
+            s.sendall(b"%x\r\n%s\r\n" % (len(c), c))
+            sent += len(c)
+        if end:
+            s.sendall(b"0\r\n\r\n")
     except (BrokenPipeError, ConnectionResetError):
-        got = b""
+        pass
+    resp = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            resp += chunk
+            head, sep, rest = resp.partition(b"\r\n\r\n")
+            m = re.search(rb"Content-Length: (\d+)", head, re.I)
+            if sep and m and len(rest) >= int(m.group(1)):
+                break
+    except ConnectionResetError:
+        pass
     s.close()
-    assert sent < (16 << 20)  # cut off near the 4 MiB limit, not read whole
-    assert got == b"" or got.startswith(b"HTTP/1.1 413")
+    return sent, resp
+
+
+def test_chunked_body(srv):
+    """A chunked body under the limit is read whole and answered."""
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1, "temperature": 0}).encode()
+    sent, resp = chunked_post(srv, [body[:7], body[7:]])
+    head, _, data = resp.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), resp[:300]
+    assert json.loads(data)["usage"]["completion_tokens"] == 1
+
+
+def test_chunked_body_over_limit_413(srv):
+    """5 MiB chunked (no Content-Length, so it cannot be refused up front):
+    the client gets 413 with the JSON error once its upload ends."""
+    sent, resp = chunked_post(srv, (b"x" * 65536 for _ in range(80)))
+    assert sent == 80 * 65536
+    head, _, body = resp.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), resp[:300]
+    assert b"connection: close" in head.lower()
+    check_error(413, body, 413, code="request_too_large")
+    assert srv.request("GET", "/health")[0] == 200
+
+
+def test_chunked_body_endless_closes(srv):
+    """An upload that never ends is read (and dropped) only up to a bound,
+    then its connection is closed."""
+    def chunks():
+        for _ in range(4096):  # 256 MiB if the server read it all
+            yield b"x" * 65536
+    sent, resp = chunked_post(srv, chunks(), end=False)
+    assert sent < (128 << 20), sent  # 4 MiB limit + 64 MiB dropped + socket buffers
+    assert resp == b"" or resp.startswith(b"HTTP/1.1 413"), resp[:200]
     assert srv.request("GET", "/health")[0] == 200
 
 
