@@ -318,9 +318,9 @@ static void forward_worker(void *arg, int ith, int nth) {
             kv_write(c->kv, l, c->run_seq[r], b->pos[lo], hi - lo, k, (size_t)c->qkv_dim,
                      k + c->kv_dim, (size_t)c->qkv_dim);
         }
-        pool_barrier(c->pool);
-
-        /* attention: planned by thread 0, run by all */
+        /* attention: planned by thread 0 in the same phase (the plan reads
+         * only block tables and positions, never the K/V being written),
+         * run by all */
         if (ith == 0) {
             anvil_status ast = kv_attn_prepare(c->kv, c->attn_ops, l, c->run_attn, c->n_runs,
                                                (size_t)c->qkv_dim, (size_t)c->q_dim, nth,
