@@ -6,7 +6,9 @@
  * private temporary file first. When the file opens, every metadata value
  * and every tensor extent is read back (ASan catches a read outside the
  * mapping), the lookups are checked against the tables, and the same file
- * goes through tok_load and anvil_model_load, which interpret the metadata.
+ * goes through tok_load and anvil_model_load, which interpret the metadata;
+ * a model that loads runs one small batch through the forward pass (ref
+ * kernels, n_ctx 16), so that what the loader accepts is also safe to run.
  * Looking for: crashes, sanitizer reports, leaks, and violations of the
  * invariants gguf.h promises after a successful open.
  *
@@ -153,6 +155,36 @@ static void walk_tensor(const struct gguf_file *f, const struct gguf_tensor *t) 
     check(gguf_row_size(t->type, t->ne[0]) == t->ne[0] / blck * bsz, "row size");
 }
 
+/* Tokenize a prompt and decode it in one batch; the values may be anything
+ * (the weights are fuzzed), the point is that nothing reads out of bounds. */
+static void run_model(struct anvil_model *m, int32_t n_vocab) {
+    struct anvil_ctx_params cp = anvil_ctx_default_params();
+    cp.n_ctx = 16;
+    cp.n_batch = 16;
+    cp.n_threads = 1;
+    struct anvil_ctx *c = NULL;
+    if (anvil_ctx_init(m, &cp, &c) != ANVIL_OK) return;
+    anvil_token tok[8];
+    int32_t pos[8], seq[8];
+    int32_t n = anvil_tokenize(m, "Hi there", 8, tok, 8, true, false);
+    if (n <= 0) {
+        tok[0] = n_vocab - 1;
+        n = 1;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        check(tok[i] >= 0 && tok[i] < n_vocab, "token id in the vocabulary");
+        pos[i] = i;
+        seq[i] = 0;
+    }
+    struct anvil_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = seq};
+    if (anvil_decode(c, &b) == ANVIL_OK) {
+        const float *logits = anvil_get_logits(c, 0);
+        check(logits != NULL, "logits of the last row");
+        touch(logits, (uint64_t)n_vocab * sizeof(float));
+    }
+    anvil_ctx_free(c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     write_input(data, size);
     char err[256] = "";
@@ -193,7 +225,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct anvil_model_params mp = anvil_model_default_params();
     mp.kernels = "ref";
     if (anvil_model_load(g_path, &mp, &m, err, sizeof(err)) == ANVIL_OK) {
-        check(anvil_model_n_vocab(m) > 0, "model has a vocabulary");
+        int32_t n_vocab = anvil_model_n_vocab(m);
+        check(n_vocab > 0, "model has a vocabulary");
+        run_model(m, n_vocab);
         anvil_model_free(m);
     }
     check(anvil_alloc_live() == live0, "nothing left allocated");

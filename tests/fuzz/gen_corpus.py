@@ -111,9 +111,9 @@ def micro_llama():
         ("blk.0.attn_k.weight", [e, e], g.T_Q8_0),
         ("blk.0.attn_v.weight", [e, e], g.T_Q8_0),
         ("blk.0.attn_output.weight", [e, e], g.T_Q4_1),
-        ("blk.0.ffn_gate.weight", [e, e], g.T_F16),
+        ("blk.0.ffn_gate.weight", [e, e], g.T_BF16),
         ("blk.0.ffn_up.weight", [e, e], g.T_BF16),
-        ("blk.0.ffn_down.weight", [e, e], g.T_Q8_0),
+        ("blk.0.ffn_down.weight", [e, e], g.T_F16),
     ]
     return g.build(hp + kvs, tensors)
 

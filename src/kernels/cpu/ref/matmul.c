@@ -31,7 +31,12 @@ void kn_act_block_ref(void *restrict dst, const float *restrict x, int n, int b,
         float db = amax / 127.0f, id = db != 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < QK; j++) {
-            int q = (int)nearbyintf(x[j] * id);
+            /* |v| <= 127 for finite inputs, except that a subnormal amax
+             * makes id infinite, and a NaN or infinite input makes v NaN:
+             * converting those to int is undefined in C, so v is clamped
+             * and NaN lanes quantize to 0 */
+            float v = x[j] * id;
+            int q = isnan(v) ? 0 : (int)nearbyintf(fminf(fmaxf(v, -127.0f), 127.0f));
             qs[j] = (int8_t)q;
             sum += q;
         }
