@@ -72,7 +72,11 @@ def test_fuzz_smoke(fuzz_bins, name):
         # libFuzzer writes new units into the first corpus directory
         cmd = [fuzz_bins[name], f"-max_total_time={SECONDS}", "-runs=1000000", "-seed=1",
                "-timeout=30", "-rss_limit_mb=3072",
-               f"-artifact_prefix={art}/", "-print_final_stats=1", work, corpus]
+               f"-artifact_prefix={art}/", "-print_final_stats=1"]
+        d = os.path.join(ROOT, "tests", "fuzz", f"{name}.dict")
+        if os.path.exists(d):
+            cmd.append(f"-dict={d}")
+        cmd += [work, corpus]
         p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                            timeout=SECONDS + 120)
     out = p.stdout + p.stderr
