@@ -14,6 +14,10 @@
  *     server would send is valid JSON (cJSON) and valid UTF-8 with the
  *     four fields;
  *   - either way srv_req_free leaves nothing behind (ASan's leak check).
+ * The same bytes are also the generated text (and, read as token ids and
+ * floats, the logprobs) of every response shape (src/server/response.c):
+ * each is valid JSON and valid UTF-8, and a valid UTF-8 text without NUL
+ * comes back unchanged from the JSON string.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +140,87 @@ static void check_request(const struct srv_req *r, enum srv_kind kind) {
           "sampler parameters accepted");
 }
 
+/* The generated text inside a parsed response, or NULL. */
+static const char *response_text(const cJSON *root, enum srv_kind kind, bool chunk) {
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0);
+    if (kind == SRV_KIND_COMPLETION)
+        return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ch, "text"));
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(ch, chunk ? "delta" : "message");
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "content"));
+}
+
+static void fuzz_response(const char *text, size_t size) {
+    /* tokens and logprobs from the same bytes: ids spread over [-2, n_vocab + 2) */
+    enum { MAX_TOK = 16, K = 3 };
+    struct srv_tok toks[MAX_TOK];
+    anvil_token top_tok[MAX_TOK][K];
+    float top_lp[MAX_TOK][K];
+    int32_t n_toks = (int32_t)(size / 8 < MAX_TOK ? size / 8 : MAX_TOK);
+    for (int32_t i = 0; i < n_toks; i++) {
+        uint32_t v;
+        float lp;
+        memcpy(&v, text + 8 * i, 4);
+        memcpy(&lp, text + 8 * i + 4, 4); /* any float: NaN and inf included */
+        toks[i] = (struct srv_tok){
+            .token = (anvil_token)(v % (uint32_t)(g_lim.n_vocab + 4)) - 2,
+            .logprob = lp,
+            .n_top = (int32_t)(v >> 30),
+            .top_tokens = top_tok[i],
+            .top_logprobs = top_lp[i],
+        };
+        for (int k = 0; k < K; k++) {
+            top_tok[i][k] = (anvil_token)((v >> (8 * k)) % (uint32_t)g_lim.n_vocab);
+            top_lp[i][k] = -lp * (float)k;
+        }
+    }
+    bool plain = valid_utf8((const unsigned char *)text, size) && !memchr(text, 0, size);
+    /* 8 shapes (kind x logprobs x chunk); parsing them all back costs more
+     * than the rest of the harness (cJSON allocates per number under ASan),
+     * so each input checks the plain chat response and one shape it picks */
+    unsigned pick = size ? (unsigned char)text[size - 1] & 7u : 0;
+    for (unsigned v = 0; v < 8; v++) {
+        if (v != 0 && v != pick) continue;
+        int k = (int)(v & 1), lp = (int)(v >> 1 & 1), chunk = (int)(v >> 2);
+        enum srv_kind kind = k ? SRV_KIND_COMPLETION : SRV_KIND_CHAT;
+        struct srv_resp_info ri = {
+            .kind = kind,
+            .id = "chatcmpl-fuzz",
+            .created = 1,
+            .model_id = g_lim.model_id,
+            .model = g_model,
+            .logprobs = lp != 0,
+            .top_logprobs = lp ? K : 0,
+        };
+        struct sbuf b;
+        sb_init(&b);
+        if (chunk)
+            srv_fmt_chunk(&b, &ri, text, size, lp ? toks : NULL, lp ? n_toks : 0,
+                          kind == SRV_KIND_CHAT, "stop", 7);
+        else
+            srv_fmt_full(&b, &ri, text, size, toks, lp ? n_toks : 0, "length", 3,
+                         n_toks);
+        check(!b.oom && b.len > 0, "response formatted");
+        check(valid_utf8((const unsigned char *)b.p, b.len), "response is valid UTF-8");
+        const char *json = b.p;
+        size_t len = b.len;
+        if (chunk) {
+            check(len > 8 && !memcmp(json, "data: ", 6) &&
+                      !memcmp(json + len - 2, "\n\n", 2),
+                  "SSE framing");
+            json += 6;
+            len -= 8;
+        }
+        cJSON *root = cJSON_ParseWithLength(json, len);
+        check(root != NULL, "response is valid JSON");
+        const char *got = response_text(root, kind, chunk);
+        check(got != NULL, "response holds the text");
+        if (plain) check(strlen(got) == size && !memcmp(got, text, size),
+                         "valid UTF-8 text comes back unchanged");
+        cJSON_Delete(root);
+        sb_free(&b);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 1 << 16) return 0;
     /* an exact-size copy, so ASan sees any read past the body */
@@ -154,6 +239,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         srv_req_free(&r);
     }
+    fuzz_response(body, size);
     free(body);
     return 0;
 }
