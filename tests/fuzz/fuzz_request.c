@@ -27,6 +27,7 @@
 
 #include "anvil.h"
 #include "server/srv_int.h"
+#include "fuzz_util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -67,36 +68,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-/* Strict UTF-8 check of the error body (independent of sbuf.c). */
-static bool valid_utf8(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t len;
-        unsigned char lo = 0x80, hi = 0xbf;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            if (c == 0xe0) lo = 0xa0;
-            if (c == 0xed) hi = 0x9f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            if (c == 0xf0) lo = 0x90;
-            if (c == 0xf4) hi = 0x8f;
-        } else {
-            return false;
-        }
-        if (n - i < len || s[i + 1] < lo || s[i + 1] > hi) return false;
-        for (size_t k = 2; k < len; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xbf) return false;
-        i += len;
-    }
-    return true;
-}
 
 static bool str_or_null(const cJSON *v) { return v && (cJSON_IsString(v) || cJSON_IsNull(v)); }
 

@@ -1,0 +1,44 @@
+/*
+ * fuzz_util.h - helpers shared by the fuzz harnesses.
+ */
+#ifndef ANVIL_FUZZ_UTIL_H
+#define ANVIL_FUZZ_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Strict UTF-8 (Unicode table 3-7): no overlongs, no surrogates, <= U+10FFFF.
+ * Written here, independent of src/tok/utf8.c. */
+static inline bool valid_utf8(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        size_t len;
+        uint8_t lo = 0x80, hi = 0xbf;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            len = 2;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            if (c == 0xe0) lo = 0xa0;
+            if (c == 0xed) hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            if (c == 0xf0) lo = 0x90;
+            if (c == 0xf4) hi = 0x8f;
+        } else {
+            return false;
+        }
+        if (n - i < len) return false;
+        if (s[i + 1] < lo || s[i + 1] > hi) return false;
+        for (size_t k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xbf) return false;
+        i += len;
+    }
+    return true;
+}
+
+#endif
