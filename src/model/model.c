@@ -3,8 +3,10 @@
  * bind every weight by name with its shape checked, build the tokenizer,
  * pick the kernels. Also the public model, tokenizer and chat wrappers.
  *
- * Weights are never copied: they stay in gguf's read-only mapping, and the
- * multi-part matrices (QKV, gate/up) only point into it.
+ * Weights stay in gguf's read-only mapping, and the multi-part matrices
+ * (QKV, gate/up) only point into it, unless the kernel table packs their
+ * type: then each matrix is copied once into the packed layout (parts
+ * stacked) and the mapping's pages under it are released (pack_wmat).
  * Reference: llama.cpp's LLM_ARCH_LLAMA tensor names and hparams keys.
  */
 #include <math.h>

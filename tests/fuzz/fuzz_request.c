@@ -49,8 +49,7 @@ static void unload(void) { anvil_model_free(g_model); }
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *path = getenv("ANVIL_MODEL");
-    if (!path || !*path) path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    const char *path = fuzz_model_path();
     char err[256] = "";
     struct anvil_model_params mp = anvil_model_default_params();
     if (anvil_model_load(path, &mp, &g_model, err, sizeof(err)) != ANVIL_OK) {

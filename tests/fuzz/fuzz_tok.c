@@ -64,8 +64,7 @@ static void unload(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *path = getenv("ANVIL_MODEL");
-    if (!path || !*path) path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    const char *path = fuzz_model_path();
     char err[256] = "";
     if (gguf_open(path, &g_file, err, sizeof(err)) != ANVIL_OK ||
         tok_load(g_file, &g_vocab, err, sizeof(err)) != ANVIL_OK) {
