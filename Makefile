@@ -136,7 +136,7 @@ build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o $(SERVER_OBJ) $(LIBA)
 # ---------------------------------------------------------------------------
 # dependencies: Debian packages, the Python venv, the model
 
-APT_PKGS := gcc make pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev libpng-dev cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev
+APT_PKGS := gcc make pkg-config python3-pip libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev libpng-dev cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev
 deps:
 	@scripts/install_deps.sh $(APT_PKGS)
 
@@ -150,10 +150,10 @@ $(MODEL):
 	@scripts/fetch_model.sh $(MODEL)
 model: $(MODEL)
 
-run: all $(MODEL)
+run: deps all $(MODEL)
 	$(CLI_BIN) run -m $(MODEL) --chat -p "$(PROMPT)" -n 128
 
-bench: all $(MODEL)
+bench: deps all $(MODEL)
 	$(CLI_BIN) bench -m $(MODEL)
 
 # ---------------------------------------------------------------------------

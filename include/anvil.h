@@ -52,7 +52,17 @@ enum anvil_type {
     ANVIL_TYPE_F16 = 1,
     ANVIL_TYPE_Q4_0 = 2,
     ANVIL_TYPE_Q4_1 = 3,
+    ANVIL_TYPE_Q5_0 = 6,
+    ANVIL_TYPE_Q5_1 = 7,
     ANVIL_TYPE_Q8_0 = 8,
+    ANVIL_TYPE_Q2_K = 10,
+    ANVIL_TYPE_Q3_K = 11,
+    ANVIL_TYPE_Q4_K = 12,
+    ANVIL_TYPE_Q5_K = 13,
+    ANVIL_TYPE_Q6_K = 14,
+    ANVIL_TYPE_Q8_K = 15, /* activations only: never a weight type in a file anvil writes */
+    ANVIL_TYPE_IQ4_NL = 20,
+    ANVIL_TYPE_IQ4_XS = 23,
     ANVIL_TYPE_BF16 = 30,
 };
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Write tests/data/attn_golden.bin: attention outputs computed by numpy in
-float64, for tests/unit_attn.c (test_golden).
+float64, for tests/unit_attn.c (test_golden). Sums are math.fsum and exp is
+math.exp, so the file does not depend on the BLAS or SIMD of the machine
+that writes it (numpy's matmul and vectorized exp do).
 
 Inputs are not stored: both sides generate them from the same 32-bit LCG
 (tests/unit_attn.c: lcg_uniform), so the file holds only the outputs. K and
@@ -16,6 +18,7 @@ Row r is at position pos + r and attends to keys [0, pos + r].
 
 Usage: python tests/gen/gen_attn_golden.py [out_path]
 """
+import math
 import struct
 import sys
 
@@ -74,9 +77,10 @@ def case_out(typ, hd, n_head, n_kv_head, pos, n_rows, seed):
         m = pos + r + 1
         for i in range(n_head):
             h = i // group
-            s = k[:m, h, :] @ q[r, i] * scale
-            p = np.exp(s - s.max())
-            out[r, i] = (p @ v[:m, h, :]) / p.sum()
+            s = np.array([math.fsum((k[j, h, :] * q[r, i]).tolist()) for j in range(m)]) * scale
+            p = np.array([math.exp(x) for x in (s - s.max()).tolist()])
+            num = [math.fsum((p * v[:m, h, d]).tolist()) for d in range(hd)]
+            out[r, i] = np.array(num) / math.fsum(p.tolist())
     return out.astype(np.float32)
 
 

@@ -20,8 +20,16 @@ Format (little endian): magic "ANVKRN01", u32 n_records; per record:
   char name[16] (zero padded), u32 n_int, i32 ints[n_int],
   u32 n_arr, then per array: u32 dtype (0 = f32, 1 = u8, 2 = f64), u64 count, data.
 
+Machine independence: every sum is math.fsum (correctly rounded, so the
+order and the SIMD width numpy or a BLAS would pick do not matter) and the
+transcendental functions come from Python's math module, never numpy's
+vectorized ones (whose last bits differ between CPUs). The test that
+regenerates the file still compares float results within a few ulps, since
+libm itself is not guaranteed correctly rounded.
+
 Usage: python tests/gen/gen_kernels.py [out_path]
 """
+import math
 import struct
 import sys
 
@@ -68,7 +76,8 @@ def data(n, scale=1.0):
 def rmsnorm_case(n, eps):
     x, w = data(n), data(n)
     x64 = x.astype(np.float64)
-    y = x64 / np.sqrt(np.mean(x64 * x64) + np.float64(np.float32(eps))) * w
+    ms = math.fsum((x64 * x64).tolist()) / n
+    y = x64 / math.sqrt(ms + float(np.float32(eps))) * w
     return record("rmsnorm", [n], [arr_f32(x), arr_f32(w), arr_f32([eps]), arr_f32(y)])
 
 
@@ -77,7 +86,8 @@ def rope_case(n_head, head_dim, pos, base):
     i = np.arange(head_dim // 2, dtype=np.float64)
     inv = (base ** (-2.0 * i / head_dim)).astype(np.float32)
     theta = (np.float32(pos) * inv).astype(np.float64)  # the spec rounds theta to float
-    c, s = np.cos(theta), np.sin(theta)
+    c = np.array([math.cos(t) for t in theta.tolist()])
+    s = np.array([math.sin(t) for t in theta.tolist()])
     v = x.astype(np.float64).reshape(n_head, head_dim // 2, 2)
     a, b = v[..., 0], v[..., 1]
     y = np.stack([a * c - b * s, a * s + b * c], axis=-1).reshape(-1)
@@ -88,7 +98,8 @@ def silu_case(n):
     g, u = data(n, 3.0), data(n)
     g[0], g[-1] = -90.0, 40.0
     g64 = g.astype(np.float64)
-    y = g64 / (1.0 + np.exp(-g64)) * u
+    e = np.array([math.exp(-v) for v in g64.tolist()])
+    y = g64 / (1.0 + e) * u
     return record("silu_mul", [n], [arr_f32(g), arr_f32(u), arr_f32(y)])
 
 
@@ -120,6 +131,17 @@ def bf16_round(x):
     u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint32) << 16
     return r.view(np.float32), (r >> 16).astype(np.uint16)
+
+
+def fixed_dot(a, b):
+    """a @ b.T with every dot a correctly rounded math.fsum of exact float64
+    products: the same bits on every machine (numpy's matmul goes through
+    a BLAS whose summation order depends on the CPU)."""
+    out = np.empty((a.shape[0], b.shape[0]))
+    for i in range(a.shape[0]):
+        for j in range(b.shape[0]):
+            out[i, j] = math.fsum((a[i] * b[j]).tolist())
+    return out
 
 
 TYPE_IDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30}
@@ -161,8 +183,8 @@ def matmul_case(tname, n, rows, n_tokens):
             wraw, wdq = wf.view(np.uint8), wf.astype(np.float64)
         wabs = np.abs(wdq)
         xdq = xf.astype(np.float64)
-    y = xdq @ wdq.T                                        # (n_tokens, rows)
-    absdot = np.abs(xdq) @ wabs.T
+    y = fixed_dot(xdq, wdq)                                # (n_tokens, rows)
+    absdot = fixed_dot(np.abs(xdq), wabs)
     return record("matmul", [TYPE_IDS[tname], n, rows, n_tokens],
                   [arr_u8(np.ascontiguousarray(wraw).reshape(-1)), arr_f32(xf), arr_f32(y),
                    arr_f64(absdot)])

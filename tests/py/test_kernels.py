@@ -1,27 +1,91 @@
 """Kernel-level checks driven from Python:
 
-- tests/data/kernels_golden.bin (read by tests/unit_kernels.c) is exactly
-  what the checked-in generator tests/gen/gen_kernels.py writes, so the C
-  golden test compares against numpy/gguf, not against a stale file;
+- tests/data/kernels_golden.bin and attn_golden.bin (read by
+  tests/unit_kernels.c and unit_attn.c) are what the checked-in generators
+  write, so the C golden tests compare against numpy/gguf, not against a
+  stale file. Inputs and quantized bytes must match exactly; computed
+  floats within 4 ulps, since the generators' libm may round differently
+  on another machine (their sums are order-fixed);
 - `anvil bench --kernels` runs, verifies each kernel against the reference
   before timing, and prints well-formed JSON records and a PNG. Speed is
   never asserted here.
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 
-def test_golden_file_is_reproducible(root, tmp_path):
+def read_kernel_records(buf):
+    """Parse kernels_golden.bin (format in tests/gen/gen_kernels.py)."""
+    assert buf[:8] == b"ANVKRN01"
+    (n,) = struct.unpack_from("<I", buf, 8)
+    o, recs = 12, []
+    for _ in range(n):
+        name = buf[o:o + 16].rstrip(b"\0").decode()
+        o += 16
+        (ni,) = struct.unpack_from("<I", buf, o)
+        ints = struct.unpack_from("<%di" % ni, buf, o + 4)
+        o += 4 + 4 * ni
+        (na,) = struct.unpack_from("<I", buf, o)
+        o += 4
+        arrays = []
+        for _ in range(na):
+            dt, cnt = struct.unpack_from("<IQ", buf, o)
+            o += 12
+            np_dt = {0: np.float32, 1: np.uint8, 2: np.float64}[dt]
+            arrays.append(np.frombuffer(buf, dtype=np_dt, count=cnt, offset=o))
+            o += cnt * np.dtype(np_dt).itemsize
+        recs.append((name, ints, arrays))
+    assert o == len(buf)
+    return recs
+
+
+def assert_close_ulps(got, want, ulps, what):
+    if got.dtype == np.uint8:
+        assert np.array_equal(got, want), what
+        return
+    tol = ulps * np.spacing(np.abs(want).astype(want.dtype))
+    bad = np.abs(got.astype(np.float64) - want.astype(np.float64)) > tol
+    assert not bad.any(), f"{what}: {int(bad.sum())} values differ by more than {ulps} ulps"
+
+
+def test_golden_kernels_reproducible(root, tmp_path):
     out = tmp_path / "kernels_golden.bin"
     subprocess.run([sys.executable, os.path.join(root, "tests", "gen", "gen_kernels.py"), str(out)],
                    check=True, cwd=root)
     with open(os.path.join(root, "tests", "data", "kernels_golden.bin"), "rb") as f:
+        committed = read_kernel_records(f.read())
+    fresh = read_kernel_records(out.read_bytes())
+    assert len(fresh) == len(committed), "rerun tests/gen/gen_kernels.py and commit its output"
+    for i, ((n1, i1, a1), (n2, i2, a2)) in enumerate(zip(fresh, committed)):
+        assert (n1, i1, len(a1)) == (n2, i2, len(a2)), f"record {i}: rerun the generator"
+        for j, (x, y) in enumerate(zip(a1, a2)):
+            assert x.dtype == y.dtype and x.size == y.size, f"record {i} ({n1}) array {j}"
+            # the first arrays of a record are inputs (exact); computed
+            # results may move by a few ulps with another libm
+            assert_close_ulps(x, y, 4, f"record {i} ({n1}) array {j}")
+
+
+def test_golden_attn_reproducible(root, tmp_path):
+    out = tmp_path / "attn_golden.bin"
+    subprocess.run([sys.executable, os.path.join(root, "tests", "gen", "gen_attn_golden.py"), str(out)],
+                   check=True, cwd=root, capture_output=True)
+    with open(os.path.join(root, "tests", "data", "attn_golden.bin"), "rb") as f:
         committed = f.read()
-    assert out.read_bytes() == committed, "rerun tests/gen/gen_kernels.py and commit its output"
+    fresh = out.read_bytes()
+    assert len(fresh) == len(committed) and fresh[:12] == committed[:12]
+    # headers are 7 int32 per case; compare everything as float32 words
+    # within 4 ulps (header ints are small and equal bit for bit anyway)
+    a = np.frombuffer(fresh, dtype=np.float32, offset=12)
+    b = np.frombuffer(committed, dtype=np.float32, offset=12)
+    ia, ib = a.view(np.int32), b.view(np.int32)
+    assert np.all(np.abs(ia.astype(np.int64) - ib.astype(np.int64)) <= 4), \
+        "rerun tests/gen/gen_attn_golden.py and commit its output"
 
 
 @pytest.mark.parametrize("threads", [1, 2])

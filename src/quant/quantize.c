@@ -23,8 +23,9 @@
  * The output is written to OUT.tmp and renamed over OUT only when complete,
  * so OUT is never half-written; on failure OUT.tmp is removed.
  *
- * Layering note: this file uses the quant formats of kernels/quant.h - the
- * data format definitions, not kernels. gguf.c itself stays independent.
+ * Layering: quantizing is a tool above both the file format (gguf/) and
+ * the block formats (kernels/quant.h), so it has its own module and
+ * neither of those depends on it.
  */
 #include <errno.h>
 #include <stdio.h>
