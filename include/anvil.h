@@ -88,9 +88,13 @@ struct anvil_model_params {
 
 struct anvil_model_params anvil_model_default_params(void);
 
-/* Map and validate a GGUF file and bind the Llama weights in it. Weights
- * stay in the read-only mapping. On failure, a one-line message is written
- * to err (when non-NULL) and *out is left unchanged. */
+/* Map and validate a GGUF file and bind the weights of its architecture
+ * (llama, qwen2, qwen3, gemma3, phi3; anything else is
+ * ANVIL_ERR_UNSUPPORTED with the list in the message). Weights are read in
+ * place from the read-only mapping, except where the kernels keep a packed
+ * copy (AVX-512: quantized matrices are repacked once at load and the
+ * mapping's pages under them released). On failure, a one-line message is
+ * written to err (when non-NULL) and *out is left unchanged. */
 anvil_status anvil_model_load(const char *path, const struct anvil_model_params *p,
                               struct anvil_model **out, char *err, size_t err_cap);
 void anvil_model_free(struct anvil_model *m);
@@ -101,6 +105,9 @@ int32_t anvil_model_n_embd(const struct anvil_model *m);
 int32_t anvil_model_n_layer(const struct anvil_model *m);
 /* Weight type of most matrices (from general.file_type or the tensors). */
 int anvil_model_type(const struct anvil_model *m);
+/* general.architecture of the model ("llama", "qwen2", "qwen3", "gemma3",
+ * "phi3"). */
+const char *anvil_model_arch(const struct anvil_model *m);
 /* Name of the kernel family in use: "ref", "avx2" or "avx512". */
 const char *anvil_model_kernels(const struct anvil_model *m);
 /* Short human description: "llama 30L 576d 9h/3kv Q4_1 (135M params)". */
@@ -172,8 +179,12 @@ struct anvil_ctx_params {
 
 struct anvil_ctx_params anvil_ctx_default_params(void);
 
+/* Create a context: KV cache (windowed layers get a pool of their own
+ * that holds only their window), scratch, thread pool. On failure a
+ * one-line reason (which limit or which allocation) goes to err when
+ * non-NULL, and *out is left unchanged. */
 anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params *p,
-                            struct anvil_ctx **out);
+                            struct anvil_ctx **out, char *err, size_t err_cap);
 void anvil_ctx_free(struct anvil_ctx *c);
 const char *anvil_ctx_errmsg(const struct anvil_ctx *c);
 int32_t anvil_ctx_n_ctx(const struct anvil_ctx *c);
@@ -279,7 +290,10 @@ struct anvil_engine_params {
     int32_t n_ctx;         /* max positions per request; 0 = min(train ctx, 8192) */
     int32_t step_tokens;   /* token budget per step; 0 = 512 */
     int32_t prefill_chunk; /* max prompt tokens of one request per step; 0 = 256 */
-    int64_t kv_mem;        /* KV cache bytes; 0 = enough for max_running * 1024 tokens */
+    int64_t kv_mem;        /* KV cache bytes; 0 = sized from the machine: room for
+                              max_running sequences at n_ctx, at most half of
+                              the memory available at start (reserved, not
+                              touched: pages are used as the cache fills) */
     int kv_type;           /* ANVIL_TYPE_F16 (default when 0) or ANVIL_TYPE_Q8_0 */
 };
 
@@ -328,9 +342,10 @@ struct anvil_event {
 
 typedef void (*anvil_event_fn)(void *user, const struct anvil_event *ev);
 
-/* The engine borrows the model. */
+/* The engine borrows the model. On failure a one-line reason goes to err
+ * when non-NULL, and *out is left unchanged. */
 anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_params *p,
-                               struct anvil_engine **out);
+                               struct anvil_engine **out, char *err, size_t err_cap);
 /* Stops the driver thread if started; pending requests get DONE/CANCELLED. */
 void anvil_engine_free(struct anvil_engine *e);
 const char *anvil_engine_errmsg(const struct anvil_engine *e);

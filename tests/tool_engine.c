@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     struct anvil_engine *e;
-    if (anvil_engine_init(m, &ep, &e) != ANVIL_OK) {
+    if (anvil_engine_init(m, &ep, &e, NULL, 0) != ANVIL_OK) {
         fprintf(stderr, "tool_engine: engine init failed\n");
         return 1;
     }

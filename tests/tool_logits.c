@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     cp.n_seq_max = batched ? np : 1;
     cp.n_batch = 2048;
     struct anvil_ctx *c;
-    if (anvil_ctx_init(m, &cp, &c) != ANVIL_OK) {
+    if (anvil_ctx_init(m, &cp, &c, NULL, 0) != ANVIL_OK) {
         fprintf(stderr, "tool_logits: ctx init failed\n");
         return 1;
     }

@@ -51,7 +51,7 @@ static struct anvil_ctx *make_ctx(int n_ctx, int n_seq, int n_batch, int64_t kv_
     p.n_threads = 2;
     p.kv_mem = kv_mem;
     struct anvil_ctx *c = NULL;
-    assert_int_equal(anvil_ctx_init(model, &p, &c), ANVIL_OK);
+    assert_int_equal(anvil_ctx_init(model, &p, &c, NULL, 0), ANVIL_OK);
     return c;
 }
 
@@ -146,11 +146,11 @@ static void test_params_rejected(void **state) {
     struct anvil_ctx_params p = anvil_ctx_default_params();
     struct anvil_ctx *c = (struct anvil_ctx *)0x1;
     p.n_ctx = -5;
-    assert_int_equal(anvil_ctx_init(model, &p, &c), ANVIL_ERR_INVALID);
+    assert_int_equal(anvil_ctx_init(model, &p, &c, NULL, 0), ANVIL_ERR_INVALID);
     assert_true(c == (struct anvil_ctx *)0x1); /* untouched on failure */
     p = anvil_ctx_default_params();
     p.kv_type = ANVIL_TYPE_Q4_0;
-    assert_int_equal(anvil_ctx_init(model, &p, &c), ANVIL_ERR_INVALID);
+    assert_int_equal(anvil_ctx_init(model, &p, &c, NULL, 0), ANVIL_ERR_INVALID);
     char err[ANVIL_ERRMSG_CAP];
     struct anvil_model *m = (struct anvil_model *)0x1;
     assert_int_equal(anvil_model_load("/nonexistent/x.gguf", NULL, &m, err, sizeof(err)),
@@ -180,7 +180,7 @@ static void test_oom_walk(void **state) {
             struct anvil_ctx_params p = anvil_ctx_default_params();
             p.n_ctx = 64;
             p.n_threads = 2;
-            st = anvil_ctx_init(m, &p, &c);
+            st = anvil_ctx_init(m, &p, &c, NULL, 0);
             if (st == ANVIL_OK) {
                 anvil_token t = 42;
                 int32_t pos = 0, seq = 0;

@@ -30,10 +30,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "model/ctx.h"
-#include "model/model.h"
+#include "sample/sample.h"
 
 #define MAX_STOP 16
 #define MAX_TOP_LOGPROBS 20
@@ -67,7 +68,7 @@ struct anvil_engine {
     struct anvil_ctx *ctx;
     struct anvil_engine_params p;
     int32_t n_vocab, n_ctx;
-    int64_t pool_tokens; /* positions the whole KV pool holds */
+    int64_t pool_tokens; /* positions one sequence could hold with the whole pool */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -186,18 +187,67 @@ static void *alloc_n(size_t n, size_t size) {
     return size_mul(n, size, &b) ? anvil_malloc(b) : NULL;
 }
 
+/* Bytes of memory the system has available now (MemAvailable), or 0 when
+ * it cannot tell. */
+static int64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    long long kb = 0;
+    char line[128];
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb <= 0) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        return pages > 0 && psz > 0 ? (int64_t)pages * psz : 0;
+    }
+    return (int64_t)kb * 1024;
+}
+
+/* The default KV pool (kv_mem 0), sized from the machine as vLLM sizes its
+ * cache from a memory fraction: enough for every running sequence at the
+ * full context, but at most ENGINE_KV_MEM_FRACTION of the memory available
+ * at start, and at least max_running sequences of 1024 positions when
+ * that fits. The pool is reserved, not touched: pages become resident as
+ * blocks are first used, so a large default costs nothing until needed. */
+#define ENGINE_KV_MEM_FRACTION 0.5
+static int64_t default_kv_mem(const struct anvil_model *m, const struct anvil_engine_params *p) {
+    int64_t full = ctx_model_kv_bytes(m, p->kv_type, p->n_ctx, p->max_running);
+    int64_t floor = ctx_model_kv_bytes(m, p->kv_type, p->n_ctx < 1024 ? p->n_ctx : 1024,
+                                       p->max_running);
+    int64_t avail = mem_available();
+    int64_t cap = avail > 0 ? (int64_t)((double)avail * ENGINE_KV_MEM_FRACTION) : full;
+    int64_t kv = full < cap ? full : cap;
+    if (kv < floor && floor <= avail) kv = floor;
+    return kv;
+}
+
 anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_params *p,
-                               struct anvil_engine **out) {
-    if (!m || !out) return ANVIL_ERR_INVALID;
+                               struct anvil_engine **out, char *err, size_t err_cap) {
+    if (err && err_cap) err[0] = '\0';
+    if (!m || !out) {
+        errmsg_set(err, err_cap, "engine: model and out are required");
+        return ANVIL_ERR_INVALID;
+    }
     struct anvil_engine_params d = anvil_engine_default_params();
     if (!p) p = &d;
     if (p->n_threads < 0 || p->max_running < 0 || p->max_queue < 0 || p->n_ctx < 0 ||
-        p->step_tokens < 0 || p->prefill_chunk < 0 || p->kv_mem < 0 || p->max_running > 4096)
+        p->step_tokens < 0 || p->prefill_chunk < 0 || p->kv_mem < 0 || p->max_running > 4096) {
+        errmsg_set(err, err_cap,
+                   "engine: parameters out of range (n_threads %d, max_running %d (<= 4096), "
+                   "max_queue %d, n_ctx %d, step_tokens %d, prefill_chunk %d, kv_mem %lld)",
+                   p->n_threads, p->max_running, p->max_queue, p->n_ctx, p->step_tokens,
+                   p->prefill_chunk, (long long)p->kv_mem);
         return ANVIL_ERR_INVALID;
-    if (p->kv_type != 0 && p->kv_type != ANVIL_TYPE_F16 && p->kv_type != ANVIL_TYPE_Q8_0)
+    }
+    if (p->kv_type != 0 && p->kv_type != ANVIL_TYPE_F16 && p->kv_type != ANVIL_TYPE_Q8_0) {
+        errmsg_set(err, err_cap, "engine: KV type must be F16 or Q8_0");
         return ANVIL_ERR_INVALID;
+    }
     struct anvil_engine *e = anvil_calloc(1, sizeof(*e));
-    if (!e) return ANVIL_ERR_NOMEM;
+    if (!e) {
+        errmsg_set(err, err_cap, "engine: out of memory");
+        return ANVIL_ERR_NOMEM;
+    }
     e->m = m;
     e->p = *p;
     if (!e->p.max_running) e->p.max_running = 64;
@@ -222,20 +272,10 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     cp.n_outputs = e->p.max_running;
     cp.kv_type = e->p.kv_type;
     cp.prefix_cache = true;
-    cp.kv_mem = e->p.kv_mem;
-    if (!cp.kv_mem) {
-        /* max_running sequences of min(n_ctx, 1024) positions each */
-        const struct llama_hparams *hp = &m->hp;
-        int64_t per_tok = (int64_t)hp->n_layer * 2 * hp->n_head_kv * hp->head_dim;
-        per_tok = e->p.kv_type == ANVIL_TYPE_Q8_0 ? per_tok * 34 / 32 : per_tok * 2;
-        int64_t toks = e->p.n_ctx < 1024 ? e->p.n_ctx : 1024;
-        cp.kv_mem = per_tok * toks * e->p.max_running;
-    }
-    if ((st = anvil_ctx_init(m, &cp, &e->ctx)) != ANVIL_OK) goto fail;
+    cp.kv_mem = e->p.kv_mem ? e->p.kv_mem : default_kv_mem(m, &e->p);
+    if ((st = anvil_ctx_init(m, &cp, &e->ctx, err, err_cap)) != ANVIL_OK) goto fail;
     e->n_ctx = anvil_ctx_n_ctx(e->ctx);
-    struct ctx_kv_info kvi;
-    ctx_kv_info(e->ctx, &kvi);
-    e->pool_tokens = (int64_t)kvi.blocks_total * kvi.block_tokens;
+    e->pool_tokens = ctx_kv_seq_capacity(e->ctx);
     st = ANVIL_ERR_NOMEM;
     size_t nb = (size_t)e->p.step_tokens, nr = (size_t)e->p.max_running;
     if (!(e->running = anvil_calloc(nr, sizeof(*e->running)))) goto fail;
@@ -250,6 +290,9 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     *out = e;
     return ANVIL_OK;
 fail:
+    if (st == ANVIL_ERR_NOMEM && err && err_cap && !err[0])
+        errmsg_set(err, err_cap, "engine: out of memory (%d sequences, %d tokens per step)",
+                   e->p.max_running, e->p.step_tokens);
     anvil_engine_free(e);
     return st;
 }
@@ -320,8 +363,8 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     }
     if ((int64_t)rp->n_prompt + rp->max_tokens > e->pool_tokens) {
         errmsg_set(err, err_cap,
-                   "prompt (%d tokens) plus max_tokens (%d) exceeds the whole KV cache (%lld "
-                   "positions)",
+                   "prompt (%d tokens) plus max_tokens (%d) exceeds what the whole KV cache "
+                   "holds for one sequence (%lld positions)",
                    rp->n_prompt, rp->max_tokens, (long long)e->pool_tokens);
         return ANVIL_ERR_INVALID;
     }
@@ -481,35 +524,6 @@ static int32_t release_text(struct anvil_engine *e, struct request *r, const cha
 }
 
 /* ---------------------------------------------------------------------- */
-/* logprobs of the model distribution (raw logits, before sampling
- * transforms): the chosen token and the top n alternatives */
-
-static float log_softmax_top(const float *logits, int32_t n_vocab, anvil_token chosen, int32_t n,
-                             anvil_token *top_tok, float *top_lp) {
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < n_vocab; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double sum = 0.0;
-    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
-    float lse = mx + (float)log(sum);
-    int32_t k = 0;
-    for (int32_t i = 0; i < n_vocab && n > 0; i++) {
-        float v = logits[i];
-        if (k == n && v <= top_lp[k - 1]) continue;
-        int32_t j = k < n ? k++ : n - 1;
-        while (j > 0 && top_lp[j - 1] < v) {
-            top_lp[j] = top_lp[j - 1];
-            top_tok[j] = top_tok[j - 1];
-            j--;
-        }
-        top_lp[j] = v;
-        top_tok[j] = i;
-    }
-    for (int32_t j = 0; j < k; j++) top_lp[j] -= lse;
-    return logits[chosen] - lse;
-}
-
-/* ---------------------------------------------------------------------- */
 /* the step */
 
 static void take_inbox(struct anvil_engine *e) {
@@ -558,8 +572,6 @@ static void drop_cancelled(struct anvil_engine *e) {
  * request (a watermark, so that admitting does not force an immediate
  * preemption). Identical prompt prefixes reuse cached blocks. */
 static void admit(struct anvil_engine *e) {
-    struct ctx_kv_info kv;
-    ctx_kv_info(e->ctx, &kv);
     while (e->wait_head && e->n_running < e->p.max_running) {
         int slot = -1;
         for (int s = 0; s < e->p.max_running; s++)
@@ -571,8 +583,7 @@ static void admit(struct anvil_engine *e) {
         struct request *r = e->wait_head;
         int32_t reused = anvil_seq_reuse_prefix(e->ctx, slot, r->tokens, r->n_tokens);
         /* the pool, not the slot: n_ctx per request was checked at submit */
-        int64_t need = (int64_t)r->n_tokens - reused + (int64_t)kv.block_tokens * e->n_running;
-        if (ctx_kv_pool_room(e->ctx) < need && e->n_running > 0) {
+        if (!ctx_kv_fits(e->ctx, (int64_t)r->n_tokens - reused, e->n_running) && e->n_running > 0) {
             anvil_seq_truncate(e->ctx, slot, 0);
             break;
         }
@@ -591,13 +602,17 @@ static void admit(struct anvil_engine *e) {
     }
 }
 
-/* Free the most recently admitted running request and put it back at the
- * head of the queue; it will recompute its cache. */
+/* Free the running request that loses least by it - the one with the
+ * fewest positions in the cache (the least to recompute), the most
+ * recently admitted among equals - and put it back at the head of the
+ * queue, so it resumes before any newer request is admitted. */
 static bool preempt_one(struct anvil_engine *e) {
     struct request *victim = NULL;
     for (int s = 0; s < e->p.max_running; s++) {
         struct request *r = e->running[s];
-        if (r && (!victim || r->admit_seq > victim->admit_seq)) victim = r;
+        if (r && (!victim || r->n_cached < victim->n_cached ||
+                  (r->n_cached == victim->n_cached && r->admit_seq > victim->admit_seq)))
+            victim = r;
     }
     if (!victim || e->n_running <= 1) return false;
     anvil_seq_truncate(e->ctx, victim->slot, 0);
@@ -684,9 +699,13 @@ static void after_decode(struct anvil_engine *e, int32_t n_rows, int32_t n_out) 
         r->n_gen++;
         struct anvil_event ev = {.type = ANVIL_EVENT_TOKEN, .id = r->id, .token = t};
         if (r->top_logprobs > 0) {
-            ev.logprob = log_softmax_top(logits, e->n_vocab, t, r->top_logprobs, e->top_tok,
-                                         e->top_lp);
-            ev.n_top = r->top_logprobs;
+            struct sample_logprob top[MAX_TOP_LOGPROBS];
+            int32_t k = sample_logprobs(logits, e->n_vocab, t, r->top_logprobs, top, &ev.logprob);
+            for (int32_t j = 0; j < k; j++) {
+                e->top_tok[j] = top[j].id;
+                e->top_lp[j] = top[j].logprob;
+            }
+            ev.n_top = k;
             ev.top_tokens = e->top_tok;
             ev.top_logprobs = e->top_lp;
         }

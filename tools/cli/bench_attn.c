@@ -322,7 +322,7 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
         if (!o->split_on[m]) continue;
         struct kv_attn_job *job = NULL;
         /* correctness first, on layer 0 */
-        if (kv_attn_prepare(kv, ops, 0, seqs, batch, row, row, o->threads, SPLIT_MODE[m], &job) !=
+        if (kv_attn_prepare(kv, ops, 0, seqs, batch, row, row, o->threads, SPLIT_MODE[m], 1.0f / sqrtf((float)sh->head_dim), &job) !=
             ANVIL_OK) {
             rc = -1;
             goto done;
@@ -335,14 +335,14 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
         /* warm up one pass over the layers (bounded), then time */
         int warm = n_layer < 8 ? n_layer : 8;
         for (int l = 0; l < warm; l++) {
-            kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m], &job);
+            kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m], 1.0f / sqrtf((float)sh->head_dim), &job);
             kv_attn_run(job, pool);
         }
         uint64_t allocs = anvil_alloc_count();
         for (int r = 0; r < o->reps; r++) {
             int l = (warm + r) % n_layer;
             double t0 = time_now_s(), c0 = thread_cpu_s();
-            kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m], &job);
+            kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m], 1.0f / sqrtf((float)sh->head_dim), &job);
             double prep = thread_cpu_s() - c0;
             struct timed_arg ta = {.job = job, .pool = pool};
             pool_run(pool, timed_fn, &ta);

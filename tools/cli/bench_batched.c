@@ -297,10 +297,10 @@ static int run_one(const struct bopts *o, struct anvil_model *m, int B, const an
     cp.n_threads = o->threads;
     cp.kv_type = o->kv_type;
     struct anvil_ctx *c;
-    anvil_status st = anvil_ctx_init(m, &cp, &c);
+    char err[256];
+    anvil_status st = anvil_ctx_init(m, &cp, &c, err, sizeof(err));
     if (st != ANVIL_OK) {
-        fprintf(stderr, "anvil bench: cannot create a context for B=%d: %s\n", B,
-                anvil_status_str(st));
+        fprintf(stderr, "anvil bench: cannot create a context for B=%d: %s\n", B, err);
         return 1;
     }
     size_t rows = (size_t)B * (size_t)o->npp;

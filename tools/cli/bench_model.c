@@ -99,9 +99,9 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
     cp.n_batch = o->n_prompt > 0 ? o->n_prompt : 1;
     cp.n_threads = o->n_threads;
     struct anvil_ctx *c;
-    if (anvil_ctx_init(m, &cp, &c) != ANVIL_OK) {
+    if (anvil_ctx_init(m, &cp, &c, err, sizeof(err)) != ANVIL_OK) {
         anvil_model_free(m);
-        return cli_fail("bench", "cannot create a context");
+        return cli_fail("bench", "cannot create a context: %s", err);
     }
     int n_max = o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen;
     anvil_token *tok = malloc((size_t)n_max * sizeof(anvil_token));
@@ -261,9 +261,9 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
     ep.max_running = sc->n_req < 128 ? sc->n_req : 128;
     ep.n_ctx = max_len + sc->n_gen + 8;
     struct anvil_engine *e;
-    if (anvil_engine_init(m, &ep, &e) != ANVIL_OK) {
+    if (anvil_engine_init(m, &ep, &e, err, sizeof(err)) != ANVIL_OK) {
         anvil_model_free(m);
-        return cli_fail("bench", "cannot create the engine");
+        return cli_fail("bench", "cannot create the engine: %s", err);
     }
     struct req_rec *recs = calloc((size_t)sc->n_req, sizeof(*recs));
     anvil_token *prompt = malloc((size_t)max_len * sizeof(anvil_token));

@@ -145,9 +145,9 @@ int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
     struct anvil_ctx_params cp = anvil_ctx_default_params();
     cp.n_ctx = o->n_ctx;
     cp.n_threads = o->n_threads;
-    if ((st = anvil_ctx_init(s->model, &cp, &s->ctx)) != ANVIL_OK) {
+    if ((st = anvil_ctx_init(s->model, &cp, &s->ctx, err, sizeof(err))) != ANVIL_OK) {
         gen_close(s);
-        return cli_fail(cmd, "cannot create a context: %s", anvil_status_str(st));
+        return cli_fail(cmd, "cannot create a context: %s", err);
     }
     if ((st = anvil_sampler_init(&sp, anvil_model_n_vocab(s->model), &s->smp)) != ANVIL_OK) {
         gen_close(s);
