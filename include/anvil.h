@@ -108,6 +108,11 @@ int anvil_model_type(const struct anvil_model *m);
 /* general.architecture of the model ("llama", "qwen2", "qwen3", "gemma3",
  * "phi3"). */
 const char *anvil_model_arch(const struct anvil_model *m);
+/* Bytes of KV cache one sequence of n_ctx positions needs with KV type
+ * kv_type (ANVIL_TYPE_F16 or ANVIL_TYPE_Q8_0): sliding-window layers count
+ * only their window when `windowed` is true (what anvil allocates), and
+ * the full length when false (a cache that keeps every layer whole). */
+int64_t anvil_model_kv_bytes(const struct anvil_model *m, int kv_type, int32_t n_ctx, bool windowed);
 /* Name of the kernel family in use: "ref", "avx2" or "avx512". */
 const char *anvil_model_kernels(const struct anvil_model *m);
 /* Short human description: "llama 30L 576d 9h/3kv Q4_1 (135M params)". */

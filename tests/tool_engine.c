@@ -8,6 +8,8 @@
  *        (stop: a stop string with '_' for spaces, or '-' for none)
  * stdout: one line per request, in input order:
  *        "<finish> <n_gen> <ids...> | <text as hex>"
+ * --kv-report N prints {"windowed_bytes", "full_bytes"} of one sequence of
+ * N positions (F16 KV) and exits.
  * --serial runs the requests one at a time; otherwise all are submitted at
  * once. --cancel-after K cancels request 0 after its K-th token.
  * After all requests end it checks that the KV cache is empty again and
@@ -57,7 +59,7 @@ static const char *stop_ptr[MAX_REQ][1];
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     struct anvil_engine_params ep = anvil_engine_default_params();
-    int serial = 0, cancel_after = 0, use_thread = 0;
+    int serial = 0, cancel_after = 0, use_thread = 0, kv_report = 0;
     ep.n_threads = 2;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "-r")) ep.max_running = atoi(argv[++i]);
@@ -69,6 +71,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--serial")) serial = 1;
         else if (!strcmp(argv[i], "--thread")) use_thread = 1;
         else if (!strcmp(argv[i], "--cancel-after")) cancel_after = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-report")) kv_report = atoi(argv[++i]);
+    }
+    if (kv_report > 0) {
+        char err[ANVIL_ERRMSG_CAP];
+        struct anvil_model *m;
+        if (anvil_model_load(argv[1], NULL, &m, err, sizeof(err)) != ANVIL_OK) {
+            fprintf(stderr, "tool_engine: %s\n", err);
+            return 2;
+        }
+        printf("{\"n_ctx\": %d, \"windowed_bytes\": %lld, \"full_bytes\": %lld}\n", kv_report,
+               (long long)anvil_model_kv_bytes(m, ANVIL_TYPE_F16, kv_report, true),
+               (long long)anvil_model_kv_bytes(m, ANVIL_TYPE_F16, kv_report, false));
+        anvil_model_free(m);
+        return 0;
     }
     int n = 0;
     static char line[1 << 16];

@@ -501,11 +501,12 @@ int32_t kv_seq_n_held(const struct kv_cache *kv, int32_t seq) {
     return seq_ok(kv, seq) ? kv->seqs[seq].n_blocks - kv->seqs[seq].first : 0;
 }
 
-int32_t kv_blocks_for_len(const struct kv_cache *kv, int64_t n) {
+int32_t kv_blocks_for_len(const struct kv_cache *kv, int64_t n, int32_t step) {
     int64_t b = (n + kv->bs - 1) / kv->bs;
     if (kv->p.window > 0) {
-        /* the window plus slack, one block of misalignment at each end */
-        int64_t w = ((int64_t)kv->p.window + KV_WINDOW_SLACK + kv->bs - 1) / kv->bs + 2;
+        /* the window plus slack, plus one step, one block of misalignment
+         * at each end */
+        int64_t w = ((int64_t)kv->p.window + KV_WINDOW_SLACK + step + kv->bs - 1) / kv->bs + 2;
         if (b > w) b = w;
     }
     return b > INT32_MAX ? INT32_MAX : (int32_t)b;

@@ -148,8 +148,10 @@ int32_t kv_seq_match(struct kv_cache *kv, int32_t seq, const anvil_token *tokens
 void kv_seq_trim(struct kv_cache *kv, int32_t seq);
 /* Blocks a sequence holds now (windowed caches: fewer than its length). */
 int32_t kv_seq_n_held(const struct kv_cache *kv, int32_t seq);
-/* Blocks a sequence of length n holds at most (the window bounds it). */
-int32_t kv_blocks_for_len(const struct kv_cache *kv, int64_t n);
+/* Blocks a sequence of length n holds at most when it grows by at most
+ * `step` positions at a time (a windowed cache trims after each step, so
+ * the window plus one step bounds it). */
+int32_t kv_blocks_for_len(const struct kv_cache *kv, int64_t n, int32_t step);
 
 /* Make empty seq dst share all of src's positions (blocks referenced, not
  * copied; a partial last block is copied on the first write). */

@@ -49,6 +49,13 @@ int64_t ctx_model_kv_bytes(const struct anvil_model *m, int kv_type, int64_t n_c
     return total * n_seq;
 }
 
+int64_t anvil_model_kv_bytes(const struct anvil_model *m, int kv_type, int32_t n_ctx, bool windowed) {
+    if (!m || n_ctx < 0) return 0;
+    if (kv_type != ANVIL_TYPE_Q8_0) kv_type = ANVIL_TYPE_F16;
+    if (windowed) return ctx_model_kv_bytes(m, kv_type, n_ctx, 1);
+    return (int64_t)m->hp.n_layer * layer_pos_bytes(&m->hp, kv_type) * n_ctx;
+}
+
 /* ---------------------------------------------------------------------- */
 /* init / free */
 
@@ -135,10 +142,15 @@ static anvil_status init_kv(struct anvil_ctx *c, const struct anvil_ctx_params *
             if (kp.mem_bytes < kv_block_bytes(&kp)) kp.mem_bytes = kv_block_bytes(&kp);
         } else {
             /* room for every sequence at full length (the window's worth
-             * for a windowed group) */
+             * for a windowed group, plus one step of n_batch new rows:
+             * blocks are trimmed after the step that wrote them) */
             int64_t per_seq = (c->n_ctx + bs - 1) / bs;
-            if (kp.window > 0) per_seq = window_positions(kp.window, bs) / bs;
-            int64_t blocks = (int64_t)c->n_seq_max * per_seq;
+            int64_t extra = 0;
+            if (kp.window > 0) {
+                per_seq = window_positions(kp.window, bs) / bs + 1;
+                extra = (c->n_batch + bs - 1) / bs;
+            }
+            int64_t blocks = (int64_t)c->n_seq_max * per_seq + extra;
             if (blocks > INT32_MAX / 2) {
                 snprintf(c->errmsg, sizeof(c->errmsg),
                          "ctx: %d sequences of %d positions need more than %d KV blocks",
@@ -460,7 +472,8 @@ void ctx_kv_info(const struct anvil_ctx *c, struct ctx_kv_info *out) {
 
 bool ctx_kv_fits(const struct anvil_ctx *c, int64_t n, int32_t slack_blocks) {
     for (int g = 0; g < c->n_kv; g++)
-        if ((int64_t)kv_blocks_for_len(c->kv[g], n) + slack_blocks > kv_n_available(c->kv[g]))
+        if ((int64_t)kv_blocks_for_len(c->kv[g], n, c->n_batch) + slack_blocks >
+            kv_n_available(c->kv[g]))
             return false;
     return true;
 }
@@ -470,7 +483,7 @@ int64_t ctx_kv_seq_capacity(const struct anvil_ctx *c) {
     for (int g = 0; g < c->n_kv; g++) {
         struct kv_stats st;
         kv_get_stats(c->kv[g], &st);
-        if (kv_blocks_for_len(c->kv[g], c->n_ctx) > st.n_blocks) {
+        if (kv_blocks_for_len(c->kv[g], c->n_ctx, c->n_batch) > st.n_blocks) {
             int64_t held = (int64_t)st.n_blocks * st.block_size;
             if (held < cap) cap = held;
         }

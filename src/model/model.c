@@ -332,6 +332,11 @@ static anvil_status load_hparams(struct model_loader *L, const struct arch_desc 
                      hp->rope_base_swa);
         return ANVIL_ERR_FORMAT;
     }
+    if (hp->n_swa > hp->n_ctx_train) {
+        loader_error(L, "model: %s.attention.sliding_window %d is larger than the context length %d",
+                     L->arch, hp->n_swa, hp->n_ctx_train);
+        return ANVIL_ERR_FORMAT;
+    }
     if (hp->n_swa == 0)
         for (int l = 0; l < hp->n_layer; l++) swa[l] = false;
     return ANVIL_OK;
