@@ -62,8 +62,6 @@ UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_COMMON_SRC := $(sort $(wildcard tests/common/*.c))
-TEST_COMMON_OBJ := $(TEST_COMMON_SRC:%.c=$(BUILD)/%.o)
 LIBA       := $(BUILD)/libanvil.a
 CLI_BIN    := bin/anvil$(SUFFIX)
 
@@ -111,8 +109,8 @@ $(CLI_BIN): $(CLI_OBJ) $(SERVER_OBJ) $(LIBA)
 
 # Unit tests (tests/unit_*.c, run by tests/run_all.py) and test tools
 # (tests/tool_*.c, driven by the Python tests) see the library's internals.
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_COMMON_OBJ) $(LIBA)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_COMMON_OBJ) $(LIBA) $(TEST_LIBS) $(LIBS)
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(TEST_LIBS) $(LIBS)
 
 $(BUILD)/tests/%.o: CFLAGS_ALL += -Itests
 
