@@ -269,6 +269,14 @@ void anvil_sampler_free(struct anvil_sampler *s);
  * Returns -1 when no token is allowed or the logits are all NaN. */
 anvil_token anvil_sampler_sample(struct anvil_sampler *s, const float *logits,
                                  const uint8_t *allowed);
+/* Speculative decoding's verification draw: like anvil_sampler_sample,
+ * but `draft` (a proposed token) is tested first. The draft comes out with
+ * exactly the probability the sampler gives it, and otherwise a token is
+ * drawn from the sampler's distribution without it; so every token has
+ * exactly its plain-sampling probability, whatever the proposal. Greedy
+ * samplers return the argmax. One random draw, like anvil_sampler_sample. */
+anvil_token anvil_sampler_sample_spec(struct anvil_sampler *s, const float *logits,
+                                      const uint8_t *allowed, anvil_token draft);
 /* Record a token of the sequence (prompt or generated) for the penalties. */
 void anvil_sampler_accept(struct anvil_sampler *s, anvil_token t);
 void anvil_sampler_reset(struct anvil_sampler *s);
