@@ -119,6 +119,12 @@ const char *anvil_model_kernels(const struct anvil_model *m);
 const char *anvil_model_desc(const struct anvil_model *m);
 anvil_token anvil_token_bos(const struct anvil_model *m); /* -1 if none */
 anvil_token anvil_token_eos(const struct anvil_model *m); /* -1 if none */
+/* Whether two models share one vocabulary (same size, same bytes for every
+ * token id, same end-of-generation tokens), as speculative decoding with a
+ * draft model needs: ANVIL_OK, or ANVIL_ERR_INVALID with the first
+ * difference in err. */
+anvil_status anvil_vocab_compatible(const struct anvil_model *a, const struct anvil_model *b,
+                                    char *err, size_t err_cap);
 /* True for tokens that end a generation (EOS, <|im_end|>, <|eot_id|>, ...). */
 bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t);
 
@@ -296,6 +302,20 @@ void anvil_sampler_reset(struct anvil_sampler *s);
 struct anvil_engine;
 typedef uint64_t anvil_req_id;
 
+/* Speculative decoding: propose several tokens, verify them with one
+ * multi-row forward pass of the model, keep the longest prefix the model
+ * agrees with plus its own next token. Greedy output is identical to
+ * plain decoding (batch-invariant kernels: a row's logits do not depend
+ * on the rows beside it); sampled output has exactly the model's
+ * distribution (anvil_sampler_sample_spec). */
+enum anvil_spec {
+    ANVIL_SPEC_DEFAULT = 0, /* requests: the engine's setting; engine: off */
+    ANVIL_SPEC_OFF,
+    ANVIL_SPEC_NGRAM,       /* prompt lookup: continue the last n-gram's earlier match */
+    ANVIL_SPEC_DRAFT,       /* a draft model (same vocabulary) proposes greedily */
+};
+#define ANVIL_SPEC_K_MAX 16
+
 struct anvil_engine_params {
     int32_t n_threads;     /* 0 = online CPUs */
     int32_t max_running;   /* sequences decoded at once; 0 = 64 */
@@ -308,6 +328,9 @@ struct anvil_engine_params {
                               the memory available at start (reserved, not
                               touched: pages are used as the cache fills) */
     int kv_type;           /* ANVIL_TYPE_F16 (default when 0) or ANVIL_TYPE_Q8_0 */
+    enum anvil_spec spec;  /* speculation for requests that do not choose; DEFAULT = off */
+    int32_t spec_k;        /* max proposed tokens per step (1..ANVIL_SPEC_K_MAX); 0 = 8 */
+    struct anvil_model *draft; /* for ANVIL_SPEC_DRAFT: borrowed; same vocabulary */
 };
 
 struct anvil_engine_params anvil_engine_default_params(void);
@@ -329,6 +352,8 @@ struct anvil_request_params {
     const char *const *stop;   /* stop strings, copied at submit; may be NULL */
     int32_t n_stop;            /* <= 16 */
     int32_t top_logprobs;      /* 0 = no logprobs; else report this many alternatives (<= 20) */
+    enum anvil_spec spec;      /* DEFAULT: the engine's; DRAFT needs an engine with a draft */
+    int32_t spec_k;            /* 0 = the engine's; else 1..ANVIL_SPEC_K_MAX */
 };
 
 enum anvil_event_type {
@@ -389,6 +414,10 @@ struct anvil_engine_stats {
     int32_t kv_blocks_total, kv_blocks_used;
     int32_t kv_block_tokens;
     uint64_t n_requests_done, n_prompt_tokens, n_gen_tokens, n_preemptions, n_steps;
+    /* speculation: verification rows (a decode row that carried proposals),
+     * tokens proposed, proposals accepted, and tokens those rows produced
+     * (accepted + one of the model's own each) */
+    uint64_t n_spec_verify, n_spec_proposed, n_spec_accepted, n_spec_tokens;
 };
 void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out);
 

@@ -668,6 +668,27 @@ bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t) {
     return tok_is_eog(m->vocab, t);
 }
 
+anvil_status anvil_vocab_compatible(const struct anvil_model *a, const struct anvil_model *b,
+                                    char *err, size_t err_cap) {
+    if (!a || !b) return ANVIL_ERR_INVALID;
+    if (a->hp.n_vocab != b->hp.n_vocab) {
+        errmsg_set(err, err_cap, "the vocabularies differ: %d tokens against %d", a->hp.n_vocab,
+                   b->hp.n_vocab);
+        return ANVIL_ERR_INVALID;
+    }
+    char pa[512], pb[512];
+    for (int32_t t = 0; t < a->hp.n_vocab; t++) {
+        int32_t na = tok_piece(a->vocab, t, pa, sizeof(pa), true);
+        int32_t nb = tok_piece(b->vocab, t, pb, sizeof(pb), true);
+        if (na != nb || (na > 0 && memcmp(pa, pb, (size_t)na) != 0) ||
+            tok_is_eog(a->vocab, t) != tok_is_eog(b->vocab, t)) {
+            errmsg_set(err, err_cap, "the vocabularies differ at token %d", t);
+            return ANVIL_ERR_INVALID;
+        }
+    }
+    return ANVIL_OK;
+}
+
 int32_t anvil_tokenize(const struct anvil_model *m, const char *text, size_t len,
                        anvil_token *out, int32_t cap, bool add_special, bool parse_special) {
     return tok_encode(m->vocab, text, len, out, cap, add_special, parse_special);

@@ -54,3 +54,11 @@ def run(cmd, **kw):
     kw.setdefault("capture_output", True)
     kw.setdefault("timeout", 600)
     return subprocess.run(cmd, **kw)
+
+
+@pytest.fixture(scope="session")
+def llama_vocab(model_path):
+    """llama-cpp-python with only the default model's vocabulary: the
+    reference tokenizer for building prompts."""
+    import llama_cpp
+    return llama_cpp.Llama(model_path=model_path, vocab_only=True, verbose=False)
