@@ -106,11 +106,12 @@ int bench_png_open(struct bench_png *p, const char *cmd, const char *kind, const
         }
         cand[n_cand++] = "python3";
     }
-    const char *check[BENCH_PNG_MAX_ARGS + 2] = {kind, "--check"};
-    for (int i = 0; i < p->n_args; i++) check[2 + i] = p->args[i];
+    snprintf(p->prog, sizeof(p->prog), "anvil %s", cmd);
+    const char *check[BENCH_PNG_MAX_ARGS + 6] = {kind, "--check", "--as", p->prog, "--out", out};
+    for (int i = 0; i < p->n_args; i++) check[6 + i] = p->args[i];
     char why[2 * PATH_MAX + 64] = "";
     for (int c = 0; c < n_cand; c++) {
-        int st = run_script(cand[c], p->script, check, 2 + p->n_args);
+        int st = run_script(cand[c], p->script, check, 6 + p->n_args);
         if (st == PLOT_OK) {
             snprintf(p->python, sizeof(p->python), "%s", cand[c]);
             break;
@@ -155,8 +156,8 @@ int bench_png_draw(struct bench_png *p) {
         cli_fail(p->cmd, "cannot write the chart data to %s", p->data);
         return 1;
     }
-    const char *argv[BENCH_PNG_MAX_ARGS + 4] = {p->kind, "--out", p->out};
-    int n = 3;
+    const char *argv[BENCH_PNG_MAX_ARGS + 6] = {p->kind, "--as", p->prog, "--out", p->out};
+    int n = 5;
     for (int i = 0; i < p->n_args; i++) argv[n++] = p->args[i];
     argv[n++] = p->data;
     int st = run_script(p->python, p->script, argv, n);

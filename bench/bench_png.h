@@ -24,6 +24,7 @@
 
 struct bench_png {
     const char *cmd;   /* for messages: "bench", "bench --kernels" */
+    char prog[64];     /* "anvil " + cmd: the script's messages start with it */
     const char *kind;  /* plot.py's chart kind: kernels, batched, scenarios, attention */
     const char *out;   /* the PNG path (the caller's string) */
     const char *args[BENCH_PNG_MAX_ARGS]; /* extra plot.py arguments (borrowed) */
