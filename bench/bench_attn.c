@@ -301,6 +301,8 @@ done:
 /* ---------------------------------------------------------------------- */
 /* entry */
 
+/* Options into *o. Returns 0, -1 after --help (printed), or 2 after an
+ * error message. */
 static int parse(int argc, char **argv, struct opts *o) {
     static const int DEF_BATCH[] = {1, 4, 16, 32, 64, 128};
     static const int DEF_CTX[] = {256, 512, 1024, 2048, 8192};

@@ -7,6 +7,7 @@
  * so nothing it prints can mix into the JSON lines on our stdout.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>

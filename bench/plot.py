@@ -161,6 +161,14 @@ def log2_axis(ax, values):
     ax.grid(True, which="major", axis="both")
 
 
+def plain_log_ticks(ax):
+    """Log-scale x ticks at 1, 2, 5 x 10^k, written as plain numbers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def fmt(v):
     """Short value label: 3 significant digits, no exponent for usual sizes."""
     if not is_num(v):
@@ -285,8 +293,8 @@ def plot_kernels(plt, recs):
                 f"{threads} thread{'s' if threads > 1 else ''}, "
                 f"{r0.get('weights', '?')} weights",
            f"commit {r0.get('commit', '?')}  ·  cpu {r0.get('cpu', '?')}  ·  "
-           f"{r0.get('clock', 'wall')} clock  ·  all shapes summed (total work / total time); "
-           f"decode bars read against the memory read bandwidth")
+           f"{r0.get('clock', 'wall')} clock  ·  each bar and point sums the shapes "
+           f"(total work / total time)" + ("  ·  dashed: memory read bandwidth" if bw else ""))
     return fig
 
 
@@ -392,6 +400,7 @@ def plot_scenarios(plt, recs):
                 ax.plot([r[f"{key}_p50_ms"], r[f"{key}_p99_ms"]], [0.5, 0.99], marker="o",
                         linestyle=":", color=color[n], label=f"{n} (p50, p99)")
         ax.set_xscale("log")
+        plain_log_ticks(ax)
         ax.set_ylim(0, 1.02)
         ax.axhline(0.5, color="#bbbbbb", linewidth=0.9, linestyle="--", zorder=1)
         ax.axhline(0.99, color="#bbbbbb", linewidth=0.9, linestyle="--", zorder=1)
@@ -454,7 +463,7 @@ def plot_attention(plt, recs):
         ax.set_xlabel("context length (KV tokens per sequence)")
         ax.set_ylabel("GB/s of KV read")
         ax.set_title(f"{shape} ({dims}): KV read, split {main}")
-        ax.legend(loc="lower right", fontsize=8, ncol=2)
+        ax.legend(loc="best", fontsize=8, ncol=2)
         ax = axes[si][1]
         if {"off", "on"} <= splits:
             for i, b in enumerate(batches):
@@ -473,7 +482,7 @@ def plot_attention(plt, recs):
             ax.axhline(1.0, color="#444444", linestyle="--", linewidth=1.1)
             ax.set_ylabel("time without split / time with split")
             ax.set_title(f"{shape}: split-K speedup (hollow: auto did not split)")
-            ax.legend(loc="upper left", fontsize=8, ncol=2)
+            ax.legend(loc="best", fontsize=8, ncol=2)
         else:
             ax.text(0.5, 0.5, "split-K speedup needs --split off,on", ha="center", va="center",
                     transform=ax.transAxes, color="#777777")
