@@ -8,6 +8,8 @@
 #   make model      fetch the default model into models/
 #   make run        build, fetch the model if missing, answer a chat prompt
 #   make bench      single-stream benchmark on the default model
+#                   (the benchmarks are bench/*.c, linked into bin/anvil as
+#                   `anvil bench`; bench/plot.py draws their --png charts)
 #   make fuzz       libFuzzer harnesses (clang): build/fuzz/fuzz_*
 #
 # Kernels for each instruction set live in their own directories and only
@@ -23,7 +25,7 @@ PROMPT  ?= Explain in two sentences why the sky is blue.
 BUILD   := build/$(MODE)
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -g $(WARN) -Iinclude -Isrc -MMD -MP -pthread
-LIBS    := -lpcre2-8 -lpng -lm -lpthread
+LIBS    := -lpcre2-8 -lm -lpthread
 SERVER_LIBS := -lmicrohttpd -lcjson
 TEST_LIBS := -lcmocka
 
@@ -56,8 +58,9 @@ LIB_SRC    := $(sort $(shell find src -name '*.c' -not -path 'src/server/*'))
 SERVER_SRC := $(sort $(wildcard src/server/*.c))
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
-CLI_SRC    := $(sort $(wildcard tools/cli/*.c))
-CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
+CLI_SRC    := $(sort $(wildcard tools/cli/*.c tools/args/*.c))
+BENCH_SRC  := $(sort $(wildcard bench/*.c))
+CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o) $(BENCH_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
@@ -75,20 +78,26 @@ debug:
 asan:
 	@$(MAKE) --no-print-directory MODE=asan all
 
-# The commit goes into benchmark records; the stamp rebuilds bench_model.o
-# when it changes.
-GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- src include tools 2>/dev/null || echo -dirty)
+# The commit goes into benchmark records (bench_util.c); the stamp rebuilds
+# bench_util.o when it changes. bench_png.c finds bench/plot.py in this
+# source tree when the binary has been moved away from it.
+GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- src include tools bench 2>/dev/null || echo -dirty)
 COMMIT_STAMP := $(BUILD)/commit-$(GIT_COMMIT).stamp
 $(COMMIT_STAMP):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/commit-*.stamp
 	@touch $@
-$(BUILD)/tools/cli/bench_model.o: $(COMMIT_STAMP)
-$(BUILD)/tools/cli/bench_model.o: CFLAGS_ALL += -DANVIL_COMMIT=\"$(GIT_COMMIT)\"
+$(BUILD)/bench/bench_util.o: $(COMMIT_STAMP)
+$(BUILD)/bench/bench_util.o: CFLAGS_ALL += -DANVIL_COMMIT=\"$(GIT_COMMIT)\"
+$(BUILD)/bench/bench_png.o: CFLAGS_ALL += -DANVIL_SOURCE_DIR=\"$(CURDIR)\"
 
 $(BUILD)/src/kernels/cpu/avx2/%.o: CFLAGS_ALL += $(ISA_AVX2)
 $(BUILD)/src/kernels/cpu/avx512/%.o: CFLAGS_ALL += $(ISA_AVX512)
-$(BUILD)/bench/%.o: CFLAGS_ALL += -Wno-missing-prototypes
+# the command table names `anvil bench`'s entry point; the benchmarks use
+# the commands' strict argument parsers (tools/cli/args.h)
+# floors (tests/layers/floors.txt): tools/args < bench < tools/cli
+$(BUILD)/tools/cli/%.o: CFLAGS_ALL += -Ibench -Itools/args
+$(BUILD)/bench/%.o: CFLAGS_ALL += -Itools/args
 ifeq ($(MODE),fuzz)
 # No parser reaches the SIMD kernels, and instrumenting them costs clang a
 # quarter of an hour: they are built plain.
@@ -110,9 +119,12 @@ $(CLI_BIN): $(CLI_OBJ) $(SERVER_OBJ) $(LIBA)
 # Unit tests (tests/unit_*.c, run by tests/run_all.py) and test tools
 # (tests/tool_*.c, driven by the Python tests) see the library's internals.
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBA)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(TEST_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBA) $(TEST_LIBS) $(LIBS)
 
 $(BUILD)/tests/%.o: CFLAGS_ALL += -Itests
+# unit_bench tests the benchmarks' shared helper, which is not in libanvil
+$(BUILD)/tests/unit_bench: $(BUILD)/bench/bench_util.o
+$(BUILD)/tests/unit_bench.o: CFLAGS_ALL += -Ibench
 
 # ---------------------------------------------------------------------------
 # fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang
@@ -134,7 +146,7 @@ build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o $(SERVER_OBJ) $(LIBA)
 # ---------------------------------------------------------------------------
 # dependencies: Debian packages, the Python venv, the model
 
-APT_PKGS := gcc make pkg-config python3-pip libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev libpng-dev cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev
+APT_PKGS := gcc make pkg-config python3-pip libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev python3-matplotlib cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev
 deps:
 	@scripts/install_deps.sh $(APT_PKGS)
 

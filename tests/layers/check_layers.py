@@ -43,8 +43,11 @@ def module_of(rel, floors):
     return best
 
 
-def resolve(root, src_rel, inc):
-    for base in ("include", "src", os.path.dirname(src_rel)):
+def resolve(root, src_rel, inc, floors):
+    """The file an include names: against include/, src/, the including
+    file's directory, then every directory of the floors table (the
+    Makefile adds some with -I: a bare "args.h" must still be ranked)."""
+    for base in ("include", "src", os.path.dirname(src_rel), *sorted(floors)):
         cand = os.path.normpath(os.path.join(base, inc))
         if os.path.exists(os.path.join(root, cand)):
             return cand
@@ -70,7 +73,7 @@ def check(root):
                         m = INCLUDE.match(line)
                         if not m:
                             continue
-                        target = resolve(root, rel, m.group(1))
+                        target = resolve(root, rel, m.group(1), floors)
                         if target is None:
                             continue  # generated or system header: not ours to rank
                         tmod = module_of(target, floors)
