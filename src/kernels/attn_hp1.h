@@ -154,17 +154,35 @@ void kn_hp1_naive_ref(const struct kn_kv_layout *kv, const uint8_t *base, const 
 void kn_hp1_scores_ref(const struct kn_kv_layout *kv, const uint8_t *base, const int32_t *blocks,
                        int h, const float *q, float scale, int n, float *s);
 
-/* Controlled sparsity. Choose K = 3 taps (1, -a, -a) with the ReLU on,
- * lo, hi = 1 and gamma = 1, the shape of the served model's gate
- * (score minus a multiple of the pooled ReLU scores, clamped to [0, 1]),
- * so that the fraction of p_t == 0 over the given score rows is as close
- * to zero_frac as the data allow: 0 takes lo > 0 (no p can be zero);
- * above the share of nonpositive scores a grows (bisection); below it,
- * a = 0 gives that share. scores holds n_vec rows of n_pos scores (each
- * row keys [0, n_pos) of one query vector, kn_hp1_scores_ref).
- * Writes n_head copies of the taps to taps (n_head * 3 floats), fills
- * *hp (hp->taps = taps) and returns the fraction reached (computed with
- * the ref gate arithmetic). */
+/* Controlled sparsity, step 1: scores whose sign is chosen. With random
+ * keys of zero mean, the zero share of the served model's gate cannot
+ * pass about 7/8 (a key whose two predecessors score <= 0 always passes),
+ * so the keys get "gate dimensions": in every key row (rows t at
+ * k + t*k_stride, kv head h at + h*head_dim) dims g < group become +1
+ * (with probability on_frac) or -1, drawn per (t, h, g), or per (t, h)
+ * when shared (every head of the group then sees the same pattern), and
+ * in every query vector (rows at q + r*q_stride, head i at + i*head_dim)
+ * dim i % group becomes 1/scale and the other gate dims 0. Head i's
+ * score is then +-1 plus the rest of the dot product (about N(0, 1/9)
+ * for values uniform in [-1, 1)), so its sign follows the draw. Seeded,
+ * deterministic. group <= head_dim. */
+void kn_hp1_gate_dims(float *k, size_t k_stride, int n_kv, int n_head_kv, int head_dim, float *q,
+                      size_t q_stride, int n_rows, int n_head, float scale, double on_frac,
+                      bool shared, uint32_t seed);
+
+/* Controlled sparsity, step 2. Choose K = 3 taps (1, -a, -a) with the
+ * ReLU on, hi = 1 and gamma = 1, the shape of the served model's gate
+ * (the score minus a multiple of the pooled ReLU scores, clamped to
+ * [0, 1]), so that the share of p_t == 0 over the given score rows is as
+ * close to zero_frac as the data allow: 0 takes lo = 2^-10 (no p can be
+ * zero) and a = 1/2; otherwise lo = 0 and a >= 0 grows by bisection from
+ * a = 0, where the share is that of scores <= 0, up to about
+ * 1 - on * (1 - on)^2 (so give kn_hp1_gate_dims an on_frac a little
+ * above 1 - zero_frac: 1.02 - zero_frac reaches 0.5 to 0.9). scores holds n_vec rows of
+ * n_pos scores (each row keys [0, n_pos) of one query vector,
+ * kn_hp1_scores_ref). Writes n_head copies of the taps to taps (n_head * 3
+ * floats), fills *hp (hp->taps = taps) and returns the share reached
+ * (with the ref gate arithmetic). */
 double kn_hp1_calibrate(const float *scores, int n_vec, int n_pos, double zero_frac, int n_head,
                         float *taps, struct kn_hp1_params *hp);
 

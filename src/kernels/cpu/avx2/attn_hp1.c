@@ -273,11 +273,10 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
             prefetch(kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head), kv->tile_bytes);
         load_k(kv, tile, s0 % bs, w->K);
         uint32_t all = 0;
-        int r_end = 0; /* rows [0, r_end) have keys in this step */
-        for (int r = 0; r < a->n_rows; r++) {
+        /* row r ends at key pos + r: rows [r0, n_rows) have keys here */
+        int r0 = s0 - a->pos > 0 ? s0 - a->pos : 0;
+        for (int r = r0; r < a->n_rows; r++) {
             int valid = a->pos + r + 1 - s0;
-            if (valid <= 0) continue;
-            r_end = r + 1;
             if (valid > SUB) valid = SUB;
             uint32_t vbits = (1u << valid) - 1;
             qk_row(a->q + (size_t)r * a->q_stride, G, hd, w->K, a->scale, t->hp.relu, w->rb + r * G);
@@ -291,10 +290,10 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
         }
         if (t->pv != KN_HP1_PV_NONE && all) {
             load_v(kv, tile, s0 % bs, all, w->V);
-            for (int k = 0; k < r_end * G; k++)
+            for (int k = r0 * G; k < nq; k++)
                 if (w->mask[k]) pv(w->acc + (size_t)k * hd, w->p[k], w->mask[k], w->V, hd);
         }
-        for (int k = 0; k < r_end * G; k++) memcpy(w->rb[k], w->rb[k] + SUB, HIST * sizeof(float));
+        for (int k = r0 * G; k < nq; k++) memcpy(w->rb[k], w->rb[k] + SUB, HIST * sizeof(float));
     }
 }
 

@@ -8,10 +8,11 @@
  *   - kn_hp1_naive_ref: the formula in double over materialized scores,
  *     with a first-order bound on any variant's float rounding; the
  *     tests' oracle;
- *   - kn_hp1_scores_ref, kn_hp1_calibrate, kn_hp1_zero_frac: controlled
- *     sparsity for tests and benchmarks.
+ *   - kn_hp1_gate_dims, kn_hp1_scores_ref, kn_hp1_calibrate,
+ *     kn_hp1_zero_frac: controlled sparsity for tests and benchmarks.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "anvil.h"
@@ -61,8 +62,9 @@ static void chunk_acc(const struct kn_hp1_task *t, int g, const float *q, int P,
     int k0 = c * KN_ATTN_CHUNK, k1 = k0 + KN_ATTN_CHUNK <= P + 1 ? k0 + KN_ATTN_CHUNK : P + 1;
     float row[HDMAX], hist[KN_HP1_MAX_TAPS];
     memset(acc, 0, (size_t)hd * sizeof(float));
-    /* hist[j] = r_{t-j}; before t = k0 it holds the K-1 keys left of the
-     * chunk, recomputed (0 before the first key) */
+    /* at position t, after the shift, hist[j] = r_{t-j}; so before the
+     * first key of the chunk hist[j-1] = r_{k0-j}: the K-1 keys left of
+     * the chunk, recomputed (0 before the first key) */
     for (int j = 1; j < K; j++) {
         int tt = k0 - j;
         float r = 0.0f;
@@ -70,7 +72,7 @@ static void chunk_acc(const struct kn_hp1_task *t, int g, const float *q, int P,
             kv_row(a->kv, a->base, a->blocks, a->kv_head, tt, 0, row);
             r = relu_of(score(q, row, hd, a->scale), hp->relu);
         }
-        hist[j] = r;
+        hist[j - 1] = r;
     }
     for (int tt = k0; tt < k1; tt++) {
         kv_row(a->kv, a->base, a->blocks, a->kv_head, tt, 0, row);
@@ -149,9 +151,11 @@ void kn_hp1_naive_ref(const struct kn_kv_layout *kv, const uint8_t *base, const 
     double *rr = scratch, *ep = scratch + n_max, *pp = scratch + 2 * (size_t)n_max;
     const double u = 0x1p-24;
     /* first-order rounding bound, valid for any summation order:
-     *   s:  |ds| <= scale * (hd+2) u * sum_d |q_d k_d|
+     *   s:  |ds| <= scale * (hd+2) u * sum_d |q_d k_d|; |dr| = 0 where the
+     *       ReLU zeroes s with a margin of |ds|
      *   z:  |dz| <= sum_j |c_j| (|dr_{t-j}| + (K+1) u |r_{t-j}|)   (ReLU is 1-Lipschitz)
-     *   p:  |dp| <= |gamma| |dz| + u |p|                            (so is the clamp)
+     *   p:  |dp| <= |gamma| |dz| + u |p|                            (so is the clamp;
+     *       only u |p| where z is clamped with a margin of |dz|)
      *   o:  |do| <= sum_t |dp_t| |v_t| + (n + n_chunks + 1) u sum_t |p_t v_t| */
     for (int r = 0; r < n_rows; r++) {
         int n = pos + r + 1;
@@ -170,6 +174,8 @@ void kn_hp1_naive_ref(const struct kn_kv_layout *kv, const uint8_t *base, const 
                 s *= scale;
                 rr[t] = hp->relu ? (s > 0.0 ? s : 0.0) : s;
                 ep[t] = (double)scale * (hd + 2) * u * sa;
+                /* negative with a margin: the float ReLU gives exactly 0 */
+                if (hp->relu && s + ep[t] < 0.0) ep[t] = 0.0;
             }
             /* gate, from the last position down so ep[t - j] is still |dr| */
             for (int t = n - 1; t >= 0; t--) {
@@ -181,7 +187,10 @@ void kn_hp1_naive_ref(const struct kn_kv_layout *kv, const uint8_t *base, const 
                 double x = z > hp->lo ? z : hp->lo;
                 x = x < hp->hi ? x : hp->hi;
                 pp[t] = (double)hp->gamma * x;
-                ep[t] = fabs((double)hp->gamma) * ez + u * fabs(pp[t]);
+                /* clamped with a margin: the float z is clamped too, to
+                 * the same bound, so only gamma's product rounds */
+                bool sat = z + ez < hp->lo || z - ez > hp->hi;
+                ep[t] = (sat ? 0.0 : fabs((double)hp->gamma) * ez) + u * fabs(pp[t]);
                 if (n_zero && pp[t] == 0.0) (*n_zero)++;
             }
             if (n_gate) *n_gate += n;
@@ -271,4 +280,29 @@ double kn_hp1_calibrate(const float *scores, int n_vec, int n_pos, double zero_f
     for (int i = 0; i < n_head; i++) memcpy(taps + (size_t)i * 3, c, sizeof(c));
     hp->taps = taps;
     return f;
+}
+
+void kn_hp1_gate_dims(float *k, size_t k_stride, int n_kv, int n_head_kv, int head_dim, float *q,
+                      size_t q_stride, int n_rows, int n_head, float scale, double on_frac,
+                      bool shared, uint32_t seed) {
+    int group = n_head / n_head_kv;
+    uint32_t x = seed;
+    uint32_t thresh = on_frac >= 1.0 ? UINT32_MAX : (uint32_t)(on_frac * 4294967296.0);
+    for (int t = 0; t < n_kv; t++)
+        for (int h = 0; h < n_head_kv; h++) {
+            float *kr = k + (size_t)t * k_stride + (size_t)h * head_dim;
+            bool on = false;
+            for (int g = 0; g < group && g < head_dim; g++) {
+                if (g == 0 || !shared) {
+                    x = x * 1664525u + 1013904223u;
+                    on = on_frac >= 1.0 || x < thresh;
+                }
+                kr[g] = on ? 1.0f : -1.0f;
+            }
+        }
+    for (int r = 0; r < n_rows; r++)
+        for (int i = 0; i < n_head; i++) {
+            float *qi = q + (size_t)r * q_stride + (size_t)i * head_dim;
+            for (int g = 0; g < group && g < head_dim; g++) qi[g] = g == i % group ? 1.0f / scale : 0.0f;
+        }
 }
