@@ -154,21 +154,27 @@ void kn_hp1_naive_ref(const struct kn_kv_layout *kv, const uint8_t *base, const 
 void kn_hp1_scores_ref(const struct kn_kv_layout *kv, const uint8_t *base, const int32_t *blocks,
                        int h, const float *q, float scale, int n, float *s);
 
-/* Controlled sparsity, step 1: scores whose sign is chosen. With random
- * keys of zero mean, the zero share of the served model's gate cannot
- * pass about 7/8 (a key whose two predecessors score <= 0 always passes),
- * so the keys get "gate dimensions": in every key row (rows t at
- * k + t*k_stride, kv head h at + h*head_dim) dims g < group become +1
- * (with probability on_frac) or -1, drawn per (t, h, g), or per (t, h)
- * when shared (every head of the group then sees the same pattern), and
- * in every query vector (rows at q + r*q_stride, head i at + i*head_dim)
- * dim i % group becomes 1/scale and the other gate dims 0. Head i's
- * score is then +-1 plus the rest of the dot product (about N(0, 1/9)
- * for values uniform in [-1, 1)), so its sign follows the draw. Seeded,
- * deterministic. group <= head_dim. */
-void kn_hp1_gate_dims(float *k, size_t k_stride, int n_kv, int n_head_kv, int head_dim, float *q,
-                      size_t q_stride, int n_rows, int n_head, float scale, double on_frac,
+/* Controlled sparsity, step 1: scores whose sign rate is chosen. With
+ * random keys of zero mean, the zero share of the served model's gate
+ * cannot pass about 7/8 (a key whose two predecessors score <= 0 always
+ * passes), so the keys get "gate dimensions" and the queries choose the
+ * rate:
+ *   kn_hp1_gate_keys: in every key row (rows t at k + t*k_stride, kv
+ *     head h at + h*head_dim) dims g < group become u uniform in [-1, 1),
+ *     drawn per (t, h, g), or per (t, h) when shared (every head of the
+ *     group then sees the same pattern), and dim group becomes 1;
+ *   kn_hp1_gate_queries: in every query vector (rows at q + r*q_stride,
+ *     head i at + i*head_dim) dim i % group becomes 1/scale, the other
+ *     gate dims 0, and dim group (2*on_frac - 1)/scale.
+ * Head i's score is then u + 2*on_frac - 1 plus the rest of the dot
+ * product (about N(0, 1/9) for values uniform in [-1, 1)), positive for
+ * a share of about on_frac of the keys. The keys are written once; each
+ * target only rewrites the queries. Seeded, deterministic;
+ * group + 1 <= head_dim. */
+void kn_hp1_gate_keys(float *k, size_t k_stride, int n_kv, int n_head_kv, int head_dim, int group,
                       bool shared, uint32_t seed);
+void kn_hp1_gate_queries(float *q, size_t q_stride, int n_rows, int n_head, int n_head_kv,
+                         int head_dim, float scale, double on_frac);
 
 /* Controlled sparsity, step 2. Choose K = 3 taps (1, -a, -a) with the
  * ReLU on, hi = 1 and gamma = 1, the shape of the served model's gate
@@ -177,8 +183,10 @@ void kn_hp1_gate_dims(float *k, size_t k_stride, int n_kv, int n_head_kv, int he
  * close to zero_frac as the data allow: 0 takes lo = 2^-10 (no p can be
  * zero) and a = 1/2; otherwise lo = 0 and a >= 0 grows by bisection from
  * a = 0, where the share is that of scores <= 0, up to about
- * 1 - on * (1 - on)^2 (so give kn_hp1_gate_dims an on_frac a little
- * above 1 - zero_frac: 1.02 - zero_frac reaches 0.5 to 0.9). scores holds n_vec rows of
+ * 1 - on * (1 - on)^2 for an on share `on` (kn_hp1_gate_queries with
+ * on_frac = 1 - zero_frac: the rest of the dot product pulls the on share
+ * towards 1/2, so a = 0 starts at or below the target, and 0.5 to 0.9
+ * are reachable). scores holds n_vec rows of
  * n_pos scores (each row keys [0, n_pos) of one query vector,
  * kn_hp1_scores_ref). Writes n_head copies of the taps to taps (n_head * 3
  * floats), fills *hp (hp->taps = taps) and returns the share reached

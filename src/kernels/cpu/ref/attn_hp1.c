@@ -8,7 +8,7 @@
  *   - kn_hp1_naive_ref: the formula in double over materialized scores,
  *     with a first-order bound on any variant's float rounding; the
  *     tests' oracle;
- *   - kn_hp1_gate_dims, kn_hp1_scores_ref, kn_hp1_calibrate,
+ *   - kn_hp1_gate_keys, kn_hp1_gate_queries, kn_hp1_scores_ref, kn_hp1_calibrate,
  *     kn_hp1_zero_frac: controlled sparsity for tests and benchmarks.
  */
 #include <math.h>
@@ -282,27 +282,32 @@ double kn_hp1_calibrate(const float *scores, int n_vec, int n_pos, double zero_f
     return f;
 }
 
-void kn_hp1_gate_dims(float *k, size_t k_stride, int n_kv, int n_head_kv, int head_dim, float *q,
-                      size_t q_stride, int n_rows, int n_head, float scale, double on_frac,
+void kn_hp1_gate_keys(float *k, size_t k_stride, int n_kv, int n_head_kv, int head_dim, int group,
                       bool shared, uint32_t seed) {
-    int group = n_head / n_head_kv;
     uint32_t x = seed;
-    uint32_t thresh = on_frac >= 1.0 ? UINT32_MAX : (uint32_t)(on_frac * 4294967296.0);
     for (int t = 0; t < n_kv; t++)
         for (int h = 0; h < n_head_kv; h++) {
             float *kr = k + (size_t)t * k_stride + (size_t)h * head_dim;
-            bool on = false;
-            for (int g = 0; g < group && g < head_dim; g++) {
+            float u = 0.0f;
+            for (int g = 0; g < group; g++) {
                 if (g == 0 || !shared) {
                     x = x * 1664525u + 1013904223u;
-                    on = on_frac >= 1.0 || x < thresh;
+                    u = (float)(x >> 8) * 0x1p-23f - 1.0f;
                 }
-                kr[g] = on ? 1.0f : -1.0f;
+                kr[g] = u;
             }
+            kr[group] = 1.0f;
         }
+}
+
+void kn_hp1_gate_queries(float *q, size_t q_stride, int n_rows, int n_head, int n_head_kv,
+                         int head_dim, float scale, double on_frac) {
+    int group = n_head / n_head_kv;
+    float beta = (float)(2.0 * on_frac - 1.0);
     for (int r = 0; r < n_rows; r++)
         for (int i = 0; i < n_head; i++) {
             float *qi = q + (size_t)r * q_stride + (size_t)i * head_dim;
-            for (int g = 0; g < group && g < head_dim; g++) qi[g] = g == i % group ? 1.0f / scale : 0.0f;
+            for (int g = 0; g < group; g++) qi[g] = g == i % group ? 1.0f / scale : 0.0f;
+            qi[group] = beta / scale;
         }
 }
