@@ -755,29 +755,36 @@ static void test_all_zero(void **state) {
     }
 }
 
-/* Sparse PV never reads V where p == 0: V is infinite at every key whose
- * score is negative (p = 0 there with taps (1, -1/2, -1/2) and lo = 0);
- * the sparse output is finite and matches the oracle, while the dense
- * walk (0 * inf) gives NaN. */
+/* PV never lets a V row that a query vector does not need into its sum,
+ * even when another head of the group needs it (the row is then loaded
+ * and converted): head g's score follows key dim g, on for 50%, 70%, 30%
+ * of the keys (so heads 1 and 2 take both the masked and the sparse
+ * walk), and V is infinite exactly where head 0 is on and heads 1 and 2
+ * are off. Heads 1 and 2 must match the oracle; head 0 and the dense
+ * walk (0 * inf) must not be finite, or the test proves nothing. */
 static void test_sparse_skips_v(void **state) {
     (void)state;
     enum { NKV = 700, HD = 64, NH = 3 };
+    static const float ON[NH] = {0.5f, 0.7f, 0.3f};
     for (int ti = 0; ti < 2; ti++) {
         int type = ti ? ANVIL_TYPE_Q8_0 : ANVIL_TYPE_F16;
         size_t row = HD;
         float *k = malloc((size_t)NKV * row * sizeof(float)), *v = malloc((size_t)NKV * row * sizeof(float));
         uint32_t x = 123;
-        int n_off = 0;
+        int n_inf = 0;
         for (int t = 0; t < NKV; t++) {
-            bool off = (lcg_uniform(&x) < 0.4f); /* ~70% of keys off */
-            n_off += off;
+            bool on[NH];
+            for (int g = 0; g < NH; g++) on[g] = 0.5f * (lcg_uniform(&x) + 1.0f) < ON[g];
+            bool inf = on[0] && !on[1] && !on[2];
+            n_inf += inf;
             for (int d = 0; d < HD; d++) {
-                k[t * row + d] = d == 0 ? (off ? -1.0f : 1.0f) : 0.05f * lcg_uniform(&x);
+                k[t * row + d] = d < NH ? (on[d] ? 1.0f : -1.0f) : 0.05f * lcg_uniform(&x);
                 /* stored as inf: F16 overflows, and so does Q8_0's scale
                  * (quants +-127), without a NaN through the quantizer */
-                v[t * row + d] = off ? (d % 2 ? 1e30f : -1e30f) : lcg_uniform(&x);
+                v[t * row + d] = inf ? (d % 2 ? 1e30f : -1e30f) : lcg_uniform(&x);
             }
         }
+        assert_true(n_inf > 20);
         struct fixture f;
         memset(&f, 0, sizeof(f));
         f.type = type;
@@ -796,33 +803,63 @@ static void test_sparse_skips_v(void **state) {
         f.got = malloc(n * sizeof(float));
         f.taps = malloc(NH * 3 * sizeof(float));
         for (int i = 0; i < f.n_rows * NH; i++) {
-            f.q[i * HD] = 4.0f + i;
-            for (int d = 1; d < HD; d++) f.q[i * HD + d] = lcg_uniform(&x);
-            f.taps[i % NH * 3] = 1.0f;
-            f.taps[i % NH * 3 + 1] = f.taps[i % NH * 3 + 2] = -0.5f;
+            int g = i % NH;
+            f.q[i * HD + g] = 4.0f + i;
+            for (int d = NH; d < HD; d++) f.q[i * HD + d] = lcg_uniform(&x);
+            f.taps[g * 3] = 1.0f;
+            f.taps[g * 3 + 1] = f.taps[g * 3 + 2] = -0.5f;
         }
         f.hp = (struct kn_hp1_params){.taps = f.taps, .n_taps = 3, .gamma = 1.0f, .lo = 0.0f, .hi = 1.0f,
                                       .relu = true};
         fixture_oracle(&f);
-        assert_true(f.n_zero >= (int64_t)n_off * f.n_rows * NH);
-        for (size_t i = 0; i < n; i++) assert_true(isfinite(f.want[i]));
+        float *tile = malloc(n * sizeof(float));
         for (int vi = 0; vi < N_VARIANTS; vi++) {
             const struct kn_hp1_ops *ops = pick(vi);
             if (!ops) continue;
-            run_decode_rows(ops, &f, f.got, KN_HP1_PV_SPARSE);
-            expect_bound(f.got, f.want, f.bound, n, 1.25, ops->name);
-            /* split pieces and a prefill tile read no V of their own either */
-            float *tile = malloc(n * sizeof(float));
-            struct kn_hp1_task t = fixture_task(&f, 0, 0, f.n_rows, tile);
-            ops->attn(&t);
-            expect_same(tile, f.got, n, "tile with inf V");
-            /* the dense walk multiplies the NaN by 0 */
+            for (int mode = 0; mode < 3; mode++) {
+                /* decode rows, a prefill tile, split pieces of one chunk each */
+                memset(f.got, 0xff, n * sizeof(float));
+                if (mode == 0) {
+                    run_decode_rows(ops, &f, f.got, KN_HP1_PV_SPARSE);
+                } else if (mode == 1) {
+                    struct kn_hp1_task t = fixture_task(&f, 0, 0, f.n_rows, f.got);
+                    ops->attn(&t);
+                } else {
+                    for (int r = 0; r < f.n_rows; r++) {
+                        int nc = kn_attn_n_chunks(NKV - f.n_rows + r + 1);
+                        float *part = malloc((size_t)nc * NH * HD * sizeof(float));
+                        struct kn_hp1_task t = fixture_task(&f, 0, r, 1, f.got);
+                        for (int c = 0; c < nc; c++) {
+                            t.at.c0 = c;
+                            t.at.c1 = c + 1;
+                            t.at.part = part + (size_t)c * NH * HD;
+                            ops->partial(&t);
+                        }
+                        t.at.c0 = 0;
+                        t.at.c1 = nc;
+                        t.at.part = part;
+                        ops->reduce(&t);
+                        free(part);
+                    }
+                }
+                for (int r = 0; r < f.n_rows; r++) {
+                    const float *o = f.got + (size_t)r * NH * HD;
+                    int fin0 = 0;
+                    for (int d = 0; d < HD; d++) fin0 += isfinite(o[d]);
+                    if (fin0 == HD) fail_msg("%s mode %d: head 0 is finite: the inf rows were not used", ops->name, mode);
+                    char what[64];
+                    snprintf(what, sizeof(what), "%s mode %d row %d heads 1-2", ops->name, mode, r);
+                    expect_bound(o + HD, f.want + (size_t)r * NH * HD + HD, f.bound + (size_t)r * NH * HD + HD,
+                                 2 * HD, 1.25, what);
+                }
+            }
+            /* the dense walk multiplies the inf rows by 0 */
             run_decode_rows(ops, &f, tile, KN_HP1_PV_DENSE);
             int nan = 0;
-            for (size_t i = 0; i < n; i++) nan += isnan(tile[i]);
+            for (size_t i = 0; i < n; i++) nan += i % (NH * HD) >= HD && isnan(tile[i]);
             if (!nan) fail_msg("%s: dense PV did not touch the inf rows", ops->name);
-            free(tile);
         }
+        free(tile);
         free(k);
         free(v);
         fixture_free(&f);

@@ -185,20 +185,41 @@ static inline uint32_t gate(const float *rb, const float *c, int K, __m256 lo, _
     return m;
 }
 
-/* acc[d0, d0 + 8*nb) += p_j * V[j][...] for the set bits j of m, lowest
- * first. */
+/* How a query vector's PV walks a step (all give the same bits, see the
+ * header: a term with p_j == 0 is an exact zero, and V rows that its
+ * vector does not need are masked to zeros, so a stale or non-finite
+ * row cannot leak in):
+ *   WALK_SPARSE: the set bits j of m, lowest first (few nonzero p);
+ *   WALK_MASKED: every j < 16 in order, V row j ANDed with bit j of m
+ *                (many nonzero p: a straight loop beats the branches);
+ *   WALK_ALL:    every j < n in order, as is (every p of the step nonzero,
+ *                or KN_HP1_PV_DENSE). */
+enum { WALK_SPARSE, WALK_MASKED, WALK_ALL };
+
+#define MASKED_MIN 8 /* nonzero p from which WALK_MASKED beats WALK_SPARSE */
+
+/* acc[d0, d0 + 8*nb) += p_j * V[j][d0, ...] over the walk's j. */
 static inline __attribute__((always_inline)) void
-pv_walk(const int nb, float *restrict acc, const float *restrict p, uint32_t m,
-        const float *restrict Vb, int hd, int d0) {
+pv_cols(const int mode, const int nb, float *restrict acc, const float *restrict p, uint32_t m,
+        int n, const float *restrict Vb, int hd, int d0) {
     __m256 c[8];
 #pragma GCC unroll 8
     for (int b = 0; b < nb; b++) c[b] = _mm256_load_ps(acc + d0 + 8 * b);
-    if (m == 0xffff) {
-        for (int j = 0; j < SUB; j++) {
+    if (mode == WALK_ALL) {
+        for (int j = 0; j < n; j++) {
             __m256 pj = _mm256_set1_ps(p[j]);
             const float *vr = Vb + j * hd + d0;
 #pragma GCC unroll 8
             for (int b = 0; b < nb; b++) c[b] = _mm256_fmadd_ps(pj, _mm256_load_ps(vr + 8 * b), c[b]);
+        }
+    } else if (mode == WALK_MASKED) {
+        for (int j = 0; j < SUB; j++) {
+            __m256 pj = _mm256_set1_ps(p[j]);
+            __m256 mj = _mm256_castsi256_ps(_mm256_set1_epi32(-(int)((m >> j) & 1)));
+            const float *vr = Vb + j * hd + d0;
+#pragma GCC unroll 8
+            for (int b = 0; b < nb; b++)
+                c[b] = _mm256_fmadd_ps(pj, _mm256_and_ps(mj, _mm256_load_ps(vr + 8 * b)), c[b]);
         }
     } else {
         while (m) {
@@ -214,10 +235,11 @@ pv_walk(const int nb, float *restrict acc, const float *restrict p, uint32_t m,
     for (int b = 0; b < nb; b++) _mm256_store_ps(acc + d0 + 8 * b, c[b]);
 }
 
-static void pv(float *acc, const float *p, uint32_t m, const float *Vb, int hd) {
+static inline __attribute__((always_inline)) void
+pv_vec(const int mode, float *acc, const float *p, uint32_t m, int n, const float *Vb, int hd) {
     int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) pv_walk(8, acc, p, m, Vb, hd, d0);
-    if (d0 < hd) pv_walk(4, acc, p, m, Vb, hd, d0); /* hd is a multiple of 32 */
+    for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, 8, acc, p, m, n, Vb, hd, d0);
+    if (d0 < hd) pv_cols(mode, 4, acc, p, m, n, Vb, hd, d0); /* hd is a multiple of 32 */
 }
 
 /* ---------------------------------------------------------------------- */
@@ -229,12 +251,48 @@ struct ws {
     float acc[MAXQ * HDMAX] __attribute__((aligned(64))); /* the chunk's partials */
     float run[MAXQ * HDMAX] __attribute__((aligned(64))); /* attn: their sum */
     float rb[MAXQ][HIST + SUB] __attribute__((aligned(32)));
-    float p[MAXQ][SUB] __attribute__((aligned(32)));
-    uint32_t mask[MAXQ];
+    /* gate results of two steps: PV of a step runs after the gate of the
+     * next one, so that the V rows it needs are prefetched meanwhile */
+    float p[2][MAXQ][SUB] __attribute__((aligned(32)));
+    uint32_t mask[2][MAXQ];  /* p != 0 among the valid keys */
+    uint32_t vbits[2][MAXQ]; /* the valid keys */
+};
+
+/* A step whose gate is done and whose PV is pending. */
+struct pend {
+    const uint8_t *tile;
+    int j0, buf;
+    uint32_t all; /* V rows some query vector needs */
 };
 
 static void prefetch(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+/* The V rows `rows` of keys [j0, j0 + 16) of a tile (and Q8_0's scales). */
+static void prefetch_v(const struct kn_kv_layout *kv, const uint8_t *tile, int j0, uint32_t rows) {
+    size_t rb = kv->type == ANVIL_TYPE_F16 ? (size_t)kv->head_dim * 2 : (size_t)kv->head_dim;
+    const uint8_t *v = tile + kv->v_off + (size_t)j0 * rb;
+    while (rows) {
+        int j = __builtin_ctz(rows);
+        rows &= rows - 1;
+        prefetch(v + (size_t)j * rb, rb);
+    }
+    if (kv->type == ANVIL_TYPE_Q8_0) prefetch(tile + kv->vs_off, kv->tile_bytes - kv->vs_off);
+}
+
+static void step_pv(const struct kn_hp1_task *t, struct ws *w, const struct pend *pd, int nq) {
+    int hd = t->at.kv->head_dim;
+    load_v(t->at.kv, pd->tile, pd->j0, pd->all, w->V);
+    for (int k = 0; k < nq; k++) {
+        uint32_t m = w->mask[pd->buf][k], vb = w->vbits[pd->buf][k];
+        if (!m) continue;
+        float *acc = w->acc + (size_t)k * hd;
+        const float *p = w->p[pd->buf][k];
+        if (m == vb) pv_vec(WALK_ALL, acc, p, m, __builtin_popcount(vb), w->V, hd);
+        else if (__builtin_popcount(m) >= MASKED_MIN) pv_vec(WALK_MASKED, acc, p, m, SUB, w->V, hd);
+        else pv_vec(WALK_SPARSE, acc, p, m, 0, w->V, hd);
+    }
 }
 
 /* The r of the HIST keys before k0 for every query vector: zeros before
@@ -265,16 +323,20 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
     int k1 = k0 + KN_ATTN_CHUNK < n_kv_max ? k0 + KN_ATTN_CHUNK : n_kv_max;
     const __m256 lo = _mm256_set1_ps(t->hp.lo), hi = _mm256_set1_ps(t->hp.hi);
     const __m256 gamma = _mm256_set1_ps(t->hp.gamma);
+    struct pend pd = {0};
+    bool pending = false;
     memset(w->acc, 0, (size_t)nq * hd * sizeof(float));
-    for (int s0 = k0; s0 < k1; s0 += SUB) {
+    for (int s0 = k0, buf = 0; s0 < k1; s0 += SUB, buf ^= 1) {
         const uint8_t *tile = kn_kv_tile(kv, a->base, a->blocks[s0 / bs], a->kv_head);
         int nxt = s0 + bs - s0 % bs;
-        if (s0 % bs == 0 && nxt < k1)
-            prefetch(kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head), kv->tile_bytes);
+        /* the next tile's K only: its V rows are fetched when a gate wants them */
+        if (s0 % bs == 0 && nxt < n_kv_max)
+            prefetch(kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head), kv->v_off);
         load_k(kv, tile, s0 % bs, w->K);
         uint32_t all = 0;
         /* row r ends at key pos + r: rows [r0, n_rows) have keys here */
         int r0 = s0 - a->pos > 0 ? s0 - a->pos : 0;
+        for (int k = 0; k < r0 * G; k++) w->mask[buf][k] = 0;
         for (int r = r0; r < a->n_rows; r++) {
             int valid = a->pos + r + 1 - s0;
             if (valid > SUB) valid = SUB;
@@ -282,19 +344,21 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
             qk_row(a->q + (size_t)r * a->q_stride, G, hd, w->K, a->scale, t->hp.relu, w->rb + r * G);
             for (int g = 0; g < G; g++) {
                 int k = r * G + g;
-                uint32_t m = gate(w->rb[k], t->hp.taps + (size_t)g * K, K, lo, hi, gamma, valid, w->p[k]);
+                uint32_t m = gate(w->rb[k], t->hp.taps + (size_t)g * K, K, lo, hi, gamma, valid, w->p[buf][k]);
                 if (t->pv == KN_HP1_PV_DENSE) m = vbits;
-                w->mask[k] = m;
+                w->mask[buf][k] = m;
+                w->vbits[buf][k] = vbits;
                 all |= m;
             }
         }
-        if (t->pv != KN_HP1_PV_NONE && all) {
-            load_v(kv, tile, s0 % bs, all, w->V);
-            for (int k = r0 * G; k < nq; k++)
-                if (w->mask[k]) pv(w->acc + (size_t)k * hd, w->p[k], w->mask[k], w->V, hd);
-        }
         for (int k = r0 * G; k < nq; k++) memcpy(w->rb[k], w->rb[k] + SUB, HIST * sizeof(float));
+        if (t->pv == KN_HP1_PV_NONE) continue;
+        if (all) prefetch_v(kv, tile, s0 % bs, all);
+        if (pending) step_pv(t, w, &pd, nq);
+        pending = all != 0;
+        pd = (struct pend){tile, s0 % bs, buf, all};
     }
+    if (pending) step_pv(t, w, &pd, nq);
 }
 
 /* ---------------------------------------------------------------------- */
