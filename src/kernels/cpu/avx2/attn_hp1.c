@@ -71,38 +71,21 @@ static void load_k(const struct kn_kv_layout *kv, const uint8_t *tile, int j0, f
     }
 }
 
-/* V rows j (bit j of rows) of keys [j0, j0 + 16) as float into Vb (16, hd);
- * other rows are left alone. */
-static void load_v(const struct kn_kv_layout *kv, const uint8_t *tile, int j0, uint32_t rows,
-                   float *restrict Vb) {
-    int bs = kv->block_size, hd = kv->head_dim;
-    bool all = __builtin_popcount(rows) > 12; /* converting a few extra rows is cheaper than branching */
+/* V row j0 + j of a tile as float into dst (hd). */
+static inline void load_v_row(const struct kn_kv_layout *kv, const uint8_t *tile, int j,
+                              float *restrict dst) {
+    int hd = kv->head_dim;
     if (kv->type == ANVIL_TYPE_F16) {
-        const uint16_t *vt = (const uint16_t *)(tile + kv->v_off) + (size_t)j0 * hd;
-        if (all) {
-            for (int i = 0; i < SUB * hd; i += 8) _mm256_store_ps(Vb + i, load_f16x8(vt + i));
-            return;
-        }
-        while (rows) {
-            int j = __builtin_ctz(rows);
-            rows &= rows - 1;
-            for (int d = 0; d < hd; d += 8)
-                _mm256_store_ps(Vb + j * hd + d, load_f16x8(vt + (size_t)j * hd + d));
-        }
+        const uint16_t *src = (const uint16_t *)(tile + kv->v_off) + (size_t)j * hd;
+        for (int d = 0; d < hd; d += 8) _mm256_store_ps(dst + d, load_f16x8(src + d));
         return;
     }
-    const int8_t *vq = (const int8_t *)(tile + kv->v_off) + (size_t)j0 * hd;
-    const uint16_t *vs = (const uint16_t *)(tile + kv->vs_off) + j0;
-    if (all) rows = 0xffff;
-    while (rows) {
-        int j = __builtin_ctz(rows);
-        rows &= rows - 1;
-        for (int g = 0; g < hd / 32; g++) {
-            __m256 sc = _mm256_set1_ps(_cvtsh_ss(vs[(size_t)g * bs + j]));
-            const int8_t *src = vq + (size_t)j * hd + g * 32;
-            float *dst = Vb + j * hd + g * 32;
-            for (int u = 0; u < 32; u += 8) _mm256_store_ps(dst + u, _mm256_mul_ps(load_i8x8(src + u), sc));
-        }
+    const int8_t *src = (const int8_t *)(tile + kv->v_off) + (size_t)j * hd;
+    const uint16_t *vs = (const uint16_t *)(tile + kv->vs_off) + j;
+    for (int g = 0; g < hd / 32; g++) {
+        __m256 sc = _mm256_set1_ps(_cvtsh_ss(vs[(size_t)g * kv->block_size]));
+        for (int u = 0; u < 32; u += 8)
+            _mm256_store_ps(dst + g * 32 + u, _mm256_mul_ps(load_i8x8(src + g * 32 + u), sc));
     }
 }
 
@@ -185,58 +168,97 @@ static inline uint32_t gate(const float *rb, const float *c, int K, __m256 lo, _
     return m;
 }
 
-/* How a query vector's PV walks a step (all give the same bits, see the
+/* PV runs over spans of SPAN_STEPS steps (PV_ROWS keys: 64 at head_dim 64,
+ * so that the float V of a span is 16 KiB and stays in L1): the gate of
+ * a span leaves, per query vector, the 64-bit mask of its nonzero p, and
+ * one walk per vector and span keeps the branch mispredictions (one per
+ * walk, at its end) rare. A span's PV runs after the gate of the next
+ * span, so the V rows it needs are prefetched meanwhile, and only those
+ * are read and converted. */
+#define VBUF_FLOATS 4096
+#define SPAN_MAX (VBUF_FLOATS / 64) /* keys per span at head_dim <= 64 */
+
+/* How a query vector walks a span (all give the same bits, see the
  * header: a term with p_j == 0 is an exact zero, and V rows that its
  * vector does not need are masked to zeros, so a stale or non-finite
  * row cannot leak in):
- *   WALK_SPARSE: the set bits j of m, lowest first (few nonzero p);
- *   WALK_MASKED: every j < 16 in order, V row j ANDed with bit j of m
- *                (many nonzero p: a straight loop beats the branches);
- *   WALK_ALL:    every j < n in order, as is (every p of the step nonzero,
- *                or KN_HP1_PV_DENSE). */
+ *   WALK_SPARSE: the set bits j of m, lowest first;
+ *   WALK_MASKED: every j < n in order, V row j ANDed with bit j of m
+ *                (most p nonzero: a straight loop beats the per-key cost);
+ *   WALK_ALL:    every j < n in order, as is (every p of the span
+ *                nonzero, or KN_HP1_PV_DENSE). */
 enum { WALK_SPARSE, WALK_MASKED, WALK_ALL };
 
-#define MASKED_MIN 8 /* nonzero p from which WALK_MASKED beats WALK_SPARSE */
-
-/* acc[d0, d0 + 8*nb) += p_j * V[j][d0, ...] over the walk's j. */
+/* acc[d0, d0 + 8*nb) += p_j * V[j][d0, ...] over the walk's j, nb = 4 or
+ * 8. The accumulators are named variables, not an array: in the sparse
+ * loop gcc would otherwise keep them in memory (a store-forwarding chain
+ * per FMA, three times slower). */
 static inline __attribute__((always_inline)) void
-pv_cols(const int mode, const int nb, float *restrict acc, const float *restrict p, uint32_t m,
+pv_cols(const int mode, const int nb, float *restrict acc, const float *restrict p, uint64_t m,
         int n, const float *restrict Vb, int hd, int d0) {
-    __m256 c[8];
-#pragma GCC unroll 8
-    for (int b = 0; b < nb; b++) c[b] = _mm256_load_ps(acc + d0 + 8 * b);
+    float *a = acc + d0;
+    __m256 c0 = _mm256_load_ps(a), c1 = _mm256_load_ps(a + 8), c2 = _mm256_load_ps(a + 16),
+           c3 = _mm256_load_ps(a + 24), c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+    if (nb > 4) {
+        c4 = _mm256_load_ps(a + 32);
+        c5 = _mm256_load_ps(a + 40);
+        c6 = _mm256_load_ps(a + 48);
+        c7 = _mm256_load_ps(a + 56);
+    }
+#define HP1_FMA(X)                                                                                \
+    do {                                                                                          \
+        c0 = _mm256_fmadd_ps(pj, X(vr), c0);                                                      \
+        c1 = _mm256_fmadd_ps(pj, X(vr + 8), c1);                                                  \
+        c2 = _mm256_fmadd_ps(pj, X(vr + 16), c2);                                                 \
+        c3 = _mm256_fmadd_ps(pj, X(vr + 24), c3);                                                 \
+        if (nb > 4) {                                                                             \
+            c4 = _mm256_fmadd_ps(pj, X(vr + 32), c4);                                             \
+            c5 = _mm256_fmadd_ps(pj, X(vr + 40), c5);                                             \
+            c6 = _mm256_fmadd_ps(pj, X(vr + 48), c6);                                             \
+            c7 = _mm256_fmadd_ps(pj, X(vr + 56), c7);                                             \
+        }                                                                                         \
+    } while (0)
+#define HP1_LD(ptr) _mm256_load_ps(ptr)
+#define HP1_LDM(ptr) _mm256_and_ps(mj, _mm256_load_ps(ptr))
     if (mode == WALK_ALL) {
         for (int j = 0; j < n; j++) {
             __m256 pj = _mm256_set1_ps(p[j]);
             const float *vr = Vb + j * hd + d0;
-#pragma GCC unroll 8
-            for (int b = 0; b < nb; b++) c[b] = _mm256_fmadd_ps(pj, _mm256_load_ps(vr + 8 * b), c[b]);
+            HP1_FMA(HP1_LD);
         }
     } else if (mode == WALK_MASKED) {
-        for (int j = 0; j < SUB; j++) {
+        for (int j = 0; j < n; j++) {
             __m256 pj = _mm256_set1_ps(p[j]);
             __m256 mj = _mm256_castsi256_ps(_mm256_set1_epi32(-(int)((m >> j) & 1)));
             const float *vr = Vb + j * hd + d0;
-#pragma GCC unroll 8
-            for (int b = 0; b < nb; b++)
-                c[b] = _mm256_fmadd_ps(pj, _mm256_and_ps(mj, _mm256_load_ps(vr + 8 * b)), c[b]);
+            HP1_FMA(HP1_LDM);
         }
     } else {
         while (m) {
-            int j = __builtin_ctz(m);
+            int j = __builtin_ctzll(m);
             m &= m - 1;
             __m256 pj = _mm256_set1_ps(p[j]);
             const float *vr = Vb + j * hd + d0;
-#pragma GCC unroll 8
-            for (int b = 0; b < nb; b++) c[b] = _mm256_fmadd_ps(pj, _mm256_load_ps(vr + 8 * b), c[b]);
+            HP1_FMA(HP1_LD);
         }
     }
-#pragma GCC unroll 8
-    for (int b = 0; b < nb; b++) _mm256_store_ps(acc + d0 + 8 * b, c[b]);
+#undef HP1_FMA
+#undef HP1_LD
+#undef HP1_LDM
+    _mm256_store_ps(a, c0);
+    _mm256_store_ps(a + 8, c1);
+    _mm256_store_ps(a + 16, c2);
+    _mm256_store_ps(a + 24, c3);
+    if (nb > 4) {
+        _mm256_store_ps(a + 32, c4);
+        _mm256_store_ps(a + 40, c5);
+        _mm256_store_ps(a + 48, c6);
+        _mm256_store_ps(a + 56, c7);
+    }
 }
 
 static inline __attribute__((always_inline)) void
-pv_vec(const int mode, float *acc, const float *p, uint32_t m, int n, const float *Vb, int hd) {
+pv_vec(const int mode, float *acc, const float *p, uint64_t m, int n, const float *Vb, int hd) {
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, 8, acc, p, m, n, Vb, hd, d0);
     if (d0 < hd) pv_cols(mode, 4, acc, p, m, n, Vb, hd, d0); /* hd is a multiple of 32 */
@@ -245,52 +267,71 @@ pv_vec(const int mode, float *acc, const float *p, uint32_t m, int n, const floa
 /* ---------------------------------------------------------------------- */
 /* chunks */
 
+struct span {
+    const uint8_t *tile[SPAN_MAX / SUB]; /* of each step */
+    int j0[SPAN_MAX / SUB];
+    int n;        /* keys in the span */
+    int buf;      /* its gate results in ws.p[buf], ws.mask[buf] */
+    uint64_t all; /* V rows some query vector needs */
+};
+
 struct ws {
     float K[HDMAX * SUB] __attribute__((aligned(64)));
-    float V[SUB * HDMAX] __attribute__((aligned(64)));
+    float V[VBUF_FLOATS] __attribute__((aligned(64)));  /* a span's V (n, hd) */
     float acc[MAXQ * HDMAX] __attribute__((aligned(64))); /* the chunk's partials */
     float run[MAXQ * HDMAX] __attribute__((aligned(64))); /* attn: their sum */
     float rb[MAXQ][HIST + SUB] __attribute__((aligned(32)));
-    /* gate results of two steps: PV of a step runs after the gate of the
-     * next one, so that the V rows it needs are prefetched meanwhile */
-    float p[2][MAXQ][SUB] __attribute__((aligned(32)));
-    uint32_t mask[2][MAXQ];  /* p != 0 among the valid keys */
-    uint32_t vbits[2][MAXQ]; /* the valid keys */
-};
-
-/* A step whose gate is done and whose PV is pending. */
-struct pend {
-    const uint8_t *tile;
-    int j0, buf;
-    uint32_t all; /* V rows some query vector needs */
+    /* gate results of two spans: PV of one, gate of the next */
+    float p[2][MAXQ][SPAN_MAX] __attribute__((aligned(32)));
+    uint64_t mask[2][MAXQ];  /* p != 0 among the valid keys */
+    uint64_t vbits[2][MAXQ]; /* the valid keys */
 };
 
 static void prefetch(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
-/* The V rows `rows` of keys [j0, j0 + 16) of a tile (and Q8_0's scales). */
-static void prefetch_v(const struct kn_kv_layout *kv, const uint8_t *tile, int j0, uint32_t rows) {
-    size_t rb = kv->type == ANVIL_TYPE_F16 ? (size_t)kv->head_dim * 2 : (size_t)kv->head_dim;
-    const uint8_t *v = tile + kv->v_off + (size_t)j0 * rb;
-    while (rows) {
-        int j = __builtin_ctz(rows);
-        rows &= rows - 1;
-        prefetch(v + (size_t)j * rb, rb);
-    }
-    if (kv->type == ANVIL_TYPE_Q8_0) prefetch(tile + kv->vs_off, kv->tile_bytes - kv->vs_off);
+static size_t v_row_bytes(const struct kn_kv_layout *kv) {
+    return kv->type == ANVIL_TYPE_F16 ? (size_t)kv->head_dim * 2 : (size_t)kv->head_dim;
 }
 
-static void step_pv(const struct kn_hp1_task *t, struct ws *w, const struct pend *pd, int nq) {
-    int hd = t->at.kv->head_dim;
-    load_v(t->at.kv, pd->tile, pd->j0, pd->all, w->V);
+/* Prefetch the V rows a span needs (and Q8_0's V scales). */
+static void prefetch_span(const struct kn_kv_layout *kv, const struct span *sp) {
+    size_t rb = v_row_bytes(kv);
+    uint64_t rows = sp->all;
+    while (rows) {
+        int j = __builtin_ctzll(rows);
+        rows &= rows - 1;
+        prefetch(sp->tile[j / SUB] + kv->v_off + (size_t)(sp->j0[j / SUB] + j % SUB) * rb, rb);
+    }
+    if (kv->type == ANVIL_TYPE_Q8_0)
+        for (int st = 0; st * SUB < sp->n; st++)
+            if ((sp->all >> (st * SUB)) & 0xffff)
+                prefetch(sp->tile[st] + kv->vs_off, kv->tile_bytes - kv->vs_off);
+}
+
+/* MASKED walk from this many nonzero p in a span of n keys: past it, the
+ * sparse walk's per-key overhead costs more than the skipped FMAs. */
+static inline int masked_min(int n) { return n - n / 4; }
+
+static void span_pv(const struct kn_hp1_task *t, struct ws *w, const struct span *sp, int nq) {
+    const struct kn_kv_layout *kv = t->at.kv;
+    int hd = kv->head_dim;
+    uint64_t rows = sp->all;
+    while (rows) {
+        int j = __builtin_ctzll(rows);
+        rows &= rows - 1;
+        load_v_row(kv, sp->tile[j / SUB], sp->j0[j / SUB] + j % SUB, w->V + (size_t)j * hd);
+    }
+    int mmin = masked_min(sp->n);
     for (int k = 0; k < nq; k++) {
-        uint32_t m = w->mask[pd->buf][k], vb = w->vbits[pd->buf][k];
+        uint64_t m = w->mask[sp->buf][k], vb = w->vbits[sp->buf][k];
         if (!m) continue;
         float *acc = w->acc + (size_t)k * hd;
-        const float *p = w->p[pd->buf][k];
-        if (m == vb) pv_vec(WALK_ALL, acc, p, m, __builtin_popcount(vb), w->V, hd);
-        else if (__builtin_popcount(m) >= MASKED_MIN) pv_vec(WALK_MASKED, acc, p, m, SUB, w->V, hd);
+        const float *p = w->p[sp->buf][k];
+        int n = __builtin_popcountll(m);
+        if (m == vb) pv_vec(WALK_ALL, acc, p, m, n, w->V, hd);
+        else if (n >= mmin) pv_vec(WALK_MASKED, acc, p, m, sp->n, w->V, hd);
         else pv_vec(WALK_SPARSE, acc, p, m, 0, w->V, hd);
     }
 }
@@ -312,53 +353,72 @@ static void init_history(const struct kn_hp1_task *t, int k0, struct ws *w) {
     }
 }
 
+/* Scores and gate of the steps of a span: p, masks and valid bits of every
+ * query vector into buffer sp->buf; the history moves along. */
+static void span_gate(const struct kn_hp1_task *t, struct ws *w, struct span *sp, int s0, int n_kv_max) {
+    const struct kn_attn_task *a = &t->at;
+    const struct kn_kv_layout *kv = a->kv;
+    int hd = kv->head_dim, bs = kv->block_size, G = a->group, K = t->hp.n_taps;
+    int nq = a->n_rows * G, buf = sp->buf;
+    const __m256 lo = _mm256_set1_ps(t->hp.lo), hi = _mm256_set1_ps(t->hp.hi);
+    const __m256 gamma = _mm256_set1_ps(t->hp.gamma);
+    uint64_t all = 0;
+    for (int k = 0; k < nq; k++) w->mask[buf][k] = w->vbits[buf][k] = 0;
+    for (int st = 0; st * SUB < sp->n; st++) {
+        int s = s0 + st * SUB;
+        const uint8_t *tile = kn_kv_tile(kv, a->base, a->blocks[s / bs], a->kv_head);
+        sp->tile[st] = tile;
+        sp->j0[st] = s % bs;
+        int nxt = s + bs - s % bs;
+        /* the next tile's K only: its V rows are fetched when a gate wants them */
+        if (s % bs == 0 && nxt < n_kv_max)
+            prefetch(kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head), kv->v_off);
+        load_k(kv, tile, s % bs, w->K);
+        /* row r ends at key pos + r: rows [r0, n_rows) have keys here */
+        int r0 = s - a->pos > 0 ? s - a->pos : 0;
+        for (int r = r0; r < a->n_rows; r++) {
+            int valid = a->pos + r + 1 - s;
+            if (valid > SUB) valid = SUB;
+            uint64_t vbits = ((1u << valid) - 1) & 0xffff;
+            qk_row(a->q + (size_t)r * a->q_stride, G, hd, w->K, a->scale, t->hp.relu, w->rb + r * G);
+            for (int g = 0; g < G; g++) {
+                int k = r * G + g;
+                uint64_t m = gate(w->rb[k], t->hp.taps + (size_t)g * K, K, lo, hi, gamma, valid,
+                                  w->p[buf][k] + st * SUB);
+                if (t->pv == KN_HP1_PV_DENSE) m = vbits;
+                w->mask[buf][k] |= m << (st * SUB);
+                w->vbits[buf][k] |= vbits << (st * SUB);
+                all |= m << (st * SUB);
+            }
+        }
+        for (int k = r0 * G; k < nq; k++) memcpy(w->rb[k], w->rb[k] + SUB, HIST * sizeof(float));
+    }
+    sp->all = all;
+}
+
 /* Chunk c of every row: the partials into w->acc. The history in w->rb
  * must be that of key c * CHUNK; it is left for the next chunk. */
 static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
     const struct kn_attn_task *a = &t->at;
-    const struct kn_kv_layout *kv = a->kv;
-    int hd = kv->head_dim, bs = kv->block_size, G = a->group, K = t->hp.n_taps;
-    int nq = a->n_rows * G, n_kv_max = a->pos + a->n_rows;
+    int hd = a->kv->head_dim, nq = a->n_rows * a->group, n_kv_max = a->pos + a->n_rows;
     int k0 = c * KN_ATTN_CHUNK;
     int k1 = k0 + KN_ATTN_CHUNK < n_kv_max ? k0 + KN_ATTN_CHUNK : n_kv_max;
-    const __m256 lo = _mm256_set1_ps(t->hp.lo), hi = _mm256_set1_ps(t->hp.hi);
-    const __m256 gamma = _mm256_set1_ps(t->hp.gamma);
-    struct pend pd = {0};
+    int span_keys = VBUF_FLOATS / hd / SUB * SUB; /* whole steps: 64 at hd 64, 32 at 128 */
+    if (span_keys > SPAN_MAX) span_keys = SPAN_MAX;
+    struct span sp[2];
     bool pending = false;
     memset(w->acc, 0, (size_t)nq * hd * sizeof(float));
-    for (int s0 = k0, buf = 0; s0 < k1; s0 += SUB, buf ^= 1) {
-        const uint8_t *tile = kn_kv_tile(kv, a->base, a->blocks[s0 / bs], a->kv_head);
-        int nxt = s0 + bs - s0 % bs;
-        /* the next tile's K only: its V rows are fetched when a gate wants them */
-        if (s0 % bs == 0 && nxt < n_kv_max)
-            prefetch(kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head), kv->v_off);
-        load_k(kv, tile, s0 % bs, w->K);
-        uint32_t all = 0;
-        /* row r ends at key pos + r: rows [r0, n_rows) have keys here */
-        int r0 = s0 - a->pos > 0 ? s0 - a->pos : 0;
-        for (int k = 0; k < r0 * G; k++) w->mask[buf][k] = 0;
-        for (int r = r0; r < a->n_rows; r++) {
-            int valid = a->pos + r + 1 - s0;
-            if (valid > SUB) valid = SUB;
-            uint32_t vbits = (1u << valid) - 1;
-            qk_row(a->q + (size_t)r * a->q_stride, G, hd, w->K, a->scale, t->hp.relu, w->rb + r * G);
-            for (int g = 0; g < G; g++) {
-                int k = r * G + g;
-                uint32_t m = gate(w->rb[k], t->hp.taps + (size_t)g * K, K, lo, hi, gamma, valid, w->p[buf][k]);
-                if (t->pv == KN_HP1_PV_DENSE) m = vbits;
-                w->mask[buf][k] = m;
-                w->vbits[buf][k] = vbits;
-                all |= m;
-            }
-        }
-        for (int k = r0 * G; k < nq; k++) memcpy(w->rb[k], w->rb[k] + SUB, HIST * sizeof(float));
+    for (int s0 = k0, buf = 0; s0 < k1; s0 += span_keys, buf ^= 1) {
+        struct span *cur = &sp[buf];
+        cur->buf = buf;
+        cur->n = k1 - s0 < span_keys ? k1 - s0 : span_keys;
+        span_gate(t, w, cur, s0, n_kv_max);
         if (t->pv == KN_HP1_PV_NONE) continue;
-        if (all) prefetch_v(kv, tile, s0 % bs, all);
-        if (pending) step_pv(t, w, &pd, nq);
-        pending = all != 0;
-        pd = (struct pend){tile, s0 % bs, buf, all};
+        prefetch_span(a->kv, cur);
+        if (pending) span_pv(t, w, &sp[buf ^ 1], nq);
+        pending = cur->all != 0;
     }
-    if (pending) step_pv(t, w, &pd, nq);
+    if (pending) span_pv(t, w, &sp[((k1 - k0 + span_keys - 1) / span_keys - 1) & 1], nq);
 }
 
 /* ---------------------------------------------------------------------- */
