@@ -432,6 +432,7 @@ static void test_prefill_variants(void **state) {
         {ANVIL_TYPE_F16, 128, 4, 4, 500, 20}, /* MHA, rows cross 512 */
         {ANVIL_TYPE_Q8_0, 64, 8, 1, 0, 9},    /* GQA 8 */
         {ANVIL_TYPE_F16, 64, 3, 1, 1, 2},     /* tiny: the FIR sees the first keys */
+        {ANVIL_TYPE_Q8_0, 64, 6, 2, 30, 12},  /* Q8_0, GQA 3: decode reads K in place, tiles buffer it */
     };
     for (size_t ci = 0; ci < sizeof(C) / sizeof(C[0]); ci++) {
         for (size_t pi = 0; pi < N_PSETS; pi += 2) {

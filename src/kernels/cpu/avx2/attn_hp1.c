@@ -92,17 +92,49 @@ static inline void load_v_row(const struct kn_kv_layout *kv, const uint8_t *tile
 /* ---------------------------------------------------------------------- */
 /* scores, gate, PV */
 
-/* r of the 16 keys in Kb for nq (1..3) query vectors q[k] into r[k][0, 16). */
+/* Where a step's K comes from: the float buffer of load_k (prefill tiles
+ * and groups of more than 3 heads, which would otherwise convert each
+ * row more than once), or the tile itself, converted in registers as it
+ * is read (decode with up to 3 heads per kv head: one pass reads every K
+ * value once). Both give the same floats (Q8_0: quant times scale, exact
+ * in float), so the scores are the same bits. */
+enum { KSRC_BUF, KSRC_F16, KSRC_Q8 };
+
+struct ksrc {
+    const float *buf;   /* KSRC_BUF: (hd, 16) */
+    const uint8_t *k;   /* else: K^T at key j0 of the tile, rows bs apart */
+    const uint16_t *ks; /* KSRC_Q8: the scales at key j0, rows bs apart */
+    int bs;
+};
+
+/* r of the step's 16 keys for nq (1..3) query vectors q[k] into r[k][0, 16). */
 static inline __attribute__((always_inline)) void
-qk_group(const int nq, const float *const *q, const float *restrict Kb, int hd, float scale,
-         bool relu, float *const *r) {
+qk_group(const int mode, const int nq, const float *const *q, const struct ksrc *src, int hd,
+         float scale, bool relu, float *const *r) {
     __m256 a[3][2][2]; /* [query][half][d mod 2] */
+    __m256 sc0 = _mm256_setzero_ps(), sc1 = sc0;
 #pragma GCC unroll 3
     for (int k = 0; k < nq; k++) a[k][0][0] = a[k][0][1] = a[k][1][0] = a[k][1][1] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d += 2) {
+        if (mode == KSRC_Q8 && d % 32 == 0) {
+            sc0 = load_f16x8(src->ks + (size_t)(d / 32) * src->bs);
+            sc1 = load_f16x8(src->ks + (size_t)(d / 32) * src->bs + 8);
+        }
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++) {
-            __m256 k0 = _mm256_load_ps(Kb + (d + u) * SUB), k1 = _mm256_load_ps(Kb + (d + u) * SUB + 8);
+            __m256 k0, k1;
+            if (mode == KSRC_BUF) {
+                k0 = _mm256_load_ps(src->buf + (d + u) * SUB);
+                k1 = _mm256_load_ps(src->buf + (d + u) * SUB + 8);
+            } else if (mode == KSRC_F16) {
+                const uint16_t *kr = (const uint16_t *)src->k + (size_t)(d + u) * src->bs;
+                k0 = load_f16x8(kr);
+                k1 = load_f16x8(kr + 8);
+            } else {
+                const int8_t *kr = (const int8_t *)src->k + (size_t)(d + u) * src->bs;
+                k0 = _mm256_mul_ps(load_i8x8(kr), sc0);
+                k1 = _mm256_mul_ps(load_i8x8(kr + 8), sc1);
+            }
             /* keep the rows in registers, shared by the nq queries */
             __asm__("" : "+x"(k0), "+x"(k1));
 #pragma GCC unroll 3
@@ -128,21 +160,48 @@ qk_group(const int nq, const float *const *q, const float *restrict Kb, int hd, 
     }
 }
 
-/* Scores and ReLU of keys [s0, s0 + 16) (K in Kb) for the G query vectors
- * of one row: r into rb[g] + HIST. */
-static void qk_row(const float *q, int G, int hd, const float *Kb, float scale, bool relu,
-                   float (*rb)[HIST + SUB]) {
+static inline __attribute__((always_inline)) void
+qk_mode(const int mode, const float *q, int G, int hd, const struct ksrc *src, float scale,
+        bool relu, float (*rb)[HIST + SUB]) {
     int g = 0;
     while (g < G) {
         int rem = G - g, n = rem == 2 || rem == 4 ? 2 : rem >= 3 ? 3 : 1;
         int g1 = n > 1 ? g + 1 : g, g2 = n > 2 ? g + 2 : g; /* unused slots repeat g */
         const float *qp[3] = {q + (size_t)g * hd, q + (size_t)g1 * hd, q + (size_t)g2 * hd};
         float *rp[3] = {rb[g] + HIST, rb[g1] + HIST, rb[g2] + HIST};
-        if (n == 3) qk_group(3, qp, Kb, hd, scale, relu, rp);
-        else if (n == 2) qk_group(2, qp, Kb, hd, scale, relu, rp);
-        else qk_group(1, qp, Kb, hd, scale, relu, rp);
+        if (n == 3) qk_group(mode, 3, qp, src, hd, scale, relu, rp);
+        else if (n == 2) qk_group(mode, 2, qp, src, hd, scale, relu, rp);
+        else qk_group(mode, 1, qp, src, hd, scale, relu, rp);
         g += n;
     }
+}
+
+/* Scores and ReLU of a step's 16 keys for the G query vectors of one row:
+ * r into rb[g] + HIST. */
+static void qk_row(int mode, const float *q, int G, int hd, const struct ksrc *src, float scale,
+                   bool relu, float (*rb)[HIST + SUB]) {
+    if (mode == KSRC_BUF) qk_mode(KSRC_BUF, q, G, hd, src, scale, relu, rb);
+    else if (mode == KSRC_F16) qk_mode(KSRC_F16, q, G, hd, src, scale, relu, rb);
+    else qk_mode(KSRC_Q8, q, G, hd, src, scale, relu, rb);
+}
+
+/* The K source of keys [j0, j0 + 16) of a tile for a task of nq query
+ * vectors; fills Kb when the buffer is the better one. */
+static int k_source(const struct kn_kv_layout *kv, const uint8_t *tile, int j0, int nq, float *Kb,
+                    struct ksrc *src) {
+    src->bs = kv->block_size;
+    if (nq > 3) {
+        load_k(kv, tile, j0, Kb);
+        src->buf = Kb;
+        return KSRC_BUF;
+    }
+    if (kv->type == ANVIL_TYPE_F16) {
+        src->k = tile + (size_t)j0 * 2;
+        return KSRC_F16;
+    }
+    src->k = tile + j0;
+    src->ks = (const uint16_t *)(tile + kv->ks_off) + j0;
+    return KSRC_Q8;
 }
 
 /* The gate of one query vector over a step: rb holds r_{t-HIST..t+15};
@@ -346,9 +405,11 @@ static void init_history(const struct kn_hp1_task *t, int k0, struct ws *w) {
         return;
     }
     int s0 = k0 - SUB, bs = a->kv->block_size;
-    load_k(a->kv, kn_kv_tile(a->kv, a->base, a->blocks[s0 / bs], a->kv_head), s0 % bs, w->K);
+    struct ksrc src;
+    int mode = k_source(a->kv, kn_kv_tile(a->kv, a->base, a->blocks[s0 / bs], a->kv_head), s0 % bs,
+                        nq, w->K, &src);
     for (int r = 0; r < a->n_rows; r++) {
-        qk_row(a->q + (size_t)r * a->q_stride, G, hd, w->K, a->scale, t->hp.relu, w->rb + r * G);
+        qk_row(mode, a->q + (size_t)r * a->q_stride, G, hd, &src, a->scale, t->hp.relu, w->rb + r * G);
         for (int g = 0; g < G; g++) memcpy(w->rb[r * G + g], w->rb[r * G + g] + SUB, HIST * sizeof(float));
     }
 }
@@ -373,14 +434,15 @@ static void span_gate(const struct kn_hp1_task *t, struct ws *w, struct span *sp
         /* the next tile's K only: its V rows are fetched when a gate wants them */
         if (s % bs == 0 && nxt < n_kv_max)
             prefetch(kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head), kv->v_off);
-        load_k(kv, tile, s % bs, w->K);
+        struct ksrc src;
+        int mode = k_source(kv, tile, s % bs, nq, w->K, &src);
         /* row r ends at key pos + r: rows [r0, n_rows) have keys here */
         int r0 = s - a->pos > 0 ? s - a->pos : 0;
         for (int r = r0; r < a->n_rows; r++) {
             int valid = a->pos + r + 1 - s;
             if (valid > SUB) valid = SUB;
             uint64_t vbits = ((1u << valid) - 1) & 0xffff;
-            qk_row(a->q + (size_t)r * a->q_stride, G, hd, w->K, a->scale, t->hp.relu, w->rb + r * G);
+            qk_row(mode, a->q + (size_t)r * a->q_stride, G, hd, &src, a->scale, t->hp.relu, w->rb + r * G);
             for (int g = 0; g < G; g++) {
                 int k = r * G + g;
                 uint64_t m = gate(w->rb[k], t->hp.taps + (size_t)g * K, K, lo, hi, gamma, valid,
