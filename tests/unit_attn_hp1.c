@@ -325,14 +325,14 @@ static void check_decode(const struct kn_hp1_ops *ops, struct fixture *f, float 
     run_decode_rows(ops, f, f->got, KN_HP1_PV_SPARSE);
     expect_bound(f->got, f->want, f->bound, nout, 1.25, what);
     if (ref_out) {
-        char w2[200];
+        char w2[256];
         snprintf(w2, sizeof(w2), "%s vs ref", what);
         expect_bound(f->got, ref_out, f->bound, nout, 2.5, w2);
     }
     /* dense PV: the same bits (V is finite) */
     memset(tmp, 0xff, nout * sizeof(float));
     run_decode_rows(ops, f, tmp, KN_HP1_PV_DENSE);
-    char w3[200];
+    char w3[256];
     snprintf(w3, sizeof(w3), "%s dense vs sparse", what);
     expect_same(tmp, f->got, nout, w3);
     /* no PV: zeros */
@@ -357,7 +357,7 @@ static void check_decode(const struct kn_hp1_ops *ops, struct fixture *f, float 
             t.at.part = part;
             ops->reduce(&t);
         }
-        char w2[200];
+        char w2[256];
         snprintf(w2, sizeof(w2), "%s split piece %d", what, piece);
         expect_same(tmp, f->got, nout, w2);
     }
@@ -462,7 +462,7 @@ static void test_prefill_variants(void **state) {
                                 t.pv = (enum kn_hp1_pv)pv;
                                 ops->attn(&t);
                             }
-                        char w2[160];
+                        char w2[256];
                         snprintf(w2, sizeof(w2), "%s tile %d pv %d vs decode", what, tile, pv);
                         expect_same(f.got, dec, n, w2);
                     }

@@ -32,9 +32,12 @@
  *          acc_c = sum over t in chunk c, t <= P, p_t != 0, ascending t,
  *                  of p_t * v_t, starting from +0
  *        (ref: acc = acc + p*v unfused; avx2: fused multiply-add).
- *      This is the sparse walk; it is the definition. Positions with
- *      p_t == 0 are not visited, so their V is never read (and a
- *      non-finite V there cannot leak in).
+ *      A term with p_t == 0 contributes nothing: a kernel skips it (the
+ *      sparse walk) or adds it as p_t * 0, with the V row masked to zeros
+ *      (a straight walk over a mostly nonzero span). Adding an exact zero
+ *      to a sum changes at most the sign of a zero sum, and step 6 starts
+ *      from +0, so the output bits are the same either way; and a V value
+ *      at a position with p_t == 0 never reaches the sum, finite or not.
  *   6. o = (((+0 + acc_0) + acc_1) + ...) + acc_last: plain float adds in
  *      ascending chunk order, the same in every variant.
  * Every value above is a function of q, the taps, the parameters and the
@@ -51,12 +54,13 @@
  * just acc_c, and the reduction adds records in ascending chunk order
  * (step 6), which is what attn does chunk by chunk.
  *
- * Sparse PV. The gate pass of a step (KN_ATTN_SUB keys) leaves, per query
- * vector, the bit mask of keys with p_t != 0: the step's part of the
+ * Sparse PV. The gate pass of a span of keys (up to 64) leaves, per query
+ * vector, the bit mask of keys with p_t != 0: the span's part of the
  * ascending list of nonzero positions. PV walks the set bits lowest
  * first; V rows that no query vector of the group needs are neither
- * converted nor read. A fully nonzero step takes a straight-line walk
- * with the same arithmetic.
+ * read nor converted. A mostly nonzero span takes a straight masked walk
+ * and a fully nonzero one a plain walk, with the same arithmetic
+ * (cpu/avx2/attn_hp1.c).
  */
 #ifndef ANVIL_KN_ATTN_HP1_H
 #define ANVIL_KN_ATTN_HP1_H
@@ -82,8 +86,9 @@ struct kn_hp1_params {
 };
 
 /* What PV does. SPARSE is the kernel; the other two exist to measure it
- * (bench/bench_hp1.c): DENSE visits every position, adding p_t * v_t
- * even when p_t == 0 (equal to SPARSE bit for bit when V is finite, see
+ * (bench/bench_hp1.c): DENSE visits every position and reads every V
+ * row, adding p_t * v_t even when p_t == 0 (what a kernel without the
+ * nonzero list does; equal to SPARSE bit for bit when V is finite, see
  * the tests), NONE skips PV and writes zeros (QK and gate alone). */
 enum kn_hp1_pv { KN_HP1_PV_SPARSE = 0, KN_HP1_PV_DENSE, KN_HP1_PV_NONE };
 

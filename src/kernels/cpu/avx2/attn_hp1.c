@@ -3,25 +3,29 @@
  * FMA + F16C, F16 and Q8_0 KV. Also the avx512 family's HP1 table.
  *
  * Same grid as the softmax kernels (kernels/attn.h): steps of 16 keys,
- * chunks of 256 at fixed positions. Per step:
- *   1. the step's K is converted once to float (K^T (hd, 16) in a stack
- *      buffer) and every query vector of the task (the GQA group, times
- *      the rows of a prefill tile) runs over it, up to 3 at a time sharing
- *      the loads: 16 scores in two 8-lane vectors, a_u = FMA chain over
- *      d = u mod 2, s = (a_0 + a_1) * scale, then the ReLU;
- *   2. the gate, 8 lanes at a time: the step's r sit after the K-1 r of
+ * chunks of 256 at fixed positions; PV in spans of up to 64 keys.
+ *   1. Scores, per step: every query vector of the task (the GQA group,
+ *      times the rows of a prefill tile) runs over the step's K, up to 3
+ *      at a time sharing the loads: 16 scores in two 8-lane vectors,
+ *      a_u = FMA chain over d = u mod 2, s = (a_0 + a_1) * scale, then the
+ *      ReLU. Decode with up to 3 heads per kv head converts K in
+ *      registers as it reads it; otherwise K is converted once to a float
+ *      buffer that the vectors share (same floats either way).
+ *   2. Gate, 8 lanes at a time: the step's r sit after the last 8 r of
  *      the keys before it in a small per-vector buffer, so r_{t-j} is an
  *      unaligned load; z by FMA in tap order, clamp, times gamma, lanes
  *      past the row's last key zeroed; the bit mask of p != 0 is the
- *      step's part of the vector's list of nonzero positions;
- *   3. PV: only V rows set in the union of the group's masks are
- *      converted (and read); each vector walks its mask lowest bit first,
- *      acc = fma(p_t, v_t, acc), in registers 64 columns at a time; a
- *      full mask takes a straight-line walk (same arithmetic).
- * No exp, no running max, no rescale: HP1 decode does less per key than
- * the softmax kernel. The history of a call's first chunk (when it is not
- * chunk 0) is the step left of it, recomputed with the same code, so any
- * split gives the same bits (attn_hp1.h, numeric specification).
+ *      step's part of the vector's list of nonzero positions.
+ *   3. PV, per span, one span behind the gate (so the V rows a span needs
+ *      are prefetched while the next span's scores are computed): only V
+ *      rows set in the union of the group's masks are read and converted;
+ *      each vector then walks its mask (see WALK_*), acc = fma(p_t, v_t,
+ *      acc), 64 columns at a time in registers.
+ * No exp, no running max, no rescale. The history of a call's first chunk
+ * (when it is not chunk 0) is the step left of it, recomputed with the
+ * same code, so any split gives the same bits (attn_hp1.h, numeric
+ * specification). Only the next tile's K is prefetched ahead: the V rows
+ * are prefetched once a gate says they are needed.
  */
 #include <immintrin.h>
 #include <stdbool.h>
@@ -227,11 +231,13 @@ static inline uint32_t gate(const float *rb, const float *c, int K, __m256 lo, _
     return m;
 }
 
-/* PV runs over spans of SPAN_STEPS steps (PV_ROWS keys: 64 at head_dim 64,
- * so that the float V of a span is 16 KiB and stays in L1): the gate of
- * a span leaves, per query vector, the 64-bit mask of its nonzero p, and
- * one walk per vector and span keeps the branch mispredictions (one per
- * walk, at its end) rare. A span's PV runs after the gate of the next
+/* PV runs over spans of whole steps, VBUF_FLOATS / head_dim keys at most
+ * (64 at head_dim 64, 32 at 128: the float V of a span is 16 KiB and
+ * stays in L1): the gate of a span leaves, per query vector, the 64-bit
+ * mask of its nonzero p, and one walk per vector and span keeps branch
+ * mispredictions (one per walk, at its end) rare: per 16-key step they
+ * cost as much as the FMAs they skipped (measured: PV at 70% zeros was
+ * no faster than dense). A span's PV runs after the gate of the next
  * span, so the V rows it needs are prefetched meanwhile, and only those
  * are read and converted. */
 #define VBUF_FLOATS 4096
