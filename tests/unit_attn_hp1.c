@@ -505,6 +505,14 @@ static void test_block_sizes(void **state) {
                 }
             }
             fixture_free(&f);
+            /* and decode with every split: the FIR history of chunk 1 is
+             * the step [240, 256), inside a block of 32 or 64 keys */
+            fixture_init(&f, type, 64, 9, 3, 600, 1, &PSETS[4], 901, true);
+            for (int vi = 0; vi < N_VARIANTS; vi++) {
+                const struct kn_hp1_ops *ops = pick(vi);
+                if (ops) check_decode(ops, &f, NULL);
+            }
+            fixture_free(&f);
         }
         for (int vi = 0; vi < N_VARIANTS; vi++) free(first[vi]);
     }

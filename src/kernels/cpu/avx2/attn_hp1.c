@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "anvil.h"
+#include "core/core.h"
 #include "kernels/attn_hp1.h"
 
 #define SUB KN_ATTN_SUB
@@ -492,7 +493,16 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
 /* ---------------------------------------------------------------------- */
 /* the table */
 
+/* The task limits every variant relies on (the buffers are sized by
+ * them); cheap next to the task. */
+static void check_task(const struct kn_hp1_task *t) {
+    ANVIL_ASSERT(t->hp.n_taps >= 1 && t->hp.n_taps <= KN_HP1_MAX_TAPS);
+    ANVIL_ASSERT(t->at.n_rows >= 1 && t->at.group >= 1 && t->at.n_rows * t->at.group <= KN_ATTN_MAXQ);
+    ANVIL_ASSERT(t->at.kv->head_dim % 32 == 0 && t->at.kv->head_dim <= KN_ATTN_MAX_HEAD_DIM);
+}
+
 static void attn_avx2(const struct kn_hp1_task *t) {
+    check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group, nq = a->n_rows * G;
     struct ws w;
@@ -514,6 +524,7 @@ static void attn_avx2(const struct kn_hp1_task *t) {
 }
 
 static void partial_avx2(const struct kn_hp1_task *t) {
+    check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group;
     size_t rec = kn_hp1_rec_floats(G, hd);
@@ -526,6 +537,7 @@ static void partial_avx2(const struct kn_hp1_task *t) {
 }
 
 static void reduce_avx2(const struct kn_hp1_task *t) {
+    check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group;
     size_t rec = kn_hp1_rec_floats(G, hd);
