@@ -146,9 +146,12 @@ const struct kn_hp1_ops *kn_hp1_select(const char *name);
  * doubles. When bound is not NULL it gets, per output element, a first
  * order bound on the rounding error of any variant's float arithmetic
  * (the score dot in any order of hd terms, the FIR of K terms, the sum
- * over positions and chunks), same layout as out. When n_zero is not
- * NULL, *n_zero += the number of (row, head, key) with p == 0 in double,
- * and *n_gate += the number of (row, head, key). */
+ * over positions and chunks), same layout as out. A key whose p is 0
+ * with a margin (every float variant gets exactly 0 there too: the ReLU
+ * or the clamp saturates by more than the rounding bound) is left out of
+ * the sums, its V unread, like the kernels. When n_zero is not NULL,
+ * *n_zero += the number of (row, head, key) with p == 0 in double, and
+ * *n_gate += the number of (row, head, key). */
 void kn_hp1_naive_ref(const struct kn_kv_layout *kv, const uint8_t *base, const int32_t *blocks,
                       int n_head, const struct kn_hp1_params *hp, float scale, const float *q,
                       size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
