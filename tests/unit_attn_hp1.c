@@ -113,7 +113,8 @@ struct pset {
     int n_taps;
     float gamma, lo, hi;
     bool relu;
-    float tap_scale; /* taps uniform in [-tap_scale, tap_scale), c_0 made positive */
+    float tap_scale; /* taps uniform in [-tap_scale, tap_scale), c_0 made positive;
+                      * negative: |taps| (all positive) */
 };
 
 static const struct pset PSETS[] = {
@@ -123,6 +124,7 @@ static const struct pset PSETS[] = {
     {1, 1.0f, 0.0f, 1.0f, false, 1.0f},   /* K = 1 */
     {8, 0.5f, 0.0f, 4.0f, true, 0.5f},    /* K = max */
     {3, 2.0f, 0.25f, 0.25f, true, 1.0f},  /* lo == hi: p = 0.5 everywhere */
+    {3, 1.0f, 0.0f, 1.0f, true, -1.0f},   /* positive taps: p = 0 only after 3 scores <= 0 */
 };
 #define N_PSETS (sizeof(PSETS) / sizeof(PSETS[0]))
 
@@ -171,7 +173,10 @@ static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_
     f->taps = malloc((size_t)n_head * KN_HP1_MAX_TAPS * sizeof(float));
     assert_true(f->q && f->want && f->bound && f->got && f->taps);
     for (size_t i = 0; i < n; i++) f->q[i] = 4.0f * lcg_uniform(&x);
-    for (int i = 0; i < n_head * ps->n_taps; i++) f->taps[i] = ps->tap_scale * lcg_uniform(&x);
+    for (int i = 0; i < n_head * ps->n_taps; i++) {
+        f->taps[i] = ps->tap_scale * lcg_uniform(&x);
+        if (ps->tap_scale < 0.0f) f->taps[i] = fabsf(f->taps[i]);
+    }
     for (int i = 0; i < n_head; i++) f->taps[i * ps->n_taps] = fabsf(f->taps[i * ps->n_taps]) + 0.25f;
     f->hp = (struct kn_hp1_params){.taps = f->taps, .n_taps = ps->n_taps, .gamma = ps->gamma,
                                    .lo = ps->lo, .hi = ps->hi, .relu = ps->relu};

@@ -45,6 +45,7 @@ PSETS = [
     (1, 1.0, 0.0, 1.0, False, 1.0),
     (8, 0.5, 0.0, 4.0, True, 0.5),
     (3, 2.0, 0.25, 0.25, True, 1.0),
+    (3, 1.0, 0.0, 1.0, True, -1.0),  # negative tap scale: |taps|
 ]
 
 CASES = [
@@ -56,6 +57,7 @@ CASES = [
     (1, 128, 3, 1, 0, 1, 15, 3),     # a single key, K = 1
     (8, 64, 6, 2, 16, 17, 16, 5),    # Q8_0 prefill, GQA 3, lo == hi
     (1, 32, 2, 1, 1, 1, 17, 0),      # two keys: K - 1
+    (1, 64, 6, 3, 60, 40, 18, 6),    # prefill, positive taps: most p nonzero
 ]
 
 
@@ -89,6 +91,8 @@ def case_out(typ, hd, n_head, n_kv_head, pos, n_rows, seed, pset):
     v = store(u[nk:2 * nk].reshape(n_kv, n_kv_head, hd), typ)
     q = (np.float32(4.0) * u[2 * nk:2 * nk + nq]).astype(np.float64).reshape(n_rows, n_head, hd)
     taps = (np.float32(tap_scale) * u[2 * nk + nq:]).reshape(n_head, n_taps)
+    if tap_scale < 0:
+        taps = np.abs(taps)
     taps[:, 0] = np.abs(taps[:, 0]) + np.float32(0.25)
     taps = taps.astype(np.float64)
     gamma, lo, hi = (float(np.float32(a)) for a in (gamma, lo, hi))

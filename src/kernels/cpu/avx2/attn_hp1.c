@@ -376,8 +376,8 @@ static void prefetch_span(const struct kn_kv_layout *kv, const struct span *sp) 
                 prefetch(sp->tile[st] + kv->vs_off, kv->tile_bytes - kv->vs_off);
 }
 
-/* MASKED walk from this many nonzero p in a span of n keys: past it, the
- * sparse walk's per-key overhead costs more than the skipped FMAs. */
+/* MASKED walk from this many nonzero p among n keys: past it, the sparse
+ * walk's per-key overhead costs more than the FMAs it skips. */
 static inline int masked_min(int n) { return n - n / 4; }
 
 static void span_pv(const struct kn_hp1_task *t, struct ws *w, const struct span *sp, int nq) {
@@ -389,15 +389,16 @@ static void span_pv(const struct kn_hp1_task *t, struct ws *w, const struct span
         rows &= rows - 1;
         load_v_row(kv, sp->tile[j / SUB], sp->j0[j / SUB] + j % SUB, w->V + (size_t)j * hd);
     }
-    int mmin = masked_min(sp->n);
     for (int k = 0; k < nq; k++) {
         uint64_t m = w->mask[sp->buf][k], vb = w->vbits[sp->buf][k];
         if (!m) continue;
         float *acc = w->acc + (size_t)k * hd;
         const float *p = w->p[sp->buf][k];
-        int n = __builtin_popcountll(m);
-        if (m == vb) pv_vec(WALK_ALL, acc, p, m, n, w->V, hd);
-        else if (n >= mmin) pv_vec(WALK_MASKED, acc, p, m, sp->n, w->V, hd);
+        /* the vector's keys in the span are [0, nv) (a prefill row may end
+         * inside it): only their p were written, so no walk reads past */
+        int nv = __builtin_popcountll(vb);
+        if (m == vb) pv_vec(WALK_ALL, acc, p, m, nv, w->V, hd);
+        else if (__builtin_popcountll(m) >= masked_min(nv)) pv_vec(WALK_MASKED, acc, p, m, nv, w->V, hd);
         else pv_vec(WALK_SPARSE, acc, p, m, 0, w->V, hd);
     }
 }
@@ -493,6 +494,17 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
 /* ---------------------------------------------------------------------- */
 /* the table */
 
+/* Debug builds fill the workspace with NaN, so a read of anything the
+ * kernel did not write this call (a stale p, an unconverted V row that a
+ * walk does not mask) shows in the tests' outputs. */
+static void ws_poison(struct ws *w) {
+#ifdef ANVIL_DEBUG
+    memset(w, 0xff, sizeof(*w));
+#else
+    (void)w;
+#endif
+}
+
 /* The task limits every variant relies on (the buffers are sized by
  * them); cheap next to the task. */
 static void check_task(const struct kn_hp1_task *t) {
@@ -506,6 +518,7 @@ static void attn_avx2(const struct kn_hp1_task *t) {
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group, nq = a->n_rows * G;
     struct ws w;
+    ws_poison(&w);
     memset(w.run, 0, (size_t)nq * hd * sizeof(float));
     init_history(t, 0, &w);
     int nc = kn_attn_n_chunks(a->pos + a->n_rows);
@@ -529,6 +542,7 @@ static void partial_avx2(const struct kn_hp1_task *t) {
     int hd = a->kv->head_dim, G = a->group;
     size_t rec = kn_hp1_rec_floats(G, hd);
     struct ws w;
+    ws_poison(&w);
     init_history(t, a->c0 * KN_ATTN_CHUNK, &w);
     for (int c = a->c0; c < a->c1; c++) {
         chunk_pass(t, c, &w);
