@@ -95,7 +95,8 @@ enum kn_hp1_pv { KN_HP1_PV_SPARSE = 0, KN_HP1_PV_DENSE, KN_HP1_PV_NONE };
 /* One HP1 task: the fields of kn_attn_task mean what they mean there
  * (kv, base, blocks, kv_head, group, scale, q/q_stride, out/out_stride,
  * pos, n_rows with n_rows * group <= KN_ATTN_MAXQ, c0/c1, part), except
- * that a partial record is kn_hp1_rec_floats() long. */
+ * that a partial record is kn_hp1_rec_floats() long and window must be 0:
+ * HP1 has no sliding window (the kernels assert it). */
 struct kn_hp1_task {
     struct kn_attn_task at;
     struct kn_hp1_params hp;

@@ -511,6 +511,7 @@ static void check_task(const struct kn_hp1_task *t) {
     ANVIL_ASSERT(t->hp.n_taps >= 1 && t->hp.n_taps <= KN_HP1_MAX_TAPS);
     ANVIL_ASSERT(t->at.n_rows >= 1 && t->at.group >= 1 && t->at.n_rows * t->at.group <= KN_ATTN_MAXQ);
     ANVIL_ASSERT(t->at.kv->head_dim % 32 == 0 && t->at.kv->head_dim <= KN_ATTN_MAX_HEAD_DIM);
+    ANVIL_ASSERT(t->at.window == 0); /* no sliding window for HP1 (yet) */
 }
 
 static void attn_avx2(const struct kn_hp1_task *t) {
