@@ -66,12 +66,14 @@ UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
 LIBA       := $(BUILD)/libanvil.a
+# standalone micro-benchmarks with their own main (never run by make test)
+BENCH_BIN  := $(BUILD)/bench/bench_hp1
 CLI_BIN    := bin/anvil$(SUFFIX)
 
 .PHONY: all debug asan test unit model run bench clean deps venv fmt fuzz fuzz-bins
 .DEFAULT_GOAL := all
 
-all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN)
+all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN) $(BENCH_BIN)
 
 debug:
 	@$(MAKE) --no-print-directory MODE=debug all
@@ -115,6 +117,10 @@ $(LIBA): $(LIB_OBJ)
 $(CLI_BIN): $(CLI_OBJ) $(SERVER_OBJ) $(LIBA)
 	@mkdir -p bin
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(SERVER_OBJ) $(LIBA) $(SERVER_LIBS) $(LIBS)
+
+# bench/bench_hp1.c: HP1 vs softmax decode attention (build/<mode>/bench/bench_hp1 --help)
+$(BUILD)/bench/bench_hp1: $(BUILD)/bench/bench_hp1.o $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(LIBS)
 
 # Unit tests (tests/unit_*.c, run by tests/run_all.py) and test tools
 # (tests/tool_*.c, driven by the Python tests) see the library's internals.
