@@ -18,6 +18,16 @@ DECLARE_MATMUL_AVX2(kn_matmul_q4_1_avx2)
 DECLARE_MATMUL_AVX2(kn_matmul_f16_avx2)
 DECLARE_MATMUL_AVX2(kn_matmul_f32_avx2)
 DECLARE_MATMUL_AVX2(kn_matmul_bf16_avx2)
+/* matmul_k.c: 5-bit, K-quant and IQ4 types, bit-exact with the reference */
+DECLARE_MATMUL_AVX2(kn_matmul_q5_0_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_q5_1_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_iq4_nl_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_q2_k_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_q3_k_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_q4_k_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_q5_k_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_q6_k_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_iq4_xs_avx2)
 
 void kn_act_q8a_avx2(void *restrict dst, const float *restrict x, int n);
 void kn_act_q8k_avx2(void *restrict dst, const float *restrict x, int n);

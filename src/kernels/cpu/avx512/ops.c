@@ -291,6 +291,16 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
                 [ANVIL_TYPE_Q8_0] = kn_matmul_q8_0_avx512, \
                 [ANVIL_TYPE_Q4_0] = kn_matmul_q4_0_avx512, \
                 [ANVIL_TYPE_Q4_1] = kn_matmul_q4_1_avx512, \
+                /* the avx2 kernels: valid here, tested on AVX2 machines */ \
+                [ANVIL_TYPE_Q5_0] = kn_matmul_q5_0_avx2, \
+                [ANVIL_TYPE_Q5_1] = kn_matmul_q5_1_avx2, \
+                [ANVIL_TYPE_IQ4_NL] = kn_matmul_iq4_nl_avx2, \
+                [ANVIL_TYPE_Q2_K] = kn_matmul_q2_k_avx2, \
+                [ANVIL_TYPE_Q3_K] = kn_matmul_q3_k_avx2, \
+                [ANVIL_TYPE_Q4_K] = kn_matmul_q4_k_avx2, \
+                [ANVIL_TYPE_Q5_K] = kn_matmul_q5_k_avx2, \
+                [ANVIL_TYPE_Q6_K] = kn_matmul_q6_k_avx2, \
+                [ANVIL_TYPE_IQ4_XS] = kn_matmul_iq4_xs_avx2, \
             }, \
         .pack_size = kn_pack_size_avx512, \
         .pack_rows = kn_pack_rows_avx512, \
