@@ -5,49 +5,54 @@
  * cpu/ref/matmul.c; the kernels are bit-exact with it.
  *
  * Units. A weight row is a sequence of units: the 32-element block of the
- * Q8A types, the 256-element super-block of the Q8K types. Each unit is
- * first decoded (decode_unit) into
- *   w[]    one byte per element: the quant as vpmaddubsw's unsigned
- *          operand (Q5: 0..31, Q4_K: 0..15, Q6_K: 0..63, Q3_K: q + 4h in
- *          0..7, Q2_K: 0..3), or for the IQ4 types the signed table value
- *          kv (then |kv| * sign(qa, kv), the usual sign trick);
- *   sc[16] (K types) the integer scale of each 16 elements;
- *   c[16]  (K types) the integer coefficient of each 16-element activation
- *          sum bsum (mins for Q4_K/Q5_K/Q2_K, 32 sc for Q6_K, 4 sc for Q3_K);
- *   d1, d2 the float scales (d, dmin or m).
- * so that one code path serves every type: the unit's exact integer sums
- *   S1 = sum_j sc_j * sum(w * qa over sub-block j),  S2 = sum_g c_g * bsum_g
- * (for the Q8A types S1 = the block's plain sum, S2 unused), then the
- * reference's float step, operation for operation (fstep below):
+ * Q8A types, the 256-element super-block of the Q8K types. Every shape
+ * below computes, per (row, token) and unit, the reference's exact integer
+ * sums (for the K types S1 = sum_j sc_j * isum_j and S2 = sum_j c_j * bsum_j:
+ * mins, or the -32 / -4 offsets times the scale; for the Q8A types the
+ * block's plain sum), by whatever route is cheapest, then the reference's
+ * float step, operation for operation (fstep below):
  *   Q4_K, Q5_K, Q2_K: acc + ((d * da) * S1 - (dmin * da) * S2)
  *   Q6_K, Q3_K, IQ4_XS: acc + (d * da) * (S1 - S2)
  *   Q5_0: acc + d * (da * S1 - 16 * sa)    Q5_1: acc + ((d * da) * S1 + m * sa)
  *   IQ4_NL: acc + (d * da) * S1
- * Integer sums are exact in any order, and the float step of each (row,
- * token) runs unit by unit in row order, separate mul/add intrinsics (no
- * FMA: these files are built with -std=c11, so GCC does not contract).
- * Hence y(t, r) equals the reference bit for bit, in every shape below,
- * whatever n_tokens, r0 and r1 are (batch invariance, kernels/ops.h).
+ * Integer sums are exact in any order (bounds in cpu/ref/matmul.c), and
+ * the float step of each (row, token) runs unit by unit in row order with
+ * separate mul/add intrinsics (no FMA: these files are built with -std=c11,
+ * so GCC does not contract). Hence y(t, r) equals the reference bit for
+ * bit in every shape, whatever n_tokens, r0 and r1 are (batch invariance,
+ * kernels/ops.h).
  *
  * Shapes:
- *   - matvec (one token at a time, n_tokens < TILED_MIN or n too long for
- *     the scratch): 8 rows in lockstep, each its own memory stream with a
- *     software prefetch; a row's unit is dotted horizontally (32 elements
- *     per vpmaddubsw, scales per int16 lane through vpmaddwd), the 8 rows'
- *     partial vectors are summed by an unpack tree so that lane i holds row
- *     i, and the float step runs with lane = row.
- *   - tiled (several tokens): the token rows are transposed into tiles of
- *     8 tokens (dword lane t = 4 consecutive activations of token t), a
- *     group of GR rows is decoded one unit at a time, and each 4-byte
- *     group of a decoded row is broadcast against GT tiles: one vpmaddubsw
- *     = 8 tokens x 4 elements, every decoded weight serves all the tokens
- *     of the chunk, and no horizontal sums are needed. int16 partial sums
- *     are accumulated over KF groups (KF = the most that cannot overflow:
- *     2 * KF * 127 * max|w| <= 32767) before one vpmaddwd applies the
- *     sub-block scale. The float step runs with lane = token.
+ *   - matvec (one token at a time): 8 rows in lockstep, each its own
+ *     memory stream with a software prefetch. A row's unit is decoded 32
+ *     elements at a time straight into a register (mv_w32) and dotted
+ *     horizontally: one vpmaddubsw per 32 elements, the sub-block scales per
+ *     int16 lane through vpmaddwd, S2 as one vpmaddwd of the 16 coefficients
+ *     with the activation's 16 bsums. The 8 rows' partial vectors are summed
+ *     by an unpack tree so that lane i holds row i; the float step runs with
+ *     lane = row.
+ *   - tiled (several tokens): the token rows are transposed into tiles of 8
+ *     tokens (dword lane t = 4 consecutive activations of token t), a group
+ *     of GR rows is decoded one unit at a time into bytes (tl_decode), and
+ *     each 4-byte group of a decoded row is broadcast against GT tiles: one
+ *     vpmaddubsw = 8 tokens x 4 elements, every decoded weight serves all
+ *     the tokens of the chunk, no horizontal sums. int16 partial sums are
+ *     accumulated over KF groups (KF = the most that cannot overflow) before
+ *     one vpmaddwd applies the sub-block scale. The float step runs with
+ *     lane = token. Three operand forms, by type:
+ *       unsigned weights x signed activations (Q4_K, Q5_K, Q2_K, Q5_0,
+ *         Q5_1): 2 * KF * 127 * max w <= 32767; S2 from the activation
+ *         sums (4 or 8 vpmaddwd per unit);
+ *       signed weights, the sign trick |w| * sign(a, w) (IQ4_NL, IQ4_XS):
+ *         KF = 1; no S2;
+ *       biased activations a + 128 (unsigned) x signed weights q - 32
+ *         (Q6_K) or q - 4 * !h (Q3_K): 2 * KF * 255 * max|w| <= 32767,
+ *         and the bias is removed with a weight-only term, 128 * sum_j sc_j
+ *         * sum(w over j), once per row and unit: S2 needs no activation
+ *         sums at all.
  *
- * Tiles hold 32 tokens at most; a long row is done in passes over
- * kc elements (the float sums continue from y between passes: the same
+ * Tiles hold 32 tokens at most; a long row is done in passes over kc
+ * elements (the float sums continue from y between passes: the same
  * values, so the same result), so the scratch is bounded whatever n is:
  * about 90 KB of stack (XQ_BYTES of transposed activations plus their
  * scales and sums).
@@ -60,13 +65,13 @@
 enum { T_Q5_0, T_Q5_1, T_IQ4_NL, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS };
 
 enum {
-    GR = 3,             /* rows per register tile (tiled) */
-    GT = 2,             /* token tiles of 8 per register tile (tiled) */
-    MV_ROWS = 8,        /* rows in lockstep (matvec) */
-    TILED_MIN = 2,      /* fewest tokens for the tiled shape */
-    MAX_TILES = 4,      /* token tiles per chunk */
+    GR = 3,              /* rows per register tile (tiled) */
+    GT = 2,              /* token tiles of 8 per register tile (tiled) */
+    MV_ROWS = 8,         /* rows in lockstep (matvec) */
+    TILED_MIN = 2,       /* fewest tokens for the tiled shape */
+    MAX_TILES = 4,       /* token tiles per chunk */
     XQ_BYTES = 64 << 10, /* transposed activation bytes per pass */
-    PF_DIST = 4096,     /* software prefetch distance of the weight streams */
+    PF_DIST = 4096,      /* software prefetch distance of the weight streams */
 };
 
 static inline int is_k(int t) { return t >= T_Q2_K; }
@@ -75,28 +80,26 @@ static inline int unit_bytes(int t) {
     static const int b[] = {22, 24, 18, 84, 110, 144, 176, 210, 136};
     return b[t];
 }
-static inline int signed_w(int t) { return t == T_IQ4_NL || t == T_IQ4_XS; }
-/* 4-element groups per int16 flush (see the header) */
+/* operand forms of the tiled shape (see the header) */
+static inline int sign_trick(int t) { return t == T_IQ4_NL || t == T_IQ4_XS; }
+static inline int biased(int t) { return t == T_Q6_K || t == T_Q3_K; }
+/* S2 of the tiled shape from activation sums: over 32 (Q4_K, Q5_K) or 16
+ * (Q2_K) elements */
+static inline int mins32(int t) { return t == T_Q4_K || t == T_Q5_K; }
+static inline int mins16(int t) { return t == T_Q2_K; }
+/* 4-element groups per int16 flush */
 static inline int kflush(int t) {
     switch (t) {
-    case T_Q4_K: return 8;
-    case T_Q6_K: return 2;
+    case T_Q4_K: return 8;  /* 2 * 8 * 127 * 15 = 30480 */
+    case T_Q6_K: return 2;  /* 2 * 2 * 255 * 32 = 32640 */
     case T_IQ4_NL:
-    case T_IQ4_XS: return 1;
-    default: return 4; /* Q5_0, Q5_1, Q5_K (max 31); Q3_K, Q2_K (16-element sub-blocks) */
+    case T_IQ4_XS: return 1; /* 2 * 127 * 127 = 32258 */
+    default: return 4;      /* Q5: 2 * 4 * 127 * 31 = 31496; Q3_K, Q2_K: their 16-element sub-blocks */
     }
 }
-/* elements per scale: the int16 flushes never straddle two scales */
-static inline int sub_len(int t) { return t == T_Q2_K || t == T_Q3_K || t == T_Q6_K ? 16 : 32; }
 
 /* ---------------------------------------------------------------------- */
-/* decoding one unit */
-
-struct dunit {
-    _Alignas(32) uint8_t w[QK_K];
-    int16_t sc[16], c[16];
-    float d1, d2;
-};
+/* decoding */
 
 static inline __m256i nib_lo(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
 static inline __m256i nib_hi(__m256i v) {
@@ -118,7 +121,7 @@ static inline __m256i bits_to_16(const uint8_t *p) {
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
 }
-/* byte l = val where bit b of byte l of v is set */
+/* byte l = val where bit b of byte l of v is set, else 0 */
 static inline __m256i bit_of(__m256i v, int b, int val) {
     const __m256i m = _mm256_set1_epi8((char)(1 << b));
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8((char)val));
@@ -132,126 +135,174 @@ static inline float h2f(const uint8_t *p) {
     memcpy(&h, p, 2);
     return kn_f16_to_f32(h);
 }
+static inline uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+/* 8 bytes -> 16 int16, each twice: lanes 2i, 2i+1 = b[i] */
+static inline __m256i dup8_epi16(__m128i b8, int sign) {
+    __m128i v = sign ? _mm_cvtepi8_epi16(b8) : _mm_cvtepu8_epi16(b8);
+    return _mm256_set_m128i(_mm_unpackhi_epi16(v, v), _mm_unpacklo_epi16(v, v));
+}
 
-static inline __attribute__((always_inline)) void decode_unit(int t, const uint8_t *b,
-                                                              struct dunit *u) {
+/* Scales (sc, as a vector of 16 int16, one per 16 elements) and S2
+ * coefficients (c, likewise) of a K-type super-block, and its float scales,
+ * in the reference's form (quant.h, cpu/ref/matmul.c). */
+static inline __attribute__((always_inline)) void k_scales(int t, const uint8_t *b, __m256i *sc,
+                                                           __m256i *c, float *d1, float *d2) {
     switch (t) {
-    case T_Q5_0:
-    case T_Q5_1: {
-        int o = t == T_Q5_1 ? 4 : 2;
-        __m256i w = _mm256_or_si256(nib_split(b + o + 4), bits_to_16(b + o));
-        _mm256_store_si256((__m256i *)u->w, w);
-        u->d1 = h2f(b);
-        u->d2 = t == T_Q5_1 ? h2f(b + 2) : 0.0f;
-        break;
-    }
-    case T_IQ4_NL:
-        _mm256_store_si256((__m256i *)u->w, kv_lookup(nib_split(b + 2)));
-        u->d1 = h2f(b);
-        u->d2 = 0.0f;
-        break;
-    case T_Q2_K: {
-        const struct blk_q2_k *x = (const struct blk_q2_k *)b;
-        for (int h = 0; h < 2; h++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
-            for (int s = 0; s < 4; s++)
-                _mm256_store_si256((__m256i *)(u->w + 128 * h + 32 * s),
-                                   _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), _mm256_set1_epi8(3)));
-        }
-        for (int g = 0; g < 16; g++) {
-            u->sc[g] = x->scales[g] & 0x0f;
-            u->c[g] = x->scales[g] >> 4;
-        }
-        u->d1 = kn_f16_to_f32(x->d);
-        u->d2 = kn_f16_to_f32(x->dmin);
-        break;
-    }
-    case T_Q3_K: {
-        const struct blk_q3_k *x = (const struct blk_q3_k *)b;
-        __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
-        for (int h = 0; h < 2; h++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
-            for (int s = 0; s < 4; s++) {
-                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), _mm256_set1_epi8(3));
-                _mm256_store_si256((__m256i *)(u->w + 128 * h + 32 * s),
-                                   _mm256_or_si256(lo, bit_of(hm, 4 * h + s, 4)));
-            }
-        }
-        int sc[16];
-        kn_q3_k_scales(x->scales, sc);
-        for (int g = 0; g < 16; g++) {
-            u->sc[g] = (int16_t)sc[g];
-            u->c[g] = (int16_t)(4 * sc[g]);
-        }
-        u->d1 = kn_f16_to_f32(x->d);
-        u->d2 = 0.0f;
-        break;
-    }
     case T_Q4_K:
     case T_Q5_K: {
-        const struct blk_q4_k *x4 = (const struct blk_q4_k *)b;
-        const struct blk_q5_k *x5 = (const struct blk_q5_k *)b;
-        const uint8_t *qs = t == T_Q4_K ? x4->qs : x5->qs;
-        __m256i qh = t == T_Q5_K ? _mm256_loadu_si256((const __m256i *)x5->qh) : _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            __m256i lo = nib_lo(q), hi = nib_hi(q);
-            if (t == T_Q5_K) {
-                lo = _mm256_or_si256(lo, bit_of(qh, 2 * c, 16));
-                hi = _mm256_or_si256(hi, bit_of(qh, 2 * c + 1, 16));
-            }
-            _mm256_store_si256((__m256i *)(u->w + 64 * c), lo);
-            _mm256_store_si256((__m256i *)(u->w + 64 * c + 32), hi);
-        }
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            kn_k_scale_min(x4->scales, j, &sc, &m);
-            u->sc[2 * j] = u->sc[2 * j + 1] = (int16_t)sc;
-            u->c[2 * j] = u->c[2 * j + 1] = (int16_t)m;
-        }
-        u->d1 = kn_f16_to_f32(x4->d);
-        u->d2 = kn_f16_to_f32(x4->dmin);
+        /* 8 6-bit scales and mins from 12 bytes, four at a time */
+        uint32_t u0 = rd32(b + 4), u1 = rd32(b + 8), u2 = rd32(b + 12);
+        uint32_t sl = u0 & 0x3f3f3f3fu, ml = u1 & 0x3f3f3f3fu;
+        uint32_t sh = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+        uint32_t mh = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+        *sc = dup8_epi16(_mm_cvtsi64_si128((long long)((uint64_t)sh << 32 | sl)), 0);
+        *c = dup8_epi16(_mm_cvtsi64_si128((long long)((uint64_t)mh << 32 | ml)), 0);
+        *d1 = h2f(b);
+        *d2 = h2f(b + 2);
         break;
     }
     case T_Q6_K: {
         const struct blk_q6_k *x = (const struct blk_q6_k *)b;
-        for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
-            const __m256i m30 = _mm256_set1_epi8(0x30);
-            __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30);
-            __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30);
-            __m256i h2 = _mm256_and_si256(qh, m30);
-            __m256i h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30);
-            uint8_t *w = u->w + 128 * h;
-            _mm256_store_si256((__m256i *)(w + 0), _mm256_or_si256(nib_lo(l0), h0));
-            _mm256_store_si256((__m256i *)(w + 32), _mm256_or_si256(nib_lo(l1), h1));
-            _mm256_store_si256((__m256i *)(w + 64), _mm256_or_si256(nib_hi(l0), h2));
-            _mm256_store_si256((__m256i *)(w + 96), _mm256_or_si256(nib_hi(l1), h3));
-        }
-        for (int g = 0; g < 16; g++) {
-            u->sc[g] = x->scales[g];
-            u->c[g] = (int16_t)(32 * x->scales[g]);
-        }
-        u->d1 = kn_f16_to_f32(x->d);
-        u->d2 = 0.0f;
+        *sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+        *c = _mm256_slli_epi16(*sc, 5);
+        *d1 = kn_f16_to_f32(x->d);
+        *d2 = 0.0f;
+        break;
+    }
+    case T_Q3_K: {
+        const struct blk_q3_k *x = (const struct blk_q3_k *)b;
+        uint64_t l8;
+        memcpy(&l8, x->scales, 8);
+        uint32_t h = rd32(x->scales + 8);
+        const uint32_t m3 = 0x03030303u;
+        __m128i lo = _mm_set_epi64x((long long)((l8 >> 4) & 0x0f0f0f0f0f0f0f0full),
+                                    (long long)(l8 & 0x0f0f0f0f0f0f0f0full));
+        __m128i hi = _mm_set_epi32((int)((h >> 6) & m3), (int)((h >> 4) & m3), (int)((h >> 2) & m3), (int)(h & m3));
+        __m128i v = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+        *sc = _mm256_cvtepi8_epi16(v);
+        *c = _mm256_slli_epi16(*sc, 2);
+        *d1 = kn_f16_to_f32(x->d);
+        *d2 = 0.0f;
+        break;
+    }
+    case T_Q2_K: {
+        const struct blk_q2_k *x = (const struct blk_q2_k *)b;
+        __m128i v = _mm_loadu_si128((const __m128i *)x->scales);
+        *sc = _mm256_cvtepu8_epi16(_mm_and_si128(v, _mm_set1_epi8(0x0f)));
+        *c = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f)));
+        *d1 = kn_f16_to_f32(x->d);
+        *d2 = kn_f16_to_f32(x->dmin);
         break;
     }
     default: { /* T_IQ4_XS */
         const struct blk_iq4_xs *x = (const struct blk_iq4_xs *)b;
-        for (int j = 0; j < 8; j++)
-            _mm256_store_si256((__m256i *)(u->w + 32 * j), kv_lookup(nib_split(x->qs + 16 * j)));
-        int ls[8];
-        kn_iq4_xs_scales(x, ls);
+        uint32_t l = rd32(x->scales_l), hbits = x->scales_h;
+        uint64_t ls = 0;
         for (int j = 0; j < 8; j++) {
-            u->sc[2 * j] = u->sc[2 * j + 1] = (int16_t)ls[j];
-            u->c[2 * j] = u->c[2 * j + 1] = 0;
+            uint64_t v = ((l >> (4 * j)) & 0x0f) | ((hbits >> (2 * j)) & 3) << 4;
+            ls |= v << (8 * j);
         }
-        u->d1 = kn_f16_to_f32(x->d);
-        u->d2 = 0.0f;
+        *sc = _mm256_sub_epi16(dup8_epi16(_mm_cvtsi64_si128((long long)ls), 0), _mm256_set1_epi16(32));
+        *c = _mm256_setzero_si256();
+        *d1 = kn_f16_to_f32(x->d);
+        *d2 = 0.0f;
         break;
     }
+    }
+}
+
+/* Elements 32k..32k+31 of a unit, in the reference's form: the unsigned
+ * quant (Q6_K 0..63, Q3_K q + 4h, ...) or, for IQ4, the signed kv. */
+static inline __attribute__((always_inline)) __m256i mv_w32(int t, const uint8_t *b, int k) {
+    switch (t) {
+    case T_Q5_0: return _mm256_or_si256(nib_split(b + 6), bits_to_16(b + 2));
+    case T_Q5_1: return _mm256_or_si256(nib_split(b + 8), bits_to_16(b + 4));
+    case T_IQ4_NL: return kv_lookup(nib_split(b + 2));
+    case T_Q2_K: {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (k / 4)));
+        return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (k % 4)), _mm256_set1_epi8(3));
+    }
+    case T_Q3_K: {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * (k / 4)));
+        __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * (k % 4)), _mm256_set1_epi8(3));
+        return _mm256_or_si256(lo, bit_of(_mm256_loadu_si256((const __m256i *)b), k, 4));
+    }
+    case T_Q4_K:
+    case T_Q5_K: {
+        const uint8_t *qs = b + (t == T_Q4_K ? 16 : 48);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (k / 2)));
+        __m256i v = k % 2 ? nib_hi(q) : nib_lo(q);
+        if (t == T_Q5_K) v = _mm256_or_si256(v, bit_of(_mm256_loadu_si256((const __m256i *)(b + 16)), k, 16));
+        return v;
+    }
+    case T_Q6_K: {
+        const int h = k / 4, sq = k % 4;
+        __m256i l = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (sq % 2)));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+        __m256i hb = sq == 0   ? _mm256_slli_epi16(qh, 4)
+                     : sq == 1 ? _mm256_slli_epi16(qh, 2)
+                     : sq == 2 ? qh
+                               : _mm256_srli_epi16(qh, 2);
+        return _mm256_or_si256(sq < 2 ? nib_lo(l) : nib_hi(l), _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+    }
+    default: /* T_IQ4_XS */
+        return kv_lookup(nib_split(b + 8 + 16 * k));
+    }
+}
+
+/* A unit decoded for the tiled shape: one byte per element in the type's
+ * operand form, the scale of each 16 elements, the S2 coefficient pairs
+ * (int16 c_2i | c_2i+1 << 16, against the tiles' bsum pairs), the
+ * weight-only term of the biased form, the float scales. */
+struct dunit {
+    _Alignas(32) uint8_t w[QK_K];
+    _Alignas(32) int16_t sc[16];
+    int32_t cp[8];
+    int32_t corr;
+    float d1, d2;
+};
+
+static inline __attribute__((always_inline)) void tl_decode(int t, const uint8_t *b, struct dunit *u) {
+    const int nk = unit_len(t) / 32;
+    __m256i sc = _mm256_set1_epi16(1), c = _mm256_setzero_si256();
+    if (is_k(t)) {
+        k_scales(t, b, &sc, &c, &u->d1, &u->d2);
+        _mm256_store_si256((__m256i *)u->sc, sc);
+    } else {
+        u->d1 = h2f(b);
+        u->d2 = t == T_Q5_1 ? h2f(b + 2) : 0.0f;
+    }
+    __m256i wsum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < nk; k++) {
+        __m256i w = mv_w32(t, b, k);
+        if (biased(t)) {
+            /* the signed form: Q6_K q - 32, Q3_K (q + 4h) - 4 */
+            w = _mm256_sub_epi8(w, _mm256_set1_epi8(t == T_Q6_K ? 32 : 4));
+            __m256i sp = _mm256_shuffle_epi8(
+                _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(k)),
+                _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+            wsum = _mm256_add_epi32(wsum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), w), sp));
+        }
+        _mm256_store_si256((__m256i *)(u->w + 32 * k), w);
+    }
+    if (biased(t)) {
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(wsum), _mm256_extracti128_si256(wsum, 1));
+        h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+        u->corr = 128 * _mm_cvtsi128_si32(h);
+    } else if (mins32(t)) {
+        /* (m_2i, m_2i+1): the even int16 lanes of c, packed */
+        __m256i p = _mm256_shuffle_epi8(c, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                            0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+        p = _mm256_permute4x64_epi64(p, 0x08);
+        _mm_storeu_si128((__m128i *)u->cp, _mm256_castsi256_si128(p));
+    } else if (mins16(t)) {
+        _mm256_storeu_si256((__m256i *)u->cp, c);
     }
 }
 
@@ -284,13 +335,6 @@ static inline __attribute__((always_inline)) __m256 fstep(int t, __m256 acc, __m
     }
 }
 
-/* w (unsigned or, for the IQ4 types, signed by the sign trick) x a: 16
- * int16 sums of adjacent pairs */
-static inline __attribute__((always_inline)) __m256i mul_pairs(int t, __m256i w, __m256i a) {
-    if (signed_w(t)) return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-    return _mm256_maddubs_epi16(w, a);
-}
-
 /* ---------------------------------------------------------------------- */
 /* matvec: 8 rows in lockstep, one token */
 
@@ -306,36 +350,43 @@ static inline __m256i tree8(const __m256i p[8]) {
                             _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-/* int16 lanes 0..7 = s[0], lanes 8..15 = s[1] */
-static inline __m256i scale_pair(const int16_t *s) {
-    int32_t v;
-    memcpy(&v, s, 4);
-    return _mm256_shuffle_epi8(_mm256_set1_epi32(v), _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-                                                                      2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+/* int16 lanes 0..7 = lane 2k of sc, lanes 8..15 = lane 2k + 1 */
+static inline __m256i scale_pair(__m256i sc, int k) {
+    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(k)),
+                               _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2,
+                                                3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
 }
 
-/* Integer sums of one decoded unit against one activation unit (qa: its
- * int8 values, bs: its 16 bsums for K types): 8 partial dwords each. */
-static inline __attribute__((always_inline)) void unit_dot(int t, const struct dunit *u,
-                                                           const int8_t *qa, const int16_t *bs,
-                                                           __m256i *s1, __m256i *s2) {
+/* w (unsigned, or for IQ4 signed by the sign trick) x a: 16 int16 sums of
+ * adjacent pairs */
+static inline __attribute__((always_inline)) __m256i mul_pairs(int t, __m256i w, __m256i a) {
+    if (sign_trick(t)) return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    return _mm256_maddubs_epi16(w, a);
+}
+
+/* S1, S2 partial dwords of one weight unit b against one activation unit
+ * (qa: its int8 values, bs: its 16 bsums for K types); d1, d2 its scales. */
+static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *b, const int8_t *qa,
+                                                          const int16_t *bs, __m256i *s1,
+                                                          __m256i *s2, float *d1, float *d2) {
     if (!is_k(t)) {
-        __m256i p = mul_pairs(t, _mm256_load_si256((const __m256i *)u->w),
-                              _mm256_loadu_si256((const __m256i *)qa));
+        __m256i p = mul_pairs(t, mv_w32(t, b, 0), _mm256_loadu_si256((const __m256i *)qa));
         *s1 = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
         *s2 = _mm256_setzero_si256();
+        *d1 = h2f(b);
+        *d2 = t == T_Q5_1 ? h2f(b + 2) : 0.0f;
         return;
     }
+    __m256i sc, c;
+    k_scales(t, b, &sc, &c, d1, d2);
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int k = 0; k < QK_K / 32; k++) {
-        __m256i p = mul_pairs(t, _mm256_load_si256((const __m256i *)(u->w + 32 * k)),
-                              _mm256_loadu_si256((const __m256i *)(qa + 32 * k)));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair(u->sc + 2 * k)));
+        __m256i p = mul_pairs(t, mv_w32(t, b, k), _mm256_loadu_si256((const __m256i *)(qa + 32 * k)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair(sc, k)));
     }
     *s1 = acc;
-    *s2 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)u->c),
-                            _mm256_loadu_si256((const __m256i *)bs));
+    *s2 = _mm256_madd_epi16(c, _mm256_loadu_si256((const __m256i *)bs));
 }
 
 static inline __attribute__((always_inline)) void
@@ -347,7 +398,6 @@ matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uin
     const float *da = (const float *)(xa + n);
     const float *sa = da + nu;
     const int16_t *bs = is_k(t) ? (const int16_t *)(da + nu) : NULL;
-    struct dunit u[MV_ROWS];
     for (int ra = r0; ra < r1; ra += MV_ROWS) {
         int nr = r1 - ra < MV_ROWS ? r1 - ra : MV_ROWS;
         const uint8_t *row[MV_ROWS];
@@ -363,10 +413,8 @@ matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uin
                 _mm_prefetch((const char *)b + PF_DIST, _MM_HINT_T0);
                 if (ub > 64) _mm_prefetch((const char *)b + PF_DIST + 64, _MM_HINT_T0);
                 if (ub > 128) _mm_prefetch((const char *)b + PF_DIST + 128, _MM_HINT_T0);
-                decode_unit(t, b, &u[i]);
-                unit_dot(t, &u[i], qa + (size_t)k * ul, is_k(t) ? bs + (size_t)k * 16 : NULL, &p1[i], &p2[i]);
-                d1[i] = u[i].d1;
-                d2[i] = u[i].d2;
+                mv_unit(t, b, qa + (size_t)k * ul, is_k(t) ? bs + (size_t)k * 16 : NULL, &p1[i], &p2[i],
+                        &d1[i], &d2[i]);
             }
             __m256i s1 = tree8(p1), s2 = is_k(t) ? tree8(p2) : _mm256_setzero_si256();
             __m256 vs = is_k(t) ? _mm256_setzero_ps()
@@ -386,10 +434,11 @@ matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uin
  * (see the header). Unit indices below are local to the chunk. */
 struct tiles {
     int n_tiles, kn;
-    int8_t *q;        /* [tile][kn/4][8 tokens][4 bytes] */
+    int8_t *q;        /* [tile][kn/4][8 tokens][4 bytes]; biased types: a + 128 */
     float *d;         /* [tile][unit][8]: da */
     float *s;         /* Q8A: [tile][block][8]: sa (16 * sa for Q5_0) */
-    int32_t *b;       /* Q8K: [tile][unit][8 pairs][8 tokens]: bsums 2p, 2p + 1 */
+    int32_t *b;       /* Q2_K: [tile][unit][8 pairs][8 tokens]: bsums 2p, 2p + 1;
+                         Q4_K, Q5_K: [tile][unit][4 pairs][8 tokens]: sums of 32 */
 };
 
 /* Transpose elements [k0, k0 + tl->kn) of tokens [0, nt) of x into tiles
@@ -397,6 +446,7 @@ struct tiles {
 static inline __attribute__((always_inline)) void tiles_fill(int t, struct tiles *tl, const uint8_t *x,
                                                              size_t xs, int n, int nt, int k0) {
     const int ul = unit_len(t), nu = tl->kn / ul, ng = tl->kn / 4, u0 = k0 / ul, nu_row = n / ul;
+    const __m256i bias = biased(t) ? _mm256_set1_epi8((char)0x80) : _mm256_setzero_si256();
     for (int tile = 0; tile < tl->n_tiles; tile++) {
         const uint8_t *rows[8];
         int valid[8];
@@ -421,14 +471,14 @@ static inline __attribute__((always_inline)) void tiles_fill(int t, struct tiles
             __m256i b4 = _mm256_unpacklo_epi64(a4, a6), b5 = _mm256_unpackhi_epi64(a4, a6);
             __m256i b6 = _mm256_unpacklo_epi64(a5, a7), b7 = _mm256_unpackhi_epi64(a5, a7);
             __m256i *o = (__m256i *)(q + (size_t)g * 32);
-            _mm256_store_si256(o + 0, _mm256_permute2x128_si256(b0, b4, 0x20));
-            _mm256_store_si256(o + 1, _mm256_permute2x128_si256(b1, b5, 0x20));
-            _mm256_store_si256(o + 2, _mm256_permute2x128_si256(b2, b6, 0x20));
-            _mm256_store_si256(o + 3, _mm256_permute2x128_si256(b3, b7, 0x20));
-            _mm256_store_si256(o + 4, _mm256_permute2x128_si256(b0, b4, 0x31));
-            _mm256_store_si256(o + 5, _mm256_permute2x128_si256(b1, b5, 0x31));
-            _mm256_store_si256(o + 6, _mm256_permute2x128_si256(b2, b6, 0x31));
-            _mm256_store_si256(o + 7, _mm256_permute2x128_si256(b3, b7, 0x31));
+            _mm256_store_si256(o + 0, _mm256_xor_si256(_mm256_permute2x128_si256(b0, b4, 0x20), bias));
+            _mm256_store_si256(o + 1, _mm256_xor_si256(_mm256_permute2x128_si256(b1, b5, 0x20), bias));
+            _mm256_store_si256(o + 2, _mm256_xor_si256(_mm256_permute2x128_si256(b2, b6, 0x20), bias));
+            _mm256_store_si256(o + 3, _mm256_xor_si256(_mm256_permute2x128_si256(b3, b7, 0x20), bias));
+            _mm256_store_si256(o + 4, _mm256_xor_si256(_mm256_permute2x128_si256(b0, b4, 0x31), bias));
+            _mm256_store_si256(o + 5, _mm256_xor_si256(_mm256_permute2x128_si256(b1, b5, 0x31), bias));
+            _mm256_store_si256(o + 6, _mm256_xor_si256(_mm256_permute2x128_si256(b2, b6, 0x31), bias));
+            _mm256_store_si256(o + 7, _mm256_xor_si256(_mm256_permute2x128_si256(b3, b7, 0x31), bias));
         }
         for (int k = 0; k < nu; k++)
             for (int i = 0; i < 8; i++) {
@@ -438,84 +488,133 @@ static inline __attribute__((always_inline)) void tiles_fill(int t, struct tiles
                 if (!is_k(t)) {
                     float sv = valid[i] ? d[nu_row + u0 + k] : 0.0f;
                     tl->s[at] = t == T_Q5_0 ? 16.0f * sv : sv;
-                } else {
+                } else if (mins16(t) || mins32(t)) {
                     const int16_t *bs = (const int16_t *)(d + nu_row) + 16 * (u0 + k);
-                    for (int p = 0; p < 8; p++) {
-                        uint32_t v = valid[i] ? (uint16_t)bs[2 * p] | (uint32_t)(uint16_t)bs[2 * p + 1] << 16 : 0;
-                        tl->b[(((size_t)tile * nu + k) * 8 + p) * 8 + i] = (int32_t)v;
+                    int np = mins16(t) ? 8 : 4;
+                    for (int p = 0; p < np; p++) {
+                        int lo = mins16(t) ? bs[2 * p] : bs[4 * p] + bs[4 * p + 1];
+                        int hi = mins16(t) ? bs[2 * p + 1] : bs[4 * p + 2] + bs[4 * p + 3];
+                        uint32_t v = valid[i] ? (uint16_t)lo | (uint32_t)(uint16_t)hi << 16 : 0;
+                        tl->b[(((size_t)tile * nu + k) * np + p) * 8 + i] = (int32_t)v;
                     }
                 }
             }
     }
 }
 
-static inline __m256i bcast32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
+static inline __m256i bcast32(const uint8_t *p) { return _mm256_set1_epi32((int)rd32(p)); }
+
+/* one maddubs of the tiled shape: broadcast weights wb, a tile vector a */
+static inline __attribute__((always_inline)) __m256i tl_mul(int t, __m256i wb, __m256i a) {
+    if (biased(t)) return _mm256_maddubs_epi16(a, wb);
+    return mul_pairs(t, wb, a);
 }
 
-/* Rows u[0..nr) (one decoded unit each, local unit k of the chunk) against
- * tiles [tile0, tile0 + ntl): integer sums, then the float step on
- * facc[r][i] (lane = token of tile tile0 + i). */
+/* S2 (the activation-sum terms) and the float step of row u against tile
+ * lane vectors da, sa and the tile's bsum pairs bp. */
+static inline __attribute__((always_inline)) __m256 tile_fstep(int t, __m256 acc, __m256i s1,
+                                                               const struct dunit *u, __m256 da,
+                                                               __m256 sa, const int32_t *bp) {
+    __m256i s2 = _mm256_setzero_si256();
+    if (biased(t)) {
+        s2 = _mm256_set1_epi32(u->corr);
+    } else if (mins16(t) || mins32(t)) {
+        const int np = mins16(t) ? 8 : 4;
+#pragma GCC unroll 8
+        for (int p = 0; p < np; p++)
+            s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(bp + 8 * p)),
+                                                        _mm256_set1_epi32(u->cp[p])));
+    }
+    return fstep(t, acc, s1, s2, _mm256_set1_ps(u->d1), _mm256_set1_ps(u->d2), da, sa);
+}
+
+static inline size_t bsum_stride(int t) { return mins16(t) ? 64 : mins32(t) ? 32 : 0; }
+
+/* Three rows u[0..2] (one decoded unit each, local unit k of the chunk)
+ * against two tiles [tile0, tile0 + 2): the register tile. Straight-line
+ * code with one variable per accumulator, so that they stay in registers:
+ * 6 int16 flush sums, 2 tile vectors and the broadcast weights (the 6 int32
+ * unit sums are touched once per flush). */
 static inline __attribute__((always_inline)) void
-tile_unit(int t, int nr, int ntl, const struct dunit *u, const struct tiles *tl, int k, int tile0,
-          __m256 facc[GR][GT]) {
+tile_unit_32(int t, const struct dunit *u, const struct tiles *tl, int k, int tile0,
+             __m256 facc[GR][GT]) {
     const int ul = unit_len(t), ng = tl->kn / 4, kf = kflush(t), nu = tl->kn / ul;
-    __m256i s1[GR][GT];
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++)
-#pragma GCC unroll 2
-        for (int i = 0; i < ntl; i++) s1[r][i] = _mm256_setzero_si256();
-    const int8_t *qbase = tl->q + ((size_t)tile0 * ng + (size_t)k * (ul / 4)) * 32;
+    const int8_t *q0 = tl->q + ((size_t)tile0 * ng + (size_t)k * (ul / 4)) * 32;
+    const int8_t *q1 = q0 + (size_t)ng * 32;
+    const uint8_t *w0 = u[0].w, *w1 = u[1].w, *w2 = u[2].w;
+    __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00;
     for (int e = 0; e < ul; e += 4 * kf) {
-        __m256i a16[GR][GT];
+        /* pointers at this flush's first group: constant offsets below */
+        const int8_t *qa0 = q0 + (size_t)e * 8, *qa1 = q1 + (size_t)e * 8;
+        const uint8_t *wp0 = w0 + e, *wp1 = w1 + e, *wp2 = w2 + e;
+        __m256i c00, c01, c10, c11, c20, c21;
 #pragma GCC unroll 8
         for (int f = 0; f < kf; f++) {
-            const int g = e / 4 + f;
-            __m256i a[GT];
-#pragma GCC unroll 2
-            for (int i = 0; i < ntl; i++)
-                a[i] = _mm256_load_si256((const __m256i *)(qbase + ((size_t)i * ng + g) * 32));
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) {
-                __m256i wb = bcast32(u[r].w + 4 * g);
-#pragma GCC unroll 2
-                for (int i = 0; i < ntl; i++) {
-                    __m256i p = mul_pairs(t, wb, a[i]);
-                    a16[r][i] = f == 0 ? p : _mm256_add_epi16(a16[r][i], p);
-                }
+            __m256i a0 = _mm256_load_si256((const __m256i *)(qa0 + 32 * f));
+            __m256i a1 = _mm256_load_si256((const __m256i *)(qa1 + 32 * f));
+            __m256i wb0 = bcast32(wp0 + 4 * f), wb1 = bcast32(wp1 + 4 * f), wb2 = bcast32(wp2 + 4 * f);
+            __m256i p00 = tl_mul(t, wb0, a0), p01 = tl_mul(t, wb0, a1);
+            __m256i p10 = tl_mul(t, wb1, a0), p11 = tl_mul(t, wb1, a1);
+            __m256i p20 = tl_mul(t, wb2, a0), p21 = tl_mul(t, wb2, a1);
+            if (f == 0) {
+                c00 = p00, c01 = p01, c10 = p10, c11 = p11, c20 = p20, c21 = p21;
+            } else {
+                c00 = _mm256_add_epi16(c00, p00), c01 = _mm256_add_epi16(c01, p01);
+                c10 = _mm256_add_epi16(c10, p10), c11 = _mm256_add_epi16(c11, p11);
+                c20 = _mm256_add_epi16(c20, p20), c21 = _mm256_add_epi16(c21, p21);
             }
+            /* keep the sums running in registers: without this GCC
+             * reassociates the adds into a tree and spills every product */
+            __asm__("" : "+x"(c00), "+x"(c01), "+x"(c10), "+x"(c11), "+x"(c20), "+x"(c21));
         }
         /* the flush: one scale per int16 sum (4 * kf <= the scale's span) */
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            __m256i sc = is_k(t) ? _mm256_set1_epi16(u[r].sc[e / 16]) : _mm256_set1_epi16(1);
-#pragma GCC unroll 2
-            for (int i = 0; i < ntl; i++) s1[r][i] = _mm256_add_epi32(s1[r][i], _mm256_madd_epi16(a16[r][i], sc));
-        }
+        __m256i sc0 = is_k(t) ? _mm256_set1_epi16(u[0].sc[e / 16]) : _mm256_set1_epi16(1);
+        __m256i sc1 = is_k(t) ? _mm256_set1_epi16(u[1].sc[e / 16]) : sc0;
+        __m256i sc2 = is_k(t) ? _mm256_set1_epi16(u[2].sc[e / 16]) : sc0;
+        s00 = _mm256_add_epi32(s00, _mm256_madd_epi16(c00, sc0));
+        s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(c01, sc0));
+        s10 = _mm256_add_epi32(s10, _mm256_madd_epi16(c10, sc1));
+        s11 = _mm256_add_epi32(s11, _mm256_madd_epi16(c11, sc1));
+        s20 = _mm256_add_epi32(s20, _mm256_madd_epi16(c20, sc2));
+        s21 = _mm256_add_epi32(s21, _mm256_madd_epi16(c21, sc2));
     }
-#pragma GCC unroll 2
-    for (int i = 0; i < ntl; i++) {
-        size_t ku = ((size_t)(tile0 + i) * nu + k) * 8;
-        __m256 da = _mm256_load_ps(tl->d + ku);
-        __m256 sa = is_k(t) ? _mm256_setzero_ps() : _mm256_load_ps(tl->s + ku);
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            __m256i s2 = _mm256_setzero_si256();
-            if (is_k(t) && t != T_IQ4_XS) {
-                const int32_t *bp = tl->b + ku * 8;
-                int32_t cp[8];
-                memcpy(cp, u[r].c, 32);
+    size_t ku0 = ((size_t)tile0 * nu + k) * 8, ku1 = ((size_t)(tile0 + 1) * nu + k) * 8;
+    __m256 da0 = _mm256_load_ps(tl->d + ku0), da1 = _mm256_load_ps(tl->d + ku1);
+    __m256 sa0 = is_k(t) ? _mm256_setzero_ps() : _mm256_load_ps(tl->s + ku0);
+    __m256 sa1 = is_k(t) ? _mm256_setzero_ps() : _mm256_load_ps(tl->s + ku1);
+    const size_t bst = bsum_stride(t);
+    const int32_t *bp0 = bst ? tl->b + ku0 / 8 * bst : NULL, *bp1 = bst ? tl->b + ku1 / 8 * bst : NULL;
+    facc[0][0] = tile_fstep(t, facc[0][0], s00, &u[0], da0, sa0, bp0);
+    facc[0][1] = tile_fstep(t, facc[0][1], s01, &u[0], da1, sa1, bp1);
+    facc[1][0] = tile_fstep(t, facc[1][0], s10, &u[1], da0, sa0, bp0);
+    facc[1][1] = tile_fstep(t, facc[1][1], s11, &u[1], da1, sa1, bp1);
+    facc[2][0] = tile_fstep(t, facc[2][0], s20, &u[2], da0, sa0, bp0);
+    facc[2][1] = tile_fstep(t, facc[2][1], s21, &u[2], da1, sa1, bp1);
+}
+
+/* One row against one tile: the same sums, for the edges of the row and
+ * tile ranges. */
+static inline __attribute__((always_inline)) __m256
+tile_unit_11(int t, const struct dunit *u, const struct tiles *tl, int k, int tile, __m256 acc) {
+    const int ul = unit_len(t), ng = tl->kn / 4, kf = kflush(t), nu = tl->kn / ul;
+    const int8_t *q = tl->q + ((size_t)tile * ng + (size_t)k * (ul / 4)) * 32;
+    __m256i s1 = _mm256_setzero_si256();
+    for (int e = 0; e < ul; e += 4 * kf) {
+        const int8_t *qa = q + (size_t)e * 8;
+        const uint8_t *wp = u->w + e;
+        __m256i c = _mm256_setzero_si256();
 #pragma GCC unroll 8
-                for (int p = 0; p < 8; p++)
-                    s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(bp + 8 * p)),
-                                                                _mm256_set1_epi32(cp[p])));
-            }
-            facc[r][i] = fstep(t, facc[r][i], s1[r][i], s2, _mm256_set1_ps(u[r].d1),
-                               _mm256_set1_ps(u[r].d2), da, sa);
+        for (int f = 0; f < kf; f++) {
+            c = _mm256_add_epi16(c, tl_mul(t, bcast32(wp + 4 * f), _mm256_load_si256((const __m256i *)(qa + 32 * f))));
+            __asm__("" : "+x"(c));
         }
+        __m256i sc = is_k(t) ? _mm256_set1_epi16(u->sc[e / 16]) : _mm256_set1_epi16(1);
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(c, sc));
     }
+    size_t ku = ((size_t)tile * nu + k) * 8;
+    __m256 sa = is_k(t) ? _mm256_setzero_ps() : _mm256_load_ps(tl->s + ku);
+    const size_t bst = bsum_stride(t);
+    return tile_fstep(t, acc, s1, u, _mm256_load_ps(tl->d + ku), sa, bst ? tl->b + ku / 8 * bst : NULL);
 }
 
 /* Rows rows[0..nr) (output rows r_out[]) times the chunk's tokens, over its
@@ -525,35 +624,31 @@ static inline __attribute__((always_inline)) void
 tiled_rows(int t, int nr, float *restrict y, size_t ldy, const uint8_t *const rows[GR],
            const struct tiles *tl, int nt, int k0, const int r_out[GR]) {
     const int ul = unit_len(t), nu = tl->kn / ul, ub = unit_bytes(t), u0 = k0 / ul;
+    const int ntiles = tl->n_tiles;
     struct dunit u[GR];
-    for (int tile0 = 0; tile0 < tl->n_tiles; tile0 += GT) {
-        int ntl = tl->n_tiles - tile0 < GT ? tl->n_tiles - tile0 : GT;
-        __m256 facc[GR][GT];
-        for (int i = 0; i < GT; i++) {
-            _Alignas(32) float in[GR][8] = {{0}};
-            if (k0 > 0 && i < ntl)
-                for (int l = 0; l < 8; l++) {
-                    int tok = (tile0 + i) * 8 + l;
-                    if (tok >= nt) break;
-                    for (int r = 0; r < nr; r++) in[r][l] = y[(size_t)tok * ldy + r_out[r]];
-                }
-            for (int r = 0; r < GR; r++) facc[r][i] = _mm256_load_ps(in[r]);
-        }
-        for (int k = 0; k < nu; k++) {
-            for (int r = 0; r < nr; r++) decode_unit(t, rows[r] + (size_t)(u0 + k) * ub, &u[r]);
-            if (ntl == GT) tile_unit(t, nr, GT, u, tl, k, tile0, facc);
-            else tile_unit(t, nr, 1, u, tl, k, tile0, facc);
-        }
-        for (int i = 0; i < ntl; i++) {
-            _Alignas(32) float out[GR][8];
-            for (int r = 0; r < nr; r++) _mm256_store_ps(out[r], facc[r][i]);
-            for (int l = 0; l < 8; l++) {
-                int tok = (tile0 + i) * 8 + l;
-                if (tok >= nt) break;
-                for (int r = 0; r < nr; r++) y[(size_t)tok * ldy + r_out[r]] = out[r][l];
+    /* float sums of every (row, tile): each decoded unit serves all tiles */
+    _Alignas(32) float acc[GR][MAX_TILES][8] = {{{0}}};
+    if (k0 > 0)
+        for (int tok = 0; tok < nt; tok++)
+            for (int r = 0; r < nr; r++) acc[r][tok / 8][tok % 8] = y[(size_t)tok * ldy + r_out[r]];
+    for (int k = 0; k < nu; k++) {
+        for (int r = 0; r < nr; r++) tl_decode(t, rows[r] + (size_t)(u0 + k) * ub, &u[r]);
+        int i = 0;
+        if (nr == GR)
+            for (; i + GT <= ntiles; i += GT) {
+                __m256 f[GR][GT];
+                for (int r = 0; r < GR; r++)
+                    for (int j = 0; j < GT; j++) f[r][j] = _mm256_load_ps(acc[r][i + j]);
+                tile_unit_32(t, u, tl, k, i, f);
+                for (int r = 0; r < GR; r++)
+                    for (int j = 0; j < GT; j++) _mm256_store_ps(acc[r][i + j], f[r][j]);
             }
-        }
+        for (; i < ntiles; i++)
+            for (int r = 0; r < nr; r++)
+                _mm256_store_ps(acc[r][i], tile_unit_11(t, &u[r], tl, k, i, _mm256_load_ps(acc[r][i])));
     }
+    for (int tok = 0; tok < nt; tok++)
+        for (int r = 0; r < nr; r++) y[(size_t)tok * ldy + r_out[r]] = acc[r][tok / 8][tok % 8];
 }
 
 static inline __attribute__((always_inline)) void
@@ -567,8 +662,8 @@ matmul_k(int t, float *restrict y, size_t ldy, const void *restrict w, size_t ws
         return;
     }
     _Alignas(32) int8_t qbuf[XQ_BYTES];
-    /* per 8 tokens and unit: 8 da (8 sa) per 32 elements, 64 bsum pairs
-     * per 256: XQ_BYTES / 32 values each at most */
+    /* per 8 tokens and unit: 8 da (8 sa) per 32 elements, at most 64 bsum
+     * pairs per 256: XQ_BYTES / 32 values each at most */
     _Alignas(32) float dbuf[XQ_BYTES / 32];
     _Alignas(32) float sbuf[XQ_BYTES / 32];
     _Alignas(32) int32_t bbuf[XQ_BYTES / 32];
