@@ -28,9 +28,10 @@
  *     elements at a time straight into a register (mv_w32) and dotted
  *     horizontally: one vpmaddubsw per 32 elements, the sub-block scales per
  *     int16 lane through vpmaddwd, S2 as one vpmaddwd of the 16 coefficients
- *     with the activation's 16 bsums. The 8 rows' partial vectors are summed
- *     by an unpack tree so that lane i holds row i; the float step runs with
- *     lane = row.
+ *     with the activation's 16 bsums. Each row's sums are reduced to
+ *     scalars (K types) or the 8 rows' partial vectors by an unpack tree
+ *     (Q8A types), and the float step runs on the 8 rows at once, lane =
+ *     row.
  *   - tiled (several tokens): the token rows are transposed into tiles of 8
  *     tokens (dword lane t = 4 consecutive activations of token t), a group
  *     of GR rows is decoded one unit at a time into bytes (tl_decode), and
@@ -130,16 +131,36 @@ static inline __m256i kv_lookup(__m256i idx) {
     const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kn_iq4nl_values));
     return _mm256_shuffle_epi8(tab, idx);
 }
+/* f16 -> f32 with F16C: exact, as kn_f16_to_f32 is */
 static inline float h2f(const uint8_t *p) {
-    kn_f16 h;
+    uint16_t h;
     memcpy(&h, p, 2);
-    return kn_f16_to_f32(h);
+    return _cvtsh_ss(h);
 }
 static inline uint32_t rd32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
 }
+/* lane j = sum of the 8 dwords of p[j] */
+static inline __m256i tree8(const __m256i p[8]) {
+    __m256i t0 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
+    __m256i t1 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
+    __m256i t2 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[4], p[5]), _mm256_unpackhi_epi32(p[4], p[5]));
+    __m256i t3 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[6], p[7]), _mm256_unpackhi_epi32(p[6], p[7]));
+    __m256i u0 = _mm256_add_epi32(_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1));
+    __m256i u1 = _mm256_add_epi32(_mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                            _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+static inline int32_t hsum8i(__m256i v) {
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+    return _mm_cvtsi128_si32(h);
+}
+
 /* 8 bytes -> 16 int16, each twice: lanes 2i, 2i+1 = b[i] */
 static inline __m256i dup8_epi16(__m128i b8, int sign) {
     __m128i v = sign ? _mm_cvtepi8_epi16(b8) : _mm_cvtepu8_epi16(b8);
@@ -169,7 +190,7 @@ static inline __attribute__((always_inline)) void k_scales(int t, const uint8_t 
         const struct blk_q6_k *x = (const struct blk_q6_k *)b;
         *sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
         *c = _mm256_slli_epi16(*sc, 5);
-        *d1 = kn_f16_to_f32(x->d);
+        *d1 = h2f((const uint8_t *)&x->d);
         *d2 = 0.0f;
         break;
     }
@@ -185,7 +206,7 @@ static inline __attribute__((always_inline)) void k_scales(int t, const uint8_t 
         __m128i v = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
         *sc = _mm256_cvtepi8_epi16(v);
         *c = _mm256_slli_epi16(*sc, 2);
-        *d1 = kn_f16_to_f32(x->d);
+        *d1 = h2f((const uint8_t *)&x->d);
         *d2 = 0.0f;
         break;
     }
@@ -194,8 +215,8 @@ static inline __attribute__((always_inline)) void k_scales(int t, const uint8_t 
         __m128i v = _mm_loadu_si128((const __m128i *)x->scales);
         *sc = _mm256_cvtepu8_epi16(_mm_and_si128(v, _mm_set1_epi8(0x0f)));
         *c = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f)));
-        *d1 = kn_f16_to_f32(x->d);
-        *d2 = kn_f16_to_f32(x->dmin);
+        *d1 = h2f((const uint8_t *)&x->d);
+        *d2 = h2f((const uint8_t *)&x->dmin);
         break;
     }
     default: { /* T_IQ4_XS */
@@ -208,11 +229,20 @@ static inline __attribute__((always_inline)) void k_scales(int t, const uint8_t 
         }
         *sc = _mm256_sub_epi16(dup8_epi16(_mm_cvtsi64_si128((long long)ls), 0), _mm256_set1_epi16(32));
         *c = _mm256_setzero_si256();
-        *d1 = kn_f16_to_f32(x->d);
+        *d1 = h2f((const uint8_t *)&x->d);
         *d2 = 0.0f;
         break;
     }
     }
+}
+
+/* int16 lanes 0..7 = lane 2k of sc, lanes 8..15 = lane 2k + 1, from
+ * sch = sc's 128-bit half that holds them, in both halves */
+static inline __m256i scale_pair(__m256i sch, int k) {
+    const char a = (char)(4 * (k % 4)), b = (char)(4 * (k % 4) + 2);
+    return _mm256_shuffle_epi8(sch, _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a,
+                                                     a + 1, a, a + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b,
+                                                     b + 1, b, b + 1, b, b + 1, b, b + 1));
 }
 
 /* Elements 32k..32k+31 of a unit, in the reference's form: the unsigned
@@ -283,18 +313,13 @@ static inline __attribute__((always_inline)) void tl_decode(int t, const uint8_t
         if (biased(t)) {
             /* the signed form: Q6_K q - 32, Q3_K (q + 4h) - 4 */
             w = _mm256_sub_epi8(w, _mm256_set1_epi8(t == T_Q6_K ? 32 : 4));
-            __m256i sp = _mm256_shuffle_epi8(
-                _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(k)),
-                _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+            __m256i sp = scale_pair(_mm256_permute2x128_si256(sc, sc, k < 4 ? 0x00 : 0x11), k);
             wsum = _mm256_add_epi32(wsum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), w), sp));
         }
         _mm256_store_si256((__m256i *)(u->w + 32 * k), w);
     }
     if (biased(t)) {
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(wsum), _mm256_extracti128_si256(wsum, 1));
-        h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-        u->corr = 128 * _mm_cvtsi128_si32(h);
+        u->corr = 128 * hsum8i(wsum);
     } else if (mins32(t)) {
         /* (m_2i, m_2i+1): the even int16 lanes of c, packed */
         __m256i p = _mm256_shuffle_epi8(c, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
@@ -338,24 +363,7 @@ static inline __attribute__((always_inline)) __m256 fstep(int t, __m256 acc, __m
 /* ---------------------------------------------------------------------- */
 /* matvec: 8 rows in lockstep, one token */
 
-/* lane j = sum of the 8 dwords of p[j] */
-static inline __m256i tree8(const __m256i p[8]) {
-    __m256i t0 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
-    __m256i t1 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
-    __m256i t2 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[4], p[5]), _mm256_unpackhi_epi32(p[4], p[5]));
-    __m256i t3 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[6], p[7]), _mm256_unpackhi_epi32(p[6], p[7]));
-    __m256i u0 = _mm256_add_epi32(_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1));
-    __m256i u1 = _mm256_add_epi32(_mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
-                            _mm256_permute2x128_si256(u0, u1, 0x31));
-}
 
-/* int16 lanes 0..7 = lane 2k of sc, lanes 8..15 = lane 2k + 1 */
-static inline __m256i scale_pair(__m256i sc, int k) {
-    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(k)),
-                               _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2,
-                                                3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
-}
 
 /* w (unsigned, or for IQ4 signed by the sign trick) x a: 16 int16 sums of
  * adjacent pairs */
@@ -379,11 +387,12 @@ static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *
     }
     __m256i sc, c;
     k_scales(t, b, &sc, &c, d1, d2);
+    const __m256i lo = _mm256_permute2x128_si256(sc, sc, 0x00), hi = _mm256_permute2x128_si256(sc, sc, 0x11);
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int k = 0; k < QK_K / 32; k++) {
         __m256i p = mul_pairs(t, mv_w32(t, b, k), _mm256_loadu_si256((const __m256i *)(qa + 32 * k)));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair(sc, k)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair(k < 4 ? lo : hi, k)));
     }
     *s1 = acc;
     *s2 = _mm256_madd_epi16(c, _mm256_loadu_si256((const __m256i *)bs));
@@ -405,18 +414,31 @@ matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uin
         for (int i = 0; i < MV_ROWS; i++) row[i] = w + (size_t)(ra + (i < nr ? i : 0)) * ws;
         __m256 acc = _mm256_setzero_ps();
         for (int k = 0; k < nu; k++) {
-            __m256i p1[MV_ROWS], p2[MV_ROWS];
+            _Alignas(32) int32_t i1[MV_ROWS], i2[MV_ROWS];
             _Alignas(32) float d1[MV_ROWS], d2[MV_ROWS];
+            __m256i p1[MV_ROWS];
 #pragma GCC unroll 8
             for (int i = 0; i < MV_ROWS; i++) {
                 const uint8_t *b = row[i] + (size_t)k * ub;
                 _mm_prefetch((const char *)b + PF_DIST, _MM_HINT_T0);
                 if (ub > 64) _mm_prefetch((const char *)b + PF_DIST + 64, _MM_HINT_T0);
                 if (ub > 128) _mm_prefetch((const char *)b + PF_DIST + 128, _MM_HINT_T0);
-                mv_unit(t, b, qa + (size_t)k * ul, is_k(t) ? bs + (size_t)k * 16 : NULL, &p1[i], &p2[i],
-                        &d1[i], &d2[i]);
+                __m256i p2;
+                mv_unit(t, b, qa + (size_t)k * ul, is_k(t) ? bs + (size_t)k * 16 : NULL, &p1[i], &p2, &d1[i],
+                        &d2[i]);
+                if (is_k(t)) {
+                    /* each row's two sums reduced at once ([S1, S2, S1, S2]):
+                     * 16 partial vectors kept for a tree would spill */
+                    __m256i h = _mm256_hadd_epi32(p1[i], p2);
+                    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                    q = _mm_hadd_epi32(q, q);
+                    i1[i] = _mm_cvtsi128_si32(q);
+                    i2[i] = _mm_extract_epi32(q, 1);
+                }
             }
-            __m256i s1 = tree8(p1), s2 = is_k(t) ? tree8(p2) : _mm256_setzero_si256();
+            /* Q8A types: one partial vector per row, summed by a tree */
+            __m256i s1 = is_k(t) ? _mm256_load_si256((const __m256i *)i1) : tree8(p1);
+            __m256i s2 = is_k(t) ? _mm256_load_si256((const __m256i *)i2) : _mm256_setzero_si256();
             __m256 vs = is_k(t) ? _mm256_setzero_ps()
                                 : _mm256_set1_ps(t == T_Q5_0 ? 16.0f * sa[k] : sa[k]);
             acc = fstep(t, acc, s1, s2, _mm256_load_ps(d1), _mm256_load_ps(d2), _mm256_set1_ps(da[k]), vs);
