@@ -645,7 +645,37 @@ static anvil_status parse(struct gguf_impl *g, struct rd *r) {
         }
         t->data = f->map + f->data_offset + t->offset;
     }
-    return check_overlap(f, err, cap);
+    anvil_status ost = check_overlap(f, err, cap);
+    if (ost != ANVIL_OK) return ost;
+    /* Writers (ggml, gguf-py, ours) lay tensors back to back in table order,
+     * each padded to the alignment, and llama.cpp requires it: a tensor
+     * that does not start where the previous one ends has a size that does
+     * not match its type and shape (a patched type, a truncated row). The
+     * sums cannot wrap: every extent was checked against the file above. */
+    uint64_t expect = 0;
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        const struct gguf_tensor *t = &f->tensors[i];
+        if (t->offset != expect) {
+            char nb[96], np[96];
+            if (i == 0)
+                errmsg_set(err, cap, "gguf: tensor '%s' starts at offset %llu, not 0",
+                           printable(nb, sizeof(nb), t->name, strlen(t->name)),
+                           (unsigned long long)t->offset);
+            else
+                errmsg_set(err, cap,
+                           "gguf: tensor '%s' (%s, %llu bytes) ends at offset %llu but the next "
+                           "tensor '%s' starts at %llu: a tensor size does not match its type and "
+                           "shape",
+                           printable(np, sizeof(np), t[-1].name, strlen(t[-1].name)),
+                           any_type_name((uint32_t)t[-1].type), (unsigned long long)t[-1].nbytes,
+                           (unsigned long long)(t[-1].offset + t[-1].nbytes),
+                           printable(nb, sizeof(nb), t->name, strlen(t->name)),
+                           (unsigned long long)t->offset);
+            return ANVIL_ERR_FORMAT;
+        }
+        expect += (t->nbytes + f->alignment - 1) / f->alignment * f->alignment;
+    }
+    return ANVIL_OK;
 
 nomem:
     errmsg_set(err, cap, "gguf: out of memory");

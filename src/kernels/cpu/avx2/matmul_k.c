@@ -122,6 +122,21 @@ static inline __m256i bits_to_16(const uint8_t *p) {
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
 }
+/* v >> 2s per 16-bit lane, s < 4: a switch, so that the shift count is an
+ * immediate whether or not the caller's s folds to a constant (-O1) */
+static inline __m256i srl2s(__m256i v, int s) {
+    switch (s) {
+    case 0: return v;
+    case 1: return _mm256_srli_epi16(v, 2);
+    case 2: return _mm256_srli_epi16(v, 4);
+    default: return _mm256_srli_epi16(v, 6);
+    }
+}
+/* sc's 128-bit half h (0, 1) in both halves */
+static inline __m256i half2(__m256i sc, int h) {
+    return h ? _mm256_permute2x128_si256(sc, sc, 0x11) : _mm256_permute2x128_si256(sc, sc, 0x00);
+}
+
 /* byte l = val where bit b of byte l of v is set, else 0 */
 static inline __m256i bit_of(__m256i v, int b, int val) {
     const __m256i m = _mm256_set1_epi8((char)(1 << b));
@@ -254,11 +269,11 @@ static inline __attribute__((always_inline)) __m256i mv_w32(int t, const uint8_t
     case T_IQ4_NL: return kv_lookup(nib_split(b + 2));
     case T_Q2_K: {
         __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (k / 4)));
-        return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (k % 4)), _mm256_set1_epi8(3));
+        return _mm256_and_si256(srl2s(q, k % 4), _mm256_set1_epi8(3));
     }
     case T_Q3_K: {
         __m256i q = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * (k / 4)));
-        __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * (k % 4)), _mm256_set1_epi8(3));
+        __m256i lo = _mm256_and_si256(srl2s(q, k % 4), _mm256_set1_epi8(3));
         return _mm256_or_si256(lo, bit_of(_mm256_loadu_si256((const __m256i *)b), k, 4));
     }
     case T_Q4_K:
@@ -313,7 +328,7 @@ static inline __attribute__((always_inline)) void tl_decode(int t, const uint8_t
         if (biased(t)) {
             /* the signed form: Q6_K q - 32, Q3_K (q + 4h) - 4 */
             w = _mm256_sub_epi8(w, _mm256_set1_epi8(t == T_Q6_K ? 32 : 4));
-            __m256i sp = scale_pair(_mm256_permute2x128_si256(sc, sc, k < 4 ? 0x00 : 0x11), k);
+            __m256i sp = scale_pair(half2(sc, k >= 4), k);
             wsum = _mm256_add_epi32(wsum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), w), sp));
         }
         _mm256_store_si256((__m256i *)(u->w + 32 * k), w);
