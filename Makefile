@@ -6,6 +6,8 @@
 #   make test       everything the CI runs (unit tests release + asan,
 #                   differential tests against gguf / llama-cpp-python)
 #   make model      fetch the default model into models/
+#   make model-gemma fetch gemma-3-270m-q4_k_m.gguf (K-quant tensors the
+#                   kernel tests read) into models/
 #   make run        build, fetch the model if missing, answer a chat prompt
 #   make bench      single-stream benchmark on the default model
 #                   (the benchmarks are bench/*.c, linked into bin/anvil as
@@ -20,6 +22,7 @@ PYTHON  ?= python3
 MODE    ?= release
 VENV    ?= $(HOME)/.cache/anvil/venv
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA   := models/gemma-3-270m-q4_k_m.gguf
 PROMPT  ?= Explain in two sentences why the sky is blue.
 
 BUILD   := build/$(MODE)
@@ -70,7 +73,7 @@ LIBA       := $(BUILD)/libanvil.a
 BENCH_BIN  := $(BUILD)/bench/bench_hp1
 CLI_BIN    := bin/anvil$(SUFFIX)
 
-.PHONY: all debug asan test unit model run bench clean deps venv fmt fuzz fuzz-bins
+.PHONY: all debug asan test unit model model-gemma run bench clean deps venv fmt fuzz fuzz-bins
 .DEFAULT_GOAL := all
 
 all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN) $(BENCH_BIN)
@@ -166,6 +169,10 @@ $(MODEL):
 	@scripts/fetch_model.sh $(MODEL)
 model: $(MODEL)
 
+$(GEMMA):
+	@scripts/fetch_gemma.sh $(GEMMA)
+model-gemma: $(GEMMA)
+
 run: deps all $(MODEL)
 	$(CLI_BIN) run -m $(MODEL) --chat -p "$(PROMPT)" -n 128
 
@@ -186,7 +193,7 @@ TEST_MODES ?= release,asan
 test: deps venv
 	@$(MAKE) --no-print-directory MODE=release all
 	@if echo "$(TEST_MODES)" | grep -q asan; then $(MAKE) --no-print-directory MODE=asan all; fi
-	@$(MAKE) --no-print-directory $(MODEL)
+	@$(MAKE) --no-print-directory $(MODEL) $(GEMMA)
 	@$(VENV)/bin/python tests/run_all.py --modes $(TEST_MODES) --model $(MODEL)
 
 clean:

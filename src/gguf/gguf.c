@@ -69,6 +69,16 @@ bool gguf_type_block(int type, uint32_t *blck, uint32_t *bytes) {
     case ANVIL_TYPE_Q8_0: b = 32, s = 34; break;
     case ANVIL_TYPE_Q4_0: b = 32, s = 18; break;
     case ANVIL_TYPE_Q4_1: b = 32, s = 20; break;
+    case ANVIL_TYPE_Q5_0: b = 32, s = 22; break;
+    case ANVIL_TYPE_Q5_1: b = 32, s = 24; break;
+    case ANVIL_TYPE_IQ4_NL: b = 32, s = 18; break;
+    case ANVIL_TYPE_Q2_K: b = 256, s = 84; break;
+    case ANVIL_TYPE_Q3_K: b = 256, s = 110; break;
+    case ANVIL_TYPE_Q4_K: b = 256, s = 144; break;
+    case ANVIL_TYPE_Q5_K: b = 256, s = 176; break;
+    case ANVIL_TYPE_Q6_K: b = 256, s = 210; break;
+    case ANVIL_TYPE_Q8_K: b = 256, s = 292; break;
+    case ANVIL_TYPE_IQ4_XS: b = 256, s = 136; break;
     default: return false;
     }
     if (blck) *blck = b;
@@ -88,8 +98,10 @@ const char *anvil_type_name(int type) {
 }
 
 int anvil_type_from_name(const char *name) {
-    static const int known[] = {ANVIL_TYPE_F32,  ANVIL_TYPE_F16,  ANVIL_TYPE_BF16,
-                                ANVIL_TYPE_Q8_0, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1};
+    static const int known[] = {ANVIL_TYPE_F32,  ANVIL_TYPE_F16,  ANVIL_TYPE_BF16,   ANVIL_TYPE_Q8_0,
+                                ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q5_0,   ANVIL_TYPE_Q5_1,
+                                ANVIL_TYPE_Q2_K, ANVIL_TYPE_Q3_K, ANVIL_TYPE_Q4_K,   ANVIL_TYPE_Q5_K,
+                                ANVIL_TYPE_Q6_K, ANVIL_TYPE_Q8_K, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_IQ4_XS};
     if (!name) return -1;
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
         if (!strcasecmp(name, ggml_type_names[known[i]])) return known[i];
@@ -420,7 +432,7 @@ static anvil_status parse_tensor(struct rd *r, struct gguf_tensor *t, uint64_t i
     if (type > INT32_MAX || !gguf_type_block((int)type, &blck, &bsz)) {
         errmsg_set(r->err, r->err_cap,
                    "gguf: tensor '%s': type %u (%s) is not supported (anvil reads F32, F16, "
-                   "BF16, Q8_0, Q4_0, Q4_1)",
+                   "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS)",
                    nb, type, any_type_name(type));
         return ANVIL_ERR_UNSUPPORTED;
     }
@@ -633,7 +645,37 @@ static anvil_status parse(struct gguf_impl *g, struct rd *r) {
         }
         t->data = f->map + f->data_offset + t->offset;
     }
-    return check_overlap(f, err, cap);
+    anvil_status ost = check_overlap(f, err, cap);
+    if (ost != ANVIL_OK) return ost;
+    /* Writers (ggml, gguf-py, ours) lay tensors back to back in table order,
+     * each padded to the alignment, and llama.cpp requires it: a tensor
+     * that does not start where the previous one ends has a size that does
+     * not match its type and shape (a patched type, a truncated row). The
+     * sums cannot wrap: every extent was checked against the file above. */
+    uint64_t expect = 0;
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        const struct gguf_tensor *t = &f->tensors[i];
+        if (t->offset != expect) {
+            char nb[96], np[96];
+            if (i == 0)
+                errmsg_set(err, cap, "gguf: tensor '%s' starts at offset %llu, not 0",
+                           printable(nb, sizeof(nb), t->name, strlen(t->name)),
+                           (unsigned long long)t->offset);
+            else
+                errmsg_set(err, cap,
+                           "gguf: tensor '%s' (%s, %llu bytes) ends at offset %llu but the next "
+                           "tensor '%s' starts at %llu: a tensor size does not match its type and "
+                           "shape",
+                           printable(np, sizeof(np), t[-1].name, strlen(t[-1].name)),
+                           any_type_name((uint32_t)t[-1].type), (unsigned long long)t[-1].nbytes,
+                           (unsigned long long)(t[-1].offset + t[-1].nbytes),
+                           printable(nb, sizeof(nb), t->name, strlen(t->name)),
+                           (unsigned long long)t->offset);
+            return ANVIL_ERR_FORMAT;
+        }
+        expect += (t->nbytes + f->alignment - 1) / f->alignment * f->alignment;
+    }
+    return ANVIL_OK;
 
 nomem:
     errmsg_set(err, cap, "gguf: out of memory");

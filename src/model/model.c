@@ -60,8 +60,9 @@ void wmat_matmul(const struct kn_ops *ops, const struct wmat *w, float *y, size_
         int rows = w->part[p].rows;
         int a = r0 > off ? r0 : off, b = r1 < off + rows ? r1 : off + rows;
         if (a < b)
-            ops->matmul[w->part[p].type](y + off, ldy, w->part[p].data, w->part[p].row_bytes, x,
-                                         x_stride, w->n_in, n_tokens, a - off, b - off);
+            ops->matmul[w->part[p].type](y + off, ldy, w->part[p].data, w->part[p].row_bytes,
+                                         (const uint8_t *)x + w->part[p].act_off, x_stride, w->n_in,
+                                         n_tokens, a - off, b - off);
         off += rows;
     }
 }
@@ -81,8 +82,8 @@ void wmat_matmul_tile(const struct kn_ops *ops, const struct wmat *w, float *y, 
         if (lo < hi)
             ops->matmul[w->part[p].type](y + (lo - a), ldy,
                                          w->part[p].data + (size_t)(lo - off) * w->part[p].row_bytes,
-                                         w->part[p].row_bytes, x, x_stride, w->n_in, n_tokens, 0,
-                                         hi - lo);
+                                         w->part[p].row_bytes, (const uint8_t *)x + w->part[p].act_off,
+                                         x_stride, w->n_in, n_tokens, 0, hi - lo);
         off += rows;
     }
 }
@@ -177,6 +178,16 @@ static const struct gguf_tensor *bind(struct model_loader *L, const char *name, 
                      anvil_type_name(t->type) ? anvil_type_name(t->type) : "unknown");
         return NULL;
     }
+    if (n_out != 0) {
+        /* NaN/inf block scales would turn every logit NaN: refuse them here,
+         * naming the tensor (one pass over the scales, ~1% of the bytes) */
+        int64_t bad = kn_find_bad_scale(t->type, t->data, n_out, n_in, gguf_row_size(t->type, (uint64_t)n_in));
+        if (bad >= 0) {
+            loader_error(L, "model: tensor %s: block %lld has a NaN or infinite scale", name,
+                         (long long)bad);
+            return NULL;
+        }
+    }
     uint64_t ne = t->ne[0] * (t->n_dims > 1 ? t->ne[1] : 1);
     L->n_params += ne;
     return t;
@@ -204,8 +215,11 @@ static bool bind_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_pa
         const struct gguf_tensor *t = bind(L, names[p], n_in, rows[p], true);
         if (!t) return false;
         int act = kn_act_for_type(t->type);
-        if (p == 0) w->act = act;
-        if (act != w->act) {
+        /* parts of the 32-element and the super-block families (Q4_K_M
+         * files stack Q4_K/Q6_K with Q5_0/Q8_0 rows) share one activation
+         * row holding both formats; each part reads its own (act_off) */
+        int merged = p == 0 ? act : kn_act_merge(w->act, act);
+        if (merged < 0) {
             loader_error(L,
                          "model: tensors %s and %s need different activation formats (types %s, "
                          "%s); mixed groups are not supported",
@@ -213,12 +227,15 @@ static bool bind_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_pa
                          anvil_type_name(t->type));
             return false;
         }
+        w->act = merged;
         w->part[p].data = t->data;
         w->part[p].type = t->type;
         w->part[p].rows = rows[p];
         w->part[p].row_bytes = gguf_row_size(t->type, (uint64_t)n_in);
         w->n_out += rows[p];
     }
+    for (int p = 0; p < n_parts; p++)
+        w->part[p].act_off = kn_act_part_offset(w->act, kn_act_for_type(w->part[p].type), n_in);
     return true;
 }
 

@@ -28,16 +28,18 @@
 #define WMAT_MAX_PARTS 3
 
 /* A weight matrix of n_out rows of n_in elements, possibly made of parts
- * stacked by rows. Every part has the same n_in and activation format. */
+ * stacked by rows. Every part has the same n_in; their activation formats
+ * merge into one (kn_act_merge: Q8A and Q8K parts share a Q8A_Q8K row). */
 struct wmat {
     int n_in, n_out;
-    int act;                 /* activation format the parts consume */
+    int act;                 /* activation format the matmuls are given */
     int n_parts;
     struct {
         const uint8_t *data; /* (rows, n_in) in `type` blocks, row-major */
         int type;
         int rows;
         size_t row_bytes;
+        size_t act_off;      /* this part's format inside an `act` row */
     } part[WMAT_MAX_PARTS];
     /* The kernels' packed copy of all parts (kernels/ops.h pack_size), or
      * NULL: then the parts are used in place. Owned by the model. */
