@@ -53,6 +53,64 @@ bool bpe_merge_find(const struct tok_merges *m, int32_t l, int32_t r, int32_t *r
 }
 
 // ----------------------------------------------------------------------------
+// merge table: (left symbol, right symbol) -> (rank, merged symbol), open
+// addressing on the pair (ids are dense, so the murmur finalizer spreads them)
+
+void bpe_merges_free(struct tok_merges *m) {
+    anvil_free(m->key);
+    anvil_free(m->rank);
+    anvil_free(m->res);
+    memset(m, 0, sizeof(*m));
+}
+
+anvil_status bpe_merges_build(struct tok_merges *m, struct tok_strtab *syms,
+                              const struct gguf_str *merges, int32_t n_merges, char *err,
+                              size_t err_cap) {
+    anvil_status st = ANVIL_OK;
+    memset(m, 0, sizeof(*m));
+    uint32_t slots = 16;
+    while (slots < (uint32_t)n_merges * 2u + 2u && slots < (1u << 30)) slots <<= 1;
+    m->key = anvil_malloc(sizeof(uint64_t) * slots);
+    m->rank = anvil_malloc(sizeof(int32_t) * slots);
+    m->res = anvil_malloc(sizeof(int32_t) * slots);
+    if (!m->key || !m->rank || !m->res) return ANVIL_ERR_NOMEM;
+    memset(m->key, 0xff, sizeof(uint64_t) * slots);
+    m->mask = slots - 1;
+
+    char *cat = NULL;
+    size_t cat_cap = 0;
+    for (int32_t i = 0; i < n_merges; i++) {
+        const char *p = merges[i].ptr;
+        size_t n = merges[i].len;
+        /* llama.cpp splits at the first space after position 0 (a merge is
+         * "left right"); without one the merge can never apply */
+        const char *sp = n > 1 ? memchr(p + 1, ' ', n - 1) : NULL;
+        if (!sp) continue;
+        size_t nl = (size_t)(sp - p), nr = n - nl - 1;
+        if (nr == 0) continue;
+        int32_t l, r, res;
+        if ((st = strtab_intern(syms, p, nl, &l, NULL)) != ANVIL_OK) goto done;
+        if ((st = strtab_intern(syms, sp + 1, nr, &r, NULL)) != ANVIL_OK) goto done;
+        if ((st = tok_grow((void **)&cat, &cat_cap, nl + nr, 1)) != ANVIL_OK) goto done;
+        memcpy(cat, p, nl);
+        memcpy(cat + nl, sp + 1, nr);
+        if ((st = strtab_intern(syms, cat, nl + nr, &res, NULL)) != ANVIL_OK) goto done;
+        uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+        int32_t rk, rs;
+        if (bpe_merge_find(m, l, r, &rk, &rs)) continue; /* first one wins */
+        uint32_t h = tok_hash64(key) & m->mask;
+        while (m->key[h] != UINT64_MAX) h = (h + 1) & m->mask;
+        m->key[h] = key;
+        m->rank[h] = i;
+        m->res[h] = res;
+    }
+done:
+    anvil_free(cat);
+    if (st == ANVIL_ERR_FORMAT) errmsg_set(err, err_cap, "tokenizer merges too large");
+    return st;
+}
+
+// ----------------------------------------------------------------------------
 // heap of candidate merges: smallest (rank, left) on top
 
 static inline bool bigram_less(const struct bpe_bigram *a, const struct bpe_bigram *b) {

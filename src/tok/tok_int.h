@@ -19,6 +19,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "core/hash.h"
 #include "tok/tok.h"
 
 /* ---------------------------------------------------------------------- */
@@ -71,19 +72,35 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
                        size_t err_cap);
 
 /* ---------------------------------------------------------------------- */
-/* string table with a hash index: symbol id <-> text */
+/* the bottom floor (strtab.c): string table and growable buffers. The
+ * other files call down into it, never the other way:
+ *
+ *   strtab.c utf8.c  <  pretok.c bpe.c  <  vocab.c  <  tokenizer.c chat.c
+ *   <  load.c
+ */
 
+/* symbol id <-> text; ids are dense from 0, append-only */
 struct tok_strtab {
-    char *blob;        /* all texts back to back */
+    char *blob;             /* all texts back to back */
     size_t blob_len, blob_cap;
-    uint32_t *off;     /* (cap + 1): text i is blob[off[i] .. off[i+1]) */
-    int32_t n, cap;
-    int32_t *slots;    /* open addressing: symbol id, or -1 = empty */
-    uint32_t mask;     /* slots has mask + 1 entries (a power of two) */
+    uint32_t *off;          /* (n + 1): text i is blob[off[i] .. off[i+1]) */
+    size_t off_cap;
+    int32_t n;
+    struct hash_index ix;   /* text -> id */
 };
 
-/* Id of text s, or -1. */
+/* Empty table with room for about n_hint texts of blob_hint bytes. */
+anvil_status strtab_init(struct tok_strtab *t, int32_t n_hint, size_t blob_hint);
+void strtab_free(struct tok_strtab *t);
+/* Id of text s (n bytes), or -1. */
 int32_t strtab_find(const struct tok_strtab *t, const char *s, size_t n);
+/* Id of text s, appending it when new (*added tells which, if not NULL).
+ * ANVIL_ERR_FORMAT when the table would pass 4 GiB or 2^31 texts. */
+anvil_status strtab_intern(struct tok_strtab *t, const char *s, size_t n, int32_t *id,
+                           bool *added);
+
+/* Make room for n elements of size sz in *p (capacity *cap, in elements). */
+anvil_status tok_grow(void **p, size_t *cap, size_t n, size_t sz);
 
 /* ---------------------------------------------------------------------- */
 /* pre-tokenizer (pretok.c) */
@@ -136,9 +153,7 @@ struct tok_work {
     pcre2_match_data *md;
 };
 
-void tok_work_free(struct tok_work *w);
-/* Make room for n elements of size sz in *p (capacity *cap, in elements). */
-anvil_status tok_grow(void **p, size_t *cap, size_t n, size_t sz);
+void tok_work_free(struct tok_work *w); /* tokenizer.c */
 
 /* Token output: ids go to out[0 .. cap); n counts all of them. */
 struct tok_out {
@@ -195,6 +210,13 @@ static inline uint32_t tok_hash64(uint64_t k) { /* murmur3 finalizer */
     k ^= k >> 33;
     return (uint32_t)k;
 }
+
+/* Build the merge table from "left right" strings: texts that are not yet
+ * symbols are added to syms. The first of duplicate merges wins. */
+anvil_status bpe_merges_build(struct tok_merges *m, struct tok_strtab *syms,
+                              const struct gguf_str *merges, int32_t n_merges, char *err,
+                              size_t err_cap);
+void bpe_merges_free(struct tok_merges *m);
 
 /* Rank and result of merging symbols (l, r); false when there is none. */
 bool bpe_merge_find(const struct tok_merges *m, int32_t l, int32_t r, int32_t *rank,

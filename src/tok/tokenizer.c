@@ -23,6 +23,21 @@
 #include "tok/tok_int.h"
 
 // ----------------------------------------------------------------------------
+// per-call scratch
+
+void tok_work_free(struct tok_work *w) {
+    anvil_free(w->norm);
+    anvil_free(w->rx);
+    anvil_free(w->spans);
+    anvil_free(w->spans2);
+    anvil_free(w->sym);
+    anvil_free(w->heap);
+    anvil_free(w->enc);
+    if (w->md) pcre2_match_data_free(w->md);
+    memset(w, 0, sizeof(*w));
+}
+
+// ----------------------------------------------------------------------------
 // special-token partition
 
 struct frag {

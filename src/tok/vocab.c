@@ -26,174 +26,6 @@
 #include "tok/tok_int.h"
 
 // ----------------------------------------------------------------------------
-// scratch helpers
-
-anvil_status tok_grow(void **p, size_t *cap, size_t n, size_t sz) {
-    if (*cap >= n) return ANVIL_OK;
-    size_t nc = *cap * 2 > n ? *cap * 2 : n;
-    size_t bytes;
-    if (!size_mul(nc, sz, &bytes)) return ANVIL_ERR_NOMEM;
-    void *q = anvil_realloc(*p, bytes);
-    if (!q) return ANVIL_ERR_NOMEM;
-    *p = q;
-    *cap = nc;
-    return ANVIL_OK;
-}
-
-void tok_work_free(struct tok_work *w) {
-    anvil_free(w->norm);
-    anvil_free(w->rx);
-    anvil_free(w->spans);
-    anvil_free(w->spans2);
-    anvil_free(w->sym);
-    anvil_free(w->heap);
-    anvil_free(w->enc);
-    if (w->md) pcre2_match_data_free(w->md);
-    memset(w, 0, sizeof(*w));
-}
-
-// ----------------------------------------------------------------------------
-// string table
-
-static uint32_t hash_str(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return (uint32_t)(h ^ (h >> 32));
-}
-
-int32_t strtab_find(const struct tok_strtab *t, const char *s, size_t n) {
-    for (uint32_t h = hash_str(s, n) & t->mask;; h = (h + 1) & t->mask) {
-        int32_t id = t->slots[h];
-        if (id < 0) return -1;
-        size_t len = t->off[id + 1] - t->off[id];
-        if (len == n && memcmp(t->blob + t->off[id], s, n) == 0) return id;
-    }
-}
-
-static anvil_status strtab_init(struct tok_strtab *t, int32_t n_hint, size_t blob_hint) {
-    memset(t, 0, sizeof(*t));
-    uint32_t slots = 16;
-    while (slots < (uint32_t)n_hint * 2u + 2u && slots < (1u << 30)) slots <<= 1;
-    t->slots = anvil_malloc(sizeof(int32_t) * slots);
-    t->off = anvil_malloc(sizeof(uint32_t) * ((size_t)n_hint + 1));
-    t->blob = anvil_malloc(blob_hint ? blob_hint : 1);
-    if (!t->slots || !t->off || !t->blob) return ANVIL_ERR_NOMEM;
-    memset(t->slots, 0xff, sizeof(int32_t) * slots);
-    t->mask = slots - 1;
-    t->cap = n_hint;
-    t->blob_cap = blob_hint ? blob_hint : 1;
-    t->off[0] = 0;
-    return ANVIL_OK;
-}
-
-static void strtab_free(struct tok_strtab *t) {
-    anvil_free(t->blob);
-    anvil_free(t->off);
-    anvil_free(t->slots);
-    memset(t, 0, sizeof(*t));
-}
-
-static anvil_status strtab_rehash(struct tok_strtab *t, uint32_t slots) {
-    int32_t *ns = anvil_malloc(sizeof(int32_t) * slots);
-    if (!ns) return ANVIL_ERR_NOMEM;
-    memset(ns, 0xff, sizeof(int32_t) * slots);
-    for (int32_t id = 0; id < t->n; id++) {
-        uint32_t h = hash_str(t->blob + t->off[id], t->off[id + 1] - t->off[id]) & (slots - 1);
-        while (ns[h] >= 0) h = (h + 1) & (slots - 1);
-        ns[h] = id;
-    }
-    anvil_free(t->slots);
-    t->slots = ns;
-    t->mask = slots - 1;
-    return ANVIL_OK;
-}
-
-/* Append text s as symbol t->n (the caller has checked it is new). */
-static anvil_status strtab_add(struct tok_strtab *t, const char *s, size_t n, int32_t *id) {
-    anvil_status st;
-    if (t->blob_len + n > UINT32_MAX || t->n >= INT32_MAX - 1) return ANVIL_ERR_FORMAT;
-    if ((st = tok_grow((void **)&t->blob, &t->blob_cap, t->blob_len + n, 1)) != ANVIL_OK)
-        return st;
-    if (t->n + 2 > t->cap) {
-        size_t cap = (size_t)t->cap + 1;
-        if ((st = tok_grow((void **)&t->off, &cap, (size_t)t->n + 2, sizeof(uint32_t))) !=
-            ANVIL_OK)
-            return st;
-        t->cap = (int32_t)(cap - 1 > INT32_MAX ? INT32_MAX : cap - 1);
-    }
-    if ((uint64_t)(t->n + 1) * 2 > (uint64_t)t->mask + 1) {
-        if ((st = strtab_rehash(t, (t->mask + 1) * 2)) != ANVIL_OK) return st;
-    }
-    memcpy(t->blob + t->blob_len, s, n);
-    t->blob_len += n;
-    *id = t->n++;
-    t->off[t->n] = (uint32_t)t->blob_len;
-    uint32_t h = hash_str(s, n) & t->mask;
-    while (t->slots[h] >= 0) h = (h + 1) & t->mask;
-    t->slots[h] = *id;
-    return ANVIL_OK;
-}
-
-/* Id of text s, adding it when new. */
-static anvil_status strtab_intern(struct tok_strtab *t, const char *s, size_t n, int32_t *id) {
-    *id = strtab_find(t, s, n);
-    if (*id >= 0) return ANVIL_OK;
-    return strtab_add(t, s, n, id);
-}
-
-// ----------------------------------------------------------------------------
-// merges
-
-static anvil_status merges_build(struct tok_vocab *v, const struct tok_spec *s, char *err,
-                                 size_t err_cap) {
-    anvil_status st = ANVIL_OK;
-    struct tok_merges *m = &v->merges;
-    uint32_t slots = 16;
-    while (slots < (uint32_t)s->n_merges * 2u + 2u && slots < (1u << 30)) slots <<= 1;
-    m->key = anvil_malloc(sizeof(uint64_t) * slots);
-    m->rank = anvil_malloc(sizeof(int32_t) * slots);
-    m->res = anvil_malloc(sizeof(int32_t) * slots);
-    if (!m->key || !m->rank || !m->res) return ANVIL_ERR_NOMEM;
-    memset(m->key, 0xff, sizeof(uint64_t) * slots);
-    m->mask = slots - 1;
-
-    char *cat = NULL;
-    size_t cat_cap = 0;
-    for (int32_t i = 0; i < s->n_merges; i++) {
-        const char *p = s->merges[i].ptr;
-        size_t n = s->merges[i].len;
-        /* llama.cpp splits at the first space after position 0 (a merge is
-         * "left right"); without one the merge can never apply */
-        const char *sp = n > 1 ? memchr(p + 1, ' ', n - 1) : NULL;
-        if (!sp) continue;
-        size_t nl = (size_t)(sp - p), nr = n - nl - 1;
-        if (nr == 0) continue;
-        int32_t l, r, res;
-        if ((st = strtab_intern(&v->syms, p, nl, &l)) != ANVIL_OK) goto done;
-        if ((st = strtab_intern(&v->syms, sp + 1, nr, &r)) != ANVIL_OK) goto done;
-        if ((st = tok_grow((void **)&cat, &cat_cap, nl + nr, 1)) != ANVIL_OK) goto done;
-        memcpy(cat, p, nl);
-        memcpy(cat + nl, sp + 1, nr);
-        if ((st = strtab_intern(&v->syms, cat, nl + nr, &res)) != ANVIL_OK) goto done;
-        uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
-        int32_t rk, rs;
-        if (bpe_merge_find(m, l, r, &rk, &rs)) continue; /* first one wins */
-        uint32_t h = tok_hash64(key) & m->mask;
-        while (m->key[h] != UINT64_MAX) h = (h + 1) & m->mask;
-        m->key[h] = key;
-        m->rank[h] = i;
-        m->res[h] = res;
-    }
-done:
-    anvil_free(cat);
-    if (st == ANVIL_ERR_FORMAT) errmsg_set(err, err_cap, "tokenizer merges too large");
-    return st;
-}
-
-// ----------------------------------------------------------------------------
 // attributes, specials, end of generation
 
 /* Texts llama.cpp treats as end of generation (llama-vocab.cpp, the
@@ -332,9 +164,7 @@ void tok_free(struct tok_vocab *v) {
     anvil_free(v->eog);
     anvil_free(v->piece);
     anvil_free(v->piece_off);
-    anvil_free(v->merges.key);
-    anvil_free(v->merges.rank);
-    anvil_free(v->merges.res);
+    bpe_merges_free(&v->merges);
     anvil_free(v->special);
     pretok_free(&v->pre);
     chat_free(&v->chat);
@@ -387,13 +217,14 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
             n = (size_t)snprintf(empty, sizeof(empty), "[EMPTY_%d]", i);
             t = empty;
         }
-        if (strtab_find(&v->syms, t, n) >= 0) {
+        int32_t id;
+        bool added;
+        TRY(strtab_intern(&v->syms, t, n, &id, &added));
+        if (!added) {
             errmsg_set(err, err_cap, "duplicate token text at id %d", i);
             st = ANVIL_ERR_FORMAT;
             goto fail;
         }
-        int32_t id;
-        TRY(strtab_add(&v->syms, t, n, &id));
     }
 
     v->attr = anvil_malloc((size_t)s->n_tokens);
@@ -406,7 +237,7 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
         v->attr[i] = s->types ? attr_of_type(s->types[i]) : TOK_ATTR_NORMAL;
 
     TRY(pretok_init(&v->pre, s->pre, err, err_cap));
-    TRY(merges_build(v, s, err, err_cap));
+    TRY(bpe_merges_build(&v->merges, &v->syms, s->merges, s->n_merges, err, err_cap));
 
     /* byte alphabet */
     for (int b = 0; b < 256; b++) {
