@@ -81,3 +81,79 @@ anvil_status strtab_intern(struct tok_strtab *t, const char *s, size_t n, int32_
     if (added) *added = true;
     return ANVIL_OK;
 }
+
+// ----------------------------------------------------------------------------
+// u64 -> int32 map (murmur3's finalizer spreads dense ids over the table)
+
+static inline uint32_t mix64(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ull;
+    k ^= k >> 33;
+    return (uint32_t)k;
+}
+
+static anvil_status map64_alloc(struct tok_map64 *m, size_t size) {
+    m->key = anvil_malloc(sizeof(uint64_t) * size);
+    m->val = anvil_malloc(sizeof(int32_t) * size);
+    if (!m->key || !m->val) {
+        anvil_free(m->key);
+        anvil_free(m->val);
+        m->key = NULL;
+        m->val = NULL;
+        return ANVIL_ERR_NOMEM;
+    }
+    memset(m->key, 0xff, sizeof(uint64_t) * size);
+    m->mask = (uint32_t)(size - 1);
+    return ANVIL_OK;
+}
+
+anvil_status map64_init(struct tok_map64 *m, size_t n_hint) {
+    memset(m, 0, sizeof(*m));
+    if (n_hint > (1u << 29)) return ANVIL_ERR_NOMEM;
+    size_t size = 16;
+    while (size < 2 * n_hint + 2) size *= 2;
+    return map64_alloc(m, size);
+}
+
+void map64_free(struct tok_map64 *m) {
+    anvil_free(m->key);
+    anvil_free(m->val);
+    memset(m, 0, sizeof(*m));
+}
+
+int32_t map64_get(const struct tok_map64 *m, uint64_t key) {
+    if (!m->key) return -1;
+    for (uint32_t h = mix64(key) & m->mask;; h = (h + 1) & m->mask) {
+        if (m->key[h] == key) return m->val[h];
+        if (m->key[h] == UINT64_MAX) return -1;
+    }
+}
+
+static void map64_place(struct tok_map64 *m, uint64_t key, int32_t val) {
+    uint32_t h = mix64(key) & m->mask;
+    while (m->key[h] != UINT64_MAX) h = (h + 1) & m->mask;
+    m->key[h] = key;
+    m->val[h] = val;
+}
+
+anvil_status map64_put_first(struct tok_map64 *m, uint64_t key, int32_t val) {
+    if (!m->key || key == UINT64_MAX) return ANVIL_ERR_INVALID;
+    if (map64_get(m, key) >= 0) return ANVIL_OK;
+    if ((uint64_t)(m->n + 1) * 2 > (uint64_t)m->mask + 1) {
+        if (m->mask >= (1u << 30)) return ANVIL_ERR_NOMEM;
+        struct tok_map64 g;
+        memset(&g, 0, sizeof(g));
+        anvil_status st = map64_alloc(&g, ((size_t)m->mask + 1) * 2);
+        if (st != ANVIL_OK) return st;
+        for (uint32_t i = 0; i <= m->mask; i++)
+            if (m->key[i] != UINT64_MAX) map64_place(&g, m->key[i], m->val[i]);
+        g.n = m->n;
+        map64_free(m);
+        *m = g;
+    }
+    map64_place(m, key, val);
+    m->n++;
+    return ANVIL_OK;
+}
