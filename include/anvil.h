@@ -98,6 +98,14 @@ struct anvil_model_params anvil_model_default_params(void);
 anvil_status anvil_model_load(const char *path, const struct anvil_model_params *p,
                               struct anvil_model **out, char *err, size_t err_cap);
 void anvil_model_free(struct anvil_model *m);
+/* Load only the tokenizer of a GGUF file: a vocabulary-only file (no
+ * tensors, as llama.cpp's ggml-vocab-*.gguf) or any model, for
+ * tokenizing and chat templates. The result answers the tokenizer and
+ * chat calls and anvil_model_n_vocab; it has no weights (anvil_ctx_init
+ * must not be given it). Free with anvil_model_free. Errors as
+ * anvil_model_load. */
+anvil_status anvil_model_load_vocab(const char *path, struct anvil_model **out, char *err,
+                                    size_t err_cap);
 
 int32_t anvil_model_n_vocab(const struct anvil_model *m);
 int32_t anvil_model_n_ctx_train(const struct anvil_model *m);
@@ -165,12 +173,50 @@ struct anvil_chat_msg {
     const char *content;
 };
 
-/* Render messages with the model's chat template (tokenizer.chat_template;
- * ChatML and Llama-3 styles are recognised). add_assistant appends the
- * header that starts the assistant's turn. Returns bytes written (NUL
- * terminated), -(needed) when cap is too small, or 0 with no template. */
+/* Chat templates. anvil has no Jinja engine: it recognises the family of
+ * tokenizer.chat_template from its text (never executing it) and renders
+ * the family natively: "chatml" (SmolLM2, Qwen 2/2.5/3), "llama3" (Llama
+ * 3/3.1/3.2/3.3), "gemma" (Gemma 2/3), "mistral-v1", "mistral-v3",
+ * "mistral-v7", "phi3" (Phi-3, Phi-3.5). A file without a template gets
+ * the family whose turn markers are tokens of its vocabulary (Gemma 3's
+ * GGUF has no template). Otherwise anvil uses ChatML and says so through
+ * anvil_chat_template_source: the caller should warn. */
+enum anvil_chat_source {
+    ANVIL_CHAT_FROM_TEMPLATE = 0, /* recognised in tokenizer.chat_template */
+    ANVIL_CHAT_FROM_VOCAB = 1,    /* no template: inferred from the special tokens */
+    ANVIL_CHAT_FALLBACK = 2,      /* not recognised (or none): ChatML */
+    ANVIL_CHAT_FROM_USER = 3,     /* chosen with anvil_chat_template_set */
+};
+
+/* Name of the template family in use ("chatml", "llama3", ...). Static
+ * string, valid while the model lives. */
+const char *anvil_chat_template_name(const struct anvil_model *m);
+enum anvil_chat_source anvil_chat_template_source(const struct anvil_model *m);
+/* The names anvil_chat_template_set accepts, comma-separated (static). */
+const char *anvil_chat_template_names(void);
+/* Use the template family `name` instead of the file's. ANVIL_ERR_INVALID
+ * for an unknown name (the model is unchanged). Changes the model: call
+ * it before any other thread uses m. */
+anvil_status anvil_chat_template_set(struct anvil_model *m, const char *name);
+
+/* Render messages with the model's chat template as text. add_assistant
+ * appends the header that starts the assistant's turn. BOS is not
+ * written: tokenizing the text with add_special adds it. Returns bytes
+ * written (NUL terminated), -(needed) when cap is too small, INT32_MIN on
+ * out-of-memory. Tokenizing this text with parse_special lets control
+ * tokens typed inside a message through: prompts should come from
+ * anvil_chat_tokenize. */
 int32_t anvil_chat_apply(const struct anvil_model *m, const struct anvil_chat_msg *msgs,
                          size_t n_msgs, bool add_assistant, char *buf, int32_t cap);
+
+/* Render and tokenize messages: the tokens of anvil_chat_apply's text
+ * tokenized with add_special and parse_special, except that message
+ * content (and roles) are tokenized as text: "<|im_start|>" typed by a
+ * user stays text and never becomes the control token. Returns the number
+ * of tokens, -(needed) when cap is too small (out holds the first cap),
+ * INT32_MIN on out-of-memory or bad arguments. */
+int32_t anvil_chat_tokenize(const struct anvil_model *m, const struct anvil_chat_msg *msgs,
+                            size_t n_msgs, bool add_assistant, anvil_token *out, int32_t cap);
 
 /* ---------------------------------------------------------------------- */
 /* context: KV cache, scratch, thread pool */
