@@ -6,7 +6,9 @@
  * stdin: one prompt per line as space-separated token ids.
  * stdout: one JSON object per prompt:
  *   {"gen": [greedy continuation of N_GEN ids], "logits": [last prompt row]}
- * and with -a also "all": [the logits row of every prompt position].
+ * and with -a also "all": [the logits row of every prompt position], or
+ * with -a -o FILE those rows as raw float32 in FILE (row-major; for big
+ * vocabularies, where JSON text would run to gigabytes).
  * -s CHUNK feeds each prompt in chunks of CHUNK tokens (1 = token by
  * token), which must not change any number (prefill == decode).
  * With -b all prompts are decoded together in one batch (one sequence
@@ -35,7 +37,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int n_threads = 1, n_gen = 0, batched = 0, all = 0, n_ctx = 1024, chunk = 0;
-    const char *kernels = NULL;
+    const char *kernels = NULL, *out_path = NULL;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-k") && i + 1 < argc) kernels = argv[++i];
@@ -44,6 +46,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) chunk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-b")) batched = 1;
         else if (!strcmp(argv[i], "-a")) all = 1;
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc) out_path = argv[++i];
     }
     if (batched && (all || chunk)) {
         fprintf(stderr, "tool_logits: -b goes with neither -a nor -s\n");
@@ -161,7 +164,16 @@ int main(int argc, char **argv) {
         printf("], \"logits\": [");
         for (int i = 0; i < n_vocab; i++) printf("%s%.9g", i ? ", " : "", last[s][i]);
         printf("]");
-        if (all && rows[s]) {
+        if (all && rows[s] && out_path) {
+            FILE *fo = fopen(out_path, s == 0 ? "wb" : "ab");
+            if (!fo || fwrite(rows[s], sizeof(float), (size_t)n_prompt[s] * n_vocab, fo) !=
+                           (size_t)n_prompt[s] * n_vocab) {
+                fprintf(stderr, "tool_logits: cannot write %s\n", out_path);
+                return 1;
+            }
+            fclose(fo);
+            free(rows[s]);
+        } else if (all && rows[s]) {
             printf(", \"all\": [");
             for (int r = 0; r < n_prompt[s]; r++) {
                 printf("%s[", r ? ", " : "");

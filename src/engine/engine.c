@@ -236,9 +236,9 @@ static int64_t mem_available(void) {
  * blocks are first used, so a large default costs nothing until needed. */
 #define ENGINE_KV_MEM_FRACTION 0.5
 static int64_t default_kv_mem(const struct anvil_model *m, const struct anvil_engine_params *p) {
-    int64_t full = ctx_model_kv_bytes(m, p->kv_type, p->n_ctx, p->max_running);
+    int64_t full = ctx_model_kv_bytes(m, p->kv_type, p->n_ctx, p->max_running, p->step_tokens);
     int64_t floor = ctx_model_kv_bytes(m, p->kv_type, p->n_ctx < 1024 ? p->n_ctx : 1024,
-                                       p->max_running);
+                                       p->max_running, p->step_tokens);
     int64_t avail = mem_available();
     int64_t cap = avail > 0 ? (int64_t)((double)avail * ENGINE_KV_MEM_FRACTION) : full;
     int64_t kv = full < cap ? full : cap;

@@ -31,20 +31,21 @@ static int64_t layer_pos_bytes(const struct model_hparams *hp, int kv_type) {
     return kv_type == ANVIL_TYPE_Q8_0 ? per * 34 / 32 : per * 2;
 }
 
-/* Positions a windowed layer keeps per sequence at most (kv_cache.h:
- * window + slack, plus a block at each end). */
-static int64_t window_positions(int window, int block) {
-    return ((int64_t)window + KV_WINDOW_SLACK + block - 1) / block * block + 2 * block;
+/* Positions a windowed layer keeps per sequence at most when it grows by
+ * up to `step` positions at a time (kv_cache.h: window + slack + the step,
+ * a block of misalignment at each end), and never more than n_ctx. */
+static int64_t window_positions(int window, int64_t step, int64_t n_ctx, int block) {
+    int64_t w = ((int64_t)window + KV_WINDOW_SLACK + step + block - 1) / block * block + 2 * block;
+    return w < n_ctx ? w : n_ctx;
 }
 
-int64_t ctx_model_kv_bytes(const struct anvil_model *m, int kv_type, int64_t n_ctx, int64_t n_seq) {
+int64_t ctx_model_kv_bytes(const struct anvil_model *m, int kv_type, int64_t n_ctx, int64_t n_seq,
+                           int64_t step) {
     const struct model_hparams *hp = &m->hp;
     int64_t per = layer_pos_bytes(hp, kv_type), total = 0;
     for (int l = 0; l < hp->n_layer; l++) {
-        int64_t pos = n_ctx;
         int w = m->layers[l].n_swa;
-        if (w > 0 && window_positions(w, 16) < pos) pos = window_positions(w, 16);
-        total += per * pos;
+        total += per * (w > 0 ? window_positions(w, step, n_ctx, 16) : n_ctx);
     }
     return total * n_seq;
 }
@@ -52,7 +53,7 @@ int64_t ctx_model_kv_bytes(const struct anvil_model *m, int kv_type, int64_t n_c
 int64_t anvil_model_kv_bytes(const struct anvil_model *m, int kv_type, int32_t n_ctx, bool windowed) {
     if (!m || n_ctx < 0) return 0;
     if (kv_type != ANVIL_TYPE_Q8_0) kv_type = ANVIL_TYPE_F16;
-    if (windowed) return ctx_model_kv_bytes(m, kv_type, n_ctx, 1);
+    if (windowed) return ctx_model_kv_bytes(m, kv_type, n_ctx, 1, 0);
     return (int64_t)m->hp.n_layer * layer_pos_bytes(&m->hp, kv_type) * n_ctx;
 }
 
@@ -118,8 +119,7 @@ static anvil_status init_kv(struct anvil_ctx *c, const struct anvil_ctx_params *
     const int32_t bs = 16;
     double need[CTX_MAX_KV_GROUPS], need_total = 0.0;
     for (int g = 0; g < c->n_kv; g++) {
-        int64_t pos = c->n_ctx;
-        if (window[g] > 0 && window_positions(window[g], bs) < pos) pos = window_positions(window[g], bs);
+        int64_t pos = window[g] > 0 ? window_positions(window[g], c->n_batch, c->n_ctx, bs) : c->n_ctx;
         need[g] = (double)n_layers[g] * (double)layer_pos_bytes(hp, kv_type) * (double)pos;
         need_total += need[g];
     }
@@ -147,7 +147,7 @@ static anvil_status init_kv(struct anvil_ctx *c, const struct anvil_ctx_params *
             int64_t per_seq = (c->n_ctx + bs - 1) / bs;
             int64_t extra = 0;
             if (kp.window > 0) {
-                per_seq = window_positions(kp.window, bs) / bs + 1;
+                per_seq = window_positions(kp.window, 0, c->n_ctx, bs) / bs + 1;
                 extra = (c->n_batch + bs - 1) / bs;
             }
             int64_t blocks = (int64_t)c->n_seq_max * per_seq + extra;

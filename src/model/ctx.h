@@ -25,8 +25,10 @@ bool ctx_kv_fits(const struct anvil_ctx *c, int64_t n, int32_t slack_blocks);
 int64_t ctx_kv_seq_capacity(const struct anvil_ctx *c);
 
 /* Bytes of KV cache that n_seq sequences of n_ctx positions need with
- * model m and KV type kv_type (F16 or Q8_0): windowed layers count only
- * their window. For sizing pools from a memory budget and for reports. */
-int64_t ctx_model_kv_bytes(const struct anvil_model *m, int kv_type, int64_t n_ctx, int64_t n_seq);
+ * model m and KV type kv_type (F16 or Q8_0), each growing by up to `step`
+ * positions at a time: windowed layers count only their window (plus the
+ * step). For sizing pools from a memory budget and for reports. */
+int64_t ctx_model_kv_bytes(const struct anvil_model *m, int kv_type, int64_t n_ctx, int64_t n_seq,
+                           int64_t step);
 
 #endif

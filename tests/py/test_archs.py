@@ -182,3 +182,33 @@ def test_arch_bad_input(tmp_path, anvil_bin, anvil_bins, case):
         assert rc == 2, (b, rc, err)
         assert want in err, (case, err)
         assert "AddressSanitizer" not in err and "runtime error" not in err
+
+
+@pytest.mark.parametrize("name", ["gemma3", "mistral"])
+def test_windowed_engine_prefix_cache_and_preemption(tmp_path, name):
+    """Sliding-window layers under the serving engine: prompts well past
+    the window (16 positions here) so that blocks leave the window and go
+    back to the pool, every prompt twice (the second reuses the cached
+    prefix, the window's blocks included), and a pool small enough to
+    preempt. Every output must equal the serial run's, which recomputes
+    everything (the full-recompute oracle), and the pool must end empty."""
+    path = str(tmp_path / f"{name}.gguf")
+    tiny_arch.make_gguf(path, name, "F32", seed=9)
+    rng = np.random.default_rng(4)
+    lines = []
+    for i in range(6):
+        toks = [int(x) for x in rng.integers(0, 256, 60 + 25 * i)]
+        lines.append(f"{20 + 3 * i} {0.0 if i % 2 else 0.8} {i + 1} - {' '.join(map(str, toks))}\n")
+    lines = lines + lines
+    tool = build_path("release", "tool_engine")
+    serial = run([tool, path, "--serial", "-r", "1", "-x", "512"], input="".join(lines), text=True)
+    assert serial.returncode == 0, serial.stderr
+    kv_mem = {"gemma3": "400000", "mistral": "120000"}[name]  # small enough to preempt
+    for args in (["-r", "8", "-x", "512"],
+                 ["-r", "6", "-x", "512", "-s", "48", "-c", "16", "--kv-mem", kv_mem]):
+        p = run([tool, path, *args], input="".join(lines), text=True)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == serial.stdout, args
+        assert "kv_used=0 " in p.stderr, p.stderr
+        if "--kv-mem" in args:
+            assert "preemptions=0 " not in p.stderr, p.stderr
