@@ -210,7 +210,12 @@ int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, co
      * last prompt token so that we get its logits */
     int keep = 0;
     while (keep < s->n_cached && keep < n - 1 && s->cached[keep] == s->buf[keep]) keep++;
-    anvil_seq_truncate(s->ctx, 0, keep);
+    if (anvil_seq_truncate(s->ctx, 0, keep) != ANVIL_OK) {
+        /* sliding-window layers no longer hold the window at `keep`:
+         * recompute the whole prompt */
+        keep = 0;
+        anvil_seq_truncate(s->ctx, 0, 0);
+    }
     anvil_sampler_reset(s->smp);
     for (int i = 0; i < n; i++) anvil_sampler_accept(s->smp, s->buf[i]);
 
