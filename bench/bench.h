@@ -7,6 +7,7 @@
  *   bench_batched.c  batched decode, llama-batched-bench style
  *   bench_kernels.c  quantized matmul micro-benchmark
  *   bench_attn.c     decode attention micro-benchmark
+ *   bench_spec.c     speculative decoding on shipped prompt sets
  *   bench_util.c     clocks, statistics, JSON lines, read bandwidth
  *   bench_png.c      --png: records to bench/plot.py (matplotlib)
  *
@@ -32,6 +33,8 @@ int bench_kernels(int argc, char **argv);
 int bench_attention(int argc, char **argv);
 /* `anvil bench -m MODEL --batched ...` (bench_batched.c). */
 int bench_batched(int argc, char **argv);
+/* `anvil bench -m MODEL --spec ngram|draft ...` (bench_spec.c). */
+int bench_spec(int argc, char **argv);
 
 /* ---------------------------------------------------------------------- */
 /* bench_model.c */

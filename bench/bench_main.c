@@ -8,6 +8,7 @@
  *                                          serving scenarios of SCENARIOS.md
  *   anvil bench -m MODEL --batched [...]  batched decode, llama-batched-bench style
  *                                          (bench_batched.c)
+ *   anvil bench -m MODEL --spec ngram|draft  speculative decoding (bench_spec.c)
  *   anvil bench --kernels [...]            matmul micro-benchmark (bench_kernels.c)
  *   anvil bench --attention [...]          decode attention micro-benchmark (bench_attn.c)
  *
@@ -27,6 +28,7 @@ static void usage(FILE *f) {
             "usage: anvil bench -m MODEL [-p N] [-n N] [-t T[,T...]] [-r REPS] [--json]\n"
             "       anvil bench -m MODEL --scenario NAME|all [-t T] [--json] [--png FILE]\n"
             "       anvil bench -m MODEL --batched [--help]   batched decode throughput\n"
+            "       anvil bench -m MODEL --spec ngram|draft [--help]   speculative decoding\n"
             "       anvil bench --kernels [--help]     matmul micro-benchmark\n"
             "       anvil bench --attention [--help]   decode attention micro-benchmark\n\n"
             "  -p N            prompt tokens for pp (default 512; 0 = skip)\n"
@@ -71,6 +73,7 @@ int bench_main(int argc, char **argv) {
         if (!strcmp(argv[i], "--kernels")) return bench_kernels(argc, argv);
         if (!strcmp(argv[i], "--attention")) return bench_attention(argc, argv);
         if (!strcmp(argv[i], "--batched")) return bench_batched(argc, argv);
+        if (!strcmp(argv[i], "--spec")) return bench_spec(argc, argv);
     }
     const char *model = NULL, *scenario = NULL, *png = NULL, *threads = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5;

@@ -175,3 +175,24 @@ def test_bad_draft_vocabulary(tmp_path, model_path):
 def test_bad_k(model_path):
     p = run([TOOL, model_path, "--spec", "ngram", "--spec-k", "17"], input="4 0 1 - 1 2 3\n", text=True)
     assert p.returncode == 2 and "out of range" in p.stderr, p.stderr
+
+
+def test_bench_spec_json(model_path, anvil_bin):
+    """`anvil bench --spec` runs both ways, checks the outputs agree before
+    it reports, and writes well-formed records (speed is not asserted)."""
+    import json
+    p = run([anvil_bin, "bench", "-m", model_path, "--spec", "ngram", "--batch", "1,2", "-n", "12",
+             "-t", "2", "--prompts", "copy", "--json"], text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    recs = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+    assert [r["batch"] for r in recs] == [1, 2]
+    for r in recs:
+        assert r["set"] == "copy" and r["spec"] == "ngram" and r["plain_tok_s"] > 0 and r["spec_tok_s"] > 0
+        assert 0 <= r["accepted"] <= 1 and r["tokens_per_step"] >= 1
+
+
+@pytest.mark.parametrize("args", [["--spec", "fast"], ["--spec", "draft"], ["--spec", "ngram", "--spec-k", "0"],
+                                  ["--spec", "ngram", "--prompts", "/nonexistent.jsonl"]])
+def test_bench_spec_bad_input(model_path, anvil_bin, args):
+    p = run([anvil_bin, "bench", "-m", model_path, *args], text=True, cwd=ROOT)
+    assert p.returncode == 2, (args, p.stderr)
