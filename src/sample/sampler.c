@@ -183,7 +183,7 @@ anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_
     if (!out || n_vocab <= 0 || n_vocab > SAMPLE_MAX_VOCAB) return ANVIL_ERR_INVALID;
     char msg[128];
     if (anvil_sampler_params_check(p, msg, sizeof msg) != ANVIL_OK) {
-        anvil_log(LOG_DEBUG, "anvil_sampler_init: %s", msg);
+        anvil_log(ANVIL_LOG_DEBUG, "anvil_sampler_init: %s", msg);
         return ANVIL_ERR_INVALID;
     }
     /* penalties that change nothing keep no window (llama.cpp does the same) */
