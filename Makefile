@@ -23,7 +23,7 @@ PROMPT  ?= Explain in two sentences why the sky is blue.
 BUILD   := build/$(MODE)
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -g $(WARN) -Iinclude -Isrc -MMD -MP -pthread
-LIBS    := -lpcre2-8 -lpng -lm -lpthread
+LIBS    := -lpcre2-8 -lcjson -lpng -lm -lpthread
 SERVER_LIBS := -lmicrohttpd -lcjson
 TEST_LIBS := -lcmocka
 

@@ -1,0 +1,288 @@
+/*
+ * vocab.c - the vocabulary index (built once per model) and the mask walk.
+ *
+ * Index: the TEXT tokens sorted by their bytes form a trie stored as an
+ * array of nodes in preorder. A node is one byte at one depth; `skip` is
+ * the index just past its subtree, so a walk that finds a byte dead jumps
+ * over every token starting with that prefix in one step. Tokens whose
+ * byte string ends at a node are listed there (duplicates share a node).
+ * The walk keeps the automaton state of each depth on a small stack, so
+ * every node costs one transition from its parent's state: the work is
+ * the number of live trie nodes, not the vocabulary's total bytes.
+ *
+ * For a pure program the state per depth is one DFA state (an int); for a
+ * pushdown program it is a configuration set (cn_level), each made by
+ * rt_step from its parent's, with the scratch frames of abandoned
+ * subtrees dropped as the walk returns to a shallower depth.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "constrain/cn_int.h"
+
+#define CN_MAX_VOCAB (1 << 27)
+#define CN_MAX_TOKEN_LEN 65535
+
+/* ---------------------------------------------------------------------- */
+/* building */
+
+struct sort_ent {
+    const uint8_t *b;
+    uint32_t len;
+    int32_t id;
+};
+
+static int cmp_tok(const void *x, const void *y) {
+    const struct sort_ent *a = x, *b = y;
+    uint32_t m = a->len < b->len ? a->len : b->len;
+    int c = m ? memcmp(a->b, b->b, m) : 0;
+    if (c) return c;
+    if (a->len != b->len) return a->len < b->len ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+void cn_vocab_free(struct cn_vocab *v) {
+    if (!v) return;
+    anvil_free(v->kind);
+    anvil_free(v->off);
+    anvil_free(v->data);
+    anvil_free(v->nodes);
+    anvil_free(v->end_ids);
+    anvil_free(v->eog);
+    anvil_free(v);
+}
+
+int32_t cn_vocab_n_vocab(const struct cn_vocab *v) { return v->n_vocab; }
+int32_t cn_vocab_n_nodes(const struct cn_vocab *v) { return (int32_t)v->n_nodes; }
+size_t cn_vocab_bytes(const struct cn_vocab *v) { return v->bytes; }
+
+anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const int32_t *lens,
+                            const uint8_t *kinds, struct cn_vocab **out, char *err,
+                            size_t err_cap) {
+    if (!out || n_vocab <= 0 || n_vocab > CN_MAX_VOCAB || !lens || !bytes) {
+        errmsg_set(err, err_cap, "vocabulary: bad size or arguments");
+        return ANVIL_ERR_INVALID;
+    }
+    uint64_t total = 0;
+    for (int32_t t = 0; t < n_vocab; t++) {
+        if (lens[t] < 0 || (lens[t] > 0 && !bytes[t])) {
+            errmsg_set(err, err_cap, "vocabulary: token %d has a bad length", t);
+            return ANVIL_ERR_INVALID;
+        }
+        if (kinds && kinds[t] > CN_TOK_NEVER) {
+            errmsg_set(err, err_cap, "vocabulary: token %d has a bad kind", t);
+            return ANVIL_ERR_INVALID;
+        }
+        total += (uint64_t)lens[t];
+    }
+    if (total > UINT32_MAX / 2) {
+        errmsg_set(err, err_cap, "vocabulary: too many bytes");
+        return ANVIL_ERR_INVALID;
+    }
+    struct cn_vocab *v = anvil_calloc(1, sizeof *v);
+    int32_t *sorted = NULL;
+    struct sort_ent *ent = NULL;
+    uint32_t *path = NULL;
+    if (!v) goto oom;
+    v->n_vocab = n_vocab;
+    v->kind = anvil_malloc((size_t)n_vocab);
+    v->off = anvil_malloc(((size_t)n_vocab + 1) * sizeof *v->off);
+    v->data = anvil_malloc(total ? (size_t)total : 1);
+    sorted = anvil_malloc((size_t)n_vocab * sizeof *sorted);
+    if (!v->kind || !v->off || !v->data || !sorted) goto oom;
+    uint32_t pos = 0, n_text = 0;
+    int32_t n_eog = 0;
+    for (int32_t t = 0; t < n_vocab; t++) {
+        uint8_t k = kinds ? kinds[t] : CN_TOK_TEXT;
+        if (k == CN_TOK_TEXT && (lens[t] == 0 || lens[t] > CN_MAX_TOKEN_LEN)) k = CN_TOK_NEVER;
+        v->kind[t] = k;
+        v->off[t] = pos;
+        if (lens[t]) memcpy(v->data + pos, bytes[t], (size_t)lens[t]);
+        pos += (uint32_t)lens[t];
+        if (k == CN_TOK_TEXT) {
+            sorted[n_text++] = t;
+            if ((uint32_t)lens[t] > v->max_len) v->max_len = (uint32_t)lens[t];
+        }
+        if (k == CN_TOK_EOG) n_eog++;
+    }
+    v->off[n_vocab] = pos;
+    v->eog = anvil_malloc((size_t)(n_eog ? n_eog : 1) * sizeof *v->eog);
+    v->end_ids = anvil_malloc((size_t)(n_text ? n_text : 1) * sizeof *v->end_ids);
+    path = anvil_malloc(((size_t)v->max_len + 1) * sizeof *path);
+    if (!v->eog || !v->end_ids || !path) goto oom;
+    for (int32_t t = 0; t < n_vocab; t++)
+        if (v->kind[t] == CN_TOK_EOG) v->eog[v->n_eog++] = t;
+    ent = anvil_malloc((size_t)(n_text ? n_text : 1) * sizeof *ent);
+    if (!ent) goto oom;
+    for (uint32_t i = 0; i < n_text; i++) {
+        int32_t t = sorted[i];
+        ent[i] = (struct sort_ent){v->data + v->off[t], v->off[t + 1] - v->off[t], t};
+    }
+    qsort(ent, n_text, sizeof *ent, cmp_tok);
+    for (uint32_t i = 0; i < n_text; i++) sorted[i] = ent[i].id;
+    anvil_free(ent);
+    ent = NULL;
+    /* node count: bytes beyond the common prefix with the previous token */
+    uint64_t n_nodes = 0;
+    for (uint32_t i = 0; i < n_text; i++) {
+        int32_t t = sorted[i];
+        uint32_t len = v->off[t + 1] - v->off[t], lcp = 0;
+        if (i > 0) {
+            int32_t u = sorted[i - 1];
+            uint32_t lu = v->off[u + 1] - v->off[u];
+            while (lcp < len && lcp < lu && v->data[v->off[t] + lcp] == v->data[v->off[u] + lcp])
+                lcp++;
+        }
+        n_nodes += len - lcp;
+    }
+    v->nodes = anvil_malloc((size_t)(n_nodes ? n_nodes : 1) * sizeof *v->nodes);
+    if (!v->nodes) goto oom;
+    uint32_t nn = 0, depth = 0; /* path[1..depth]: open nodes of the current branch */
+    for (uint32_t i = 0; i < n_text; i++) {
+        int32_t t = sorted[i];
+        const uint8_t *b = v->data + v->off[t];
+        uint32_t len = v->off[t + 1] - v->off[t], lcp = 0;
+        if (i > 0) {
+            int32_t u = sorted[i - 1];
+            uint32_t lu = v->off[u + 1] - v->off[u];
+            while (lcp < len && lcp < lu && b[lcp] == v->data[v->off[u] + lcp]) lcp++;
+        }
+        /* close the previous branch below the common prefix */
+        while (depth > lcp) v->nodes[path[depth--]].skip = nn;
+        for (uint32_t d = lcp; d < len; d++) {
+            struct cn_trie_node *nd = &v->nodes[nn];
+            nd->byte = b[d];
+            nd->depth = (uint16_t)(d + 1);
+            nd->ntok = 0;
+            nd->tok = 0;
+            nd->skip = 0;
+            path[++depth] = nn++;
+        }
+        struct cn_trie_node *end = &v->nodes[path[len]];
+        if (end->ntok == 0) end->tok = i;
+        if (end->ntok == UINT16_MAX) {
+            errmsg_set(err, err_cap, "vocabulary: more than 65535 tokens with the same bytes");
+            anvil_free(sorted);
+            anvil_free(path);
+            cn_vocab_free(v);
+            return ANVIL_ERR_INVALID;
+        }
+        end->ntok++;
+        v->end_ids[i] = t;
+    }
+    while (depth > 0) v->nodes[path[depth--]].skip = nn;
+    v->n_nodes = nn;
+    v->bytes = sizeof *v + (size_t)n_vocab * (1 + sizeof *v->off) + pos +
+               (size_t)nn * sizeof *v->nodes + (size_t)n_text * sizeof *v->end_ids;
+    anvil_free(sorted);
+    anvil_free(path);
+    *out = v;
+    return ANVIL_OK;
+oom:
+    anvil_free(sorted);
+    anvil_free(ent);
+    anvil_free(path);
+    cn_vocab_free(v);
+    errmsg_set(err, err_cap, "out of memory");
+    return ANVIL_ERR_NOMEM;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the mask walk */
+
+static inline int32_t set_tokens(const struct cn_vocab *v, const struct cn_trie_node *nd,
+                                 uint8_t *mask) {
+    for (uint32_t k = 0; k < nd->ntok; k++) {
+        int32_t t = v->end_ids[nd->tok + k];
+        mask[t >> 3] |= (uint8_t)(1u << (t & 7));
+    }
+    return nd->ntok;
+}
+
+static int32_t walk_pure(struct cn_state *s, uint8_t *mask) {
+    const struct cn_program *p = s->p;
+    const struct cn_vocab *v = s->v;
+    struct cn_scratch *sc = &s->sc;
+    if (sc->cap_dstate < v->max_len + 1) {
+        int32_t *d = anvil_realloc(sc->dstate, ((size_t)v->max_len + 1) * sizeof *d);
+        if (!d) return ANVIL_ERR_NOMEM;
+        sc->dstate = d;
+        sc->cap_dstate = v->max_len + 1;
+    }
+    int32_t *st = sc->dstate;
+    st[0] = s->cfg[0].top;
+    const int32_t *trans = p->trans;
+    const uint8_t *cls = p->class_of;
+    const size_t nc = (size_t)p->n_classes;
+    const struct cn_trie_node *nodes = v->nodes;
+    int32_t count = 0;
+    for (uint32_t i = 0; i < v->n_nodes;) {
+        const struct cn_trie_node *nd = &nodes[i];
+        int32_t t = trans[(size_t)st[nd->depth - 1] * nc + cls[nd->byte]];
+        if (t < 0) {
+            i = nd->skip;
+            continue;
+        }
+        st[nd->depth] = t;
+        if (nd->ntok) count += set_tokens(v, nd, mask);
+        i++;
+    }
+    return count;
+}
+
+static int32_t walk_gen(struct cn_state *s, uint8_t *mask) {
+    const struct cn_vocab *v = s->v;
+    struct cn_scratch *sc = &s->sc;
+    if (sc->cap_lev < v->max_len + 1) {
+        struct cn_level *l = anvil_realloc(sc->lev, ((size_t)v->max_len + 1) * sizeof *l);
+        if (!l) return ANVIL_ERR_NOMEM;
+        sc->lev = l;
+        sc->cap_lev = v->max_len + 1;
+    }
+    struct cn_level *lev = sc->lev;
+    lev[0] = (struct cn_level){.off = 0, .n = s->n_cfg, .n_fr = s->n_fr, .acc = s->acc};
+    int32_t count = 0;
+    for (uint32_t i = 0; i < v->n_nodes;) {
+        const struct cn_trie_node *nd = &v->nodes[i];
+        uint32_t d = nd->depth;
+        const struct cn_level *par = &lev[d - 1];
+        uint32_t ftop = par->n_fr; /* drop frames of deeper, finished subtrees */
+        uint32_t out_off = d == 1 ? 0 : par->off + par->n;
+        bool acc = false;
+        int32_t m = par->n ? rt_step(s, d > 1, par->off, par->n, nd->byte, out_off, &acc, &ftop)
+                           : 0;
+        if (m < 0 || (m == 0 && !acc)) {
+            i = nd->skip;
+            continue;
+        }
+        if (nd->ntok) count += set_tokens(v, nd, mask);
+        if (m == 0) { /* complete, nothing can follow: no longer token fits */
+            i = nd->skip;
+            continue;
+        }
+        lev[d] = (struct cn_level){.off = out_off, .n = (uint32_t)m, .n_fr = ftop, .acc = acc};
+        i++;
+    }
+    return count;
+}
+
+int32_t cn_fill_mask(struct cn_state *s, uint8_t *mask) {
+    const struct cn_vocab *v = s->v;
+    if (!v || !mask) return ANVIL_ERR_INVALID;
+    memset(mask, 0, ((size_t)v->n_vocab + 7) / 8);
+    if (s->done) return 0;
+    int32_t count = 0;
+    if (s->n_cfg > 0) {
+        count = s->p->pure ? walk_pure(s, mask) : walk_gen(s, mask);
+        if (count < 0) return count;
+    }
+    if (s->acc) {
+        for (int32_t k = 0; k < v->n_eog; k++) {
+            int32_t t = v->eog[k];
+            mask[t >> 3] |= (uint8_t)(1u << (t & 7));
+        }
+        count += v->n_eog;
+    }
+    return count;
+}
