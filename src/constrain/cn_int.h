@@ -306,6 +306,7 @@ struct cn_scratch {
     uint32_t cap_lev;
     uint32_t *map, *hash, *chain; /* commit: frame renumbering */
     uint32_t cap_map, cap_hash, cap_chain;
+    bool oom; /* a growth failed since the API call began */
 };
 
 struct cn_level {
@@ -380,5 +381,9 @@ bool cn_ref_feed(struct cn_ref *r, const uint8_t *b, size_t n);
 bool cn_ref_viable(const struct cn_ref *r); /* still a prefix of some string */
 bool cn_ref_accepts(const struct cn_ref *r);
 void cn_ref_reset(struct cn_ref *r);
+/* Undo the last byte fed (tests probe every next byte this way). */
+void cn_ref_pop(struct cn_ref *r);
+/* Bytes fed so far (a dead byte counts: pop it too). */
+size_t cn_ref_len(const struct cn_ref *r);
 
 #endif /* ANVIL_CN_INT_H */

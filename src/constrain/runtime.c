@@ -48,6 +48,14 @@ static bool grow(void **p, uint32_t *cap, uint64_t need, size_t sz) {
     return true;
 }
 
+/* grow for the stepping code: a failure is remembered in sc.oom so that
+ * the API can tell "out of memory" from "not allowed" */
+static bool sgrow(struct cn_state *s, void **p, uint32_t *cap, uint64_t need, size_t sz) {
+    if (grow(p, cap, need, sz)) return true;
+    s->sc.oom = true;
+    return false;
+}
+
 static uint32_t visit_max(const struct cn_program *p) { return 16u * (uint32_t)p->max_stacks + 64u; }
 
 static bool vis_ready(struct cn_state *s) {
@@ -62,6 +70,7 @@ static bool vis_ready(struct cn_state *s) {
         anvil_free(sc->vis_gen);
         sc->vis = NULL;
         sc->vis_gen = NULL;
+        sc->oom = true;
         return false;
     }
     sc->cap_vis = cap;
@@ -100,7 +109,7 @@ static uint32_t push_frame(struct cn_state *s, uint32_t *top, uint32_t mark, int
     for (uint32_t i = mark; i < *top; i++)
         if (s->fr[i].ret == ret && s->fr[i].parent == parent) return i;
     if (*top - mark > visit_max(s->p)) return CN_NIL;
-    if (!grow((void **)&s->fr, &s->cap_fr, (uint64_t)*top + 1, sizeof *s->fr)) return CN_NIL;
+    if (!sgrow(s, (void **)&s->fr, &s->cap_fr, (uint64_t)*top + 1, sizeof *s->fr)) return CN_NIL;
     s->fr[*top] = (struct cn_frame){ret, parent, s->fr[parent].depth + 1};
     return (*top)++;
 }
@@ -118,7 +127,7 @@ static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, ui
         int32_t t = p->trans[(size_t)c.top * nc + cls];
         if (t < 0) return 0;
         if (p->flags[t] == CN_SF_BYTES) {
-            if (!grow((void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + 1, sizeof *sc->cfg))
+            if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + 1, sizeof *sc->cfg))
                 return -1;
             sc->cfg[out_off] = (struct cn_cfg){t, c.stk};
             return 1;
@@ -131,7 +140,7 @@ static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, ui
         struct cn_cfg c = in_scratch ? sc->cfg[in_off + i] : s->cfg[i];
         int32_t t = p->trans[(size_t)c.top * nc + cls];
         if (t < 0) continue;
-        if (!grow((void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work)) return -1;
+        if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work)) return -1;
         sc->work[nw++] = (struct cn_cfg){t, c.stk};
     }
     uint32_t max_out = (uint32_t)p->max_stacks;
@@ -142,7 +151,7 @@ static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, ui
         uint8_t f = p->flags[c.top];
         if (f & CN_SF_BYTES) {
             if (n_out >= max_out) return -1;
-            if (!grow((void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + n_out + 1,
+            if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + n_out + 1,
                       sizeof *sc->cfg))
                 return -1;
             sc->cfg[out_off + n_out++] = c;
@@ -152,7 +161,7 @@ static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, ui
                 *acc = true;
             } else {
                 const struct cn_frame *fr = &s->fr[c.stk];
-                if (!grow((void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
+                if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
                     return -1;
                 sc->work[nw++] = (struct cn_cfg){fr->ret, fr->parent};
             }
@@ -162,7 +171,7 @@ static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, ui
             for (uint32_t k = p->call_off[c.top]; k < p->call_off[c.top + 1]; k++) {
                 uint32_t nf = push_frame(s, ftop, mark, p->calls[k].ret, c.stk);
                 if (nf == CN_NIL) return -1;
-                if (!grow((void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
+                if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
                     return -1;
                 sc->work[nw++] = (struct cn_cfg){p->calls[k].start, nf};
             }
@@ -186,7 +195,7 @@ static int32_t closure_one(struct cn_state *s, int32_t top, uint32_t out_off, bo
     vis_new_gen(sc);
     uint32_t nw = 0, n_out = 0, visits = 0, mark = *ftop;
     *acc = false;
-    if (!grow((void **)&sc->work, &sc->cap_work, 1, sizeof *sc->work)) return -1;
+    if (!sgrow(s, (void **)&sc->work, &sc->cap_work, 1, sizeof *sc->work)) return -1;
     sc->work[nw++] = (struct cn_cfg){top, 0};
     while (nw > 0) {
         struct cn_cfg c = sc->work[--nw];
@@ -195,7 +204,7 @@ static int32_t closure_one(struct cn_state *s, int32_t top, uint32_t out_off, bo
         uint8_t f = p->flags[c.top];
         if (f & CN_SF_BYTES) {
             if (n_out >= (uint32_t)p->max_stacks) return -1;
-            if (!grow((void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + n_out + 1,
+            if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + n_out + 1,
                       sizeof *sc->cfg))
                 return -1;
             sc->cfg[out_off + n_out++] = c;
@@ -205,7 +214,7 @@ static int32_t closure_one(struct cn_state *s, int32_t top, uint32_t out_off, bo
                 *acc = true;
             } else {
                 const struct cn_frame *fr = &s->fr[c.stk];
-                if (!grow((void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
+                if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
                     return -1;
                 sc->work[nw++] = (struct cn_cfg){fr->ret, fr->parent};
             }
@@ -214,7 +223,7 @@ static int32_t closure_one(struct cn_state *s, int32_t top, uint32_t out_off, bo
             for (uint32_t k = p->call_off[c.top]; k < p->call_off[c.top + 1]; k++) {
                 uint32_t nf = push_frame(s, ftop, mark, p->calls[k].ret, c.stk);
                 if (nf == CN_NIL) return -1;
-                if (!grow((void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
+                if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
                     return -1;
                 sc->work[nw++] = (struct cn_cfg){p->calls[k].start, nf};
             }
@@ -308,6 +317,7 @@ void cn_state_reset(struct cn_state *s) {
      * bound; a failure leaves an empty, non-accepting (dead) state */
     uint32_t ftop = s->n_fr;
     bool acc = false;
+    s->sc.oom = false;
     int32_t n = closure_one(s, p->start, 0, &acc, &ftop);
     if (n < 0 || !commit(s, 0, (uint32_t)n, acc, ftop)) {
         s->n_cfg = 0;
@@ -441,8 +451,9 @@ static anvil_status advance_bytes(struct cn_state *s, const uint8_t *b, size_t n
     }
     uint32_t off, ftop;
     bool acc;
+    s->sc.oom = false;
     int32_t m = walk_bytes(s, b, n, &off, &acc, &ftop);
-    if (m < 0) return ANVIL_ERR_INVALID;
+    if (m < 0) return s->sc.oom ? ANVIL_ERR_NOMEM : ANVIL_ERR_INVALID;
     return commit(s, off, (uint32_t)m, acc, ftop) ? ANVIL_OK : ANVIL_ERR_NOMEM;
 }
 

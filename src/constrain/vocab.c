@@ -273,9 +273,14 @@ int32_t cn_fill_mask(struct cn_state *s, uint8_t *mask) {
     memset(mask, 0, ((size_t)v->n_vocab + 7) / 8);
     if (s->done) return 0;
     int32_t count = 0;
+    s->sc.oom = false;
     if (s->n_cfg > 0) {
         count = s->p->pure ? walk_pure(s, mask) : walk_gen(s, mask);
         if (count < 0) return count;
+        if (s->sc.oom) { /* a subtree was skipped for lack of memory */
+            memset(mask, 0, ((size_t)v->n_vocab + 7) / 8);
+            return ANVIL_ERR_NOMEM;
+        }
     }
     if (s->acc) {
         for (int32_t k = 0; k < v->n_eog; k++) {
