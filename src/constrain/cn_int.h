@@ -67,12 +67,18 @@ static inline bool bset_empty(const struct cn_bset *s) {
     return !(s->w[0] | s->w[1] | s->w[2] | s->w[3]);
 }
 
-enum ir_op { IR_NONE = 0, IR_EMPTY, IR_BYTES, IR_SEQ, IR_ALT, IR_REP, IR_REF };
+/* SUBSEQ: members m1..mk in order, any subset that contains the required
+ * ones, with the separator between consecutive chosen members: the
+ * properties of a JSON object, where optional ones may be left out. Kids
+ * are [sep, m1, .., mk]; kreq[i] marks a required member. It exists so
+ * that this language has a linear NFA (a chain of "something emitted
+ * yet?" states) instead of the quadratic expansion a plain regex needs. */
+enum ir_op { IR_NONE = 0, IR_EMPTY, IR_BYTES, IR_SEQ, IR_ALT, IR_REP, IR_REF, IR_SUBSEQ };
 
 struct ir_node {
     uint8_t op;
-    uint32_t a;       /* BYTES: set id; REP: child node; REF: rule id; SEQ/ALT: first kid */
-    uint32_t n;       /* SEQ/ALT: number of kids (in ir.kids[a .. a+n)) */
+    uint32_t a;       /* BYTES: set id; REP: child node; REF: rule id; SEQ/ALT/SUBSEQ: first kid */
+    uint32_t n;       /* SEQ/ALT/SUBSEQ: number of kids (in ir.kids[a .. a+n)) */
     int32_t min, max; /* REP: counts, max -1 = unbounded */
 };
 
@@ -86,6 +92,7 @@ struct cn_ir {
     struct ir_node *nodes;
     uint32_t n_nodes, cap_nodes;
     uint32_t *kids;
+    uint8_t *kreq; /* (cap_kids) SUBSEQ: 1 = required member */
     uint32_t n_kids, cap_kids;
     struct cn_bset *sets; /* distinct byte sets, deduplicated */
     uint32_t n_sets, cap_sets;
@@ -122,6 +129,8 @@ uint32_t ir_alt2(struct cn_ir *g, uint32_t a, uint32_t b);
 uint32_t ir_rep(struct cn_ir *g, uint32_t x, int32_t min, int32_t max); /* max -1: unbounded */
 uint32_t ir_opt(struct cn_ir *g, uint32_t x);
 uint32_t ir_ref(struct cn_ir *g, uint32_t rule);
+/* SUBSEQ (above): n members, req[i] true for required ones. */
+uint32_t ir_subseq(struct cn_ir *g, uint32_t sep, const uint32_t *m, const bool *req, uint32_t n);
 
 /* Rules. ir_rule_add makes a new undefined rule (the name is copied; names
  * need not be unique: lookups are the parsers' business). */

@@ -82,15 +82,27 @@ static uint32_t var_kids(const struct an *a, uint32_t v, const uint32_t **list, 
     }
     const struct ir_node *n = &g->nodes[v];
     switch (n->op) {
-    case IR_SEQ: case IR_ALT: *list = &g->kids[n->a]; return n->n;
+    case IR_SEQ: case IR_ALT: case IR_SUBSEQ: *list = &g->kids[n->a]; return n->n;
     case IR_REP: *one = n->a; *list = one; return 1;
     case IR_REF: *one = rvar(a, n->a); *list = one; return 1;
     default: return 0;
     }
 }
 
-/* Least fixpoint: seeds true; SEQ true when all kids are, ALT/REP/REF/rule
- * when one is. out[v] = 1 for true. */
+/* Is kid i of v one the Horn clause of v waits for? All kids of SEQ, any
+ * of ALT; for SUBSEQ the required members, and the separator when two or
+ * more are required. */
+static bool horn_needed(const struct an *a, uint32_t v, uint32_t i) {
+    if (v >= a->N || a->g->nodes[v].op != IR_SUBSEQ) return true;
+    const struct ir_node *n = &a->g->nodes[v];
+    if (i > 0) return a->g->kreq[n->a + i] != 0;
+    uint32_t req = 0;
+    for (uint32_t k = 1; k < n->n; k++) req += a->g->kreq[n->a + k];
+    return req >= 2;
+}
+
+/* Least fixpoint: seeds true; SEQ/SUBSEQ true when all needed kids are,
+ * ALT/REP/REF/rule when one is. out[v] = 1 for true. */
 static anvil_status horn(const struct an *a, bool productive, uint8_t *out) {
     const struct cn_ir *g = a->g;
     uint32_t V = a->V;
@@ -103,7 +115,8 @@ static anvil_status horn(const struct an *a, bool productive, uint8_t *out) {
     for (uint32_t v = 0; v < V; v++) {
         const uint32_t *k;
         uint32_t one, nk = var_kids(a, v, &k, &one);
-        for (uint32_t i = 0; i < nk; i++) poff[k[i] + 1]++;
+        for (uint32_t i = 0; i < nk; i++)
+            if (horn_needed(a, v, i)) poff[k[i] + 1]++;
     }
     for (uint32_t v = 0; v < V; v++) poff[v + 1] += poff[v];
     par = anvil_malloc((size_t)(poff[V] ? poff[V] : 1) * sizeof *par);
@@ -116,7 +129,8 @@ static anvil_status horn(const struct an *a, bool productive, uint8_t *out) {
     for (uint32_t v = 0; v < V; v++) {
         const uint32_t *k;
         uint32_t one, nk = var_kids(a, v, &k, &one);
-        for (uint32_t i = 0; i < nk; i++) par[fill[k[i]]++] = v;
+        for (uint32_t i = 0; i < nk; i++)
+            if (horn_needed(a, v, i)) par[fill[k[i]]++] = v;
     }
     anvil_free(fill);
     uint32_t qn = 0;
@@ -134,6 +148,11 @@ static anvil_status horn(const struct an *a, bool productive, uint8_t *out) {
                 else need[v] = UINT32_MAX;
                 break;
             case IR_SEQ: need[v] = n->n; break;
+            case IR_SUBSEQ:
+                need[v] = 0;
+                for (uint32_t i = 0; i < n->n; i++) need[v] += horn_needed(a, v, i);
+                if (need[v] == 0) seed = true;
+                break;
             case IR_REP: if (n->min == 0) seed = true; break;
             default: break;
             }
@@ -166,7 +185,11 @@ done:
 }
 
 /* Kids of v in the "can start with" graph: SEQ kids up to the first
- * non-nullable one, every ALT kid, the REP kid, REF's rule, a rule's body. */
+ * non-nullable one, every ALT kid, the REP kid, REF's rule, a rule's body;
+ * every kid of a SUBSEQ (an over-approximation: a separator or a later
+ * member can only start the match after nullable members, and object
+ * members start with their key, so it never reports a false cycle in
+ * practice - and it can never miss one). */
 static uint32_t first_kids(const struct an *a, uint32_t v, const uint32_t **list, uint32_t *one) {
     uint32_t nk = var_kids(a, v, list, one);
     if (v < a->N && a->g->nodes[v].op == IR_SEQ) {
@@ -403,6 +426,16 @@ static uint64_t node_size(struct cc *c, uint32_t id, int depth) {
             if (c->idepth[k] > d) d = c->idepth[k];
         }
         break;
+    case IR_SUBSEQ: {
+        uint64_t sep = node_size(c, c->g->kids[n->a], depth + 1);
+        for (uint32_t i = 1; i < n->n; i++) {
+            uint32_t k = c->g->kids[n->a + i];
+            s = sat_add(s, sat_add(4, sat_add(sep, sat_mul(2, node_size(c, k, depth + 1)))));
+            if (c->idepth[k] > d) d = c->idepth[k];
+        }
+        if (c->idepth[c->g->kids[n->a]] > d) d = c->idepth[c->g->kids[n->a]];
+        break;
+    }
     case IR_REP: {
         uint64_t k = node_size(c, n->a, depth + 1);
         uint64_t copies = n->max < 0 ? (uint64_t)n->min + 1 : (uint64_t)n->max;
@@ -518,6 +551,32 @@ static void build(struct cc *c, uint32_t id, uint32_t from, uint32_t to, int dep
             cur = nxt;
         }
         if (n->min == n->max) add_edge(c, cur, NFA_EPS, 0, to);
+        return;
+    }
+    case IR_SUBSEQ: {
+        /* E_i: no member chosen yet; F_i: some member chosen (a separator
+         * comes before the next). E_1 = from; E/F_{k+1} lead to `to`. */
+        uint32_t k = n->n - 1, sep = g->kids[n->a];
+        uint32_t e = from, f = 0;
+        bool all_opt = true;
+        for (uint32_t i = 1; i <= k && !cc_failed(c); i++) {
+            uint32_t m = g->kids[n->a + i];
+            bool req = g->kreq[n->a + i] != 0;
+            all_opt &= !req;
+            uint32_t e2 = new_state(c), f2 = new_state(c);
+            build(c, m, e, f2, depth + 1);
+            if (!req) add_edge(c, e, NFA_EPS, 0, e2);
+            if (i >= 2) {
+                uint32_t x = new_state(c);
+                build(c, sep, f, x, depth + 1);
+                build(c, m, x, f2, depth + 1);
+                if (!req) add_edge(c, f, NFA_EPS, 0, f2);
+            }
+            e = e2;
+            f = f2;
+        }
+        add_edge(c, f, NFA_EPS, 0, to);
+        if (all_opt) add_edge(c, e, NFA_EPS, 0, to);
         return;
     }
     case IR_REF: {

@@ -36,6 +36,7 @@ void ir_free(struct cn_ir *g) {
     anvil_free(g->rules);
     anvil_free(g->nodes);
     anvil_free(g->kids);
+    anvil_free(g->kreq);
     anvil_free(g->sets);
     anvil_free(g->set_hash);
     anvil_free(g);
@@ -162,6 +163,18 @@ uint32_t ir_str(struct cn_ir *g, const char *s) { return ir_lit(g, s, strlen(s))
 /* ---------------------------------------------------------------------- */
 /* composites */
 
+static bool grow_kids(struct cn_ir *g, uint32_t need) {
+    uint32_t cap = g->cap_kids;
+    if (!grow((void **)&g->kids, &cap, need, sizeof *g->kids)) return false;
+    if (cap != g->cap_kids) {
+        uint8_t *r = anvil_realloc(g->kreq, cap);
+        if (!r) return false; /* kids grew, kreq did not: cap_kids stays, retried next time */
+        g->kreq = r;
+        g->cap_kids = cap;
+    }
+    return true;
+}
+
 static uint32_t composite(struct cn_ir *g, uint8_t op, const uint32_t *k, uint32_t n) {
     if (!ir_ok(g)) return CN_NIL;
     for (uint32_t i = 0; i < n; i++)
@@ -171,10 +184,11 @@ static uint32_t composite(struct cn_ir *g, uint8_t op, const uint32_t *k, uint32
     if (g->n_nodes + g->n_kids + n >= g->max_nodes)
         return ir_fail(g, ANVIL_ERR_UNSUPPORTED,
                        "constraint too large: more than %u grammar nodes", g->max_nodes);
-    if (!grow((void **)&g->kids, &g->cap_kids, g->n_kids + n, sizeof *g->kids)) return oom(g);
+    if (!grow_kids(g, g->n_kids + n)) return oom(g);
     /* k is the caller's list, never g->kids (growing would move it) */
     uint32_t first = g->n_kids;
     memcpy(&g->kids[first], k, (size_t)n * sizeof *k);
+    memset(&g->kreq[first], 0, n);
     g->n_kids += n;
     uint32_t id = new_node(g, op);
     if (id == CN_NIL) return CN_NIL;
@@ -215,6 +229,31 @@ uint32_t ir_rep(struct cn_ir *g, uint32_t x, int32_t min, int32_t max) {
 }
 
 uint32_t ir_opt(struct cn_ir *g, uint32_t x) { return ir_rep(g, x, 0, 1); }
+
+uint32_t ir_subseq(struct cn_ir *g, uint32_t sep, const uint32_t *m, const bool *req, uint32_t n) {
+    if (!ir_ok(g)) return CN_NIL;
+    if (sep == CN_NIL) return ir_fail(g, ANVIL_ERR_INVALID, "internal: nil node");
+    for (uint32_t i = 0; i < n; i++)
+        if (m[i] == CN_NIL) return ir_fail(g, ANVIL_ERR_INVALID, "internal: nil node");
+    if (n == 0) return ir_empty(g);
+    if (g->n_nodes + g->n_kids + n + 1 >= g->max_nodes)
+        return ir_fail(g, ANVIL_ERR_UNSUPPORTED,
+                       "constraint too large: more than %u grammar nodes", g->max_nodes);
+    if (!grow_kids(g, g->n_kids + n + 1)) return oom(g);
+    uint32_t first = g->n_kids;
+    g->kids[first] = sep;
+    g->kreq[first] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        g->kids[first + 1 + i] = m[i];
+        g->kreq[first + 1 + i] = req[i] ? 1 : 0;
+    }
+    g->n_kids += n + 1;
+    uint32_t id = new_node(g, IR_SUBSEQ);
+    if (id == CN_NIL) return CN_NIL;
+    g->nodes[id].a = first;
+    g->nodes[id].n = n + 1;
+    return id;
+}
 
 uint32_t ir_ref(struct cn_ir *g, uint32_t rule) {
     if (!ir_ok(g)) return CN_NIL;
@@ -556,6 +595,15 @@ static void dump_node(const struct cn_ir *g, struct sbuf *b, uint32_t id, int de
             sb_fmt(b, "{%d,%d}", n->min, n->max);
         break;
     case IR_REF: sb_put(b, g->rules[n->a].name, strlen(g->rules[n->a].name)); break;
+    case IR_SUBSEQ:
+        sb_put(b, "subseq<sep=", 11);
+        dump_node(g, b, g->kids[n->a], depth + 1);
+        for (uint32_t i = 1; i < n->n; i++) {
+            sb_put(b, g->kreq[n->a + i] ? "; " : "; opt ", g->kreq[n->a + i] ? 2 : 6);
+            dump_node(g, b, g->kids[n->a + i], depth + 1);
+        }
+        sb_put(b, ">", 1);
+        break;
     }
 }
 

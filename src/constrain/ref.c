@@ -167,6 +167,33 @@ anvil_status cn_ref_init(const struct cn_ir *g, struct cn_ref **out) {
             bnf_prod(&b, id, &r, 1);
             break;
         }
+        case IR_SUBSEQ: {
+            /* E_i -> m_i F_{i+1} | E_{i+1} (optional m_i);
+             * F_i -> sep m_i F_{i+1} | F_{i+1} (optional); E_{k+1}, F_{k+1} -> ε */
+            uint32_t k = n->n - 1;
+            int32_t sep = (int32_t)g->kids[n->a];
+            uint32_t e = bnf_new_nt(&b), f = 0;
+            int32_t e1 = (int32_t)e;
+            bnf_prod(&b, id, &e1, 1);
+            for (uint32_t i = 1; i <= k; i++) {
+                int32_t m = (int32_t)g->kids[n->a + i];
+                bool req = g->kreq[n->a + i] != 0;
+                uint32_t e2 = bnf_new_nt(&b), f2 = bnf_new_nt(&b);
+                int32_t r1[2] = {m, (int32_t)f2}, sk = (int32_t)e2;
+                bnf_prod(&b, e, r1, 2);
+                if (!req) bnf_prod(&b, e, &sk, 1);
+                if (i >= 2) {
+                    int32_t r2[3] = {sep, m, (int32_t)f2}, fs = (int32_t)f2;
+                    bnf_prod(&b, f, r2, 3);
+                    if (!req) bnf_prod(&b, f, &fs, 1);
+                }
+                e = e2;
+                f = f2;
+            }
+            bnf_prod(&b, e, NULL, 0);
+            bnf_prod(&b, f, NULL, 0);
+            break;
+        }
         }
     }
     anvil_free(rhs);
