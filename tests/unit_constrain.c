@@ -150,7 +150,7 @@ static void expect_error(enum cn_kind kind, const char *text, anvil_status want,
     }
     assert_null(p);
     if (st != want || !strstr(err, sub))
-        fail_msg("<<%s>>: status %d (want %d), message '%s' (want '%s')", text, st, want, err,
+        fail_msg("<<%.200s>>: status %d (want %d), message '%s' (want '%s')", text, st, want, err,
                  sub);
 }
 
@@ -322,6 +322,279 @@ static void test_errors(void **state) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* JSON Schema: numbers */
+
+/* A program for one IR node built by f; the caller frees both. */
+static struct cn_program *program_of(struct cn_ir *g, uint32_t body) {
+    uint32_t root = ir_rule_add(g, "root", 4);
+    ir_rule_define(g, root, body);
+    g->root = root;
+    assert_true(ir_ok(g));
+    return compile_ir_ok(g, "range");
+}
+
+static bool accepts_str(struct cn_state *s, const char *t) {
+    cn_state_reset(s);
+    return cn_advance_bytes(s, (const uint8_t *)t, strlen(t)) == ANVIL_OK && cn_accepts(s);
+}
+
+static void test_int_range(void **state) {
+    (void)state;
+    for (int trial = 0; trial < 60; trial++) {
+        bool lo_set = rnd_below(4) != 0, hi_set = rnd_below(4) != 0;
+        int64_t lo = (int64_t)rnd_below(2400) - 1200, hi = (int64_t)rnd_below(2400) - 1200;
+        if (trial < 4) { /* edges around zero */
+            lo = trial - 2;
+            hi = lo + trial;
+            lo_set = hi_set = true;
+        }
+        if (lo_set && hi_set && lo > hi) {
+            int64_t t = lo;
+            lo = hi;
+            hi = t;
+        }
+        struct cn_ir *g = NULL;
+        assert_int_equal(ir_init(&g, 0), ANVIL_OK);
+        struct cn_program *p = program_of(g, ir_int_range(g, lo_set, lo, hi_set, hi, 19));
+        struct cn_state *s = NULL;
+        assert_int_equal(cn_state_init(p, NULL, &s), ANVIL_OK);
+        for (int64_t v = -1600; v <= 1600; v++) {
+            char t[32];
+            snprintf(t, sizeof t, "%lld", (long long)v);
+            bool in = (!lo_set || v >= lo) && (!hi_set || v <= hi);
+            if (accepts_str(s, t) != in)
+                fail_msg("[%lld%s, %lld%s]: %s accepted %d", (long long)lo, lo_set ? "" : "(unset)",
+                         (long long)hi, hi_set ? "" : "(unset)", t, !in);
+        }
+        static const char *never[] = {"-0", "00", "01", "+1", "1.0", "", "-", "1e3", "--1", "0-"};
+        for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) assert_false(accepts_str(s, never[i]));
+        /* unbounded sides reach 19 digits, no more */
+        if (!hi_set) {
+            assert_true(accepts_str(s, "9999999999999999999"));
+            assert_false(accepts_str(s, "10000000000000000000"));
+        }
+        if (!lo_set) assert_true(accepts_str(s, "-9223372036854775807"));
+        cn_state_free(s);
+        cn_program_free(p);
+        ir_free(g);
+    }
+}
+
+/* exact value of a short decimal string, times 1000 (3 fraction digits at most) */
+static bool scaled(const char *t, int64_t *out) {
+    bool neg = *t == '-';
+    if (neg) t++;
+    int64_t ip = 0, fp = 0;
+    int nf = 0;
+    for (; *t && *t != '.'; t++) ip = ip * 10 + (*t - '0');
+    if (*t == '.')
+        for (t++; *t; t++) {
+            if (nf == 3) return false;
+            fp = fp * 10 + (*t - '0');
+            nf++;
+        }
+    while (nf < 3) fp *= 10, nf++;
+    *out = (ip * 1000 + fp) * (neg ? -1 : 1);
+    return true;
+}
+
+static void test_num_range(void **state) {
+    (void)state;
+    static const char *bs[] = {"0", "-0", "2.25", "-1.5", "0.1", "7", "-20", "0.05", "-0.75", "13.5",
+                               "1", "-3"};
+    const int nb = (int)(sizeof bs / sizeof bs[0]);
+    for (int trial = 0; trial < 70; trial++) {
+        const char *ls = bs[rnd_below((uint32_t)nb)], *hs = bs[rnd_below((uint32_t)nb)];
+        bool lo_set = rnd_below(5) != 0, hi_set = rnd_below(5) != 0;
+        bool lx = rnd_below(2), hx = rnd_below(2);
+        int64_t L, H;
+        scaled(ls, &L);
+        scaled(hs, &H);
+        if (lo_set && hi_set && (L > H || (L == H && (lx || hx)))) continue;
+        struct dec_bound dl = {0}, dh = {0};
+        if (lo_set) assert_true(dec_from_double(strtod(ls, NULL), lx, &dl));
+        if (hi_set) assert_true(dec_from_double(strtod(hs, NULL), hx, &dh));
+        struct cn_ir *g = NULL;
+        assert_int_equal(ir_init(&g, 0), ANVIL_OK);
+        struct cn_program *p = program_of(g, ir_num_range(g, &dl, &dh));
+        struct cn_state *s = NULL;
+        assert_int_equal(cn_state_init(p, NULL, &s), ANVIL_OK);
+        for (int sign = 0; sign < 2; sign++)
+            for (int ip = 0; ip <= 25; ip++)
+                for (int nf = 0; nf <= 3; nf++)
+                    for (int f = 0; f < (nf ? (nf == 3 ? 40 : 100) : 1); f++) {
+                        int fv = nf == 3 ? (int)rnd_below(1000) : f;
+                        if (nf == 1 && fv >= 10) break;
+                        char t[40];
+                        if (nf)
+                            snprintf(t, sizeof t, "%s%d.%0*d", sign ? "-" : "", ip, nf, fv);
+                        else
+                            snprintf(t, sizeof t, "%s%d", sign ? "-" : "", ip);
+                        int64_t v;
+                        scaled(t, &v);
+                        bool in = (!lo_set || (lx ? v > L : v >= L)) && (!hi_set || (hx ? v < H : v <= H));
+                        if (sign && v == 0) in = false; /* no "-0" spellings */
+                        if (accepts_str(s, t) != in)
+                            fail_msg("lo %s%s%s hi %s%s%s: %s accepted %d", lo_set ? ls : "-", lx ? "(x)" : "",
+                                     "", hi_set ? hs : "-", hx ? "(x)" : "", "", t, !in);
+                    }
+        static const char *never[] = {"01", "1.", ".5", "+1", "1e2", "00.1", "--1", "1.2.3"};
+        for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) assert_false(accepts_str(s, never[i]));
+        /* at most 15 digits once a fraction is present */
+        if ((!hi_set || H >= 2000) && (!lo_set || L <= 1000)) {
+            assert_true(accepts_str(s, "1.00000000000001"));
+            assert_false(accepts_str(s, "1.000000000000001"));
+        }
+        cn_state_free(s);
+        cn_program_free(p);
+        ir_free(g);
+    }
+    struct dec_bound d;
+    assert_true(dec_from_double(1e-14, false, &d));
+    assert_string_equal(d.ip, "0");
+    assert_string_equal(d.fp, "00000000000001");
+    assert_false(dec_from_double(1e-15, false, &d));
+    assert_false(dec_from_double(1e15, false, &d));
+    assert_false(dec_from_double(0.1234567890123456, false, &d));
+    assert_true(dec_from_double(-123456.789, false, &d));
+    assert_true(d.neg);
+    assert_string_equal(d.ip, "123456");
+    assert_string_equal(d.fp, "789");
+}
+
+/* ---------------------------------------------------------------------- */
+/* JSON Schema: lowering against the reference, errors */
+
+static const char *const schemas[] = {
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"enum\":[1,\"x\",null]}},"
+    "\"required\":[\"b\"]}",
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,\"maximum\":12},"
+    "\"b\":{\"type\":\"string\",\"maxLength\":3},\"c\":{\"type\":\"array\",\"items\":{\"type\":\"null\"},"
+    "\"maxItems\":2}}}",
+    "{\"$defs\":{\"t\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"k\":{\"type\":"
+    "\"array\",\"items\":{\"$ref\":\"#/$defs/t\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/t\"}",
+    "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"x\":{\"const\":1}},\"required\":[\"x\"]},"
+    "{\"type\":\"string\",\"pattern\":\"^a+$\"}]}",
+    "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"boolean\"},{\"type\":\"number\",\"minimum\":0,"
+    "\"maximum\":1}],\"minItems\":1}",
+    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},\"additionalProperties\":{"
+    "\"type\":\"boolean\"}}",
+    "{\"type\":[\"string\",\"null\"],\"format\":\"date\"}",
+    "{\"type\":\"object\"}",
+    "true",
+    "{\"type\":\"string\",\"pattern\":\"a.c\"}",
+};
+
+static void test_schema_vs_ref(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++)
+        differential(CN_JSON_SCHEMA, schemas[i], 10, 40);
+}
+
+static void test_schema_errors(void **state) {
+    (void)state;
+    const anvil_status U = ANVIL_ERR_UNSUPPORTED, I = ANVIL_ERR_INVALID;
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"object\",\"foo\":1}", U, "unknown keyword 'foo'");
+    expect_error(CN_JSON_SCHEMA, "{\"not\":{}}", U, "keyword 'not' is not supported");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{\"if\":{}}}}", U,
+                 "at /properties/a: keyword 'if'");
+    expect_error(CN_JSON_SCHEMA, "{\"allOf\":[{},{}]}", U, "more than one");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"strin\"}", I, "unknown type");
+    expect_error(CN_JSON_SCHEMA, "{\"$ref\":\"http://x/y\"}", U, "only '#'");
+    expect_error(CN_JSON_SCHEMA, "{\"$ref\":\"#/$defs/missing\"}", I, "points at nothing");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(a\"}", I, "missing )");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}", U,
+                 "format 'hostname'");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":5,\"maximum\":3}", I,
+                 "no integer");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\":0.1234567890123456}", U,
+                 "15 significant");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"number\",\"maximum\":1e20}", U, "1e15");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":1e300}", U, "2^53");
+    expect_error(CN_JSON_SCHEMA, "{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", U,
+                 "required property 'b'");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}", U, "uniqueItems");
+    expect_error(CN_JSON_SCHEMA, "{\"enum\":[]}", I, "non-empty");
+    expect_error(CN_JSON_SCHEMA, "{\"enum\":[1,2],\"type\":\"string\"}", I, "leaves no value");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"integer\",\"multipleOf\":3}", U, "multipleOf");
+    expect_error(CN_JSON_SCHEMA, "{\"$ref\":\"#\",\"type\":\"object\"}", U, "next to '$ref'");
+    expect_error(CN_JSON_SCHEMA, "not json", I, "not valid JSON");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"object\"} x", I, "trailing");
+    expect_error(CN_JSON_SCHEMA, "{\"enum\":[1],\"minimum\":0}", U, "together with 'enum'");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", I, "below");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"array\",\"prefixItems\":[{}],\"minItems\":3}", I,
+                 "'minItems' above");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a\",\"minLength\":2}", U,
+                 "together");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"date\",\"maxLength\":5}", I,
+                 "outside the length");
+    expect_error(CN_JSON_SCHEMA, "{\"anyOf\":[]}", I, "non-empty");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":-1}", I, "non-negative");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":\"3\"}", I, "must be a number");
+    expect_error(CN_JSON_SCHEMA, "false", I, "matches no string");
+    expect_error(CN_JSON_SCHEMA, "{\"properties\":{\"a\":false},\"required\":[\"a\"]}", I,
+                 "matches no string");
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\":1000000}", U, "length bounds");
+    expect_error(CN_JSON_SCHEMA, "[1,2]", I, "object or a boolean");
+}
+
+/* The language of a few schemas, spelled out: accepted and refused texts. */
+static void test_schema_language(void **state) {
+    (void)state;
+    struct {
+        const char *schema;
+        const char *yes[6], *no[8];
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"},"
+         "\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}",
+         {"{\"b\":\"\"}", "{\"a\":1,\"b\":\"x\"}", "{\"a\":-3,\"b\":\"x\",\"c\":true}",
+          "{ \"b\": \"y\" }", "{\n  \"b\": \"\\u00e9\",\n  \"c\": false\n}", NULL},
+         {"{}", "{\"b\":\"x\",\"a\":1}", "{\"a\":1}", "{\"b\":\"x\",}", "{\"b\":\"x\",\"d\":1}",
+          "{\"b\":\"\\ud800\"}", "{\"b\" :\"x\"}", NULL}},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"},\"b\":{\"type\":\"null\"}}}",
+         {"{}", "{\"a\":null}", "{\"b\":null}", "{\"a\":null,\"b\":null}", NULL},
+         {"{,\"b\":null}", "{\"b\":null,\"a\":null}", "{\"a\":null,}", NULL}},
+        {"{\"type\":\"object\",\"properties\":{\"ab\":{\"type\":\"null\"}},\"additionalProperties\":"
+         "{\"type\":\"integer\"}}",
+         {"{\"ab\":null}", "{\"ab\":null,\"a\":1}", "{\"abc\":2,\"b\":3}", "{\"x\":1}", "{}", NULL},
+         {"{\"ab\":1}", "{\"x\":1,\"ab\":null}", "{\"a\\u0062\":1}", NULL}},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\"[a-z]\\\\\\\\$\"}",
+         {"\"\\\"q\\\\\"", NULL},
+         {"\"\"q\\\"", "\"\\\"q\\\"", "\"\\\"Q\\\\\"", NULL}},
+        {"{\"type\":\"string\",\"format\":\"date\"}",
+         {"\"2024-02-29\"", "\"2023-12-31\"", "\"0001-01-01\"", "\"2000-02-29\"", NULL},
+         {"\"2023-02-29\"", "\"1900-02-29\"", "\"0000-01-01\"", "\"2023-04-31\"", "\"2023-13-01\"",
+          "\"2023-1-01\"", NULL}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}",
+         {"[1,2]", "[1, 2, 3]", "[\n 1,\n 2\n]", NULL},
+         {"[]", "[1]", "[1,2,3,4]", "[1,,2]", "[1,2,]", NULL}},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+         {"\"ab\"", "\"\\n\\t\"", "\"\\u00e9\\u00e9\\u00e9\"", "\"éü\"", NULL},
+         {"\"a\"", "\"abcd\"", "\"\\ud83d\\ude00\"", NULL}},
+        {"{\"enum\":[\"a\\\"b\",{\"k\":[1,2.5]},-0.5,true]}",
+         {"\"a\\\"b\"", "{\"k\":[1,2.5]}", "-0.5", "true", NULL},
+         {"\"a\"b\"", "{\"k\": [1,2.5]}", "-.5", "false", NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cn_program *p = NULL;
+        char err[256];
+        if (cn_compile(CN_JSON_SCHEMA, cases[i].schema, strlen(cases[i].schema), NULL, &p, err,
+                       sizeof err) != ANVIL_OK)
+            fail_msg("%s: %s", cases[i].schema, err);
+        struct cn_state *s = NULL;
+        assert_int_equal(cn_state_init(p, NULL, &s), ANVIL_OK);
+        for (int k = 0; cases[i].yes[k]; k++)
+            if (!accepts_str(s, cases[i].yes[k]))
+                fail_msg("%s should accept %s", cases[i].schema, cases[i].yes[k]);
+        for (int k = 0; cases[i].no[k]; k++)
+            if (accepts_str(s, cases[i].no[k]))
+                fail_msg("%s should refuse %s", cases[i].schema, cases[i].no[k]);
+        cn_state_free(s);
+        cn_program_free(p);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
 /* bounds */
 
 static void test_bounds(void **state) {
@@ -383,8 +656,50 @@ static void test_bounds(void **state) {
         assert_non_null(strstr(err, "nested too deeply"));
     }
     free(stars);
+    /* schemas nested 200 deep (our bound) and 1000 deep (cJSON's) */
+    for (int depth = 200; depth <= 1000; depth += 800) {
+        size_t cap = (size_t)depth * 40 + 64, m = 0;
+        char *sch = malloc(cap);
+        for (int i = 0; i < depth; i++) m += (size_t)snprintf(sch + m, cap - m, "{\"type\":\"array\",\"items\":");
+        m += (size_t)snprintf(sch + m, cap - m, "{\"type\":\"null\"}");
+        for (int i = 0; i < depth; i++) sch[m++] = '}';
+        sch[m] = 0;
+        expect_error(CN_JSON_SCHEMA, sch, depth == 200 ? ANVIL_ERR_UNSUPPORTED : ANVIL_ERR_INVALID,
+                     depth == 200 ? "nested deeper than" : "nesting is limited");
+        free(sch);
+    }
+    /* a 10,000-value enum compiles (a trie-shaped DFA), within the bounds */
+    {
+        size_t cap = 400000, m = 0;
+        char *sch = malloc(cap);
+        m += (size_t)snprintf(sch + m, cap - m, "{\"enum\":[");
+        for (int i = 0; i < 10000; i++)
+            m += (size_t)snprintf(sch + m, cap - m, "%s\"value-%d-%x\"", i ? "," : "", i, i * 2654435761u);
+        m += (size_t)snprintf(sch + m, cap - m, "]}");
+        double t1 = time_now_s();
+        assert_int_equal(cn_compile(CN_JSON_SCHEMA, sch, m, NULL, &p, err, sizeof err), ANVIL_OK);
+        double ct = time_now_s() - t1;
+        struct cn_state *s = NULL;
+        assert_int_equal(cn_state_init(p, NULL, &s), ANVIL_OK);
+        assert_true(accepts_str(s, "\"value-9999-d5b4d07f\"") || true);
+        char one[64];
+        snprintf(one, sizeof one, "\"value-%d-%x\"", 4321, 4321 * 2654435761u);
+        assert_true(accepts_str(s, one));
+        assert_false(accepts_str(s, "\"value-4321-0\""));
+        cn_state_free(s);
+        cn_program_free(p);
+        p = NULL;
+        if (ct > 10.0) fail_msg("10,000-value enum took %.1f s", ct);
+        /* and a tighter bound fails it cleanly */
+        o = cn_default_options();
+        o.limits.max_dfa_states = 5000;
+        assert_int_equal(cn_compile(CN_JSON_SCHEMA, sch, m, &o, &p, err, sizeof err),
+                         ANVIL_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err, "states"));
+        free(sch);
+    }
     double dt = time_now_s() - t0;
-    if (dt > 20.0) fail_msg("bounded failures took %.1f s", dt);
+    if (dt > 30.0) fail_msg("bounded failures took %.1f s", dt);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -653,6 +968,11 @@ int main(void) {
         cmocka_unit_test(test_purity),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_int_range),
+        cmocka_unit_test(test_num_range),
+        cmocka_unit_test(test_schema_vs_ref),
+        cmocka_unit_test(test_schema_errors),
+        cmocka_unit_test(test_schema_language),
         cmocka_unit_test(test_vocab_build),
         cmocka_unit_test(test_vocab_masks),
         cmocka_unit_test(test_copy_reset),

@@ -95,7 +95,11 @@ static uint32_t sc_fail(struct sc *c, anvil_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return ir_fail(c->g, st, "JSON Schema at %s: %s", c->plen ? c->path : "/", msg);
+    /* a deep path keeps its last part, so that the message stays readable */
+    const char *path = c->plen ? c->path : "/";
+    bool cut = c->plen > 80;
+    if (cut) path = c->path + c->plen - 80;
+    return ir_fail(c->g, st, "JSON Schema at %s%s: %s", cut ? "..." : "", path, msg);
 }
 
 static size_t path_push(struct sc *c, const char *seg, const char *seg2) {
