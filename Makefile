@@ -62,6 +62,8 @@ UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC  := $(sort $(wildcard bench/*.c))
+BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 TEST_COMMON_SRC := $(sort $(wildcard tests/common/*.c))
 TEST_COMMON_OBJ := $(TEST_COMMON_SRC:%.c=$(BUILD)/%.o)
 LIBA       := $(BUILD)/libanvil.a
@@ -70,7 +72,7 @@ CLI_BIN    := bin/anvil$(SUFFIX)
 .PHONY: all debug asan test unit model run bench clean deps venv fmt fuzz fuzz-bins
 .DEFAULT_GOAL := all
 
-all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN)
+all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN) $(BENCH_BIN)
 
 debug:
 	@$(MAKE) --no-print-directory MODE=debug all
@@ -115,6 +117,10 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_COMMON_OBJ) $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_COMMON_OBJ) $(LIBA) $(TEST_LIBS) $(LIBS)
 
 $(BUILD)/tests/%.o: CFLAGS_ALL += -Itests
+
+# Micro-benchmarks (bench/*.c): measure, never gate tests.
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(LIBS)
 
 # ---------------------------------------------------------------------------
 # fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang

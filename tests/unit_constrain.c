@@ -783,6 +783,12 @@ static void vocab_check(enum cn_kind kind, const char *text) {
         for (int step = 0; step < 12; step++) {
             int32_t cnt = cn_fill_mask(s, mask);
             assert_true(cnt >= 0);
+            /* cached or not, the same mask */
+            uint8_t walked[sizeof mask];
+            assert_int_equal(cn_fill_mask_walk(s, walked), cnt);
+            assert_memory_equal(mask, walked, (size_t)(tv.n + 7) / 8);
+            assert_int_equal(cn_fill_mask(s, walked), cnt);
+            assert_memory_equal(mask, walked, (size_t)(tv.n + 7) / 8);
             int32_t n_set = 0, allowed_ids[400];
             for (int32_t t = 0; t < tv.n; t++) {
                 bool m = (mask[t >> 3] >> (t & 7)) & 1;

@@ -27,6 +27,7 @@
 #ifndef ANVIL_CN_INT_H
 #define ANVIL_CN_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -234,6 +235,18 @@ struct cn_call {
     int32_t ret;   /* where the caller continues after it */
 };
 
+/* Masks of a pure program by DFA state (the mask of a pure program is a
+ * function of the state alone), shared by every request using the
+ * program: filled lazily and published with an atomic compare-exchange,
+ * so concurrent fill_mask calls from several threads are safe. Only for
+ * the first vocabulary that asks (a program is used with one model), and
+ * within a memory budget. */
+struct cn_mask_cache {
+    _Atomic(const struct cn_vocab *) vocab;
+    _Atomic(uint8_t *) *slot; /* (n_states) mask bytes, then the int32 count */
+    _Atomic int64_t budget;   /* bytes left */
+};
+
 struct cn_program {
     int32_t n_states, n_classes;
     uint8_t class_of[256];
@@ -248,6 +261,7 @@ struct cn_program {
     int32_t n_nfa;
     int32_t max_stack, max_stacks;
     size_t bytes;
+    struct cn_mask_cache *cache; /* pure programs only, else NULL */
 };
 
 /* The NFA the compiler hands to the determinizer: states 0..n_states-1,
@@ -316,6 +330,18 @@ struct cn_scratch {
     uint32_t *map, *hash, *chain; /* commit: frame renumbering */
     uint32_t cap_map, cap_hash, cap_chain;
     bool oom; /* a growth failed since the API call began */
+    /* pushdown programs: the last masks by exact parse state (key: acc,
+     * then per configuration its top and its stack's return states) */
+    struct cn_mask_ent {
+        uint64_t hash;
+        uint32_t *key;
+        uint32_t key_len, cap_key, age;
+        uint8_t *mask;
+        int32_t count;
+    } mc[4];
+    uint32_t mc_clock;
+    uint32_t *key;
+    uint32_t cap_key;
 };
 
 struct cn_level {
@@ -351,6 +377,10 @@ struct cn_state {
  * never unsound). */
 int32_t rt_step(struct cn_state *s, bool in_scratch, uint32_t in_off, uint32_t n_in, uint8_t b,
                 uint32_t out_off, bool *acc, uint32_t *ftop);
+
+/* cn_fill_mask without its caches: the trie walk itself (tests compare the
+ * two; the bench times both). */
+int32_t cn_fill_mask_walk(struct cn_state *s, uint8_t *mask);
 
 /* ---------------------------------------------------------------------- */
 /* vocabulary */

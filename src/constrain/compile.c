@@ -430,7 +430,7 @@ static uint64_t node_size(struct cc *c, uint32_t id, int depth) {
         uint64_t sep = node_size(c, c->g->kids[n->a], depth + 1);
         for (uint32_t i = 1; i < n->n; i++) {
             uint32_t k = c->g->kids[n->a + i];
-            s = sat_add(s, sat_add(4, sat_add(sep, sat_mul(2, node_size(c, k, depth + 1)))));
+            s = sat_add(s, sat_add(4, sat_add(sep, node_size(c, k, depth + 1))));
             if (c->idepth[k] > d) d = c->idepth[k];
         }
         if (c->idepth[c->g->kids[n->a]] > d) d = c->idepth[c->g->kids[n->a]];
@@ -555,7 +555,9 @@ static void build(struct cc *c, uint32_t id, uint32_t from, uint32_t to, int dep
     }
     case IR_SUBSEQ: {
         /* E_i: no member chosen yet; F_i: some member chosen (a separator
-         * comes before the next). E_1 = from; E/F_{k+1} lead to `to`. */
+         * comes before the next). Both enter J_i (E_i directly, F_i through
+         * the separator), and member i runs once, from J_i to F_{i+1}.
+         * E_1 = from; E/F_{k+1} lead to `to`. */
         uint32_t k = n->n - 1, sep = g->kids[n->a];
         uint32_t e = from, f = 0;
         bool all_opt = true;
@@ -563,14 +565,13 @@ static void build(struct cc *c, uint32_t id, uint32_t from, uint32_t to, int dep
             uint32_t m = g->kids[n->a + i];
             bool req = g->kreq[n->a + i] != 0;
             all_opt &= !req;
-            uint32_t e2 = new_state(c), f2 = new_state(c);
-            build(c, m, e, f2, depth + 1);
-            if (!req) add_edge(c, e, NFA_EPS, 0, e2);
-            if (i >= 2) {
-                uint32_t x = new_state(c);
-                build(c, sep, f, x, depth + 1);
-                build(c, m, x, f2, depth + 1);
-                if (!req) add_edge(c, f, NFA_EPS, 0, f2);
+            uint32_t e2 = new_state(c), f2 = new_state(c), j = new_state(c);
+            add_edge(c, e, NFA_EPS, 0, j);
+            if (i >= 2) build(c, sep, f, j, depth + 1);
+            build(c, m, j, f2, depth + 1);
+            if (!req) {
+                add_edge(c, e, NFA_EPS, 0, e2);
+                if (i >= 2) add_edge(c, f, NFA_EPS, 0, f2);
             }
             e = e2;
             f = f2;

@@ -25,6 +25,7 @@
  * distance is exactly liveness. Every kept state therefore has a way to
  * finish, so the run time never walks into a dead end it could have seen.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@
 #include "constrain/cn_int.h"
 
 #define CN_MAX_TABLE (16u << 20) /* transition entries (64 MiB) */
+#define CN_MASK_CACHE_BYTES (16 << 20) /* cached masks per pure program */
 
 struct dfab {
     const struct cn_ir *g;
@@ -674,6 +676,14 @@ static anvil_status make_program(struct dfab *b, const int64_t *dist, struct cn_
     p->n_nfa = (int32_t)a->n_states;
     p->max_stack = b->lim->max_stack;
     p->max_stacks = b->lim->max_stacks;
+    if (p->pure) {
+        p->cache = anvil_calloc(1, sizeof *p->cache);
+        if (!p->cache) goto fail;
+        p->cache->slot = anvil_calloc(kept, sizeof *p->cache->slot);
+        if (!p->cache->slot) goto fail;
+        atomic_init(&p->cache->vocab, NULL);
+        atomic_init(&p->cache->budget, CN_MASK_CACHE_BYTES);
+    }
     p->bytes = sizeof *p + (size_t)kept * nc * sizeof *p->trans + kept +
                ((size_t)kept + 1) * sizeof *p->call_off + (size_t)w * sizeof *p->calls +
                (size_t)kept * sizeof *p->dist;
@@ -692,6 +702,12 @@ fail:
 
 void cn_program_free(struct cn_program *p) {
     if (!p) return;
+    if (p->cache) {
+        if (p->cache->slot)
+            for (int32_t i = 0; i < p->n_states; i++) anvil_free(atomic_load(&p->cache->slot[i]));
+        anvil_free(p->cache->slot);
+        anvil_free(p->cache);
+    }
     anvil_free(p->trans);
     anvil_free(p->flags);
     anvil_free(p->call_off);

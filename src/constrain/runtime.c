@@ -365,6 +365,11 @@ void cn_state_free(struct cn_state *s) {
     anvil_free(s->sc.chain);
     anvil_free(s->fr2);
     anvil_free(s->cfg2);
+    for (int e = 0; e < 4; e++) {
+        anvil_free(s->sc.mc[e].key);
+        anvil_free(s->sc.mc[e].mask);
+    }
+    anvil_free(s->sc.key);
     anvil_free(s);
 }
 

@@ -15,6 +15,7 @@
  * rt_step from its parent's, with the scratch frames of abandoned
  * subtrees dropped as the walk returns to a shallower depth.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,18 @@ static int32_t walk_gen(struct cn_state *s, uint8_t *mask) {
         sc->lev = l;
         sc->cap_lev = v->max_len + 1;
     }
+    /* room for a chain of single configurations at every depth, so that
+     * the fast path below never grows the scratch */
+    if (sc->cap_cfg < v->max_len + 2) {
+        struct cn_cfg *c = anvil_realloc(sc->cfg, ((size_t)v->max_len + 2) * sizeof *c);
+        if (!c) return ANVIL_ERR_NOMEM;
+        sc->cfg = c;
+        sc->cap_cfg = v->max_len + 2;
+    }
+    const struct cn_program *p = s->p;
+    const int32_t *trans = p->trans;
+    const uint8_t *cls = p->class_of, *flags = p->flags;
+    const size_t nc = (size_t)p->n_classes;
     struct cn_level *lev = sc->lev;
     lev[0] = (struct cn_level){.off = 0, .n = s->n_cfg, .n_fr = s->n_fr, .acc = s->acc};
     int32_t count = 0;
@@ -247,6 +260,24 @@ static int32_t walk_gen(struct cn_state *s, uint8_t *mask) {
         const struct cn_trie_node *nd = &v->nodes[i];
         uint32_t d = nd->depth;
         const struct cn_level *par = &lev[d - 1];
+        if (par->n == 1) {
+            /* one configuration moving to a plain state (no call, not an
+             * end): the common case inside strings, without rt_step */
+            struct cn_cfg c = d == 1 ? s->cfg[0] : sc->cfg[par->off];
+            int32_t t = trans[(size_t)c.top * nc + cls[nd->byte]];
+            if (t < 0) {
+                i = nd->skip;
+                continue;
+            }
+            if (flags[t] == CN_SF_BYTES) {
+                uint32_t out_off = d == 1 ? 0 : par->off + 1;
+                sc->cfg[out_off] = (struct cn_cfg){t, c.stk};
+                lev[d] = (struct cn_level){.off = out_off, .n = 1, .n_fr = par->n_fr, .acc = false};
+                if (nd->ntok) count += set_tokens(v, nd, mask);
+                i++;
+                continue;
+            }
+        }
         uint32_t ftop = par->n_fr; /* drop frames of deeper, finished subtrees */
         uint32_t out_off = d == 1 ? 0 : par->off + par->n;
         bool acc = false;
@@ -267,11 +298,10 @@ static int32_t walk_gen(struct cn_state *s, uint8_t *mask) {
     return count;
 }
 
-int32_t cn_fill_mask(struct cn_state *s, uint8_t *mask) {
+/* the mask from the walks, without caches */
+int32_t cn_fill_mask_walk(struct cn_state *s, uint8_t *mask) {
     const struct cn_vocab *v = s->v;
-    if (!v || !mask) return ANVIL_ERR_INVALID;
     memset(mask, 0, ((size_t)v->n_vocab + 7) / 8);
-    if (s->done) return 0;
     int32_t count = 0;
     s->sc.oom = false;
     if (s->n_cfg > 0) {
@@ -290,4 +320,117 @@ int32_t cn_fill_mask(struct cn_state *s, uint8_t *mask) {
         count += v->n_eog;
     }
     return count;
+}
+
+/* pure programs: the program's shared cache by DFA state */
+static int32_t fill_pure_cached(struct cn_state *s, uint8_t *mask) {
+    const struct cn_vocab *v = s->v;
+    struct cn_mask_cache *c = s->p->cache;
+    size_t nb = ((size_t)v->n_vocab + 7) / 8;
+    const struct cn_vocab *cv = atomic_load_explicit(&c->vocab, memory_order_acquire);
+    if (!cv && atomic_compare_exchange_strong(&c->vocab, &cv, v)) cv = v;
+    if (cv != v) return cn_fill_mask_walk(s, mask); /* another model's cache */
+    int32_t st = s->cfg[0].top;
+    uint8_t *hit = atomic_load_explicit(&c->slot[st], memory_order_acquire);
+    if (hit) {
+        int32_t count;
+        memcpy(mask, hit, nb);
+        memcpy(&count, hit + nb, sizeof count);
+        return count;
+    }
+    int32_t count = cn_fill_mask_walk(s, mask);
+    if (count < 0) return count;
+    int64_t need = (int64_t)(nb + sizeof count);
+    if (atomic_fetch_sub(&c->budget, need) < need) {
+        atomic_fetch_add(&c->budget, need); /* over budget: not cached */
+        return count;
+    }
+    uint8_t *copy = anvil_malloc(nb + sizeof count);
+    if (!copy) {
+        atomic_fetch_add(&c->budget, need);
+        return count;
+    }
+    memcpy(copy, mask, nb);
+    memcpy(copy + nb, &count, sizeof count);
+    uint8_t *expect = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&c->slot[st], &expect, copy, memory_order_release,
+                                                 memory_order_relaxed)) {
+        anvil_free(copy); /* another thread published the same mask */
+        atomic_fetch_add(&c->budget, need);
+    }
+    return count;
+}
+
+#define KEY_MAX 4096
+
+/* pushdown programs: a few masks of this request by exact parse state */
+static int32_t fill_gen_cached(struct cn_state *s, uint8_t *mask) {
+    const struct cn_vocab *v = s->v;
+    struct cn_scratch *sc = &s->sc;
+    size_t nb = ((size_t)v->n_vocab + 7) / 8;
+    /* key: acc, n_cfg, per configuration its top, depth and return states */
+    uint32_t n = 2;
+    for (uint32_t i = 0; i < s->n_cfg; i++) n += 2 + s->fr[s->cfg[i].stk].depth;
+    if (n > KEY_MAX) return cn_fill_mask_walk(s, mask);
+    if (sc->cap_key < n) {
+        uint32_t *k = anvil_realloc(sc->key, (size_t)KEY_MAX * sizeof *k);
+        if (!k) return cn_fill_mask_walk(s, mask);
+        sc->key = k;
+        sc->cap_key = KEY_MAX;
+    }
+    uint32_t *key = sc->key, w = 0;
+    key[w++] = s->acc;
+    key[w++] = s->n_cfg;
+    for (uint32_t i = 0; i < s->n_cfg; i++) {
+        key[w++] = (uint32_t)s->cfg[i].top;
+        key[w++] = s->fr[s->cfg[i].stk].depth;
+        for (uint32_t f = s->cfg[i].stk; f; f = s->fr[f].parent) key[w++] = (uint32_t)s->fr[f].ret;
+    }
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (uint32_t i = 0; i < w; i++) h = (h ^ key[i]) * 0xff51afd7ed558ccdull;
+    struct cn_mask_ent *lru = &sc->mc[0];
+    for (int e = 0; e < 4; e++) {
+        struct cn_mask_ent *m = &sc->mc[e];
+        if (m->mask && m->hash == h && m->key_len == w && !memcmp(m->key, key, w * sizeof *key)) {
+            m->age = ++sc->mc_clock;
+            memcpy(mask, m->mask, nb);
+            return m->count;
+        }
+        if (!m->mask || m->age < lru->age) lru = m;
+    }
+    int32_t count = cn_fill_mask_walk(s, mask);
+    if (count < 0) return count;
+    /* remember it (a failed allocation just skips caching) */
+    if (!lru->mask) lru->mask = anvil_malloc(nb);
+    if (lru->cap_key < w) {
+        uint32_t *k = anvil_realloc(lru->key, (size_t)w * sizeof *k);
+        if (k) {
+            lru->key = k;
+            lru->cap_key = w;
+        }
+    }
+    if (lru->mask && lru->cap_key >= w) {
+        memcpy(lru->mask, mask, nb);
+        memcpy(lru->key, key, w * sizeof *key);
+        lru->key_len = w;
+        lru->hash = h;
+        lru->count = count;
+        lru->age = ++sc->mc_clock;
+    } else {
+        lru->hash = 0;
+        lru->key_len = UINT32_MAX;
+    }
+    return count;
+}
+
+int32_t cn_fill_mask(struct cn_state *s, uint8_t *mask) {
+    const struct cn_vocab *v = s->v;
+    if (!v || !mask) return ANVIL_ERR_INVALID;
+    if (s->done) {
+        memset(mask, 0, ((size_t)v->n_vocab + 7) / 8);
+        return 0;
+    }
+    if (s->n_cfg == 0) return cn_fill_mask_walk(s, mask); /* EOG at most */
+    if (s->p->pure) return s->p->cache ? fill_pure_cached(s, mask) : cn_fill_mask_walk(s, mask);
+    return fill_gen_cached(s, mask);
 }
