@@ -13,13 +13,14 @@
  *       '1' complete match, 'p' a proper prefix of a match, '0' neither;
  *       --ref checks every byte against the Earley reference and exits 3 on
  *       a disagreement
- *   tool_constrain walk KIND SRC --model GGUF [--seed S] [--n N] [--max-tokens T]
- *       random walks over the model's vocabulary: each step draws a random
+ *   tool_constrain walk KIND SRC [SRC...] --model GGUF [--seed S] [--n N] [--max-tokens T]
+ *       random walks over the model's vocabulary (loaded once for all the
+ *       sources; lines are prefixed with the source's index): each step draws a random
  *       allowed token (steered towards the end as the budget runs out:
  *       the candidate leaving the fewest bytes to finish), EOG when the
  *       output is complete with some probability. Prints per walk one line
- *       "ok HEX" (ended with EOG), "cut HEX" (budget) or "dead HEX" (no
- *       token allowed). Checks as it goes: the drawn token is allowed, the
+ *       "I ok HEX" (ended with EOG), "I cut HEX" (budget) or "I dead HEX"
+ *       (no token allowed); compile errors as "I error MESSAGE". Checks as it goes: the drawn token is allowed, the
  *       mask and cn_allowed agree on sampled tokens, advancing works.
  *   tool_constrain oracle KIND SRC --vocab FILE [--depth D]
  *       FILE: one token per line, hex bytes ("EOG" for an end token).
@@ -283,10 +284,16 @@ static void put_hex(const uint8_t *b, size_t n) {
     }
 }
 
-static int cmd_walk(enum cn_kind kind, const char *t, size_t n, const struct opts *o) {
-    if (!o->model) die(1, "%s", "walk needs --model");
-    struct cn_vocab *v = vocab_from_model(o->model);
-    struct cn_program *p = compile_or_exit(kind, t, n, o, NULL);
+static int walk_one(int idx, struct cn_vocab *v, enum cn_kind kind, const char *t, size_t n,
+                    const struct opts *o) {
+    struct cn_options co = cn_default_options();
+    co.ws = o->compact ? CN_WS_COMPACT : CN_WS_FLEX;
+    struct cn_program *p = NULL;
+    char err[512] = "";
+    if (cn_compile(kind, t, n, &co, &p, err, sizeof err) != ANVIL_OK) {
+        printf("%d error %s\n", idx, err);
+        return 0;
+    }
     struct cn_state *s = NULL, *tmp = NULL;
     if (cn_state_init(p, v, &s) != ANVIL_OK || cn_state_init(p, v, &tmp) != ANVIL_OK)
         die(1, "%s", "out of memory");
@@ -361,7 +368,7 @@ static int cmd_walk(enum cn_kind kind, const char *t, size_t n, const struct opt
             len += tl;
         }
         if (!strcmp(status, "ok") && !cn_accepts(s)) die(1, "%s", "ended but not accepting");
-        printf("%s ", status);
+        printf("%d %s ", idx, status);
         put_hex(out, len);
         putchar('\n');
         fflush(stdout);
@@ -372,8 +379,21 @@ static int cmd_walk(enum cn_kind kind, const char *t, size_t n, const struct opt
     cn_state_free(s);
     cn_state_free(tmp);
     cn_program_free(p);
-    cn_vocab_free(v);
     return 0;
+}
+
+static int cmd_walk(enum cn_kind kind, char **srcs, int n_srcs, const struct opts *o) {
+    if (!o->model) die(1, "%s", "walk needs --model");
+    struct cn_vocab *v = vocab_from_model(o->model);
+    int rc = 0;
+    for (int i = 0; i < n_srcs && rc == 0; i++) {
+        size_t n;
+        char *t = load_src(srcs[i], o->text, &n);
+        rc = walk_one(i, v, kind, t, n, o);
+        free(t);
+    }
+    cn_vocab_free(v);
+    return rc;
 }
 
 static int oracle_rec(struct cn_state *s, const struct cn_vocab *v, uint8_t *prefix, size_t plen,
@@ -438,8 +458,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct opts o = {.seed = 1, .n = 10, .max_tokens = 200, .depth = 3};
+    char **srcs = calloc((size_t)argc, sizeof *srcs);
+    int n_srcs = 0;
+    srcs[n_srcs++] = argv[3];
     for (int i = 4; i < argc; i++) {
         const char *a = argv[i];
+        if (a[0] != '-' || !a[1]) {
+            srcs[n_srcs++] = argv[i];
+            continue;
+        }
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--compact")) o.compact = true;
         else if (!strcmp(a, "--ref")) o.ref = true;
@@ -453,13 +480,18 @@ int main(int argc, char **argv) {
         else die(1, "unknown option %s", a);
     }
     enum cn_kind kind = parse_kind(argv[2]);
+    if (!strcmp(argv[1], "walk")) {
+        int rc = cmd_walk(kind, srcs, n_srcs, &o);
+        free(srcs);
+        return rc;
+    }
     size_t n;
     char *t = load_src(argv[3], o.text, &n);
+    free(srcs);
     int rc;
     if (!strcmp(argv[1], "check")) rc = cmd_check(kind, t, n, &o);
     else if (!strcmp(argv[1], "dump")) rc = cmd_dump(kind, t, n, &o);
     else if (!strcmp(argv[1], "match")) rc = cmd_match(kind, t, n, &o);
-    else if (!strcmp(argv[1], "walk")) rc = cmd_walk(kind, t, n, &o);
     else if (!strcmp(argv[1], "oracle")) rc = cmd_oracle(kind, t, n, &o);
     else die(1, "unknown command %s", argv[1]);
     free(t);

@@ -462,7 +462,7 @@ static uint32_t parse_branch(struct rx *p, bool top, const struct cn_regex_opts 
         if (peek(p) != '|' && peek(p) != -1)
             return rx_unsup(p, "$ other than at the end of a top-level alternative");
     }
-    if (!o->search) return body;
+    if (!o->search || !top) return body;
     uint32_t k[3];
     uint32_t n = 0;
     if (!anch_lo) k[n++] = any_text(g);

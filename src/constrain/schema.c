@@ -951,20 +951,54 @@ static bool kw_lookup(const char *name, enum kw *out) {
 /* keywords that constrain a value (not annotations, not $defs) */
 static bool constraining(enum kw w) { return w != KW_ANNOT && w != KW_DEFS; }
 
+/* One JSON value as text: scalars as their literal; arrays and objects
+ * with the same whitespace as generated structures (keys in the value's
+ * order), so "enum": [{"a": 1}] may come out indented like the rest. */
+static uint32_t literal_ir(struct sc *c, const cJSON *v, int depth) {
+    struct cn_ir *g = c->g;
+    if (depth > c->max_depth)
+        return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "value nested deeper than %d levels", c->max_depth);
+    if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
+        bool obj = cJSON_IsObject(v);
+        struct ir_list l = {0};
+        for (const cJSON *k = v->child; k && ir_ok(g); k = k->next) {
+            uint32_t item = literal_ir(c, k, depth + 1);
+            if (obj) {
+                struct jbuf kb = {0};
+                jb_string(&kb, k->string);
+                if (kb.bad) {
+                    anvil_free(kb.p);
+                    ir_list_free(&l);
+                    return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
+                }
+                item = ir_seq3(g, ir_lit(g, kb.p, kb.n), colon(c), item);
+                anvil_free(kb.p);
+            }
+            if (l.n) item = ir_seq2(g, sep(c), item);
+            ir_list_push(g, &l, item);
+        }
+        uint32_t body = l.n ? ir_seq2(g, ir_seq(g, l.v, l.n), ws(c)) : ir_empty(g);
+        ir_list_free(&l);
+        return ir_seq(g, (uint32_t[]){ir_byte(g, obj ? '{' : '['), ws(c), body,
+                                     ir_byte(g, obj ? '}' : ']')}, 4);
+    }
+    struct jbuf b = {0};
+    jb_value(&b, v, 0);
+    if (b.bad) {
+        anvil_free(b.p);
+        return sc_fail(c, ANVIL_ERR_INVALID, "a value of 'enum'/'const' cannot be written as JSON");
+    }
+    uint32_t r = ir_lit(g, b.p, b.n);
+    anvil_free(b.p);
+    return r;
+}
+
 static uint32_t literal_alt(struct sc *c, const cJSON *vals, int types, const char *what) {
     struct cn_ir *g = c->g;
     struct ir_list l = {0};
     for (const cJSON *v = vals; v && ir_ok(g); v = v->next) {
         if (types && !value_has_type(v, types)) continue;
-        struct jbuf b = {0};
-        jb_value(&b, v, 0);
-        if (b.bad) {
-            anvil_free(b.p);
-            ir_list_free(&l);
-            return sc_fail(c, ANVIL_ERR_INVALID, "a value of '%s' cannot be written as JSON", what);
-        }
-        ir_list_push(g, &l, ir_lit(g, b.p, b.n));
-        anvil_free(b.p);
+        ir_list_push(g, &l, literal_ir(c, v, 0));
     }
     if (ir_ok(g) && l.n == 0) {
         ir_list_free(&l);
