@@ -536,6 +536,10 @@ static void test_schema_errors(void **state) {
                  "matches no string");
     expect_error(CN_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\":1000000}", U, "length bounds");
     expect_error(CN_JSON_SCHEMA, "[1,2]", I, "object or a boolean");
+    /* an error inside additionalProperties (found by fuzz_constrain: the
+     * extra-member flag was written at index -1) */
+    expect_error(CN_JSON_SCHEMA, "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\","
+                 "\"m\xff\xffum\":0}}", U, "at /additionalProperties: unknown keyword");
 }
 
 /* The language of a few schemas, spelled out: accepted and refused texts. */
@@ -970,6 +974,58 @@ static void test_oom(void **state) {
     (void)state;
     oom_walk(CN_REGEX, "[a-z]+(,[a-z]+)*", "ab,c");
     oom_walk(CN_GBNF, grammars[10], "{\"a\":[{},1]}");
+    oom_walk(CN_JSON_SCHEMA,
+             "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":1},"
+             "\"b\":{\"enum\":[\"x\",\"y\"]},\"c\":{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}},"
+             "\"required\":[\"a\"],\"additionalProperties\":{\"type\":\"number\",\"maximum\":2.5}}",
+             "{\"a\":5,\"c\":\"q\",\"zz\":-1.25}");
+    oom_walk(CN_JSON_SCHEMA, schemas[2], "{\"v\":1,\"k\":[{\"v\":2}]}");
+    oom_walk(CN_JSON, "", "{\"a\":[1,{\"b\":null}]}");
+    /* the vocabulary index and a mask walk */
+    const uint8_t a[] = "ab", b[] = "abc", c[] = "b";
+    const uint8_t *bytes[] = {a, b, c, NULL};
+    int32_t lens[] = {2, 3, 1, 0};
+    uint8_t kinds[] = {0, 0, 0, CN_TOK_EOG};
+    uint64_t c0 = anvil_alloc_count();
+    struct cn_vocab *v = NULL;
+    char err[256];
+    assert_int_equal(cn_vocab_build(4, bytes, lens, kinds, &v, err, sizeof err), ANVIL_OK);
+    uint64_t total = anvil_alloc_count() - c0;
+    cn_vocab_free(v);
+    for (uint64_t n = 1; n <= total; n++) {
+        int64_t live0 = anvil_alloc_live();
+        v = NULL;
+        anvil_alloc_fail_at(n);
+        anvil_status st = cn_vocab_build(4, bytes, lens, kinds, &v, err, sizeof err);
+        anvil_alloc_fail_at(0);
+        assert_int_equal(st, ANVIL_ERR_NOMEM);
+        assert_null(v);
+        assert_int_equal(anvil_alloc_live(), live0);
+    }
+    assert_int_equal(cn_vocab_build(4, bytes, lens, kinds, &v, err, sizeof err), ANVIL_OK);
+    const char *g = "root ::= \"(\" root \")\" | \"ab\"";
+    struct cn_program *p = NULL;
+    assert_int_equal(cn_compile(CN_GBNF, g, strlen(g), NULL, &p, err, sizeof err), ANVIL_OK);
+    struct cn_state *s = NULL;
+    assert_int_equal(cn_state_init(p, v, &s), ANVIL_OK);
+    uint8_t mask[1];
+    for (uint64_t n = 1; n < 64; n++) {
+        cn_state_free(s);
+        s = NULL;
+        assert_int_equal(cn_state_init(p, v, &s), ANVIL_OK);
+        anvil_alloc_fail_at(n);
+        int32_t cnt = cn_fill_mask(s, mask);
+        anvil_alloc_fail_at(0);
+        if (cnt >= 0) {
+            assert_int_equal(cnt, 1); /* "ab" */
+            assert_int_equal(mask[0], 1);
+            break;
+        }
+        assert_int_equal(cnt, ANVIL_ERR_NOMEM);
+    }
+    cn_state_free(s);
+    cn_program_free(p);
+    cn_vocab_free(v);
 }
 
 int main(void) {

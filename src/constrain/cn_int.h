@@ -329,7 +329,8 @@ struct cn_scratch {
     uint32_t cap_lev;
     uint32_t *map, *hash, *chain; /* commit: frame renumbering */
     uint32_t cap_map, cap_hash, cap_chain;
-    bool oom; /* a growth failed since the API call began */
+    bool oom;   /* a growth failed since the API call began */
+    bool bound; /* a run-time bound (max_stacks, max_stack, visits) refused something */
     /* pushdown programs: the last masks by exact parse state (key: acc,
      * then per configuration its top and its stack's return states) */
     struct cn_mask_ent {

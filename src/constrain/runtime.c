@@ -56,6 +56,12 @@ static bool sgrow(struct cn_state *s, void **p, uint32_t *cap, uint64_t need, si
     return false;
 }
 
+/* a bound refused the step (not memory): -1, remembered in sc.bound */
+static int32_t bound(struct cn_state *s) {
+    s->sc.bound = true;
+    return -1;
+}
+
 static uint32_t visit_max(const struct cn_program *p) { return 16u * (uint32_t)p->max_stacks + 64u; }
 
 static bool vis_ready(struct cn_state *s) {
@@ -108,7 +114,10 @@ static uint32_t push_frame(struct cn_state *s, uint32_t *top, uint32_t mark, int
                            uint32_t parent) {
     for (uint32_t i = mark; i < *top; i++)
         if (s->fr[i].ret == ret && s->fr[i].parent == parent) return i;
-    if (*top - mark > visit_max(s->p)) return CN_NIL;
+    if (*top - mark > visit_max(s->p)) {
+        s->sc.bound = true;
+        return CN_NIL;
+    }
     if (!sgrow(s, (void **)&s->fr, &s->cap_fr, (uint64_t)*top + 1, sizeof *s->fr)) return CN_NIL;
     s->fr[*top] = (struct cn_frame){ret, parent, s->fr[parent].depth + 1};
     return (*top)++;
@@ -147,10 +156,10 @@ static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, ui
     while (nw > 0) {
         struct cn_cfg c = sc->work[--nw];
         if (!vis_insert(sc, c.top, c.stk)) continue;
-        if (++visits > visit_max(p)) return -1;
+        if (++visits > visit_max(p)) return bound(s);
         uint8_t f = p->flags[c.top];
         if (f & CN_SF_BYTES) {
-            if (n_out >= max_out) return -1;
+            if (n_out >= max_out) return bound(s);
             if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + n_out + 1,
                       sizeof *sc->cfg))
                 return -1;
@@ -167,7 +176,10 @@ static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, ui
             }
         }
         if (f & CN_SF_CALLS) {
-            if (s->fr[c.stk].depth + 1 > (uint32_t)p->max_stack) continue;
+            if (s->fr[c.stk].depth + 1 > (uint32_t)p->max_stack) {
+                s->sc.bound = true; /* nesting refused: not an error, but not exact either */
+                continue;
+            }
             for (uint32_t k = p->call_off[c.top]; k < p->call_off[c.top + 1]; k++) {
                 uint32_t nf = push_frame(s, ftop, mark, p->calls[k].ret, c.stk);
                 if (nf == CN_NIL) return -1;
@@ -200,10 +212,10 @@ static int32_t closure_one(struct cn_state *s, int32_t top, uint32_t out_off, bo
     while (nw > 0) {
         struct cn_cfg c = sc->work[--nw];
         if (!vis_insert(sc, c.top, c.stk)) continue;
-        if (++visits > visit_max(p)) return -1;
+        if (++visits > visit_max(p)) return bound(s);
         uint8_t f = p->flags[c.top];
         if (f & CN_SF_BYTES) {
-            if (n_out >= (uint32_t)p->max_stacks) return -1;
+            if (n_out >= (uint32_t)p->max_stacks) return bound(s);
             if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + n_out + 1,
                       sizeof *sc->cfg))
                 return -1;
@@ -219,6 +231,7 @@ static int32_t closure_one(struct cn_state *s, int32_t top, uint32_t out_off, bo
                 sc->work[nw++] = (struct cn_cfg){fr->ret, fr->parent};
             }
         }
+        if ((f & CN_SF_CALLS) && s->fr[c.stk].depth + 1 > (uint32_t)p->max_stack) s->sc.bound = true;
         if ((f & CN_SF_CALLS) && s->fr[c.stk].depth + 1 <= (uint32_t)p->max_stack) {
             for (uint32_t k = p->call_off[c.top]; k < p->call_off[c.top + 1]; k++) {
                 uint32_t nf = push_frame(s, ftop, mark, p->calls[k].ret, c.stk);
@@ -246,8 +259,10 @@ static bool commit(struct cn_state *s, uint32_t off, uint32_t n, bool acc, uint3
         !grow((void **)&sc->map, &sc->cap_map, (uint64_t)ftop + 1, sizeof *sc->map) ||
         !grow((void **)&sc->chain, &sc->cap_chain, (uint64_t)ftop + 1, sizeof *sc->chain) ||
         !grow((void **)&sc->hash, &sc->cap_hash, cap, sizeof *sc->hash) ||
-        !grow((void **)&s->cfg2, &s->cap_cfg2, n ? n : 1, sizeof *s->cfg2))
+        !grow((void **)&s->cfg2, &s->cap_cfg2, n ? n : 1, sizeof *s->cfg2)) {
+        sc->oom = true;
         return false;
+    }
     struct cn_frame *nf = s->fr2;
     uint32_t *map = sc->map, *h = sc->hash, *chain = sc->chain;
     struct cn_cfg *ncfg = s->cfg2;
@@ -318,6 +333,7 @@ void cn_state_reset(struct cn_state *s) {
     uint32_t ftop = s->n_fr;
     bool acc = false;
     s->sc.oom = false;
+    s->sc.bound = false;
     int32_t n = closure_one(s, p->start, 0, &acc, &ftop);
     if (n < 0 || !commit(s, 0, (uint32_t)n, acc, ftop)) {
         s->n_cfg = 0;
@@ -343,8 +359,10 @@ anvil_status cn_state_init(const struct cn_program *p, const struct cn_vocab *v,
     s->cap_fr = 16;
     cn_state_reset(s);
     if (!p->pure && s->n_cfg == 0 && !s->acc) {
-        cn_state_free(s); /* the start closure ran out of memory */
-        return ANVIL_ERR_NOMEM;
+        /* the start closure ran out of memory, or a bound refused it */
+        anvil_status st = s->sc.oom ? ANVIL_ERR_NOMEM : ANVIL_ERR_UNSUPPORTED;
+        cn_state_free(s);
+        return st;
     }
     *out = s;
     return ANVIL_OK;
@@ -457,6 +475,7 @@ static anvil_status advance_bytes(struct cn_state *s, const uint8_t *b, size_t n
     uint32_t off, ftop;
     bool acc;
     s->sc.oom = false;
+    s->sc.bound = false;
     int32_t m = walk_bytes(s, b, n, &off, &acc, &ftop);
     if (m < 0) return s->sc.oom ? ANVIL_ERR_NOMEM : ANVIL_ERR_INVALID;
     return commit(s, off, (uint32_t)m, acc, ftop) ? ANVIL_OK : ANVIL_ERR_NOMEM;
@@ -484,6 +503,8 @@ bool cn_allowed(struct cn_state *s, anvil_token t) {
     if (s->p->pure) return pure_walk(s, b, n) >= 0;
     uint32_t off, ftop;
     bool acc;
+    s->sc.oom = false;
+    s->sc.bound = false;
     return walk_bytes(s, b, n, &off, &acc, &ftop) >= 0;
 }
 

@@ -229,6 +229,7 @@ struct jbuf {
     char *p;
     size_t n, cap;
     bool bad; /* OOM or a value JSON cannot hold */
+    bool oom;
 };
 
 static void jb_put(struct jbuf *b, const char *s, size_t n) {
@@ -238,7 +239,7 @@ static void jb_put(struct jbuf *b, const char *s, size_t n) {
         while (nc < b->n + n + 1) nc *= 2;
         char *q = anvil_realloc(b->p, nc);
         if (!q) {
-            b->bad = true;
+            b->bad = b->oom = true;
             return;
         }
         b->p = q;
@@ -848,7 +849,7 @@ static uint32_t object_node(struct sc *c, const struct kws *k, int depth) {
         }
         uint32_t one = ir_seq3(g, extra_name(c, props), colon(c), val);
         ir_list_push(g, &m, ir_seq2(g, one, ir_rep(g, ir_seq2(g, sep(c), one), 0, -1)));
-        rq[m.n - 1] = false;
+        if (ir_ok(g)) rq[m.n - 1] = false; /* (after an error nothing was pushed: fuzz_constrain) */
     }
     uint32_t body = m.n ? ir_seq2(g, ir_subseq(g, sep(c), m.v, rq, m.n), ws(c)) : ir_empty(g);
     ir_list_free(&m);
@@ -986,6 +987,7 @@ static uint32_t literal_ir(struct sc *c, const cJSON *v, int depth) {
     jb_value(&b, v, 0);
     if (b.bad) {
         anvil_free(b.p);
+        if (b.oom) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
         return sc_fail(c, ANVIL_ERR_INVALID, "a value of 'enum'/'const' cannot be written as JSON");
     }
     uint32_t r = ir_lit(g, b.p, b.n);

@@ -304,6 +304,7 @@ int32_t cn_fill_mask_walk(struct cn_state *s, uint8_t *mask) {
     memset(mask, 0, ((size_t)v->n_vocab + 7) / 8);
     int32_t count = 0;
     s->sc.oom = false;
+    s->sc.bound = false;
     if (s->n_cfg > 0) {
         count = s->p->pure ? walk_pure(s, mask) : walk_gen(s, mask);
         if (count < 0) return count;
