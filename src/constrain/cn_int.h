@@ -69,9 +69,10 @@ static inline bool bset_empty(const struct cn_bset *s) {
 }
 
 /* SUBSEQ: members m1..mk in order, any subset that contains the required
- * ones, with the separator between consecutive chosen members: the
- * properties of a JSON object, where optional ones may be left out. Kids
- * are [sep, m1, .., mk]; kreq[i] marks a required member. It exists so
+ * ones (and, when min is 1, at least one member), with the separator
+ * between consecutive chosen members: the properties of a JSON object,
+ * where optional ones may be left out. Kids are [sep, m1, .., mk];
+ * kreq[i] marks a required member. It exists so
  * that this language has a linear NFA (a chain of "something emitted
  * yet?" states) instead of the quadratic expansion a plain regex needs. */
 enum ir_op { IR_NONE = 0, IR_EMPTY, IR_BYTES, IR_SEQ, IR_ALT, IR_REP, IR_REF, IR_SUBSEQ };
@@ -130,8 +131,10 @@ uint32_t ir_alt2(struct cn_ir *g, uint32_t a, uint32_t b);
 uint32_t ir_rep(struct cn_ir *g, uint32_t x, int32_t min, int32_t max); /* max -1: unbounded */
 uint32_t ir_opt(struct cn_ir *g, uint32_t x);
 uint32_t ir_ref(struct cn_ir *g, uint32_t rule);
-/* SUBSEQ (above): n members, req[i] true for required ones. */
-uint32_t ir_subseq(struct cn_ir *g, uint32_t sep, const uint32_t *m, const bool *req, uint32_t n);
+/* SUBSEQ (above): n members, req[i] true for required ones; nonempty:
+ * at least one member even when all are optional. */
+uint32_t ir_subseq(struct cn_ir *g, uint32_t sep, const uint32_t *m, const bool *req, uint32_t n,
+                   bool nonempty);
 
 /* Rules. ir_rule_add makes a new undefined rule (the name is copied; names
  * need not be unique: lookups are the parsers' business). */

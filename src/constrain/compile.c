@@ -92,13 +92,24 @@ static uint32_t var_kids(const struct an *a, uint32_t v, const uint32_t **list, 
 /* Is kid i of v one the Horn clause of v waits for? All kids of SEQ, any
  * of ALT; for SUBSEQ the required members, and the separator when two or
  * more are required. */
+static uint32_t subseq_required(const struct cn_ir *g, const struct ir_node *n) {
+    uint32_t req = 0;
+    for (uint32_t k = 1; k < n->n; k++) req += g->kreq[n->a + k];
+    return req;
+}
+
+/* A non-empty SUBSEQ of optional members only is an ALT of them (for the
+ * Horn clauses: one member suffices). */
+static bool subseq_alt(const struct cn_ir *g, const struct ir_node *n) {
+    return n->op == IR_SUBSEQ && n->min == 1 && subseq_required(g, n) == 0;
+}
+
 static bool horn_needed(const struct an *a, uint32_t v, uint32_t i) {
     if (v >= a->N || a->g->nodes[v].op != IR_SUBSEQ) return true;
     const struct ir_node *n = &a->g->nodes[v];
+    if (subseq_alt(a->g, n)) return i > 0;
     if (i > 0) return a->g->kreq[n->a + i] != 0;
-    uint32_t req = 0;
-    for (uint32_t k = 1; k < n->n; k++) req += a->g->kreq[n->a + k];
-    return req >= 2;
+    return subseq_required(a->g, n) >= 2;
 }
 
 /* Least fixpoint: seeds true; SEQ/SUBSEQ true when all needed kids are,
@@ -149,6 +160,7 @@ static anvil_status horn(const struct an *a, bool productive, uint8_t *out) {
                 break;
             case IR_SEQ: need[v] = n->n; break;
             case IR_SUBSEQ:
+                if (subseq_alt(g, n)) break; /* need 1, like ALT */
                 need[v] = 0;
                 for (uint32_t i = 0; i < n->n; i++) need[v] += horn_needed(a, v, i);
                 if (need[v] == 0) seed = true;
@@ -577,7 +589,7 @@ static void build(struct cc *c, uint32_t id, uint32_t from, uint32_t to, int dep
             f = f2;
         }
         add_edge(c, f, NFA_EPS, 0, to);
-        if (all_opt) add_edge(c, e, NFA_EPS, 0, to);
+        if (all_opt && n->min == 0) add_edge(c, e, NFA_EPS, 0, to);
         return;
     }
     case IR_REF: {

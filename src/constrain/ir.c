@@ -230,12 +230,13 @@ uint32_t ir_rep(struct cn_ir *g, uint32_t x, int32_t min, int32_t max) {
 
 uint32_t ir_opt(struct cn_ir *g, uint32_t x) { return ir_rep(g, x, 0, 1); }
 
-uint32_t ir_subseq(struct cn_ir *g, uint32_t sep, const uint32_t *m, const bool *req, uint32_t n) {
+uint32_t ir_subseq(struct cn_ir *g, uint32_t sep, const uint32_t *m, const bool *req, uint32_t n,
+                   bool nonempty) {
     if (!ir_ok(g)) return CN_NIL;
     if (sep == CN_NIL) return ir_fail(g, ANVIL_ERR_INVALID, "internal: nil node");
     for (uint32_t i = 0; i < n; i++)
         if (m[i] == CN_NIL) return ir_fail(g, ANVIL_ERR_INVALID, "internal: nil node");
-    if (n == 0) return ir_empty(g);
+    if (n == 0) return nonempty ? ir_none(g) : ir_empty(g);
     if (g->n_nodes + g->n_kids + n + 1 >= g->max_nodes)
         return ir_fail(g, ANVIL_ERR_UNSUPPORTED,
                        "constraint too large: more than %u grammar nodes", g->max_nodes);
@@ -252,6 +253,7 @@ uint32_t ir_subseq(struct cn_ir *g, uint32_t sep, const uint32_t *m, const bool 
     if (id == CN_NIL) return CN_NIL;
     g->nodes[id].a = first;
     g->nodes[id].n = n + 1;
+    g->nodes[id].min = nonempty ? 1 : 0;
     return id;
 }
 
@@ -596,7 +598,7 @@ static void dump_node(const struct cn_ir *g, struct sbuf *b, uint32_t id, int de
         break;
     case IR_REF: sb_put(b, g->rules[n->a].name, strlen(g->rules[n->a].name)); break;
     case IR_SUBSEQ:
-        sb_put(b, "subseq<sep=", 11);
+        sb_put(b, n->min ? "subseq1<sep=" : "subseq<sep=", n->min ? 12 : 11);
         dump_node(g, b, g->kids[n->a], depth + 1);
         for (uint32_t i = 1; i < n->n; i++) {
             sb_put(b, g->kreq[n->a + i] ? "; " : "; opt ", g->kreq[n->a + i] ? 2 : 6);

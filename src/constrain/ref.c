@@ -190,7 +190,7 @@ anvil_status cn_ref_init(const struct cn_ir *g, struct cn_ref **out) {
                 e = e2;
                 f = f2;
             }
-            bnf_prod(&b, e, NULL, 0);
+            if (n->min == 0) bnf_prod(&b, e, NULL, 0); /* nothing chosen */
             bnf_prod(&b, f, NULL, 0);
             break;
         }

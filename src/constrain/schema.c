@@ -851,7 +851,14 @@ static uint32_t object_node(struct sc *c, const struct kws *k, int depth) {
         ir_list_push(g, &m, ir_seq2(g, one, ir_rep(g, ir_seq2(g, sep(c), one), 0, -1)));
         if (ir_ok(g)) rq[m.n - 1] = false; /* (after an error nothing was pushed: fuzz_constrain) */
     }
-    uint32_t body = m.n ? ir_seq2(g, ir_subseq(g, sep(c), m.v, rq, m.n), ws(c)) : ir_empty(g);
+    /* "{" ws (members ws)? "}": one whitespace slot when empty */
+    bool any_req = false;
+    for (uint32_t j = 0; j < m.n; j++) any_req |= rq[j];
+    uint32_t body = ir_empty(g);
+    if (m.n) {
+        body = ir_seq2(g, ir_subseq(g, sep(c), m.v, rq, m.n, true), ws(c));
+        if (!any_req) body = ir_opt(g, body);
+    }
     ir_list_free(&m);
     anvil_free(rq);
     return ir_seq(g, (uint32_t[]){ir_byte(g, '{'), ws(c), body, ir_byte(g, '}')}, 4);
@@ -923,18 +930,21 @@ static uint32_t array_node(struct sc *c, const struct kws *k, int depth) {
             r = j <= min ? x : ir_opt(g, x);
         }
     }
-    uint32_t content;
+    /* "[" ws (items ws)? "]": one whitespace slot when empty */
+    uint32_t list = CN_NIL;
     if (nt >= 1) {
-        content = min >= 1 ? r : ir_opt(g, r);
+        list = r;
     } else if (rest_any && max != 0) {
         int64_t b = max < 0 ? -1 : max - 1;
-        uint32_t list = ir_seq2(g, item, ir_rep(g, ir_seq2(g, sep(c), item), min > 0 ? (int32_t)min - 1 : 0,
-                                                (int32_t)b));
-        content = min >= 1 ? list : ir_opt(g, list);
-    } else {
-        content = ir_empty(g);
+        list = ir_seq2(g, item, ir_rep(g, ir_seq2(g, sep(c), item), min > 0 ? (int32_t)min - 1 : 0,
+                                       (int32_t)b));
     }
-    return ir_seq(g, (uint32_t[]){ir_byte(g, '['), ws(c), ir_seq2(g, content, ws(c)), ir_byte(g, ']')}, 4);
+    uint32_t content = ir_empty(g);
+    if (list != CN_NIL) {
+        content = ir_seq2(g, list, ws(c));
+        if (min < 1) content = ir_opt(g, content);
+    }
+    return ir_seq(g, (uint32_t[]){ir_byte(g, '['), ws(c), content, ir_byte(g, ']')}, 4);
 }
 
 /* ---------------------------------------------------------------------- */
