@@ -5,8 +5,8 @@
  *              builder (byte sets, code-point classes as UTF-8 sequences)
  *   regex.c    regex text -> IR
  *   gbnf.c     GBNF text -> IR
- *   schema.c   JSON Schema -> IR (numrange.c: integer/number ranges,
- *              schema_fmt.c: string formats)
+ *   schema.c   JSON Schema -> IR (formats as regexes; numrange.c:
+ *              integer and number ranges as digit automata)
  *   compile.c  IR checks (undefined, left recursion, productive), inlining,
  *              Thompson NFA per call-rule
  *   dfa.c      byte classes, subset construction, pruning -> cn_program

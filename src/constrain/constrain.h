@@ -83,8 +83,9 @@
  *   - with "properties" given and additionalProperties absent, only the
  *     declared properties are produced (a model inventing keys is the usual
  *     failure); without "properties", an absent additionalProperties means
- *     any properties. Extra property names never equal a declared name and
- *     contain no escape sequences (so they cannot spell one in disguise);
+ *     any properties. Extra property names never equal a declared name and,
+ *     when names are declared, contain no escape sequences (so they cannot
+ *     spell one in disguise);
  *   - prefixItems without items: no items after the prefix;
  *   - whitespace: CN_WS_FLEX allows, after { [ , and before } ], either
  *     nothing, one space, or a newline and up to 20 spaces/tabs, and one
