@@ -3,7 +3,7 @@
  * (tests/py/test_constrain*.py). KIND is regex, gbnf, schema or json; SRC
  * is a file, or "-" for stdin, or with --text the source itself.
  *
- *   tool_constrain check KIND SRC [--compact]
+ *   tool_constrain check KIND SRC [--compact] [--max-dfa N] [--max-nfa N]
  *       compile; prints "ok states=.. classes=.. rules=.. nfa=.. bytes=.. ms=..";
  *       on error "error: MESSAGE" on stderr and exit status 2
  *   tool_constrain dump KIND SRC
@@ -74,6 +74,7 @@ static enum cn_kind parse_kind(const char *k) {
 }
 
 struct opts {
+    int32_t max_dfa, max_nfa;
     const char *model, *vocab;
     uint64_t seed;
     int n, max_tokens, depth;
@@ -98,6 +99,8 @@ static struct cn_program *compile_or_exit(enum cn_kind kind, const char *t, size
                                           const struct opts *o, double *ms) {
     struct cn_options co = cn_default_options();
     co.ws = o->compact ? CN_WS_COMPACT : CN_WS_FLEX;
+    co.limits.max_dfa_states = o->max_dfa;
+    co.limits.max_nfa_states = o->max_nfa;
     struct cn_program *p = NULL;
     char err[512] = "";
     double t0 = time_now_s();
@@ -477,6 +480,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--n") && val) o.n = atoi(argv[++i]);
         else if (!strcmp(a, "--max-tokens") && val) o.max_tokens = atoi(argv[++i]);
         else if (!strcmp(a, "--depth") && val) o.depth = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-dfa") && val) o.max_dfa = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-nfa") && val) o.max_nfa = atoi(argv[++i]);
         else die(1, "unknown option %s", a);
     }
     enum cn_kind kind = parse_kind(argv[2]);

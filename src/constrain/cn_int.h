@@ -39,7 +39,7 @@
 #define CN_MAX_CP 0x10FFFFu
 
 /* defaults of struct cn_limits */
-#define CN_DEF_MAX_NFA 2000000
+#define CN_DEF_MAX_NFA 1000000
 #define CN_DEF_MAX_DFA 200000
 #define CN_DEF_MAX_WORK 400000000LL
 #define CN_DEF_MAX_DEPTH 128

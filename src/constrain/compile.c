@@ -36,6 +36,8 @@
 
 #define INLINE_MAX 65536u  /* NFA states of one inlined expansion */
 #define INLINE_DEPTH 64    /* rules inlined inside each other */
+#define CALL_BODY_MAX (1u << 17) /* NFA states of one call-rule's expanded body */
+#define MIN_SPLIT 256u     /* inlined rules smaller than this are never split off */
 #define BUILD_DEPTH 4096   /* recursion of the builders (nesting of the IR) */
 
 struct cn_options cn_default_options(void) {
@@ -471,6 +473,65 @@ static uint64_t node_size(struct cc *c, uint32_t id, int depth) {
     return s;
 }
 
+/* How much each directly inlined rule adds to node id's expansion:
+ * contrib[r] += (copies of the reference) * size(r). Rules inlined inside
+ * those are part of their size, not counted again. */
+static void contributions(struct cc *c, uint32_t id, uint64_t mult, uint64_t *contrib, int depth) {
+    if (depth > BUILD_DEPTH) return;
+    const struct cn_ir *g = c->g;
+    const struct ir_node *n = &g->nodes[id];
+    switch (n->op) {
+    case IR_SEQ: case IR_ALT: case IR_SUBSEQ:
+        for (uint32_t i = 0; i < n->n; i++) contributions(c, g->kids[n->a + i], mult, contrib, depth + 1);
+        break;
+    case IR_REP: {
+        uint64_t copies = n->max < 0 ? (uint64_t)n->min + 1 : (uint64_t)n->max;
+        contributions(c, n->a, sat_mul(mult, copies), contrib, depth + 1);
+        break;
+    }
+    case IR_REF:
+        if (c->crule[n->a] == CN_NIL)
+            contrib[n->a] = sat_add(contrib[n->a], sat_mul(mult, c->size[g->rules[n->a].body]));
+        break;
+    default: break;
+    }
+}
+
+/* A call-rule whose body, with its inlined rules expanded, passes
+ * CALL_BODY_MAX NFA states gets the inlined rule that adds the most to it
+ * (size times copies) turned into a call, until it fits; the new
+ * call-rules are checked in turn. A big schema built from a repeated
+ * medium sub-schema then runs as a few DFAs and a stack instead of
+ * failing the state bound. Rules smaller than MIN_SPLIT stay inlined (a
+ * huge enum stays one DFA: only the bounds can refuse it). */
+static anvil_status shrink(struct cc *c, const struct an *a, char *err, size_t err_cap) {
+    const struct cn_ir *g = c->g;
+    uint64_t *contrib = anvil_malloc((size_t)(a->R ? a->R : 1) * sizeof *contrib);
+    if (!contrib) {
+        errmsg_set(err, err_cap, "out of memory");
+        return ANVIL_ERR_NOMEM;
+    }
+    for (uint32_t k = 0; k < c->nfa.n_crules; k++) {
+        uint32_t body = g->rules[c->nfa.cr_rule[k]].body;
+        for (uint32_t iter = 0; iter < a->R; iter++) {
+            for (uint32_t v = 0; v < a->N; v++) c->size[v] = UINT64_MAX;
+            if (node_size(c, body, 0) <= CALL_BODY_MAX) break;
+            memset(contrib, 0, (size_t)a->R * sizeof *contrib);
+            contributions(c, body, 1, contrib, 0);
+            uint32_t best = CN_NIL;
+            for (uint32_t r = 0; r < a->R; r++)
+                if (contrib[r] && c->size[g->rules[r].body] >= MIN_SPLIT &&
+                    (best == CN_NIL || contrib[r] > contrib[best]))
+                    best = r;
+            if (best == CN_NIL) break;
+            c->crule[best] = c->nfa.n_crules;
+            c->nfa.cr_rule[c->nfa.n_crules++] = best;
+        }
+    }
+    anvil_free(contrib);
+    return ANVIL_OK;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Thompson construction */
 
@@ -706,6 +767,8 @@ anvil_status cn_compile_ir(const struct cn_ir *g, const struct cn_options *opt,
             c.nfa.cr_rule[c.nfa.n_crules++] = r;
         }
     }
+    st = shrink(&c, &a, err, err_cap);
+    if (st != ANVIL_OK) goto done;
     /* NFA: one start/final pair per call-rule */
     c.max_states = (uint32_t)lim.max_nfa_states;
     c.max_edges = c.max_states > UINT32_MAX / 4 ? UINT32_MAX : c.max_states * 4;

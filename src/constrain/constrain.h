@@ -179,7 +179,7 @@ enum cn_ws {
 
 /* Zero fields take the defaults. */
 struct cn_limits {
-    int32_t max_nfa_states; /* NFA states over all rules; 0 = 2,000,000 */
+    int32_t max_nfa_states; /* NFA states over all rules (and grammar nodes); 0 = 1,000,000 */
     int32_t max_dfa_states; /* DFA states over all rules; 0 = 200,000 */
     int64_t max_work;       /* determinization steps; 0 = 400,000,000 (~1 s) */
     int32_t max_depth;      /* syntax nesting: ( ), schema levels; 0 = 128 */

@@ -34,6 +34,7 @@
 
 #define CN_MAX_TABLE (16u << 20) /* transition entries (64 MiB) */
 #define CN_MASK_CACHE_BYTES (16 << 20) /* cached masks per pure program */
+#define CN_MAX_KEYS (16u << 20)         /* NFA state ids over all DFA states' keys (64 MiB) */
 
 struct dfab {
     const struct cn_ir *g;
@@ -200,7 +201,10 @@ static void closure(struct dfab *b, const uint32_t *seeds, uint32_t n, uint32_t 
         }
         if (kernel) b->clo[b->n_clo++] = q;
     }
-    if (!spend(b, w + b->n_clo)) return;
+    /* the sort counts too: n log n */
+    int64_t lg = 1;
+    while (((uint64_t)1 << lg) < b->n_clo) lg++;
+    if (!spend(b, w + (int64_t)b->n_clo * lg)) return;
     if (b->n_clo > 1) qsort(b->clo, b->n_clo, sizeof *b->clo, cmp_u32);
 }
 
@@ -272,6 +276,11 @@ static uint32_t intern(struct dfab *b, uint32_t k) {
             return CN_NIL;
         }
         b->cap = nc;
+    }
+    if ((uint64_t)b->n_keys + b->n_clo > CN_MAX_KEYS) {
+        fail(b, ANVIL_ERR_UNSUPPORTED, "constraint too large: its automaton's states would hold "
+             "more than 16M NFA states in all");
+        return CN_NIL;
     }
     if (!grow((void **)&b->keys, &b->cap_keys, b->n_keys + b->n_clo, sizeof *b->keys)) {
         fail(b, ANVIL_ERR_NOMEM, "out of memory");

@@ -80,6 +80,13 @@ struct sc {
     } *refs;
     uint32_t n_refs, cap_refs;
     uint32_t r_value, r_object; /* any JSON value / object: recursive rules, CN_NIL until built */
+    /* sub-schemas by content: identical ones share one rule */
+    struct sub_memo {
+        uint64_t h;
+        const cJSON *s;
+        uint32_t rule;
+    } *subs;
+    uint32_t n_subs, cap_subs; /* cap_subs: power of two, open addressing */
     char path[320];
     size_t plen;
 };
@@ -448,10 +455,66 @@ static bool is_nonneg_int(const cJSON *v, int64_t *out) {
 static uint32_t schema_node(struct sc *c, const cJSON *s, int depth);
 
 /* a sub-schema as its own rule (the compiler inlines it when small) */
+/* structural hash and equality of JSON values, member order included
+ * (order matters: properties are produced in declared order) */
+static uint64_t json_hash(const cJSON *v, int depth) {
+    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)(v->type & 0xff);
+    if (depth > 200) return h;
+    if (v->string && depth > 0) /* a member's key; not the top node's own key */
+        for (const unsigned char *p = (const unsigned char *)v->string; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    if (cJSON_IsString(v))
+        for (const unsigned char *p = (const unsigned char *)v->valuestring; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    if (cJSON_IsNumber(v)) {
+        uint64_t bits;
+        memcpy(&bits, &v->valuedouble, sizeof bits);
+        h = (h ^ bits) * 0x100000001b3ull;
+    }
+    for (const cJSON *k = v->child; k; k = k->next) h = (h ^ json_hash(k, depth + 1)) * 0x9e3779b97f4a7c15ull;
+    return h;
+}
+
+static bool json_eq(const cJSON *a, const cJSON *b, int depth) {
+    if ((a->type & 0xff) != (b->type & 0xff) || depth > 200) return false;
+    if (depth > 0 &&
+        ((a->string == NULL) != (b->string == NULL) || (a->string && strcmp(a->string, b->string))))
+        return false;
+    if (cJSON_IsString(a) && strcmp(a->valuestring, b->valuestring)) return false;
+    if (cJSON_IsNumber(a) && memcmp(&a->valuedouble, &b->valuedouble, sizeof a->valuedouble))
+        return false;
+    const cJSON *x = a->child, *y = b->child;
+    for (; x && y; x = x->next, y = y->next)
+        if (!json_eq(x, y, depth + 1)) return false;
+    return !x && !y;
+}
+
+/* A sub-schema as its own rule (the compiler inlines it when small, and
+ * makes it a call when it is big and used often). Identical sub-schemas
+ * anywhere in the document share one rule. */
 static uint32_t sub_rule(struct sc *c, const cJSON *s, int depth) {
     struct cn_ir *g = c->g;
     if (cJSON_IsBool(s)) return schema_node(c, s, depth);
+    uint64_t h = json_hash(s, 0);
+    if ((uint64_t)(c->n_subs + 1) * 2 > c->cap_subs) {
+        uint32_t nc = c->cap_subs ? c->cap_subs * 2 : 64;
+        struct sub_memo *t = anvil_calloc(nc, sizeof *t);
+        if (!t) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
+        for (uint32_t i = 0; i < c->cap_subs; i++) {
+            if (!c->subs[i].s) continue;
+            uint32_t j = (uint32_t)c->subs[i].h & (nc - 1);
+            while (t[j].s) j = (j + 1) & (nc - 1);
+            t[j] = c->subs[i];
+        }
+        anvil_free(c->subs);
+        c->subs = t;
+        c->cap_subs = nc;
+    }
+    uint32_t j = (uint32_t)h & (c->cap_subs - 1);
+    for (; c->subs[j].s; j = (j + 1) & (c->cap_subs - 1))
+        if (c->subs[j].h == h && json_eq(c->subs[j].s, s, 0)) return ir_ref(g, c->subs[j].rule);
     uint32_t r = ir_rule_add(g, c->path, c->plen > 100 ? 100 : c->plen);
+    if (r == CN_NIL) return CN_NIL;
+    c->subs[j] = (struct sub_memo){h, s, r};
+    c->n_subs++;
     uint32_t body = schema_node(c, s, depth);
     if (body == CN_NIL) return CN_NIL;
     ir_rule_define(g, r, body);
@@ -1153,6 +1216,7 @@ static anvil_status finish(struct sc *c, uint32_t body, struct cn_ir **out, char
     uint32_t root = ir_rule_add(g, "root", 4);
     ir_rule_define(g, root, body);
     anvil_free(c->refs);
+    anvil_free(c->subs);
     if (!ir_ok(g) || body == CN_NIL) {
         if (ir_ok(g)) ir_fail(g, ANVIL_ERR_INVALID, "JSON Schema: internal error");
         errmsg_set(err, err_cap, "%s", g->err);
