@@ -23,7 +23,11 @@
  * its own and connected at run time by a stack. A recursion-free grammar
  * becomes a single DFA. Rules are decided callees first (Tarjan emits SCCs
  * in reverse topological order), so a rule's size is known when its
- * callers are sized.
+ * callers are sized. Then shrink(): a call-rule whose expanded body is
+ * still over CALL_BODY_MAX (a rule used many times, each copy under the
+ * inline budget) gets its biggest contributors (size x copies) split off
+ * as calls, so that big schemas degrade to a few DFAs and a stack rather
+ * than to a state-bound error.
  *
  * Thompson construction builds each node between two given states (no
  * fragment copies); loops always get a fresh state so that no loop is ever

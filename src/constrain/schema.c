@@ -11,7 +11,8 @@
  * anyOf branches, $ref targets) becomes its own IR rule; the compiler
  * inlines the small ones and keeps big or recursive ones as calls. $ref
  * targets are memoized by the node they point at, so a recursive schema is
- * a recursive rule. Objects use IR_SUBSEQ for "declared properties in
+ * a recursive rule; other sub-schemas by content (member order included),
+ * so a shape repeated under many properties is one rule. Objects use IR_SUBSEQ for "declared properties in
  * order, optional ones may be missing, commas between", which stays linear
  * in the number of properties. Free-form JSON (any value) is a small
  * recursive grammar built once per schema.
