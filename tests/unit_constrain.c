@@ -866,6 +866,85 @@ static void test_vocab_masks(void **state) {
     vocab_check(CN_GBNF, "root ::= \"ab\" | \"a\" root \"b\" | \"\\\"\"");
 }
 
+/* Every token sequence up to a depth over a 12-token vocabulary, allowed
+ * or not: each token's allowed flag (and the mask) against the reference
+ * fed the concatenated bytes. */
+static void exhaustive_rec(struct cn_state *s, struct cn_ref *r, const struct cn_vocab *v,
+                           const uint8_t *const *tb, const int32_t *tl, int n, int depth,
+                           size_t fed) {
+    uint8_t mask[2];
+    int32_t cnt = cn_fill_mask(s, mask);
+    assert_true(cnt >= 0);
+    struct cn_state *c = NULL;
+    assert_int_equal(cn_state_init(s->p, v, &c), ANVIL_OK);
+    for (int t = 0; t < n; t++) {
+        bool want;
+        if (tl[t] == 0) {
+            want = cn_ref_accepts(r); /* the EOG token */
+        } else {
+            want = cn_ref_feed(r, tb[t], (size_t)tl[t]);
+        }
+        bool got = cn_allowed(s, t), bit = (mask[t >> 3] >> (t & 7)) & 1;
+        if (got != want || bit != want)
+            fail_msg("token %d after %zu bytes: allowed %d mask %d reference %d", t, fed, got, bit, want);
+        if (tl[t] && depth > 0) {
+            assert_int_equal(cn_state_copy(c, s), ANVIL_OK);
+            anvil_status st = cn_advance(c, t);
+            assert_int_equal(st, want ? ANVIL_OK : ANVIL_ERR_INVALID);
+            if (want) exhaustive_rec(c, r, v, tb, tl, n, depth - 1, fed + (size_t)tl[t]);
+        }
+        while (cn_ref_len(r) > fed) cn_ref_pop(r);
+    }
+    cn_state_free(c);
+}
+
+static void test_exhaustive_small_vocab(void **state) {
+    (void)state;
+    static const struct {
+        enum cn_kind kind;
+        const char *src;
+        const char *toks[11];
+    } cases[] = {
+        {CN_REGEX, "(ab|b)*a?c", {"a", "b", "c", "ab", "ba", "bc", "abc", "cc", "aab", "bb", "x"}},
+        {CN_GBNF, "root ::= \"(\" root \")\" root | \"\"", {"(", ")", "()", "((", "))", ")(", "(()", "())", "x", "(((", ")))"}},
+        {CN_GBNF, "root ::= a+\na ::= \"x\" | \"y\" a \"z\"", {"x", "y", "z", "xy", "yz", "zx", "yx", "xz", "yyx", "zz", "xx"}},
+        {CN_JSON_SCHEMA, "{\"type\":\"array\",\"items\":{\"enum\":[1,12]},\"maxItems\":2}",
+         {"[", "]", "1", "2", ",", "[1", "12", "1,", "2]", " ", "[]"}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const uint8_t *tb[12];
+        int32_t tl[12];
+        uint8_t kinds[12];
+        for (int t = 0; t < 11; t++) {
+            tb[t] = (const uint8_t *)cases[k].toks[t];
+            tl[t] = (int32_t)strlen(cases[k].toks[t]);
+            kinds[t] = CN_TOK_TEXT;
+        }
+        tb[11] = NULL;
+        tl[11] = 0;
+        kinds[11] = CN_TOK_EOG;
+        struct cn_vocab *v = NULL;
+        char err[256];
+        assert_int_equal(cn_vocab_build(12, tb, tl, kinds, &v, err, sizeof err), ANVIL_OK);
+        struct cn_options o = cn_default_options();
+        o.ws = CN_WS_COMPACT;
+        struct cn_ir *g = NULL;
+        assert_int_equal(cn_parse(cases[k].kind, cases[k].src, strlen(cases[k].src), &o, &g, err, sizeof err), ANVIL_OK);
+        struct cn_program *p = NULL;
+        assert_int_equal(cn_compile_ir(g, &o, &p, err, sizeof err), ANVIL_OK);
+        struct cn_ref *r = NULL;
+        assert_int_equal(cn_ref_init(g, &r), ANVIL_OK);
+        struct cn_state *s = NULL;
+        assert_int_equal(cn_state_init(p, v, &s), ANVIL_OK);
+        exhaustive_rec(s, r, v, tb, tl, 12, 4, 0);
+        cn_state_free(s);
+        cn_ref_free(r);
+        cn_program_free(p);
+        ir_free(g);
+        cn_vocab_free(v);
+    }
+}
+
 static void test_vocab_build(void **state) {
     (void)state;
     char err[256];
@@ -1042,6 +1121,7 @@ int main(void) {
         cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_schema_language),
         cmocka_unit_test(test_vocab_build),
+        cmocka_unit_test(test_exhaustive_small_vocab),
         cmocka_unit_test(test_vocab_masks),
         cmocka_unit_test(test_copy_reset),
         cmocka_unit_test(test_oom),
