@@ -262,16 +262,19 @@ int main(int argc, char **argv) {
     if (cn_vocab_build(t.n, (const uint8_t *const *)t.b, t.len, t.kind, &voc, err, sizeof err) != ANVIL_OK) die(err);
     static const struct {
         const char *label, *file;
-        const char *states[3][2]; /* name, prefix */
+        const char *states[4][2]; /* name, prefix */
     } cases[] = {
-        {"small", "sentiment.json", {{"start", ""}, {"after{", "{"}, {"in-enum", "{\"label\":\"ne"}}},
+        {"small", "sentiment.json", {{"start", ""}, {"after{", "{"}, {"in-enum", "{\"label\":\"ne"}, {NULL, NULL}}},
         {"medium", "medium_nested.json",
          {{"after{", "{"},
           {"in-uuid", "{\"id\":\"123e4567-e8"},
           {"in-string", "{\"id\":\"123e4567-e89b-12d3-a456-426614174000\",\"created\":\"2024-01-02T03:04:05Z\","
-                        "\"status\":\"active\",\"title\":\"A "}}},
+                        "\"status\":\"active\",\"title\":\"T\",\"summary\":\"A "},
+          {"in-maxLength80", "{\"id\":\"123e4567-e89b-12d3-a456-426614174000\",\"created\":\"2024-01-02T03:04:05Z\","
+                             "\"status\":\"active\",\"title\":\"A "}}},
         {"large", "large_enum_recursive.json",
-         {{"after{", "{"}, {"in-enum", "{\"name\":\"x\",\"countries\":[\""}, {"in-string", "{\"name\":\"x "}}},
+         {{"after{", "{"}, {"in-enum", "{\"name\":\"x\",\"countries\":[\""}, {"in-maxLength40", "{\"name\":\"x "},
+          {NULL, NULL}}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char path[512];
@@ -280,7 +283,7 @@ int main(int argc, char **argv) {
         char *text = slurp(path, &n);
         if (!text) die("cannot read a schema (run from the repository root or pass --data)");
         struct cn_program *p = bench_compile(cases[c].label, CN_JSON_SCHEMA, text, n, reps);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4 && cases[c].states[k][0]; k++) {
             char name[96];
             snprintf(name, sizeof name, "%s@%s", cases[c].label, cases[c].states[k][0]);
             bench_mask(name, p, voc, cases[c].states[k][1], reps);

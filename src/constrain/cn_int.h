@@ -258,6 +258,7 @@ struct cn_program {
     uint32_t *call_off;  /* (n_states + 1) calls of state s: calls[call_off[s] .. call_off[s+1]) */
     struct cn_call *calls;
     int64_t *dist;       /* (n_states) fewest bytes from s to its rule's end (calls included) */
+    uint64_t *loopsig;   /* (n_states) buckets (cn_bucket) whose every byte leads back to s */
     int32_t start;       /* root rule's start state */
     bool pure;           /* no call edges anywhere: one DFA, stacks always empty */
     int32_t n_rules;     /* call-rules (root included) */
@@ -326,7 +327,7 @@ struct cn_scratch {
     uint64_t *vis;      /* visited (top, stk) keys of one closure, generation-stamped */
     uint32_t *vis_gen;
     uint32_t cap_vis, gen;
-    int32_t *dstate;    /* (max token length + 1) pure walk: state per trie depth */
+    void *dstate;       /* (max token length + 1) pure walk: transition row per trie depth */
     uint32_t cap_dstate;
     struct cn_level *lev;
     uint32_t cap_lev;
@@ -391,18 +392,43 @@ int32_t cn_fill_mask_walk(struct cn_state *s, uint8_t *mask);
 
 struct cn_trie_node {
     uint32_t skip;  /* index of the first node after this node's subtree */
-    uint32_t tok;   /* first of the ntok tokens ending here, in cn_vocab.end_ids */
+    uint32_t tok;   /* first token of the subtree in cn_vocab.end_ids (the ntok ending
+                       here come first; the subtree's are up to nodes[skip].tok) */
     uint16_t ntok;
     uint16_t depth; /* 1 for a first byte */
     uint8_t byte;
 };
+
+/* Byte buckets for the mask walk's shortcut: a trie node carries the set
+ * of buckets of every byte in its subtree, a DFA state the set of buckets
+ * whose bytes all lead back to it; when the first is inside the second,
+ * every token below the node is allowed (the state just loops) and the
+ * walk sets them without stepping. Controls, quote, backslash and each
+ * punctuation mark have buckets of their own (grammars treat them
+ * specially); letters and digits are grouped; UTF-8 bytes by role. */
+static inline unsigned cn_bucket(uint8_t b) {
+    if (b >= 0x80) return b < 0xC0 ? 60 : b < 0xE0 ? 61 : b < 0xF0 ? 62 : 63;
+    if (b == '\t') return 56;
+    if (b == '\n') return 57;
+    if (b == '\r') return 58;
+    if (b < 0x20) return 59;
+    if (b == 0x7F) return 55;
+    if (b >= '0' && b <= '9') return 50;
+    if (b >= 'A' && b <= 'Z') return b <= 'M' ? 51 : 52;
+    if (b >= 'a' && b <= 'z') return b <= 'm' ? 53 : 54;
+    if (b <= 0x2F) return b - 0x20;        /* space and ! " # ... / : 0..15 */
+    if (b <= 0x40) return 16 + b - 0x3A;   /* : ; < = > ? @ : 16..22 */
+    if (b <= 0x60) return 23 + b - 0x5B;   /* [ \ ] ^ _ ` : 23..28 */
+    return 29 + b - 0x7B;                  /* { | } ~ : 29..32 */
+}
 
 struct cn_vocab {
     int32_t n_vocab;
     uint8_t *kind;      /* (n_vocab) cn_tok_kind, NEVER for unusable TEXT tokens */
     uint32_t *off;      /* (n_vocab + 1) bytes of token t: data[off[t] .. off[t+1]) */
     uint8_t *data;
-    struct cn_trie_node *nodes;
+    struct cn_trie_node *nodes; /* (n_nodes + 1): a sentinel with tok = the token count */
+    uint64_t *sig;              /* (n_nodes) buckets of the bytes in each node's subtree */
     uint32_t n_nodes;
     int32_t *end_ids;   /* tokens by trie node (sorted by bytes) */
     int32_t *eog;       /* EOG token ids */

@@ -115,15 +115,18 @@
  * nests once per level; 64 simultaneous parses means heavy ambiguity).
  *
  * Costs (bench/bench_constrain.c, SmolLM2's 49,152 tokens, thread CPU time
- * on the development VM): cn_vocab_build 17 ms (100k trie nodes, 2.4 MB;
- * 146 ms for 262,144 tokens); cn_compile 0.1 ms for a small schema, 7 ms
+ * on the development VM): cn_vocab_build 17 ms (100k trie nodes, 3.2 MB;
+ * 147 ms for 262,144 tokens); cn_compile 0.1 ms for a small schema, 8 ms
  * for a nested one with ~20 properties; cn_allowed 7-30 ns for a JSON
- * schema, ~100 ns for free-form JSON; cn_fill_mask 1-10 us where few
- * tokens fit (after '{', in an enum or a number) and 0.5 ms (DFA) /
- * 0.75 ms (pushdown) inside a string where nearly all 49k fit - once per
- * state: masks are cached, per program by DFA state (shared by all
- * requests, 16 MiB budget, thread-safe) and per request by exact parse
- * state (4 entries), and a cached mask costs ~0.15 us.
+ * schema, 25-100 ns for free-form JSON; cn_fill_mask 1-10 us where few
+ * tokens fit (after '{', in an enum or a number), ~55 us inside a free
+ * string where nearly all 49k fit (subtrees whose bytes all loop on the
+ * state are taken whole), and 0.55-0.8 ms inside a string with a
+ * maxLength (each character moves to the next counting state, so every
+ * live trie node is stepped). Each state's mask is computed once: masks
+ * are cached per program by DFA state (shared by all requests, 16 MiB
+ * budget, thread-safe) and per request by exact parse state (4 entries);
+ * a cached mask costs ~0.15 us.
  *
  * ---------------------------------------------------------------------------
  * Use by the engine (the integration task):

@@ -679,6 +679,33 @@ static anvil_status make_program(struct dfab *b, const int64_t *dist, struct cn_
         p->dist[i] = dist[s];
     }
     p->call_off[kept] = w;
+    /* loop signatures: bucket k loops on s when every class of its bytes does */
+    p->loopsig = anvil_malloc((size_t)kept * sizeof *p->loopsig);
+    if (!p->loopsig) goto fail;
+    {
+        uint8_t bucket_cls[64][256];
+        uint16_t nbc[64] = {0};
+        uint8_t seen[64][32];
+        memset(seen, 0, sizeof seen);
+        for (unsigned byte = 0; byte < 256; byte++) {
+            unsigned k = cn_bucket((uint8_t)byte), cl = b->cls[byte];
+            if (!(seen[k][cl >> 3] & (1u << (cl & 7)))) {
+                seen[k][cl >> 3] |= (uint8_t)(1u << (cl & 7));
+                bucket_cls[k][nbc[k]++] = (uint8_t)cl;
+            }
+        }
+        for (uint32_t i = 0; i < kept; i++) {
+            const int32_t *row = &p->trans[(size_t)i * nc];
+            uint64_t sig = 0;
+            for (unsigned k = 0; k < 64; k++) {
+                if (!nbc[k]) continue;
+                bool loops = true;
+                for (unsigned j = 0; j < nbc[k] && loops; j++) loops = row[bucket_cls[k][j]] == (int32_t)i;
+                if (loops) sig |= (uint64_t)1 << k;
+            }
+            p->loopsig[i] = sig;
+        }
+    }
     p->start = 0; /* the root is first in BFS order */
     p->pure = w == 0;
     p->n_rules = (int32_t)a->n_crules;
@@ -695,7 +722,7 @@ static anvil_status make_program(struct dfab *b, const int64_t *dist, struct cn_
     }
     p->bytes = sizeof *p + (size_t)kept * nc * sizeof *p->trans + kept +
                ((size_t)kept + 1) * sizeof *p->call_off + (size_t)w * sizeof *p->calls +
-               (size_t)kept * sizeof *p->dist;
+               (size_t)kept * sizeof *p->dist + (size_t)kept * sizeof *p->loopsig;
     anvil_free(map);
     anvil_free(q);
     anvil_free(coff);
@@ -722,6 +749,7 @@ void cn_program_free(struct cn_program *p) {
     anvil_free(p->call_off);
     anvil_free(p->calls);
     anvil_free(p->dist);
+    anvil_free(p->loopsig);
     anvil_free(p);
 }
 

@@ -49,6 +49,7 @@ void cn_vocab_free(struct cn_vocab *v) {
     anvil_free(v->off);
     anvil_free(v->data);
     anvil_free(v->nodes);
+    anvil_free(v->sig);
     anvil_free(v->end_ids);
     anvil_free(v->eog);
     anvil_free(v);
@@ -84,6 +85,7 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
     struct cn_vocab *v = anvil_calloc(1, sizeof *v);
     int32_t *sorted = NULL;
     struct sort_ent *ent = NULL;
+    uint32_t *parent = NULL; /* (n_nodes) build only */
     uint32_t *path = NULL;
     if (!v) goto oom;
     v->n_vocab = n_vocab;
@@ -137,8 +139,10 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
         }
         n_nodes += len - lcp;
     }
-    v->nodes = anvil_malloc((size_t)(n_nodes ? n_nodes : 1) * sizeof *v->nodes);
-    if (!v->nodes) goto oom;
+    v->nodes = anvil_malloc((size_t)(n_nodes + 1) * sizeof *v->nodes);
+    v->sig = anvil_calloc(n_nodes ? n_nodes : 1, sizeof *v->sig);
+    parent = anvil_malloc((size_t)(n_nodes ? n_nodes : 1) * sizeof *parent);
+    if (!v->nodes || !v->sig || !parent) goto oom;
     uint32_t nn = 0, depth = 0; /* path[1..depth]: open nodes of the current branch */
     for (uint32_t i = 0; i < n_text; i++) {
         int32_t t = sorted[i];
@@ -156,16 +160,17 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
             nd->byte = b[d];
             nd->depth = (uint16_t)(d + 1);
             nd->ntok = 0;
-            nd->tok = 0;
+            nd->tok = i; /* token i is the first one in the new node's subtree */
             nd->skip = 0;
+            parent[nn] = depth ? path[depth] : UINT32_MAX;
             path[++depth] = nn++;
         }
         struct cn_trie_node *end = &v->nodes[path[len]];
-        if (end->ntok == 0) end->tok = i;
         if (end->ntok == UINT16_MAX) {
             errmsg_set(err, err_cap, "vocabulary: more than 65535 tokens with the same bytes");
             anvil_free(sorted);
             anvil_free(path);
+            anvil_free(parent);
             cn_vocab_free(v);
             return ANVIL_ERR_INVALID;
         }
@@ -173,17 +178,26 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
         v->end_ids[i] = t;
     }
     while (depth > 0) v->nodes[path[depth--]].skip = nn;
+    v->nodes[nn] = (struct cn_trie_node){.skip = nn + 1, .tok = n_text};
     v->n_nodes = nn;
+    /* subtree byte buckets, children before parents */
+    for (uint32_t k = nn; k-- > 0;) {
+        v->sig[k] |= (uint64_t)1 << cn_bucket(v->nodes[k].byte);
+        if (parent[k] != UINT32_MAX) v->sig[parent[k]] |= v->sig[k];
+    }
     v->bytes = sizeof *v + (size_t)n_vocab * (1 + sizeof *v->off) + pos +
-               (size_t)nn * sizeof *v->nodes + (size_t)n_text * sizeof *v->end_ids;
+               (size_t)(nn + 1) * sizeof *v->nodes + (size_t)nn * sizeof *v->sig +
+               (size_t)n_text * sizeof *v->end_ids;
     anvil_free(sorted);
     anvil_free(path);
+    anvil_free(parent);
     *out = v;
     return ANVIL_OK;
 oom:
     anvil_free(sorted);
     anvil_free(ent);
     anvil_free(path);
+    anvil_free(parent);
     cn_vocab_free(v);
     errmsg_set(err, err_cap, "out of memory");
     return ANVIL_ERR_NOMEM;
@@ -201,31 +215,54 @@ static inline int32_t set_tokens(const struct cn_vocab *v, const struct cn_trie_
     return nd->ntok;
 }
 
+/* every token of end_ids[lo .. hi) */
+static inline int32_t set_range(const struct cn_vocab *v, uint32_t lo, uint32_t hi, uint8_t *mask) {
+    for (uint32_t k = lo; k < hi; k++) {
+        int32_t t = v->end_ids[k];
+        mask[t >> 3] |= (uint8_t)(1u << (t & 7));
+    }
+    return (int32_t)(hi - lo);
+}
+
 static int32_t walk_pure(struct cn_state *s, uint8_t *mask) {
     const struct cn_program *p = s->p;
     const struct cn_vocab *v = s->v;
     struct cn_scratch *sc = &s->sc;
     if (sc->cap_dstate < v->max_len + 1) {
-        int32_t *d = anvil_realloc(sc->dstate, ((size_t)v->max_len + 1) * sizeof *d);
+        void *d = anvil_realloc(sc->dstate, ((size_t)v->max_len + 1) * 2 * sizeof(uint64_t));
         if (!d) return ANVIL_ERR_NOMEM;
         sc->dstate = d;
         sc->cap_dstate = v->max_len + 1;
     }
-    int32_t *st = sc->dstate;
-    st[0] = s->cfg[0].top;
+    /* the transition row of the state at each depth (a pointer saves the
+     * multiply on the dependent chain parent -> child) */
+    struct walk_depth {
+        const int32_t *row; /* the state's transition row */
+        uint64_t loop;      /* its loopsig */
+    } *dd = sc->dstate;
     const int32_t *trans = p->trans;
     const uint8_t *cls = p->class_of;
     const size_t nc = (size_t)p->n_classes;
+    const uint64_t *sig = v->sig;
+    dd[0].row = trans + (size_t)s->cfg[0].top * nc;
+    dd[0].loop = p->loopsig[s->cfg[0].top];
     const struct cn_trie_node *nodes = v->nodes;
     int32_t count = 0;
     for (uint32_t i = 0; i < v->n_nodes;) {
         const struct cn_trie_node *nd = &nodes[i];
-        int32_t t = trans[(size_t)st[nd->depth - 1] * nc + cls[nd->byte]];
+        const struct walk_depth *par = &dd[nd->depth - 1];
+        if (!(sig[i] & ~par->loop)) { /* every byte below loops: all allowed */
+            count += set_range(v, nd->tok, nodes[nd->skip].tok, mask);
+            i = nd->skip;
+            continue;
+        }
+        int32_t t = par->row[cls[nd->byte]];
         if (t < 0) {
             i = nd->skip;
             continue;
         }
-        st[nd->depth] = t;
+        dd[nd->depth].row = trans + (size_t)t * nc;
+        dd[nd->depth].loop = p->loopsig[t];
         if (nd->ntok) count += set_tokens(v, nd, mask);
         i++;
     }
@@ -264,6 +301,12 @@ static int32_t walk_gen(struct cn_state *s, uint8_t *mask) {
             /* one configuration moving to a plain state (no call, not an
              * end): the common case inside strings, without rt_step */
             struct cn_cfg c = d == 1 ? s->cfg[0] : sc->cfg[par->off];
+            if (flags[c.top] == CN_SF_BYTES && !(v->sig[i] & ~p->loopsig[c.top])) {
+                /* every byte below loops on a plain state: all allowed */
+                count += set_range(v, nd->tok, v->nodes[nd->skip].tok, mask);
+                i = nd->skip;
+                continue;
+            }
             int32_t t = trans[(size_t)c.top * nc + cls[nd->byte]];
             if (t < 0) {
                 i = nd->skip;
