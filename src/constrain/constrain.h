@@ -65,9 +65,9 @@
  *   minLength/maxLength (code points), pattern (the regex subset above,
  *   with JSON Schema's search semantics: an unanchored side may have any
  *   text), format date, time and date-time (RFC 3339, with an offset),
- *   uuid, email (a format with fixed
- *   length may sit next to length bounds; other combinations of pattern,
- *   format and lengths are errors: they would need an intersection),
+ *   uuid, email (a format with fixed length may sit next to length bounds;
+ *   other combinations of pattern, format and lengths are errors: they
+ *   would need an intersection),
  *   minimum/maximum/exclusiveMinimum/exclusiveMaximum (numbers, or draft-04
  *   booleans) on integers (exact digit automata, |bound| <= 2^53) and
  *   numbers (see below), multipleOf 1 on integers. Older drafts: the
