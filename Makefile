@@ -28,7 +28,7 @@ PROMPT  ?= Explain in two sentences why the sky is blue.
 BUILD   := build/$(MODE)
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -g $(WARN) -Iinclude -Isrc -MMD -MP -pthread
-LIBS    := -lpcre2-8 -lm -lpthread
+LIBS    := -lpcre2-8 -lcjson -lm -lpthread
 SERVER_LIBS := -lmicrohttpd -lcjson
 TEST_LIBS := -lcmocka
 
@@ -62,7 +62,7 @@ SERVER_SRC := $(sort $(wildcard src/server/*.c))
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC    := $(sort $(wildcard tools/cli/*.c tools/args/*.c))
-BENCH_SRC  := $(filter-out bench/bench_hp1.c,$(sort $(wildcard bench/*.c)))
+BENCH_SRC  := $(filter-out bench/bench_hp1.c bench/bench_constrain.c,$(sort $(wildcard bench/*.c)))
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o) $(BENCH_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -70,7 +70,8 @@ TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
 LIBA       := $(BUILD)/libanvil.a
 # standalone micro-benchmarks with their own main (never run by make test)
-BENCH_BIN  := $(BUILD)/bench/bench_hp1
+BENCH_MAIN := bench/bench_hp1.c bench/bench_constrain.c
+BENCH_BIN  := $(BENCH_MAIN:bench/%.c=$(BUILD)/bench/%)
 CLI_BIN    := bin/anvil$(SUFFIX)
 
 .PHONY: all debug asan test unit model model-gemma run bench clean deps venv fmt fuzz fuzz-bins
@@ -121,10 +122,6 @@ $(CLI_BIN): $(CLI_OBJ) $(SERVER_OBJ) $(LIBA)
 	@mkdir -p bin
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(SERVER_OBJ) $(LIBA) $(SERVER_LIBS) $(LIBS)
 
-# bench/bench_hp1.c: HP1 vs softmax decode attention (build/<mode>/bench/bench_hp1 --help)
-$(BUILD)/bench/bench_hp1: $(BUILD)/bench/bench_hp1.o $(LIBA)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(LIBS)
-
 # Unit tests (tests/unit_*.c, run by tests/run_all.py) and test tools
 # (tests/tool_*.c, driven by the Python tests) see the library's internals.
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBA)
@@ -134,6 +131,12 @@ $(BUILD)/tests/%.o: CFLAGS_ALL += -Itests
 # unit_bench tests the benchmarks' shared helper, which is not in libanvil
 $(BUILD)/tests/unit_bench: $(BUILD)/bench/bench_util.o
 $(BUILD)/tests/unit_bench.o: CFLAGS_ALL += -Ibench
+
+# Standalone micro-benchmarks (BENCH_MAIN: bench_hp1 for HP1 against softmax
+# attention, bench_constrain for the constraint engine): measure, never gate
+# tests; build/<mode>/bench/<name> --help.
+$(BENCH_BIN): $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(LIBS)
 
 # ---------------------------------------------------------------------------
 # fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang

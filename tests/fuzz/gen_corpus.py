@@ -11,6 +11,7 @@ gguf/     small GGUF files written byte by byte with tests/py/gguf_synth.py
 tok/      strings: ASCII, accents, CJK, emoji, digits, whitespace runs,
           special-token text, invalid UTF-8.
 request/  JSON bodies of /v1/chat/completions and /v1/completions.
+constrain/ a language byte and a regex, GBNF grammar or JSON Schema.
 
 Deterministic: running it again rewrites the same bytes. Needs only the
 Python standard library (no numpy, no gguf package).
@@ -257,7 +258,32 @@ def request_seeds():
     put("request", "malformed.json", '{"prompt": "x", "max_tokens": 1e400, ')
 
 
+def constrain_seeds():
+    """First byte: bits 0-1 the language (0 regex, 1 GBNF, 2-3 JSON Schema),
+    bit 2 compact JSON whitespace; the rest is the source text (the test
+    data of tests/data/constrain, small ones, and some broken ones)."""
+    data = os.path.join(HERE, "..", "data", "constrain")
+    n = 0
+    for name in sorted(os.listdir(os.path.join(data, "schemas"))):
+        text = open(os.path.join(data, "schemas", name), "rb").read()
+        if len(text) < 2500:
+            put("constrain", f"schema_{name}", bytes([2 | (4 if n % 2 else 0)]) + text)
+            n += 1
+    for name in sorted(os.listdir(os.path.join(data, "grammars"))):
+        put("constrain", f"gbnf_{name}", b"\x01" + open(os.path.join(data, "grammars", name), "rb").read())
+    with open(os.path.join(data, "regexes.txt"), "rb") as f:
+        for i, line in enumerate(f.read().splitlines()):
+            put("constrain", f"regex_{i:02d}", b"\x00" + line)
+    broken = [b"\x00(a|b", b"\x00a**", b"\x00(?=x)", b"\x01root ::= root \"a\" | \"b\"",
+              b"\x01root ::= x\n", b"\x02{\"type\": \"object\", \"foo\": 1}",
+              b"\x02{\"$ref\": \"#/x\"}", b"\x02{\"type\":\"integer\",\"minimum\":3,\"maximum\":2}",
+              b"\x00(a|b)*a(a|b){12}", b"\x02{\"enum\": [1, \"a\", {\"b\": [null]}]}"]
+    for i, b in enumerate(broken):
+        put("constrain", f"edge_{i:02d}", b)
+
+
 if __name__ == "__main__":
     gguf_seeds()
     tok_seeds()
     request_seeds()
+    constrain_seeds()
