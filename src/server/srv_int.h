@@ -44,6 +44,12 @@ void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(print
 void sb_json_str(struct sbuf *b, const char *s, size_t n);
 /* Append a float as a JSON number (finite values; -inf/NaN become -9999). */
 void sb_json_num(struct sbuf *b, double v);
+/* Length of the valid UTF-8 sequence at s[0..n) (1 to 4), or 0 when the
+ * bytes there are not one: a stray continuation byte, an overlong form, a
+ * surrogate, a code point above U+10FFFF or a cut sequence (RFC 3629). */
+size_t srv_utf8_len(const unsigned char *s, size_t n);
+/* Offset of the first byte of s[0..n) that is not valid UTF-8, or n. */
+size_t srv_utf8_check(const char *s, size_t n);
 /* Hand the storage to the caller (malloc'd, NUL terminated) and reset b. */
 char *sb_take(struct sbuf *b, size_t *len);
 
@@ -55,6 +61,12 @@ enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION };
 #define SRV_MAX_STOP 16
 #define SRV_MAX_STOP_LEN 256
 #define SRV_MAX_TOP_LOGPROBS 20
+/* Arrays and objects nested deeper than this are a 400. The deepest body
+ * the OpenAI API defines (a message's content parts) nests 4 levels; a
+ * JSON schema in response_format may go deeper, so the bound leaves room
+ * while keeping cJSON's recursive parser (its own limit is 1000) far
+ * from the thread's stack. */
+#define SRV_MAX_JSON_DEPTH 64
 
 /* OpenAI error: {"error": {"message", "type", "param", "code"}}. */
 struct srv_err {
@@ -95,8 +107,9 @@ struct srv_req {
     bool include_usage; /* stream_options.include_usage */
 };
 
-/* Parse and validate a JSON body. On failure fills err (status 400 and
- * the offending param) and returns false; *out is then empty (safe to
+/* Parse and validate a JSON body. On failure fills err (400 and the
+ * offending param; 404 model_not_found for another model's name; 500 when
+ * out of memory) and returns false; *out is then empty (safe to
  * srv_req_free). Never reads past body[len]. */
 bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
                        size_t len, struct srv_req *out, struct srv_err *err);

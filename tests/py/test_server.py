@@ -24,9 +24,15 @@ import tempfile
 import threading
 import time
 
+import codecs
+
+import openai
 import pytest
 
-openai = pytest.importorskip("openai")
+# One U+FFFD per byte that does not belong to a valid UTF-8 sequence: the
+# rule of the server's JSON strings (src/server/sbuf.c). Python's "replace"
+# handler gives one U+FFFD per maximal invalid subpart instead.
+codecs.register_error("anvil_per_byte", lambda e: ("\ufffd", e.start + 1))
 
 ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -285,13 +291,33 @@ def test_stop_and_logprobs(srv, model_id):
         assert t.logprob <= 1e-6 and len(t.top_logprobs) == 3
         # greedy: the chosen token is the most likely one
         assert abs(t.top_logprobs[0].logprob - t.logprob) < 1e-4
-        assert bytes(t.bytes).decode(errors="replace") == t.token or t.bytes
+        # `bytes` are the token's raw bytes, `token` the same bytes as a JSON
+        # string, where each byte that is not part of a valid UTF-8
+        # sequence becomes one U+FFFD (a byte-level token can hold half a
+        # character)
+        assert len(t.bytes) > 0 and all(0 <= b < 256 for b in t.bytes)
+        assert t.token == bytes(t.bytes).decode("utf-8", errors="anvil_per_byte")
+        for a in t.top_logprobs:
+            assert len(a.bytes) > 0
+            assert a.token == bytes(a.bytes).decode("utf-8", errors="anvil_per_byte")
+    if r.choices[0].finish_reason == "length":
+        # no stop string or end token cut the text: the content is the
+        # generated tokens' bytes, one after the other
+        assert b"".join(bytes(t.bytes) for t in lp).decode("utf-8", "anvil_per_byte") == \
+            r.choices[0].message.content
     r = c.completions.create(model=model_id, prompt="Hi", max_tokens=4, temperature=0,
                              logprobs=2)
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4 or \
         r.choices[0].finish_reason == "stop"
     assert all(len(d) <= 2 for d in lp.top_logprobs)
+
+
+def test_per_byte_replacement_rule():
+    """The decoder the logprobs check uses: one U+FFFD per invalid byte."""
+    assert b"a\xe2\x82".decode("utf-8", "anvil_per_byte") == "a\ufffd\ufffd"
+    assert b"\xe2\x82\xac\xff".decode("utf-8", "anvil_per_byte") == "\u20ac\ufffd"
+    assert b"\xed\xa0\x80A".decode("utf-8", "anvil_per_byte") == "\ufffd" * 3 + "A"
 
 
 def test_seeded_sampling_repeats(srv, model_id):
@@ -464,7 +490,6 @@ BAD_CHAT = [
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"model": "gpt-4"}, "model"),
     ({"model": 3}, "model"),
     ({"bogus_field": 1}, "bogus_field"),
     ({"tools": [{"type": "function"}]}, "tools"),
@@ -486,8 +511,6 @@ def test_bad_chat_fields(srv, model_id, patch, param):
     body.update(patch)
     st, _, data = srv.post("/v1/chat/completions", body)
     e = check_error(st, data, 400, param=param)
-    if param == "model" and patch["model"] == "gpt-4":
-        assert e["code"] == "model_not_found"
     if param == "max_tokens" and patch["max_tokens"] == CTX:
         assert e["code"] == "context_length_exceeded"
 
@@ -527,19 +550,112 @@ def test_malformed_json(srv, raw):
     check_error(st, data, 400)
 
 
+# Bytes that are not UTF-8 inside a JSON string: the body is not JSON text
+# (RFC 8259 section 8.1), whatever cJSON would make of it.
+NOT_UTF8 = [
+    b"\xff\xfe",            # never valid in UTF-8
+    b"\xc0\xaf",            # overlong "/"
+    b"\xed\xa0\x80",        # a surrogate (U+D800)
+    b"\xf4\x90\x80\x80",    # above U+10FFFF
+    b"\xe2\x82",            # a cut sequence (then the closing quote)
+    b"\x80",                # a lone continuation byte
+]
+
+
+@pytest.mark.parametrize("bad", NOT_UTF8, ids=[b.hex() for b in NOT_UTF8])
+def test_body_not_utf8_is_400(srv, bad):
+    body = b'{"prompt": "Hello ' + bad + b'", "max_tokens": 2}'
+    st, _, data = srv.post("/v1/completions", body)
+    e = check_error(st, data, 400)
+    assert "UTF-8" in e["message"] and f"offset {body.index(bad)}" in e["message"], e
+    body = b'{"messages": [{"role": "user", "content": "' + bad + b'"}], "max_tokens": 2}'
+    st, _, data = srv.post("/v1/chat/completions", body)
+    assert "UTF-8" in check_error(st, data, 400)["message"]
+
+
+def test_body_utf8_accepted(srv):
+    """The same checks pass every valid sequence length, raw and escaped."""
+    text = "caf\u00e9 \u20ac \U0001f600 \ud55c"
+    for body in (json.dumps({"prompt": text, "max_tokens": 1}, ensure_ascii=False).encode(),
+                 json.dumps({"prompt": text, "max_tokens": 1}).encode()):
+        st, _, data = srv.post("/v1/completions", body)
+        assert st == 200, data
+    n = json.loads(srv.post("/v1/completions", {"prompt": text, "max_tokens": 1})[2])
+    assert n["usage"]["prompt_tokens"] > 5
+
+
+def nested(depth):
+    """A chat body whose deepest array sits `depth` levels down (the
+    body object is level 1); `metadata` takes any value."""
+    return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            "metadata": json.loads("[" * (depth - 1) + "]" * (depth - 1))}
+
+
+def test_json_depth_bound(srv):
+    st, _, data = srv.post("/v1/chat/completions", nested(64))
+    assert st == 200, data
+    st, _, data = srv.post("/v1/chat/completions", nested(65))
+    e = check_error(st, data, 400)
+    assert "64 levels" in e["message"], e
+    # brackets inside strings are text, not nesting
+    st, _, data = srv.post("/v1/completions", {"prompt": "[{" * 200, "max_tokens": 1})
+    assert st == 200, data
+
+
+def test_nul_in_strings_is_400(srv):
+    """cJSON keeps strings NUL terminated: a prompt, stop string or key with
+    U+0000 would be cut short silently, so it is refused."""
+    for body in (b'{"prompt": "ab\\u0000cd", "max_tokens": 1}',
+                 b'{"prompt": "ab", "stop": ["x\\u0000"], "max_tokens": 1}',
+                 b'{"prompt": "ab", "max_tokens\\u0000x": 1}'):
+        st, _, data = srv.post("/v1/completions", body)
+        assert "U+0000" in check_error(st, data, 400)["message"], body
+    # raw control bytes inside a string are not JSON (RFC 8259 section 7)
+    st, _, data = srv.post("/v1/completions", b'{"prompt": "a\x00b", "max_tokens": 1}')
+    check_error(st, data, 400)
+    st, _, data = srv.post("/v1/completions", b'{"prompt": "a\nb", "max_tokens": 1}')
+    check_error(st, data, 400)
+    # an escaped backslash followed by the letters u0000 is plain text
+    st, _, data = srv.post("/v1/completions", b'{"prompt": "a\\\\u0000", "max_tokens": 1}')
+    assert st == 200, data
+
+
+def test_unknown_model_404(srv, model_id):
+    """OpenAI's answer for a model it does not serve: 404, model_not_found."""
+    for path, body in (("/v1/chat/completions", chat_body("gpt-4", "hi")),
+                       ("/v1/completions", {"model": "gpt-4", "prompt": "hi"})):
+        st, _, data = srv.post(path, body)
+        assert st == 404, data
+        assert json.loads(data) == {"error": {
+            "message": "The model `gpt-4` does not exist or you do not have access to it.",
+            "type": "invalid_request_error", "param": None, "code": "model_not_found"}}
+    c = srv.client()
+    with pytest.raises(openai.NotFoundError) as ei:
+        c.chat.completions.create(model="no-such-model", max_tokens=1,
+                                  messages=[{"role": "user", "content": "hi"}])
+    assert ei.value.code == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        c.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
+    with pytest.raises(openai.NotFoundError) as ei:
+        c.models.retrieve("no-such-model")
+    assert ei.value.code == "model_not_found" and ei.value.param == "model"
+    # the model served is still found
+    assert c.models.retrieve(model_id).id == model_id
+
+
 def test_error_messages_are_valid_json(srv, model_id):
     """User text echoed in error messages: quotes, control bytes, and a
     UTF-8 character cut by the message's length limit stay valid JSON."""
     cases = [
-        {"prompt": "hi", "model": "x" + "\u00e9" * 80},       # cut mid-character at 100 bytes
-        {"prompt": "hi", "we\"ird\n\u0001key": 1},
-        {"messages": [{"role": "\u0000\"\\\u2028", "content": "hi"}]},
+        ({"prompt": "hi", "model": "x" + "\u00e9" * 80}, 404),  # cut mid-character at 100 bytes
+        ({"prompt": "hi", "we\"ird\n\u0001key": 1}, 400),
+        ({"messages": [{"role": "\u0001\"\\\u2028", "content": "hi"}]}, 400),
     ]
-    for body in cases:
+    for body, want in cases:
         path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
         st, _, data = srv.post(path, body)
         data.decode("utf-8")  # strict: no invalid UTF-8 on the wire
-        e = check_error(st, data, 400)
+        e = check_error(st, data, want)
         assert "\ufffd" in e["message"] or "key" in e["message"] or "role" in e["message"]
 
 
