@@ -375,7 +375,20 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         return srv_send_errf(s, c, 401, "invalid_request_error", "invalid_api_key",
                              MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
                              "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
-    if (get) return k->rt->fn(s, c, k, url);
+    if (get) {
+        /* answered at the request's last call, once MHD has read the whole
+         * request: libmicrohttpd 0.9 closes a connection whose response is
+         * queued at this first call (it cannot tell whether a body
+         * follows), which would cost every GET its keep-alive. A GET that
+         * announces a body is answered now, and closed. */
+        const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (te || (len && strcmp(len, "0") != 0)) return k->rt->fn(s, c, k, url);
+        k->responded = false;
+        return MHD_YES;
+    }
     if (atomic_load(&s->draining))
         return srv_send_errf(s, c, 503, "server_error", NULL, NULL, NULL,
                              "The server is shutting down.");

@@ -6,36 +6,35 @@ port; the server prints it on its ready line). Covered: both endpoints,
 streaming and not; greedy outputs of 32+ concurrent requests equal the
 same requests run one by one; greedy output equal to llama-cpp-python's;
 a disconnect mid-stream gives the KV blocks back (seen in /metrics);
-every error case of issue 5 with the OpenAI error shape; a bounded load
-test; SIGTERM with requests in flight; the ASan build through requests
-and a SIGTERM with no sanitizer report.
+every request error with the OpenAI error shape (field types and ranges,
+bodies that are not UTF-8 or nest too deep, an unknown model's 404); body
+and header limits; a bounded load test; SIGTERM with requests in flight;
+the ASan build through requests and a SIGTERM with no sanitizer report.
+Connection limits and timeouts: test_server_conns.py; the OpenAPI
+document: test_server_openapi.py.
 
 ANVIL_SERVE_BIN overrides the binary (default bin/anvil).
 """
+import codecs
 import concurrent.futures as cf
-import http.client
 import json
 import os
 import re
 import signal
 import socket
 import subprocess
-import tempfile
-import threading
 import time
-
-import codecs
 
 import openai
 import pytest
+
+from anvil_server import (ROOT, SANITIZER_REPORTS, Server, asan_bin, asan_env, check_error,
+                          serve_bin, sse_events)
 
 # One U+FFFD per byte that does not belong to a valid UTF-8 sequence: the
 # rule of the server's JSON strings (src/server/sbuf.c). Python's "replace"
 # handler gives one U+FFFD per maximal invalid subpart instead.
 codecs.register_error("anvil_per_byte", lambda e: ("\ufffd", e.start + 1))
-
-ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 
 
 def run(cmd, **kw):
@@ -54,86 +53,6 @@ def model_path():
 
 CTX = 512
 PROMPTS = [f"Fact {i}:" for i in range(32)]  # short: the machine is small and shared
-
-
-# ---------------------------------------------------------------------------
-# a server subprocess
-
-
-class Server:
-    def __init__(self, binary, model, *extra, env=None):
-        self.err = tempfile.TemporaryFile()
-        # one engine thread: on this small shared machine a spinning pool of
-        # two is slower, and the tests check behaviour, not speed
-        cmd = [binary, "serve", "-m", model, "--port", "0", "-t", "1", *extra]
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, env=env)
-        line = [None]
-
-        def read():
-            line[0] = self.p.stdout.readline().decode()
-
-        t = threading.Thread(target=read, daemon=True)
-        t.start()
-        t.join(120)
-        m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)$", (line[0] or "").strip())
-        if not m:
-            self.p.kill()
-            self.p.wait()
-            pytest.fail(f"server did not start: {line[0]!r}\n{self.stderr()}")
-        self.port = int(m.group(1))
-
-    def stderr(self):
-        self.err.seek(0)
-        return self.err.read().decode(errors="replace")
-
-    def conn(self, timeout=600):
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def request(self, method, path, body=None, headers=None, timeout=600):
-        c = self.conn(timeout)
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body)
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, dict(r.getheaders()), data
-
-    def post(self, path, body, **kw):
-        st, h, data = self.request("POST", path, body, **kw)
-        return st, h, data
-
-    def client(self, api_key="none"):
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=api_key,
-                             max_retries=0, timeout=600)
-
-    def metrics(self, headers=None):
-        st, _, data = self.request("GET", "/metrics", headers=headers)
-        assert st == 200
-        out = {}
-        for line in data.decode().splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.rsplit(" ", 1)
-                out[k] = float(v)
-        return out
-
-    def stop(self, sig=signal.SIGTERM, timeout=60):
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-                pytest.fail("server did not stop on signal\n" + self.stderr())
-        self.p.stdout.close()
-        return self.p.returncode
-
-
-def serve_bin():
-    return os.environ.get("ANVIL_SERVE_BIN") or os.path.join(ROOT, "bin", "anvil")
 
 
 @pytest.fixture(scope="module")
@@ -157,21 +76,6 @@ def chat_body(model_id, prompt, **kw):
          "temperature": 0, "max_tokens": 12}
     b.update(kw)
     return b
-
-
-def sse_events(data):
-    """Parse an SSE body into the JSON payloads; checks the [DONE] end."""
-    assert data.endswith(b"data: [DONE]\n\n"), data[-200:]
-    out = []
-    for block in data.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        assert block.startswith("data: "), block
-        payload = block[6:]
-        if payload == "[DONE]":
-            break
-        out.append(json.loads(payload))
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -446,19 +350,6 @@ def test_disconnect_non_streaming_frees_blocks(srv, model_id):
 
 # ---------------------------------------------------------------------------
 # errors: status and the OpenAI error shape
-
-
-def check_error(status, data, want_status, param=None, code=None):
-    assert status == want_status, data
-    d = json.loads(data)
-    assert set(d) == {"error"} and set(d["error"]) == {"message", "type", "param", "code"}, d
-    assert isinstance(d["error"]["message"], str) and d["error"]["message"]
-    assert isinstance(d["error"]["type"], str)
-    if param is not None:
-        assert d["error"]["param"] == param, d
-    if code is not None:
-        assert d["error"]["code"] == code, d
-    return d["error"]
 
 
 BAD_CHAT = [
@@ -902,15 +793,8 @@ def test_sigterm_finishes_in_flight(model_path):
 
 
 def test_asan_server_clean_shutdown(model_path):
-    asan = os.path.join(ROOT, "bin", "anvil-asan")
-    if os.environ.get("ANVIL_SERVE_BIN_ASAN"):
-        asan = os.environ["ANVIL_SERVE_BIN_ASAN"]
-    if not os.path.exists(asan):
-        pytest.skip("bin/anvil-asan not built (make asan)")
-    env = dict(os.environ)
-    env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
-    env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
-    s = Server(asan, model_path, "--ctx", "256", "--parallel", "4", "--kv-mem", "32M", env=env)
+    env = asan_env()
+    s = Server(asan_bin(), model_path, "--ctx", "256", "--parallel", "4", "--kv-mem", "32M", env=env)
     k = None
     try:
         # an ASan forward pass costs about a second per token here: the chat
@@ -944,7 +828,7 @@ def test_asan_server_clean_shutdown(model_path):
         k.close()
     err = s.stderr()
     assert rc == 0, err
-    for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error"):
+    for bad in SANITIZER_REPORTS:
         assert bad not in err, err
 
 
