@@ -580,22 +580,29 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
         .n_vocab = anvil_model_n_vocab(m),
         .n_ctx = cfg->n_ctx,
         .kv_tokens = (int64_t)st.kv_blocks_total * st.kv_block_tokens,
+        .default_seed = cfg->default_seed,
     };
 
     /* accepted beyond max_conn only to be told 503 (file header) */
     int spare = cfg->max_conn / 8 > 16 ? cfg->max_conn / 8 : 16;
     unsigned flags = MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (cfg->external)
-        flags |= MHD_USE_NO_LISTEN_SOCKET | MHD_USE_POLL;
+        s->d = MHD_start_daemon(
+            flags | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, s,
+            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)cfg->timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(cfg->max_conn + spare), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)HEADER_MEM, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     else
-        flags |= MHD_USE_EPOLL_INTERNAL_THREAD | (v6 ? MHD_USE_IPv6 : 0);
-    s->d = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-        s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)(cfg->external ? 0 : HTTP_WORKERS), MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)cfg->timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conn + spare),
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
+        s->d = MHD_start_daemon(
+            flags | MHD_USE_EPOLL_INTERNAL_THREAD | (v6 ? MHD_USE_IPv6 : 0), (uint16_t)cfg->port,
+            NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
+            (unsigned)HTTP_WORKERS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conn + spare),
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM, MHD_OPTION_NOTIFY_COMPLETED,
+            on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, err_cap, "cannot listen on %s port %d: %s", cfg->host, cfg->port,
                  strerror(errno));

@@ -519,7 +519,7 @@ static bool parse_sampling(const struct srv_limits *lim, const cJSON *root, stru
     /* 2^53: the largest range a JSON number (a double) holds exactly */
     if (!get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &v, &present, e))
         return false;
-    s->seed = present ? (uint64_t)v : random_seed();
+    s->seed = present ? (uint64_t)v : lim->default_seed ? lim->default_seed : random_seed();
     char msg[160];
     if (anvil_sampler_params_check(s, msg, sizeof(msg)) != ANVIL_OK)
         return bad(e, NULL, "%s", msg);

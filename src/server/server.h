@@ -45,6 +45,9 @@ struct srv_config {
      * that one thread runs a whole exchange deterministically. */
     bool external;
     bool quiet; /* no libmicrohttpd log lines on stderr */
+    /* Seed of a request that gives none; 0 (the default) draws a fresh
+     * one per request. A fixed seed makes the fuzz harness repeatable. */
+    uint64_t default_seed;
 };
 
 /* Start the HTTP daemon on its own threads (none with cfg->external).

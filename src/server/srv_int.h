@@ -93,6 +93,7 @@ struct srv_limits {
     int32_t n_vocab;
     int32_t n_ctx;       /* prompt + max_tokens must fit */
     int64_t kv_tokens;   /* total KV capacity in tokens (0 = unknown) */
+    uint64_t default_seed; /* seed of a request that gives none; 0 = a fresh random one */
 };
 
 /* A request after validation: everything the engine submit needs, plus
