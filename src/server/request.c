@@ -516,8 +516,11 @@ static bool parse_sampling(const struct srv_limits *lim, const cJSON *root, stru
         s->top_p = 1.0f;
         s->top_k = 1;
     }
-    /* 2^53: the largest range a JSON number (a double) holds exactly */
-    if (!get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &v, &present, e))
+    /* +-(2^53 - 1): every integer in it is exact in a double (cJSON's
+     * numbers), and one past it cannot pass for it: 2^53 + 1 reads as
+     * 2^53, which is out of range (schemathesis found 2^53 + 1 accepted
+     * when the bound was 2^53) */
+    if (!get_int(root, "seed", -9007199254740991.0, 9007199254740991.0, &v, &present, e))
         return false;
     s->seed = present ? (uint64_t)v : lim->default_seed ? lim->default_seed : random_seed();
     char msg[160];

@@ -142,12 +142,18 @@ def check(doc, path, method, status, headers, data):
         ptr = pointer("paths", path, method, "responses", status, "content", ctype, "schema")
         validator(doc, ptr).validate(json.loads(data))
     elif ctype == "text/event-stream":
-        chunk = content[ctype]["x-anvil-event-schema"]
-        v = validator(doc, chunk[1:])
-        events = sse_events(data)
+        # the schema describes one event ({"data": ...}); its data is JSON
+        # whose schema is the contentSchema (an annotation for jsonschema,
+        # so applied here by hand)
+        ptr = pointer("paths", path, method, "responses", status, "content", ctype, "schema")
+        ev_v = validator(doc, ptr)
+        chunk_v = validator(doc, ptr + "/properties/data/else/contentSchema")
+        events = sse_events(data)  # the JSON payloads, [DONE] checked and left out
         assert events
         for ev in events:
-            v.validate(ev)
+            ev_v.validate({"data": json.dumps(ev)})
+            chunk_v.validate(ev)
+        ev_v.validate({"data": "[DONE]"})
         return events
     else:
         assert isinstance(data.decode("utf-8"), str)
