@@ -854,6 +854,9 @@ CLI_BAD = [
     (["--kv-mem", "12X"], "--kv-mem"),
     (["--kv-mem", "-1G"], "--kv-mem"),
     (["--timeout", "0"], "--timeout"),
+    (["--header-timeout", "0"], "--header-timeout"),
+    (["--max-conn", "0"], "--max-conn"),
+    (["--max-conn", "1048576"], "file descriptors"),  # past any RLIMIT_NOFILE (2^20 max)
     (["--max-queue", "-1"], "--max-queue"),
     (["--api-key", ""], "--api-key"),
     (["--host", "not-an-ip"], "--host"),
