@@ -627,8 +627,8 @@ def soak(minutes, binary, model, seed=1, rss_tol=0.05, scale=1.0, log=print):
 def write_md(path, r):
     lines = [f"# Soak {r['date'][:10]}: {r['minutes']} min of hostile clients against "
              f"`{r['binary']} serve`", "",
-             f"Commit {r['commit']}; `bench/soak.py --minutes {r['minutes']}`; server "
-             f"`{' '.join(r['server_cmd'][:1] + ['...'] + r['server_cmd'][4:])}`.",
+             f"Commit {r['commit']}; `bench/soak.py --minutes {r['minutes']:g}`; server "
+             f"`anvil-asan {' '.join(os.path.basename(c) for c in r['server_cmd'])}`.",
              f"Warm-up {r['warmup_s']:.0f} s, main phase {r['main_s']:.0f} s, "
              f"{r['idle_conns']} idle connections held throughout.", "",
              f"{r['requests_total']} requests on {r['connections_total']} connections, "
