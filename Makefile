@@ -6,8 +6,12 @@
 #   make test       everything the CI runs (unit tests release + asan,
 #                   differential tests against gguf / llama-cpp-python)
 #   make model      fetch the default model into models/
+#   make model-gemma fetch gemma-3-270m-q4_k_m.gguf (K-quant tensors the
+#                   kernel tests read) into models/
 #   make run        build, fetch the model if missing, answer a chat prompt
 #   make bench      single-stream benchmark on the default model
+#                   (the benchmarks are bench/*.c, linked into bin/anvil as
+#                   `anvil bench`; bench/plot.py draws their --png charts)
 #   make fuzz       libFuzzer harnesses (clang): build/fuzz/fuzz_*
 #
 # Kernels for each instruction set live in their own directories and only
@@ -18,12 +22,13 @@ PYTHON  ?= python3
 MODE    ?= release
 VENV    ?= $(HOME)/.cache/anvil/venv
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA   := models/gemma-3-270m-q4_k_m.gguf
 PROMPT  ?= Explain in two sentences why the sky is blue.
 
 BUILD   := build/$(MODE)
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -g $(WARN) -Iinclude -Isrc -MMD -MP -pthread
-LIBS    := -lpcre2-8 -lpng -lm -lpthread
+LIBS    := -lpcre2-8 -lm -lpthread
 SERVER_LIBS := -lmicrohttpd -lcjson
 TEST_LIBS := -lcmocka
 
@@ -57,41 +62,48 @@ SERVER_SRC := $(sort $(wildcard src/server/*.c))
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 OPENAPI_O  := $(BUILD)/gen/openapi_json.o
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(OPENAPI_O)
-CLI_SRC    := $(sort $(wildcard tools/cli/*.c))
-CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
+CLI_SRC    := $(sort $(wildcard tools/cli/*.c tools/args/*.c))
+BENCH_SRC  := $(filter-out bench/bench_hp1.c,$(sort $(wildcard bench/*.c)))
+CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o) $(BENCH_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_COMMON_SRC := $(sort $(wildcard tests/common/*.c))
-TEST_COMMON_OBJ := $(TEST_COMMON_SRC:%.c=$(BUILD)/%.o)
 LIBA       := $(BUILD)/libanvil.a
+# standalone micro-benchmarks with their own main (never run by make test)
+BENCH_BIN  := $(BUILD)/bench/bench_hp1
 CLI_BIN    := bin/anvil$(SUFFIX)
 
-.PHONY: all debug asan test unit model run bench clean deps venv fmt fuzz fuzz-bins
+.PHONY: all debug asan test unit model model-gemma run bench clean deps venv fmt fuzz fuzz-bins
 .DEFAULT_GOAL := all
 
-all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN)
+all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN) $(BENCH_BIN)
 
 debug:
 	@$(MAKE) --no-print-directory MODE=debug all
 asan:
 	@$(MAKE) --no-print-directory MODE=asan all
 
-# The commit goes into benchmark records; the stamp rebuilds bench_model.o
-# when it changes.
-GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- src include tools 2>/dev/null || echo -dirty)
+# The commit goes into benchmark records (bench_util.c); the stamp rebuilds
+# bench_util.o when it changes. bench_png.c finds bench/plot.py in this
+# source tree when the binary has been moved away from it.
+GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- src include tools bench 2>/dev/null || echo -dirty)
 COMMIT_STAMP := $(BUILD)/commit-$(GIT_COMMIT).stamp
 $(COMMIT_STAMP):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/commit-*.stamp
 	@touch $@
-$(BUILD)/tools/cli/bench_model.o: $(COMMIT_STAMP)
-$(BUILD)/tools/cli/bench_model.o: CFLAGS_ALL += -DANVIL_COMMIT=\"$(GIT_COMMIT)\"
+$(BUILD)/bench/bench_util.o: $(COMMIT_STAMP)
+$(BUILD)/bench/bench_util.o: CFLAGS_ALL += -DANVIL_COMMIT=\"$(GIT_COMMIT)\"
+$(BUILD)/bench/bench_png.o: CFLAGS_ALL += -DANVIL_SOURCE_DIR=\"$(CURDIR)\"
 
 $(BUILD)/src/kernels/cpu/avx2/%.o: CFLAGS_ALL += $(ISA_AVX2)
 $(BUILD)/src/kernels/cpu/avx512/%.o: CFLAGS_ALL += $(ISA_AVX512)
-$(BUILD)/bench/%.o: CFLAGS_ALL += -Wno-missing-prototypes
+# the command table names `anvil bench`'s entry point; the benchmarks use
+# the commands' strict argument parsers (tools/cli/args.h)
+# floors (tests/layers/floors.txt): tools/args < bench < tools/cli
+$(BUILD)/tools/cli/%.o: CFLAGS_ALL += -Ibench -Itools/args
+$(BUILD)/bench/%.o: CFLAGS_ALL += -Itools/args
 ifeq ($(MODE),fuzz)
 # No parser reaches the SIMD kernels, and instrumenting them costs clang a
 # quarter of an hour: they are built plain.
@@ -126,12 +138,19 @@ $(CLI_BIN): $(CLI_OBJ) $(SERVER_OBJ) $(LIBA)
 	@mkdir -p bin
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(SERVER_OBJ) $(LIBA) $(SERVER_LIBS) $(LIBS)
 
+# bench/bench_hp1.c: HP1 vs softmax decode attention (build/<mode>/bench/bench_hp1 --help)
+$(BUILD)/bench/bench_hp1: $(BUILD)/bench/bench_hp1.o $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(LIBS)
+
 # Unit tests (tests/unit_*.c, run by tests/run_all.py) and test tools
 # (tests/tool_*.c, driven by the Python tests) see the library's internals.
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_COMMON_OBJ) $(LIBA)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_COMMON_OBJ) $(LIBA) $(TEST_LIBS) $(LIBS)
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBA) $(TEST_LIBS) $(LIBS)
 
 $(BUILD)/tests/%.o: CFLAGS_ALL += -Itests
+# unit_bench tests the benchmarks' shared helper, which is not in libanvil
+$(BUILD)/tests/unit_bench: $(BUILD)/bench/bench_util.o
+$(BUILD)/tests/unit_bench.o: CFLAGS_ALL += -Ibench
 
 # ---------------------------------------------------------------------------
 # fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang
@@ -153,7 +172,7 @@ build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o $(SERVER_OBJ) $(LIBA)
 # ---------------------------------------------------------------------------
 # dependencies: Debian packages, the Python venv, the model
 
-APT_PKGS := gcc make pkg-config python3-pip libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev libpng-dev cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev
+APT_PKGS := gcc make pkg-config python3-pip libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev python3-matplotlib cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev
 deps:
 	@scripts/install_deps.sh $(APT_PKGS)
 
@@ -166,6 +185,10 @@ venv: $(VENV_STAMP)
 $(MODEL):
 	@scripts/fetch_model.sh $(MODEL)
 model: $(MODEL)
+
+$(GEMMA):
+	@scripts/fetch_gemma.sh $(GEMMA)
+model-gemma: $(GEMMA)
 
 run: deps all $(MODEL)
 	$(CLI_BIN) run -m $(MODEL) --chat -p "$(PROMPT)" -n 128
@@ -180,11 +203,15 @@ bench: deps all $(MODEL)
 unit: all
 	@$(VENV)/bin/python tests/run_all.py --unit-only --modes $(MODE)
 
+# TEST_MODES: the builds whose unit tests run (release,asan by default);
+# ANVIL_KERNELS=ref|avx2|avx512 in the environment forces a kernel family
+# for everything that picks automatically (.ci/run runs the suite so).
+TEST_MODES ?= release,asan
 test: deps venv
 	@$(MAKE) --no-print-directory MODE=release all
-	@$(MAKE) --no-print-directory MODE=asan all
-	@$(MAKE) --no-print-directory $(MODEL)
-	@$(VENV)/bin/python tests/run_all.py --modes release,asan --model $(MODEL)
+	@if echo "$(TEST_MODES)" | grep -q asan; then $(MAKE) --no-print-directory MODE=asan all; fi
+	@$(MAKE) --no-print-directory $(MODEL) $(GEMMA)
+	@$(VENV)/bin/python tests/run_all.py --modes $(TEST_MODES) --model $(MODEL)
 
 clean:
 	rm -rf build bin

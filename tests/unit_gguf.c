@@ -305,7 +305,13 @@ static void test_type_helpers(void **state) {
     assert_true(gguf_type_block(ANVIL_TYPE_Q4_0, &bl, &by));
     assert_int_equal(bl, 32);
     assert_int_equal(by, 18);
-    assert_false(gguf_type_block(12, &bl, &by));
+    assert_true(gguf_type_block(ANVIL_TYPE_Q4_K, &bl, &by));
+    assert_int_equal(bl, 256);
+    assert_int_equal(by, 144);
+    assert_true(gguf_type_block(ANVIL_TYPE_Q8_K, &bl, &by)); /* a size only */
+    assert_int_equal(by, 292);
+    assert_false(gguf_type_block(16, &bl, &by)); /* IQ2_XXS */
+    assert_false(gguf_type_block(9, &bl, &by));  /* Q8_1 */
     assert_false(gguf_type_block(-1, &bl, &by));
     assert_int_equal(gguf_row_size(ANVIL_TYPE_Q8_0, 64), 68);
     assert_int_equal(gguf_row_size(ANVIL_TYPE_Q4_1, 576), 360);
@@ -314,11 +320,15 @@ static void test_type_helpers(void **state) {
     assert_int_equal(gguf_row_size(99, 5), 0);
     assert_string_equal(anvil_type_name(ANVIL_TYPE_BF16), "BF16");
     assert_string_equal(anvil_type_name(ANVIL_TYPE_Q8_0), "Q8_0");
-    assert_null(anvil_type_name(12));
+    assert_string_equal(anvil_type_name(ANVIL_TYPE_IQ4_XS), "IQ4_XS");
+    assert_string_equal(anvil_type_name(ANVIL_TYPE_Q6_K), "Q6_K");
+    assert_null(anvil_type_name(16));
     assert_null(anvil_type_name(-3));
     assert_int_equal(anvil_type_from_name("q4_1"), ANVIL_TYPE_Q4_1);
     assert_int_equal(anvil_type_from_name("F16"), ANVIL_TYPE_F16);
-    assert_int_equal(anvil_type_from_name("Q4_K"), -1);
+    assert_int_equal(anvil_type_from_name("Q4_K"), ANVIL_TYPE_Q4_K);
+    assert_int_equal(anvil_type_from_name("iq4_nl"), ANVIL_TYPE_IQ4_NL);
+    assert_int_equal(anvil_type_from_name("IQ2_XXS"), -1);
     assert_int_equal(anvil_type_from_name(""), -1);
     assert_string_equal(gguf_vtype_name(GGUF_VT_STRING), "str");
     assert_string_equal(gguf_vtype_name((enum gguf_vtype)77), "?");
@@ -473,8 +483,10 @@ static void test_bad_tensors(void **state) {
     one_tensor(&b, "t", 2, (const uint64_t[2]){(uint64_t)1 << 62, 1}, ANVIL_TYPE_F32, 0, 256);
     expect_fail(&b, ANVIL_ERR_FORMAT, "overflows");
     /* unknown / unsupported types name the type */
-    one_tensor(&b, "blk.0.attn_q.weight", 1, ne64, 12, 0, 256);
-    expect_fail(&b, ANVIL_ERR_UNSUPPORTED, "type 12 (Q4_K)");
+    one_tensor(&b, "blk.0.attn_q.weight", 1, ne64, 16, 0, 256);
+    expect_fail(&b, ANVIL_ERR_UNSUPPORTED, "type 16 (IQ2_XXS)");
+    one_tensor(&b, "blk.0.attn_q.weight", 1, ne64, 9, 0, 256);
+    expect_fail(&b, ANVIL_ERR_UNSUPPORTED, "type 9 (Q8_1)");
     one_tensor(&b, "t", 1, ne64, 1000, 0, 256);
     expect_fail(&b, ANVIL_ERR_UNSUPPORTED, "type 1000 (?)");
     one_tensor(&b, "t", 1, ne64, 0x80000000u, 0, 256);
@@ -482,6 +494,11 @@ static void test_bad_tensors(void **state) {
     /* row length not a multiple of the block */
     one_tensor(&b, "t", 2, (const uint64_t[2]){33, 2}, ANVIL_TYPE_Q8_0, 0, 256);
     expect_fail(&b, ANVIL_ERR_FORMAT, "row length 33");
+    /* super-block types: rows of SmolLM2's 576 do not divide into 256 */
+    one_tensor(&b, "blk.0.attn_q.weight", 2, (const uint64_t[2]){576, 2}, ANVIL_TYPE_Q4_K, 0, 2048);
+    expect_fail(&b, ANVIL_ERR_FORMAT, "tensor 'blk.0.attn_q.weight': row length 576 is not a multiple of the Q4_K block size 256");
+    one_tensor(&b, "t", 1, ne64, ANVIL_TYPE_IQ4_XS, 0, 256);
+    expect_fail(&b, ANVIL_ERR_FORMAT, "IQ4_XS block size 256");
     /* offsets */
     one_tensor(&b, "t", 1, ne64, ANVIL_TYPE_F32, 16, 512);
     expect_fail(&b, ANVIL_ERR_FORMAT, "not a multiple of the alignment 32");

@@ -21,6 +21,7 @@
 
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "kernels/quant.h"
 #include "tok/tok.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -153,6 +154,22 @@ static void walk_tensor(const struct gguf_file *f, const struct gguf_tensor *t) 
         touch((const uint8_t *)t->data + t->nbytes - 1, 1);
     }
     check(gguf_row_size(t->type, t->ne[0]) == t->ne[0] / blck * bsz, "row size");
+    /* the block formats on fuzzed bytes: the scale check over the whole
+     * tensor, the dequantizer on its first and last rows */
+    uint64_t rows = nel / t->ne[0];
+    int64_t bad = kn_find_bad_scale(t->type, t->data, (int64_t)rows, (int64_t)t->ne[0],
+                                    gguf_row_size(t->type, t->ne[0]));
+    check(bad >= -1 && bad < (int64_t)(nel / blck), "bad scale index inside the tensor");
+    if (t->ne[0] <= 65536) {
+        float *row = anvil_malloc((size_t)t->ne[0] * sizeof(float));
+        if (row) {
+            size_t rb = gguf_row_size(t->type, t->ne[0]);
+            kn_dequantize_row(t->type, t->data, row, (int64_t)t->ne[0]);
+            kn_dequantize_row(t->type, (const uint8_t *)t->data + (rows - 1) * rb, row, (int64_t)t->ne[0]);
+            touch(row, (uint64_t)t->ne[0] * sizeof(float));
+            anvil_free(row);
+        }
+    }
 }
 
 /* Tokenize a prompt and decode it in one batch; the values may be anything
@@ -163,7 +180,7 @@ static void run_model(struct anvil_model *m, int32_t n_vocab) {
     cp.n_batch = 16;
     cp.n_threads = 1;
     struct anvil_ctx *c = NULL;
-    if (anvil_ctx_init(m, &cp, &c) != ANVIL_OK) return;
+    if (anvil_ctx_init(m, &cp, &c, NULL, 0) != ANVIL_OK) return;
     anvil_token tok[8];
     int32_t pos[8], seq[8];
     int32_t n = anvil_tokenize(m, "Hi there", 8, tok, 8, true, false);

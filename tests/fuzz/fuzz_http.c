@@ -124,8 +124,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     ep.max_queue = 2;
     ep.n_ctx = N_CTX;
     ep.kv_mem = 8 << 20;
-    if (anvil_engine_init(g_model, &ep, &g_engine) != ANVIL_OK) {
-        fprintf(stderr, "fuzz_http: cannot start the engine\n");
+    if (anvil_engine_init(g_model, &ep, &g_engine, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "fuzz_http: cannot start the engine: %s\n", err);
         abort();
     }
     g_open = start(NULL);

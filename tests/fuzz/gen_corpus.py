@@ -122,6 +122,41 @@ def micro_llama():
     return g.build(hp + kvs, tensors)
 
 
+def micro_llama_kquant():
+    """One layer of n_embd 256 (two heads of 128) with every K-quant, 5-bit
+    and IQ4 type, Q/K/V and gate/up mixing the Q8A and Q8K activation
+    families (a Q8A_Q8K activation row, as in Q4_K_M files)."""
+    kvs, n_vocab = tokenizer_kvs()
+    e = 256
+    hp = [
+        ("general.architecture", g.STR, "llama"),
+        ("general.name", g.STR, "fuzz-micro-kquant"),
+        ("llama.block_count", g.U32, 1),
+        ("llama.context_length", g.U32, 64),
+        ("llama.embedding_length", g.U32, e),
+        ("llama.feed_forward_length", g.U32, e),
+        ("llama.attention.head_count", g.U32, 2),
+        ("llama.attention.head_count_kv", g.U32, 1),
+        ("llama.rope.freq_base", g.F32, 10000.0),
+        ("llama.attention.layer_norm_rms_epsilon", g.F32, 1e-5),
+    ]
+    tensors = [
+        ("token_embd.weight", [e, n_vocab], g.T_Q6_K),
+        ("output_norm.weight", [e], g.T_F32),
+        ("output.weight", [e, n_vocab], g.T_Q5_1),
+        ("blk.0.attn_norm.weight", [e], g.T_F32),
+        ("blk.0.ffn_norm.weight", [e], g.T_F32),
+        ("blk.0.attn_q.weight", [e, e], g.T_Q4_K),
+        ("blk.0.attn_k.weight", [e, e // 2], g.T_Q5_0),
+        ("blk.0.attn_v.weight", [e, e // 2], g.T_IQ4_NL),
+        ("blk.0.attn_output.weight", [e, e], g.T_Q5_K),
+        ("blk.0.ffn_gate.weight", [e, e], g.T_Q3_K),
+        ("blk.0.ffn_up.weight", [e, e], g.T_Q2_K),
+        ("blk.0.ffn_down.weight", [e, e], g.T_IQ4_XS),
+    ]
+    return hp + kvs, tensors
+
+
 def all_types():
     kvs = [
         ("u8", g.U8, 200), ("i8", g.I8, -100), ("u16", g.U16, 60000), ("i16", g.I16, -30000),
@@ -153,6 +188,23 @@ def gguf_seeds():
     put("gguf", "micro_llama_cut_kv.gguf", m[:lay.kv["tokenizer.ggml.tokens"]["value"] + 300])
     put("gguf", "micro_llama_cut_tensors.gguf", m[:lay.end_of_infos - 20])
     put("gguf", "micro_llama_cut_data.gguf", m[:len(m) - 100])
+    # the issue-12 types, and the bad inputs around them: a row that is not
+    # whole super-blocks, an unknown type, a type whose size does not match
+    # the data laid out (Q8_0 patched to Q5_0: the next tensor starts too
+    # late), NaN and infinite block scales
+    kvs_k, tens_k = micro_llama_kquant()
+    put("gguf", "micro_llama_kquant.gguf", g.build(kvs_k, tens_k))
+    put("gguf", "kquant_bad_scale_nan.gguf",
+        g.build(kvs_k, tens_k, patch_scale=("blk.0.attn_q.weight", 3, 2, 0x7E00)))
+    put("gguf", "kquant_bad_scale_inf.gguf",
+        g.build(kvs_k, tens_k, patch_scale=("blk.0.ffn_down.weight", 0, 0, 0xFC00)))
+    put("gguf", "kquant_row_not_multiple.gguf",
+        g.build([], [("a", [64, 2], g.T_Q4_K), ("b", [32], g.T_F32)]))
+    put("gguf", "unknown_type_iq2_xxs.gguf", g.build([], [("a", [256, 2], 16)]))
+    mq = bytearray(m)
+    t = lay.tensor("blk.0.attn_q.weight")
+    struct.pack_into("<I", mq, t["type"], g.T_Q5_0)
+    put("gguf", "micro_llama_size_mismatch.gguf", bytes(mq))
 
 
 def tok_seeds():

@@ -14,8 +14,18 @@ SCALAR_FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F3
 
 # tensor types and block geometry (elements, bytes)
 T_F32, T_F16, T_Q4_0, T_Q4_1, T_Q8_0, T_BF16 = 0, 1, 2, 3, 8, 30
+T_Q5_0, T_Q5_1, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_NL, T_IQ4_XS = 6, 7, 10, 11, 12, 13, 14, 20, 23
 BLOCK = {T_F32: (1, 4), T_F16: (1, 2), T_Q4_0: (32, 18), T_Q4_1: (32, 20), T_Q8_0: (32, 34),
-         T_BF16: (1, 2)}
+         T_BF16: (1, 2), T_Q5_0: (32, 22), T_Q5_1: (32, 24), T_Q2_K: (256, 84), T_Q3_K: (256, 110),
+         T_Q4_K: (256, 144), T_Q5_K: (256, 176), T_Q6_K: (256, 210), T_IQ4_NL: (32, 18),
+         T_IQ4_XS: (256, 136)}
+TYPE_NAMES = {T_F32: "F32", T_F16: "F16", T_Q4_0: "Q4_0", T_Q4_1: "Q4_1", T_Q8_0: "Q8_0",
+              T_BF16: "BF16", T_Q5_0: "Q5_0", T_Q5_1: "Q5_1", T_Q2_K: "Q2_K", T_Q3_K: "Q3_K",
+              T_Q4_K: "Q4_K", T_Q5_K: "Q5_K", T_Q6_K: "Q6_K", T_IQ4_NL: "IQ4_NL", T_IQ4_XS: "IQ4_XS"}
+# byte offsets of the f16 scales (d, dmin, m) inside one block (GGUF layouts)
+SCALE_OFFSETS = {T_Q4_0: [0], T_Q4_1: [0, 2], T_Q8_0: [0], T_Q5_0: [0], T_Q5_1: [0, 2],
+                 T_Q2_K: [80, 82], T_Q3_K: [108], T_Q4_K: [0, 2], T_Q5_K: [0, 2], T_Q6_K: [208],
+                 T_IQ4_NL: [0], T_IQ4_XS: [0]}
 
 
 def s(b):
@@ -46,16 +56,20 @@ def tensor_nbytes(ne, ttype):
 
 
 def build(kvs, tensors, version=3, alignment=32, magic=b"GGUF", n_kv=None, n_tensors=None,
-          raw_kvs=None):
+          raw_kvs=None, patch_scale=None):
     """kvs: list of (key, vtype, value); tensors: list of (name, ne, type) laid
     out back to back (offsets computed, aligned) or (name, ne, type, offset).
-    raw_kvs: extra pre-encoded key/value bytes appended after kvs."""
+    raw_kvs: extra pre-encoded key/value bytes appended after kvs.
+    The data bytes are a fixed pattern whose f16 block scales are sane
+    (finite); patch_scale = (tensor name, block, byte offset in the block,
+    u16) then writes one scale, e.g. an infinity."""
     raw_kvs = raw_kvs or []
     body = b"".join(kv(*x) for x in kvs) + b"".join(raw_kvs)
-    infos, off, data_size = b"", 0, 0
+    infos, off, data_size, where = b"", 0, 0, {}
     for t in tensors:
         name, ne, tt = t[:3]
         o = t[3] if len(t) > 3 else off
+        where[name] = (o, tt)
         infos += s(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
         infos += struct.pack("<IQ", tt, o)
         nb = tensor_nbytes(ne, tt) if tt in BLOCK else 0
@@ -66,13 +80,20 @@ def build(kvs, tensors, version=3, alignment=32, magic=b"GGUF", n_kv=None, n_ten
                                len(kvs) + len(raw_kvs) if n_kv is None else n_kv)
     out = head + body + infos
     out += b"\0" * ((-len(out)) % alignment)
-    # deterministic non-zero data
-    out += bytes((i * 7 + 3) & 0xFF for i in range(data_size))
-    return out
+    # deterministic non-zero data; bit 6 of every odd byte clear, so that no
+    # f16 read at an even offset (every block scale) has an all-ones
+    # exponent: scales are finite
+    data = bytearray((i * 7 + 3) & (0xFF if i % 2 == 0 else 0xBF) for i in range(data_size))
+    if patch_scale:
+        name, blk, field, bits = patch_scale
+        o, tt = where[name]
+        struct.pack_into("<H", data, o + blk * BLOCK[tt][1] + field, bits)
+    return out + bytes(data)
 
 
 def tiny_model(**kw):
-    """A small valid file shaped like a Llama GGUF (enough for `inspect`)."""
+    """A small valid file shaped like a Llama GGUF (enough for `inspect`);
+    keyword arguments go to build()."""
     kvs = [
         ("general.architecture", STR, "llama"),
         ("llama.block_count", U32, 1),

@@ -66,10 +66,13 @@ def real():
     return head[:lay.data_offset], lay, size
 
 
-def write_sparse(path, head, size):
+def write_sparse(path, head, size, data_patch=None):
     with open(path, "wb") as f:
         f.write(head[:size])
-        f.truncate(size)  # the tensor data is a hole: inspect never reads it
+        f.truncate(size)  # the tensor data is a hole: reads as zeros
+        if data_patch:  # (file offset, bytes) inside the data section
+            f.seek(data_patch[0])
+            f.write(data_patch[1])
 
 
 def same_len_pair(names):
@@ -140,9 +143,22 @@ def real_cases(head, L, size):
     last_off = struct.unpack_from("<Q", head, last["offset"])[0]
     c["last_tensor_past_eof"] = (P(head, last["offset"], U64, last_off + 4096), size, "extends past end")
     c["file_shorter_than_data"] = (head, size - 100, "extends past end of file")
-    # types
-    for ty, frag in ((12, "type 12 (Q4_K)"), (14, "Q6_K"), (99, "type 99"), (2**31, "not supported")):
+    # types: unknown ones are named; a known type whose blocks do not divide
+    # the row, or whose size does not match the data laid out for the real
+    # type, is refused naming the tensor (t2 is a Q4_1 [1536, 576] matrix,
+    # q41 a Q4_1 [576, 576] one)
+    for ty, frag in ((16, "type 16 (IQ2_XXS)"), (9, "type 9 (Q8_1)"), (99, "type 99"),
+                     (2**31, "not supported")):
         c[f"tensor_type_{ty}"] = (P(head, t2["type"], U32, ty), size, frag)
+    c["type_Q4_K_smaller"] = (P(head, t2["type"], U32, 12), size,
+                              "(Q4_K, 497664 bytes) ends at offset")  # the next one starts later
+    c["type_Q6_K_larger"] = (P(head, t2["type"], U32, 14), size, "overlaps")
+    c["type_Q5_1_larger"] = (P(head, t2["type"], U32, 7), size, "overlaps")
+    c["type_Q4_0_smaller"] = (P(head, t2["type"], U32, 2), size, "a tensor size does not match its type")
+    c["type_Q4_K_row_576"] = (P(head, q41["type"], U32, 12), size,
+                              "row length 576 is not a multiple of the Q4_K block size 256")
+    c["type_IQ4_XS_row_576"] = (P(head, q41["type"], U32, 23), size, "IQ4_XS block size 256")
+    c["type_Q8_K_larger"] = (P(head, t2["type"], U32, 15), size, "overlaps")
     # duplicates: rename an entry to another of the same length
     a, b = same_len_pair([t["name"] for t in L.tensors])
     ta = L.tensor(a)
@@ -168,6 +184,21 @@ def test_real_model_accepted(real, tmp_path):
     path = str(tmp_path / "sparse.gguf")
     write_sparse(path, head, size)
     check_accepted(path)  # the sparse copy is structurally the model
+
+
+def test_real_model_bad_scales(real, tmp_path):
+    """An infinite or NaN f16 scale in one block of a real tensor (data read
+    by inspect's scale pass): refused naming the tensor and the block."""
+    head, L, size = real
+    t = next(t for t in L.tensors if head[t["name_len"] + 8:t["n_dims"]] == b"blk.3.attn_k.weight")
+    (ty,) = struct.unpack_from("<I", head, t["type"])
+    (off,) = struct.unpack_from("<Q", head, t["offset"])
+    assert ty == G.T_Q4_1
+    for field, bits in ((0, 0x7C00), (2, 0xFC01)):  # d = +inf, m = NaN
+        path = str(tmp_path / "bad.gguf")
+        write_sparse(path, head, size, (L.data_offset + off + 7 * 20 + field, struct.pack("<H", bits)))
+        check_rejected(path, "tensor 'blk.3.attn_k.weight': block 7 has a NaN or infinite scale")
+        os.unlink(path)
 
 
 def test_real_model_patched(real_cases_built, tmp_path):
@@ -210,7 +241,17 @@ def synth_cases():
     c["empty_tensor_name"] = (S.tiny_model(extra_tensors=[("", [64], S.T_F32)]), "empty")
     c["nul_in_tensor_name"] = (S.tiny_model(extra_tensors=[("a\0b", [64], S.T_F32)]), "NUL")
     c["control_chars_in_name"] = (S.tiny_model(extra_tensors=[("x\n\x1b[31m", [64], 77)]), "type 77")
-    c["unknown_tensor_type"] = (S.tiny_model(extra_tensors=[("x", [256], 12)]), "Q4_K")
+    c["unknown_tensor_type"] = (S.tiny_model(extra_tensors=[("x", [256], 16)]), "IQ2_XXS")
+    c["q4_k_row_not_multiple"] = (S.tiny_model(extra_tensors=[("x", [64, 2], S.T_Q4_K)]),
+                                  "tensor 'x': row length 64 is not a multiple of the Q4_K block size 256")
+    c["q5_0_row_not_multiple"] = (S.tiny_model(extra_tensors=[("x", [40, 2], S.T_Q5_0)]), "row length 40")
+    # a block scale that is NaN or infinite, in every type's scale field
+    for ty, blk in S.SCALE_OFFSETS.items():
+        for k, bits in enumerate((0x7C00, 0xFE00)):
+            c[f"bad_scale_{S.TYPE_NAMES[ty]}_{k}"] = (
+                S.tiny_model(extra_tensors=[("w", [S.BLOCK[ty][0] * 2, 3], ty)],
+                             patch_scale=("w", 4, blk[-1], bits)),
+                "tensor 'w': block 4 has a NaN or infinite scale")
     c["tensor_0_dims"] = (S.tiny_model(extra_tensors=[("x", [], S.T_F32)]), "dimensions")
     c["tensor_5_dims"] = (S.tiny_model(extra_tensors=[("x", [1, 1, 1, 1, 1], S.T_F32)]), "dimensions")
     c["row_not_multiple"] = (S.tiny_model(extra_tensors=[("x", [48, 2], S.T_Q4_0)]), "row length 48")

@@ -1,13 +1,16 @@
 /*
  * cmd_inspect.c - `anvil inspect MODEL`: print a GGUF file's header,
  * metadata and tensor table. Uses the internal GGUF reader directly (it
- * validates the whole file first, so a bad file gives one error line).
+ * validates the whole file first, so a bad file gives one error line),
+ * then checks every block scale (NaN or infinite: one error line naming
+ * the tensor).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "gguf/gguf.h"
+#include "kernels/quant.h"
 
 #define STR_SHOW 64 /* characters of a string value shown */
 #define ARR_SHOW 4  /* array elements shown */
@@ -25,7 +28,8 @@ static void help(FILE *f) {
                "  --no-meta          tensor table only\n"
                "  -h, --help         this help\n"
                "\n"
-               "Exit status: 0 ok, 2 bad usage or a file that is not valid GGUF.\n");
+               "Exit status: 0 ok, 2 bad usage, a file that is not valid GGUF or a block\n"
+               "with a NaN or infinite scale.\n");
 }
 
 /* Print untrusted bytes escaped, cut at STR_SHOW characters. */
@@ -151,6 +155,21 @@ int cmd_inspect(int argc, char **argv) {
     struct gguf_file *f = NULL;
     anvil_status st = gguf_open(path, &f, err, sizeof(err));
     if (st != ANVIL_OK) return cli_fail("inspect", "%s: %s", path, err);
+    /* the block scales too (gguf_open checks structure, not values): one
+     * pass over the file's scale fields */
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const struct gguf_tensor *t = &f->tensors[i];
+        int64_t rows = (int64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+        int64_t bad = kn_find_bad_scale(t->type, t->data, rows, (int64_t)t->ne[0],
+                                        gguf_row_size(t->type, t->ne[0]));
+        if (bad >= 0) {
+            char nb[128];
+            cli_fail("inspect", "%s: tensor '%s': block %lld has a NaN or infinite scale", path,
+                     safe_name(nb, sizeof(nb), t->name), (long long)bad);
+            gguf_close(f);
+            return 2;
+        }
+    }
 
     printf("file: %s (%zu bytes)\n", path, f->map_size);
     printf("GGUF version %u, alignment %u, %llu key/values, %llu tensors, data at offset %zu\n",
@@ -164,7 +183,7 @@ int cmd_inspect(int argc, char **argv) {
     uint64_t n_el = 0, n_bytes = 0;
     uint64_t by_type[KN_TYPES_SHOWN] = {0};
     if (show_tensors) {
-        printf("\ntensors:\n  %5s  %-36s %-5s %-24s %12s %12s\n", "#", "name", "type", "shape",
+        printf("\ntensors:\n  %5s  %-36s %-6s %-24s %12s %12s\n", "#", "name", "type", "shape",
                "offset", "bytes");
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
@@ -182,7 +201,7 @@ int cmd_inspect(int argc, char **argv) {
         if (t->type >= 0 && t->type < KN_TYPES_SHOWN) by_type[t->type]++;
         char nb[128];
         if (show_tensors)
-            printf("  %5llu  %-36s %-5s %-24s %12llu %12llu\n", (unsigned long long)i,
+            printf("  %5llu  %-36s %-6s %-24s %12llu %12llu\n", (unsigned long long)i,
                    safe_name(nb, sizeof(nb), t->name),
                    anvil_type_name(t->type), shape, (unsigned long long)t->offset,
                    (unsigned long long)t->nbytes);

@@ -259,9 +259,9 @@ int cmd_serve(int argc, char **argv) {
     ep.n_ctx = n_ctx;
     ep.kv_mem = kv_mem;
     struct anvil_engine *e = NULL;
-    st = anvil_engine_init(m, &ep, &e);
+    st = anvil_engine_init(m, &ep, &e, err, sizeof(err));
     if (st != ANVIL_OK) {
-        fprintf(stderr, "anvil serve: cannot start the engine: %s\n", anvil_status_str(st));
+        fprintf(stderr, "anvil serve: cannot start the engine: %s\n", err);
         anvil_model_free(m);
         return st == ANVIL_ERR_INVALID ? 2 : 1;
     }

@@ -145,9 +145,9 @@ int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
     struct anvil_ctx_params cp = anvil_ctx_default_params();
     cp.n_ctx = o->n_ctx;
     cp.n_threads = o->n_threads;
-    if ((st = anvil_ctx_init(s->model, &cp, &s->ctx)) != ANVIL_OK) {
+    if ((st = anvil_ctx_init(s->model, &cp, &s->ctx, err, sizeof(err))) != ANVIL_OK) {
         gen_close(s);
-        return cli_fail(cmd, "cannot create a context: %s", anvil_status_str(st));
+        return cli_fail(cmd, "cannot create a context: %s", err);
     }
     if ((st = anvil_sampler_init(&sp, anvil_model_n_vocab(s->model), &s->smp)) != ANVIL_OK) {
         gen_close(s);
@@ -210,7 +210,12 @@ int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, co
      * last prompt token so that we get its logits */
     int keep = 0;
     while (keep < s->n_cached && keep < n - 1 && s->cached[keep] == s->buf[keep]) keep++;
-    anvil_seq_truncate(s->ctx, 0, keep);
+    if (anvil_seq_truncate(s->ctx, 0, keep) != ANVIL_OK) {
+        /* sliding-window layers no longer hold the window at `keep`:
+         * recompute the whole prompt */
+        keep = 0;
+        anvil_seq_truncate(s->ctx, 0, 0);
+    }
     anvil_sampler_reset(s->smp);
     for (int i = 0; i < n; i++) anvil_sampler_accept(s->smp, s->buf[i]);
 

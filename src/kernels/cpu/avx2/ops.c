@@ -4,7 +4,8 @@
  * conversion, SiLU*mul plain / fused, RoPE) and the avx2 kernel table.
  * The specification is cpu/ref/ops.c; the AVX-512 twin is cpu/avx512/ops.c
  * and the numerics are the same as there:
- *   - Q8A and BF16 conversions are bit-exact with the reference;
+ *   - Q8A, Q8K and BF16 conversions are bit-exact with the reference,
+ *     NaN, infinite and subnormal-scale blocks included;
  *   - RMSNorm sums squares in double (another order than the reference),
  *     then y = (x * scale) * w as the reference does;
  *   - silu uses its own exp (~2 ulp), RoPE its own sin/cos (~1e-7 abs.).
@@ -43,18 +44,30 @@ static inline int hsum8i(__m256i v) {
 /* ---------------------------------------------------------------------- */
 /* activation conversions */
 
+/* round-to-even(clamp(v, -127, 127)), NaN lanes 0: the reference's q8_round.
+ * Without the clamp, a subnormal amax (id = inf) or an infinite input
+ * converts to INT_MIN and packs to -128, which the Q8_0 sign trick
+ * (|w| * sign(a, w)) then multiplies with the wrong sign. */
+static inline __m256i q8_round8(__m256 v) {
+    v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> +0 */
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    return _mm256_cvtps_epi32(v);
+}
+
 /* One block of 32 floats v[0..3] -> Q8A qs[32], *d, *s (quant.h). */
 static inline void q8a_block(const __m256 v[4], int8_t *qs, float *d, float *s) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-                             _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    /* the running max second: vmaxps returns it when the new value is NaN,
+     * so NaN lanes are skipped as fmaxf skips them */
+    __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_setzero_ps());
+    for (int k = 1; k < 4; k++) m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m);
     float amax = hmax8(m);
     float db = amax / 127.0f, id = db != 0.0f ? 127.0f / amax : 0.0f;
     __m256 vid = _mm256_set1_ps(id);
-    __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], vid));
-    __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], vid));
-    __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], vid));
-    __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], vid));
+    __m256i q0 = q8_round8(_mm256_mul_ps(v[0], vid));
+    __m256i q1 = q8_round8(_mm256_mul_ps(v[1], vid));
+    __m256i q2 = q8_round8(_mm256_mul_ps(v[2], vid));
+    __m256i q3 = q8_round8(_mm256_mul_ps(v[3], vid));
     __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3));
     /* |q| <= 127: the saturating packs are exact; fix their lane order */
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
@@ -73,6 +86,60 @@ void kn_act_q8a_avx2(void *restrict dst, const float *restrict x, int n) {
         for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + b * QK + 8 * k);
         q8a_block(v, qs + b * QK, d + b, s + b);
     }
+}
+
+/* One Q8K super-block: 256 floats at x -> qs[256], *d, bs[16] (quant.h).
+ * Same operations as kn_act_block_ref: amax ignores NaN lanes (fmaxf does:
+ * vmaxps returns its second operand when either is NaN, so the running max
+ * goes second), q = round-to-even(clamp(x * id)) with NaN lanes 0. */
+static void q8k_block(const float *x, int8_t *qs, float *d, int16_t *bs) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < QK_K; k += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), m);
+    float amax = hmax8(m);
+    float db = amax / 127.0f, id = db != 0.0f ? 127.0f / amax : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    for (int k = 0; k < QK_K; k += 32) {
+        __m256i q[4];
+        for (int j = 0; j < 4; j++) q[j] = q8_round8(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * j), vid));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(qs + k), p);
+        /* sums of 8 bytes per 64-bit lane of (q + 128), then of 16 */
+        __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(p, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+        int64_t l[4];
+        _mm256_storeu_si256((__m256i *)l, sad);
+        bs[k / 16] = (int16_t)(l[0] + l[1] - 16 * 128);
+        bs[k / 16 + 1] = (int16_t)(l[2] + l[3] - 16 * 128);
+    }
+    *d = db;
+}
+
+void kn_act_sb_avx2(void *restrict dst, const float *restrict x, int n, int b, int act) {
+    if (act == KN_ACT_Q8A_Q8K) {
+        int nb = n / QK;
+        int8_t *qs = dst;
+        float *d = (float *)((uint8_t *)dst + n), *s = d + nb;
+        for (int j = 0; j < QK_K / QK; j++) {
+            int blk = b * (QK_K / QK) + j;
+            __m256 v[4];
+            for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + j * QK + 8 * k);
+            q8a_block(v, qs + blk * QK, d + blk, s + blk);
+        }
+        dst = (uint8_t *)dst + kn_act_part_offset(act, KN_ACT_Q8K, n);
+    }
+    int8_t *qs = dst;
+    float *d = (float *)((uint8_t *)dst + n);
+    int16_t *bs = (int16_t *)(d + n / QK_K);
+    q8k_block(x, qs + (size_t)b * QK_K, d + b, bs + b * (QK_K / 16));
+}
+
+void kn_act_q8k_avx2(void *restrict dst, const float *restrict x, int n) {
+    for (int b = 0; b < n / QK_K; b++) kn_act_sb_avx2(dst, x + (size_t)b * QK_K, n, b, KN_ACT_Q8K);
+}
+
+void kn_act_q8a_q8k_avx2(void *restrict dst, const float *restrict x, int n) {
+    for (int b = 0; b < n / QK_K; b++) kn_act_sb_avx2(dst, x + (size_t)b * QK_K, n, b, KN_ACT_Q8A_Q8K);
 }
 
 /* 8 floats -> 8 bf16, round to nearest even, NaN stays (quiet) NaN */
@@ -104,10 +171,21 @@ void kn_act_bf16_avx2(void *restrict dst, const float *restrict x, int n) {
     for (int i = 0; i < n; i += 8) store_bf16(y + i, n - i, load_tail(x + i, n - i));
 }
 
-/* Convert a row chunk by chunk: F gives floats i..i+7 (zero past n). */
+/* Convert a row chunk by chunk: F gives floats i..i+7 (zero past n). The
+ * Q8K formats stage each super-block's 256 floats first (one scale per
+ * 256). */
 #define ACT_ROW(dst, n, act, F) \
     do { \
-        if ((act) == KN_ACT_Q8A) { \
+        if ((act) == KN_ACT_Q8K || (act) == KN_ACT_Q8A_Q8K) { \
+            _Alignas(32) float sb_[QK_K]; \
+            for (int b_ = 0; b_ < (n) / QK_K; b_++) { \
+                for (int k_ = 0; k_ < QK_K; k_ += 8) { \
+                    int i = b_ * QK_K + k_; \
+                    _mm256_store_ps(sb_ + k_, F); \
+                } \
+                kn_act_sb_avx2((dst), sb_, (n), b_, (act)); \
+            } \
+        } else if ((act) == KN_ACT_Q8A) { \
             int nb_ = (n) / QK; \
             int8_t *qs_ = (dst); \
             float *d_ = (float *)((uint8_t *)(dst) + (n)), *s_ = d_ + nb_; \
@@ -219,6 +297,27 @@ void kn_silu_mul_act_avx2(void *restrict dst, const float *restrict g, const flo
 #undef SILU_AT
 }
 
+/* gelu(g) * u in the sigmoid form of kernels/ops.h, the reference's order */
+static inline __m256 gelu_mul8(__m256 g, __m256 u) {
+    __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+    __m256 z2 = _mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f),
+                              _mm256_add_ps(g, _mm256_mul_ps(_mm256_set1_ps(0.044715f), g3)));
+    __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), z2));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+void kn_gelu_mul_avx2(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i += 8)
+        store_tail(y + i, n - i, gelu_mul8(load_tail(g + i, n - i), load_tail(u + i, n - i)));
+}
+
+void kn_gelu_mul_act_avx2(void *restrict dst, const float *restrict g, const float *restrict u,
+                          int n, int act) {
+#define GELU_AT(i) gelu_mul8(load_tail(g + (i), n - (i)), load_tail(u + (i), n - (i)))
+    ACT_ROW(dst, n, act, GELU_AT(i));
+#undef GELU_AT
+}
+
 /* ---------------------------------------------------------------------- */
 /* RoPE */
 
@@ -290,6 +389,52 @@ void kn_rope_avx2(float *x, int n_head, int head_dim, int pos, const float *inv_
     }
 }
 
+/* Partial / NeoX RoPE: the angles of 8 pairs at a time with sincos_ps, then
+ * the same per-pair arithmetic as the reference (a*c - b*s, a*s + b*c). */
+void kn_rope_ext_avx2(float *x, int n_head, int head_dim, int n_rot, int pos,
+                      const float *inv_freq, int neox) {
+    if (!neox && n_rot == head_dim) {
+        kn_rope_avx2(x, n_head, head_dim, pos, inv_freq);
+        return;
+    }
+    if (n_rot > ROPE_MAX_HD || n_rot % 2) {
+        kn_rope_ext_ref(x, n_head, head_dim, n_rot, pos, inv_freq, neox);
+        return;
+    }
+    const int half = n_rot / 2;
+    _Alignas(32) float cs[ROPE_MAX_HD / 2 + 8], sn[ROPE_MAX_HD / 2 + 8];
+    for (int i = 0; i < half; i += 8) {
+        __m256 th = _mm256_mul_ps(_mm256_set1_ps((float)pos), load_tail(inv_freq + i, half - i));
+        __m256 s, c;
+        sincos_ps(th, &s, &c);
+        _mm256_store_ps(cs + i, c);
+        _mm256_store_ps(sn + i, s);
+    }
+    for (int h = 0; h < n_head; h++) {
+        float *v = x + (size_t)h * head_dim;
+        if (neox) {
+            int i = 0;
+            for (; i + 8 <= half; i += 8) {
+                __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + half + i);
+                __m256 c = _mm256_load_ps(cs + i), s = _mm256_load_ps(sn + i);
+                _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+                _mm256_storeu_ps(v + half + i, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
+            }
+            for (; i < half; i++) {
+                float a = v[i], b = v[half + i];
+                v[i] = a * cs[i] - b * sn[i];
+                v[half + i] = a * sn[i] + b * cs[i];
+            }
+        } else {
+            for (int i = 0; i < half; i++) {
+                float a = v[2 * i], b = v[2 * i + 1];
+                v[2 * i] = a * cs[i] - b * sn[i];
+                v[2 * i + 1] = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------- */
 
 const struct kn_ops kn_ops_avx2 = {
@@ -302,12 +447,23 @@ const struct kn_ops kn_ops_avx2 = {
             [ANVIL_TYPE_Q8_0] = kn_matmul_q8_0_avx2,
             [ANVIL_TYPE_Q4_0] = kn_matmul_q4_0_avx2,
             [ANVIL_TYPE_Q4_1] = kn_matmul_q4_1_avx2,
+            [ANVIL_TYPE_Q5_0] = kn_matmul_q5_0_avx2,
+            [ANVIL_TYPE_Q5_1] = kn_matmul_q5_1_avx2,
+            [ANVIL_TYPE_IQ4_NL] = kn_matmul_iq4_nl_avx2,
+            [ANVIL_TYPE_Q2_K] = kn_matmul_q2_k_avx2,
+            [ANVIL_TYPE_Q3_K] = kn_matmul_q3_k_avx2,
+            [ANVIL_TYPE_Q4_K] = kn_matmul_q4_k_avx2,
+            [ANVIL_TYPE_Q5_K] = kn_matmul_q5_k_avx2,
+            [ANVIL_TYPE_Q6_K] = kn_matmul_q6_k_avx2,
+            [ANVIL_TYPE_IQ4_XS] = kn_matmul_iq4_xs_avx2,
         },
     .act =
         {
             [KN_ACT_F32] = kn_act_f32_ref,
             [KN_ACT_BF16] = kn_act_bf16_avx2,
             [KN_ACT_Q8A] = kn_act_q8a_avx2,
+            [KN_ACT_Q8K] = kn_act_q8k_avx2,
+            [KN_ACT_Q8A_Q8K] = kn_act_q8a_q8k_avx2,
         },
     .rmsnorm = kn_rmsnorm_avx2,
     .add_rmsnorm = kn_add_rmsnorm_avx2,
@@ -315,4 +471,7 @@ const struct kn_ops kn_ops_avx2 = {
     .silu_mul = kn_silu_mul_avx2,
     .silu_mul_act = kn_silu_mul_act_avx2,
     .rope = kn_rope_avx2,
+    .rope_ext = kn_rope_ext_avx2,
+    .gelu_mul = kn_gelu_mul_avx2,
+    .gelu_mul_act = kn_gelu_mul_act_avx2,
 };

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "kernels/cpu/avx2/avx2.h"
 #include "kernels/cpu/avx512/avx512.h"
 #include "kernels/cpu/ref/ref.h"
 
@@ -74,7 +75,18 @@ void kn_act_bf16_avx512(void *restrict dst, const float *restrict x, int n) {
  * i..i+15 (masked past n). Q8A needs n % 32 == 0, as the format does. */
 #define ACT_ROW(dst, n, act, F) \
     do { \
-        if ((act) == KN_ACT_Q8A) { \
+        if ((act) == KN_ACT_Q8K || (act) == KN_ACT_Q8A_Q8K) { \
+            /* one scale per 256: stage the super-block, convert with the \
+             * avx2 code (the avx2 kernels serve these formats here too) */ \
+            _Alignas(64) float sb_[QK_K]; \
+            for (int b_ = 0; b_ < (n) / QK_K; b_++) { \
+                for (int k_ = 0; k_ < QK_K; k_ += 16) { \
+                    int i = b_ * QK_K + k_; \
+                    _mm512_store_ps(sb_ + k_, F); \
+                } \
+                kn_act_sb_avx2((dst), sb_, (n), b_, (act)); \
+            } \
+        } else if ((act) == KN_ACT_Q8A) { \
             int nb_ = (n) / QK; \
             int8_t *qs_ = (dst); \
             float *d_ = (float *)((uint8_t *)(dst) + (n)), *s_ = d_ + nb_; \
@@ -279,6 +291,16 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
                 [ANVIL_TYPE_Q8_0] = kn_matmul_q8_0_avx512, \
                 [ANVIL_TYPE_Q4_0] = kn_matmul_q4_0_avx512, \
                 [ANVIL_TYPE_Q4_1] = kn_matmul_q4_1_avx512, \
+                /* the avx2 kernels: valid here, tested on AVX2 machines */ \
+                [ANVIL_TYPE_Q5_0] = kn_matmul_q5_0_avx2, \
+                [ANVIL_TYPE_Q5_1] = kn_matmul_q5_1_avx2, \
+                [ANVIL_TYPE_IQ4_NL] = kn_matmul_iq4_nl_avx2, \
+                [ANVIL_TYPE_Q2_K] = kn_matmul_q2_k_avx2, \
+                [ANVIL_TYPE_Q3_K] = kn_matmul_q3_k_avx2, \
+                [ANVIL_TYPE_Q4_K] = kn_matmul_q4_k_avx2, \
+                [ANVIL_TYPE_Q5_K] = kn_matmul_q5_k_avx2, \
+                [ANVIL_TYPE_Q6_K] = kn_matmul_q6_k_avx2, \
+                [ANVIL_TYPE_IQ4_XS] = kn_matmul_iq4_xs_avx2, \
             }, \
         .pack_size = kn_pack_size_avx512, \
         .pack_rows = kn_pack_rows_avx512, \
@@ -293,6 +315,8 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
                 [KN_ACT_F32] = kn_act_f32_ref, \
                 [KN_ACT_BF16] = kn_act_bf16_avx512, \
                 [KN_ACT_Q8A] = kn_act_q8a_avx512, \
+                [KN_ACT_Q8K] = kn_act_q8k_avx2, \
+                [KN_ACT_Q8A_Q8K] = kn_act_q8a_q8k_avx2, \
             }, \
         .rmsnorm = kn_rmsnorm_avx512, \
         .add_rmsnorm = kn_add_rmsnorm_avx512, \
@@ -300,6 +324,12 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
         .silu_mul = kn_silu_mul_avx512, \
         .silu_mul_act = kn_silu_mul_act_avx512, \
         .rope = kn_rope_avx512, \
+        /* AVX2 twins: written on a machine without AVX-512, where an \
+         * AVX-512 version could not be tested (every AVX-512 CPU runs \
+         * AVX2 code) */ \
+        .rope_ext = kn_rope_ext_avx2, \
+        .gelu_mul = kn_gelu_mul_avx2, \
+        .gelu_mul_act = kn_gelu_mul_act_avx2, \
     }
 
 const struct kn_ops kn_ops_avx512 = KN_OPS_AVX512(kn_matmul_bf16_avx512);

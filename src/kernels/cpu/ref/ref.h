@@ -9,6 +9,8 @@
 
 void kn_act_block_ref(void *restrict dst, const float *restrict x, int n, int b, int k, int act);
 void kn_act_q8a_ref(void *restrict dst, const float *restrict x, int n);
+void kn_act_q8k_ref(void *restrict dst, const float *restrict x, int n);
+void kn_act_q8a_q8k_ref(void *restrict dst, const float *restrict x, int n);
 void kn_act_bf16_ref(void *restrict dst, const float *restrict x, int n);
 void kn_act_f32_ref(void *restrict dst, const float *restrict x, int n);
 
@@ -18,6 +20,15 @@ void kn_act_f32_ref(void *restrict dst, const float *restrict x, int n);
 DECLARE_MATMUL(kn_matmul_q8_0_ref)
 DECLARE_MATMUL(kn_matmul_q4_0_ref)
 DECLARE_MATMUL(kn_matmul_q4_1_ref)
+DECLARE_MATMUL(kn_matmul_q5_0_ref)
+DECLARE_MATMUL(kn_matmul_q5_1_ref)
+DECLARE_MATMUL(kn_matmul_iq4_nl_ref)
+DECLARE_MATMUL(kn_matmul_q2_k_ref)
+DECLARE_MATMUL(kn_matmul_q3_k_ref)
+DECLARE_MATMUL(kn_matmul_q4_k_ref)
+DECLARE_MATMUL(kn_matmul_q5_k_ref)
+DECLARE_MATMUL(kn_matmul_q6_k_ref)
+DECLARE_MATMUL(kn_matmul_iq4_xs_ref)
 DECLARE_MATMUL(kn_matmul_f16_ref)
 DECLARE_MATMUL(kn_matmul_bf16_ref)
 DECLARE_MATMUL(kn_matmul_f32_ref)
@@ -31,5 +42,10 @@ void kn_silu_mul_ref(float *y, const float *g, const float *u, int n);
 void kn_silu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
                          int n, int act);
 void kn_rope_ref(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
+void kn_rope_ext_ref(float *x, int n_head, int head_dim, int n_rot, int pos,
+                     const float *inv_freq, int neox);
+void kn_gelu_mul_ref(float *y, const float *g, const float *u, int n);
+void kn_gelu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
+                         int n, int act);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * bench_attn.c - decode attention over the paged KV cache: µs per call and
+ * bench_attn.c - `anvil bench --attention`: decode attention over the paged
+ * KV cache: µs per call and
  * GB/s of KV read, split-K on and off, against the read bandwidth measured
  * on this machine (SCENARIOS.md, "Kernel micro-benchmarks").
  *
@@ -22,10 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <xmmintrin.h>
 
-#include "bench_attn.h"
+#include "args.h"
+#include "bench.h"
+#include "bench_png.h"
+#include "bench_util.h"
 #include "core/core.h"
 #include "core/pool.h"
 #include "kernels/attn.h"
@@ -58,6 +60,7 @@ struct opts {
     bool json;
     bool no_bw;
     bool cpu_time; /* CPU clocks instead of the wall clock (busy machine) */
+    const char *png;
 };
 
 static const char *SPLIT_NAME[3] = {"off", "on", "auto"};
@@ -66,121 +69,44 @@ static const enum kv_split SPLIT_MODE[3] = {KV_SPLIT_OFF, KV_SPLIT_ON, KV_SPLIT_
 /* ---------------------------------------------------------------------- */
 /* small utilities */
 
+#define CMD "bench --attention"
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: anvil bench --attention [options]\n\n"
+            "Decode attention over the paged KV cache: us per call and GB/s of KV read,\n"
+            "split-K off/on/auto, against the measured read bandwidth.\n\n"
+            "  --shape LIST      smollm2 (9/3 heads, dim 64), llama3-8b (32/8, 128),\n"
+            "                    mqa (8/1, 128), or all (default smollm2,llama3-8b)\n"
+            "  --batch LIST      sequences per step (default 1,4,16,32,64,128)\n"
+            "  --ctx LIST        KV length of every sequence (default 256,512,1024,2048,8192)\n"
+            "  --threads N       default: online CPUs\n"
+            "  --kv-type T       f16 (default) or q8_0\n"
+            "  --block N         tokens per KV block, a multiple of 16 (default 16)\n"
+            "  --split LIST      schedules to time: off,on,auto (default all three)\n"
+            "  --kernels K       auto (default), ref, avx2 or avx512\n"
+            "  --footprint MB    KV bytes touched per timed loop, spread over layers\n"
+            "                    (default 1024: bigger than the caches)\n"
+            "  --max-mem MB      skip cases needing more KV memory (default 3072)\n"
+            "  -r N              timed calls per case (default 30)\n"
+            "  --no-bw           skip the bandwidth measurement\n"
+            "  --cpu-time        per-thread CPU clocks instead of the wall clock: a call\n"
+            "                    costs the slowest thread's CPU time (for a busy machine)\n"
+            "  --json            one JSON object per case\n"
+            "  --png FILE        chart: GB/s against ctx at the schedule auto picks, and\n"
+            "                    the split-K speedup, per shape (bench/plot.py)\n");
+}
+
 static int usage(const char *msg, const char *arg) {
-    fprintf(stderr, "anvil bench --attention: %s%s%s\n", msg, arg ? " " : "", arg ? arg : "");
+    fprintf(stderr, "anvil %s: %s%s%s\n", CMD, msg, arg ? " " : "", arg ? arg : "");
     return 2;
 }
 
-static int parse_list(const char *s, int *out, int cap, int lo, int hi) {
-    int n = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < lo || v > hi || n == cap) return -1;
-        out[n++] = (int)v;
-        s = end;
-        if (*s == ',') s++;
-        else if (*s) return -1;
-    }
-    return n;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double pct(const double *sorted, int n, double q) {
-    double pos = q * (n - 1);
-    int i = (int)pos;
-    double f = pos - i;
-    return i + 1 < n ? sorted[i] * (1 - f) + sorted[i + 1] * f : sorted[i];
-}
-
-static double thread_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const char *commit_id(void) {
-    static char id[64] = "";
-    if (id[0]) return id;
-    snprintf(id, sizeof(id), "unknown");
-    FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-    if (p) {
-        char buf[64];
-        if (fgets(buf, sizeof(buf), p)) {
-            buf[strcspn(buf, "\n")] = 0;
-            if (buf[0]) snprintf(id, sizeof(id), "%s", buf);
-        }
-        pclose(p);
-    }
-    return id;
-}
-
-static const char *cpu_flags(void) {
-    const struct cpu_features *f = cpu_get_features();
-    static char s[128];
-    snprintf(s, sizeof(s), "%s%s%s%s", f->avx2 ? "avx2 " : "", f->fma ? "fma " : "",
-             f->avx512f ? "avx512f " : "", f->avx512vnni ? "avx512vnni" : "");
-    return s;
-}
-
-/* ---------------------------------------------------------------------- */
-/* read bandwidth: every thread sums its slice of a buffer far larger than
- * the caches; best of several passes */
-
-struct bw_job {
-    const uint64_t *buf;
-    size_t n; /* uint64 words */
-    uint64_t sink[64];
-    double cpu[64]; /* CPU seconds of each thread */
-};
-
-static void bw_fn(void *arg, int ith, int nth) {
-    struct bw_job *j = arg;
-    double c0 = thread_cpu_s();
-    size_t per = j->n / (size_t)nth, i0 = per * (size_t)ith, i1 = ith == nth - 1 ? j->n : i0 + per;
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    const uint64_t *p = j->buf;
-    size_t i = i0;
-    /* one cache line per iteration, prefetched 4 KiB ahead (like the
-     * kernel's next-tile prefetch): the best plain read this code knows */
-    for (; i + 8 <= i1; i += 8) {
-        _mm_prefetch((const char *)(p + i) + 4096, _MM_HINT_T0);
-        a0 += p[i] + p[i + 4];
-        a1 += p[i + 1] + p[i + 5];
-        a2 += p[i + 2] + p[i + 6];
-        a3 += p[i + 3] + p[i + 7];
-    }
-    for (; i < i1; i++) a0 += p[i];
-    j->sink[ith % 64] = a0 + a1 + a2 + a3;
-    j->cpu[ith % 64] = thread_cpu_s() - c0;
-}
-
-static double max_of(const double *x, int n) {
-    double m = 0.0;
-    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
-}
-
-static double read_bandwidth(struct pool *pool, size_t bytes, bool cpu_time) {
-    uint64_t *buf = anvil_malloc_aligned(bytes);
-    if (!buf) return 0.0;
-    struct bw_job j = {.buf = buf, .n = bytes / 8};
-    for (size_t i = 0; i < j.n; i++) buf[i] = i * 0x9e3779b97f4a7c15ULL;
-    double best = 0.0;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = time_now_s();
-        pool_run(pool, bw_fn, &j);
-        double dt = time_now_s() - t0;
-        if (cpu_time) dt = max_of(j.cpu, pool_size(pool) < 64 ? pool_size(pool) : 64);
-        double gbs = (double)bytes / dt / 1e9;
-        if (gbs > best) best = gbs;
-    }
-    anvil_free_aligned(buf);
-    return best;
+/* Best of 5 passes over a 1 GiB buffer, GB/s. */
+static double read_bandwidth(struct pool *pool, bool cpu_time) {
+    double gbs[5];
+    int n = bench_read_bw(pool, (size_t)1 << 30, 5, cpu_time, gbs);
+    return bench_max(gbs, n);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -202,9 +128,9 @@ struct timed_arg {
 
 static void timed_fn(void *arg, int ith, int nth) {
     struct timed_arg *a = arg;
-    double c0 = thread_cpu_s();
+    double c0 = bench_thread_cpu_s();
     kv_attn_work(a->job, a->pool, ith, nth);
-    if (ith < 64) a->cpu[ith] = thread_cpu_s() - c0;
+    if (ith < 64) a->cpu[ith] = bench_thread_cpu_s() - c0;
 }
 
 static double elt_bytes(int type) { return type == ANVIL_TYPE_Q8_0 ? 34.0 / 32.0 : 2.0; }
@@ -245,9 +171,9 @@ static bool verify(struct kv_cache *kv, const struct kn_attn_ops *ops, const str
         }
         if (!(num <= 1e-8 * den) || !(worst <= 1.0)) {
             fprintf(stderr,
-                    "bench --attention: %s kernel disagrees with ref (%s batch %d ctx %d seq %d: "
+                    "anvil %s: %s kernel disagrees with ref (%s batch %d ctx %d seq %d: "
                     "nmse %.3g); no number reported\n",
-                    ops->name, sh->name, batch, ctx, s, den > 0 ? num / den : num);
+                    CMD, ops->name, sh->name, batch, ctx, s, den > 0 ? num / den : num);
             return false;
         }
     }
@@ -284,7 +210,7 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
     struct kv_cache *kv = NULL;
     char err[256];
     if (kv_init(&p, &kv, err, sizeof(err)) != ANVIL_OK) {
-        fprintf(stderr, "bench --attention: %s\n", err);
+        fprintf(stderr, "anvil %s: %s\n", CMD, err);
         return -1;
     }
     /* interleaved tables: one block per sequence per round, plus the gap */
@@ -322,7 +248,7 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
         if (!o->split_on[m]) continue;
         struct kv_attn_job *job = NULL;
         /* correctness first, on layer 0 */
-        if (kv_attn_prepare(kv, ops, 0, seqs, batch, row, row, o->threads, SPLIT_MODE[m], &job) !=
+        if (kv_attn_prepare(kv, ops, 0, seqs, batch, row, row, o->threads, SPLIT_MODE[m], 1.0f / sqrtf((float)sh->head_dim), &job) !=
             ANVIL_OK) {
             rc = -1;
             goto done;
@@ -335,30 +261,31 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
         /* warm up one pass over the layers (bounded), then time */
         int warm = n_layer < 8 ? n_layer : 8;
         for (int l = 0; l < warm; l++) {
-            kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m], &job);
+            kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m], 1.0f / sqrtf((float)sh->head_dim), &job);
             kv_attn_run(job, pool);
         }
         uint64_t allocs = anvil_alloc_count();
         for (int r = 0; r < o->reps; r++) {
             int l = (warm + r) % n_layer;
-            double t0 = time_now_s(), c0 = thread_cpu_s();
-            kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m], &job);
-            double prep = thread_cpu_s() - c0;
+            double t0 = bench_wall_s(), c0 = bench_thread_cpu_s();
+            kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m],
+                            1.0f / sqrtf((float)sh->head_dim), &job);
+            double prep = bench_thread_cpu_s() - c0;
             struct timed_arg ta = {.job = job, .pool = pool};
             pool_run(pool, timed_fn, &ta);
-            t_us[r] = (time_now_s() - t0) * 1e6;
-            if (o->cpu_time) t_us[r] = (prep + max_of(ta.cpu, o->threads < 64 ? o->threads : 64)) * 1e6;
+            t_us[r] = (bench_wall_s() - t0) * 1e6;
+            if (o->cpu_time)
+                t_us[r] = (prep + bench_max(ta.cpu, o->threads < 64 ? o->threads : 64)) * 1e6;
         }
         if (anvil_alloc_count() != allocs) {
-            fprintf(stderr, "bench --attention: the attention path allocated memory\n");
+            fprintf(stderr, "anvil %s: the attention path allocated memory\n", CMD);
             rc = -1;
             goto done;
         }
         res->split_used[m] = kv_attn_job_split(job);
-        qsort(t_us, (size_t)o->reps, sizeof(double), cmp_double);
-        res->us[m] = pct(t_us, o->reps, 0.5);
-        res->p10[m] = pct(t_us, o->reps, 0.1);
-        res->p90[m] = pct(t_us, o->reps, 0.9);
+        res->us[m] = bench_percentile(t_us, o->reps, 0.5);
+        res->p10[m] = bench_percentile(t_us, o->reps, 0.1);
+        res->p90[m] = bench_percentile(t_us, o->reps, 0.9);
         res->gbs[m] = bytes / (res->us[m] * 1e-6) / 1e9;
         res->ran[m] = true;
     }
@@ -375,6 +302,8 @@ done:
 /* ---------------------------------------------------------------------- */
 /* entry */
 
+/* Options into *o. Returns 0, -1 after --help (printed), or 2 after an
+ * error message. */
 static int parse(int argc, char **argv, struct opts *o) {
     static const int DEF_BATCH[] = {1, 4, 16, 32, 64, 128};
     static const int DEF_CTX[] = {256, 512, 1024, 2048, 8192};
@@ -394,8 +323,12 @@ static int parse(int argc, char **argv, struct opts *o) {
     o->reps = 30;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long l;
         if (!strcmp(a, "--attention")) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return -1;
+        }
         if (!strcmp(a, "--json")) {
             o->json = true;
             continue;
@@ -408,8 +341,8 @@ static int parse(int argc, char **argv, struct opts *o) {
             o->cpu_time = true;
             continue;
         }
-        if (!v) return usage("missing value for", a);
-        i++;
+        const char *v = cli_value(CMD, argc, argv, &i);
+        if (!v) return 2;
         if (!strcmp(a, "--shape")) {
             /* a comma list of names, or "all" (the two shapes of SCENARIOS.md) */
             bool any = false;
@@ -422,21 +355,20 @@ static int parse(int argc, char **argv, struct opts *o) {
             }
             if (!any) return usage("unknown shape (smollm2, llama3-8b, mqa, all)", v);
         } else if (!strcmp(a, "--batch")) {
-            if ((o->n_batch = parse_list(v, o->batch, 16, 1, 4096)) < 1) return usage("bad --batch", v);
+            if ((o->n_batch = cli_int_list(CMD, a, v, 1, 4096, o->batch, 16)) < 0) return 2;
         } else if (!strcmp(a, "--ctx")) {
-            if ((o->n_ctx = parse_list(v, o->ctx, 16, 1, 1 << 20)) < 1) return usage("bad --ctx", v);
+            if ((o->n_ctx = cli_int_list(CMD, a, v, 1, 1 << 20, o->ctx, 16)) < 0) return 2;
         } else if (!strcmp(a, "--threads")) {
-            int t;
-            if (parse_list(v, &t, 1, 1, 256) != 1) return usage("bad --threads", v);
-            o->threads = t;
+            if (!cli_int(CMD, a, v, 1, 256, &l)) return 2;
+            o->threads = (int)l;
         } else if (!strcmp(a, "--kv-type")) {
             if (!strcmp(v, "f16") || !strcmp(v, "F16")) o->kv_type = ANVIL_TYPE_F16;
             else if (!strcmp(v, "q8_0") || !strcmp(v, "Q8_0")) o->kv_type = ANVIL_TYPE_Q8_0;
             else return usage("bad --kv-type (f16, q8_0)", v);
         } else if (!strcmp(a, "--block")) {
-            int b;
-            if (parse_list(v, &b, 1, 16, 1024) != 1 || b % 16) return usage("bad --block", v);
-            o->block = b;
+            if (!cli_int(CMD, a, v, 16, 1024, &l)) return 2;
+            if (l % 16) return usage("--block must be a multiple of 16, got", v);
+            o->block = (int)l;
         } else if (!strcmp(a, "--split")) {
             o->split_on[0] = strstr(v, "off") != NULL;
             o->split_on[1] = strstr(v, "on") != NULL;
@@ -445,15 +377,16 @@ static int parse(int argc, char **argv, struct opts *o) {
         } else if (!strcmp(a, "--kernels")) {
             o->kernels = v;
         } else if (!strcmp(a, "--footprint")) {
-            int mb;
-            if (parse_list(v, &mb, 1, 1, 1 << 20) != 1) return usage("bad --footprint", v);
-            o->footprint_mb = mb;
+            if (!cli_int(CMD, a, v, 1, 1 << 20, &l)) return 2;
+            o->footprint_mb = (double)l;
         } else if (!strcmp(a, "--max-mem")) {
-            int mb;
-            if (parse_list(v, &mb, 1, 1, 1 << 20) != 1) return usage("bad --max-mem", v);
-            o->max_mem_mb = mb;
+            if (!cli_int(CMD, a, v, 1, 1 << 20, &l)) return 2;
+            o->max_mem_mb = (double)l;
         } else if (!strcmp(a, "-r")) {
-            if (parse_list(v, &o->reps, 1, 1, 100000) != 1) return usage("bad -r", v);
+            if (!cli_int(CMD, a, v, 1, 100000, &l)) return 2;
+            o->reps = (int)l;
+        } else if (!strcmp(a, "--png")) {
+            o->png = v;
         } else {
             return usage("unknown option", a);
         }
@@ -461,35 +394,48 @@ static int parse(int argc, char **argv, struct opts *o) {
     return 0;
 }
 
+/* One read_bw record (stdout for --json, data for --png). */
+static void print_bw(FILE *out, FILE *data, int threads, double gbs, bool cpu_time) {
+    if (!out && !data) return;
+    struct bench_json j;
+    bench_json_begin(&j, out, data);
+    bench_json_str(&j, "bench", "read_bw");
+    bench_json_int(&j, "threads", threads);
+    bench_json_num(&j, "gbs", gbs, 2);
+    bench_json_str(&j, "clock", cpu_time ? "cpu" : "wall");
+    bench_json_str(&j, "commit", bench_commit());
+    bench_json_str(&j, "cpu", bench_cpu_flags());
+    bench_json_end(&j);
+}
+
 int bench_attention(int argc, char **argv) {
     struct opts o;
     int rc = parse(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     const struct kn_attn_ops *ops = kn_attn_select(o.kernels);
     if (!ops) return usage("kernels not available on this CPU:", o.kernels);
+    struct bench_png png;
+    if (o.png && (rc = bench_png_open(&png, CMD, "attention", o.png, NULL, 0))) return rc;
+    FILE *data = o.png ? bench_png_data(&png) : NULL; /* the chart's copy of the records */
     struct pool *pool = NULL, *pool1 = NULL;
     if (pool_create(o.threads, &pool) != ANVIL_OK || pool_create(1, &pool1) != ANVIL_OK) {
         pool_free(pool);
-        fprintf(stderr, "bench --attention: cannot start threads\n");
+        fprintf(stderr, "anvil %s: cannot start threads\n", CMD);
+        if (o.png) bench_png_close(&png);
         return 1;
     }
-    double bw1 = o.no_bw ? 1.0 : read_bandwidth(pool1, (size_t)1 << 30, o.cpu_time);
-    double bwn = o.no_bw ? 1.0 : o.threads > 1 ? read_bandwidth(pool, (size_t)1 << 30, o.cpu_time) : bw1;
+    double bw1 = o.no_bw ? 1.0 : read_bandwidth(pool1, o.cpu_time);
+    double bwn = o.no_bw ? 1.0 : o.threads > 1 ? read_bandwidth(pool, o.cpu_time) : bw1;
     pool_free(pool1);
     const char *tname = o.kv_type == ANVIL_TYPE_Q8_0 ? "q8_0" : "f16";
-    if (o.json) {
-        const char *clk = o.cpu_time ? "cpu" : "wall";
-        printf("{\"bench\":\"read_bw\",\"threads\":1,\"gbs\":%.2f,\"clock\":\"%s\",\"commit\":\"%s\","
-               "\"cpu\":\"%s\"}\n",
-               bw1, clk, commit_id(), cpu_flags());
-        printf("{\"bench\":\"read_bw\",\"threads\":%d,\"gbs\":%.2f,\"clock\":\"%s\",\"commit\":\"%s\","
-               "\"cpu\":\"%s\"}\n",
-               o.threads, bwn, clk, commit_id(), cpu_flags());
-    } else {
+    /* without a measurement (--no-bw) the chart gets no bandwidth line */
+    print_bw(o.json ? stdout : NULL, o.no_bw ? NULL : data, 1, bw1, o.cpu_time);
+    print_bw(o.json ? stdout : NULL, o.no_bw ? NULL : data, o.threads, bwn, o.cpu_time);
+    if (!o.json) {
         printf("decode attention over the paged KV cache: kernels %s, KV %s, block %d, %d threads, "
                "%s clock, commit %s, cpu %s\n",
-               ops->name, tname, o.block, o.threads, o.cpu_time ? "CPU" : "wall", commit_id(),
-               cpu_flags());
+               ops->name, tname, o.block, o.threads, o.cpu_time ? "CPU" : "wall", bench_commit(),
+               bench_cpu_flags());
         printf("measured read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n\n", bw1,
                bwn, o.threads);
         printf("| shape     | batch |  ctx | split |   µs (p10-p90)         |  GB/s | %% of bw | "
@@ -519,19 +465,33 @@ int bench_attention(int argc, char **argv) {
                 for (int m = 0; m < 3; m++) {
                     if (!res.ran[m]) continue;
                     double frac = res.gbs[m] / bwn;
-                    if (o.json) {
-                        printf("{\"bench\":\"attention\",\"shape\":\"%s\",\"n_head\":%d,"
-                               "\"n_head_kv\":%d,\"head_dim\":%d,\"kv_type\":\"%s\",\"block\":%d,"
-                               "\"batch\":%d,\"ctx\":%d,\"threads\":%d,\"split\":\"%s\","
-                               "\"split_used\":%s,\"us\":%.2f,\"us_p10\":%.2f,\"us_p90\":%.2f,"
-                               "\"gbs\":%.2f,\"read_bw_gbs\":%.2f,\"bw_frac\":%.3f,"
-                               "\"kernels\":\"%s\",\"clock\":\"%s\",\"commit\":\"%s\"}\n",
-                               sh->name, sh->n_head, sh->n_head_kv, sh->head_dim, tname, o.block,
-                               o.batch[bi], o.ctx[ci], o.threads, SPLIT_NAME[m],
-                               res.split_used[m] ? "true" : "false", res.us[m], res.p10[m],
-                               res.p90[m], res.gbs[m], bwn, frac, ops->name,
-                               o.cpu_time ? "cpu" : "wall", commit_id());
-                    } else {
+                    if (o.json || data) {
+                        struct bench_json j;
+                        bench_json_begin(&j, o.json ? stdout : NULL, data);
+                        bench_json_str(&j, "bench", "attention");
+                        bench_json_str(&j, "shape", sh->name);
+                        bench_json_int(&j, "n_head", sh->n_head);
+                        bench_json_int(&j, "n_head_kv", sh->n_head_kv);
+                        bench_json_int(&j, "head_dim", sh->head_dim);
+                        bench_json_str(&j, "kv_type", tname);
+                        bench_json_int(&j, "block", o.block);
+                        bench_json_int(&j, "batch", o.batch[bi]);
+                        bench_json_int(&j, "ctx", o.ctx[ci]);
+                        bench_json_int(&j, "threads", o.threads);
+                        bench_json_str(&j, "split", SPLIT_NAME[m]);
+                        bench_json_bool(&j, "split_used", res.split_used[m]);
+                        bench_json_num(&j, "us", res.us[m], 2);
+                        bench_json_num(&j, "us_p10", res.p10[m], 2);
+                        bench_json_num(&j, "us_p90", res.p90[m], 2);
+                        bench_json_num(&j, "gbs", res.gbs[m], 2);
+                        bench_json_num(&j, "read_bw_gbs", bwn, 2);
+                        bench_json_num(&j, "bw_frac", frac, 3);
+                        bench_json_str(&j, "kernels", ops->name);
+                        bench_json_str(&j, "clock", o.cpu_time ? "cpu" : "wall");
+                        bench_json_str(&j, "commit", bench_commit());
+                        bench_json_end(&j);
+                    }
+                    if (!o.json) {
                         printf("| %-9s | %5d | %4d | %-5s | %9.1f (%7.1f-%7.1f) | %5.1f | %6.0f%% | "
                                "%-10s |\n",
                                sh->name, o.batch[bi], o.ctx[ci], SPLIT_NAME[m], res.us[m], res.p10[m],
@@ -545,10 +505,10 @@ int bench_attention(int argc, char **argv) {
             }
     }
     pool_free(pool);
+    if (o.png) {
+        int prc = bench_png_draw(&png);
+        bench_png_close(&png);
+        if (!rc) rc = prc;
+    }
     return rc;
 }
-
-#ifdef BENCH_ATTN_MAIN
-/* standalone build: cc -DBENCH_ATTN_MAIN tools/cli/bench_attn.c libanvil.a */
-int main(int argc, char **argv) { return bench_attention(argc, argv); }
-#endif

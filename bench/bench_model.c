@@ -13,52 +13,17 @@
  *   total_tok_s = (prompt + generated tokens) / wall, prefill_tok_s =
  *   prompt tokens / wall, decode_tok_s = generated tokens / wall.
  *
- * Benchmarks never gate tests; they refuse to run when the allocation
+ * Benchmarks never gate tests; they refuse to report when the allocation
  * counter shows mallocs inside the timed decode loop.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
+#include "args.h"
 #include "bench.h"
-#include "cli.h"
+#include "bench_util.h"
 #include "core/core.h"
-
-#ifndef ANVIL_COMMIT
-#define ANVIL_COMMIT "unknown"
-#endif
-
-const char *bench_commit(void) { return ANVIL_COMMIT; }
-
-double bench_peak_rss_mb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
-
-static void mean_sd(const double *x, int n, double *mean, double *sd) {
-    double s = 0, ss = 0;
-    for (int i = 0; i < n; i++) s += x[i];
-    *mean = s / n;
-    for (int i = 0; i < n; i++) ss += (x[i] - *mean) * (x[i] - *mean);
-    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double bench_percentile(double *x, int n, double q) {
-    if (n == 0) return 0.0;
-    qsort(x, (size_t)n, sizeof(double), cmp_double);
-    double pos = q * (n - 1);
-    int i = (int)pos;
-    double f = pos - i;
-    return i + 1 < n ? x[i] * (1 - f) + x[i + 1] * f : x[i];
-}
 
 /* ---------------------------------------------------------------------- */
 /* single stream: pp / tg */
@@ -73,18 +38,24 @@ struct pp_tg_opts {
 static void print_row(const struct pp_tg_opts *o, struct anvil_model *m, const char *test,
                       double mean, double sd) {
     if (o->json) {
-        printf("{\"test\": \"%s\", \"threads\": %d, \"tok_s\": %.3f, \"tok_s_sd\": %.3f, "
-               "\"model\": \"%s\", \"quant\": \"%s\", \"kernels\": \"%s\", \"reps\": %d, "
-               "\"commit\": \"%s\"}\n",
-               test, o->n_threads, mean, sd, anvil_model_desc(m),
-               anvil_type_name(anvil_model_type(m)), anvil_model_kernels(m), o->reps,
-               bench_commit());
+        struct bench_json j;
+        bench_json_begin(&j, stdout, NULL);
+        bench_json_str(&j, "test", test);
+        bench_json_int(&j, "threads", o->n_threads);
+        bench_json_num(&j, "tok_s", mean, 3);
+        bench_json_num(&j, "tok_s_sd", sd, 3);
+        bench_json_str(&j, "model", anvil_model_desc(m));
+        bench_json_str(&j, "quant", anvil_type_name(anvil_model_type(m)));
+        bench_json_str(&j, "kernels", anvil_model_kernels(m));
+        bench_json_int(&j, "reps", o->reps);
+        bench_json_str(&j, "commit", bench_commit());
+        bench_json_end(&j);
     } else {
         printf("| %-44s | %5s | %7d | %-7s | %6s | %10.2f ± %6.2f |\n", anvil_model_desc(m),
                anvil_type_name(anvil_model_type(m)), o->n_threads, anvil_model_kernels(m), test,
                mean, sd);
+        fflush(stdout);
     }
-    fflush(stdout);
 }
 
 static int run_pp_tg(const struct pp_tg_opts *o) {
@@ -99,17 +70,22 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
     cp.n_batch = o->n_prompt > 0 ? o->n_prompt : 1;
     cp.n_threads = o->n_threads;
     struct anvil_ctx *c;
-    if (anvil_ctx_init(m, &cp, &c) != ANVIL_OK) {
+    if (anvil_ctx_init(m, &cp, &c, err, sizeof(err)) != ANVIL_OK) {
         anvil_model_free(m);
-        return cli_fail("bench", "cannot create a context");
+        return cli_fail("bench", "cannot create a context: %s", err);
     }
     int n_max = o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen;
-    anvil_token *tok = malloc((size_t)n_max * sizeof(anvil_token));
-    int32_t *pos = malloc((size_t)n_max * sizeof(int32_t));
-    int32_t *seq = calloc((size_t)n_max, sizeof(int32_t));
-    double *t = malloc((size_t)(o->reps + 1) * sizeof(double));
+    anvil_token *tok = anvil_malloc((size_t)n_max * sizeof(anvil_token));
+    int32_t *pos = anvil_malloc((size_t)n_max * sizeof(int32_t));
+    int32_t *seq = anvil_calloc((size_t)n_max, sizeof(int32_t));
+    double *t = anvil_malloc((size_t)(o->reps + 1) * sizeof(double));
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     int n_vocab = anvil_model_n_vocab(m), rc = 0;
+    if (!tok || !pos || !seq || !t) {
+        fprintf(stderr, "anvil bench: out of memory\n");
+        rc = 1;
+        goto done;
+    }
     for (int i = 0; i < n_max; i++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         tok[i] = (anvil_token)(rng % (uint64_t)n_vocab);
@@ -125,15 +101,15 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
         for (int r = 0; r <= o->reps; r++) { /* r == 0 is the warmup */
             anvil_seq_truncate(c, 0, 0);
             struct anvil_batch b = {.n_tokens = o->n_prompt, .token = tok, .pos = pos, .seq_id = seq};
-            double t0 = time_now_s();
+            double t0 = bench_wall_s();
             if (anvil_decode(c, &b) != ANVIL_OK) {
                 rc = cli_fail("bench", "decode failed: %s", anvil_ctx_errmsg(c));
                 goto done;
             }
-            t[r] = o->n_prompt / (time_now_s() - t0);
+            t[r] = o->n_prompt / (bench_wall_s() - t0);
         }
         double mean, sd;
-        mean_sd(t + 1, o->reps, &mean, &sd);
+        bench_mean_sd(t + 1, o->reps, &mean, &sd);
         char name[32];
         snprintf(name, sizeof(name), "pp%d", o->n_prompt);
         print_row(o, m, name, mean, sd);
@@ -142,7 +118,7 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
         for (int r = 0; r <= o->reps; r++) {
             anvil_seq_truncate(c, 0, 0);
             uint64_t allocs = anvil_alloc_count();
-            double t0 = time_now_s();
+            double t0 = bench_wall_s();
             for (int i = 0; i < o->n_gen; i++) {
                 struct anvil_batch b = {.n_tokens = 1, .token = tok + i, .pos = pos + i, .seq_id = seq};
                 if (anvil_decode(c, &b) != ANVIL_OK) {
@@ -150,7 +126,7 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
                     goto done;
                 }
             }
-            t[r] = o->n_gen / (time_now_s() - t0);
+            t[r] = o->n_gen / (bench_wall_s() - t0);
             if (anvil_alloc_count() != allocs) {
                 rc = cli_fail("bench", "the decode loop allocated memory (%llu calls): refusing "
                               "to report", (unsigned long long)(anvil_alloc_count() - allocs));
@@ -158,16 +134,16 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
             }
         }
         double mean, sd;
-        mean_sd(t + 1, o->reps, &mean, &sd);
+        bench_mean_sd(t + 1, o->reps, &mean, &sd);
         char name[32];
         snprintf(name, sizeof(name), "tg%d", o->n_gen);
         print_row(o, m, name, mean, sd);
     }
 done:
-    free(tok);
-    free(pos);
-    free(seq);
-    free(t);
+    anvil_free(tok);
+    anvil_free(pos);
+    anvil_free(seq);
+    anvil_free(t);
     anvil_ctx_free(c);
     anvil_model_free(m);
     return rc;
@@ -209,19 +185,21 @@ static const char FILLER[] =
     "moved and transformed, and the speed of the whole is set by its slowest part. ";
 
 struct req_rec {
-    struct bench_scn *b;
     double t_submit, t_first, t_last;
-    double *gaps;
+    double *gaps; /* (cap_gaps) seconds between consecutive tokens */
     int n_gaps, cap_gaps, n_gen, done;
 };
 
-struct bench_scn {
-    double t0;
+struct scenario_result {
+    int in_tokens, out_tokens;
+    double wall_s, total_tok_s, prefill_tok_s, decode_tok_s;
+    double ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms, peak_rss_mb;
+    int kv_blocks_used, preemptions;
 };
 
 static void on_event(void *user, const struct anvil_event *ev) {
     struct req_rec *r = user;
-    double now = time_now_s();
+    double now = bench_wall_s();
     if (ev->type == ANVIL_EVENT_TOKEN) {
         if (r->n_gen == 0) r->t_first = now;
         else if (r->n_gaps < r->cap_gaps) r->gaps[r->n_gaps++] = now - r->t_last;
@@ -232,8 +210,47 @@ static void on_event(void *user, const struct anvil_event *ev) {
     }
 }
 
+/* The scenario's record: one table row, or one JSON line to stdout (json)
+ * and/or to the chart's data file (plot). */
+static void print_scenario(const struct scenario *sc, struct anvil_model *m, int n_threads,
+                           const struct scenario_result *r, bool json, FILE *plot) {
+    if (json || plot) {
+        struct bench_json j;
+        bench_json_begin(&j, json ? stdout : NULL, plot);
+        bench_json_str(&j, "scenario", sc->name);
+        bench_json_str(&j, "model", anvil_model_desc(m));
+        bench_json_str(&j, "quant", anvil_type_name(anvil_model_type(m)));
+        bench_json_int(&j, "threads", n_threads);
+        bench_json_str(&j, "kernels", anvil_model_kernels(m));
+        bench_json_str(&j, "commit", bench_commit());
+        bench_json_int(&j, "requests", sc->n_req);
+        bench_json_int(&j, "in_tokens", r->in_tokens);
+        bench_json_int(&j, "out_tokens", r->out_tokens);
+        bench_json_num(&j, "wall_s", r->wall_s, 3);
+        bench_json_num(&j, "total_tok_s", r->total_tok_s, 2);
+        bench_json_num(&j, "prefill_tok_s", r->prefill_tok_s, 2);
+        bench_json_num(&j, "decode_tok_s", r->decode_tok_s, 2);
+        bench_json_num(&j, "ttft_p50_ms", r->ttft_p50_ms, 1);
+        bench_json_num(&j, "ttft_p99_ms", r->ttft_p99_ms, 1);
+        bench_json_num(&j, "itl_p50_ms", r->itl_p50_ms, 2);
+        bench_json_num(&j, "itl_p99_ms", r->itl_p99_ms, 2);
+        bench_json_num(&j, "peak_rss_mb", r->peak_rss_mb, 1);
+        bench_json_int(&j, "kv_blocks_used", r->kv_blocks_used);
+        bench_json_int(&j, "preemptions", r->preemptions);
+        bench_json_end(&j);
+    }
+    if (!json) {
+        printf("%-24s wall %7.2f s | total %8.1f tok/s (in %7.1f, out %7.1f) | TTFT p50 %7.0f "
+               "p99 %7.0f ms | ITL p50 %6.1f p99 %6.1f ms | RSS %5.0f MB | KV blocks %d\n",
+               sc->name, r->wall_s, r->total_tok_s, r->prefill_tok_s, r->decode_tok_s,
+               r->ttft_p50_ms, r->ttft_p99_ms, r->itl_p50_ms, r->itl_p99_ms, r->peak_rss_mb,
+               r->kv_blocks_used);
+        fflush(stdout);
+    }
+}
+
 int bench_run_scenario(const char *model_path, const char *kernels, int n_threads,
-                       const char *name, bool json, struct bench_scenario_result *res) {
+                       const char *name, bool json, FILE *plot) {
     const struct scenario *sc = NULL;
     for (int i = 0; i < N_SCENARIOS; i++)
         if (!strcmp(scenarios[i].name, name)) sc = &scenarios[i];
@@ -261,21 +278,25 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
     ep.max_running = sc->n_req < 128 ? sc->n_req : 128;
     ep.n_ctx = max_len + sc->n_gen + 8;
     struct anvil_engine *e;
-    if (anvil_engine_init(m, &ep, &e) != ANVIL_OK) {
+    if (anvil_engine_init(m, &ep, &e, err, sizeof(err)) != ANVIL_OK) {
         anvil_model_free(m);
-        return cli_fail("bench", "cannot create the engine");
+        return cli_fail("bench", "cannot create the engine: %s", err);
     }
-    struct req_rec *recs = calloc((size_t)sc->n_req, sizeof(*recs));
-    anvil_token *prompt = malloc((size_t)max_len * sizeof(anvil_token));
+    struct req_rec *recs = anvil_calloc((size_t)sc->n_req, sizeof(*recs));
+    anvil_token *prompt = anvil_malloc((size_t)max_len * sizeof(anvil_token));
+    double *ttft = NULL, *itl = NULL;
     int rc = 0;
-    double t0 = time_now_s();
+    if (!recs || !prompt) goto oom;
+    for (int i = 0; i < sc->n_req; i++) {
+        recs[i].cap_gaps = sc->n_gen;
+        if (!(recs[i].gaps = anvil_malloc((size_t)sc->n_gen * sizeof(double)))) goto oom;
+    }
+    double t0 = bench_wall_s();
     for (int i = 0; i < sc->n_req; i++) {
         int len = sc->prompt_len[i % sc->n_pattern];
         for (int k = 0; k < len; k++) prompt[k] = ftok[(i * 37 + k) % nf];
         total_in += len;
-        recs[i].cap_gaps = sc->n_gen;
-        recs[i].gaps = malloc((size_t)sc->n_gen * sizeof(double));
-        recs[i].t_submit = time_now_s();
+        recs[i].t_submit = bench_wall_s();
         struct anvil_request_params rp = {.prompt = prompt, .n_prompt = len,
                                           .max_tokens = sc->n_gen, .ignore_eos = true};
         rp.sampling = anvil_sampler_default_params();
@@ -294,14 +315,15 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
         if (st.kv_blocks_used > peak_blocks) peak_blocks = st.kv_blocks_used;
         if (active == 0) break;
     }
-    double wall = time_now_s() - t0;
+    double wall = bench_wall_s() - t0;
     int total_out = 0, n_gaps = 0;
     for (int i = 0; i < sc->n_req; i++) {
         total_out += recs[i].n_gen;
         n_gaps += recs[i].n_gaps;
     }
-    double *ttft = malloc((size_t)sc->n_req * sizeof(double));
-    double *itl = malloc((size_t)(n_gaps > 0 ? n_gaps : 1) * sizeof(double));
+    ttft = anvil_malloc((size_t)sc->n_req * sizeof(double));
+    itl = anvil_malloc((size_t)(n_gaps > 0 ? n_gaps : 1) * sizeof(double));
+    if (!ttft || !itl) goto oom;
     int k = 0;
     for (int i = 0; i < sc->n_req; i++) {
         ttft[i] = (recs[i].t_first - recs[i].t_submit) * 1e3;
@@ -309,9 +331,7 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
     }
     struct anvil_engine_stats st;
     anvil_engine_get_stats(e, &st);
-    struct bench_scenario_result r = {
-        .name = sc->name,
-        .n_req = sc->n_req,
+    struct scenario_result r = {
         .in_tokens = total_in,
         .out_tokens = total_out,
         .wall_s = wall,
@@ -325,40 +345,27 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
         .peak_rss_mb = bench_peak_rss_mb(),
         .kv_blocks_used = peak_blocks,
         .preemptions = (int)st.n_preemptions,
-        .ttft_ms = ttft,
-        .n_ttft = sc->n_req,
-        .itl_ms = itl,
-        .n_itl = n_gaps,
     };
-    if (json) {
-        printf("{\"scenario\": \"%s\", \"model\": \"%s\", \"quant\": \"%s\", \"threads\": %d, "
-               "\"kernels\": \"%s\", \"commit\": \"%s\", \"requests\": %d, \"in_tokens\": %d, "
-               "\"out_tokens\": %d, \"wall_s\": %.3f, \"total_tok_s\": %.2f, "
-               "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"ttft_p50_ms\": %.1f, "
-               "\"ttft_p99_ms\": %.1f, \"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, "
-               "\"peak_rss_mb\": %.1f, \"kv_blocks_used\": %d, \"preemptions\": %d}\n",
-               r.name, anvil_model_desc(m), anvil_type_name(anvil_model_type(m)), n_threads,
-               anvil_model_kernels(m), bench_commit(), r.n_req, r.in_tokens, r.out_tokens,
-               r.wall_s, r.total_tok_s, r.prefill_tok_s, r.decode_tok_s, r.ttft_p50_ms,
-               r.ttft_p99_ms, r.itl_p50_ms, r.itl_p99_ms, r.peak_rss_mb, r.kv_blocks_used,
-               r.preemptions);
-    } else {
-        printf("%-24s wall %7.2f s | total %8.1f tok/s (in %7.1f, out %7.1f) | TTFT p50 %7.0f "
-               "p99 %7.0f ms | ITL p50 %6.1f p99 %6.1f ms | RSS %5.0f MB | KV blocks %d\n",
-               r.name, r.wall_s, r.total_tok_s, r.prefill_tok_s, r.decode_tok_s, r.ttft_p50_ms,
-               r.ttft_p99_ms, r.itl_p50_ms, r.itl_p99_ms, r.peak_rss_mb, r.kv_blocks_used);
+    print_scenario(sc, m, n_threads, &r, json, plot);
+    if (plot) {
+        struct bench_json j;
+        bench_json_begin(&j, plot, NULL);
+        bench_json_str(&j, "bench", "scenario_samples");
+        bench_json_str(&j, "scenario", sc->name);
+        bench_json_nums(&j, "ttft_ms", ttft, sc->n_req, 3);
+        bench_json_nums(&j, "itl_ms", itl, n_gaps, 3);
+        bench_json_end(&j);
     }
-    fflush(stdout);
-    if (res) {
-        *res = r; /* the caller frees ttft_ms / itl_ms */
-    } else {
-        free(ttft);
-        free(itl);
-    }
+    goto done;
+oom:
+    fprintf(stderr, "anvil bench: out of memory\n");
+    rc = 1;
 done:
-    for (int i = 0; i < sc->n_req; i++) free(recs[i].gaps);
-    free(recs);
-    free(prompt);
+    for (int i = 0; recs && i < sc->n_req; i++) anvil_free(recs[i].gaps);
+    anvil_free(recs);
+    anvil_free(prompt);
+    anvil_free(ttft);
+    anvil_free(itl);
     anvil_engine_free(e);
     anvil_model_free(m);
     return rc;

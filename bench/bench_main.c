@@ -1,5 +1,6 @@
 /*
- * cmd_bench.c - `anvil bench`.
+ * bench_main.c - `anvil bench`: options, dispatch to the benchmarks, and
+ * the single-stream and scenario runs with the scenario chart.
  *
  *   anvil bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]
  *                                          single stream pp/tg (bench_model.c)
@@ -14,14 +15,12 @@
  * forces one.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "bench.h"
-#include "bench_attn.h"
-#include "cli.h"
+#include "bench_png.h"
 #include "core/core.h"
-#include "plot.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -41,60 +40,35 @@ static void usage(FILE *f) {
                "Set ANVIL_KERNELS=ref|avx2|avx512 to force a kernel family.\n");
 }
 
-static int write_scenario_png(const char *path, struct bench_scenario_result *res, int n) {
-    struct plot_grid *g = plot_grid_new(3, 1, 640, 420, "anvil serving scenarios");
-    if (!g) return cli_fail("bench", "cannot create the plot");
-    const char **names = malloc((size_t)n * sizeof(*names));
-    double *tput = malloc((size_t)n * sizeof(double));
-    for (int i = 0; i < n; i++) {
-        names[i] = res[i].name;
-        tput[i] = res[i].total_tok_s;
-    }
-    struct plot *p = plot_grid_panel(g, 0);
-    plot_set_labels(p, "throughput", "scenario", "total tok/s");
-    plot_bars(p, names, tput, n, "anvil");
-    p = plot_grid_panel(g, 1);
-    plot_set_labels(p, "time to first token (CDF)", "ms", "fraction");
-    plot_log_x(p, true);
-    for (int i = 0; i < n; i++) plot_cdf(p, res[i].name, res[i].ttft_ms, res[i].n_ttft);
-    p = plot_grid_panel(g, 2);
-    plot_set_labels(p, "inter-token latency (CDF)", "ms", "fraction");
-    plot_log_x(p, true);
-    for (int i = 0; i < n; i++) plot_cdf(p, res[i].name, res[i].itl_ms, res[i].n_itl);
-    char err[256];
-    int rc = 0;
-    if (plot_grid_write_png(g, path, err, sizeof(err)) != 0) rc = cli_fail("bench", "%s", err);
-    else fprintf(stderr, "anvil bench: wrote %s\n", path);
-    plot_grid_free(g);
-    free(names);
-    free(tput);
-    return rc;
+static bool scenario_known(const char *which) {
+    if (!strcmp(which, "all")) return true;
+    for (int i = 0; i < bench_scenario_count(); i++)
+        if (!strcmp(which, bench_scenario_name(i))) return true;
+    return false;
 }
 
+/* The scenarios named by which ("all" or one name) at n_threads, and with
+ * png their chart: throughput, TTFT and inter-token latency distributions. */
 static int run_scenarios(const char *model, const char *which, int n_threads, bool json,
                          const char *png) {
-    int n = bench_scenario_count(), n_done = 0, rc = 0;
-    struct bench_scenario_result *res = calloc((size_t)n, sizeof(*res));
-    for (int i = 0; i < n && !rc; i++) {
+    struct bench_png plot;
+    int rc = png ? bench_png_open(&plot, "bench", "scenarios", png, NULL, 0) : 0;
+    if (rc) return rc;
+    FILE *data = png ? bench_png_data(&plot) : NULL;
+    for (int i = 0; i < bench_scenario_count() && !rc; i++) {
         const char *name = bench_scenario_name(i);
         if (strcmp(which, "all") && strcmp(which, name)) continue;
         if (!json) fprintf(stderr, "anvil bench: running %s ...\n", name);
-        rc = bench_run_scenario(model, NULL, n_threads, name, json, &res[n_done]);
-        if (!rc) n_done++;
+        rc = bench_run_scenario(model, NULL, n_threads, name, json, data);
     }
-    if (!rc && n_done == 0) rc = cli_fail("bench", "unknown scenario '%s' (see --help)", which);
-    if (!rc && png) rc = write_scenario_png(png, res, n_done);
-    for (int i = 0; i < n_done; i++) {
-        free(res[i].ttft_ms);
-        free(res[i].itl_ms);
-    }
-    free(res);
+    if (!rc && png) rc = bench_png_draw(&plot);
+    if (png) bench_png_close(&plot);
     return rc;
 }
 
-int cmd_bench(int argc, char **argv) {
+int bench_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--kernels")) return cli_bench_kernels(argc, argv);
+        if (!strcmp(argv[i], "--kernels")) return bench_kernels(argc, argv);
         if (!strcmp(argv[i], "--attention")) return bench_attention(argc, argv);
         if (!strcmp(argv[i], "--batched")) return bench_batched(argc, argv);
     }
@@ -134,23 +108,17 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!model) return cli_fail("bench", "a model is required (-m FILE)");
     if (n_prompt == 0 && n_gen == 0 && !scenario) return cli_fail("bench", "nothing to run");
+    if (scenario && !scenario_known(scenario))
+        return cli_fail("bench", "unknown scenario '%s' (see --help)", scenario);
+    if (png && !scenario) return cli_fail("bench", "--png needs --scenario (or --kernels, --batched)");
 
-    /* thread list "1,2" */
-    long tl[16];
-    int nt = 0;
-    if (!threads) {
-        tl[nt++] = cpu_count_online();
-    } else {
-        char buf[128];
-        snprintf(buf, sizeof(buf), "%s", threads);
-        for (char *tok = strtok(buf, ","); tok && nt < 16; tok = strtok(NULL, ","))
-            if (!cli_int("bench", "-t", tok, 1, 256, &tl[nt++])) return 2;
-    }
+    int tl[16], nt = 1;
+    tl[0] = cpu_count_online();
+    if (threads && (nt = cli_int_list("bench", "-t", threads, 1, 256, tl, 16)) < 0) return 2;
     int rc = 0;
     for (int k = 0; k < nt && !rc; k++) {
-        if (scenario) rc = run_scenarios(model, scenario, (int)tl[k], json, png);
-        else rc = bench_single_stream(model, NULL, (int)n_prompt, (int)n_gen, (int)tl[k], (int)reps,
-                                      json || k > 0 ? json : false);
+        if (scenario) rc = run_scenarios(model, scenario, tl[k], json, png);
+        else rc = bench_single_stream(model, NULL, (int)n_prompt, (int)n_gen, tl[k], (int)reps, json);
     }
     return rc;
 }

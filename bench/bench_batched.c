@@ -22,21 +22,22 @@
  * plus two decode steps (first touch of the KV pool, threads awake). The
  * timed decode loop must not allocate: the allocation counter is read
  * around it and a run that allocated reports nothing.
+ *
+ * --png draws S_PP and S_TG against B with bench/plot.py, with the rows of
+ * --compare FILE (JSON lines of other engines, one series per "label").
  */
-#include <cjson/cJSON.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "bench.h"
-#include "cli.h"
+#include "bench_png.h"
+#include "bench_util.h"
 #include "core/core.h"
-#include "plot.h"
 
 #define MAX_NPL 32
-#define MAX_SERIES 8
 
 struct bopts {
     const char *model, *png, *compare;
@@ -85,23 +86,6 @@ static void usage(FILE *f) {
             "Set ANVIL_KERNELS=ref|avx2|avx512 to force a kernel family.\n");
 }
 
-/* "1,4,16": integers in [1, 4096], no empty items. */
-static bool parse_npl(const char *s, struct bopts *o) {
-    o->n_npl = 0;
-    const char *p = s;
-    for (;;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 4096 || o->n_npl == MAX_NPL || (*end && *end != ',')) break;
-        o->npl[o->n_npl++] = (int)v;
-        if (!*end) return true;
-        p = end + 1;
-    }
-    cli_fail("bench", "--npl expects a comma-separated list of up to %d integers in [1, 4096], "
-             "got '%s'", MAX_NPL, s);
-    return false;
-}
-
 static int parse(int argc, char **argv, struct bopts *o) {
     *o = (struct bopts){.npp = 64, .ntg = 128, .reps = 1, .n_batch = 512,
                         .kv_type = ANVIL_TYPE_F16, .npl = {1, 4, 16, 32, 64}, .n_npl = 5};
@@ -125,7 +109,9 @@ static int parse(int argc, char **argv, struct bopts *o) {
         } else if (!strcmp(a, "--compare")) {
             if (!(o->compare = cli_value("bench", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--npl")) {
-            if (!(s = cli_value("bench", argc, argv, &i)) || !parse_npl(s, o)) return 2;
+            if (!(s = cli_value("bench", argc, argv, &i)) ||
+                (o->n_npl = cli_int_list("bench", a, s, 1, 4096, o->npl, MAX_NPL)) < 0)
+                return 2;
         } else if (!strcmp(a, "--kv-type")) {
             if (!(s = cli_value("bench", argc, argv, &i))) return 2;
             int t = anvil_type_from_name(s);
@@ -237,55 +223,52 @@ static void clear_all(struct anvil_ctx *c, int B) {
     for (int j = 0; j < B; j++) anvil_seq_truncate(c, j, 0);
 }
 
+/* One B's record to stdout (--json) and/or the chart's data file. */
 static void print_json(const struct bopts *o, struct anvil_model *m, int n_batch,
                        const struct bres *r, const struct bufs *b, const anvil_token *ftok,
-                       int nf) {
+                       int nf, FILE *data) {
     const char *slash = strrchr(o->model, '/');
-    printf("{\"bench\": \"batched\", \"engine\": \"anvil\", \"label\": \"anvil\", "
-           "\"model\": \"%s\", \"model_file\": \"%s\", \"quant\": \"%s\", \"kernels\": \"%s\", "
-           "\"threads\": %d, \"kv_type\": \"%s\", \"n_batch\": %d, \"prompt\": \"distinct\", "
-           "\"commit\": \"%s\", \"reps\": %d, \"npp\": %d, \"ntg\": %d, \"npl\": %d, "
-           "\"n_kv\": %d, \"t_pp_s\": %.6f, \"s_pp_tok_s\": %.2f, \"s_pp_sd\": %.2f, "
-           "\"t_tg_s\": %.6f, \"s_tg_tok_s\": %.2f, \"s_tg_sd\": %.2f, \"t_s\": %.6f, "
-           "\"s_tok_s\": %.2f",
-           anvil_model_desc(m), slash ? slash + 1 : o->model,
-           anvil_type_name(anvil_model_type(m)), anvil_model_kernels(m), o->threads,
-           o->kv_type == ANVIL_TYPE_Q8_0 ? "q8_0" : "f16", n_batch, bench_commit(), o->reps,
-           o->npp, o->ntg, r->npl, r->npl * (o->npp + o->ntg), r->t_pp, r->s_pp, r->s_pp_sd,
-           r->t_tg, r->s_tg, r->s_tg_sd, r->t_pp + r->t_tg,
-           r->npl * (o->npp + o->ntg) / (r->t_pp + r->t_tg));
+    struct bench_json j;
+    bench_json_begin(&j, o->json ? stdout : NULL, data);
+    bench_json_str(&j, "bench", "batched");
+    bench_json_str(&j, "engine", "anvil");
+    bench_json_str(&j, "label", "anvil");
+    bench_json_str(&j, "model", anvil_model_desc(m));
+    bench_json_str(&j, "model_file", slash ? slash + 1 : o->model);
+    bench_json_str(&j, "quant", anvil_type_name(anvil_model_type(m)));
+    bench_json_str(&j, "kernels", anvil_model_kernels(m));
+    bench_json_int(&j, "threads", o->threads);
+    bench_json_str(&j, "kv_type", o->kv_type == ANVIL_TYPE_Q8_0 ? "q8_0" : "f16");
+    bench_json_int(&j, "n_batch", n_batch);
+    bench_json_str(&j, "prompt", "distinct");
+    bench_json_str(&j, "commit", bench_commit());
+    bench_json_int(&j, "reps", o->reps);
+    bench_json_int(&j, "npp", o->npp);
+    bench_json_int(&j, "ntg", o->ntg);
+    bench_json_int(&j, "npl", r->npl);
+    bench_json_int(&j, "n_kv", r->npl * (o->npp + o->ntg));
+    bench_json_num(&j, "t_pp_s", r->t_pp, 6);
+    bench_json_num(&j, "s_pp_tok_s", r->s_pp, 2);
+    bench_json_num(&j, "s_pp_sd", r->s_pp_sd, 2);
+    bench_json_num(&j, "t_tg_s", r->t_tg, 6);
+    bench_json_num(&j, "s_tg_tok_s", r->s_tg, 2);
+    bench_json_num(&j, "s_tg_sd", r->s_tg_sd, 2);
+    bench_json_num(&j, "t_s", r->t_pp + r->t_tg, 6);
+    bench_json_num(&j, "s_tok_s", r->npl * (o->npp + o->ntg) / (r->t_pp + r->t_tg), 2);
     if (o->dump_tokens) {
-        printf(", \"prompts\": [");
-        for (int j = 0; j < r->npl; j++) {
-            printf("%s[", j ? ", " : "");
+        /* the prefill rows of b->tok were overwritten by the decode steps */
+        for (int jj = 0; jj < r->npl; jj++)
             for (int k = 0; k < o->npp; k++)
-                printf("%s%d", k ? ", " : "", prompt_token(ftok, nf, j, k));
-            printf("]");
-        }
-        printf("], \"tokens\": [");
-        for (int j = 0; j < r->npl; j++) {
-            printf("%s[", j ? ", " : "");
-            for (int i = 0; i <= o->ntg; i++)
-                printf("%s%d", i ? ", " : "", b->gen[(size_t)j * (o->ntg + 1) + i]);
-            printf("]");
-        }
-        printf("]");
+                b->tok[(size_t)jj * o->npp + k] = prompt_token(ftok, nf, jj, k);
+        bench_json_int_rows(&j, "prompts", b->tok, r->npl, o->npp);
+        bench_json_int_rows(&j, "tokens", b->gen, r->npl, o->ntg + 1);
     }
-    printf("}\n");
-    fflush(stdout);
-}
-
-static void mean_sd(const double *x, int n, double *mean, double *sd) {
-    double s = 0, ss = 0;
-    for (int i = 0; i < n; i++) s += x[i];
-    *mean = s / n;
-    for (int i = 0; i < n; i++) ss += (x[i] - *mean) * (x[i] - *mean);
-    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
+    bench_json_end(&j);
 }
 
 /* Returns 0, 1 (runtime failure) or 2 (bad input). */
 static int run_one(const struct bopts *o, struct anvil_model *m, int B, const anvil_token *ftok,
-                   int nf, struct bres *res) {
+                   int nf, FILE *data, struct bres *res) {
     /* no bigger than the prefill, never under B: a decode step is one call of B rows */
     int n_batch = o->n_batch < B * o->npp ? o->n_batch : B * o->npp;
     if (n_batch < B) n_batch = B;
@@ -297,23 +280,23 @@ static int run_one(const struct bopts *o, struct anvil_model *m, int B, const an
     cp.n_threads = o->threads;
     cp.kv_type = o->kv_type;
     struct anvil_ctx *c;
-    anvil_status st = anvil_ctx_init(m, &cp, &c);
+    char err[256];
+    anvil_status st = anvil_ctx_init(m, &cp, &c, err, sizeof(err));
     if (st != ANVIL_OK) {
-        fprintf(stderr, "anvil bench: cannot create a context for B=%d: %s\n", B,
-                anvil_status_str(st));
+        fprintf(stderr, "anvil bench: cannot create a context for B=%d: %s\n", B, err);
         return 1;
     }
     size_t rows = (size_t)B * (size_t)o->npp;
     struct bufs b = {
-        .tok = malloc(rows * sizeof(anvil_token)),
-        .pos = malloc(rows * sizeof(int32_t)),
-        .seq = malloc(rows * sizeof(int32_t)),
-        .out = malloc(rows),
-        .cur = malloc((size_t)B * sizeof(anvil_token)),
-        .gen = calloc((size_t)B * (size_t)(o->ntg + 1), sizeof(anvil_token)),
+        .tok = anvil_malloc(rows * sizeof(anvil_token)),
+        .pos = anvil_malloc(rows * sizeof(int32_t)),
+        .seq = anvil_malloc(rows * sizeof(int32_t)),
+        .out = anvil_malloc(rows),
+        .cur = anvil_malloc((size_t)B * sizeof(anvil_token)),
+        .gen = anvil_calloc((size_t)B * (size_t)(o->ntg + 1), sizeof(anvil_token)),
     };
-    double *spp = malloc((size_t)o->reps * sizeof(double));
-    double *stg = malloc((size_t)o->reps * sizeof(double));
+    double *spp = anvil_malloc((size_t)o->reps * sizeof(double));
+    double *stg = anvil_malloc((size_t)o->reps * sizeof(double));
     double tpp = 0, ttg = 0;
     int rc = 0;
     if (!b.tok || !b.pos || !b.seq || !b.out || !b.cur || !b.gen || !spp || !stg) {
@@ -326,13 +309,13 @@ static int run_one(const struct bopts *o, struct anvil_model *m, int B, const an
         if (!r || !progress_tty())
             fprintf(stderr, "anvil bench --batched: B=%d %s: prefill %d tokens, %d decode steps\n",
                     B, r ? "run" : "warmup", B * o->npp, r ? o->ntg : 2);
-        double t0 = time_now_s();
+        double t0 = bench_wall_s();
         if ((st = prefill(c, o, B, n_batch, ftok, nf, &b)) != ANVIL_OK) break;
-        double t1 = time_now_s();
+        double t1 = bench_wall_s();
         uint64_t allocs = anvil_alloc_count();
-        double t2 = time_now_s();
+        double t2 = bench_wall_s();
         if ((st = decode(c, o, B, r ? o->ntg : 2, &b)) != ANVIL_OK) break;
-        double t3 = time_now_s();
+        double t3 = bench_wall_s();
         if (anvil_alloc_count() != allocs) {
             fprintf(stderr, "anvil bench: the decode loop allocated memory (%llu calls): refusing "
                     "to report\n", (unsigned long long)(anvil_alloc_count() - allocs));
@@ -355,119 +338,25 @@ static int run_one(const struct bopts *o, struct anvil_model *m, int B, const an
     *res = (struct bres){.npl = B, .t_pp = tpp, .t_tg = ttg, .s_pp = B * o->npp / tpp,
                          .s_tg = B * o->ntg / ttg};
     double mean;
-    mean_sd(spp, o->reps, &mean, &res->s_pp_sd);
-    mean_sd(stg, o->reps, &mean, &res->s_tg_sd);
+    bench_mean_sd(spp, o->reps, &mean, &res->s_pp_sd);
+    bench_mean_sd(stg, o->reps, &mean, &res->s_tg_sd);
     int n_kv = B * (o->npp + o->ntg);
-    if (o->json) {
-        print_json(o, m, n_batch, res, &b, ftok, nf);
-    } else {
+    if (o->json || data) print_json(o, m, n_batch, res, &b, ftok, nf, data);
+    if (!o->json) {
         printf("|%6d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |\n", o->npp,
                o->ntg, B, n_kv, tpp, res->s_pp, ttg, res->s_tg, tpp + ttg, n_kv / (tpp + ttg));
         fflush(stdout);
     }
 done:
-    free(b.tok);
-    free(b.pos);
-    free(b.seq);
-    free(b.out);
-    free(b.cur);
-    free(b.gen);
-    free(spp);
-    free(stg);
+    anvil_free(b.tok);
+    anvil_free(b.pos);
+    anvil_free(b.seq);
+    anvil_free(b.out);
+    anvil_free(b.cur);
+    anvil_free(b.gen);
+    anvil_free(spp);
+    anvil_free(stg);
     anvil_ctx_free(c);
-    return rc;
-}
-
-/* ---------------------------------------------------------------------- */
-/* plot */
-
-struct series {
-    char label[64];
-    double x[MAX_NPL], pp[MAX_NPL], tg[MAX_NPL];
-    int n;
-};
-
-/* JSON lines of other runs (bench_llamacpp_batched.py): one series per
- * "label", rows of another quant than ours skipped, anvil rows skipped. */
-static int read_compare(const char *path, const char *quant, struct series *s, int *ns) {
-    FILE *f = fopen(path, "r");
-    if (!f) return cli_fail("bench", "cannot open %s", path);
-    char line[65536];
-    int lineno = 0;
-    while (fgets(line, sizeof(line), f)) {
-        lineno++;
-        if (strspn(line, " \t\r\n") == strlen(line)) continue;
-        cJSON *j = cJSON_Parse(line);
-        if (!j) {
-            fclose(f);
-            return cli_fail("bench", "%s:%d: not a JSON object", path, lineno);
-        }
-        const cJSON *lab = cJSON_GetObjectItem(j, "label"), *q = cJSON_GetObjectItem(j, "quant"),
-                    *eng = cJSON_GetObjectItem(j, "engine"), *npl = cJSON_GetObjectItem(j, "npl"),
-                    *pp = cJSON_GetObjectItem(j, "s_pp_tok_s"),
-                    *tg = cJSON_GetObjectItem(j, "s_tg_tok_s");
-        bool skip = (cJSON_IsString(q) && strcmp(q->valuestring, quant)) ||
-                    (cJSON_IsString(eng) && !strncmp(eng->valuestring, "anvil", 5));
-        if (!skip && (!cJSON_IsString(lab) || !cJSON_IsNumber(npl) || !cJSON_IsNumber(pp) ||
-                      !cJSON_IsNumber(tg))) {
-            cJSON_Delete(j);
-            fclose(f);
-            return cli_fail("bench", "%s:%d: needs label, npl, s_pp_tok_s and s_tg_tok_s", path,
-                            lineno);
-        }
-        if (!skip) {
-            int k = 0;
-            while (k < *ns && strcmp(s[k].label, lab->valuestring)) k++;
-            if (k == *ns && *ns <= MAX_SERIES) snprintf(s[(*ns)++].label, 64, "%s", lab->valuestring);
-            if (k < *ns && s[k].n < MAX_NPL) {
-                s[k].x[s[k].n] = npl->valuedouble;
-                s[k].pp[s[k].n] = pp->valuedouble;
-                s[k].tg[s[k].n++] = tg->valuedouble;
-            }
-        }
-        cJSON_Delete(j);
-    }
-    fclose(f);
-    return 0;
-}
-
-/* s[0] is anvil's series (filled here), s[1..ns) the --compare ones. */
-static int write_png(const struct bopts *o, struct anvil_model *m, const struct bres *res, int n,
-                     struct series *s, int ns) {
-    snprintf(s[0].label, sizeof(s[0].label), "anvil");
-    for (int i = 0; i < n; i++) {
-        s[0].x[i] = res[i].npl;
-        s[0].pp[i] = res[i].s_pp;
-        s[0].tg[i] = res[i].s_tg;
-    }
-    s[0].n = n;
-    int rc;
-    char title[160];
-    snprintf(title, sizeof(title), "batched decode: %s, %d threads, PP %d, TG %d",
-             anvil_model_desc(m), o->threads, o->npp, o->ntg);
-    struct plot_grid *g = plot_grid_new(2, 1, 620, 440, title);
-    if (!g) return cli_fail("bench", "cannot create the plot");
-    struct plot *pp = plot_grid_panel(g, 0), *tg = plot_grid_panel(g, 1);
-    bool ok = pp && tg && !plot_set_labels(pp, "prefill S_PP", "parallel sequences B", "tok/s") &&
-              !plot_set_labels(tg, "decode S_TG", "parallel sequences B", "tok/s");
-    if (ok) {
-        plot_log_x(pp, true);
-        plot_log_x(tg, true);
-        plot_y_range(pp, 0, NAN);
-        plot_y_range(tg, 0, NAN);
-    }
-    for (int k = 0; k < ns && ok; k++)
-        ok = !plot_line(pp, s[k].label, s[k].x, s[k].pp, s[k].n) &&
-             !plot_line(tg, s[k].label, s[k].x, s[k].tg, s[k].n);
-    char err[256] = "out of memory";
-    rc = 0;
-    if (!ok || plot_grid_write_png(g, o->png, err, sizeof(err)) != 0) {
-        fprintf(stderr, "anvil bench: %s\n", err);
-        rc = 1;
-    } else {
-        fprintf(stderr, "anvil bench: wrote %s\n", o->png);
-    }
-    plot_grid_free(g);
     return rc;
 }
 
@@ -488,13 +377,15 @@ int bench_batched(int argc, char **argv) {
         fprintf(stderr, "anvil bench: cannot tokenize the prompt text\n");
         return 1;
     }
-    static struct series series[MAX_SERIES + 1]; /* anvil, then --compare's */
-    int n_series = 1;
-    if (o.compare &&
-        (rc = read_compare(o.compare, anvil_type_name(anvil_model_type(m)), series, &n_series))) {
+    /* the chart: plot.py checks --compare now, before the run */
+    const char *pargs[4] = {"--quant", anvil_type_name(anvil_model_type(m)), "--compare",
+                            o.compare};
+    struct bench_png png;
+    if (o.png && (rc = bench_png_open(&png, "bench", "batched", o.png, pargs, o.compare ? 4 : 2))) {
         anvil_model_free(m);
         return rc;
     }
+    FILE *data = o.png ? bench_png_data(&png) : NULL;
     if (!o.json) {
         printf("anvil batched decode: %s, %s, kernels %s, %d threads, KV %s, n_batch %d, "
                "distinct prompts, commit %s\n\n",
@@ -506,11 +397,14 @@ int bench_batched(int argc, char **argv) {
                "----------|----------|\n");
         fflush(stdout);
     }
-    struct bres res[MAX_NPL];
-    int n_done = 0;
-    for (int i = 0; i < o.n_npl && !rc; i++)
-        if (!(rc = run_one(&o, m, o.npl[i], ftok, nf, &res[n_done]))) n_done++;
-    if (!rc && o.png) rc = write_png(&o, m, res, n_done, series, n_series);
+    for (int i = 0; i < o.n_npl && !rc; i++) {
+        struct bres r;
+        rc = run_one(&o, m, o.npl[i], ftok, nf, data, &r);
+    }
+    if (o.png) {
+        if (!rc) rc = bench_png_draw(&png);
+        bench_png_close(&png);
+    }
     anvil_model_free(m);
     return rc;
 }

@@ -14,16 +14,19 @@
  * decode step does with the whole model; --hot times a single copy.
  * Before timing, each variant's output is compared with the reference on a
  * slice of rows; a wrong kernel gets no number ("REFUSED"). The tolerance
- * tests themselves live in tests/unit_kernels.c. Never run by `make test`.
+ * tests themselves live in tests/unit_kernels.c. --png draws the chart with
+ * bench/plot.py from the same records as --json. Never run by `make test`.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <strings.h>
 
-#include "cli.h"
-#include "plot.h"
+#include "args.h"
+#include "bench.h"
+#include "bench_png.h"
+#include "bench_util.h"
 #include "core/core.h"
 #include "core/pool.h"
 #include "kernels/cpu/ref/ref.h"
@@ -68,8 +71,6 @@ struct result {
     double us, us_sd, gflops, gflops_sd, gbps, gbps_sd;
     double flops, bytes; /* per call */
 };
-/* results[variant][type index][shape][m index] */
-static struct result results[N_VARIANTS][N_TYPES][N_SHAPES][N_MS];
 
 static const char *type_name(int type) {
     switch (type) {
@@ -115,118 +116,22 @@ static void *xalloc(size_t n) {
     return p;
 }
 
-static void mean_sd(const double *v, int n, double *mean, double *sd) {
-    double s = 0, ss = 0;
-    for (int i = 0; i < n; i++) s += v[i];
-    *mean = s / n;
-    for (int i = 0; i < n; i++) ss += (v[i] - *mean) * (v[i] - *mean);
-    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
-}
-
-static double thread_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The clock of every timing: wall time, or the caller's CPU time with
  * --cpu-time (meaningful with one thread only; the option requires -t 1). */
 static bool use_cpu_time;
-static double now_s(void) { return use_cpu_time ? thread_cpu_s() : time_now_s(); }
+static double now_s(void) { return use_cpu_time ? bench_thread_cpu_s() : bench_wall_s(); }
 
-static void git_commit(char *out, size_t cap) {
-    snprintf(out, cap, "unknown");
-    FILE *f = popen("git rev-parse --short=10 HEAD 2>/dev/null", "r");
-    if (!f) return;
-    char buf[64];
-    if (fgets(buf, sizeof(buf), f)) {
-        buf[strcspn(buf, "\r\n")] = 0;
-        if (*buf && strlen(buf) < cap) memcpy(out, buf, strlen(buf) + 1);
-    }
-    pclose(f);
-}
-
-static void cpu_flags(char *out, size_t cap) {
-    const struct cpu_features *f = cpu_get_features();
-    snprintf(out, cap, "%s%s%s%s%s%s%s%s%s", f->avx2 ? "avx2 " : "", f->fma ? "fma " : "",
-             f->f16c ? "f16c " : "", f->avx512f ? "avx512f " : "", f->avx512bw ? "avx512bw " : "",
-             f->avx512vl ? "avx512vl " : "", f->avx512dq ? "avx512dq " : "",
-             f->avx512vnni ? "avx512vnni " : "", f->avx512bf16 ? "avx512bf16" : "");
-    size_t l = strlen(out);
-    if (l && out[l - 1] == ' ') out[l - 1] = 0;
-}
-
-/* ---------------------------------------------------------------------- */
-/* memory read bandwidth */
-
-struct bw_job {
-    const uint8_t *buf;
-    size_t len;
-    uint64_t sink[64];
-};
-
-/* Streaming read with software prefetch; AVX2 loads when the CPU has them
- * (this file is built without ISA flags, hence the target attribute). */
-__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t len) {
-    typedef long long v4 __attribute__((vector_size(32)));
-    v4 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (size_t i = 0; i + 128 <= len; i += 128) {
-        __builtin_prefetch(p + i + 2048);
-        __builtin_prefetch(p + i + 2048 + 64);
-        v4 x0, x1, x2, x3;
-        memcpy(&x0, p + i, 32);
-        memcpy(&x1, p + i + 32, 32);
-        memcpy(&x2, p + i + 64, 32);
-        memcpy(&x3, p + i + 96, 32);
-        a0 ^= x0;
-        a1 ^= x1;
-        a2 ^= x2;
-        a3 ^= x3;
-    }
-    a0 ^= a1 ^ a2 ^ a3;
-    return (uint64_t)(a0[0] ^ a0[1] ^ a0[2] ^ a0[3]);
-}
-static uint64_t read_plain(const uint8_t *p, size_t len) {
-    uint64_t a = 0, b = 0;
-    for (size_t i = 0; i + 16 <= len; i += 16) {
-        uint64_t x, y;
-        memcpy(&x, p + i, 8);
-        memcpy(&y, p + i + 8, 8);
-        a ^= x;
-        b ^= y;
-    }
-    return a ^ b;
-}
-
-static void bw_run(void *arg, int ith, int nth) {
-    struct bw_job *j = arg;
-    size_t per = j->len / (size_t)nth / 4096 * 4096;
-    const uint8_t *p = j->buf + per * (size_t)ith;
-    j->sink[ith] = cpu_get_features()->avx2 ? read_avx2(p, per) : read_plain(p, per);
-}
-
-/* Read bandwidth in GB/s over reps passes of a 256 MB buffer. */
+/* Read bandwidth in GB/s, mean +- sd over reps passes of a COLD_BYTES
+ * buffer on `threads` threads. */
 static void measure_bw(int threads, int reps, double *mean, double *sd) {
     struct pool *pool = NULL;
-    if (pool_create(threads, &pool) != ANVIL_OK) {
-        *mean = *sd = 0;
-        return;
-    }
-    size_t len = COLD_BYTES;
-    uint8_t *buf = xalloc(len);
-    for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)(i * 131);
-    struct bw_job j = {.buf = buf, .len = len};
-    pool_run(pool, bw_run, &j); /* warm up: page-in, frequency */
     double v[64];
-    if (reps > 64) reps = 64;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        pool_run(pool, bw_run, &j);
-        v[r] = (double)len / (now_s() - t0) / 1e9;
-    }
-    mean_sd(v, reps, mean, sd);
-    anvil_free_aligned(buf);
+    int n = 0;
+    if (pool_create(threads, &pool) == ANVIL_OK)
+        n = bench_read_bw(pool, COLD_BYTES, reps > 64 ? 64 : reps, use_cpu_time, v);
     pool_free(pool);
+    if (n > 0) bench_mean_sd(v, n, mean, sd);
+    else *mean = *sd = 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -278,13 +183,14 @@ static bool mm_verify(const char *var, int type, const struct shape *sh, int m,
     return false;
 }
 
-/* Time one case; returns false when refused. */
+/* Time one case into *res; returns false when refused. */
 static bool mm_case(const struct opts *o, struct pool *pool, const struct kn_ops *ops, int vi,
                     int ti, int si, int mi, const uint8_t *copies, int n_copies, size_t copy_stride,
-                    const uint8_t *w_gguf, const void *x, size_t xs, float *y, float *y_ref) {
+                    const uint8_t *w_gguf, const void *x, size_t xs, float *y, float *y_ref,
+                    struct result *res) {
     int type = TYPES[ti], m = MS[mi];
     const struct shape *sh = &SHAPES[si];
-    struct result *res = &results[vi][ti][si][mi];
+    *res = (struct result){0};
     kn_matmul_fn fn = vi == V_PACKED ? ops->matmul_packed[type] : ops->matmul[type];
     struct mm_job job = {fn, y, (size_t)sh->rows, copies, row_bytes(type, sh->n),
                          x, xs, sh->n, m, sh->rows};
@@ -321,105 +227,11 @@ static bool mm_case(const struct opts *o, struct pool *pool, const struct kn_ops
         gf[r] = res->flops / us[r] / 1e3;
         gb[r] = res->bytes / us[r] / 1e3;
     }
-    mean_sd(us, reps, &res->us, &res->us_sd);
-    mean_sd(gf, reps, &res->gflops, &res->gflops_sd);
-    mean_sd(gb, reps, &res->gbps, &res->gbps_sd);
+    bench_mean_sd(us, reps, &res->us, &res->us_sd);
+    bench_mean_sd(gf, reps, &res->gflops, &res->gflops_sd);
+    bench_mean_sd(gb, reps, &res->gbps, &res->gbps_sd);
     res->done = true;
     return true;
-}
-
-/* ---------------------------------------------------------------------- */
-/* PNG plot (tools/cli/plot.h): decode (smallest m) GB/s and prefill
- * (largest m) GFLOP/s per type and variant, aggregated over the shapes as
- * a forward pass would (total work / total time), and GFLOP/s against m per
- * type for the best variant. */
-
-static bool plot(const struct opts *o, const bool *type_on, const char *path, double bw,
-                 const char *cpu, const char *commit) {
-    int mlo = -1, mhi = -1, best = -1;
-    for (int mi = 0; mi < N_MS; mi++)
-        if (o->m_on[mi]) {
-            if (mlo < 0) mlo = mi;
-            mhi = mi;
-        }
-    for (int v = 0; v < N_VARIANTS; v++)
-        for (int t = 0; t < N_TYPES; t++)
-            if (results[v][t][0][mhi].done || results[v][t][N_SHAPES - 1][mhi].done) best = v;
-    if (mlo < 0) return false;
-    char title[320], sub[128];
-    snprintf(title, sizeof(title),
-             "anvil matmul kernels, SmolLM2-135M shapes, %d thread%s, %s weights - commit %s - %s",
-             o->threads, o->threads > 1 ? "s" : "", o->hot ? "hot" : "cold", commit, cpu);
-    struct plot_grid *g = plot_grid_new(3, 1, 620, 460, title);
-    if (!g) return false;
-    struct plot *dec = plot_grid_panel(g, 0), *pre = plot_grid_panel(g, 1),
-                *scale = plot_grid_panel(g, 2);
-    bool ok = dec && pre && scale;
-    snprintf(sub, sizeof(sub), "decode, m = %d: GB/s of weights", MS[mlo]);
-    ok = ok && !plot_set_labels(dec, sub, "weight type", "GB/s");
-    snprintf(sub, sizeof(sub), "prefill, m = %d: GFLOP/s", MS[mhi]);
-    ok = ok && !plot_set_labels(pre, sub, "weight type", "GFLOP/s");
-    ok = ok && !plot_set_labels(scale, "GFLOP/s against activation rows m (all shapes)", "m",
-                                "GFLOP/s");
-    const char *labels[N_TYPES];
-    for (int v = 0; ok && v < N_VARIANTS; v++) {
-        double dv[N_TYPES], pv[N_TYPES];
-        int nl = 0;
-        bool any = false;
-        for (int t = 0; t < N_TYPES; t++) {
-            if (!type_on[t]) continue;
-            double bytes = 0, flops = 0, tlo = 0, thi = 0;
-            bool all_lo = true, all_hi = true;
-            for (int s = 0; s < N_SHAPES; s++) {
-                if (!o->shape_on[s]) continue;
-                const struct result *a = &results[v][t][s][mlo], *b = &results[v][t][s][mhi];
-                if (a->done && !a->refused) bytes += a->bytes, tlo += a->us;
-                else all_lo = false;
-                if (b->done && !b->refused) flops += b->flops, thi += b->us;
-                else all_hi = false;
-            }
-            labels[nl] = type_name(TYPES[t]);
-            dv[nl] = all_lo && tlo > 0 ? bytes / tlo / 1e3 : NAN;
-            pv[nl] = all_hi && thi > 0 ? flops / thi / 1e3 : NAN;
-            any = any || isfinite(dv[nl]) || isfinite(pv[nl]);
-            nl++;
-        }
-        if (!any) continue;
-        ok = !plot_bars(dec, labels, dv, nl, VARIANTS[v]) && !plot_bars(pre, labels, pv, nl, VARIANTS[v]);
-    }
-    if (ok && bw > 0) {
-        snprintf(sub, sizeof(sub), "memory read %.1f GB/s", bw);
-        ok = !plot_hline(dec, bw, sub);
-    }
-    plot_log_x(scale, true);
-    for (int t = 0; ok && best >= 0 && t < N_TYPES; t++) {
-        if (!type_on[t]) continue;
-        double x[N_MS], y[N_MS];
-        int k = 0;
-        for (int mi = 0; mi < N_MS; mi++) {
-            if (!o->m_on[mi]) continue;
-            double flops = 0, us = 0;
-            bool all = true;
-            for (int s = 0; s < N_SHAPES; s++) {
-                if (!o->shape_on[s]) continue;
-                const struct result *r = &results[best][t][s][mi];
-                if (r->done && !r->refused) flops += r->flops, us += r->us;
-                else all = false;
-            }
-            x[k] = MS[mi];
-            y[k++] = all && us > 0 ? flops / us / 1e3 : NAN;
-        }
-        char lab[32];
-        snprintf(lab, sizeof(lab), "%s %s", VARIANTS[best], type_name(TYPES[t]));
-        ok = !plot_line(scale, lab, x, y, k);
-    }
-    char err[256] = "";
-    if (ok && plot_grid_write_png(g, path, err, sizeof(err))) {
-        fprintf(stderr, "anvil %s: %s\n", CMD, err);
-        ok = false;
-    }
-    plot_grid_free(g);
-    return ok;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -457,7 +269,7 @@ static bool parse_list(const char *opt, const char *s, const char *const *names,
     return true;
 }
 
-int cli_bench_kernels(int argc, char **argv) {
+int bench_kernels(int argc, char **argv) {
     struct opts o = {.threads = 1, .reps = 5, .membw = true};
     const char *type_names[N_TYPES], *shape_names[N_SHAPES], *m_names[N_MS];
     char m_buf[N_MS][8];
@@ -513,9 +325,11 @@ int cli_bench_kernels(int argc, char **argv) {
 
     if (o.cpu_time && o.threads != 1) return cli_fail(CMD, "--cpu-time needs -t 1");
     use_cpu_time = o.cpu_time;
-    char commit[32], cpu[160];
-    git_commit(commit, sizeof(commit));
-    cpu_flags(cpu, sizeof(cpu));
+    struct bench_png png;
+    int rc = o.png ? bench_png_open(&png, CMD, "kernels", o.png, NULL, 0) : 0;
+    if (rc) return rc;
+    FILE *data = o.png ? bench_png_data(&png) : NULL; /* the chart's copy of the records */
+    const char *commit = bench_commit(), *cpu = bench_cpu_flags();
     const struct kn_ops *ops[N_VARIANTS];
     for (int v = 0; v < N_VARIANTS; v++) {
         ops[v] = o.var_on[v] ? kn_select(v == V_PACKED ? "avx512" : VARIANTS[v]) : NULL;
@@ -526,18 +340,23 @@ int cli_bench_kernels(int argc, char **argv) {
         printf("# anvil bench --kernels: commit %s, threads %d, %s weights, %s time\n# cpu: %s\n",
                commit, o.threads, o.hot ? "hot" : "cold", o.cpu_time ? "thread CPU" : "wall", cpu);
 
-    double bw[2] = {0, 0};
     if (o.membw) {
         int tl[2] = {1, 2};
         for (int k = 0; k < (o.cpu_time ? 1 : 2); k++) {
             double mean, sd;
             measure_bw(tl[k], o.reps, &mean, &sd);
-            bw[k] = mean;
-            if (o.json)
-                printf("{\"bench\":\"membw\",\"threads\":%d,\"gbps\":%.3f,\"gbps_sd\":%.3f,"
-                       "\"commit\":\"%s\",\"cpu\":\"%s\"}\n",
-                       tl[k], mean, sd, commit, cpu);
-            else
+            if (o.json || data) {
+                struct bench_json j;
+                bench_json_begin(&j, o.json ? stdout : NULL, data);
+                bench_json_str(&j, "bench", "membw");
+                bench_json_int(&j, "threads", tl[k]);
+                bench_json_num(&j, "gbps", mean, 3);
+                bench_json_num(&j, "gbps_sd", sd, 3);
+                bench_json_str(&j, "commit", commit);
+                bench_json_str(&j, "cpu", cpu);
+                bench_json_end(&j);
+            }
+            if (!o.json)
                 printf("memory read bandwidth, %d thread%s: %.1f +- %.1f GB/s\n", tl[k],
                        tl[k] > 1 ? "s" : "", mean, sd);
         }
@@ -546,6 +365,7 @@ int cli_bench_kernels(int argc, char **argv) {
     struct pool *pool = NULL;
     if (pool_create(o.threads, &pool) != ANVIL_OK) {
         fprintf(stderr, "anvil %s: cannot create %d threads\n", CMD, o.threads);
+        if (o.png) bench_png_close(&png);
         return 1;
     }
     if (!o.json)
@@ -594,22 +414,36 @@ int cli_bench_kernels(int argc, char **argv) {
                     if (vi == 0 && MS[mi] > 4 && !o.full_ref) continue;
                     if (vi == V_PACKED && !pcopies) continue;
                     bool pk = vi == V_PACKED;
+                    struct result res, *r = &res;
                     if (!mm_case(&o, pool, ops[vi], vi, ti, si, mi, pk ? pcopies : copies, n_copies,
-                                 pk ? pstride : stride, copies, x, xs, y, y_ref)) {
+                                 pk ? pstride : stride, copies, x, xs, y, y_ref, &res)) {
                         refused++;
                         continue;
                     }
-                    const struct result *r = &results[vi][ti][si][mi];
-                    if (o.json)
-                        printf("{\"bench\":\"matmul\",\"variant\":\"%s\",\"type\":\"%s\","
-                               "\"shape\":\"%s\",\"n\":%d,\"rows\":%d,\"m\":%d,\"threads\":%d,"
-                               "\"weights\":\"%s\",\"clock\":\"%s\",\"us\":%.3f,\"us_sd\":%.3f,\"gflops\":%.3f,"
-                               "\"gflops_sd\":%.3f,\"gbps\":%.3f,\"gbps_sd\":%.3f,"
-                               "\"commit\":\"%s\",\"cpu\":\"%s\"}\n",
-                               VARIANTS[vi], type_name(type), sh->name, sh->n, sh->rows, MS[mi],
-                               o.threads, o.hot ? "hot" : "cold", o.cpu_time ? "cpu" : "wall", r->us, r->us_sd, r->gflops,
-                               r->gflops_sd, r->gbps, r->gbps_sd, commit, cpu);
-                    else {
+                    if (o.json || data) {
+                        struct bench_json j;
+                        bench_json_begin(&j, o.json ? stdout : NULL, data);
+                        bench_json_str(&j, "bench", "matmul");
+                        bench_json_str(&j, "variant", VARIANTS[vi]);
+                        bench_json_str(&j, "type", type_name(type));
+                        bench_json_str(&j, "shape", sh->name);
+                        bench_json_int(&j, "n", sh->n);
+                        bench_json_int(&j, "rows", sh->rows);
+                        bench_json_int(&j, "m", MS[mi]);
+                        bench_json_int(&j, "threads", o.threads);
+                        bench_json_str(&j, "weights", o.hot ? "hot" : "cold");
+                        bench_json_str(&j, "clock", o.cpu_time ? "cpu" : "wall");
+                        bench_json_num(&j, "us", r->us, 3);
+                        bench_json_num(&j, "us_sd", r->us_sd, 3);
+                        bench_json_num(&j, "gflops", r->gflops, 3);
+                        bench_json_num(&j, "gflops_sd", r->gflops_sd, 3);
+                        bench_json_num(&j, "gbps", r->gbps, 3);
+                        bench_json_num(&j, "gbps_sd", r->gbps_sd, 3);
+                        bench_json_str(&j, "commit", commit);
+                        bench_json_str(&j, "cpu", cpu);
+                        bench_json_end(&j);
+                    }
+                    if (!o.json) {
                         char nr[24], t[40];
                         snprintf(nr, sizeof(nr), "%d->%d", sh->n, sh->rows);
                         snprintf(t, sizeof(t), "%.1f +- %.1f", r->us, r->us_sd);
@@ -629,17 +463,13 @@ int cli_bench_kernels(int argc, char **argv) {
     }
     pool_free(pool);
     if (o.png) {
-        double line = o.membw ? bw[o.threads > 1 ? 1 : 0] : 0;
-        if (!plot(&o, type_on, o.png, line, cpu, commit)) {
-            fprintf(stderr, "anvil %s: cannot write %s\n", CMD, o.png);
-            return 1;
-        }
-        if (!o.json) printf("wrote %s\n", o.png);
+        rc = bench_png_draw(&png);
+        bench_png_close(&png);
     }
     if (refused) {
         fprintf(stderr, "anvil %s: %d case(s) refused: kernel output differs from the reference\n",
                 CMD, refused);
         return 1;
     }
-    return 0;
+    return rc;
 }
