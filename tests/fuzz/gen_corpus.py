@@ -12,6 +12,10 @@ tok/      strings: ASCII, accents, CJK, emoji, digits, whitespace runs,
           special-token text, invalid UTF-8.
 request/  JSON bodies of /v1/chat/completions and /v1/completions.
 constrain/ a language byte and a regex, GBNF grammar or JSON Schema.
+http/     whole client byte streams for fuzz_http: every route and method,
+          bodies by Content-Length and chunked, Expect: 100-continue,
+          pipelined requests, API keys, bodies over fuzz_http's 8 KiB
+          limit, a stream, malformed request lines.
 
 Deterministic: running it again rewrites the same bytes. Needs only the
 Python standard library (no numpy, no gguf package).
@@ -282,8 +286,66 @@ def constrain_seeds():
         put("constrain", f"edge_{i:02d}", b)
 
 
+def http_req(method, path, body=None, headers=(), version="HTTP/1.1", chunks=None):
+    """One request as bytes: a JSON body by Content-Length, or chunked."""
+    head = [f"{method} {path} {version}", "Host: x"] + list(headers)
+    data = b""
+    if body is not None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        head += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
+    if chunks is not None:
+        head += ["Content-Type: application/json", "Transfer-Encoding: chunked"]
+        data = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + data
+
+
+def http_seeds():
+    mid = "SmolLM2-135M-Instruct.Q4_1"
+    key = "Authorization: Bearer fuzz-key"
+    comp = {"prompt": [300], "max_tokens": 2, "temperature": 0}
+    chat = {"model": mid, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+            "stream": True, "stream_options": {"include_usage": True}, "logprobs": True,
+            "top_logprobs": 2}
+    seeds = {
+        "get_health": http_req("GET", "/health"),
+        "head_health": http_req("HEAD", "/health"),
+        "get_models_key": http_req("GET", "/v1/models", headers=[key]),
+        "get_model": http_req("GET", f"/v1/models/{mid}"),
+        "get_model_404": http_req("GET", "/v1/models/other", headers=["Authorization: Bearer no"]),
+        "get_metrics": http_req("GET", "/metrics"),
+        "get_openapi": http_req("GET", "/openapi.json", version="HTTP/1.0"),
+        "post_completion": http_req("POST", "/v1/completions", comp),
+        "post_completion_text": http_req("POST", "/v1/completions",
+                                         {"prompt": "The sky is", "max_tokens": 3, "logprobs": 1}),
+        "post_chat_stream": http_req("POST", "/v1/chat/completions", chat, headers=[key]),
+        "post_chunked": http_req("POST", "/v1/completions",
+                                 chunks=[b'{"prompt": [300, 301], ', b'"max_tokens": 1}']),
+        "post_expect": http_req("POST", "/v1/completions", comp,
+                                headers=["Expect: 100-continue"]),
+        "post_over_limit": http_req("POST", "/v1/completions",
+                                    {"prompt": "x" * 9000, "max_tokens": 1}),
+        "post_chunked_over_limit": http_req("POST", "/v1/completions",
+                                            chunks=[b"x" * 4096] * 3),
+        "post_bad_utf8": http_req("POST", "/v1/completions",
+                                  b'{"prompt": "\xff\xfe", "max_tokens": 1}'),
+        "post_deep": http_req("POST", "/v1/chat/completions", b"[" * 70 + b"]" * 70),
+        "post_model_404": http_req("POST", "/v1/chat/completions",
+                                   {"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}),
+        "pipelined": http_req("GET", "/health") + http_req("POST", "/v1/completions", comp)
+        + http_req("GET", "/v1/models", headers=["Connection: close"]),
+        "wrong_method": http_req("DELETE", "/v1/completions") + http_req("POST", "/health", {}),
+        "unknown_path": http_req("GET", "/v2/nothing?x=%00"),
+        "bad_request_line": b"GET\r\n\r\n",
+        "http2_preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        "half_head": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
+    }
+    for name, data in seeds.items():
+        put("http", name + ".http", data)
+
+
 if __name__ == "__main__":
     gguf_seeds()
     tok_seeds()
     request_seeds()
     constrain_seeds()
+    http_seeds()

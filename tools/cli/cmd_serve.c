@@ -10,6 +10,11 @@
  * Signals are blocked in every thread (the mask is set before any thread
  * starts) and taken synchronously with sigwait, so no handler runs in
  * the middle of the library.
+ *
+ * Connections: each open connection holds a file descriptor, so the soft
+ * RLIMIT_NOFILE is raised to the hard limit (often 1024 -> 1048576), and
+ * --max-conn (default DEFAULT_MAX_CONN) must fit in it with FD_RESERVE
+ * descriptors to spare for the model file, the engine and the daemon.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cli.h"
@@ -25,26 +31,35 @@
 #define CMD "serve"
 #define DEFAULT_MAX_QUEUE 1024
 #define DEFAULT_TIMEOUT 600
+#define DEFAULT_HEADER_TIMEOUT 30
+#define DEFAULT_MAX_CONN 4096
+#define FD_RESERVE 64
 #define MAX_BODY (4u << 20) /* 4 MiB: a full 8k-token prompt as text or ids fits many times */
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: anvil serve -m MODEL [options]\n\n"
             "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
-            "GET /v1/models, /health, /metrics.\n\n"
+            "GET /v1/models, /health, /metrics, /openapi.json.\n\n"
             "  -m, --model FILE      GGUF model (required)\n"
             "      --host ADDR       address to bind (default 127.0.0.1; numeric or localhost)\n"
             "      --port N          TCP port, 0 = any free port (default 8080)\n"
             "      --parallel N      sequences decoded at once (default: engine's, 64)\n"
             "      --kv-mem SIZE     KV cache memory, e.g. 512M, 2G (default: engine's)\n"
-            "      --api-key KEY     require 'Authorization: Bearer KEY' (not on /health)\n"
+            "      --api-key KEY     require 'Authorization: Bearer KEY' (not on /health,\n"
+            "                        /openapi.json)\n"
             "      --max-queue N     waiting requests before 503 (default %d)\n"
-            "      --timeout S       idle connection timeout in seconds (default %d)\n"
+            "      --max-conn N      connections served at once; more get 503 (default %d,\n"
+            "                        lowered to fit the file descriptor limit)\n"
+            "      --header-timeout S  seconds a connection has to send a whole request\n"
+            "                        head, from its open or its previous request (default %d)\n"
+            "      --timeout S       seconds without a byte while a body is uploaded or a\n"
+            "                        response written (default %d)\n"
             "  -t, --threads N       engine threads (default: all online CPUs)\n"
             "  -c, --ctx N           max tokens per request, prompt + completion\n"
             "                        (default: min(train ctx, 8192))\n"
             "      --kernels K       auto, ref, avx2 or avx512\n",
-            DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT);
+            DEFAULT_MAX_QUEUE, DEFAULT_MAX_CONN, DEFAULT_HEADER_TIMEOUT, DEFAULT_TIMEOUT);
 }
 
 /* "512M", "2G", "1048576", "64k": bytes, binary suffixes. */
@@ -87,6 +102,42 @@ static void model_id_of(const char *path, char *out, size_t cap) {
     if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = '\0';
 }
 
+/* Raise the soft descriptor limit to the hard one and fit *max_conn in
+ * it (a spare eighth of connections is accepted only to be told 503, see
+ * src/server/http.c). An explicit --max-conn that does not fit is an
+ * error; the default shrinks. */
+static bool fit_fd_limit(long *max_conn, bool explicit_max) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return true;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        if (want == RLIM_INFINITY || want > (1u << 20)) want = 1u << 20;
+        if (want > rl.rlim_cur) {
+            rl.rlim_cur = want;
+            setrlimit(RLIMIT_NOFILE, &rl);
+            getrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
+    long long avail = (long long)rl.rlim_cur - FD_RESERVE;
+    long long need = *max_conn + (*max_conn / 8 > 16 ? *max_conn / 8 : 16);
+    if (need <= avail) return true;
+    if (explicit_max) {
+        cli_fail(CMD, "--max-conn %ld needs about %lld file descriptors, the limit is %lld "
+                 "(ulimit -n)", *max_conn, need + FD_RESERVE, (long long)rl.rlim_cur);
+        return false;
+    }
+    long fit = (long)(avail * 8 / 9) - 16;
+    if (fit < 1) {
+        cli_fail(CMD, "the file descriptor limit (%lld, ulimit -n) is too low to serve",
+                 (long long)rl.rlim_cur);
+        return false;
+    }
+    fprintf(stderr, "anvil serve: --max-conn lowered to %ld to fit the file descriptor limit "
+            "(%lld)\n", fit, (long long)rl.rlim_cur);
+    *max_conn = fit;
+    return true;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -107,6 +158,8 @@ static bool drain(struct srv *s, const sigset_t *set, double secs) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *kernels = NULL;
     long port = 8080, parallel = 0, max_queue = DEFAULT_MAX_QUEUE, timeout = DEFAULT_TIMEOUT;
+    long header_timeout = DEFAULT_HEADER_TIMEOUT, max_conn = DEFAULT_MAX_CONN;
+    bool explicit_max_conn = false;
     long threads = 0, ctx = 0;
     long long kv_mem = 0;
     for (int i = 1; i < argc; i++) {
@@ -145,6 +198,13 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--timeout")) {
             VAL();
             if (!cli_int(CMD, a, v, 1, 86400, &timeout)) return 2;
+        } else if (!strcmp(a, "--header-timeout")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, 3600, &header_timeout)) return 2;
+        } else if (!strcmp(a, "--max-conn")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, 1 << 20, &max_conn)) return 2;
+            explicit_max_conn = true;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL();
             if (!cli_int(CMD, a, v, 1, 256, &threads)) return 2;
@@ -167,6 +227,8 @@ int cmd_serve(int argc, char **argv) {
         inet_pton(AF_INET6, host, addr) != 1)
         return cli_fail(CMD, "--host must be a numeric IPv4/IPv6 address or localhost, got '%s'",
                         host);
+
+    if (!fit_fd_limit(&max_conn, explicit_max_conn)) return 2;
 
     /* before any thread exists, so every thread inherits the mask */
     sigset_t set;
@@ -213,14 +275,14 @@ int cmd_serve(int argc, char **argv) {
     }
     char model_id[256];
     model_id_of(model_path, model_id, sizeof(model_id));
-    long running = parallel ? parallel : 64;
     struct srv_config cfg = {
         .host = host,
         .port = (int)port,
         .api_key = api_key,
         .model_id = model_id,
         .timeout_s = (int)timeout,
-        .max_conn = (int)(running + max_queue + 64),
+        .header_timeout_s = (int)header_timeout,
+        .max_conn = (int)max_conn,
         .n_ctx = n_ctx,
         .max_body = MAX_BODY,
     };
