@@ -447,6 +447,8 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     rp.max_tokens = j->req.max_tokens;
     rp.sampling = j->req.sampling;
     rp.ignore_eos = j->req.ignore_eos;
+    rp.spec = j->req.spec;
+    rp.spec_k = j->req.spec_k;
     rp.stop = (const char *const *)j->req.stop;
     rp.n_stop = j->req.n_stop;
     rp.top_logprobs = j->req.logprobs ? j->k : 0;

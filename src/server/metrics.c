@@ -68,6 +68,10 @@ static void gauge(struct sbuf *b, const char *name, const char *help, const char
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name, v);
 }
 
+static void gauge_f(struct sbuf *b, const char *name, const char *help, double v) {
+    sb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.6f\n", name, help, name, name, v);
+}
+
 void srv_fmt_metrics(struct sbuf *b, struct srv_metrics *m, const struct anvil_engine_stats *st) {
     sb_puts(b, "# HELP anvil_http_requests_total HTTP responses sent, by status code.\n"
                "# TYPE anvil_http_requests_total counter\n");
@@ -116,6 +120,20 @@ void srv_fmt_metrics(struct sbuf *b, struct srv_metrics *m, const struct anvil_e
           st->kv_block_tokens);
     gauge(b, "anvil_preemptions_total", "Sequences preempted to free KV blocks.", "counter",
           (long long)st->n_preemptions);
+    gauge(b, "anvil_spec_verifications_total",
+          "Decode rows that carried speculative proposals (each verified in one pass).", "counter",
+          (long long)st->n_spec_verify);
+    gauge(b, "anvil_spec_proposed_tokens_total", "Tokens proposed by speculation.", "counter",
+          (long long)st->n_spec_proposed);
+    gauge(b, "anvil_spec_accepted_tokens_total", "Proposed tokens the model accepted.", "counter",
+          (long long)st->n_spec_accepted);
+    gauge(b, "anvil_spec_tokens_total",
+          "Tokens produced by verifications (accepted proposals plus one each).", "counter",
+          (long long)st->n_spec_tokens);
+    gauge_f(b, "anvil_spec_acceptance_ratio", "Accepted / proposed tokens since start.",
+            st->n_spec_proposed ? (double)st->n_spec_accepted / (double)st->n_spec_proposed : 0.0);
+    gauge_f(b, "anvil_spec_tokens_per_verification", "Tokens per verification since start.",
+            st->n_spec_verify ? (double)st->n_spec_tokens / (double)st->n_spec_verify : 0.0);
     gauge(b, "anvil_engine_steps_total", "Engine scheduling steps.", "counter",
           (long long)st->n_steps);
     fmt_hist(b, "anvil_time_to_first_token_seconds",

@@ -157,6 +157,8 @@ static const struct fld fields[] = {
     {"stream", CH | CO, FLD_USED},
     {"stream_options", CH | CO, FLD_USED},
     {"ignore_eos", CH | CO, FLD_USED},
+    {"spec", CH | CO, FLD_USED},
+    {"spec_k", CH | CO, FLD_USED},
     {"logit_bias", CH | CO, FLD_USED},
     {"response_format", CH, FLD_USED},
     {"tools", CH, FLD_USED},
@@ -684,6 +686,21 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
         if (!get_bool(so, "include_usage", &r->include_usage, NULL, e)) goto out;
     }
     if (!get_bool(root, "ignore_eos", &r->ignore_eos, NULL, e)) goto out;
+    /* extensions: speculative decoding per request */
+    const cJSON *spec = field(root, "spec");
+    if (spec) {
+        const char *sv = cJSON_IsString(spec) ? spec->valuestring : NULL;
+        if (sv && !strcmp(sv, "off")) r->spec = ANVIL_SPEC_OFF;
+        else if (sv && !strcmp(sv, "ngram")) r->spec = ANVIL_SPEC_NGRAM;
+        else if (sv && !strcmp(sv, "draft")) r->spec = ANVIL_SPEC_DRAFT;
+        else {
+            bad(e, "spec", "'spec' must be one of 'off', 'ngram', 'draft'");
+            goto out;
+        }
+    }
+    long long spec_k = 0;
+    if (!get_int(root, "spec_k", 1, ANVIL_SPEC_K_MAX, &spec_k, NULL, e)) goto out;
+    r->spec_k = (int32_t)spec_k;
     long long max_tokens = 0;
     bool has_max = false, has_mct = false;
     if (!get_int(root, "max_tokens", 1, 1 << 30, &max_tokens, &has_max, e)) goto out;

@@ -106,6 +106,8 @@ struct srv_req {
     int32_t max_tokens;
     struct anvil_sampler_params sampling;
     bool ignore_eos;
+    enum anvil_spec spec;   /* extension "spec": off / ngram / draft; DEFAULT = the server's */
+    int32_t spec_k;         /* extension "spec_k": 1..ANVIL_SPEC_K_MAX; 0 = the server's */
     char *stop[SRV_MAX_STOP]; /* malloc'd strings */
     int32_t n_stop;
     bool logprobs;        /* report the chosen token's logprob */

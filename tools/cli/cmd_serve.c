@@ -56,6 +56,10 @@ static void usage(FILE *f) {
             "      --timeout S       seconds without a byte while a body is uploaded or a\n"
             "                        response written (default %d)\n"
             "  -t, --threads N       engine threads (default: all online CPUs)\n"
+            "      --spec MODE       speculative decoding for requests that do not choose:\n"
+            "                        off (default), ngram (prompt lookup) or draft\n"
+            "      --draft FILE      draft model for --spec draft (same vocabulary)\n"
+            "      --spec-k K        most proposed tokens per step, 1..16 (default 8)\n"
             "  -c, --ctx N           max tokens per request, prompt + completion\n"
             "                        (default: min(train ctx, 8192))\n"
             "      --kernels K       auto, ref, avx2 or avx512\n",
@@ -160,7 +164,8 @@ int cmd_serve(int argc, char **argv) {
     long port = 8080, parallel = 0, max_queue = DEFAULT_MAX_QUEUE, timeout = DEFAULT_TIMEOUT;
     long header_timeout = DEFAULT_HEADER_TIMEOUT, max_conn = DEFAULT_MAX_CONN;
     bool explicit_max_conn = false;
-    long threads = 0, ctx = 0;
+    long threads = 0, ctx = 0, spec_k = 0;
+    const char *spec = NULL, *draft_path = NULL;
     long long kv_mem = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -211,6 +216,17 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
             VAL();
             if (!cli_int(CMD, a, v, 16, 1 << 20, &ctx)) return 2;
+        } else if (!strcmp(a, "--spec")) {
+            VAL();
+            if (strcmp(v, "off") && strcmp(v, "ngram") && strcmp(v, "draft"))
+                return cli_fail(CMD, "--spec must be off, ngram or draft, got '%s'", v);
+            spec = v;
+        } else if (!strcmp(a, "--draft")) {
+            VAL();
+            draft_path = v;
+        } else if (!strcmp(a, "--spec-k")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, ANVIL_SPEC_K_MAX, &spec_k)) return 2;
         } else if (!strcmp(a, "--kernels")) {
             VAL();
             if (strcmp(v, "auto") && strcmp(v, "ref") && strcmp(v, "avx2") && strcmp(v, "avx512"))
@@ -222,6 +238,8 @@ int cmd_serve(int argc, char **argv) {
 #undef VAL
     }
     if (!model_path) return cli_fail(CMD, "a model is required (-m FILE)");
+    if (spec && !strcmp(spec, "draft") && !draft_path)
+        return cli_fail(CMD, "--spec draft needs --draft FILE");
     unsigned char addr[16];
     if (strcmp(host, "localhost") != 0 && inet_pton(AF_INET, host, addr) != 1 &&
         inet_pton(AF_INET6, host, addr) != 1)
@@ -247,6 +265,15 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "anvil serve: %s\n", err[0] ? err : anvil_status_str(st));
         return st == ANVIL_ERR_IO || st == ANVIL_ERR_FORMAT || st == ANVIL_ERR_UNSUPPORTED ? 2 : 1;
     }
+    struct anvil_model *dm = NULL;
+    if (draft_path) {
+        st = anvil_model_load(draft_path, &mp, &dm, err, sizeof(err));
+        if (st != ANVIL_OK) {
+            fprintf(stderr, "anvil serve: draft model: %s\n", err[0] ? err : anvil_status_str(st));
+            anvil_model_free(m);
+            return 2;
+        }
+    }
     int32_t n_ctx = (int32_t)ctx;
     if (n_ctx == 0) {
         n_ctx = anvil_model_n_ctx_train(m);
@@ -258,10 +285,16 @@ int cmd_serve(int argc, char **argv) {
     ep.max_queue = (int32_t)max_queue;
     ep.n_ctx = n_ctx;
     ep.kv_mem = kv_mem;
+    ep.spec = !spec || !strcmp(spec, "off") ? ANVIL_SPEC_OFF
+              : !strcmp(spec, "ngram")      ? ANVIL_SPEC_NGRAM
+                                            : ANVIL_SPEC_DRAFT;
+    ep.spec_k = (int32_t)spec_k;
+    ep.draft = dm;
     struct anvil_engine *e = NULL;
     st = anvil_engine_init(m, &ep, &e, err, sizeof(err));
     if (st != ANVIL_OK) {
         fprintf(stderr, "anvil serve: cannot start the engine: %s\n", err);
+        anvil_model_free(dm);
         anvil_model_free(m);
         return st == ANVIL_ERR_INVALID ? 2 : 1;
     }
@@ -270,6 +303,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "anvil serve: cannot start the engine thread: %s\n",
                 anvil_engine_errmsg(e));
         anvil_engine_free(e);
+        anvil_model_free(dm);
         anvil_model_free(m);
         return 1;
     }
@@ -290,6 +324,7 @@ int cmd_serve(int argc, char **argv) {
     if (srv_start(m, e, &cfg, &s, err, sizeof(err)) != 0) {
         fprintf(stderr, "anvil serve: %s\n", err);
         anvil_engine_free(e);
+        anvil_model_free(dm);
         anvil_model_free(m);
         return 1;
     }
@@ -313,6 +348,7 @@ int cmd_serve(int argc, char **argv) {
     srv_stop(s);
     anvil_engine_free(e);
     srv_free(s);
+    anvil_model_free(dm);
     anvil_model_free(m);
     fprintf(stderr, "anvil serve: stopped\n");
     return 0;
