@@ -93,27 +93,99 @@ static char *parse_literal(const char *s, size_t n, size_t i, size_t *end) {
     return out;
 }
 
-/* The literal assigned by `set NAME = '...'` when nothing is concatenated
- * to it; NULL otherwise (or on allocation failure: the caller treats both
- * as "no default"). */
+/* Is s[i..) the identifier `id` (and not a longer one)? */
+static bool ident_at(const char *s, size_t n, size_t i, const char *id, size_t *end) {
+    size_t m = strlen(id);
+    if (i + m > n || memcmp(s + i, id, m)) return false;
+    char c = i + m < n ? s[i + m] : ' ';
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')
+        return false;
+    *end = i + m;
+    return true;
+}
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+    while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t')) i++;
+    return i;
+}
+
+/* The strftime_now("FMT") assigned by `set NAME = strftime_now("FMT")`,
+ * as a date placeholder "\x01FMT\x02" (chat.c fills it in at render time);
+ * NULL when NAME is not that. */
+static char *date_variable(struct gguf_str t, const char *name, size_t name_len) {
+    for (const char *p = find_in(t.ptr, t.len, "set ", 0); p;
+         p = find_in(t.ptr, t.len, "set ", (size_t)(p - t.ptr) + 4)) {
+        size_t i = skip_ws(t.ptr, t.len, (size_t)(p - t.ptr) + 4), e;
+        if (i + name_len > t.len || memcmp(t.ptr + i, name, name_len)) continue;
+        e = i + name_len;
+        i = skip_ws(t.ptr, t.len, e);
+        if (i >= t.len || t.ptr[i] != '=') continue;
+        i = skip_ws(t.ptr, t.len, i + 1);
+        if (!ident_at(t.ptr, t.len, i, "strftime_now", &e)) continue;
+        i = skip_ws(t.ptr, t.len, e);
+        if (i >= t.len || t.ptr[i] != '(') continue;
+        size_t end;
+        char *fmt = parse_literal(t.ptr, t.len, skip_ws(t.ptr, t.len, i + 1), &end);
+        if (!fmt) return NULL;
+        size_t fl = strlen(fmt);
+        char *out = anvil_malloc(fl + 3);
+        if (out) {
+            out[0] = '\x01';
+            memcpy(out + 1, fmt, fl);
+            out[fl + 1] = '\x02';
+            out[fl + 2] = '\0';
+        }
+        anvil_free(fmt);
+        return out;
+    }
+    return NULL;
+}
+
+/* The value of `set NAME = EXPR` when EXPR is string literals and date
+ * variables joined by `+` (Mistral's default system prompts); NULL
+ * otherwise (or on allocation failure: the caller treats both as "no
+ * default"). */
 static char *set_literal(struct gguf_str t, const char *name) {
-    const char *p = find_in(t.ptr, t.len, name, 0);
-    while (p) {
-        size_t i = (size_t)(p - t.ptr) + strlen(name);
-        while (i < t.len && t.ptr[i] == ' ') i++;
-        if (i < t.len && t.ptr[i] == '=') {
-            i++;
-            while (i < t.len && t.ptr[i] == ' ') i++;
+    for (const char *p = find_in(t.ptr, t.len, name, 0); p;
+         p = find_in(t.ptr, t.len, name, (size_t)(p - t.ptr) + 1)) {
+        size_t i = skip_ws(t.ptr, t.len, (size_t)(p - t.ptr) + strlen(name));
+        if (i >= t.len || t.ptr[i] != '=' || (i + 1 < t.len && t.ptr[i + 1] == '=')) continue;
+        i = skip_ws(t.ptr, t.len, i + 1);
+        char *acc = NULL;
+        size_t acc_len = 0;
+        bool ok = false;
+        for (;;) {
             size_t end;
             char *v = parse_literal(t.ptr, t.len, i, &end);
-            if (v) {
-                while (end < t.len && t.ptr[end] == ' ') end++;
-                if (end + 1 < t.len && (t.ptr[end] == '%' || t.ptr[end] == '-')) return v;
-                anvil_free(v); /* a concatenation or an expression */
-                return NULL;
+            if (!v) {
+                size_t j = i;
+                while (j < t.len && ((t.ptr[j] >= 'a' && t.ptr[j] <= 'z') || t.ptr[j] == '_'))
+                    j++;
+                if (j == i || !(v = date_variable(t, t.ptr + i, j - i))) break;
+                end = j;
             }
+            size_t vl = strlen(v);
+            char *g = anvil_realloc(acc, acc_len + vl + 1);
+            if (!g) {
+                anvil_free(v);
+                break;
+            }
+            acc = g;
+            memcpy(acc + acc_len, v, vl + 1);
+            acc_len += vl;
+            anvil_free(v);
+            i = skip_ws(t.ptr, t.len, end);
+            if (i < t.len && t.ptr[i] == '+') {
+                i = skip_ws(t.ptr, t.len, i + 1);
+                continue;
+            }
+            /* the statement must end here */
+            ok = i + 1 < t.len && (t.ptr[i] == '%' || t.ptr[i] == '-');
+            break;
         }
-        p = find_in(t.ptr, t.len, name, (size_t)(p - t.ptr) + 1);
+        if (ok) return acc;
+        anvil_free(acc);
+        return NULL;
     }
     return NULL;
 }
@@ -159,14 +231,43 @@ static anvil_status find_default_system(struct tok_chat *c, struct gguf_str t) {
 // recognition
 
 /* Phrases of templates that carry a family's markers but render more than
- * anvil reproduces (found by the sweep over llama.cpp's templates). */
+ * anvil reproduces (found by the sweep over llama.cpp's templates in
+ * tests/py/test_chat_templates.py): they are not claimed. */
 static const char *const not_plain[] = {
-    "Knowledge Cutoff Date: June 2025", /* SmolLM3: metadata block */
+    "Knowledge Cutoff Date: June 2025", /* SmolLM3: metadata block, reasoning modes */
+    "function calling AI model",        /* Hermes tool-use templates */
+    "call one or more of the provided functions", /* FireFunction */
+    "version=v3-llama3.1",              /* Functionary: its own system block */
+    ">>>all",                           /* Functionary v3.2 */
+    "keep_past_thinking",               /* LFM 2.5 */
+    "[BEGIN FINAL RESPONSE]",           /* Apriel: a default system prompt */
 };
+
+/* Qwen 3's shape of a reasoning template: the generation prompt gets an
+ * empty <think> block only when enable_thinking is false, and nothing
+ * otherwise. Other reasoning templates open <think> by default (QwQ,
+ * Qwen 3.5, StepFun, Nemotron) or keep reasoning differently (Bielik,
+ * MiniCPM 5): anvil does not claim them. */
+static bool qwen3_shape(struct gguf_str t) {
+    static const char cond[] = "enable_thinking is defined and enable_thinking is false";
+    const char *p = find_in(t.ptr, t.len, cond, 0);
+    if (!p || !has(t, "last_query_index")) return false;
+    /* the next two tags after the condition: the empty block, then endif */
+    size_t i = (size_t)(p - t.ptr) + sizeof(cond) - 1;
+    const char *blk = find_in(t.ptr, t.len, "<think>\\n\\n</think>\\n\\n", i);
+    const char *tag = find_in(t.ptr, t.len, "{%", i);
+    if (!blk || !tag || tag < blk) return false;
+    size_t j = (size_t)(tag - t.ptr) + 2;
+    while (j < t.len && (t.ptr[j] == '-' || t.ptr[j] == ' ')) j++;
+    return j + 5 <= t.len && !memcmp(t.ptr + j, "endif", 5);
+}
 
 static bool refused(struct gguf_str t) {
     for (size_t k = 0; k < sizeof(not_plain) / sizeof(not_plain[0]); k++)
         if (has(t, not_plain[k])) return true;
+    if (has(t, "<think>") && !qwen3_shape(t)) return true;
+    /* a knowledge-date system block that is not Llama 3.1's */
+    if (has(t, "Cutting Knowledge Date") && !has(t, "Today Date: ")) return true;
     return false;
 }
 
