@@ -392,7 +392,10 @@ def ref_piece(llm, t, special):
     vocab = llm._model.vocab
     buf = ctypes.create_string_buffer(256)
     n = llama_cpp.llama_token_to_piece(vocab, t, buf, 256, 0, special)
-    assert 0 <= n <= 256
+    if n < 0:  # a long token: the size it needs
+        buf = ctypes.create_string_buffer(-n)
+        n = llama_cpp.llama_token_to_piece(vocab, t, buf, len(buf), 0, special)
+    assert 0 <= n <= len(buf)
     return buf.raw[:n]
 
 
@@ -431,3 +434,59 @@ def decode_ids(tool, model, id_lists):
         o += 4 + n
     assert o == len(out)
     return res
+
+
+def write_gguf_keep_tensors(src, dst, replace):
+    """Copy a whole GGUF (tensors included) with the string values of the
+    keys in `replace` replaced or added: the tensor table is copied as it
+    is (its offsets are relative to the data section) and the data section
+    is moved to the next aligned offset."""
+    with open(src, "rb") as f:
+        data = f.read()
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", data, 4)
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip(o, t):
+        if t in scalar:
+            return o + scalar[t]
+        if t == 8:
+            (n,) = struct.unpack_from("<Q", data, o)
+            return o + 8 + n
+        et, n = struct.unpack_from("<IQ", data, o)
+        o += 12
+        if et in scalar:
+            return o + scalar[et] * n
+        for _ in range(n):
+            o = skip(o, et)
+        return o
+
+    o, kvs, align = 24, [], 32
+    for _ in range(n_kv):
+        (kl,) = struct.unpack_from("<Q", data, o)
+        key = data[o + 8:o + 8 + kl].decode()
+        (t,) = struct.unpack_from("<I", data, o + 8 + kl)
+        end = skip(o + 12 + kl, t)
+        if key == "general.alignment":
+            (align,) = struct.unpack_from("<I", data, o + 12 + kl)
+        kvs.append((key, data[o:end]))
+        o = end
+    t0 = o
+    for _ in range(n_tensors):
+        (nl,) = struct.unpack_from("<Q", data, o)
+        o += 8 + nl
+        (nd,) = struct.unpack_from("<I", data, o)
+        o += 4 + 8 * nd + 4 + 8
+    tensor_table = data[t0:o]
+    data_start = (o + align - 1) // align * align
+
+    def kv(key, val):
+        k, v = key.encode(), val.encode()
+        return struct.pack("<Q", len(k)) + k + struct.pack("<IQ", 8, len(v)) + v
+
+    out = [kv(key, replace[key]) if key in replace else raw for key, raw in kvs]
+    out += [kv(key, val) for key, val in replace.items() if key not in dict(kvs)]
+    head = b"GGUF" + struct.pack("<IQQ", version, n_tensors, len(out)) + b"".join(out)
+    head += tensor_table
+    head += b"\0" * ((-len(head)) % align)
+    with open(dst, "wb") as f:
+        f.write(head + data[data_start:])
