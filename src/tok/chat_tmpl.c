@@ -71,15 +71,19 @@ void chat_free(struct tok_chat *c) {
 
 /* The value of the Jinja string literal that starts at s[i] (a quote),
  * with \n \t \\ \' \" unescaped, into a new string; *end gets the index
- * after the closing quote. NULL when it is not a complete literal. */
-static char *parse_literal(const char *s, size_t n, size_t i, size_t *end) {
+ * after the closing quote. NULL when it is not a complete literal, or when
+ * the allocation fails (then *st = ANVIL_ERR_NOMEM). */
+static char *parse_literal(const char *s, size_t n, size_t i, size_t *end, anvil_status *st) {
     if (i >= n || (s[i] != '\'' && s[i] != '"')) return NULL;
     char q = s[i++];
     size_t j = i, len = 0;
     while (j < n && s[j] != q) j += s[j] == '\\' && j + 1 < n ? 2 : 1;
     if (j >= n) return NULL;
     char *out = anvil_malloc(j - i + 1);
-    if (!out) return NULL;
+    if (!out) {
+        *st = ANVIL_ERR_NOMEM;
+        return NULL;
+    }
     for (size_t k = i; k < j; k++) {
         char c = s[k];
         if (c == '\\' && k + 1 < j) {
@@ -112,7 +116,8 @@ static size_t skip_ws(const char *s, size_t n, size_t i) {
 /* The strftime_now("FMT") assigned by `set NAME = strftime_now("FMT")`,
  * as a date placeholder "\x01FMT\x02" (chat.c fills it in at render time);
  * NULL when NAME is not that. */
-static char *date_variable(struct gguf_str t, const char *name, size_t name_len) {
+static char *date_variable(struct gguf_str t, const char *name, size_t name_len,
+                           anvil_status *st) {
     for (const char *p = find_in(t.ptr, t.len, "set ", 0); p;
          p = find_in(t.ptr, t.len, "set ", (size_t)(p - t.ptr) + 4)) {
         size_t i = skip_ws(t.ptr, t.len, (size_t)(p - t.ptr) + 4), e;
@@ -125,10 +130,11 @@ static char *date_variable(struct gguf_str t, const char *name, size_t name_len)
         i = skip_ws(t.ptr, t.len, e);
         if (i >= t.len || t.ptr[i] != '(') continue;
         size_t end;
-        char *fmt = parse_literal(t.ptr, t.len, skip_ws(t.ptr, t.len, i + 1), &end);
+        char *fmt = parse_literal(t.ptr, t.len, skip_ws(t.ptr, t.len, i + 1), &end, st);
         if (!fmt) return NULL;
         size_t fl = strlen(fmt);
         char *out = anvil_malloc(fl + 3);
+        if (!out) *st = ANVIL_ERR_NOMEM;
         if (out) {
             out[0] = '\x01';
             memcpy(out + 1, fmt, fl);
@@ -143,9 +149,8 @@ static char *date_variable(struct gguf_str t, const char *name, size_t name_len)
 
 /* The value of `set NAME = EXPR` when EXPR is string literals and date
  * variables joined by `+` (Mistral's default system prompts); NULL
- * otherwise (or on allocation failure: the caller treats both as "no
- * default"). */
-static char *set_literal(struct gguf_str t, const char *name) {
+ * otherwise, or on allocation failure (*st = ANVIL_ERR_NOMEM). */
+static char *set_literal(struct gguf_str t, const char *name, anvil_status *st) {
     for (const char *p = find_in(t.ptr, t.len, name, 0); p;
          p = find_in(t.ptr, t.len, name, (size_t)(p - t.ptr) + 1)) {
         size_t i = skip_ws(t.ptr, t.len, (size_t)(p - t.ptr) + strlen(name));
@@ -156,18 +161,20 @@ static char *set_literal(struct gguf_str t, const char *name) {
         bool ok = false;
         for (;;) {
             size_t end;
-            char *v = parse_literal(t.ptr, t.len, i, &end);
+            char *v = parse_literal(t.ptr, t.len, i, &end, st);
+            if (!v && *st != ANVIL_OK) break;
             if (!v) {
                 size_t j = i;
                 while (j < t.len && ((t.ptr[j] >= 'a' && t.ptr[j] <= 'z') || t.ptr[j] == '_'))
                     j++;
-                if (j == i || !(v = date_variable(t, t.ptr + i, j - i))) break;
+                if (j == i || !(v = date_variable(t, t.ptr + i, j - i, st))) break;
                 end = j;
             }
             size_t vl = strlen(v);
             char *g = anvil_realloc(acc, acc_len + vl + 1);
             if (!g) {
                 anvil_free(v);
+                *st = ANVIL_ERR_NOMEM;
                 break;
             }
             acc = g;
@@ -288,7 +295,9 @@ anvil_status chat_detect(struct tok_chat *c, struct gguf_str tmpl) {
         if (has(tmpl, "Cutting Knowledge Date")) {
             c->flags |= TOK_CHAT_F_DATE;
             /* Llama 3.2 asks for today's date; 3.1 and 3.3 write a fixed one */
-            if (!has(tmpl, "strftime_now")) c->date = set_literal(tmpl, "date_string");
+            anvil_status st = ANVIL_OK;
+            if (!has(tmpl, "strftime_now")) c->date = set_literal(tmpl, "date_string", &st);
+            return st;
         }
         return ANVIL_OK;
     }
@@ -299,8 +308,9 @@ anvil_status chat_detect(struct tok_chat *c, struct gguf_str tmpl) {
     }
     if (has(tmpl, "[SYSTEM_PROMPT]")) {
         c->kind = TOK_CHAT_MISTRAL_V7;
-        c->default_system = set_literal(tmpl, "default_system_message");
-        return ANVIL_OK;
+        anvil_status st = ANVIL_OK;
+        c->default_system = set_literal(tmpl, "default_system_message", &st);
+        return st;
     }
     if (has(tmpl, "[INST]")) {
         c->kind = has(tmpl, "'[INST] '") || has(tmpl, "\"[INST] \"") ? TOK_CHAT_MISTRAL_V1
