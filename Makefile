@@ -6,6 +6,7 @@
 #   make test       everything the CI runs (unit tests release + asan,
 #                   differential tests against gguf / llama-cpp-python)
 #   make model      fetch the default model into models/
+#   make vocabs     fetch llama.cpp's vocabulary files and chat templates
 #   make run        build, fetch the model if missing, answer a chat prompt
 #   make bench      single-stream benchmark on the default model
 #   make fuzz       libFuzzer harnesses (clang): build/fuzz/fuzz_*
@@ -67,7 +68,7 @@ TEST_COMMON_OBJ := $(TEST_COMMON_SRC:%.c=$(BUILD)/%.o)
 LIBA       := $(BUILD)/libanvil.a
 CLI_BIN    := bin/anvil$(SUFFIX)
 
-.PHONY: all debug asan test unit model run bench clean deps venv fmt fuzz fuzz-bins
+.PHONY: all debug asan test unit model run bench clean deps venv fmt fuzz fuzz-bins vocabs
 .DEFAULT_GOAL := all
 
 all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN)
@@ -163,7 +164,13 @@ bench: deps all $(MODEL)
 unit: all
 	@$(VENV)/bin/python tests/run_all.py --unit-only --modes $(MODE)
 
-test: deps venv
+# llama.cpp's vocabulary-only GGUF files and chat templates, from the
+# llama-cpp-python sdist the venv pins (unpacked under ~/.cache/anvil/,
+# read by the tokenizer and template tests; nothing is committed)
+vocabs: venv
+	@scripts/fetch_llama_sdist.sh $(VENV) tests/requirements.txt >/dev/null
+
+test: deps venv vocabs
 	@$(MAKE) --no-print-directory MODE=release all
 	@$(MAKE) --no-print-directory MODE=asan all
 	@$(MAKE) --no-print-directory $(MODEL)
