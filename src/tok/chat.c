@@ -426,7 +426,7 @@ anvil_status chat_render(const struct tok_vocab *v, const struct anvil_chat_msg 
     case TOK_CHAT_NONE:
     case TOK_CHAT_COUNT:
     case TOK_CHAT_CHATML:
-        if (c->flags & TOK_CHAT_F_THINK_EMPTY)
+        if (c->flags & TOK_CHAT_F_QWEN3_THINK)
             render_qwen3(msgs, n_msgs, add_assistant, &b);
         else
             render_chatml(v, msgs, n_msgs, add_assistant, &b);

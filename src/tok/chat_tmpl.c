@@ -286,7 +286,7 @@ anvil_status chat_detect(struct tok_chat *c, struct gguf_str tmpl) {
     if (has(tmpl, "<|im_start|>")) {
         c->kind = TOK_CHAT_CHATML;
         if (has(tmpl, "</think>") && has(tmpl, "reasoning_content"))
-            c->flags |= TOK_CHAT_F_THINK_EMPTY;
+            c->flags |= TOK_CHAT_F_QWEN3_THINK;
         return find_default_system(c, tmpl);
     }
     if (has(tmpl, "<|start_header_id|>")) {
