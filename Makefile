@@ -8,6 +8,7 @@
 #   make model      fetch the default model into models/
 #   make model-gemma fetch gemma-3-270m-q4_k_m.gguf (K-quant tensors the
 #                   kernel tests read) into models/
+#   make vocabs     fetch llama.cpp's vocabulary files and chat templates
 #   make run        build, fetch the model if missing, answer a chat prompt
 #   make bench      single-stream benchmark on the default model
 #                   (the benchmarks are bench/*.c, linked into bin/anvil as
@@ -75,7 +76,7 @@ BENCH_MAIN := bench/bench_hp1.c bench/bench_constrain.c
 BENCH_BIN  := $(BENCH_MAIN:bench/%.c=$(BUILD)/bench/%)
 CLI_BIN    := bin/anvil$(SUFFIX)
 
-.PHONY: all debug asan test unit model model-gemma run bench clean deps venv fmt fuzz fuzz-bins
+.PHONY: all debug asan test unit model model-gemma run bench clean deps venv fmt fuzz fuzz-bins vocabs
 .DEFAULT_GOAL := all
 
 all: $(CLI_BIN) $(UNIT_BIN) $(TOOL_BIN) $(BENCH_BIN)
@@ -206,11 +207,17 @@ bench: deps all $(MODEL)
 unit: all
 	@$(VENV)/bin/python tests/run_all.py --unit-only --modes $(MODE)
 
+# llama.cpp's vocabulary-only GGUF files and chat templates, from the
+# llama-cpp-python sdist the venv pins (unpacked under ~/.cache/anvil/,
+# read by the tokenizer and template tests; nothing is committed)
+vocabs: venv
+	@scripts/fetch_llama_sdist.sh $(VENV) tests/requirements.txt >/dev/null
+
 # TEST_MODES: the builds whose unit tests run (release,asan by default);
 # ANVIL_KERNELS=ref|avx2|avx512 in the environment forces a kernel family
 # for everything that picks automatically (.ci/run runs the suite so).
 TEST_MODES ?= release,asan
-test: deps venv
+test: deps venv vocabs
 	@$(MAKE) --no-print-directory MODE=release all
 	@if echo "$(TEST_MODES)" | grep -q asan; then $(MAKE) --no-print-directory MODE=asan all; fi
 	@$(MAKE) --no-print-directory $(MODEL) $(GEMMA)

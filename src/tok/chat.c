@@ -140,6 +140,61 @@ static bool is_role(const struct anvil_chat_msg *m, const char *r) {
 }
 
 // ----------------------------------------------------------------------------
+// dates
+
+/* strftime for the formats templates use (%Y %y %m %d %b %B %%), in
+ * English whatever the locale, on today's local date. */
+static void format_date(const char *fmt, size_t n, char *buf, size_t cap) {
+    static const char *const mon[12] = {"January", "February", "March",     "April",
+                                        "May",     "June",     "July",      "August",
+                                        "September", "October", "November", "December"};
+    time_t t = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&t, &tm)) memset(&tm, 0, sizeof(tm));
+    size_t w = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && w + 16 < cap; i++) {
+        if (fmt[i] != '%' || i + 1 >= n) {
+            buf[w++] = fmt[i];
+            continue;
+        }
+        char c = fmt[++i];
+        int k = 0;
+        switch (c) {
+        case 'Y': k = snprintf(buf + w, cap - w, "%04d", tm.tm_year + 1900); break;
+        case 'y': k = snprintf(buf + w, cap - w, "%02d", tm.tm_year % 100); break;
+        case 'm': k = snprintf(buf + w, cap - w, "%02d", tm.tm_mon + 1); break;
+        case 'd': k = snprintf(buf + w, cap - w, "%02d", tm.tm_mday); break;
+        case 'b': k = snprintf(buf + w, cap - w, "%.3s", mon[tm.tm_mon % 12]); break;
+        case 'B': k = snprintf(buf + w, cap - w, "%s", mon[tm.tm_mon % 12]); break;
+        case '%': k = snprintf(buf + w, cap - w, "%%"); break;
+        default: k = snprintf(buf + w, cap - w, "%%%c", c); break;
+        }
+        w += (size_t)(k > 0 ? k : 0);
+    }
+    buf[w < cap ? w : cap - 1] = '\0';
+}
+
+/* Template text (a default system prompt) with its date placeholders
+ * "\x01FMT\x02" (chat_tmpl.c) filled in. */
+static void text_with_dates(struct rbuf *b, const char *s) {
+    while (*s) {
+        const char *p = strchr(s, '\x01');
+        if (!p) {
+            text(b, s);
+            return;
+        }
+        put(b, s, (size_t)(p - s));
+        const char *e = strchr(p + 1, '\x02');
+        if (!e) return;
+        char date[64];
+        format_date(p + 1, (size_t)(e - p - 1), date, sizeof(date));
+        text(b, date);
+        s = e + 1;
+    }
+}
+
+// ----------------------------------------------------------------------------
 // families
 
 static void render_chatml(const struct tok_vocab *v, const struct anvil_chat_msg *m, size_t n,
@@ -147,7 +202,7 @@ static void render_chatml(const struct tok_vocab *v, const struct anvil_chat_msg
     for (size_t i = 0; i < n; i++) {
         if (i == 0 && v->chat.default_system && !is_role(&m[0], "system")) {
             text(b, "<|im_start|>system\n");
-            text(b, v->chat.default_system);
+            text_with_dates(b, v->chat.default_system);
             text(b, "<|im_end|>\n");
         }
         text(b, "<|im_start|>");
@@ -221,16 +276,6 @@ static void render_qwen3(const struct anvil_chat_msg *m, size_t n, bool add, str
     if (add) text(b, "<|im_start|>assistant\n");
 }
 
-/* "%d %b %Y" in English whatever the locale. */
-static void today(char *buf, size_t cap) {
-    static const char *const mon[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    time_t t = time(NULL);
-    struct tm tm;
-    if (!localtime_r(&t, &tm)) memset(&tm, 0, sizeof(tm));
-    snprintf(buf, cap, "%02d %s %04d", tm.tm_mday, mon[tm.tm_mon % 12], tm.tm_year + 1900);
-}
-
 static void render_llama3(const struct tok_vocab *v, const struct anvil_chat_msg *m, size_t n,
                           bool add, struct rbuf *b) {
     bool trim = v->chat.flags & TOK_CHAT_F_TRIM;
@@ -240,7 +285,7 @@ static void render_llama3(const struct tok_vocab *v, const struct anvil_chat_msg
         if (v->chat.date)
             snprintf(date, sizeof(date), "%s", v->chat.date);
         else
-            today(date, sizeof(date));
+            format_date("%d %b %Y", 8, date, sizeof(date));
         text(b, "<|start_header_id|>system<|end_header_id|>\n\n"
                 "Cutting Knowledge Date: December 2023\nToday Date: ");
         text(b, date);
@@ -298,10 +343,12 @@ static void render_mistral(const struct tok_vocab *v, const struct anvil_chat_ms
         i = 1;
     }
     if (k == TOK_CHAT_MISTRAL_V7) {
-        const char *s = system ? system : v->chat.default_system;
-        if (s) {
+        if (system || v->chat.default_system) {
             text(b, "[SYSTEM_PROMPT]");
-            content_z(b, s);
+            if (system)
+                content_z(b, system);
+            else
+                text_with_dates(b, v->chat.default_system);
             text(b, "[/SYSTEM_PROMPT]");
         }
     }
@@ -379,7 +426,7 @@ anvil_status chat_render(const struct tok_vocab *v, const struct anvil_chat_msg 
     case TOK_CHAT_NONE:
     case TOK_CHAT_COUNT:
     case TOK_CHAT_CHATML:
-        if (c->flags & TOK_CHAT_F_THINK_EMPTY)
+        if (c->flags & TOK_CHAT_F_QWEN3_THINK)
             render_qwen3(msgs, n_msgs, add_assistant, &b);
         else
             render_chatml(v, msgs, n_msgs, add_assistant, &b);

@@ -71,15 +71,19 @@ void chat_free(struct tok_chat *c) {
 
 /* The value of the Jinja string literal that starts at s[i] (a quote),
  * with \n \t \\ \' \" unescaped, into a new string; *end gets the index
- * after the closing quote. NULL when it is not a complete literal. */
-static char *parse_literal(const char *s, size_t n, size_t i, size_t *end) {
+ * after the closing quote. NULL when it is not a complete literal, or when
+ * the allocation fails (then *st = ANVIL_ERR_NOMEM). */
+static char *parse_literal(const char *s, size_t n, size_t i, size_t *end, anvil_status *st) {
     if (i >= n || (s[i] != '\'' && s[i] != '"')) return NULL;
     char q = s[i++];
     size_t j = i, len = 0;
     while (j < n && s[j] != q) j += s[j] == '\\' && j + 1 < n ? 2 : 1;
     if (j >= n) return NULL;
     char *out = anvil_malloc(j - i + 1);
-    if (!out) return NULL;
+    if (!out) {
+        *st = ANVIL_ERR_NOMEM;
+        return NULL;
+    }
     for (size_t k = i; k < j; k++) {
         char c = s[k];
         if (c == '\\' && k + 1 < j) {
@@ -93,27 +97,102 @@ static char *parse_literal(const char *s, size_t n, size_t i, size_t *end) {
     return out;
 }
 
-/* The literal assigned by `set NAME = '...'` when nothing is concatenated
- * to it; NULL otherwise (or on allocation failure: the caller treats both
- * as "no default"). */
-static char *set_literal(struct gguf_str t, const char *name) {
-    const char *p = find_in(t.ptr, t.len, name, 0);
-    while (p) {
-        size_t i = (size_t)(p - t.ptr) + strlen(name);
-        while (i < t.len && t.ptr[i] == ' ') i++;
-        if (i < t.len && t.ptr[i] == '=') {
-            i++;
-            while (i < t.len && t.ptr[i] == ' ') i++;
-            size_t end;
-            char *v = parse_literal(t.ptr, t.len, i, &end);
-            if (v) {
-                while (end < t.len && t.ptr[end] == ' ') end++;
-                if (end + 1 < t.len && (t.ptr[end] == '%' || t.ptr[end] == '-')) return v;
-                anvil_free(v); /* a concatenation or an expression */
-                return NULL;
-            }
+/* Is s[i..) the identifier `id` (and not a longer one)? */
+static bool ident_at(const char *s, size_t n, size_t i, const char *id, size_t *end) {
+    size_t m = strlen(id);
+    if (i + m > n || memcmp(s + i, id, m)) return false;
+    char c = i + m < n ? s[i + m] : ' ';
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')
+        return false;
+    *end = i + m;
+    return true;
+}
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+    while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t')) i++;
+    return i;
+}
+
+/* The strftime_now("FMT") assigned by `set NAME = strftime_now("FMT")`,
+ * as a date placeholder "\x01FMT\x02" (chat.c fills it in at render time);
+ * NULL when NAME is not that. */
+static char *date_variable(struct gguf_str t, const char *name, size_t name_len,
+                           anvil_status *st) {
+    for (const char *p = find_in(t.ptr, t.len, "set ", 0); p;
+         p = find_in(t.ptr, t.len, "set ", (size_t)(p - t.ptr) + 4)) {
+        size_t i = skip_ws(t.ptr, t.len, (size_t)(p - t.ptr) + 4), e;
+        if (i + name_len > t.len || memcmp(t.ptr + i, name, name_len)) continue;
+        e = i + name_len;
+        i = skip_ws(t.ptr, t.len, e);
+        if (i >= t.len || t.ptr[i] != '=') continue;
+        i = skip_ws(t.ptr, t.len, i + 1);
+        if (!ident_at(t.ptr, t.len, i, "strftime_now", &e)) continue;
+        i = skip_ws(t.ptr, t.len, e);
+        if (i >= t.len || t.ptr[i] != '(') continue;
+        size_t end;
+        char *fmt = parse_literal(t.ptr, t.len, skip_ws(t.ptr, t.len, i + 1), &end, st);
+        if (!fmt) return NULL;
+        size_t fl = strlen(fmt);
+        char *out = anvil_malloc(fl + 3);
+        if (!out) *st = ANVIL_ERR_NOMEM;
+        if (out) {
+            out[0] = '\x01';
+            memcpy(out + 1, fmt, fl);
+            out[fl + 1] = '\x02';
+            out[fl + 2] = '\0';
         }
-        p = find_in(t.ptr, t.len, name, (size_t)(p - t.ptr) + 1);
+        anvil_free(fmt);
+        return out;
+    }
+    return NULL;
+}
+
+/* The value of `set NAME = EXPR` when EXPR is string literals and date
+ * variables joined by `+` (Mistral's default system prompts); NULL
+ * otherwise, or on allocation failure (*st = ANVIL_ERR_NOMEM). */
+static char *set_literal(struct gguf_str t, const char *name, anvil_status *st) {
+    for (const char *p = find_in(t.ptr, t.len, name, 0); p;
+         p = find_in(t.ptr, t.len, name, (size_t)(p - t.ptr) + 1)) {
+        size_t i = skip_ws(t.ptr, t.len, (size_t)(p - t.ptr) + strlen(name));
+        if (i >= t.len || t.ptr[i] != '=' || (i + 1 < t.len && t.ptr[i + 1] == '=')) continue;
+        i = skip_ws(t.ptr, t.len, i + 1);
+        char *acc = NULL;
+        size_t acc_len = 0;
+        bool ok = false;
+        for (;;) {
+            size_t end;
+            char *v = parse_literal(t.ptr, t.len, i, &end, st);
+            if (!v && *st != ANVIL_OK) break;
+            if (!v) {
+                size_t j = i;
+                while (j < t.len && ((t.ptr[j] >= 'a' && t.ptr[j] <= 'z') || t.ptr[j] == '_'))
+                    j++;
+                if (j == i || !(v = date_variable(t, t.ptr + i, j - i, st))) break;
+                end = j;
+            }
+            size_t vl = strlen(v);
+            char *g = anvil_realloc(acc, acc_len + vl + 1);
+            if (!g) {
+                anvil_free(v);
+                *st = ANVIL_ERR_NOMEM;
+                break;
+            }
+            acc = g;
+            memcpy(acc + acc_len, v, vl + 1);
+            acc_len += vl;
+            anvil_free(v);
+            i = skip_ws(t.ptr, t.len, end);
+            if (i < t.len && t.ptr[i] == '+') {
+                i = skip_ws(t.ptr, t.len, i + 1);
+                continue;
+            }
+            /* the statement must end here */
+            ok = i + 1 < t.len && (t.ptr[i] == '%' || t.ptr[i] == '-');
+            break;
+        }
+        if (ok) return acc;
+        anvil_free(acc);
+        return NULL;
     }
     return NULL;
 }
@@ -159,14 +238,43 @@ static anvil_status find_default_system(struct tok_chat *c, struct gguf_str t) {
 // recognition
 
 /* Phrases of templates that carry a family's markers but render more than
- * anvil reproduces (found by the sweep over llama.cpp's templates). */
+ * anvil reproduces (found by the sweep over llama.cpp's templates in
+ * tests/py/test_chat_templates.py): they are not claimed. */
 static const char *const not_plain[] = {
-    "Knowledge Cutoff Date: June 2025", /* SmolLM3: metadata block */
+    "Knowledge Cutoff Date: June 2025", /* SmolLM3: metadata block, reasoning modes */
+    "function calling AI model",        /* Hermes tool-use templates */
+    "call one or more of the provided functions", /* FireFunction */
+    "version=v3-llama3.1",              /* Functionary: its own system block */
+    ">>>all",                           /* Functionary v3.2 */
+    "keep_past_thinking",               /* LFM 2.5 */
+    "[BEGIN FINAL RESPONSE]",           /* Apriel: a default system prompt */
 };
+
+/* Qwen 3's shape of a reasoning template: the generation prompt gets an
+ * empty <think> block only when enable_thinking is false, and nothing
+ * otherwise. Other reasoning templates open <think> by default (QwQ,
+ * Qwen 3.5, StepFun, Nemotron) or keep reasoning differently (Bielik,
+ * MiniCPM 5): anvil does not claim them. */
+static bool qwen3_shape(struct gguf_str t) {
+    static const char cond[] = "enable_thinking is defined and enable_thinking is false";
+    const char *p = find_in(t.ptr, t.len, cond, 0);
+    if (!p || !has(t, "last_query_index")) return false;
+    /* the next two tags after the condition: the empty block, then endif */
+    size_t i = (size_t)(p - t.ptr) + sizeof(cond) - 1;
+    const char *blk = find_in(t.ptr, t.len, "<think>\\n\\n</think>\\n\\n", i);
+    const char *tag = find_in(t.ptr, t.len, "{%", i);
+    if (!blk || !tag || tag < blk) return false;
+    size_t j = (size_t)(tag - t.ptr) + 2;
+    while (j < t.len && (t.ptr[j] == '-' || t.ptr[j] == ' ')) j++;
+    return j + 5 <= t.len && !memcmp(t.ptr + j, "endif", 5);
+}
 
 static bool refused(struct gguf_str t) {
     for (size_t k = 0; k < sizeof(not_plain) / sizeof(not_plain[0]); k++)
         if (has(t, not_plain[k])) return true;
+    if (has(t, "<think>") && !qwen3_shape(t)) return true;
+    /* a knowledge-date system block that is not Llama 3.1's */
+    if (has(t, "Cutting Knowledge Date") && !has(t, "Today Date: ")) return true;
     return false;
 }
 
@@ -178,7 +286,7 @@ anvil_status chat_detect(struct tok_chat *c, struct gguf_str tmpl) {
     if (has(tmpl, "<|im_start|>")) {
         c->kind = TOK_CHAT_CHATML;
         if (has(tmpl, "</think>") && has(tmpl, "reasoning_content"))
-            c->flags |= TOK_CHAT_F_THINK_EMPTY;
+            c->flags |= TOK_CHAT_F_QWEN3_THINK;
         return find_default_system(c, tmpl);
     }
     if (has(tmpl, "<|start_header_id|>")) {
@@ -187,7 +295,9 @@ anvil_status chat_detect(struct tok_chat *c, struct gguf_str tmpl) {
         if (has(tmpl, "Cutting Knowledge Date")) {
             c->flags |= TOK_CHAT_F_DATE;
             /* Llama 3.2 asks for today's date; 3.1 and 3.3 write a fixed one */
-            if (!has(tmpl, "strftime_now")) c->date = set_literal(tmpl, "date_string");
+            anvil_status st = ANVIL_OK;
+            if (!has(tmpl, "strftime_now")) c->date = set_literal(tmpl, "date_string", &st);
+            return st;
         }
         return ANVIL_OK;
     }
@@ -198,8 +308,9 @@ anvil_status chat_detect(struct tok_chat *c, struct gguf_str tmpl) {
     }
     if (has(tmpl, "[SYSTEM_PROMPT]")) {
         c->kind = TOK_CHAT_MISTRAL_V7;
-        c->default_system = set_literal(tmpl, "default_system_message");
-        return ANVIL_OK;
+        anvil_status st = ANVIL_OK;
+        c->default_system = set_literal(tmpl, "default_system_message", &st);
+        return st;
     }
     if (has(tmpl, "[INST]")) {
         c->kind = has(tmpl, "'[INST] '") || has(tmpl, "\"[INST] \"") ? TOK_CHAT_MISTRAL_V1

@@ -350,8 +350,9 @@ enum tok_chat_kind {
     TOK_CHAT_CHATML,     /* <|im_start|>role\ncontent<|im_end|>\n */
     TOK_CHAT_LLAMA3,     /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
     TOK_CHAT_GEMMA,      /* <start_of_turn>user\ncontent<end_of_turn>\n, system folded in */
-    TOK_CHAT_MISTRAL_V1, /* [INST] content [/INST] answer</s>, SPM text markers */
-    TOK_CHAT_MISTRAL_V3, /* [INST] content[/INST] answer</s>, control-token markers */
+    TOK_CHAT_MISTRAL_V1, /* [INST] content [/INST]answer</s> (7B v0.1) */
+    TOK_CHAT_MISTRAL_V3, /* [INST]content[/INST]answer</s>, system before the last user
+                          * message (Nemo, "v3-tekken" in llama.cpp) */
     TOK_CHAT_MISTRAL_V7, /* [SYSTEM_PROMPT]..[/SYSTEM_PROMPT][INST]content[/INST]answer</s> */
     TOK_CHAT_PHI3,       /* <|user|>\ncontent<|end|>\n<|assistant|>\n */
     TOK_CHAT_COUNT
@@ -362,8 +363,9 @@ enum {
     TOK_CHAT_F_TRIM = 1u << 0,        /* content | trim */
     TOK_CHAT_F_DATE = 1u << 1,        /* Llama 3.1+: a system turn with the knowledge
                                        * date and today's date, always */
-    TOK_CHAT_F_THINK_EMPTY = 1u << 2, /* Qwen3: assistant turns lose their <think>
-                                       * block; generation prompt without one */
+    TOK_CHAT_F_QWEN3_THINK = 1u << 2, /* Qwen 3: assistant turns before the last query
+                                       * lose their <think> block, later ones keep it
+                                       * in Qwen 3's layout */
     TOK_CHAT_F_NO_SYSTEM = 1u << 3,   /* Phi-3: the template drops system messages */
     TOK_CHAT_F_EOS_END = 1u << 4,     /* Phi-3.5: eos_token after the last turn when
                                        * no generation prompt is asked */
