@@ -109,6 +109,12 @@ struct kn_ops {
     kn_rope_ext_fn rope_ext;
     kn_gelu_mul_fn gelu_mul;
     kn_gelu_mul_act_fn gelu_mul_act;
+    /* The family's int8 multiply-accumulate peak on the calling thread, in
+     * GOP/s (2 ops per multiply-accumulate), measured by a register-only
+     * loop of the instructions its quantized dot products use, for about
+     * `seconds` of thread CPU time; NULL for the reference. For benchmarks:
+     * kernel GOP/s as a share of what the core can do. */
+    double (*int8_peak)(double seconds);
 };
 
 extern const struct kn_ops kn_ops_ref;

@@ -52,6 +52,8 @@ void kn_gelu_mul_avx2(float *y, const float *g, const float *u, int n);
 void kn_gelu_mul_act_avx2(void *restrict dst, const float *restrict g, const float *restrict u,
                           int n, int act);
 
+double kn_int8_peak_avx2(double seconds);
+
 extern const struct kn_ops kn_ops_avx2;
 
 #endif

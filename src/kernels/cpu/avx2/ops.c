@@ -474,4 +474,5 @@ const struct kn_ops kn_ops_avx2 = {
     .rope_ext = kn_rope_ext_avx2,
     .gelu_mul = kn_gelu_mul_avx2,
     .gelu_mul_act = kn_gelu_mul_act_avx2,
+    .int8_peak = kn_int8_peak_avx2,
 };
