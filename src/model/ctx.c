@@ -191,6 +191,10 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
                    (long long)p->kv_mem);
         return ANVIL_ERR_INVALID;
     }
+    if (!m->layers) {
+        errmsg_set(err, err_cap, "ctx: the model is a vocabulary only (anvil_model_load_vocab)");
+        return ANVIL_ERR_INVALID;
+    }
     const struct model_hparams *hp = &m->hp;
     struct anvil_ctx *c = anvil_calloc(1, sizeof(*c));
     if (!c) {

@@ -606,6 +606,12 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     TRY(gguf_open(path, &m->gguf, err, err_cap));
 
     struct model_loader L = {.f = m->gguf, .err = err, .err_cap = err_cap};
+    if (m->gguf->n_tensors == 0) {
+        errmsg_set(err, err_cap,
+                   "model: the file holds a vocabulary only (no weights): it can tokenize "
+                   "(anvil tokenize), not run");
+        TRY(ANVIL_ERR_UNSUPPORTED);
+    }
     struct gguf_str arch;
     if (!gguf_get_str(m->gguf, "general.architecture", &arch)) {
         errmsg_set(err, err_cap, "model: required metadata general.architecture is missing");

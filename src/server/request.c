@@ -279,11 +279,15 @@ static bool tokenize_into(const struct srv_limits *lim, const char *text, size_t
         return false;
     }
     int32_t n = anvil_tokenize(lim->model, text, len, r->prompt, cap, true, true);
+    if (n == INT32_MIN) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return false;
+    }
     if (n < 0) {
         srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", param,
                     "This model's maximum context length is %d tokens. However, your prompt "
-                    "is %d tokens long.",
-                    (int)lim->n_ctx, (int)-n);
+                    "is %lld tokens long.",
+                    (int)lim->n_ctx, -(long long)n);
         return false;
     }
     r->n_prompt = n;
@@ -349,7 +353,6 @@ static bool parse_messages(const struct srv_limits *lim, const cJSON *root, stru
     if (n == 0) return bad(e, "messages", "'messages' must not be empty");
     struct anvil_chat_msg *cm = calloc((size_t)n, sizeof(*cm));
     char **texts = calloc((size_t)n, sizeof(*texts));
-    char *prompt = NULL;
     bool ok = false;
     if (!cm || !texts) {
         srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -399,29 +402,33 @@ static bool parse_messages(const struct srv_limits *lim, const cJSON *root, stru
         }
         cm[i].content = texts[i];
     }
-    int32_t need = anvil_chat_apply(lim->model, cm, (size_t)n, true, NULL, 0);
-    if (need == 0) {
-        bad(e, "messages", "this model has no chat template: use /v1/completions");
-        goto fail;
-    }
-    if (need < 0) need = -need;
-    prompt = malloc((size_t)need + 1);
-    if (!prompt) {
+    /* render and tokenize in one call: the template's markers become
+     * control tokens, the messages' text stays text (a user typing
+     * "<|im_start|>" gets those characters, not a turn boundary) */
+    r->prompt = malloc((size_t)lim->n_ctx * sizeof(anvil_token));
+    if (!r->prompt) {
         srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
-    int32_t got = anvil_chat_apply(lim->model, cm, (size_t)n, true, prompt, need + 1);
-    if (got <= 0 || got > need) {
-        srv_err_set(e, 500, "server_error", NULL, NULL, "chat template failed");
+    int32_t nt = anvil_chat_tokenize(lim->model, cm, (size_t)n, true, r->prompt, lim->n_ctx);
+    if (nt == INT32_MIN) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
-    ok = tokenize_into(lim, prompt, (size_t)got, r, "messages", e);
+    if (nt < 0) {
+        srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+                    "This model's maximum context length is %d tokens. However, your messages "
+                    "are %lld tokens long.",
+                    (int)lim->n_ctx, -(long long)nt);
+        goto fail;
+    }
+    r->n_prompt = nt;
+    ok = true;
 fail:
     if (texts)
         for (int j = 0; j < n; j++) free(texts[j]);
     free(texts);
     free(cm);
-    free(prompt);
     return ok;
 }
 

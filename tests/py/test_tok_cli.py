@@ -109,6 +109,7 @@ def test_vocab_only_file(name):
                        timeout=300)
     assert p.returncode == 2, p.stderr
     assert p.stderr.startswith(b"anvil run: ") and len(p.stderr.splitlines()) == 1, p.stderr
+    assert b"vocabulary only" in p.stderr, p.stderr
 
 
 def test_chat_message_is_text():
