@@ -146,7 +146,8 @@ static void test_gelu_mul(void **state) {
              * variant's own gelu_mul followed by its act conversion */
             for (int act = 0; act < KN_ACT_COUNT; act++) {
                 if (!ops->act[act]) continue;
-                int nn = act == KN_ACT_Q8A ? n / QK * QK : n;
+                int blk = act == KN_ACT_F32 || act == KN_ACT_BF16 ? 1 : act == KN_ACT_Q8A ? QK : QK_K;
+                int nn = n / blk * blk; /* whole blocks of the format */
                 if (nn == 0) continue;
                 size_t rs = kn_act_row_size(act, nn);
                 _Alignas(64) uint8_t a1[16384], a2[16384];
