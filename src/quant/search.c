@@ -205,8 +205,16 @@ float qs_fit_sym(const struct qs_grid *g, int n, const float *x, const float *w,
         best_a = a, best_b = b;
         memcpy(L, Lc, (size_t)n);
     }
-    if (err) *err = sxx - best_a * best_a / best_b;
-    return (float)(best_a / best_b);
+    float s = (float)(best_a / best_b);
+    if (err) { /* directly: the closed form above cancels in float */
+        double e = 0.0;
+        for (int i = 0; i < n; i++) {
+            double r = (double)x[i] - (double)s * g->lv[L[i]];
+            e += (double)w[i] * r * r;
+        }
+        *err = e;
+    }
+    return s;
 }
 
 // ----------------------------------------------------------------------------
@@ -309,7 +317,14 @@ float qs_fit_affine(int nmax, bool nonpos_offset, int n, const float *x, const f
         memcpy(L, Lc, (size_t)n);
     }
     *o = (float)bo;
-    if (err) *err = best;
+    if (err) {
+        double e = 0.0;
+        for (int i = 0; i < n; i++) {
+            double r = (double)x[i] - ((double)(float)bs * L[i] + (double)(float)bo);
+            e += (double)w[i] * r * r;
+        }
+        *err = e;
+    }
     return (float)bs;
 }
 
