@@ -197,13 +197,13 @@ static void test_search_affine(void **state) {
         }
         assert_true(better > 300);
     }
-    /* a constant block is exact: scale 0, offset the constant */
+    /* a constant block: scale 0, offset the constant (up to rounding) */
     for (int i = 0; i < 32; i++) x[i] = -0.75f;
     qs_weights(x, 32, w);
     float o;
     double e;
     float s = qs_fit_affine(15, true, 32, x, w, L, &o, &e);
-    assert_true(s == 0.0f && o == -0.75f && e == 0.0);
+    assert_true(s == 0.0f && fabsf(o + 0.75f) < 1e-6f && e < 1e-10);
 }
 
 /* Every type: deterministic, every output byte written (two fill patterns

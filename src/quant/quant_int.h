@@ -64,7 +64,7 @@ void qt_quantize_iq4_xs(const float *x, void *dst, int64_t n);
 /* the search (search.c): shared by every searched type */
 
 /* Importance weights of the error measure for n elements of a (super-)
- * block: w[i] = sigma2 + x[i]^2 with sigma2 the block's mean square. */
+ * block: w[i] = sqrt(sigma2 + x[i]^2), sigma2 the block's mean square. */
 void qs_weights(const float *x, int n, float *w);
 
 /* A grid of levels for symmetric quantization, x ~= s * lv[L]: ascending
