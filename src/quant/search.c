@@ -249,8 +249,13 @@ static double aff_solve(const struct aff_sums *t, double sxx, bool nonpos, doubl
             if (nonpos && oo > 0.0) oo = 0.0;
         }
     } else {
+        /* every index equal: the offset alone, or (when the offset may
+         * not be positive) the scale alone, whichever fits better */
         oo = t->w > 0.0 ? t->x / t->w : 0.0;
-        if (nonpos && oo > 0.0) oo = 0.0;
+        if (nonpos && oo > 0.0) {
+            oo = 0.0;
+            ss = t->ll > 0.0 && t->xl > 0.0 ? t->xl / t->ll : 0.0;
+        }
     }
     *s = ss;
     *o = oo;
