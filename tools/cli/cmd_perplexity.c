@@ -505,7 +505,9 @@ int cmd_perplexity(int argc, char **argv) {
                     same_top += bids[0] == rs.argmax;
                     const double nll_b = -lp_base_next;
                     s_b += nll_b, s_b2 += nll_b * nll_b, s_nb += nll * nll_b;
-                    const double dp = exp(-nll) - exp(lp_base_next);
+                    /* at the saved (float) precision: a model against its own
+                     * run gives exactly 0 */
+                    const double dp = exp((double)(float)-nll) - exp(lp_base_next);
                     dpv[count - 1] = (float)dp;
                     s_dp += dp, s_dp2 += dp * dp, s_dp4 += dp * dp * dp * dp;
                 }
