@@ -130,6 +130,18 @@ def test_against_llama_cpp_logits(saved, f16):
     assert np.percentile(np.abs(got - want), 99) < 0.02
 
 
+def test_batch_size_does_not_change_the_result(saved, f16):
+    """Windows decoded in pieces of 48 tokens (three decode calls, the
+    scored half split across two) give the same numbers."""
+    res, _, _ = saved
+    p = run([ANVIL, "perplexity", "-m", f16, "-f", TEXT, "--ctx", str(CTX), "--chunks",
+             str(CHUNKS), "-t", "2", "--batch", "48", "--json"])
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["scored"] == res["scored"]
+    assert abs(j["ppl"] - res["ppl"]) <= 1e-4 * res["ppl"], (j["ppl"], res["ppl"])
+
+
 def test_text_tokens_are_the_windows(saved):
     _, k, _ = saved
     p = run([ANVIL, "tokenize", "-m", MODEL, "-p", open(TEXT).read(), "--ids-only"])

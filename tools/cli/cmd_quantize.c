@@ -37,7 +37,6 @@ static void help(FILE *f) {
 struct prog {
     bool tty, quiet;
     int last_pct;
-    uint64_t last_tensor;
 };
 
 static void on_progress(void *user, const struct anvil_quantize_event *ev) {
@@ -58,7 +57,6 @@ static void on_progress(void *user, const struct anvil_quantize_event *ev) {
                 to);
     }
     p->last_pct = pct;
-    p->last_tensor = ev->tensor;
 }
 
 int cmd_quantize(int argc, char **argv) {
