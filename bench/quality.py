@@ -43,8 +43,9 @@ CACHE = os.environ.get("ANVIL_CACHE", os.path.expanduser("~/.cache/anvil"))
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 ANVIL = os.path.join(ROOT, "bin", "anvil")
 
-MIXES = ["Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "IQ4_NL",
-         "IQ4_XS", "Q4_1", "Q4_0", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K"]
+# the mixes people download first, then the rest
+MIXES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K", "IQ4_XS", "Q8_0", "Q5_K_S", "Q5_1",
+         "Q5_0", "Q4_K_S", "IQ4_NL", "Q4_1", "Q4_0", "Q3_K_L", "Q3_K_S"]
 FORTUNE_DIR = "/usr/share/games/fortunes"
 FORTUNE_FILES = ["literature", "wisdom", "people", "science", "art", "education", "humorists",
                  "love", "work", "politics", "law", "medicine", "food", "pets", "sports", "kids",
@@ -235,8 +236,15 @@ def main():
     log("base logits of the F16 model")
     scorer.save_base(f16)
     commit = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True).stdout.strip()
+    date = datetime.date.today().isoformat()
+    meta = {"date": date, "commit": commit, "engine": a.engine, "engine_desc": desc,
+            "ctx": a.ctx, "chunks": a.chunks, "scored": a.chunks * (a.ctx - 1 - a.ctx // 2),
+            "threads": a.threads, "text": "Debian fortunes: " + ",".join(FORTUNE_FILES),
+            "model": os.path.basename(MODEL), "llama_version": "0.3.36", "llama_dir": llama_dir,
+            "base_ppl": None}
+    os.makedirs(a.out, exist_ok=True)
+    stem = os.path.join(a.out, f"quality-{date}{a.tag}")
     rows = []
-    base_ppl = None
     for mix in filter(None, a.mixes.split(",")):
         row = {"mix": mix}
         for kind in ("anvil", "llama"):
@@ -247,25 +255,18 @@ def main():
             s["mib"] = os.path.getsize(path) / 2**20
             s["quantize_s"] = round(secs, 2)
             row[kind] = s
-            base_ppl = s["base_ppl"]
+            meta["base_ppl"] = s["base_ppl"]
         row["kl_ratio"] = row["anvil"]["kl_mean"] / row["llama"]["kl_mean"]
         row["goal_met"] = row["kl_ratio"] <= 1.02
         log(f"{mix}: KL anvil {row['anvil']['kl_mean']:.5f} llama {row['llama']['kl_mean']:.5f} "
             f"(x{row['kl_ratio']:.3f})")
         rows.append(row)
-    date = datetime.date.today().isoformat()
-    rec = {"meta": {"date": date, "commit": commit, "engine": a.engine, "engine_desc": desc,
-                    "ctx": a.ctx, "chunks": a.chunks, "scored": a.chunks * (a.ctx - 1 - a.ctx // 2),
-                    "threads": a.threads, "text": "Debian fortunes: " + ",".join(FORTUNE_FILES),
-                    "model": os.path.basename(MODEL), "llama_version": "0.3.36",
-                    "llama_dir": llama_dir, "base_ppl": base_ppl},
-           "rows": rows}
-    os.makedirs(a.out, exist_ok=True)
-    stem = os.path.join(a.out, f"quality-{date}{a.tag}")
-    with open(stem + ".json", "w") as f:
-        json.dump(rec, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(markdown(rec))
+        # written after every mix: a long run interrupted keeps what it measured
+        rec = {"meta": meta, "rows": rows}
+        with open(stem + ".json", "w") as f:
+            json.dump(rec, f, indent=1)
+        with open(stem + ".md", "w") as f:
+            f.write(markdown(rec))
     print(stem + ".md")
 
 
