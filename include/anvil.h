@@ -473,10 +473,48 @@ void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *o
 /* Progress callback for long operations: done of total units. */
 typedef void (*anvil_progress_fn)(void *user, uint64_t done, uint64_t total);
 
-/* Write a copy of GGUF `in` with its 2-D weight matrices converted to
- * `type` (Q8_0, Q4_0, Q4_1, F16, BF16). Norms stay F32. */
-anvil_status anvil_quantize(const char *in, const char *out, int type, anvil_progress_fn progress,
-                            void *user, char *err, size_t err_cap);
+/* Progress of anvil_quantize, reported after every chunk of rows. */
+struct anvil_quantize_event {
+    uint64_t tensor, n_tensors; /* 1-based index of the tensor being written */
+    const char *name;           /* its name (valid during the call) */
+    int type_in, type_out;      /* enum anvil_type */
+    uint64_t done, total;       /* elements written so far, in the whole file */
+};
+typedef void (*anvil_quantize_fn)(void *user, const struct anvil_quantize_event *ev);
+
+struct anvil_quantize_params {
+    /* Target: a mix by name as llama-quantize spells it (Q4_K_M, Q5_K_M,
+     * Q6_K, Q3_K_M, Q2_K, Q4_K_S, IQ4_XS, Q5_0, Q8_0, ...), a bare type
+     * (Q3_K, Q4_K, Q5_K: every matrix that type), or F16/BF16/F32.
+     * Case-insensitive. Required. */
+    const char *type;
+    bool pure;              /* every matrix gets the mix's base type (only
+                               the row-shape fallback applies) */
+    int n_threads;          /* 0: every online CPU */
+    anvil_quantize_fn progress; /* optional */
+    void *user;
+};
+
+/* What a finished anvil_quantize wrote. */
+struct anvil_quantize_stats {
+    uint64_t bytes_in, bytes_out; /* tensor data, without the header */
+    uint64_t n_elements;
+    int n_fallback;               /* matrices whose row did not divide into
+                                     the chosen type's blocks */
+    int n_converted, n_copied;    /* tensors requantized / copied as they were */
+};
+
+/* Write a copy of GGUF `in` to `out` with its weight matrices quantized
+ * by the rules of p->type (see src/quant/mix.c and README "Quantize").
+ * Metadata is copied; general.file_type is set to llama.cpp's ftype of
+ * the mix. OUT is written as OUT.tmp and renamed when complete.
+ * ANVIL_ERR_INVALID for an unknown type, or when a tensor to convert is
+ * already quantized with fewer bits per weight than its target (a lossy
+ * file cannot be made better by requantizing it: start from F16/F32);
+ * ANVIL_ERR_FORMAT for a tensor holding NaN or infinity; err names the
+ * tensor. stats (optional) is filled on success. */
+anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_quantize_params *p,
+                            struct anvil_quantize_stats *stats, char *err, size_t err_cap);
 
 #ifdef __cplusplus
 }
