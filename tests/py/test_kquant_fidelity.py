@@ -31,12 +31,11 @@ import hashlib
 import os
 import subprocess
 
+import llama_cpp  # a missing reference is a failure, not a skip
 import numpy as np
 import pytest
 
 from conftest import ROOT, build_path, run
-
-llama_cpp = pytest.importorskip("llama_cpp")
 
 # name -> (llama_ftype, the types the pure file must hold)
 TYPES = {
