@@ -42,7 +42,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# tools/cli/bench_model.c FILLER, verbatim: the same prompts as in-process
+# bench/bench_model.c FILLER, verbatim: the same prompts as in-process
 FILLER = (
     "The history of computing is a story of people who wanted to think faster than their "
     "hands could write. Early mechanical calculators added and multiplied numbers with gears, "

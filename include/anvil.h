@@ -88,12 +88,24 @@ struct anvil_model_params {
 
 struct anvil_model_params anvil_model_default_params(void);
 
-/* Map and validate a GGUF file and bind the Llama weights in it. Weights
- * stay in the read-only mapping. On failure, a one-line message is written
- * to err (when non-NULL) and *out is left unchanged. */
+/* Map and validate a GGUF file and bind the weights of its architecture
+ * (llama, qwen2, qwen3, gemma3, phi3; anything else is
+ * ANVIL_ERR_UNSUPPORTED with the list in the message). Weights are read in
+ * place from the read-only mapping, except where the kernels keep a packed
+ * copy (AVX-512: quantized matrices are repacked once at load and the
+ * mapping's pages under them released). On failure, a one-line message is
+ * written to err (when non-NULL) and *out is left unchanged. */
 anvil_status anvil_model_load(const char *path, const struct anvil_model_params *p,
                               struct anvil_model **out, char *err, size_t err_cap);
 void anvil_model_free(struct anvil_model *m);
+/* Load only the tokenizer of a GGUF file: a vocabulary-only file (no
+ * tensors, as llama.cpp's ggml-vocab-*.gguf) or any model, for
+ * tokenizing and chat templates. The result answers the tokenizer and
+ * chat calls and anvil_model_n_vocab; it has no weights (anvil_ctx_init
+ * must not be given it). Free with anvil_model_free. Errors as
+ * anvil_model_load. */
+anvil_status anvil_model_load_vocab(const char *path, struct anvil_model **out, char *err,
+                                    size_t err_cap);
 
 int32_t anvil_model_n_vocab(const struct anvil_model *m);
 int32_t anvil_model_n_ctx_train(const struct anvil_model *m);
@@ -101,12 +113,26 @@ int32_t anvil_model_n_embd(const struct anvil_model *m);
 int32_t anvil_model_n_layer(const struct anvil_model *m);
 /* Weight type of most matrices (from general.file_type or the tensors). */
 int anvil_model_type(const struct anvil_model *m);
+/* general.architecture of the model ("llama", "qwen2", "qwen3", "gemma3",
+ * "phi3"). */
+const char *anvil_model_arch(const struct anvil_model *m);
+/* Bytes of KV cache one sequence of n_ctx positions needs with KV type
+ * kv_type (ANVIL_TYPE_F16 or ANVIL_TYPE_Q8_0): sliding-window layers count
+ * only their window when `windowed` is true (what anvil allocates), and
+ * the full length when false (a cache that keeps every layer whole). */
+int64_t anvil_model_kv_bytes(const struct anvil_model *m, int kv_type, int32_t n_ctx, bool windowed);
 /* Name of the kernel family in use: "ref", "avx2" or "avx512". */
 const char *anvil_model_kernels(const struct anvil_model *m);
 /* Short human description: "llama 30L 576d 9h/3kv Q4_1 (135M params)". */
 const char *anvil_model_desc(const struct anvil_model *m);
 anvil_token anvil_token_bos(const struct anvil_model *m); /* -1 if none */
 anvil_token anvil_token_eos(const struct anvil_model *m); /* -1 if none */
+/* Whether two models share one vocabulary (same size, same bytes for every
+ * token id, same end-of-generation tokens), as speculative decoding with a
+ * draft model needs: ANVIL_OK, or ANVIL_ERR_INVALID with the first
+ * difference in err. */
+anvil_status anvil_vocab_compatible(const struct anvil_model *a, const struct anvil_model *b,
+                                    char *err, size_t err_cap);
 /* True for tokens that end a generation (EOS, <|im_end|>, <|eot_id|>, ...). */
 bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t);
 
@@ -147,12 +173,50 @@ struct anvil_chat_msg {
     const char *content;
 };
 
-/* Render messages with the model's chat template (tokenizer.chat_template;
- * ChatML and Llama-3 styles are recognised). add_assistant appends the
- * header that starts the assistant's turn. Returns bytes written (NUL
- * terminated), -(needed) when cap is too small, or 0 with no template. */
+/* Chat templates. anvil has no Jinja engine: it recognises the family of
+ * tokenizer.chat_template from its text (never executing it) and renders
+ * the family natively: "chatml" (SmolLM2, Qwen 2/2.5/3), "llama3" (Llama
+ * 3/3.1/3.2/3.3), "gemma" (Gemma 2/3), "mistral-v1", "mistral-v3",
+ * "mistral-v7", "phi3" (Phi-3, Phi-3.5). A file without a template gets
+ * the family whose turn markers are tokens of its vocabulary (Gemma 3's
+ * GGUF has no template). Otherwise anvil uses ChatML and says so through
+ * anvil_chat_template_source: the caller should warn. */
+enum anvil_chat_source {
+    ANVIL_CHAT_FROM_TEMPLATE = 0, /* recognised in tokenizer.chat_template */
+    ANVIL_CHAT_FROM_VOCAB = 1,    /* no template: inferred from the special tokens */
+    ANVIL_CHAT_FALLBACK = 2,      /* not recognised (or none): ChatML */
+    ANVIL_CHAT_FROM_USER = 3,     /* chosen with anvil_chat_template_set */
+};
+
+/* Name of the template family in use ("chatml", "llama3", ...). Static
+ * string, valid while the model lives. */
+const char *anvil_chat_template_name(const struct anvil_model *m);
+enum anvil_chat_source anvil_chat_template_source(const struct anvil_model *m);
+/* The names anvil_chat_template_set accepts, comma-separated (static). */
+const char *anvil_chat_template_names(void);
+/* Use the template family `name` instead of the file's. ANVIL_ERR_INVALID
+ * for an unknown name (the model is unchanged). Changes the model: call
+ * it before any other thread uses m. */
+anvil_status anvil_chat_template_set(struct anvil_model *m, const char *name);
+
+/* Render messages with the model's chat template as text. add_assistant
+ * appends the header that starts the assistant's turn. BOS is not
+ * written: tokenizing the text with add_special adds it. Returns bytes
+ * written (NUL terminated), -(needed) when cap is too small, INT32_MIN on
+ * out-of-memory. Tokenizing this text with parse_special lets control
+ * tokens typed inside a message through: prompts should come from
+ * anvil_chat_tokenize. */
 int32_t anvil_chat_apply(const struct anvil_model *m, const struct anvil_chat_msg *msgs,
                          size_t n_msgs, bool add_assistant, char *buf, int32_t cap);
+
+/* Render and tokenize messages: the tokens of anvil_chat_apply's text
+ * tokenized with add_special and parse_special, except that message
+ * content (and roles) are tokenized as text: "<|im_start|>" typed by a
+ * user stays text and never becomes the control token. Returns the number
+ * of tokens, -(needed) when cap is too small (out holds the first cap),
+ * INT32_MIN on out-of-memory or bad arguments. */
+int32_t anvil_chat_tokenize(const struct anvil_model *m, const struct anvil_chat_msg *msgs,
+                            size_t n_msgs, bool add_assistant, anvil_token *out, int32_t cap);
 
 /* ---------------------------------------------------------------------- */
 /* context: KV cache, scratch, thread pool */
@@ -172,8 +236,12 @@ struct anvil_ctx_params {
 
 struct anvil_ctx_params anvil_ctx_default_params(void);
 
+/* Create a context: KV cache (windowed layers get a pool of their own
+ * that holds only their window), scratch, thread pool. On failure a
+ * one-line reason (which limit or which allocation) goes to err when
+ * non-NULL, and *out is left unchanged. */
 anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params *p,
-                            struct anvil_ctx **out);
+                            struct anvil_ctx **out, char *err, size_t err_cap);
 void anvil_ctx_free(struct anvil_ctx *c);
 const char *anvil_ctx_errmsg(const struct anvil_ctx *c);
 int32_t anvil_ctx_n_ctx(const struct anvil_ctx *c);
@@ -253,6 +321,14 @@ void anvil_sampler_free(struct anvil_sampler *s);
  * Returns -1 when no token is allowed or the logits are all NaN. */
 anvil_token anvil_sampler_sample(struct anvil_sampler *s, const float *logits,
                                  const uint8_t *allowed);
+/* Speculative decoding's verification draw: like anvil_sampler_sample,
+ * but `draft` (a proposed token) is tested first. The draft comes out with
+ * exactly the probability the sampler gives it, and otherwise a token is
+ * drawn from the sampler's distribution without it; so every token has
+ * exactly its plain-sampling probability, whatever the proposal. Greedy
+ * samplers return the argmax. One random draw, like anvil_sampler_sample. */
+anvil_token anvil_sampler_sample_spec(struct anvil_sampler *s, const float *logits,
+                                      const uint8_t *allowed, anvil_token draft);
 /* Record a token of the sequence (prompt or generated) for the penalties. */
 void anvil_sampler_accept(struct anvil_sampler *s, anvil_token t);
 void anvil_sampler_reset(struct anvil_sampler *s);
@@ -272,6 +348,20 @@ void anvil_sampler_reset(struct anvil_sampler *s);
 struct anvil_engine;
 typedef uint64_t anvil_req_id;
 
+/* Speculative decoding: propose several tokens, verify them with one
+ * multi-row forward pass of the model, keep the longest prefix the model
+ * agrees with plus its own next token. Greedy output is identical to
+ * plain decoding (batch-invariant kernels: a row's logits do not depend
+ * on the rows beside it); sampled output has exactly the model's
+ * distribution (anvil_sampler_sample_spec). */
+enum anvil_spec {
+    ANVIL_SPEC_DEFAULT = 0, /* requests: the engine's setting; engine: off */
+    ANVIL_SPEC_OFF,
+    ANVIL_SPEC_NGRAM,       /* prompt lookup: continue the last n-gram's earlier match */
+    ANVIL_SPEC_DRAFT,       /* a draft model (same vocabulary) proposes greedily */
+};
+#define ANVIL_SPEC_K_MAX 16
+
 struct anvil_engine_params {
     int32_t n_threads;     /* 0 = online CPUs */
     int32_t max_running;   /* sequences decoded at once; 0 = 64 */
@@ -279,8 +369,14 @@ struct anvil_engine_params {
     int32_t n_ctx;         /* max positions per request; 0 = min(train ctx, 8192) */
     int32_t step_tokens;   /* token budget per step; 0 = 512 */
     int32_t prefill_chunk; /* max prompt tokens of one request per step; 0 = 256 */
-    int64_t kv_mem;        /* KV cache bytes; 0 = enough for max_running * 1024 tokens */
+    int64_t kv_mem;        /* KV cache bytes; 0 = sized from the machine: room for
+                              max_running sequences at n_ctx, at most half of
+                              the memory available at start (reserved, not
+                              touched: pages are used as the cache fills) */
     int kv_type;           /* ANVIL_TYPE_F16 (default when 0) or ANVIL_TYPE_Q8_0 */
+    enum anvil_spec spec;  /* speculation for requests that do not choose; DEFAULT = off */
+    int32_t spec_k;        /* max proposed tokens per step (1..ANVIL_SPEC_K_MAX); 0 = 8 */
+    struct anvil_model *draft; /* for ANVIL_SPEC_DRAFT: borrowed; same vocabulary */
 };
 
 struct anvil_engine_params anvil_engine_default_params(void);
@@ -302,6 +398,8 @@ struct anvil_request_params {
     const char *const *stop;   /* stop strings, copied at submit; may be NULL */
     int32_t n_stop;            /* <= 16 */
     int32_t top_logprobs;      /* 0 = no logprobs; else report this many alternatives (<= 20) */
+    enum anvil_spec spec;      /* DEFAULT: the engine's; DRAFT needs an engine with a draft */
+    int32_t spec_k;            /* 0 = the engine's; else 1..ANVIL_SPEC_K_MAX */
 };
 
 enum anvil_event_type {
@@ -328,9 +426,10 @@ struct anvil_event {
 
 typedef void (*anvil_event_fn)(void *user, const struct anvil_event *ev);
 
-/* The engine borrows the model. */
+/* The engine borrows the model. On failure a one-line reason goes to err
+ * when non-NULL, and *out is left unchanged. */
 anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_params *p,
-                               struct anvil_engine **out);
+                               struct anvil_engine **out, char *err, size_t err_cap);
 /* Stops the driver thread if started; pending requests get DONE/CANCELLED. */
 void anvil_engine_free(struct anvil_engine *e);
 const char *anvil_engine_errmsg(const struct anvil_engine *e);
@@ -361,6 +460,10 @@ struct anvil_engine_stats {
     int32_t kv_blocks_total, kv_blocks_used;
     int32_t kv_block_tokens;
     uint64_t n_requests_done, n_prompt_tokens, n_gen_tokens, n_preemptions, n_steps;
+    /* speculation: verification rows (a decode row that carried proposals),
+     * tokens proposed, proposals accepted, and tokens those rows produced
+     * (accepted + one of the model's own each) */
+    uint64_t n_spec_verify, n_spec_proposed, n_spec_accepted, n_spec_tokens;
 };
 void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out);
 

@@ -8,6 +8,10 @@
  *        (stop: a stop string with '_' for spaces, or '-' for none)
  * stdout: one line per request, in input order:
  *        "<finish> <n_gen> <ids...> | <text as hex>"
+ * --spec ngram|draft [--spec-k K] [--draft MODEL] turns speculation on
+ * (stats on stderr gain spec_verify/proposed/accepted/tokens).
+ * --kv-report N prints {"windowed_bytes", "full_bytes"} of one sequence of
+ * N positions (F16 KV) and exits.
  * --serial runs the requests one at a time; otherwise all are submitted at
  * once. --cancel-after K cancels request 0 after its K-th token.
  * After all requests end it checks that the KV cache is empty again and
@@ -57,7 +61,8 @@ static const char *stop_ptr[MAX_REQ][1];
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     struct anvil_engine_params ep = anvil_engine_default_params();
-    int serial = 0, cancel_after = 0, use_thread = 0;
+    int serial = 0, cancel_after = 0, use_thread = 0, kv_report = 0;
+    const char *draft_path = NULL;
     ep.n_threads = 2;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "-r")) ep.max_running = atoi(argv[++i]);
@@ -69,6 +74,27 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--serial")) serial = 1;
         else if (!strcmp(argv[i], "--thread")) use_thread = 1;
         else if (!strcmp(argv[i], "--cancel-after")) cancel_after = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-report")) kv_report = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--spec-k")) ep.spec_k = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--draft")) draft_path = argv[++i];
+        else if (!strcmp(argv[i], "--spec")) {
+            const char *v = argv[++i];
+            ep.spec = !strcmp(v, "ngram") ? ANVIL_SPEC_NGRAM : !strcmp(v, "draft") ? ANVIL_SPEC_DRAFT
+                                                                                   : ANVIL_SPEC_OFF;
+        }
+    }
+    if (kv_report > 0) {
+        char err[ANVIL_ERRMSG_CAP];
+        struct anvil_model *m;
+        if (anvil_model_load(argv[1], NULL, &m, err, sizeof(err)) != ANVIL_OK) {
+            fprintf(stderr, "tool_engine: %s\n", err);
+            return 2;
+        }
+        printf("{\"n_ctx\": %d, \"windowed_bytes\": %lld, \"full_bytes\": %lld}\n", kv_report,
+               (long long)anvil_model_kv_bytes(m, ANVIL_TYPE_F16, kv_report, true),
+               (long long)anvil_model_kv_bytes(m, ANVIL_TYPE_F16, kv_report, false));
+        anvil_model_free(m);
+        return 0;
     }
     int n = 0;
     static char line[1 << 16];
@@ -102,10 +128,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tool_engine: %s\n", err);
         return 2;
     }
+    struct anvil_model *dm = NULL;
+    if (draft_path) {
+        if (anvil_model_load(draft_path, NULL, &dm, err, sizeof(err)) != ANVIL_OK) {
+            fprintf(stderr, "tool_engine: draft: %s\n", err);
+            return 2;
+        }
+        ep.draft = dm;
+    }
     struct anvil_engine *e;
-    if (anvil_engine_init(m, &ep, &e) != ANVIL_OK) {
-        fprintf(stderr, "tool_engine: engine init failed\n");
-        return 1;
+    if (anvil_engine_init(m, &ep, &e, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "tool_engine: engine init failed: %s\n", err);
+        return 2;
     }
     if (use_thread) anvil_engine_start(e);
     int first = 0;
@@ -132,8 +166,11 @@ int main(int argc, char **argv) {
     }
     struct anvil_engine_stats s;
     anvil_engine_get_stats(e, &s);
-    fprintf(stderr, "kv_used=%d preemptions=%llu steps=%llu\n", s.kv_blocks_used,
-            (unsigned long long)s.n_preemptions, (unsigned long long)s.n_steps);
+    fprintf(stderr, "kv_used=%d preemptions=%llu steps=%llu spec_verify=%llu spec_proposed=%llu "
+            "spec_accepted=%llu spec_tokens=%llu\n",
+            s.kv_blocks_used, (unsigned long long)s.n_preemptions, (unsigned long long)s.n_steps,
+            (unsigned long long)s.n_spec_verify, (unsigned long long)s.n_spec_proposed,
+            (unsigned long long)s.n_spec_accepted, (unsigned long long)s.n_spec_tokens);
     for (int i = 0; i < n; i++) {
         printf("%d %d", outs[i].finish, outs[i].n_gen);
         for (int k = 0; k < outs[i].n_ids; k++) printf(" %d", outs[i].ids[k]);
@@ -143,5 +180,6 @@ int main(int argc, char **argv) {
     }
     anvil_engine_free(e);
     anvil_model_free(m);
+    anvil_model_free(dm);
     return 0;
 }

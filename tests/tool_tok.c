@@ -14,12 +14,26 @@
  *   tool_tok MODEL pieces
  *       stdout: for every token id, (u32 len, bytes) with special=false then
  *               (u32 len, bytes) with special=true
- *   tool_tok MODEL chat
+ *   tool_tok MODEL chat [--bos]
  *       stdin:  records (u32 n_msgs, u8 add_assistant, per message: u32 len
  *               role, u32 len content)
- *       stdout: per record (i32 len, bytes); len -1 = no template
+ *       stdout: per record (i32 len, bytes) rendered text (--bos: with the
+ *               BOS text where the template has bos_token), then (u32
+ *               n_spans, n_spans x (u32 start, u32 len)): the spans of the
+ *               text that came from the messages
+ *   tool_tok MODEL chat-tokens
+ *       stdin:  as chat
+ *       stdout: per record (i32 n, n x i32 ids) from tok_chat_tokenize
+ *   tool_tok MODEL time
+ *       stdin:  one record (u32 len, len bytes)
+ *       stdout: "bytes N tokens N seconds S": the fastest of 3 tok_encode
+ *               calls (parse_special on, add_special off)
  *   tool_tok MODEL info
- *       stdout: text lines "key value"
+ *       stdout: text lines "key value" (n_vocab, bos, eos, add_bos, chat,
+ *               chat_source, eog ...)
+ *
+ * Before the mode, --chat-template NAME switches the template family
+ * (tok_chat_set; exit status 2 for an unknown name).
  *
  * All integers little-endian. Buffers start small on purpose so that the
  * "-(needed) when cap is too small" paths get exercised.
@@ -31,6 +45,7 @@
 #include "core/core.h"
 #include "gguf/gguf.h"
 #include "tok/tok.h"
+#include "tok/tok_int.h"
 
 static void die(const char *msg) {
     fprintf(stderr, "tool_tok: %s\n", msg);
@@ -142,45 +157,106 @@ static void do_pieces(const struct tok_vocab *v) {
     }
 }
 
-static void do_chat(const struct tok_vocab *v) {
+static void do_time(const struct tok_vocab *v) {
+    uint32_t len;
+    char *text = rd_blob(&len);
+    if (!text) die("no text");
+    anvil_token *ids = xmalloc(sizeof(anvil_token) * ((size_t)len + 2));
+    double best = 1e30;
+    int32_t n = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = time_now_s();
+        n = tok_encode(v, text, len, ids, (int32_t)len + 2, false, true);
+        double dt = time_now_s() - t0;
+        if (n < 0) die("encode failed");
+        if (dt < best) best = dt;
+    }
+    printf("bytes %u tokens %d seconds %.6f\n", len, n, best);
+    free(ids);
+    free(text);
+}
+
+static struct anvil_chat_msg *rd_chat(uint32_t n, uint8_t *add) {
+    if (!rd(add, 1)) die("truncated chat record");
+    struct anvil_chat_msg *m = xmalloc(sizeof(*m) * (n ? n : 1));
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t l;
+        m[i].role = rd_blob(&l);
+        m[i].content = rd_blob(&l);
+        if (!m[i].role || !m[i].content) die("truncated chat message");
+    }
+    return m;
+}
+
+static void free_chat(struct anvil_chat_msg *m, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        free((void *)m[i].role);
+        free((void *)m[i].content);
+    }
+    free(m);
+}
+
+static void do_chat(const struct tok_vocab *v, bool with_bos) {
     uint32_t n;
     while (rd(&n, 4)) {
         uint8_t add;
-        if (!rd(&add, 1)) die("truncated chat record");
-        struct anvil_chat_msg *m = xmalloc(sizeof(*m) * (n ? n : 1));
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t l;
-            m[i].role = rd_blob(&l);
-            m[i].content = rd_blob(&l);
-            if (!m[i].role || !m[i].content) die("truncated chat message");
+        struct anvil_chat_msg *m = rd_chat(n, &add);
+        int32_t r = tok_chat_render_text(v, m, n, add != 0, with_bos, NULL, 0);
+        if (r >= 0) die("chat render with cap 0 must ask for room");
+        char *buf = xmalloc((size_t)-r);
+        int32_t k = tok_chat_render_text(v, m, n, add != 0, with_bos, buf, -r);
+        if (k != -r - 1 || buf[k] != 0) die("chat render retry disagrees");
+        wr(&k, 4);
+        wr(buf, (size_t)k);
+        free(buf);
+        /* the spans, from the internal renderer (no BOS text there) */
+        char *s;
+        size_t len, n_sp;
+        struct tok_span *sp;
+        if (chat_render(v, m, n, add != 0, with_bos, &s, &len, &sp, &n_sp) != ANVIL_OK)
+            die("chat_render failed");
+        if ((int32_t)len != k) die("chat_render and the text call disagree");
+        wr_u32((uint32_t)n_sp);
+        for (size_t i = 0; i < n_sp; i++) {
+            wr_u32(sp[i].start);
+            wr_u32(sp[i].len);
         }
-        int32_t r = tok_chat_apply(v, m, n, add != 0, NULL, 0);
-        if (r == 0) {
-            int32_t none = -1;
-            wr(&none, 4);
-        } else {
-            if (r > 0) die("chat_apply with cap 0 must ask for room");
-            char *buf = xmalloc((size_t)-r);
-            int32_t k = tok_chat_apply(v, m, n, add != 0, buf, -r);
-            if (k != -r - 1 || buf[k] != 0) die("chat_apply retry disagrees");
-            wr(&k, 4);
-            wr(buf, (size_t)k);
-            free(buf);
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            free((void *)m[i].role);
-            free((void *)m[i].content);
-        }
-        free(m);
+        anvil_free(s);
+        anvil_free(sp);
+        free_chat(m, n);
+        fflush(stdout);
+    }
+}
+
+static void do_chat_tokens(const struct tok_vocab *v) {
+    uint32_t n;
+    while (rd(&n, 4)) {
+        uint8_t add;
+        struct anvil_chat_msg *m = rd_chat(n, &add);
+        int32_t r = tok_chat_tokenize(v, m, n, add != 0, NULL, 0);
+        if (r == INT32_MIN) die("chat tokenize failed");
+        int32_t need = r < 0 ? -r : r;
+        anvil_token *ids = xmalloc(sizeof(anvil_token) * ((size_t)need + 1));
+        int32_t k = tok_chat_tokenize(v, m, n, add != 0, ids, need);
+        if (k != need) die("chat tokenize retry disagrees");
+        wr(&k, 4);
+        wr(ids, sizeof(anvil_token) * (size_t)k);
+        free(ids);
+        free_chat(m, n);
         fflush(stdout);
     }
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) die("usage: tool_tok MODEL encode|decode|pieces|chat|info [options]");
+    if (argc < 3)
+        die("usage: tool_tok MODEL [--chat-template NAME] encode|decode|pieces|chat|chat-tokens|info "
+            "[options]");
     char err[ANVIL_ERRMSG_CAP] = "";
     struct gguf_file *f;
-    if (gguf_open(argv[1], &f, err, sizeof(err)) != ANVIL_OK) die(err);
+    if (gguf_open(argv[1], &f, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "tool_tok: %s\n", err);
+        return 2;
+    }
     struct tok_vocab *v;
     anvil_status st = tok_load(f, &v, err, sizeof(err));
     gguf_close(f); /* the vocab keeps no pointer into the file */
@@ -188,10 +264,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tool_tok: %s: %s\n", anvil_status_str(st), err);
         return 2;
     }
-    const char *mode = argv[2];
+    int a = 2;
+    if (!strcmp(argv[a], "--chat-template")) {
+        if (a + 2 >= argc) die("--chat-template needs a name and a mode");
+        if (tok_chat_set(v, argv[a + 1]) != ANVIL_OK) {
+            fprintf(stderr, "tool_tok: unknown chat template '%s' (known: %s)\n", argv[a + 1],
+                    tok_chat_names());
+            tok_free(v);
+            return 2;
+        }
+        a += 2;
+    }
+    const char *mode = argv[a];
     if (!strcmp(mode, "encode")) {
         bool parse_special = true, add_special = false;
-        for (int i = 3; i < argc; i++) {
+        for (int i = a + 1; i < argc; i++) {
             if (!strcmp(argv[i], "--no-parse-special")) parse_special = false;
             else if (!strcmp(argv[i], "--add-special")) add_special = true;
             else die("unknown encode option");
@@ -202,10 +289,15 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "pieces")) {
         do_pieces(v);
     } else if (!strcmp(mode, "chat")) {
-        do_chat(v);
+        do_chat(v, a + 1 < argc && !strcmp(argv[a + 1], "--bos"));
+    } else if (!strcmp(mode, "time")) {
+        do_time(v);
+    } else if (!strcmp(mode, "chat-tokens")) {
+        do_chat_tokens(v);
     } else if (!strcmp(mode, "info")) {
-        printf("n_vocab %d\nbos %d\neos %d\nadd_bos %d\n", tok_n_vocab(v), tok_bos(v), tok_eos(v),
-               (int)tok_add_bos(v));
+        printf("n_vocab %d\nbos %d\neos %d\nadd_bos %d\nchat %s\nchat_source %d\n",
+               tok_n_vocab(v), tok_bos(v), tok_eos(v), (int)tok_add_bos(v), tok_chat_name(v),
+               tok_chat_source(v));
         for (int32_t t = 0; t < tok_n_vocab(v); t++)
             if (tok_is_eog(v, t)) printf("eog %d\n", t);
     } else {

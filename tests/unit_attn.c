@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "core/core.h"
+#include "kernels/attn_policy.h"
 #include "core/pool.h"
 #include "kernels/attn.h"
 #include "kv/kv_cache.h"
@@ -405,7 +406,7 @@ static void run_batch(struct kv_cache *kv, const struct kn_attn_ops *ops, struct
     }
     struct kv_attn_job *job = NULL;
     size_t stride = (size_t)n_head * hd;
-    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, n, stride, stride, n_threads, split, &job),
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, n, stride, stride, n_threads, split, 1.0f / sqrtf((float)kv_layout(kv)->head_dim), &job),
                      ANVIL_OK);
     if (was_split) *was_split = kv_attn_job_split(job);
     kv_attn_run(job, pool);
@@ -503,17 +504,17 @@ static void test_driver_bad_input(void **state) {
     struct kv_attn_job *job = NULL;
     const struct kn_attn_ops *ops = kn_attn_select("ref");
     /* the same sequence twice, past its blocks, bad layer, too many threads */
-    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 2, 192, 192, 1, KV_SPLIT_AUTO, &job),
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 2, 192, 192, 1, KV_SPLIT_AUTO, 0.125f, &job),
                      ANVIL_ERR_INVALID);
     s[0].pos = 40;
-    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 1, 192, 192, 1, KV_SPLIT_AUTO, &job),
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 1, 192, 192, 1, KV_SPLIT_AUTO, 0.125f, &job),
                      ANVIL_ERR_INVALID);
     s[0].pos = 19;
-    assert_int_equal(kv_attn_prepare(kv, ops, 1, s, 1, 192, 192, 1, KV_SPLIT_AUTO, &job),
+    assert_int_equal(kv_attn_prepare(kv, ops, 1, s, 1, 192, 192, 1, KV_SPLIT_AUTO, 0.125f, &job),
                      ANVIL_ERR_INVALID);
-    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 1, 192, 192, 3, KV_SPLIT_AUTO, &job),
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 1, 192, 192, 3, KV_SPLIT_AUTO, 0.125f, &job),
                      ANVIL_ERR_INVALID);
-    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 1, 192, 192, 2, KV_SPLIT_AUTO, &job),
+    assert_int_equal(kv_attn_prepare(kv, ops, 0, s, 1, 192, 192, 2, KV_SPLIT_AUTO, 0.125f, &job),
                      ANVIL_OK);
     /* and the marks were cleared by the failures: the cache is consistent */
     char err[256];
@@ -562,16 +563,16 @@ static void test_split_policy(void **state) {
     (void)state;
     int32_t one[1] = {8192};
     /* batch 1, 3 kv heads, 2 threads: 3 tasks cannot balance -> split */
-    assert_true(kv_split_policy(1, one, 3, 3, 64, 0.0, 2));
+    assert_true(kn_attn_split_policy(1, one, 3, 3, 64, 0.0, 2));
     /* one thread never splits */
-    assert_false(kv_split_policy(1, one, 3, 3, 64, 0.0, 1));
+    assert_false(kn_attn_split_policy(1, one, 3, 3, 64, 0.0, 1));
     /* many equal sequences balance without a split */
     int32_t many[64];
     for (int i = 0; i < 64; i++) many[i] = 2048;
-    assert_false(kv_split_policy(64, many, 3, 3, 64, 0.0, 2));
+    assert_false(kn_attn_split_policy(64, many, 3, 3, 64, 0.0, 2));
     /* short contexts: one chunk each, nothing to gain */
     int32_t shorts[1] = {100};
-    assert_false(kv_split_policy(1, shorts, 8, 4, 128, 0.0, 2));
+    assert_false(kn_attn_split_policy(1, shorts, 8, 4, 128, 0.0, 2));
 }
 
 int main(int argc, char **argv) {

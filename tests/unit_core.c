@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <cmocka.h>
 
@@ -80,6 +81,47 @@ static void test_pool_run(void **state) {
     }
 }
 
+/* Phases separated by barriers: every thread adds to a phase counter, and
+ * after the barrier every thread must see the whole phase's sum. With 8
+ * threads on a machine of 2 cores most waits end asleep (the futex path),
+ * with 1 or 2 most end spinning; both must keep the phases apart. */
+struct phase_job {
+    struct pool *pool;
+    int n_phases;
+    _Atomic int count[64];
+    _Atomic int bad;
+};
+
+static void phase_fn(void *arg, int ith, int nth) {
+    struct phase_job *j = arg;
+    for (int ph = 0; ph < j->n_phases; ph++) {
+        atomic_fetch_add(&j->count[ph], 1);
+        if (ith == ph % nth) /* one thread dawdles: the others wait long */
+            for (volatile int k = 0; k < 20000; k++) {
+            }
+        pool_barrier(j->pool);
+        if (atomic_load(&j->count[ph]) != nth) atomic_fetch_add(&j->bad, 1);
+    }
+}
+
+static void test_pool_barrier_oversubscribed(void **state) {
+    (void)state;
+    for (int nt = 1; nt <= 8; nt *= 2) {
+        struct pool *p = NULL;
+        static struct phase_job j;
+        assert_int_equal(pool_create(nt, &p), ANVIL_OK);
+        for (int rep = 0; rep < 20; rep++) {
+            memset(&j, 0, sizeof(j));
+            j.pool = p;
+            j.n_phases = 64;
+            pool_run(p, phase_fn, &j);
+            assert_int_equal(atomic_load(&j.bad), 0);
+            for (int ph = 0; ph < 64; ph++) assert_int_equal(atomic_load(&j.count[ph]), nt);
+        }
+        pool_free(p);
+    }
+}
+
 static void test_pool_split(void **state) {
     (void)state;
     for (int n = 0; n < 200; n += 7)
@@ -121,6 +163,7 @@ int main(void) {
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_pool_run),
         cmocka_unit_test(test_pool_split),
+        cmocka_unit_test(test_pool_barrier_oversubscribed),
         cmocka_unit_test(test_alloc_fault_injection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

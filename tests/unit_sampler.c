@@ -331,6 +331,70 @@ static void test_distribution(void **state) {
     }
 }
 
+/* Speculative verification (anvil_sampler_sample_spec): whatever the draft,
+ * every token keeps exactly the plain distribution (chi-square against the
+ * definition, as test_distribution), and the draft is returned exactly when
+ * the word falls in its share. A draft the sampler excludes (top-k cut, or
+ * outside the vocabulary) changes nothing: the same tokens as a plain draw
+ * from the same seed. */
+static void test_spec_draw(void **state) {
+    (void)state;
+    enum { NV = 10, DRAWS = 100000 };
+    const float logits[NV] = {1.0f, 2.5f, 0.3f, -1.0f, 2.0f, 0.0f, 1.7f, -3.0f, 0.9f, 2.5f};
+    const struct dist_case cases[] = {
+        {1.0f, 0, 1.0f, 0.0f}, {0.7f, 0, 0.9f, 0.0f}, {1.0f, 4, 1.0f, 0.05f}, {1.5f, 0, 1.0f, 0.0f},
+    };
+    const anvil_token drafts[] = {1, 3, 7, 9, 0};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const struct dist_case *dc = &cases[ci];
+        double prob[NV];
+        exact_probs(logits, NV, dc->temp, dc->top_k, dc->top_p, dc->min_p, prob);
+        for (size_t di = 0; di < sizeof drafts / sizeof drafts[0]; di++) {
+            anvil_token d = drafts[di];
+            struct anvil_sampler *s = mk(dc->temp, dc->top_k, dc->top_p, dc->min_p, 77 + ci, NV);
+            int count[NV] = {0};
+            for (int i = 0; i < DRAWS; i++) {
+                anvil_token t = anvil_sampler_sample_spec(s, logits, NULL, d);
+                assert_true(t >= 0 && t < NV);
+                count[t]++;
+            }
+            double chi2 = 0.0;
+            for (int t = 0; t < NV; t++) {
+                if (prob[t] == 0.0) {
+                    if (count[t] != 0) fail_msg("case %zu draft %d: token %d drawn, prob 0", ci, d, t);
+                    continue;
+                }
+                double e = prob[t] * DRAWS;
+                chi2 += (count[t] - e) * (count[t] - e) / e;
+            }
+            if (chi2 > 40.0) fail_msg("case %zu draft %d: chi2 %.2f", ci, d, chi2);
+            anvil_sampler_free(s);
+            if (prob[d] == 0.0) { /* an excluded draft: the plain map from word to token */
+                struct anvil_sampler *a = mk(dc->temp, dc->top_k, dc->top_p, dc->min_p, 5, NV);
+                struct anvil_sampler *b = mk(dc->temp, dc->top_k, dc->top_p, dc->min_p, 5, NV);
+                for (int i = 0; i < 1000; i++)
+                    assert_int_equal(anvil_sampler_sample_spec(a, logits, NULL, d),
+                                     anvil_sampler_sample(b, logits, NULL));
+                anvil_sampler_free(a);
+                anvil_sampler_free(b);
+            }
+        }
+        /* the draft owns the lowest words: a word below its share gives
+         * the draft, just above it gives another token */
+        struct anvil_sampler *s = mk(dc->temp, dc->top_k, dc->top_p, dc->min_p, 1, NV);
+        anvil_token best = 1; /* kept in every case */
+        double pb = prob[best];
+        uint64_t below = (uint64_t)(pb * 0x1p64 * 0.999), above = (uint64_t)(pb * 0x1p64 * 1.001);
+        assert_int_equal(sample_draw_prefer(s, logits, NULL, below, best), best);
+        assert_int_not_equal(sample_draw_prefer(s, logits, NULL, above, best), best);
+        anvil_sampler_free(s);
+    }
+    /* greedy ignores the draft */
+    struct anvil_sampler *g = mk(0.0f, 0, 1.0f, 0.0f, 1, NV);
+    assert_int_equal(anvil_sampler_sample_spec(g, logits, NULL, 3), 1);
+    anvil_sampler_free(g);
+}
+
 /* a wrong distribution fails the same bound: the test can fail */
 static void test_chi2_has_power(void **state) {
     (void)state;
@@ -631,6 +695,7 @@ int main(void) {
         cmocka_unit_test(test_reduces_to_greedy),
         cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_chi2_has_power),
+        cmocka_unit_test(test_spec_draw),
         cmocka_unit_test(test_min_p),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_allowed_mask),

@@ -3,7 +3,8 @@
  *
  * Counters make "no allocation on the hot path" checkable (bench reads
  * anvil_alloc_count before and after the timed loop), and fault injection
- * lets unit_oom walk every allocation of load/init/decode and check that
+ * lets tests/unit_model.c (test_oom_walk) fail every allocation of model
+ * load, context and engine init and request admission in turn, and check that
  * each failure is handled cleanly (sqlite's OOM discipline).
  */
 #include <stdatomic.h>

@@ -33,7 +33,7 @@ void anvil_abort(const char *file, int line, const char *expr);
 /* ---------------------------------------------------------------------- */
 /* logging: level from ANVIL_LOG (0 quiet .. 3 debug); default 1 (errors) */
 
-enum { LOG_ERROR = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
+enum { ANVIL_LOG_ERROR = 1, ANVIL_LOG_INFO = 2, ANVIL_LOG_DEBUG = 3 };
 void anvil_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int anvil_log_level(void);
 
@@ -43,8 +43,8 @@ int anvil_log_level(void);
     do { \
         st = (expr); \
         if (st != ANVIL_OK) { \
-            if (anvil_log_level() >= LOG_DEBUG) \
-                anvil_log(LOG_DEBUG, "%s:%d: %s -> %s", __FILE__, __LINE__, #expr, \
+            if (anvil_log_level() >= ANVIL_LOG_DEBUG) \
+                anvil_log(ANVIL_LOG_DEBUG, "%s:%d: %s -> %s", __FILE__, __LINE__, #expr, \
                           anvil_status_str(st)); \
             goto fail; \
         } \

@@ -32,7 +32,7 @@ int anvil_log_level(void) {
     static int level = -1; /* benign race: every thread computes the same value */
     if (level < 0) {
         const char *e = getenv("ANVIL_LOG");
-        level = e ? atoi(e) : LOG_ERROR;
+        level = e ? atoi(e) : ANVIL_LOG_ERROR;
     }
     return level;
 }

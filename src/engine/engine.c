@@ -16,6 +16,18 @@
  *   5. sample for every row that finished a request's pending tokens, emit
  *      events, and retire finished requests (freeing their KV).
  *
+ * Speculation (spec.h, anvil.h enum anvil_spec): a decoding request may
+ * carry proposed tokens after its pending one - from prompt lookup, or
+ * from a draft model run just before the batch is built. Its rows are the
+ * pending token and the proposals, each asking for logits; step 5 then
+ * samples row after row (anvil_sampler_sample_spec with the proposal as
+ * the preferred token), emits every token it draws, and stops at the
+ * first one that differs from the proposal. The KV of the rows after the
+ * last accepted proposal is dropped (anvil_seq_truncate). Because a row's
+ * logits do not depend on the rows beside it, a greedy request produces
+ * exactly the tokens of plain decoding; a sampled one, exactly its
+ * distribution.
+ *
  * A request's tokens are tokens[0, n_tokens): the prompt, then generated
  * tokens. n_cached of them are in the KV cache; the step feeds
  * tokens[n_cached, ...). Preemption sets n_cached to 0 - nothing else
@@ -30,10 +42,12 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
+#include "engine/spec.h"
 #include "model/ctx.h"
-#include "model/model.h"
+#include "sample/sample.h"
 
 #define MAX_STOP 16
 #define MAX_TOP_LOGPROBS 20
@@ -58,6 +72,11 @@ struct request {
     double t_submit, t_first;
     bool cancelled;      /* written under mu */
     uint64_t admit_seq;  /* admission order, for preemption */
+    enum anvil_spec spec;     /* OFF, NGRAM or DRAFT (resolved at submit) */
+    struct spec_adapt ad;     /* proposal length */
+    int32_t n_draft;          /* proposals in this step's batch */
+    anvil_token draft[ANVIL_SPEC_K_MAX];
+    int32_t draft_cached;     /* positions in the draft model's cache */
     struct request *next;      /* inbox / waiting list */
     struct request *live_prev, *live_next; /* live list, under mu */
 };
@@ -67,7 +86,9 @@ struct anvil_engine {
     struct anvil_ctx *ctx;
     struct anvil_engine_params p;
     int32_t n_vocab, n_ctx;
-    int64_t pool_tokens; /* positions the whole KV pool holds */
+    int64_t pool_tokens; /* positions one sequence could hold with the whole pool */
+    struct anvil_ctx *dctx;  /* the draft model's context (ANVIL_SPEC_DRAFT), or NULL */
+    int32_t n_out_max;       /* output rows one step may ask for */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -90,8 +111,12 @@ struct anvil_engine {
     int32_t *b_pos, *b_seq;
     int8_t *b_logits;
     struct request **b_req;   /* (step_tokens) request of each row */
-    struct request **out_req; /* (2*max_running) request of each logits row, then
-                                 build_batch's admission-order scratch */
+    struct request **out_req; /* (n_out_max) request of each output row */
+    struct request **order;   /* (max_running) build_batch's admission-order scratch */
+    anvil_token *d_tok;       /* (step_tokens) draft model batch rows */
+    int32_t *d_pos, *d_seq;
+    int8_t *d_out;
+    int32_t *d_take;          /* (max_running) draft catch-up rows per request */
     char *text;               /* (text_cap) event text scratch */
     int32_t text_cap;
     anvil_token top_tok[MAX_TOP_LOGPROBS];
@@ -138,6 +163,7 @@ static void finish(struct anvil_engine *e, struct request *r, enum anvil_finish 
     bool was_queued = r->slot < 0;
     if (r->slot >= 0) {
         anvil_seq_truncate(e->ctx, r->slot, 0);
+        if (e->dctx) anvil_seq_truncate(e->dctx, r->slot, 0);
         e->running[r->slot] = NULL;
         e->n_running--;
         r->slot = -1;
@@ -186,18 +212,81 @@ static void *alloc_n(size_t n, size_t size) {
     return size_mul(n, size, &b) ? anvil_malloc(b) : NULL;
 }
 
+/* Bytes of memory the system has available now (MemAvailable), or 0 when
+ * it cannot tell. */
+static int64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    long long kb = 0;
+    char line[128];
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb <= 0) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        return pages > 0 && psz > 0 ? (int64_t)pages * psz : 0;
+    }
+    return (int64_t)kb * 1024;
+}
+
+/* The default KV pool (kv_mem 0), sized from the machine as vLLM sizes its
+ * cache from a memory fraction: enough for every running sequence at the
+ * full context, but at most ENGINE_KV_MEM_FRACTION of the memory available
+ * at start, and at least max_running sequences of 1024 positions when
+ * that fits. The pool is reserved, not touched: pages become resident as
+ * blocks are first used, so a large default costs nothing until needed. */
+#define ENGINE_KV_MEM_FRACTION 0.5
+static int64_t default_kv_mem(const struct anvil_model *m, const struct anvil_engine_params *p) {
+    int64_t full = ctx_model_kv_bytes(m, p->kv_type, p->n_ctx, p->max_running, p->step_tokens);
+    int64_t floor = ctx_model_kv_bytes(m, p->kv_type, p->n_ctx < 1024 ? p->n_ctx : 1024,
+                                       p->max_running, p->step_tokens);
+    int64_t avail = mem_available();
+    int64_t cap = avail > 0 ? (int64_t)((double)avail * ENGINE_KV_MEM_FRACTION) : full;
+    int64_t kv = full < cap ? full : cap;
+    if (kv < floor && floor <= avail) kv = floor;
+    return kv;
+}
+
 anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_params *p,
-                               struct anvil_engine **out) {
-    if (!m || !out) return ANVIL_ERR_INVALID;
+                               struct anvil_engine **out, char *err, size_t err_cap) {
+    if (err && err_cap) err[0] = '\0';
+    if (!m || !out) {
+        errmsg_set(err, err_cap, "engine: model and out are required");
+        return ANVIL_ERR_INVALID;
+    }
     struct anvil_engine_params d = anvil_engine_default_params();
     if (!p) p = &d;
     if (p->n_threads < 0 || p->max_running < 0 || p->max_queue < 0 || p->n_ctx < 0 ||
-        p->step_tokens < 0 || p->prefill_chunk < 0 || p->kv_mem < 0 || p->max_running > 4096)
+        p->step_tokens < 0 || p->prefill_chunk < 0 || p->kv_mem < 0 || p->max_running > 4096) {
+        errmsg_set(err, err_cap,
+                   "engine: parameters out of range (n_threads %d, max_running %d (<= 4096), "
+                   "max_queue %d, n_ctx %d, step_tokens %d, prefill_chunk %d, kv_mem %lld)",
+                   p->n_threads, p->max_running, p->max_queue, p->n_ctx, p->step_tokens,
+                   p->prefill_chunk, (long long)p->kv_mem);
         return ANVIL_ERR_INVALID;
-    if (p->kv_type != 0 && p->kv_type != ANVIL_TYPE_F16 && p->kv_type != ANVIL_TYPE_Q8_0)
+    }
+    if (p->kv_type != 0 && p->kv_type != ANVIL_TYPE_F16 && p->kv_type != ANVIL_TYPE_Q8_0) {
+        errmsg_set(err, err_cap, "engine: KV type must be F16 or Q8_0");
         return ANVIL_ERR_INVALID;
+    }
+    if (p->spec < ANVIL_SPEC_DEFAULT || p->spec > ANVIL_SPEC_DRAFT || p->spec_k < 0 ||
+        p->spec_k > ANVIL_SPEC_K_MAX) {
+        errmsg_set(err, err_cap, "engine: speculation mode %d or k %d out of range (k 1..%d)",
+                   (int)p->spec, p->spec_k, ANVIL_SPEC_K_MAX);
+        return ANVIL_ERR_INVALID;
+    }
+    if (p->spec == ANVIL_SPEC_DRAFT && !p->draft) {
+        errmsg_set(err, err_cap, "engine: draft speculation needs a draft model");
+        return ANVIL_ERR_INVALID;
+    }
+    if (p->draft) {
+        anvil_status vst = anvil_vocab_compatible(m, p->draft, err, err_cap);
+        if (vst != ANVIL_OK) return vst;
+    }
     struct anvil_engine *e = anvil_calloc(1, sizeof(*e));
-    if (!e) return ANVIL_ERR_NOMEM;
+    if (!e) {
+        errmsg_set(err, err_cap, "engine: out of memory");
+        return ANVIL_ERR_NOMEM;
+    }
     e->m = m;
     e->p = *p;
     if (!e->p.max_running) e->p.max_running = 64;
@@ -205,6 +294,12 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     if (!e->p.step_tokens) e->p.step_tokens = 512;
     if (!e->p.prefill_chunk) e->p.prefill_chunk = 256;
     if (e->p.step_tokens < e->p.max_running) e->p.step_tokens = e->p.max_running;
+    if (!e->p.spec_k) e->p.spec_k = 8;
+    /* output rows: one per running request, plus proposals when anything
+     * may speculate (a request can ask even if the engine default is off) */
+    int64_t n_out = (int64_t)e->p.max_running * (1 + e->p.spec_k);
+    e->n_out_max = (int32_t)(n_out < e->p.step_tokens ? n_out : e->p.step_tokens);
+    if (e->n_out_max < e->p.max_running) e->n_out_max = e->p.max_running;
     if (!e->p.kv_type) e->p.kv_type = ANVIL_TYPE_F16;
     int32_t train = anvil_model_n_ctx_train(m);
     if (!e->p.n_ctx) e->p.n_ctx = train < 8192 ? train : 8192;
@@ -219,23 +314,26 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     cp.n_seq_max = e->p.max_running;
     cp.n_batch = e->p.step_tokens;
     cp.n_threads = e->p.n_threads;
-    cp.n_outputs = e->p.max_running;
+    cp.n_outputs = e->n_out_max;
     cp.kv_type = e->p.kv_type;
     cp.prefix_cache = true;
-    cp.kv_mem = e->p.kv_mem;
-    if (!cp.kv_mem) {
-        /* max_running sequences of min(n_ctx, 1024) positions each */
-        const struct llama_hparams *hp = &m->hp;
-        int64_t per_tok = (int64_t)hp->n_layer * 2 * hp->n_head_kv * hp->head_dim;
-        per_tok = e->p.kv_type == ANVIL_TYPE_Q8_0 ? per_tok * 34 / 32 : per_tok * 2;
-        int64_t toks = e->p.n_ctx < 1024 ? e->p.n_ctx : 1024;
-        cp.kv_mem = per_tok * toks * e->p.max_running;
-    }
-    if ((st = anvil_ctx_init(m, &cp, &e->ctx)) != ANVIL_OK) goto fail;
+    cp.kv_mem = e->p.kv_mem ? e->p.kv_mem : default_kv_mem(m, &e->p);
+    if ((st = anvil_ctx_init(m, &cp, &e->ctx, err, err_cap)) != ANVIL_OK) goto fail;
     e->n_ctx = anvil_ctx_n_ctx(e->ctx);
-    struct ctx_kv_info kvi;
-    ctx_kv_info(e->ctx, &kvi);
-    e->pool_tokens = (int64_t)kvi.blocks_total * kvi.block_tokens;
+    e->pool_tokens = ctx_kv_seq_capacity(e->ctx);
+    if (e->p.draft) {
+        /* the draft's own cache: every slot at full length, prefix caching
+         * off (it follows the target's accepted tokens exactly) */
+        struct anvil_ctx_params dp = anvil_ctx_default_params();
+        dp.n_ctx = e->n_ctx;
+        dp.n_seq_max = e->p.max_running;
+        dp.n_batch = e->p.step_tokens;
+        dp.n_threads = e->p.n_threads;
+        dp.n_outputs = e->p.max_running;
+        dp.kv_type = e->p.kv_type;
+        if ((st = anvil_ctx_init(e->p.draft, &dp, &e->dctx, err, err_cap)) != ANVIL_OK)
+            goto fail;
+    }
     st = ANVIL_ERR_NOMEM;
     size_t nb = (size_t)e->p.step_tokens, nr = (size_t)e->p.max_running;
     if (!(e->running = anvil_calloc(nr, sizeof(*e->running)))) goto fail;
@@ -244,12 +342,23 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     if (!(e->b_seq = alloc_n(nb, sizeof(int32_t)))) goto fail;
     if (!(e->b_logits = alloc_n(nb, sizeof(int8_t)))) goto fail;
     if (!(e->b_req = alloc_n(nb, sizeof(*e->b_req)))) goto fail;
-    if (!(e->out_req = alloc_n(2 * nr, sizeof(*e->out_req)))) goto fail;
+    if (!(e->out_req = alloc_n((size_t)e->n_out_max, sizeof(*e->out_req)))) goto fail;
+    if (!(e->order = alloc_n(nr, sizeof(*e->order)))) goto fail;
+    if (e->dctx) {
+        if (!(e->d_tok = alloc_n(nb, sizeof(anvil_token)))) goto fail;
+        if (!(e->d_pos = alloc_n(nb, sizeof(int32_t)))) goto fail;
+        if (!(e->d_seq = alloc_n(nb, sizeof(int32_t)))) goto fail;
+        if (!(e->d_out = alloc_n(nb, sizeof(int8_t)))) goto fail;
+        if (!(e->d_take = alloc_n(nr, sizeof(int32_t)))) goto fail;
+    }
     e->text_cap = 4096;
     if (!(e->text = anvil_malloc((size_t)e->text_cap))) goto fail;
     *out = e;
     return ANVIL_OK;
 fail:
+    if (st == ANVIL_ERR_NOMEM && err && err_cap && !err[0])
+        errmsg_set(err, err_cap, "engine: out of memory (%d sequences, %d tokens per step)",
+                   e->p.max_running, e->p.step_tokens);
     anvil_engine_free(e);
     return st;
 }
@@ -273,6 +382,13 @@ void anvil_engine_free(struct anvil_engine *e) {
         finish(e, r, ANVIL_FINISH_CANCELLED, NULL, false);
     }
     anvil_ctx_free(e->ctx);
+    anvil_ctx_free(e->dctx);
+    anvil_free(e->order);
+    anvil_free(e->d_tok);
+    anvil_free(e->d_pos);
+    anvil_free(e->d_seq);
+    anvil_free(e->d_out);
+    anvil_free(e->d_take);
     anvil_free(e->running);
     anvil_free(e->b_token);
     anvil_free(e->b_pos);
@@ -320,8 +436,8 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     }
     if ((int64_t)rp->n_prompt + rp->max_tokens > e->pool_tokens) {
         errmsg_set(err, err_cap,
-                   "prompt (%d tokens) plus max_tokens (%d) exceeds the whole KV cache (%lld "
-                   "positions)",
+                   "prompt (%d tokens) plus max_tokens (%d) exceeds what the whole KV cache "
+                   "holds for one sequence (%lld positions)",
                    rp->n_prompt, rp->max_tokens, (long long)e->pool_tokens);
         return ANVIL_ERR_INVALID;
     }
@@ -335,6 +451,16 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     }
     if (anvil_sampler_params_check(&rp->sampling, err, err_cap) != ANVIL_OK)
         return ANVIL_ERR_INVALID;
+    if (rp->spec < ANVIL_SPEC_DEFAULT || rp->spec > ANVIL_SPEC_DRAFT || rp->spec_k < 0 ||
+        rp->spec_k > ANVIL_SPEC_K_MAX) {
+        errmsg_set(err, err_cap, "speculation mode %d or k %d out of range (k 1..%d)",
+                   (int)rp->spec, rp->spec_k, ANVIL_SPEC_K_MAX);
+        return ANVIL_ERR_INVALID;
+    }
+    if (rp->spec == ANVIL_SPEC_DRAFT && !e->dctx) {
+        errmsg_set(err, err_cap, "draft speculation needs a server started with a draft model");
+        return ANVIL_ERR_INVALID;
+    }
 
     struct request *r = anvil_calloc(1, sizeof(*r));
     if (!r) return ANVIL_ERR_NOMEM;
@@ -349,6 +475,10 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
                      rp->sampling.presence_penalty == 0.0f &&
                      rp->sampling.frequency_penalty == 0.0f && rp->top_logprobs == 0;
     r->t_submit = time_now_s();
+    r->spec = rp->spec != ANVIL_SPEC_DEFAULT ? rp->spec
+              : e->p.spec != ANVIL_SPEC_DEFAULT ? e->p.spec
+                                                 : ANVIL_SPEC_OFF;
+    spec_adapt_init(&r->ad, rp->spec_k ? rp->spec_k : e->p.spec_k);
     anvil_status st = ANVIL_ERR_NOMEM;
     if (!(r->tokens = alloc_n((size_t)rp->n_prompt + (size_t)rp->max_tokens, sizeof(anvil_token))))
         goto fail;
@@ -481,35 +611,6 @@ static int32_t release_text(struct anvil_engine *e, struct request *r, const cha
 }
 
 /* ---------------------------------------------------------------------- */
-/* logprobs of the model distribution (raw logits, before sampling
- * transforms): the chosen token and the top n alternatives */
-
-static float log_softmax_top(const float *logits, int32_t n_vocab, anvil_token chosen, int32_t n,
-                             anvil_token *top_tok, float *top_lp) {
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < n_vocab; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double sum = 0.0;
-    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
-    float lse = mx + (float)log(sum);
-    int32_t k = 0;
-    for (int32_t i = 0; i < n_vocab && n > 0; i++) {
-        float v = logits[i];
-        if (k == n && v <= top_lp[k - 1]) continue;
-        int32_t j = k < n ? k++ : n - 1;
-        while (j > 0 && top_lp[j - 1] < v) {
-            top_lp[j] = top_lp[j - 1];
-            top_tok[j] = top_tok[j - 1];
-            j--;
-        }
-        top_lp[j] = v;
-        top_tok[j] = i;
-    }
-    for (int32_t j = 0; j < k; j++) top_lp[j] -= lse;
-    return logits[chosen] - lse;
-}
-
-/* ---------------------------------------------------------------------- */
 /* the step */
 
 static void take_inbox(struct anvil_engine *e) {
@@ -558,8 +659,6 @@ static void drop_cancelled(struct anvil_engine *e) {
  * request (a watermark, so that admitting does not force an immediate
  * preemption). Identical prompt prefixes reuse cached blocks. */
 static void admit(struct anvil_engine *e) {
-    struct ctx_kv_info kv;
-    ctx_kv_info(e->ctx, &kv);
     while (e->wait_head && e->n_running < e->p.max_running) {
         int slot = -1;
         for (int s = 0; s < e->p.max_running; s++)
@@ -571,8 +670,7 @@ static void admit(struct anvil_engine *e) {
         struct request *r = e->wait_head;
         int32_t reused = anvil_seq_reuse_prefix(e->ctx, slot, r->tokens, r->n_tokens);
         /* the pool, not the slot: n_ctx per request was checked at submit */
-        int64_t need = (int64_t)r->n_tokens - reused + (int64_t)kv.block_tokens * e->n_running;
-        if (ctx_kv_pool_room(e->ctx) < need && e->n_running > 0) {
+        if (!ctx_kv_fits(e->ctx, (int64_t)r->n_tokens - reused, e->n_running) && e->n_running > 0) {
             anvil_seq_truncate(e->ctx, slot, 0);
             break;
         }
@@ -591,16 +689,22 @@ static void admit(struct anvil_engine *e) {
     }
 }
 
-/* Free the most recently admitted running request and put it back at the
- * head of the queue; it will recompute its cache. */
+/* Free the running request that loses least by it - the one with the
+ * fewest positions in the cache (the least to recompute), the most
+ * recently admitted among equals - and put it back at the head of the
+ * queue, so it resumes before any newer request is admitted. */
 static bool preempt_one(struct anvil_engine *e) {
     struct request *victim = NULL;
     for (int s = 0; s < e->p.max_running; s++) {
         struct request *r = e->running[s];
-        if (r && (!victim || r->admit_seq > victim->admit_seq)) victim = r;
+        if (r && (!victim || r->n_cached < victim->n_cached ||
+                  (r->n_cached == victim->n_cached && r->admit_seq > victim->admit_seq)))
+            victim = r;
     }
     if (!victim || e->n_running <= 1) return false;
     anvil_seq_truncate(e->ctx, victim->slot, 0);
+    if (e->dctx) anvil_seq_truncate(e->dctx, victim->slot, 0);
+    victim->draft_cached = 0;
     e->running[victim->slot] = NULL;
     e->n_running--;
     victim->slot = -1;
@@ -616,15 +720,124 @@ static bool preempt_one(struct anvil_engine *e) {
     return true;
 }
 
+/* How many proposals request r may carry this step: its adaptive length,
+ * within the context, max_tokens (a proposal past it is never used) and
+ * the step's row budget (the pending row takes one). */
+static int32_t spec_room(const struct anvil_engine *e, const struct request *r, int32_t budget) {
+    if (r->spec == ANVIL_SPEC_OFF) return 0;
+    int32_t k = r->ad.k;
+    int32_t ctx_room = e->n_ctx - r->n_tokens;         /* rows at n_tokens .. */
+    int32_t gen_room = r->max_tokens - r->n_gen - 1;   /* tokens after the next one */
+    if (k > ctx_room) k = ctx_room;
+    if (k > gen_room) k = gen_room;
+    if (k > budget - 1) k = budget - 1;
+    return k > 0 ? k : 0;
+}
+
+static bool is_decoding(const struct request *r) {
+    return r->n_tokens - r->n_cached == 1 && r->n_gen > 0;
+}
+
+/* Draft-model proposals for every decoding request that speculates with
+ * the draft: catch the draft's cache up with the request's tokens (the
+ * last of them is the pending one), then greedy steps, all requests in
+ * one batch per step. Leaves the proposals in r->draft, their count in
+ * r->n_draft. r->draft_cached counts only positions holding the request's
+ * own tokens: proposals fed to the draft are dropped again here before
+ * the next round (verify() keeps the accepted ones). A failing draft step
+ * proposes nothing more: the target then decodes as usual. */
+static void draft_propose(struct anvil_engine *e) {
+    struct request **rs = e->order; /* scratch: build_batch refills it */
+    int32_t *take = e->d_take;
+    int32_t n_rs = 0;
+    for (int s = 0; s < e->p.max_running; s++) {
+        struct request *r = e->running[s];
+        if (!r || r->spec != ANVIL_SPEC_DRAFT) continue;
+        r->n_draft = is_decoding(r) ? spec_room(e, r, e->p.step_tokens) : 0;
+        if (r->n_draft == 0) continue;
+        if (anvil_seq_truncate(e->dctx, r->slot, r->draft_cached) != ANVIL_OK) {
+            anvil_seq_truncate(e->dctx, r->slot, 0);
+            r->draft_cached = 0;
+        }
+        rs[n_rs++] = r;
+    }
+    for (;;) { /* catch up, at most step_tokens rows per call */
+        int32_t n = 0;
+        for (int32_t j = 0; j < n_rs; j++) {
+            struct request *r = rs[j];
+            int32_t need = r->n_tokens - r->draft_cached, room = e->p.step_tokens - n;
+            take[j] = need < room ? need : room;
+            for (int32_t i = 0; i < take[j]; i++) {
+                int32_t p = r->draft_cached + i;
+                e->d_tok[n] = r->tokens[p];
+                e->d_pos[n] = p;
+                e->d_seq[n] = r->slot;
+                e->d_out[n] = p == r->n_tokens - 1 ? ANVIL_OUT_ARGMAX : ANVIL_OUT_NONE;
+                n++;
+            }
+        }
+        if (n == 0) break;
+        struct anvil_batch b = {.n_tokens = n, .token = e->d_tok, .pos = e->d_pos,
+                                .seq_id = e->d_seq, .logits = e->d_out};
+        if (anvil_decode(e->dctx, &b) != ANVIL_OK) {
+            for (int32_t j = 0; j < n_rs; j++) {
+                rs[j]->n_draft = 0;
+                anvil_seq_truncate(e->dctx, rs[j]->slot, 0);
+                rs[j]->draft_cached = 0;
+            }
+            return;
+        }
+        int32_t o = 0;
+        for (int32_t j = 0; j < n_rs; j++) {
+            struct request *r = rs[j];
+            r->draft_cached += take[j];
+            if (take[j] > 0 && r->draft_cached == r->n_tokens) r->draft[0] = anvil_get_argmax(e->dctx, o++);
+        }
+    }
+    /* proposals 2..k: proposal step-1 goes in at position n_tokens+step-1 */
+    for (int32_t step = 1;; step++) {
+        int32_t n = 0;
+        for (int32_t j = 0; j < n_rs; j++) {
+            struct request *r = rs[j];
+            if (r->n_draft <= step) continue;
+            e->d_tok[n] = r->draft[step - 1];
+            e->d_pos[n] = r->n_tokens + step - 1;
+            e->d_seq[n] = r->slot;
+            e->d_out[n] = ANVIL_OUT_ARGMAX;
+            n++;
+        }
+        if (n == 0) break;
+        struct anvil_batch b = {.n_tokens = n, .token = e->d_tok, .pos = e->d_pos,
+                                .seq_id = e->d_seq, .logits = e->d_out};
+        if (anvil_decode(e->dctx, &b) != ANVIL_OK) {
+            for (int32_t j = 0; j < n_rs; j++)
+                if (rs[j]->n_draft > step) rs[j]->n_draft = step;
+            break;
+        }
+        int32_t o = 0;
+        for (int32_t j = 0; j < n_rs; j++)
+            if (rs[j]->n_draft > step) rs[j]->draft[step] = anvil_get_argmax(e->dctx, o++);
+    }
+    for (int32_t j = 0; j < n_rs; j++) /* a failed argmax ends the proposal */
+        for (int32_t t = 0; t < rs[j]->n_draft; t++)
+            if (rs[j]->draft[t] < 0) {
+                rs[j]->n_draft = t;
+                break;
+            }
+}
+
 /* Fill the batch arrays; returns the row count. Running requests are
- * taken in admission order: first those with one pending token (decode),
- * then prompt chunks. */
+ * taken in admission order: first those with one pending token (decode,
+ * with their proposals when they speculate), then prompt chunks. */
 static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
-    struct request **order = e->out_req + e->p.max_running; /* second half: scratch */
+    struct request **order = e->order;
     int32_t nr = 0;
     for (int s = 0; s < e->p.max_running; s++) {
         struct request *r = e->running[s];
-        if (!r || r->n_cached >= r->n_tokens) continue;
+        if (!r) continue;
+        /* draft proposals stand only for a decoding request this step */
+        if (r->spec != ANVIL_SPEC_DRAFT || !is_decoding(r)) r->n_draft = 0;
+        if (r->n_cached >= r->n_tokens) continue;
         int32_t j = nr++;
         while (j > 0 && order[j - 1]->admit_seq > r->admit_seq) {
             order[j] = order[j - 1];
@@ -636,7 +849,7 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < nr && budget > 0; i++) {
             struct request *r = order[i];
-            bool decode = r->n_tokens - r->n_cached == 1 && r->n_gen > 0;
+            bool decode = is_decoding(r);
             if ((pass == 0) != decode) continue;
             int32_t k = r->n_tokens - r->n_cached;
             if (k > e->p.prefill_chunk) k = e->p.prefill_chunk;
@@ -654,53 +867,142 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
                 n++;
             }
             budget -= k;
+            if (!decode) continue;
+            /* proposals: after the pending token, each row asking for its
+             * logits (n_out_max covers them: it counts spec_k per request) */
+            if (r->spec == ANVIL_SPEC_NGRAM)
+                r->n_draft = spec_ngram_propose(r->tokens, r->n_tokens, spec_room(e, r, budget + 1),
+                                                r->draft);
+            else if (r->spec != ANVIL_SPEC_DRAFT)
+                r->n_draft = 0;
+            if (r->n_draft > budget) r->n_draft = budget;
+            if (r->n_draft > e->n_out_max - no) r->n_draft = e->n_out_max - no;
+            for (int32_t j = 0; j < r->n_draft; j++) {
+                e->b_token[n] = r->draft[j];
+                e->b_pos[n] = r->n_tokens + j;
+                e->b_seq[n] = r->slot;
+                e->b_req[n] = r;
+                e->b_logits[n] = r->argmax_only ? ANVIL_OUT_ARGMAX : ANVIL_OUT_LOGITS;
+                e->out_req[no++] = r;
+                n++;
+            }
+            budget -= r->n_draft;
         }
     }
     *n_out = no;
     return n;
 }
 
+/* One drawn token t of request r (logits: its row, or NULL for argmax-only
+ * rows): end of generation, penalties, logprobs, text release with stop
+ * strings, limits. Returns false when the request finished (it is freed). */
+static bool take_token(struct anvil_engine *e, struct request *r, anvil_token t,
+                       const float *logits, double now) {
+    if (t < 0) {
+        finish(e, r, ANVIL_FINISH_ERROR, "the logits are not finite", true);
+        return false;
+    }
+    if (r->t_first == 0) r->t_first = now;
+    if (!r->ignore_eos && anvil_token_is_eog(e->m, t)) {
+        finish(e, r, ANVIL_FINISH_STOP, NULL, true);
+        return false;
+    }
+    anvil_sampler_accept(r->smp, t);
+    r->tokens[r->n_tokens++] = t;
+    r->n_gen++;
+    struct anvil_event ev = {.type = ANVIL_EVENT_TOKEN, .id = r->id, .token = t};
+    if (r->top_logprobs > 0 && logits) {
+        struct sample_logprob top[MAX_TOP_LOGPROBS];
+        int32_t k = sample_logprobs(logits, e->n_vocab, t, r->top_logprobs, top, &ev.logprob);
+        for (int32_t j = 0; j < k; j++) {
+            e->top_tok[j] = top[j].id;
+            e->top_lp[j] = top[j].logprob;
+        }
+        ev.n_top = k;
+        ev.top_tokens = e->top_tok;
+        ev.top_logprobs = e->top_lp;
+    }
+    char piece[256 + 16];
+    int32_t k = anvil_detok_push(e->m, &r->dt, t, piece, sizeof(piece));
+    if (k < 0) k = 0;
+    bool stopped = false;
+    int32_t rel = release_text(e, r, piece, k, &stopped);
+    ev.text = e->text;
+    ev.text_len = rel;
+    emit(r, &ev);
+    if (stopped) {
+        finish(e, r, ANVIL_FINISH_STOP, NULL, false);
+        return false;
+    }
+    if (r->n_gen >= r->max_tokens || r->n_tokens >= e->n_ctx) {
+        finish(e, r, ANVIL_FINISH_LENGTH, NULL, true);
+        return false;
+    }
+    return true;
+}
+
+/* Output rows o.. of a request that carried k proposals: draw row by row,
+ * stop at the first disagreement, keep the KV of the accepted prefix.
+ * Returns the output rows consumed (k + 1). */
+static int32_t verify(struct anvil_engine *e, struct request *r, int32_t o, double now) {
+    int32_t k = r->n_draft, pos0 = r->n_tokens - 1; /* the pending token's position */
+    int32_t acc = 0;
+    bool alive = true;
+    for (int32_t i = 0; i <= k && alive; i++) {
+        const float *logits = anvil_get_logits(e->ctx, o + i);
+        anvil_token t;
+        if (r->argmax_only) t = anvil_get_argmax(e->ctx, o + i);
+        else if (!logits) t = -1;
+        else if (i < k) t = anvil_sampler_sample_spec(r->smp, logits, NULL, r->draft[i]);
+        else t = anvil_sampler_sample(r->smp, logits, NULL);
+        alive = take_token(e, r, t, logits, now);
+        if (i == k || t != r->draft[i]) break;
+        acc++;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.n_spec_verify++;
+    e->stats.n_spec_proposed += (uint64_t)k;
+    e->stats.n_spec_accepted += (uint64_t)acc;
+    e->stats.n_spec_tokens += (uint64_t)acc + 1;
+    pthread_mutex_unlock(&e->mu);
+    if (!alive) return k + 1;
+    /* the cache holds the pending token and the accepted proposals; the
+     * last drawn token is the new pending one */
+    r->n_cached = pos0 + 1 + acc;
+    anvil_status st = anvil_seq_truncate(e->ctx, r->slot, r->n_cached);
+    ANVIL_ASSERT(st == ANVIL_OK); /* at most ANVIL_SPEC_K_MAX back: within any window's slack */
+    if (e->dctx && r->spec == ANVIL_SPEC_DRAFT) {
+        /* the draft saw the pending token and proposals 1..k-1: the
+         * accepted ones among those are the request's tokens now */
+        int32_t keep = pos0 + 1 + (acc < k - 1 ? acc : k - 1);
+        if (keep > r->draft_cached + k - 1) keep = r->draft_cached;
+        if (anvil_seq_truncate(e->dctx, r->slot, keep) != ANVIL_OK) {
+            anvil_seq_truncate(e->dctx, r->slot, 0);
+            keep = 0;
+        }
+        r->draft_cached = keep;
+    }
+    spec_adapt_update(&r->ad, k, acc);
+    r->n_draft = 0;
+    return k + 1;
+}
+
 static void after_decode(struct anvil_engine *e, int32_t n_rows, int32_t n_out) {
-    /* advance caches */
+    /* advance caches (verify() corrects the speculating requests) */
     for (int32_t i = 0; i < n_rows; i++) e->b_req[i]->n_cached = e->b_pos[i] + 1;
     double now = time_now_s();
-    for (int32_t o = 0; o < n_out; o++) {
+    for (int32_t o = 0; o < n_out;) {
         struct request *r = e->out_req[o];
+        if (r->n_draft > 0) {
+            o += verify(e, r, o, now);
+            continue;
+        }
         const float *logits = anvil_get_logits(e->ctx, o);
         anvil_token t = r->argmax_only ? anvil_get_argmax(e->ctx, o)
                         : logits       ? anvil_sampler_sample(r->smp, logits, NULL)
                                        : -1;
-        if (t < 0) {
-            finish(e, r, ANVIL_FINISH_ERROR, "the logits are not finite", true);
-            continue;
-        }
-        if (r->t_first == 0) r->t_first = now;
-        if (!r->ignore_eos && anvil_token_is_eog(e->m, t)) {
-            finish(e, r, ANVIL_FINISH_STOP, NULL, true);
-            continue;
-        }
-        anvil_sampler_accept(r->smp, t);
-        r->tokens[r->n_tokens++] = t;
-        r->n_gen++;
-        struct anvil_event ev = {.type = ANVIL_EVENT_TOKEN, .id = r->id, .token = t};
-        if (r->top_logprobs > 0) {
-            ev.logprob = log_softmax_top(logits, e->n_vocab, t, r->top_logprobs, e->top_tok,
-                                         e->top_lp);
-            ev.n_top = r->top_logprobs;
-            ev.top_tokens = e->top_tok;
-            ev.top_logprobs = e->top_lp;
-        }
-        char piece[256 + 16];
-        int32_t k = anvil_detok_push(e->m, &r->dt, t, piece, sizeof(piece));
-        if (k < 0) k = 0;
-        bool stopped = false;
-        int32_t rel = release_text(e, r, piece, k, &stopped);
-        ev.text = e->text;
-        ev.text_len = rel;
-        emit(r, &ev);
-        if (stopped) finish(e, r, ANVIL_FINISH_STOP, NULL, false);
-        else if (r->n_gen >= r->max_tokens || r->n_tokens >= e->n_ctx)
-            finish(e, r, ANVIL_FINISH_LENGTH, NULL, true);
+        take_token(e, r, t, logits, now);
+        o++;
     }
 }
 
@@ -720,6 +1022,7 @@ anvil_status anvil_engine_step(struct anvil_engine *e, int32_t *n_active) {
     take_inbox(e);
     drop_cancelled(e);
     admit(e);
+    if (e->dctx) draft_propose(e);
     anvil_status st = ANVIL_OK;
     for (;;) {
         int32_t n_out = 0, n = build_batch(e, &n_out);

@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "gguf/gguf.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -137,21 +138,21 @@ bool gguf_str_eq(struct gguf_str s, const char *cstr) {
 /* ---------------------------------------------------------------------- */
 /* the file object: gguf_file plus private hash indexes */
 
-struct index {
-    uint64_t *slot; /* 0 = empty, else entry index + 1 */
-    uint64_t mask;  /* capacity - 1 (capacity a power of two) */
-};
-
 struct gguf_impl {
     struct gguf_file f; /* first member: gguf_file * converts to gguf_impl * */
-    struct index kv_index, tensor_index;
+    struct hash_index kv_index, tensor_index; /* ids into f.kv, f.tensors */
 };
 
-static uint64_t hash_bytes(const void *p, uint64_t n) {
-    const uint8_t *b = p;
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (uint64_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
+static void kv_key(const void *ctx, uint32_t id, const void **key, size_t *len) {
+    const struct gguf_kv *kv = &((const struct gguf_file *)ctx)->kv[id];
+    *key = kv->key.ptr;
+    *len = kv->key.len;
+}
+
+static void tensor_key(const void *ctx, uint32_t id, const void **key, size_t *len) {
+    const char *name = ((const struct gguf_file *)ctx)->tensors[id].name;
+    *key = name;
+    *len = strlen(name);
 }
 
 /* Make room for element n of *arr (capacity *cap, zero-filled growth). */
@@ -166,14 +167,6 @@ static anvil_status grow(void **arr, uint64_t *cap, uint64_t n, size_t elem) {
     return ANVIL_OK;
 }
 
-static anvil_status index_init(struct index *ix, uint64_t n) {
-    uint64_t cap = 16;
-    while (cap < 2 * n) cap *= 2; /* n is bounded by the file size, no overflow */
-    ix->slot = anvil_calloc((size_t)cap, sizeof(uint64_t));
-    if (!ix->slot) return ANVIL_ERR_NOMEM;
-    ix->mask = cap - 1;
-    return ANVIL_OK;
-}
 
 /* ---------------------------------------------------------------------- */
 /* bounds-checked reader over the mapping */
@@ -336,20 +329,17 @@ static anvil_status parse_kv(struct rd *r, struct gguf_kv *kv, uint64_t i) {
 
 static anvil_status index_kv(struct gguf_impl *g, uint64_t i, char *err, size_t cap) {
     const struct gguf_kv *kv = &g->f.kv[i];
-    struct index *ix = &g->kv_index;
-    for (uint64_t h = hash_bytes(kv->key.ptr, kv->key.len) & ix->mask;; h = (h + 1) & ix->mask) {
-        if (!ix->slot[h]) {
-            ix->slot[h] = i + 1;
-            return ANVIL_OK;
-        }
-        const struct gguf_kv *o = &g->f.kv[ix->slot[h] - 1];
-        if (o->key.len == kv->key.len && !memcmp(o->key.ptr, kv->key.ptr, kv->key.len)) {
-            char kb[96];
-            errmsg_set(err, cap, "gguf: duplicate key '%s'",
-                       printable(kb, sizeof(kb), kv->key.ptr, kv->key.len));
-            return ANVIL_ERR_FORMAT;
-        }
+    int64_t dup;
+    anvil_status st = hash_index_add(&g->kv_index, (uint32_t)i, kv->key.ptr, kv->key.len, kv_key,
+                                     &g->f, &dup);
+    if (st != ANVIL_OK) return st;
+    if (dup >= 0) {
+        char kb[96];
+        errmsg_set(err, cap, "gguf: duplicate key '%s'",
+                   printable(kb, sizeof(kb), kv->key.ptr, kv->key.len));
+        return ANVIL_ERR_FORMAT;
     }
+    return ANVIL_OK;
 }
 
 /* Read an integer kv of any integer type as (value, is_negative). */
@@ -452,20 +442,18 @@ static anvil_status parse_tensor(struct rd *r, struct gguf_tensor *t, uint64_t i
 
 static anvil_status index_tensor(struct gguf_impl *g, uint64_t i, char *err, size_t cap) {
     const struct gguf_tensor *t = &g->f.tensors[i];
-    struct index *ix = &g->tensor_index;
     size_t len = strlen(t->name);
-    for (uint64_t h = hash_bytes(t->name, len) & ix->mask;; h = (h + 1) & ix->mask) {
-        if (!ix->slot[h]) {
-            ix->slot[h] = i + 1;
-            return ANVIL_OK;
-        }
-        if (!strcmp(g->f.tensors[ix->slot[h] - 1].name, t->name)) {
-            char nb[96];
-            errmsg_set(err, cap, "gguf: duplicate tensor name '%s'",
-                       printable(nb, sizeof(nb), t->name, len));
-            return ANVIL_ERR_FORMAT;
-        }
+    int64_t dup;
+    anvil_status st = hash_index_add(&g->tensor_index, (uint32_t)i, t->name, len, tensor_key,
+                                     &g->f, &dup);
+    if (st != ANVIL_OK) return st;
+    if (dup >= 0) {
+        char nb[96];
+        errmsg_set(err, cap, "gguf: duplicate tensor name '%s'",
+                   printable(nb, sizeof(nb), t->name, len));
+        return ANVIL_ERR_FORMAT;
     }
+    return ANVIL_OK;
 }
 
 struct extent {
@@ -519,8 +507,8 @@ static void free_impl(struct gguf_impl *g) {
         for (uint64_t i = 0; i < f->n_tensors; i++) anvil_free(f->tensors[i].name);
     anvil_free(f->kv);
     anvil_free(f->tensors);
-    anvil_free(g->kv_index.slot);
-    anvil_free(g->tensor_index.slot);
+    hash_index_free(&g->kv_index);
+    hash_index_free(&g->tensor_index);
     if (f->map) munmap((void *)f->map, f->map_size);
     anvil_free(g);
 }
@@ -577,7 +565,7 @@ static anvil_status parse(struct gguf_impl *g, struct rd *r) {
         f->n_kv = i + 1;
         if ((st = parse_kv(r, &f->kv[i], i)) != ANVIL_OK) return st;
     }
-    if (index_init(&g->kv_index, n_kv) != ANVIL_OK) goto nomem;
+    if (hash_index_init(&g->kv_index, n_kv) != ANVIL_OK) goto nomem;
     for (uint64_t i = 0; i < n_kv; i++)
         if ((st = index_kv(g, i, err, cap)) != ANVIL_OK) return st;
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -611,7 +599,7 @@ static anvil_status parse(struct gguf_impl *g, struct rd *r) {
         f->n_tensors = i + 1;
         if ((st = parse_tensor(r, &f->tensors[i], i)) != ANVIL_OK) return st;
     }
-    if (index_init(&g->tensor_index, n_tensors) != ANVIL_OK) goto nomem;
+    if (hash_index_init(&g->tensor_index, n_tensors) != ANVIL_OK) goto nomem;
     for (uint64_t i = 0; i < n_tensors; i++)
         if ((st = index_tensor(g, i, err, cap)) != ANVIL_OK) return st;
 
@@ -749,26 +737,14 @@ void gguf_close(struct gguf_file *f) {
 
 const struct gguf_kv *gguf_find(const struct gguf_file *f, const char *key) {
     const struct gguf_impl *g = (const struct gguf_impl *)f;
-    const struct index *ix = &g->kv_index;
-    if (!ix->slot) return NULL;
-    size_t len = strlen(key);
-    for (uint64_t h = hash_bytes(key, len) & ix->mask; ix->slot[h]; h = (h + 1) & ix->mask) {
-        const struct gguf_kv *kv = &f->kv[ix->slot[h] - 1];
-        if (kv->key.len == len && !memcmp(kv->key.ptr, key, len)) return kv;
-    }
-    return NULL;
+    int64_t id = hash_index_find(&g->kv_index, key, strlen(key), kv_key, f);
+    return id < 0 ? NULL : &f->kv[id];
 }
 
 const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name) {
     const struct gguf_impl *g = (const struct gguf_impl *)f;
-    const struct index *ix = &g->tensor_index;
-    if (!ix->slot) return NULL;
-    for (uint64_t h = hash_bytes(name, strlen(name)) & ix->mask; ix->slot[h];
-         h = (h + 1) & ix->mask) {
-        const struct gguf_tensor *t = &f->tensors[ix->slot[h] - 1];
-        if (!strcmp(t->name, name)) return t;
-    }
-    return NULL;
+    int64_t id = hash_index_find(&g->tensor_index, name, strlen(name), tensor_key, f);
+    return id < 0 ? NULL : &f->tensors[id];
 }
 
 bool gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out) {

@@ -37,12 +37,27 @@
  * variant the results are bit-identical; across variants they agree
  * within floating-point tolerance.
  *
+ * Sliding window. A task with window W > 0 lets row r (at position p =
+ * pos + r) see keys [lo, p] with lo = max(0, p - W + 1) (W keys, itself
+ * included: llama.cpp's LLAMA_SWA_TYPE_STANDARD). Keys below lo are masked
+ * inside their step, steps wholly below every row's lo are not read (their
+ * blocks may have been returned to the pool), and a chunk enters a row's
+ * fold only when it holds at least one of the row's keys; the fold order
+ * is otherwise unchanged, so windowed results are batch invariant too.
+ *
+ * One fold driver (attn_fold.c) runs the chunk loop, the fold order and
+ * the split-K reduction for every SIMD variant; each ISA file provides
+ * only the inner primitives (struct kn_attn_prims): the chunk pass, the
+ * fold of two partials and the final division. The reference (cpu/ref)
+ * keeps its own plain copy of the loop, as the specification.
+ *
  * Reference: Dao et al., "Flash-Decoding for long-context inference"
  * (2023); ../shared/seeds/flashdecode-wormhole.md.
  */
 #ifndef ANVIL_KN_ATTN_H
 #define ANVIL_KN_ATTN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -103,6 +118,7 @@ struct kn_attn_task {
     size_t out_stride;       /* floats between output rows */
     int pos;
     int n_rows;
+    int window;              /* keys per query, itself included; 0 = no window */
     int c0, c1;              /* partial/reduce: chunk range */
     float *part;             /* partial/reduce: records, chunk c at (c - c0) */
 };
@@ -121,7 +137,44 @@ struct kn_attn_ops {
     kn_attn_fn attn;
     kn_attn_fn partial;
     kn_attn_fn reduce;
+    bool window;      /* honours kn_attn_task.window (else the caller must
+                         use a table that does, such as avx2's) */
 };
+
+/* First key row r of a task may see. */
+static inline int kn_attn_lo(const struct kn_attn_task *t, int r) {
+    int lo = t->window > 0 ? t->pos + r - t->window + 1 : 0;
+    return lo > 0 ? lo : 0;
+}
+
+/* First chunk holding a key that row 0 of the task may see. */
+static inline int kn_attn_first_chunk(const struct kn_attn_task *t) {
+    return kn_attn_lo(t, 0) / KN_ATTN_CHUNK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the fold driver shared by the SIMD variants (attn_fold.c) */
+
+/* Softmax state of up to KN_ATTN_MAXQ query vectors: query vector i
+ * (row r, head g: i = r*group + g) has m[i], l[i], acc[i*head_dim ...]. */
+struct kn_attn_states {
+    float m[KN_ATTN_MAXQ], l[KN_ATTN_MAXQ];
+    float acc[KN_ATTN_MAXQ * KN_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
+};
+
+struct kn_attn_prims {
+    /* The partial of chunk c for every query vector of the task into cur
+     * (cleared first; keys outside each row's [lo, p] masked). */
+    void (*chunk_pass)(const struct kn_attn_task *t, int c, struct kn_attn_states *cur);
+    /* (m, l, acc) = fold((m, l, acc), (cm, cl, cacc)) as attn.h defines it. */
+    void (*fold)(float *m, float *l, float *acc, float cm, float cl, const float *cacc, int hd);
+    /* out = acc / l */
+    void (*finish)(float l, const float *acc, float *out, int hd);
+};
+
+void kn_attn_fold_attn(const struct kn_attn_prims *p, const struct kn_attn_task *t);
+void kn_attn_fold_partial(const struct kn_attn_prims *p, const struct kn_attn_task *t);
+void kn_attn_fold_reduce(const struct kn_attn_prims *p, const struct kn_attn_task *t);
 
 extern const struct kn_attn_ops kn_attn_ops_ref;
 void kn_attn_ref(const struct kn_attn_task *t); /* the ref entries, for fallbacks */
@@ -147,6 +200,12 @@ void kn_attn_naive_ref(const struct kn_kv_layout *kv, const uint8_t *base,
                        const int32_t *blocks, int n_head, float scale, const float *q,
                        size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
                        double *scratch);
+
+/* The same over each row's window of keys (window 0 = all). */
+void kn_attn_naive_window_ref(const struct kn_kv_layout *kv, const uint8_t *base,
+                              const int32_t *blocks, int n_head, float scale, const float *q,
+                              size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
+                              int window, double *scratch);
 
 /* Value of K (is_v = 0) or V (is_v = 1) of kv head h, token position t, as
  * stored (after F16/Q8_0 rounding), as float. */

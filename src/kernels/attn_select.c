@@ -1,10 +1,12 @@
 /*
  * attn_select.c - pick the attention kernel table (kernels/attn.h) for a
- * kernel family. Follows kn_select: the family's CPU checks live there.
+ * kernel family, and the HP1 table (kernels/attn_hp1.h). Follows
+ * kn_select: the family's CPU checks live there.
  */
 #include <string.h>
 
 #include "kernels/attn.h"
+#include "kernels/attn_hp1.h"
 #include "kernels/ops.h"
 
 const struct kn_attn_ops *kn_attn_select(const char *name) {
@@ -18,5 +20,14 @@ const struct kn_attn_ops *kn_attn_select(const char *name) {
     if (!strcmp(name, "ref")) return &kn_attn_ops_ref;
     if (!strcmp(name, "avx2")) return &kn_attn_ops_avx2;
     if (!strcmp(name, "avx512")) return &kn_attn_ops_avx512;
+    return NULL;
+}
+
+const struct kn_hp1_ops *kn_hp1_select(const char *name) {
+    const struct kn_attn_ops *a = kn_attn_select(name);
+    if (!a) return NULL;
+    if (!strcmp(a->name, "ref")) return &kn_hp1_ops_ref;
+    /* no AVX-512 HP1 kernel yet: an AVX-512 CPU runs the AVX2 one */
+    if (!strcmp(a->name, "avx2") || !strcmp(a->name, "avx512")) return &kn_hp1_ops_avx2;
     return NULL;
 }

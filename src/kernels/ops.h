@@ -59,6 +59,22 @@ typedef void (*kn_silu_mul_act_fn)(void *restrict dst, const float *restrict g,
  * RoPE: adjacent pairs (2i, 2i+1) rotated by pos * inv_freq[i]). */
 typedef void (*kn_rope_fn)(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
 
+/* RoPE on the first n_rot dims of each head (n_rot even, <= head_dim; the
+ * rest is left alone), with theta_i = f32(pos * inv_freq[i]), i < n_rot/2:
+ *   neox == 0: pairs (2i, 2i+1) (the "norm" layout of Llama);
+ *   neox != 0: pairs (i, i + n_rot/2) (GPT-NeoX layout: Qwen, Gemma, Phi-3).
+ * rope_ext with neox == 0 and n_rot == head_dim equals rope. */
+typedef void (*kn_rope_ext_fn)(float *x, int n_head, int head_dim, int n_rot, int pos,
+                               const float *inv_freq, int neox);
+
+/* Gated GELU (tanh approximation), written as the sigmoid form it equals:
+ *   gelu(g) = g * sigmoid(2z) = g / (1 + e^(-2z)), z = sqrt(2/pi)(g + 0.044715 g^3),
+ * y[i] = gelu(g[i]) * u[i]; y may alias g. (0.5 g (1 + tanh z) is the same
+ * function; the sigmoid form shares the exp of SiLU.) */
+typedef void (*kn_gelu_mul_fn)(float *y, const float *g, const float *u, int n);
+typedef void (*kn_gelu_mul_act_fn)(void *restrict dst, const float *restrict g,
+                                   const float *restrict u, int n, int act);
+
 /* Weight repacking. A variant may keep quantized matrices in a layout of
  * its own, built once at load time, in tiles of KN_PACK_ROWS rows:
  *   pack_size(type, rows, n): bytes of the packed rows x n matrix; 0 when
@@ -90,6 +106,15 @@ struct kn_ops {
     kn_silu_mul_fn silu_mul;
     kn_silu_mul_act_fn silu_mul_act;
     kn_rope_fn rope;
+    kn_rope_ext_fn rope_ext;
+    kn_gelu_mul_fn gelu_mul;
+    kn_gelu_mul_act_fn gelu_mul_act;
+    /* The family's int8 multiply-accumulate peak on the calling thread, in
+     * GOP/s (2 ops per multiply-accumulate), measured by a register-only
+     * loop of the instructions its quantized dot products use, for about
+     * `seconds` of thread CPU time; NULL for the reference. For benchmarks:
+     * kernel GOP/s as a share of what the core can do. */
+    double (*int8_peak)(double seconds);
 };
 
 extern const struct kn_ops kn_ops_ref;

@@ -74,6 +74,10 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
                    type, bs, p->head_dim);
         return ANVIL_ERR_UNSUPPORTED;
     }
+    if (p->window < 0 || (p->window > 0 && p->window < bs)) {
+        errmsg_set(err, err_cap, "kv: window %d must be 0 or at least a block (%d)", p->window, bs);
+        return ANVIL_ERR_INVALID;
+    }
     if (p->n_seq_max < 1 || p->n_seq_max > (1 << 20) || p->n_ctx < 1 || p->n_ctx > (1 << 26) ||
         p->n_threads < 0 || p->n_threads > 1024) {
         errmsg_set(err, err_cap, "kv: bad n_seq_max %d / n_ctx %d / n_threads %d", p->n_seq_max,
@@ -408,6 +412,7 @@ static void seq_hash_block(struct kv_cache *kv, int32_t seq, int32_t idx) {
     int32_t *tab = table_of(kv, seq);
     int32_t b = tab[idx];
     if (kv->blk[b].hashed || (int64_t)(idx + 1) * kv->bs > s->nohash_pos) return;
+    if (idx > 0 && tab[idx - 1] < 0) return; /* windowed: the parent is gone */
     int32_t parent = idx > 0 ? tab[idx - 1] : -1;
     if (parent >= 0 && !kv->blk[parent].hashed) return; /* the chain is broken */
     uint32_t pgen = parent >= 0 ? kv->blk[parent].gen : 0;
@@ -447,7 +452,14 @@ anvil_status kv_seq_commit(struct kv_cache *kv, int32_t seq, int32_t n, const an
     if (kv->p.prefix_cache)
         for (int32_t idx = old / kv->bs; (idx + 1) * kv->bs <= s->len; idx++)
             seq_hash_block(kv, seq, idx);
+    kv_seq_trim(kv, seq);
     return ANVIL_OK;
+}
+
+/* First position a query at `len` still reads in a windowed cache, less
+ * the slack: blocks wholly below it may go. */
+static int64_t window_floor(const struct kv_cache *kv, int64_t len) {
+    return len - kv->p.window - KV_WINDOW_SLACK;
 }
 
 anvil_status kv_seq_truncate(struct kv_cache *kv, int32_t seq, int32_t len) {
@@ -455,13 +467,49 @@ anvil_status kv_seq_truncate(struct kv_cache *kv, int32_t seq, int32_t len) {
     struct kv_seq *s = &kv->seqs[seq];
     if (len < 0 || len > s->len) return ANVIL_ERR_INVALID;
     int32_t *tab = table_of(kv, seq);
+    /* the window of the new length must still be held: the first key a
+     * query at len reads is len - window + 1 */
+    if (len > 0 && kv->p.window > 0 && (int64_t)s->first * kv->bs > (int64_t)len - kv->p.window + 1)
+        return ANVIL_ERR_UNSUPPORTED;
     int32_t keep = (len + kv->bs - 1) / kv->bs;
     /* last block first: a prefix's tail enters the LRU before its head, so
      * eviction takes leaves before the blocks they hang from */
-    while (s->n_blocks > keep) block_release(kv, tab[--s->n_blocks]);
+    while (s->n_blocks > keep) {
+        int32_t b = tab[--s->n_blocks];
+        if (b >= 0) block_release(kv, b);
+        tab[s->n_blocks] = -1;
+    }
+    if (s->first > s->n_blocks) s->first = s->n_blocks;
+    if (len == 0) s->first = 0;
     s->len = len;
     if (len <= s->nohash_pos) s->nohash_pos = INT32_MAX;
     return ANVIL_OK;
+}
+
+void kv_seq_trim(struct kv_cache *kv, int32_t seq) {
+    if (!seq_ok(kv, seq) || kv->p.window <= 0) return;
+    struct kv_seq *s = &kv->seqs[seq];
+    int32_t *tab = table_of(kv, seq);
+    int64_t floor = window_floor(kv, s->len);
+    while (s->first < s->n_blocks && (int64_t)(s->first + 1) * kv->bs <= floor) {
+        block_release(kv, tab[s->first]);
+        tab[s->first++] = -1;
+    }
+}
+
+int32_t kv_seq_n_held(const struct kv_cache *kv, int32_t seq) {
+    return seq_ok(kv, seq) ? kv->seqs[seq].n_blocks - kv->seqs[seq].first : 0;
+}
+
+int32_t kv_blocks_for_len(const struct kv_cache *kv, int64_t n, int32_t step) {
+    int64_t b = (n + kv->bs - 1) / kv->bs;
+    if (kv->p.window > 0) {
+        /* the window plus slack, plus one step, one block of misalignment
+         * at each end */
+        int64_t w = ((int64_t)kv->p.window + KV_WINDOW_SLACK + step + kv->bs - 1) / kv->bs + 2;
+        if (b > w) b = w;
+    }
+    return b > INT32_MAX ? INT32_MAX : (int32_t)b;
 }
 
 void kv_seq_free(struct kv_cache *kv, int32_t seq) { (void)kv_seq_truncate(kv, seq, 0); }
@@ -502,8 +550,9 @@ anvil_status kv_seq_fork(struct kv_cache *kv, int32_t dst, int32_t src) {
     int32_t *td = table_of(kv, dst);
     for (int32_t i = 0; i < n; i++) {
         td[i] = ts[i];
-        block_acquire(kv, ts[i]);
+        if (ts[i] >= 0) block_acquire(kv, ts[i]);
     }
+    d->first = s->first;
     d->n_blocks = n;
     d->len = s->len;
     d->nohash_pos = s->nohash_pos;
@@ -665,12 +714,21 @@ anvil_status kv_check(const struct kv_cache *kv, char *err, size_t err_cap) {
                   (int64_t)s->n_blocks * kv->bs >= s->len && s->len <= kv->p.n_ctx,
               "seq %d: len %d with %d blocks", q, s->len, s->n_blocks);
         CHECK(s->mark == 0, "seq %d marked", q);
-        for (int32_t i = 0; i < s->n_blocks; i++) {
+        CHECK(s->first >= 0 && s->first <= s->n_blocks && (kv->p.window > 0 || s->first == 0),
+              "seq %d: first held block %d of %d", q, s->first, s->n_blocks);
+        if (kv->p.window > 0 && s->first > 0)
+            CHECK((int64_t)s->first * kv->bs <= window_floor(kv, s->len) + kv->bs &&
+                      (int64_t)s->first * kv->bs <= (int64_t)s->len - kv->p.window + 1,
+                  "seq %d: len %d window %d but blocks from %d", q, s->len, kv->p.window, s->first);
+        for (int32_t i = 0; i < s->first; i++)
+            CHECK(tab[i] == -1, "seq %d entry %d below the window is %d", q, i, tab[i]);
+        for (int32_t i = s->first; i < s->n_blocks; i++) {
             CHECK(tab[i] >= 0 && tab[i] < nb, "seq %d entry %d = %d", q, i, tab[i]);
             cnt[tab[i]]++;
             const struct kv_block *b = &kv->blk[tab[i]];
-            /* a hashed block in a table continues a hashed chain */
-            if (b->hashed) {
+            /* a hashed block in a table continues a hashed chain (unless
+             * its parent fell out of the window) */
+            if (b->hashed && !(i > 0 && i - 1 < s->first)) {
                 int32_t par = i > 0 ? tab[i - 1] : -1;
                 CHECK(b->parent == par && (par < 0 || (kv->blk[par].hashed && kv->blk[par].gen == b->parent_gen)),
                       "seq %d entry %d: hashed block %d has parent %d, table has %d", q, i, tab[i],

@@ -85,7 +85,15 @@ struct kv_params {
     int32_t n_ctx;        /* max positions per sequence */
     int32_t n_threads;    /* max threads the attention driver plans for; 0 = 1 */
     bool prefix_cache;    /* hash full blocks so that prefixes are shared */
+    int32_t window;       /* 0, or the sliding window of every layer of this
+                           * cache: a sequence keeps only the blocks holding
+                           * its last window + KV_WINDOW_SLACK positions */
 };
+
+/* Positions a windowed cache keeps beyond the window, so that a sequence
+ * can be truncated back this far (speculative decoding rolls back its
+ * rejected draft tokens) without losing keys a query still needs. */
+#define KV_WINDOW_SLACK 64
 
 /* Create a cache. ANVIL_ERR_INVALID for bad geometry (message in err),
  * ANVIL_ERR_NOMEM. *out is set only on success. */
@@ -120,15 +128,30 @@ anvil_status kv_reserve(struct kv_cache *kv, int32_t n_seqs, const int32_t *seq,
 anvil_status kv_seq_commit(struct kv_cache *kv, int32_t seq, int32_t n, const anvil_token *tokens);
 
 /* Drop positions >= len (0 <= len <= current length) and every reserved
- * block past them; blocks whose count drops to 0 become free or cached. */
+ * block past them; blocks whose count drops to 0 become free or cached.
+ * A windowed cache cannot go back to a length whose window it no longer
+ * holds: ANVIL_ERR_UNSUPPORTED then (len 0 always works). */
 anvil_status kv_seq_truncate(struct kv_cache *kv, int32_t seq, int32_t len);
 void kv_seq_free(struct kv_cache *kv, int32_t seq); /* truncate to 0 */
 
 /* For an empty seq: take the longest run of cached full blocks matching
  * tokens[0, n) (whole blocks only). Returns the matched length (a multiple
  * of block_size, <= n); the sequence then has that length. Pass n one less
- * than the prompt if the last prompt token must be computed for logits. */
+ * than the prompt if the last prompt token must be computed for logits.
+ * A windowed cache keeps every matched block until kv_seq_trim. */
 int32_t kv_seq_match(struct kv_cache *kv, int32_t seq, const anvil_token *tokens, int32_t n);
+
+/* Windowed cache: give back the blocks of seq that hold only positions
+ * below len - window - KV_WINDOW_SLACK (their table entries become -1).
+ * kv_seq_commit does it; call it after kv_seq_match and a truncate. No-op
+ * without a window. */
+void kv_seq_trim(struct kv_cache *kv, int32_t seq);
+/* Blocks a sequence holds now (windowed caches: fewer than its length). */
+int32_t kv_seq_n_held(const struct kv_cache *kv, int32_t seq);
+/* Blocks a sequence of length n holds at most when it grows by at most
+ * `step` positions at a time (a windowed cache trims after each step, so
+ * the window plus one step bounds it). */
+int32_t kv_blocks_for_len(const struct kv_cache *kv, int64_t n, int32_t step);
 
 /* Make empty seq dst share all of src's positions (blocks referenced, not
  * copied; a partial last block is copied on the first write). */
@@ -194,7 +217,7 @@ struct kv_attn_seq {
 };
 
 enum kv_split {
-    KV_SPLIT_AUTO = 0, /* the policy decides (kv_attn.c: kv_split_policy) */
+    KV_SPLIT_AUTO = 0, /* the policy decides (kernels/attn_policy.h) */
     KV_SPLIT_OFF,      /* one thread per (sequence, kv head) decode task */
     KV_SPLIT_ON,       /* decode chunks spread over threads, then reduced
                         * (unless the chunk records would not fit the
@@ -204,13 +227,15 @@ enum kv_split {
 struct kv_attn_job;
 
 /* Plan one layer's attention for a batch: at most one entry per sequence,
- * at most n_seq_max entries. The plan is held by the cache (one at a
+ * at most n_seq_max entries. scale multiplies q.k (1/sqrt(head_dim) for
+ * most models). A windowed cache's window applies to every row; its ops
+ * table must honour windows (kn_attn_ops.window), else ANVIL_ERR_INVALID. The plan is held by the cache (one at a
  * time) and stays valid until the next prepare. n_threads (<= the
  * kv_params n_threads) is how many threads will call kv_attn_work.
  * The split choice never changes the numbers, only their schedule. */
 anvil_status kv_attn_prepare(struct kv_cache *kv, const struct kn_attn_ops *ops, int32_t layer,
                              const struct kv_attn_seq *seqs, int32_t n_seqs, size_t q_stride,
-                             size_t out_stride, int n_threads, enum kv_split split,
+                             size_t out_stride, int n_threads, enum kv_split split, float scale,
                              struct kv_attn_job **out);
 /* Thread ith of nth (nth == the planned n_threads) does its share. When
  * the plan splits decode rows it calls pool_barrier(pool) once between
@@ -224,11 +249,5 @@ void kv_attn_run(const struct kv_attn_job *job, struct pool *pool);
 /* Whether the job splits decode rows (for benchmarks and logs). */
 bool kv_attn_job_split(const struct kv_attn_job *job);
 
-/* The scheduling policy, exposed for tests and the benchmark: given the
- * batch's decode contexts (n_kv[i] keys for decode row i), the cost of
- * everything else in the call (prefill tiles, in key*vector units), and
- * the threads, whether splitting decode rows into chunks is faster. */
-bool kv_split_policy(int32_t n_decode, const int32_t *n_kv, int32_t n_head_kv, int32_t group,
-                     int32_t head_dim, double other_cost, int n_threads);
 
 #endif

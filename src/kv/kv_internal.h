@@ -27,6 +27,8 @@ struct kv_seq {
     int32_t n_blocks;   /* table entries (>= ceil(len / block_size)) */
     int32_t nohash_pos; /* token ids at positions >= this are unknown */
     int32_t mark;       /* scratch for kv_reserve's duplicate check */
+    int32_t first;      /* first table entry still held (windowed caches:
+                           the ones before it are -1) */
 };
 
 /* One entry of an attention plan. */
@@ -36,7 +38,8 @@ struct kv_attn_ent {
     int32_t n_kv;       /* keys seen by the last row: pos + n_tokens */
     int32_t units;      /* work items per kv head */
     int32_t rows;       /* query rows per prefill tile (prefill only) */
-    int32_t n_chunks;   /* decode: chunks of its keys */
+    int32_t c_lo;       /* decode: first chunk holding a key of its window */
+    int32_t n_chunks;   /* decode: chunks [c_lo, c_lo + n_chunks) */
     int64_t part_off;   /* split decode: first record (in records) */
     uint8_t decode;     /* n_tokens == 1 */
 };
@@ -47,6 +50,7 @@ struct kv_attn_job {
     const uint8_t *base;
     size_t q_stride, out_stride;
     float scale;
+    int32_t window;     /* the cache's sliding window, 0 = none */
     int32_t group;
     int n_threads;
     bool split;         /* decode entries are split into chunk items */

@@ -1,18 +1,26 @@
 /*
- * model.c - load a Llama-family GGUF: read hyperparameters from metadata,
- * bind every weight by name with its shape checked, build the tokenizer,
- * pick the kernels. Also the public model, tokenizer and chat wrappers.
+ * model.c - load a GGUF model of any architecture anvil runs: find the
+ * architecture's descriptor (model/arch.h), read the common
+ * hyperparameters and the architecture's own, bind every weight by name
+ * with its shape checked, build the tokenizer, pick the kernels. Also the
+ * public model, tokenizer and chat wrappers.
  *
  * Weights stay in gguf's read-only mapping, and the multi-part matrices
  * (QKV, gate/up) only point into it, unless the kernel table packs their
  * type: then each matrix is copied once into the packed layout (parts
  * stacked) and the mapping's pages under it are released (pack_wmat).
- * Reference: llama.cpp's LLM_ARCH_LLAMA tensor names and hparams keys.
+ * The few small arrays a model owns: Q/K/V biases stacked into one
+ * vector per layer, and the RoPE frequencies.
+ *
+ * Reference: llama.cpp's tensor names (LLM_TENSOR_*) and hparams keys
+ * (LLM_KV_*), which GGUF files of every architecture use.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "model/arch.h"
 #include "model/model.h"
 
 /* ---------------------------------------------------------------------- */
@@ -22,6 +30,20 @@ struct anvil_model_params anvil_model_default_params(void) {
     struct anvil_model_params p = {.kernels = NULL};
     return p;
 }
+
+/* ---------------------------------------------------------------------- */
+/* architectures */
+
+static const struct arch_desc *const archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3,
+                                                &arch_gemma3, &arch_phi3};
+
+const struct arch_desc *arch_find(const char *name, size_t len) {
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+        if (strlen(archs[i]->name) == len && !memcmp(archs[i]->name, name, len)) return archs[i];
+    return NULL;
+}
+
+const char *arch_names(void) { return "llama, qwen2, qwen3, gemma3, phi3"; }
 
 /* ---------------------------------------------------------------------- */
 /* multi-part matmul */
@@ -69,40 +91,74 @@ void wmat_matmul_tile(const struct kn_ops *ops, const struct wmat *w, float *y, 
 /* ---------------------------------------------------------------------- */
 /* loading */
 
-struct loader {
+struct model_loader {
     struct gguf_file *f;
     const char *arch;
     char *err;
     size_t err_cap;
+    bool failed;
     uint64_t n_params;
 };
 
-static bool get_u32_arch(struct loader *L, const char *suffix, uint32_t *out, bool required) {
+void loader_error(struct model_loader *L, const char *fmt, ...) {
+    L->failed = true;
+    if (!L->err || !L->err_cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(L->err, L->err_cap, fmt, ap);
+    va_end(ap);
+}
+
+bool loader_failed(const struct model_loader *L) { return L->failed; }
+
+bool loader_u32(struct model_loader *L, const char *suffix, uint32_t *out, bool required) {
     char key[128];
     snprintf(key, sizeof(key), "%s.%s", L->arch, suffix);
     if (gguf_get_u32(L->f, key, out)) return true;
     if (required) {
         if (gguf_find(L->f, key))
-            errmsg_set(L->err, L->err_cap, "model: metadata %s has the wrong type or range", key);
+            loader_error(L, "model: metadata %s has the wrong type or range", key);
         else
-            errmsg_set(L->err, L->err_cap, "model: required metadata %s is missing", key);
+            loader_error(L, "model: required metadata %s is missing", key);
     }
     return false;
 }
 
-static bool get_f32_arch(struct loader *L, const char *suffix, float *out) {
+bool loader_f32(struct model_loader *L, const char *suffix, float *out) {
     char key[128];
     snprintf(key, sizeof(key), "%s.%s", L->arch, suffix);
     return gguf_get_f32(L->f, key, out);
 }
 
+bool loader_bool_array(struct model_loader *L, const char *suffix, bool *out, int n) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", L->arch, suffix);
+    const struct gguf_kv *kv = gguf_find(L->f, key);
+    if (!kv || kv->type != GGUF_VT_ARRAY) return false;
+    size_t esz = kv->arr_type == GGUF_VT_BOOL || kv->arr_type == GGUF_VT_UINT8 ||
+                         kv->arr_type == GGUF_VT_INT8
+                     ? 1
+                 : kv->arr_type == GGUF_VT_UINT32 || kv->arr_type == GGUF_VT_INT32 ? 4
+                                                                                   : 0;
+    if (esz == 0 || kv->n != (uint64_t)n) {
+        loader_error(L, "model: metadata %s must be %d bools or integers (one per layer)", key, n);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        uint32_t v = 0;
+        memcpy(&v, kv->data + (size_t)i * esz, esz); /* little endian: low bytes first */
+        out[i] = v != 0;
+    }
+    return true;
+}
+
 /* Find a tensor and check its shape (ne0 = n_in, ne1 = n_out; n_out 0 for
  * a vector). */
-static const struct gguf_tensor *bind(struct loader *L, const char *name, int64_t n_in,
+static const struct gguf_tensor *bind(struct model_loader *L, const char *name, int64_t n_in,
                                       int64_t n_out, bool required) {
     const struct gguf_tensor *t = gguf_find_tensor(L->f, name);
     if (!t) {
-        if (required) errmsg_set(L->err, L->err_cap, "model: missing tensor %s", name);
+        if (required) loader_error(L, "model: missing tensor %s", name);
         return NULL;
     }
     bool ok = n_out == 0 ? (t->n_dims == 1 && (int64_t)t->ne[0] == n_in)
@@ -110,17 +166,16 @@ static const struct gguf_tensor *bind(struct loader *L, const char *name, int64_
                             (int64_t)t->ne[1] == n_out);
     if (!ok) {
         if (n_out == 0)
-            errmsg_set(L->err, L->err_cap, "model: tensor %s has the wrong shape (want [%lld])",
-                       name, (long long)n_in);
+            loader_error(L, "model: tensor %s has the wrong shape (want [%lld])", name,
+                         (long long)n_in);
         else
-            errmsg_set(L->err, L->err_cap,
-                       "model: tensor %s has the wrong shape (want [%lld, %lld])", name,
-                       (long long)n_in, (long long)n_out);
+            loader_error(L, "model: tensor %s has the wrong shape (want [%lld, %lld])", name,
+                         (long long)n_in, (long long)n_out);
         return NULL;
     }
     if (n_out != 0 && kn_act_for_type(t->type) < 0) {
-        errmsg_set(L->err, L->err_cap, "model: tensor %s has unsupported type %d for a matrix",
-                   name, t->type);
+        loader_error(L, "model: tensor %s has type %s, which anvil cannot multiply", name,
+                     anvil_type_name(t->type) ? anvil_type_name(t->type) : "unknown");
         return NULL;
     }
     if (n_out != 0) {
@@ -128,8 +183,8 @@ static const struct gguf_tensor *bind(struct loader *L, const char *name, int64_
          * naming the tensor (one pass over the scales, ~1% of the bytes) */
         int64_t bad = kn_find_bad_scale(t->type, t->data, n_out, n_in, gguf_row_size(t->type, (uint64_t)n_in));
         if (bad >= 0) {
-            errmsg_set(L->err, L->err_cap, "model: tensor %s: block %lld has a NaN or infinite scale",
-                       name, (long long)bad);
+            loader_error(L, "model: tensor %s: block %lld has a NaN or infinite scale", name,
+                         (long long)bad);
             return NULL;
         }
     }
@@ -138,18 +193,20 @@ static const struct gguf_tensor *bind(struct loader *L, const char *name, int64_
     return t;
 }
 
-static const float *bind_norm(struct loader *L, const char *name, int n) {
-    const struct gguf_tensor *t = bind(L, name, n, 0, true);
+/* A norm weight (F32 vector of n). NULL when missing (an error only when
+ * required) or malformed (always an error: check loader_failed). */
+static const float *bind_norm(struct model_loader *L, const char *name, int n, bool required) {
+    const struct gguf_tensor *t = bind(L, name, n, 0, required);
     if (!t) return NULL;
     if (t->type != ANVIL_TYPE_F32) {
-        errmsg_set(L->err, L->err_cap, "model: norm tensor %s must be F32", name);
+        loader_error(L, "model: norm tensor %s must be F32", name);
         return NULL;
     }
     return t->data;
 }
 
 /* Bind 1..3 tensors stacked by rows into one wmat. */
-static bool bind_wmat(struct loader *L, struct wmat *w, int n_in, int n_parts,
+static bool bind_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_parts,
                       const char *const *names, const int *rows) {
     memset(w, 0, sizeof(*w));
     w->n_in = n_in;
@@ -163,11 +220,11 @@ static bool bind_wmat(struct loader *L, struct wmat *w, int n_in, int n_parts,
          * row holding both formats; each part reads its own (act_off) */
         int merged = p == 0 ? act : kn_act_merge(w->act, act);
         if (merged < 0) {
-            errmsg_set(L->err, L->err_cap,
-                       "model: tensors %s and %s need different activation formats (types %s, "
-                       "%s); mixed groups are not supported",
-                       names[0], names[p], anvil_type_name(w->part[0].type),
-                       anvil_type_name(t->type));
+            loader_error(L,
+                         "model: tensors %s and %s need different activation formats (types %s, "
+                         "%s); mixed groups are not supported",
+                         names[0], names[p], anvil_type_name(w->part[0].type),
+                         anvil_type_name(t->type));
             return false;
         }
         w->act = merged;
@@ -182,74 +239,293 @@ static bool bind_wmat(struct loader *L, struct wmat *w, int n_in, int n_parts,
     return true;
 }
 
-static anvil_status load_hparams(struct loader *L, struct llama_hparams *hp,
-                                 const struct tok_vocab *vocab) {
+/* RoPE scaling: none or linear (freq scale = 1/factor). */
+static anvil_status load_rope_scaling(struct model_loader *L, struct model_hparams *hp) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", L->arch);
+    struct gguf_str type;
+    float factor = 0.0f;
+    bool has_factor = loader_f32(L, "rope.scaling.factor", &factor);
+    if (gguf_get_str(L->f, key, &type) && !gguf_str_eq(type, "none")) {
+        if (!gguf_str_eq(type, "linear")) {
+            loader_error(L, "model: RoPE scaling '%.*s' is not supported (none or linear)",
+                         (int)(type.len > 32 ? 32 : type.len), type.ptr);
+            return ANVIL_ERR_UNSUPPORTED;
+        }
+        if (!has_factor) factor = 1.0f;
+    } else if (!gguf_get_str(L->f, key, &type) && has_factor && factor != 1.0f && factor != 0.0f) {
+        /* old files: a factor without a type means linear */
+    } else {
+        factor = 0.0f;
+    }
+    if (factor != 0.0f) {
+        if (!(factor >= 1.0f && factor <= 1024.0f)) {
+            loader_error(L, "model: rope.scaling.factor %g out of range [1, 1024]", factor);
+            return ANVIL_ERR_FORMAT;
+        }
+        hp->rope_scale = 1.0f / factor;
+    }
+    return ANVIL_OK;
+}
+
+static anvil_status load_hparams(struct model_loader *L, const struct arch_desc *arch,
+                                 struct model_hparams *hp, const struct tok_vocab *vocab,
+                                 bool **swa_out) {
     uint32_t v;
-    if (!get_u32_arch(L, "block_count", &v, true)) return ANVIL_ERR_FORMAT;
+    if (!loader_u32(L, "block_count", &v, true)) return ANVIL_ERR_FORMAT;
     hp->n_layer = (int)v;
-    if (!get_u32_arch(L, "embedding_length", &v, true)) return ANVIL_ERR_FORMAT;
+    if (!loader_u32(L, "embedding_length", &v, true)) return ANVIL_ERR_FORMAT;
     hp->n_embd = (int)v;
-    if (!get_u32_arch(L, "feed_forward_length", &v, true)) return ANVIL_ERR_FORMAT;
+    if (!loader_u32(L, "feed_forward_length", &v, true)) return ANVIL_ERR_FORMAT;
     hp->n_ff = (int)v;
-    if (!get_u32_arch(L, "attention.head_count", &v, true)) return ANVIL_ERR_FORMAT;
+    if (!loader_u32(L, "attention.head_count", &v, true)) return ANVIL_ERR_FORMAT;
     hp->n_head = (int)v;
     hp->n_head_kv = hp->n_head;
-    if (get_u32_arch(L, "attention.head_count_kv", &v, false)) hp->n_head_kv = (int)v;
+    if (loader_u32(L, "attention.head_count_kv", &v, false)) hp->n_head_kv = (int)v;
     hp->n_ctx_train = 2048;
-    if (get_u32_arch(L, "context_length", &v, false)) hp->n_ctx_train = (int)v;
+    if (loader_u32(L, "context_length", &v, false)) hp->n_ctx_train = (int)v;
     hp->rope_base = 10000.0f;
-    get_f32_arch(L, "rope.freq_base", &hp->rope_base);
+    loader_f32(L, "rope.freq_base", &hp->rope_base);
+    hp->rope_scale = 1.0f;
     hp->norm_eps = 1e-5f;
-    get_f32_arch(L, "attention.layer_norm_rms_epsilon", &hp->norm_eps);
+    loader_f32(L, "attention.layer_norm_rms_epsilon", &hp->norm_eps);
     hp->n_vocab = tok_n_vocab(vocab);
+    hp->act = arch->act;
+    hp->rope = arch->rope;
+    hp->embd_scale = 1.0f;
 
     /* sanity bounds: generous, but they keep size arithmetic far from
      * overflow and reject absurd files with a clear message */
     if (hp->n_layer < 1 || hp->n_layer > 1024 || hp->n_embd < 1 || hp->n_embd > 65536 ||
         hp->n_ff < 1 || hp->n_ff > 1 << 18 || hp->n_head < 1 || hp->n_head > 1024 ||
         hp->n_head_kv < 1 || hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0 ||
-        hp->n_embd % hp->n_head != 0 || hp->n_ctx_train < 1 || hp->n_vocab < 1) {
-        errmsg_set(L->err, L->err_cap,
-                   "model: inconsistent hyperparameters (n_layer %d, n_embd %d, n_ff %d, n_head "
-                   "%d, n_head_kv %d, n_ctx %d, n_vocab %d)",
-                   hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_head_kv, hp->n_ctx_train,
-                   hp->n_vocab);
+        hp->n_ctx_train < 1 || hp->n_vocab < 1) {
+        loader_error(L,
+                     "model: inconsistent hyperparameters (n_layer %d, n_embd %d, n_ff %d, n_head "
+                     "%d, n_head_kv %d, n_ctx %d, n_vocab %d)",
+                     hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_head_kv, hp->n_ctx_train,
+                     hp->n_vocab);
         return ANVIL_ERR_FORMAT;
     }
-    hp->head_dim = hp->n_embd / hp->n_head;
-    if (get_u32_arch(L, "attention.key_length", &v, false) && (int)v != hp->head_dim) {
-        errmsg_set(L->err, L->err_cap, "model: attention.key_length %u != n_embd/n_head %d "
-                   "is not supported", v, hp->head_dim);
+    hp->head_dim = hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0;
+    if (loader_u32(L, "attention.key_length", &v, false)) hp->head_dim = (int)v;
+    uint32_t vlen;
+    if (loader_u32(L, "attention.value_length", &vlen, false) && (int)vlen != hp->head_dim) {
+        loader_error(L, "model: attention.value_length %u != key_length %d is not supported", vlen,
+                     hp->head_dim);
         return ANVIL_ERR_UNSUPPORTED;
+    }
+    if (hp->head_dim < 2 || hp->head_dim > 256 || hp->head_dim % 2 != 0) {
+        loader_error(L, "model: head_dim %d (n_embd %d / n_head %d, or attention.key_length) is "
+                        "not supported (even, 2..256)",
+                     hp->head_dim, hp->n_embd, hp->n_head);
+        return hp->head_dim == 0 ? ANVIL_ERR_FORMAT : ANVIL_ERR_UNSUPPORTED;
     }
     hp->n_rot = hp->head_dim;
-    if (get_u32_arch(L, "rope.dimension_count", &v, false) && (int)v != hp->head_dim) {
-        errmsg_set(L->err, L->err_cap, "model: partial RoPE (%u of %d dims) is not supported", v,
-                   hp->head_dim);
-        return ANVIL_ERR_UNSUPPORTED;
-    }
-    if (hp->head_dim % 2 != 0 || !(hp->rope_base > 0.0f) || !(hp->norm_eps > 0.0f)) {
-        errmsg_set(L->err, L->err_cap, "model: invalid head_dim %d, rope base %g or eps %g",
-                   hp->head_dim, hp->rope_base, hp->norm_eps);
+    if (loader_u32(L, "rope.dimension_count", &v, false)) hp->n_rot = (int)v;
+    if (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0) {
+        loader_error(L, "model: rope.dimension_count %d must be even and within head_dim %d",
+                     hp->n_rot, hp->head_dim);
         return ANVIL_ERR_FORMAT;
+    }
+    if (!(hp->rope_base > 0.0f) || !isfinite(hp->rope_base) || !(hp->norm_eps > 0.0f) ||
+        !(hp->norm_eps < 1.0f)) {
+        loader_error(L, "model: invalid rope base %g or eps %g", hp->rope_base, hp->norm_eps);
+        return ANVIL_ERR_FORMAT;
+    }
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (arch->flags & ARCH_EMBD_SCALE) hp->embd_scale = sqrtf((float)hp->n_embd);
+    anvil_status st = load_rope_scaling(L, hp);
+    if (st != ANVIL_OK) return st;
+    hp->rope_base_swa = hp->rope_base;
+    hp->rope_scale_swa = hp->rope_scale;
+
+    bool *swa = anvil_calloc((size_t)hp->n_layer, sizeof(bool));
+    if (!swa) return ANVIL_ERR_NOMEM;
+    *swa_out = swa;
+    if (arch->hparams && (st = arch->hparams(L, hp, swa)) != ANVIL_OK) return st;
+    if (hp->n_swa < 0 || (hp->n_swa > 0 && !(hp->rope_base_swa > 0.0f))) {
+        loader_error(L, "model: invalid sliding window %d or local RoPE base %g", hp->n_swa,
+                     hp->rope_base_swa);
+        return ANVIL_ERR_FORMAT;
+    }
+    if (hp->n_swa > hp->n_ctx_train) {
+        loader_error(L, "model: %s.attention.sliding_window %d is larger than the context length %d",
+                     L->arch, hp->n_swa, hp->n_ctx_train);
+        return ANVIL_ERR_FORMAT;
+    }
+    if (hp->n_swa == 0)
+        for (int l = 0; l < hp->n_layer; l++) swa[l] = false;
+    return ANVIL_OK;
+}
+
+/* The Q, K, V biases of a layer, stacked into one owned vector, or NULL
+ * when the file has none. Any float type is accepted (converted once). */
+static anvil_status load_qkv_bias(struct model_loader *L, struct model_layer *ly, int l,
+                                  bool fused, int q_dim, int kv_dim, bool required) {
+    char name[96];
+    const struct gguf_tensor *t[3] = {NULL, NULL, NULL};
+    int len[3] = {q_dim, kv_dim, kv_dim};
+    static const char *const which[3] = {"q", "k", "v"};
+    int n_parts = 3;
+    if (fused) {
+        snprintf(name, sizeof(name), "blk.%d.attn_qkv.bias", l);
+        len[0] = q_dim + 2 * kv_dim;
+        n_parts = 1;
+        if (!(t[0] = gguf_find_tensor(L->f, name))) {
+            if (required) loader_error(L, "model: missing tensor %s", name);
+            return required ? ANVIL_ERR_FORMAT : ANVIL_OK;
+        }
+    } else {
+        int found = 0;
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof(name), "blk.%d.attn_%s.bias", l, which[i]);
+            if ((t[i] = gguf_find_tensor(L->f, name))) found++;
+        }
+        if (found == 0 && !required) return ANVIL_OK;
+        if (found != 3) {
+            loader_error(L, "model: layer %d has %d of the 3 attn_q/k/v.bias tensors", l, found);
+            return ANVIL_ERR_FORMAT;
+        }
+    }
+    ly->qkv_bias = anvil_malloc((size_t)(q_dim + 2 * kv_dim) * sizeof(float));
+    if (!ly->qkv_bias) return ANVIL_ERR_NOMEM;
+    int off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        uint32_t blck = 0, bytes = 0;
+        if (t[i]->n_dims != 1 || (int64_t)t[i]->ne[0] != len[i] ||
+            !gguf_type_block(t[i]->type, &blck, &bytes) || len[i] % (int)blck != 0 ||
+            (t[i]->type != ANVIL_TYPE_F32 && t[i]->type != ANVIL_TYPE_F16 &&
+             t[i]->type != ANVIL_TYPE_BF16)) {
+            loader_error(L, "model: tensor %s must be an F32/F16/BF16 vector of %d",
+                         t[i]->name, len[i]);
+            return ANVIL_ERR_FORMAT;
+        }
+        kn_dequantize_row(t[i]->type, t[i]->data, ly->qkv_bias + off, len[i]);
+        off += len[i];
     }
     return ANVIL_OK;
 }
 
-static anvil_status load_weights(struct loader *L, struct anvil_model *m) {
-    const struct llama_hparams *hp = &m->hp;
+static anvil_status load_layer(struct model_loader *L, struct anvil_model *m, int l,
+                               bool is_swa) {
+    const struct model_hparams *hp = &m->hp;
+    const struct arch_desc *arch = m->arch;
+    struct model_layer *ly = &m->layers[l];
     int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     char n0[96], n1[96], n2[96];
+
+    snprintf(n0, sizeof(n0), "blk.%d.attn_norm.weight", l);
+    if (!(ly->attn_norm = bind_norm(L, n0, hp->n_embd, true))) return ANVIL_ERR_FORMAT;
+    snprintf(n0, sizeof(n0), "blk.%d.ffn_norm.weight", l);
+    if (!(ly->ffn_norm = bind_norm(L, n0, hp->n_embd, true))) return ANVIL_ERR_FORMAT;
+    if (arch->flags & ARCH_POST_NORMS) {
+        snprintf(n0, sizeof(n0), "blk.%d.post_attention_norm.weight", l);
+        if (!(ly->attn_post_norm = bind_norm(L, n0, hp->n_embd, true))) return ANVIL_ERR_FORMAT;
+        snprintf(n0, sizeof(n0), "blk.%d.post_ffw_norm.weight", l);
+        if (!(ly->ffn_post_norm = bind_norm(L, n0, hp->n_embd, true))) return ANVIL_ERR_FORMAT;
+    }
+    if (arch->flags & ARCH_QK_NORM) {
+        snprintf(n0, sizeof(n0), "blk.%d.attn_q_norm.weight", l);
+        if (!(ly->q_norm = bind_norm(L, n0, hp->head_dim, true))) return ANVIL_ERR_FORMAT;
+        snprintf(n0, sizeof(n0), "blk.%d.attn_k_norm.weight", l);
+        if (!(ly->k_norm = bind_norm(L, n0, hp->head_dim, true))) return ANVIL_ERR_FORMAT;
+    }
+
+    snprintf(n0, sizeof(n0), "blk.%d.attn_qkv.weight", l);
+    bool fused_qkv = (arch->flags & ARCH_FUSED_QKV) && gguf_find_tensor(L->f, n0);
+    if (fused_qkv) {
+        const char *qkv[1] = {n0};
+        int rows[1] = {q_dim + 2 * kv_dim};
+        if (!bind_wmat(L, &ly->wqkv, hp->n_embd, 1, qkv, rows)) return ANVIL_ERR_FORMAT;
+    } else {
+        snprintf(n0, sizeof(n0), "blk.%d.attn_q.weight", l);
+        snprintf(n1, sizeof(n1), "blk.%d.attn_k.weight", l);
+        snprintf(n2, sizeof(n2), "blk.%d.attn_v.weight", l);
+        const char *qkv[3] = {n0, n1, n2};
+        int rows[3] = {q_dim, kv_dim, kv_dim};
+        if (!bind_wmat(L, &ly->wqkv, hp->n_embd, 3, qkv, rows)) return ANVIL_ERR_FORMAT;
+    }
+    anvil_status st = load_qkv_bias(L, ly, l, fused_qkv, q_dim, kv_dim,
+                                    (arch->flags & ARCH_QKV_BIAS) != 0);
+    if (st != ANVIL_OK) return st;
+
+    snprintf(n0, sizeof(n0), "blk.%d.attn_output.weight", l);
+    const char *wo[1] = {n0};
+    int wo_rows[1] = {hp->n_embd};
+    if (!bind_wmat(L, &ly->wo, q_dim, 1, wo, wo_rows)) return ANVIL_ERR_FORMAT;
+
+    if (arch->flags & ARCH_FUSED_GATE_UP) {
+        snprintf(n0, sizeof(n0), "blk.%d.ffn_up.weight", l);
+        const char *gu[1] = {n0};
+        int gu_rows[1] = {2 * hp->n_ff};
+        if (!bind_wmat(L, &ly->wgu, hp->n_embd, 1, gu, gu_rows)) return ANVIL_ERR_FORMAT;
+    } else {
+        snprintf(n0, sizeof(n0), "blk.%d.ffn_gate.weight", l);
+        snprintf(n1, sizeof(n1), "blk.%d.ffn_up.weight", l);
+        const char *gu[2] = {n0, n1};
+        int gu_rows[2] = {hp->n_ff, hp->n_ff};
+        if (!bind_wmat(L, &ly->wgu, hp->n_embd, 2, gu, gu_rows)) return ANVIL_ERR_FORMAT;
+    }
+    snprintf(n0, sizeof(n0), "blk.%d.ffn_down.weight", l);
+    const char *dn[1] = {n0};
+    int dn_rows[1] = {hp->n_embd};
+    if (!bind_wmat(L, &ly->wdown, hp->n_ff, 1, dn, dn_rows)) return ANVIL_ERR_FORMAT;
+
+    ly->n_swa = is_swa ? hp->n_swa : 0;
+    ly->inv_freq = is_swa ? m->inv_freq_swa : m->inv_freq;
+    return ANVIL_OK;
+}
+
+/* inv_freq[i] = scale * base^(-2i/n_rot) / factor[i] (rope_freqs.weight,
+ * Llama 3.1's per-dimension factors, when the file has them). */
+static anvil_status rope_freqs(struct model_loader *L, const struct model_hparams *hp, float base,
+                               float scale, bool factors, float **out) {
+    int half = hp->n_rot / 2;
+    float *f = anvil_malloc((size_t)half * sizeof(float));
+    if (!f) return ANVIL_ERR_NOMEM;
+    *out = f;
+    const struct gguf_tensor *rf = factors ? gguf_find_tensor(L->f, "rope_freqs.weight") : NULL;
+    if (rf && (rf->type != ANVIL_TYPE_F32 || rf->n_dims != 1 || (int)rf->ne[0] != half)) {
+        loader_error(L, "model: rope_freqs.weight must be F32 [%d]", half);
+        return ANVIL_ERR_FORMAT;
+    }
+    for (int i = 0; i < half; i++) {
+        double v = (double)scale * pow((double)base, -2.0 * i / hp->n_rot);
+        if (rf) {
+            float d = ((const float *)rf->data)[i];
+            if (!(d > 0.0f) || !isfinite(d)) {
+                loader_error(L, "model: rope_freqs.weight[%d] = %g is not a positive factor", i, d);
+                return ANVIL_ERR_FORMAT;
+            }
+            v /= d;
+        }
+        f[i] = (float)v;
+    }
+    return ANVIL_OK;
+}
+
+static anvil_status load_weights(struct model_loader *L, struct anvil_model *m, const bool *swa) {
+    const struct model_hparams *hp = &m->hp;
+    anvil_status st = ANVIL_OK;
+    if (gguf_find_tensor(L->f, "rope_factors_long.weight") ||
+        gguf_find_tensor(L->f, "rope_factors_short.weight")) {
+        loader_error(L, "model: LongRoPE (rope_factors_long/short) is not supported");
+        return ANVIL_ERR_UNSUPPORTED;
+    }
+    TRY(rope_freqs(L, hp, hp->rope_base, hp->rope_scale, true, &m->inv_freq));
+    if (hp->n_swa > 0) TRY(rope_freqs(L, hp, hp->rope_base_swa, hp->rope_scale_swa, true, &m->inv_freq_swa));
 
     const struct gguf_tensor *te = bind(L, "token_embd.weight", hp->n_embd, hp->n_vocab, true);
     if (!te) return ANVIL_ERR_FORMAT;
     m->tok_embd = te->data;
     m->tok_embd_type = te->type;
     m->tok_embd_row_bytes = gguf_row_size(te->type, (uint64_t)hp->n_embd);
-    if (!(m->output_norm = bind_norm(L, "output_norm.weight", hp->n_embd))) return ANVIL_ERR_FORMAT;
-    const char *out_name[1] = {"output.weight"};
+    if (!(m->output_norm = bind_norm(L, "output_norm.weight", hp->n_embd, true)))
+        return ANVIL_ERR_FORMAT;
     int vocab_rows[1] = {hp->n_vocab};
     if (gguf_find_tensor(L->f, "output.weight")) {
+        const char *out_name[1] = {"output.weight"};
         if (!bind_wmat(L, &m->output, hp->n_embd, 1, out_name, vocab_rows)) return ANVIL_ERR_FORMAT;
     } else {
         /* tied embeddings: lm_head is token_embd */
@@ -261,53 +537,11 @@ static anvil_status load_weights(struct loader *L, struct anvil_model *m) {
 
     m->layers = anvil_calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers) return ANVIL_ERR_NOMEM;
-    for (int l = 0; l < hp->n_layer; l++) {
-        struct llama_layer *ly = &m->layers[l];
-        snprintf(n0, sizeof(n0), "blk.%d.attn_norm.weight", l);
-        if (!(ly->attn_norm = bind_norm(L, n0, hp->n_embd))) return ANVIL_ERR_FORMAT;
-        snprintf(n0, sizeof(n0), "blk.%d.ffn_norm.weight", l);
-        if (!(ly->ffn_norm = bind_norm(L, n0, hp->n_embd))) return ANVIL_ERR_FORMAT;
-
-        snprintf(n0, sizeof(n0), "blk.%d.attn_q.weight", l);
-        snprintf(n1, sizeof(n1), "blk.%d.attn_k.weight", l);
-        snprintf(n2, sizeof(n2), "blk.%d.attn_v.weight", l);
-        const char *qkv[3] = {n0, n1, n2};
-        int qkv_rows[3] = {q_dim, kv_dim, kv_dim};
-        if (!bind_wmat(L, &ly->wqkv, hp->n_embd, 3, qkv, qkv_rows)) return ANVIL_ERR_FORMAT;
-
-        snprintf(n0, sizeof(n0), "blk.%d.attn_output.weight", l);
-        const char *wo[1] = {n0};
-        int wo_rows[1] = {hp->n_embd};
-        if (!bind_wmat(L, &ly->wo, q_dim, 1, wo, wo_rows)) return ANVIL_ERR_FORMAT;
-
-        snprintf(n0, sizeof(n0), "blk.%d.ffn_gate.weight", l);
-        snprintf(n1, sizeof(n1), "blk.%d.ffn_up.weight", l);
-        const char *gu[2] = {n0, n1};
-        int gu_rows[2] = {hp->n_ff, hp->n_ff};
-        if (!bind_wmat(L, &ly->wgu, hp->n_embd, 2, gu, gu_rows)) return ANVIL_ERR_FORMAT;
-
-        snprintf(n0, sizeof(n0), "blk.%d.ffn_down.weight", l);
-        const char *dn[1] = {n0};
-        int dn_rows[1] = {hp->n_embd};
-        if (!bind_wmat(L, &ly->wdown, hp->n_ff, 1, dn, dn_rows)) return ANVIL_ERR_FORMAT;
-    }
+    for (int l = 0; l < hp->n_layer; l++) TRY(load_layer(L, m, l, swa[l]));
     m->wtype = m->layers[0].wgu.part[0].type;
-
-    /* RoPE frequencies, with optional per-dimension factors (Llama 3.1) */
-    int half = hp->n_rot / 2;
-    m->inv_freq = anvil_malloc((size_t)half * sizeof(float));
-    if (!m->inv_freq) return ANVIL_ERR_NOMEM;
-    const struct gguf_tensor *rf = gguf_find_tensor(L->f, "rope_freqs.weight");
-    if (rf && (rf->type != ANVIL_TYPE_F32 || rf->n_dims != 1 || (int)rf->ne[0] != half)) {
-        errmsg_set(L->err, L->err_cap, "model: rope_freqs.weight must be F32 [%d]", half);
-        return ANVIL_ERR_FORMAT;
-    }
-    for (int i = 0; i < half; i++) {
-        double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
-        if (rf) f /= ((const float *)rf->data)[i];
-        m->inv_freq[i] = (float)f;
-    }
     return ANVIL_OK;
+fail:
+    return st;
 }
 
 /* Copy w into the kernels' packed layout, if they have one for its type. */
@@ -338,9 +572,11 @@ static anvil_status pack_wmat(const struct kn_ops *ops, struct gguf_file *f, str
 
 static anvil_status pack_weights(struct anvil_model *m) {
     anvil_status st = ANVIL_OK;
+    /* a tied lm_head is packed too: the embedding lookup then refaults
+     * the few rows it reads from the file */
     TRY(pack_wmat(m->ops, m->gguf, &m->output));
     for (int l = 0; l < m->hp.n_layer; l++) {
-        struct llama_layer *ly = &m->layers[l];
+        struct model_layer *ly = &m->layers[l];
         TRY(pack_wmat(m->ops, m->gguf, &ly->wqkv));
         TRY(pack_wmat(m->ops, m->gguf, &ly->wo));
         TRY(pack_wmat(m->ops, m->gguf, &ly->wgu));
@@ -355,6 +591,7 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
                               struct anvil_model **out, char *err, size_t err_cap) {
     anvil_status st = ANVIL_OK;
     struct anvil_model_params defaults = anvil_model_default_params();
+    bool *swa = NULL;
     if (!p) p = &defaults;
     if (!path || !out) {
         errmsg_set(err, err_cap, "model: path and out are required");
@@ -368,18 +605,19 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     if (err && err_cap) err[0] = '\0';
     TRY(gguf_open(path, &m->gguf, err, err_cap));
 
-    struct loader L = {.f = m->gguf, .err = err, .err_cap = err_cap};
+    struct model_loader L = {.f = m->gguf, .err = err, .err_cap = err_cap};
     struct gguf_str arch;
     if (!gguf_get_str(m->gguf, "general.architecture", &arch)) {
         errmsg_set(err, err_cap, "model: required metadata general.architecture is missing");
         TRY(ANVIL_ERR_FORMAT);
     }
-    if (!gguf_str_eq(arch, "llama")) {
-        errmsg_set(err, err_cap, "model: architecture '%.*s' is not supported (only llama)",
-                   (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    m->arch = arch_find(arch.ptr, arch.len);
+    if (!m->arch) {
+        errmsg_set(err, err_cap, "model: architecture '%.*s' is not supported (anvil runs: %s)",
+                   (int)(arch.len > 64 ? 64 : arch.len), arch.ptr, arch_names());
         TRY(ANVIL_ERR_UNSUPPORTED);
     }
-    L.arch = "llama";
+    L.arch = m->arch->name;
 
     m->ops = kn_select(p->kernels);
     if (!m->ops) {
@@ -388,17 +626,26 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
         TRY(ANVIL_ERR_UNSUPPORTED);
     }
     TRY(tok_load(m->gguf, &m->vocab, err, err_cap));
-    TRY(load_hparams(&L, &m->hp, m->vocab));
-    TRY(load_weights(&L, m));
+    TRY(load_hparams(&L, m->arch, &m->hp, m->vocab, &swa));
+    TRY(load_weights(&L, m, swa));
     TRY(pack_weights(m));
+    anvil_free(swa);
+    swa = NULL;
     m->n_params = L.n_params;
-    snprintf(m->desc, sizeof(m->desc), "llama %dL %dd %dh/%dkv ff%d %s (%.0fM params)",
-             m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv, m->hp.n_ff,
-             anvil_type_name(m->wtype), (double)m->n_params / 1e6);
+    int n_local = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) n_local += m->layers[l].n_swa > 0;
+    char swa_desc[48] = "";
+    if (n_local)
+        snprintf(swa_desc, sizeof(swa_desc), " swa%d/%dL", m->hp.n_swa, n_local);
+    snprintf(m->desc, sizeof(m->desc), "%s %dL %dd %dh/%dkv hd%d ff%d%s %s (%.0fM params)",
+             m->arch->name, m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
+             m->hp.head_dim, m->hp.n_ff, swa_desc, anvil_type_name(m->wtype),
+             (double)m->n_params / 1e6);
     *out = m;
     return ANVIL_OK;
 fail:
     if (st == ANVIL_ERR_NOMEM && err && err_cap && !err[0]) errmsg_set(err, err_cap, "out of memory");
+    anvil_free(swa);
     anvil_model_free(m);
     return st;
 }
@@ -406,8 +653,10 @@ fail:
 void anvil_model_free(struct anvil_model *m) {
     if (!m) return;
     anvil_free(m->inv_freq);
+    anvil_free(m->inv_freq_swa);
     anvil_free_aligned(m->output.packed);
     for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
+        anvil_free(m->layers[l].qkv_bias);
         anvil_free_aligned(m->layers[l].wqkv.packed);
         anvil_free_aligned(m->layers[l].wo.packed);
         anvil_free_aligned(m->layers[l].wgu.packed);
@@ -429,10 +678,32 @@ int32_t anvil_model_n_layer(const struct anvil_model *m) { return m->hp.n_layer;
 int anvil_model_type(const struct anvil_model *m) { return m->wtype; }
 const char *anvil_model_kernels(const struct anvil_model *m) { return m->ops->name; }
 const char *anvil_model_desc(const struct anvil_model *m) { return m->desc; }
+const char *anvil_model_arch(const struct anvil_model *m) { return m->arch->name; }
 anvil_token anvil_token_bos(const struct anvil_model *m) { return tok_bos(m->vocab); }
 anvil_token anvil_token_eos(const struct anvil_model *m) { return tok_eos(m->vocab); }
 bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t) {
     return tok_is_eog(m->vocab, t);
+}
+
+anvil_status anvil_vocab_compatible(const struct anvil_model *a, const struct anvil_model *b,
+                                    char *err, size_t err_cap) {
+    if (!a || !b) return ANVIL_ERR_INVALID;
+    if (a->hp.n_vocab != b->hp.n_vocab) {
+        errmsg_set(err, err_cap, "the vocabularies differ: %d tokens against %d", a->hp.n_vocab,
+                   b->hp.n_vocab);
+        return ANVIL_ERR_INVALID;
+    }
+    char pa[512], pb[512];
+    for (int32_t t = 0; t < a->hp.n_vocab; t++) {
+        int32_t na = tok_piece(a->vocab, t, pa, sizeof(pa), true);
+        int32_t nb = tok_piece(b->vocab, t, pb, sizeof(pb), true);
+        if (na != nb || (na > 0 && memcmp(pa, pb, (size_t)na) != 0) ||
+            tok_is_eog(a->vocab, t) != tok_is_eog(b->vocab, t)) {
+            errmsg_set(err, err_cap, "the vocabularies differ at token %d", t);
+            return ANVIL_ERR_INVALID;
+        }
+    }
+    return ANVIL_OK;
 }
 
 int32_t anvil_tokenize(const struct anvil_model *m, const char *text, size_t len,

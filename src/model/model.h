@@ -1,7 +1,12 @@
 /*
  * model.h - internal model representation: hyperparameters read from GGUF
- * metadata, weights bound by name (pointers into the read-only mapping),
- * the tokenizer and the kernel table.
+ * metadata, weights bound by name, the tokenizer and the kernel table.
+ *
+ * One representation serves every architecture anvil runs (model/arch.h):
+ * the differences between Llama, Qwen 2/3, Gemma 3 and Phi-3 are data
+ * here - which norms a layer has, the activation, the RoPE layout and
+ * bases, a sliding window per layer, biases, embedding and attention
+ * scales - read by one forward pass (model/forward.c).
  *
  * Q/K/V and gate/up are "concatenated" at load time as multi-part
  * matrices (struct wmat): one matmul call spans all rows of the parts, so
@@ -43,35 +48,63 @@ struct wmat {
     size_t packed_tile; /* bytes per KN_PACK_ROWS rows */
 };
 
-struct llama_layer {
-    const float *attn_norm; /* (n_embd) */
-    const float *ffn_norm;  /* (n_embd) */
-    struct wmat wqkv;       /* (n_head*head_dim + 2*n_head_kv*head_dim, n_embd) */
-    struct wmat wo;         /* (n_embd, n_head*head_dim) */
-    struct wmat wgu;        /* (2*n_ff, n_embd): gate rows then up rows */
-    struct wmat wdown;      /* (n_embd, n_ff) */
+enum model_act {
+    MODEL_ACT_SILU = 0,  /* SwiGLU: silu(gate) * up */
+    MODEL_ACT_GELU_TANH, /* GeGLU: gelu_tanh(gate) * up */
 };
 
-struct llama_hparams {
-    int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
-    int n_rot;         /* dims rotated by RoPE (== head_dim here) */
-    float rope_base;
-    float norm_eps;
+enum model_rope {
+    MODEL_ROPE_NORM = 0, /* pairs (2i, 2i+1): Llama */
+    MODEL_ROPE_NEOX,     /* pairs (i, i + n_rot/2): Qwen, Gemma, Phi-3 */
 };
+
+struct model_hparams {
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    int n_rot;           /* dims rotated by RoPE: even, <= head_dim */
+    float rope_base;     /* global layers: inv_freq_i = rope_scale * base^(-2i/n_rot) */
+    float rope_scale;    /* linear RoPE scaling (1 / scaling factor); 1 = none */
+    float rope_base_swa, rope_scale_swa; /* the same for sliding-window layers */
+    float norm_eps;
+    float attn_scale;    /* multiplies q.k: 1/sqrt(head_dim) unless the arch says */
+    float embd_scale;    /* multiplies the token embeddings; 1 = none */
+    int n_swa;           /* sliding window: keys per query, itself included; 0 = none */
+    enum model_act act;
+    enum model_rope rope;
+};
+
+struct model_layer {
+    const float *attn_norm;      /* (n_embd) */
+    const float *ffn_norm;       /* (n_embd) */
+    const float *attn_post_norm; /* (n_embd), or NULL: applied to Wo's output */
+    const float *ffn_post_norm;  /* (n_embd), or NULL: applied to Wdown's output */
+    const float *q_norm;         /* (head_dim), or NULL: per-head RMSNorm of q */
+    const float *k_norm;         /* (head_dim), or NULL: per-head RMSNorm of k */
+    float *qkv_bias;             /* (q_dim + 2*kv_dim), or NULL; owned by the model */
+    struct wmat wqkv;            /* (q_dim + 2*kv_dim, n_embd), q_dim = n_head*head_dim */
+    struct wmat wo;              /* (n_embd, q_dim) */
+    struct wmat wgu;             /* (2*n_ff, n_embd): gate rows then up rows */
+    struct wmat wdown;           /* (n_embd, n_ff) */
+    int n_swa;                   /* this layer's window (hp.n_swa), or 0 = global */
+    const float *inv_freq;       /* (n_rot/2): this layer's RoPE frequencies */
+};
+
+struct arch_desc;
 
 struct anvil_model {
     struct gguf_file *gguf;
     struct tok_vocab *vocab;
     const struct kn_ops *ops;
-    struct llama_hparams hp;
+    const struct arch_desc *arch;
+    struct model_hparams hp;
     int wtype;                 /* dominant weight type, for display */
     const uint8_t *tok_embd;   /* (n_vocab, n_embd) in tok_embd_type */
     int tok_embd_type;
     size_t tok_embd_row_bytes;
     const float *output_norm;  /* (n_embd) */
     struct wmat output;        /* (n_vocab, n_embd): tok_embd when tied */
-    struct llama_layer *layers; /* (n_layer) */
-    float *inv_freq;           /* (n_rot / 2): RoPE frequencies */
+    struct model_layer *layers; /* (n_layer) */
+    float *inv_freq;           /* (n_rot / 2): RoPE frequencies of global layers */
+    float *inv_freq_swa;       /* (n_rot / 2): of windowed layers, or NULL */
     uint64_t n_params;
     char desc[128];
 };

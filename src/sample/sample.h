@@ -156,6 +156,18 @@ void sample_apply_penalties(const struct anvil_sampler *s, float *logits);
 anvil_token sample_draw(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
                         uint64_t rand64);
 
+/* sample_draw with token `prefer` moved to the front of the order (step 8
+ * walks it first): returns prefer when r < w(prefer), else the token the
+ * walk over the others finds at r - w(prefer). So prefer comes out with
+ * exactly its probability w/Z, and any other token t with w(t)/Z: the
+ * same distribution as sample_draw, one random word, a different map from
+ * the word to the token. With a deterministic proposal (speculative
+ * decoding's draft) this is the rejection step: accepting the draft with
+ * probability p(draft) and otherwise drawing from p without it. Greedy
+ * samplers ignore prefer. */
+anvil_token sample_draw_prefer(struct anvil_sampler *s, const float *logits,
+                               const uint8_t *allowed, uint64_t rand64, anvil_token prefer);
+
 /* Slow twin of sample_draw: the definition above, written plainly (full
  * penalized copy, full qsort). For tests; allocates its scratch with
  * anvil_malloc and returns -2 when that fails. */

@@ -183,7 +183,7 @@ anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_
     if (!out || n_vocab <= 0 || n_vocab > SAMPLE_MAX_VOCAB) return ANVIL_ERR_INVALID;
     char msg[128];
     if (anvil_sampler_params_check(p, msg, sizeof msg) != ANVIL_OK) {
-        anvil_log(LOG_DEBUG, "anvil_sampler_init: %s", msg);
+        anvil_log(ANVIL_LOG_DEBUG, "anvil_sampler_init: %s", msg);
         return ANVIL_ERR_INVALID;
     }
     /* penalties that change nothing keep no window (llama.cpp does the same) */
@@ -570,6 +570,39 @@ anvil_token sample_draw(struct anvil_sampler *s, const float *logits, const uint
     int32_t pos = walk_find(c, n, &wk);
     ANVIL_ASSERT(pos < n); /* r < z */
     return c[pos].id;
+}
+
+anvil_token sample_draw_prefer(struct anvil_sampler *s, const float *logits,
+                               const uint8_t *allowed, uint64_t rand64, anvil_token prefer) {
+    if (s->p.temperature == 0.0f) return sample_draw(s, logits, allowed, rand64);
+    int32_t n = build_kept(s, logits, allowed);
+    if (n == 0) return -1;
+    struct sample_cand *c = s->cand;
+    sample_u128 z = 0;
+    int32_t at = -1;
+    for (int32_t i = 0; i < n; i++) {
+        z += c[i].w;
+        if (c[i].id == prefer) at = i;
+    }
+    sample_u128 r = sample_target(rand64, z);
+    if (at >= 0) {
+        /* the preferred token first in the order: it owns [0, w) */
+        uint64_t wp = c[at].w;
+        if (r < wp) return prefer;
+        r -= wp;
+        c[at] = c[--n]; /* the rest keep their order: walk_find sorts by (l, id) */
+    }
+    struct walk wk = {.topp = 0, .r = r};
+    int32_t pos = walk_find(c, n, &wk);
+    ANVIL_ASSERT(pos < n); /* r < z - w(prefer) */
+    return c[pos].id;
+}
+
+anvil_token anvil_sampler_sample_spec(struct anvil_sampler *s, const float *logits,
+                                      const uint8_t *allowed, anvil_token draft) {
+    ANVIL_ASSERT(s && logits);
+    uint64_t r = s->p.temperature > 0.0f ? sample_rng_next(s) : 0;
+    return sample_draw_prefer(s, logits, allowed, r, draft);
 }
 
 int32_t sample_kept(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,

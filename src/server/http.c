@@ -1,45 +1,56 @@
 /*
- * http.c - libmicrohttpd glue: routing, limits, auth, and the hand-off
- * between HTTP threads and the engine's driver thread.
+ * http.c - libmicrohttpd glue: connections and their limits, routing,
+ * request bodies, auth, responses, the small GET routes, and the daemon's
+ * life cycle. The generation routes are in generate.c.
  *
- * Threading: MHD runs one thread per connection (MHD_USE_THREAD_PER_
- * CONNECTION). Chosen over the epoll pool + MHD_suspend_connection because
- * (1) MHD does not detect disconnects nor run timeouts on suspended
- * connections (microhttpd.h, MHD_suspend_connection), and a client that
- * goes away while its request waits must cancel it so the KV blocks come
- * back; (2) a blocking wait on a condition variable is simple and has no
- * suspend/resume races; (3) concurrency is bounded anyway by the engine
- * (max_running + max_queue) and by MHD_OPTION_CONNECTION_LIMIT, so one
- * thread per connection costs at most a few hundred mostly idle threads.
+ * Threading: HTTP_WORKERS threads, each with its own epoll loop over its
+ * share of the connections (MHD_USE_EPOLL_INTERNAL_THREAD with a thread
+ * pool), not a thread per connection: an open connection costs a socket
+ * and its buffers, so a thousand idle or slow clients cost memory, never
+ * threads, and never stall service to the others. Nothing on a worker
+ * blocks for long: a request that waits for the engine parks its
+ * connection (generate.c). Parsing a request (chat template, tokenizer)
+ * does run on the worker; a 4 MiB prompt holds its worker for a moment
+ * while the other workers go on.
  *
- * Hand-off: each generation request is a `struct job`. The engine callback
- * (driver thread) appends the event to the job under the job's mutex and
- * signals; it never blocks on a client. Token records go into arrays of
- * max_tokens slots (the engine never emits more), text into a pending
- * buffer that the HTTP thread empties on every drain, so a job holds at
- * most one request's output. The HTTP thread waits on the condition
- * variable in slices of WAIT_SLICE_MS and, between slices, polls its
- * socket for POLLRDHUP: a client gone mid-stream or while still queued
- * cancels its request (anvil_engine_cancel). Writes to a dead socket and
- * MHD's own timeout (--timeout) end the request the same way, through
- * the request-completed callback.
+ * Connections (struct sconn, through MHD_OPTION_NOTIFY_CONNECTION):
+ *   - at most cfg.max_conn are served at once. The next ones, up to an
+ *     eighth more (the `spare`), are accepted so that they can be told:
+ *     their first request gets 503 with Retry-After and the connection is
+ *     closed. Past that libmicrohttpd stops accepting, and new clients
+ *     wait in the kernel's listen backlog until a connection closes.
+ *   - a connection has cfg.header_timeout_s to deliver a whole request
+ *     head, counted from when it opened or its previous request ended:
+ *     an idle keep-alive connection, a client that sends nothing and a
+ *     slowloris dripping one header byte at a time are all shut down by
+ *     the sweep. libmicrohttpd's own timeout (cfg.timeout_s) only counts
+ *     idle time, which a drip resets.
+ *   - while a body is uploaded or a response written, cfg.timeout_s of
+ *     silence closes the connection; a parked request has no timeout (a
+ *     long generation is not idleness) but the sweep notices its client
+ *     leaving.
+ * The sweep runs every SWEEP_MS on a watcher thread (srv_run with
+ * cfg.external). It shuts a socket down (shutdown(2), never close(2)):
+ * libmicrohttpd then reads end-of-file and closes the connection itself.
+ * It only touches sockets listed in s->conns, under conn_mu; an entry
+ * leaves the list in the CLOSED notification, which libmicrohttpd sends
+ * before it closes the socket, so the descriptor cannot have been reused.
  *
- * A job is reference counted: the connection, the streaming response and
- * the engine (until DONE) each hold one.
+ * Limits on a request: headers are bounded by HEADER_MEM (libmicrohttpd
+ * answers 431 above it); a body whose Content-Length is over max_body
+ * gets 413 before a byte of it is read. A chunked body (no Content-Length)
+ * that grows past max_body also gets 413, but only once it has been read
+ * to its end: libmicrohttpd 0.9.x refuses a response queued in the middle
+ * of an upload (MHD_queue_response returns MHD_NO and the connection is
+ * closed), so the rest is read and dropped, up to DISCARD_MAX bytes; an
+ * upload longer than that has its connection closed.
  *
- * Limits: headers are bounded by MHD_OPTION_CONNECTION_MEMORY_LIMIT
- * (MHD answers 431 above it); a body whose Content-Length is over
- * max_body gets 413 before a byte of it is read. A chunked body (no
- * Content-Length) that grows past max_body also gets 413, but only once
- * it has been read to its end: libmicrohttpd 0.9.x refuses a response
- * queued in the middle of an upload (MHD_queue_response returns MHD_NO
- * and the connection is closed), so the rest is read and dropped, up to
- * DISCARD_MAX bytes; an upload longer than that has its connection closed.
+ * Responses that libmicrohttpd writes itself, before any of this code
+ * sees the request (a request line or header it cannot parse: 400; a
+ * head over HEADER_MEM: 431; an HTTP version it does not speak: 505),
+ * carry its short HTML body, not the OpenAI JSON error shape.
  */
 #include <errno.h>
-#include <netdb.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,406 +58,136 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "server/server.h"
 #include "server/srv_int.h"
 
-#define WAIT_SLICE_MS 100
+#define SWEEP_MS 100
+#define HTTP_WORKERS 4
 #define HEADER_MEM (32 * 1024)
 #define DISCARD_MAX ((size_t)64 << 20) /* chunked bytes dropped past max_body before a 413 */
 
-struct job;
+/* the OpenAPI document (src/server/openapi.json, made a C array by the
+ * Makefile) */
+extern const char srv_openapi_json[];
+extern const size_t srv_openapi_json_len;
 
-struct srv {
-    struct MHD_Daemon *d;
-    MHD_socket quiesced_fd;
-    struct anvil_model *model;
-    struct anvil_engine *engine;
-    struct srv_config cfg;
-    char *host, *api_key, *model_id; /* owned copies of cfg strings */
-    struct srv_limits lim;
-    struct srv_metrics metrics;
-    int port;
-    long long created;
-    uint32_t salt;
-    _Atomic uint64_t next_seq;
-    atomic_bool draining; /* quiesced: new requests get 503 */
-    atomic_bool stopping; /* srv_stop: waits give up */
-    pthread_mutex_t mu;   /* jobs list */
-    struct job *jobs;     /* submitted, not yet DONE */
-    int n_jobs;
-};
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 // ----------------------------------------------------------------------------
-// jobs
+// connections
 
-struct job {
-    struct srv *srv;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs; /* under mu */
-    anvil_req_id id;
-    bool id_set;
-    struct job *prev, *next; /* srv->jobs, under srv->mu */
-    bool listed;
-
-    /* the request, fixed after submit */
-    struct srv_req req;
-    struct srv_resp_info ri;
-    char idstr[48];
-    int fd; /* client socket, for disconnect polling */
-
-    /* written by the engine callback under mu */
-    int32_t cap;             /* token slots (max_tokens) */
-    int32_t n_ev;            /* token events so far */
-    int32_t *ev_len;         /* (cap,) text bytes released with event i */
-    struct srv_tok *ev_tok;  /* (cap,) when logprobs */
-    anvil_token *top_tok;    /* (cap, k) */
-    float *top_lp;           /* (cap, k) */
-    int32_t k;               /* alternatives kept per token */
-    struct sbuf pend;        /* text not yet taken by the HTTP thread */
-    bool done;
-    enum anvil_finish finish;
-    int32_t n_prompt, n_gen;
-    char errmsg[200];
-    struct timespec t_last; /* last token event (ITL) */
-
-    /* HTTP thread only */
-    int32_t consumed; /* events formatted so far */
-    struct sbuf rx;   /* text taken in the last drain */
-    struct sbuf out;  /* formatted bytes for the wire */
-    size_t out_pos;
-    size_t text_sent; /* completion text bytes so far */
-    double t_check;   /* last peer_gone check (monotonic seconds) */
-    struct sbuf full; /* non-streaming: whole text */
-    bool sent_first, sent_done;
+/* One TCP connection, from libmicrohttpd's STARTED to its CLOSED
+ * notification. Fields under s->conn_mu. */
+struct sconn {
+    int fd;
+    double t_head;   /* the current request head is awaited since (monotonic s) */
+    bool in_request; /* its head is in: the head deadline does not apply */
+    bool over_limit; /* opened with max_conn connections open: 503 */
+    bool cut;        /* shut down by the sweep */
+    struct sconn *prev, *next;
 };
 
-static void job_free(struct job *j) {
-    srv_req_free(&j->req);
-    free(j->ev_len);
-    free(j->ev_tok);
-    free(j->top_tok);
-    free(j->top_lp);
-    sb_free(&j->pend);
-    sb_free(&j->rx);
-    sb_free(&j->out);
-    sb_free(&j->full);
-    pthread_cond_destroy(&j->cv);
-    pthread_mutex_destroy(&j->mu);
-    free(j);
-}
-
-static void job_ref(struct job *j) {
-    pthread_mutex_lock(&j->mu);
-    j->refs++;
-    pthread_mutex_unlock(&j->mu);
-}
-
-static void job_unref(struct job *j) {
-    pthread_mutex_lock(&j->mu);
-    int left = --j->refs;
-    pthread_mutex_unlock(&j->mu);
-    if (left == 0) job_free(j);
-}
-
-static void job_unref_cb(void *cls) { job_unref(cls); }
-
-/* Takes ownership of *req (leaves it empty). */
-static struct job *job_new(struct srv *s, struct srv_req *req, int fd) {
-    struct job *j = calloc(1, sizeof(*j));
-    if (!j) return NULL;
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    j->srv = s;
-    j->refs = 1;
-    j->fd = fd;
-    j->req = *req;
-    memset(req, 0, sizeof(*req));
-    j->cap = j->req.max_tokens;
-    j->ev_len = calloc((size_t)j->cap, sizeof(*j->ev_len));
-    bool ok = j->ev_len && sb_reserve(&j->pend, 1024);
-    if (ok && j->req.logprobs) {
-        j->k = j->req.top_logprobs > 0 ? j->req.top_logprobs : 1;
-        j->ev_tok = calloc((size_t)j->cap, sizeof(*j->ev_tok));
-        j->top_tok = calloc((size_t)j->cap * (size_t)j->k, sizeof(*j->top_tok));
-        j->top_lp = calloc((size_t)j->cap * (size_t)j->k, sizeof(*j->top_lp));
-        ok = j->ev_tok && j->top_tok && j->top_lp;
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    struct srv *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct sconn *sc = calloc(1, sizeof(*sc));
+        *socket_context = sc;
+        atomic_fetch_add(&s->metrics.conns_total, 1);
+        atomic_fetch_add(&s->metrics.conns_open, 1);
+        if (!sc) return; /* out of memory: served, but without a head deadline */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        sc->fd = ci ? ci->connect_fd : -1;
+        sc->t_head = now_s();
+        pthread_mutex_lock(&s->conn_mu);
+        sc->next = s->conns;
+        if (s->conns) s->conns->prev = sc;
+        s->conns = sc;
+        s->n_conns++;
+        sc->over_limit = s->n_conns > s->cfg.max_conn;
+        pthread_mutex_unlock(&s->conn_mu);
+        return;
     }
-    if (!ok) {
-        job_free(j);
-        return NULL;
-    }
-    bool chat = j->req.kind == SRV_KIND_CHAT;
-    snprintf(j->idstr, sizeof(j->idstr), "%s-%08x%012llx", chat ? "chatcmpl" : "cmpl", s->salt,
-             (unsigned long long)atomic_fetch_add(&s->next_seq, 1));
-    j->ri = (struct srv_resp_info){
-        .kind = j->req.kind,
-        .id = j->idstr,
-        .created = (long long)time(NULL),
-        .model_id = s->model_id,
-        .model = s->model,
-        .logprobs = j->req.logprobs,
-        .top_logprobs = j->req.top_logprobs,
-    };
-    return j;
+    atomic_fetch_sub(&s->metrics.conns_open, 1);
+    struct sconn *sc = *socket_context;
+    if (!sc) return;
+    *socket_context = NULL;
+    pthread_mutex_lock(&s->conn_mu);
+    if (sc->prev) sc->prev->next = sc->next;
+    else s->conns = sc->next;
+    if (sc->next) sc->next->prev = sc->prev;
+    s->n_conns--;
+    pthread_mutex_unlock(&s->conn_mu);
+    free(sc);
 }
 
-static void job_list(struct srv *s, struct job *j) {
-    pthread_mutex_lock(&s->mu);
-    j->next = s->jobs;
-    j->prev = NULL;
-    if (s->jobs) s->jobs->prev = j;
-    s->jobs = j;
-    j->listed = true;
-    s->n_jobs++;
-    pthread_mutex_unlock(&s->mu);
+static struct sconn *sconn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
-static void job_unlist(struct srv *s, struct job *j) {
-    pthread_mutex_lock(&s->mu);
-    if (j->listed) {
-        if (j->prev) j->prev->next = j->next;
-        else s->jobs = j->next;
-        if (j->next) j->next->prev = j->prev;
-        j->listed = false;
-        s->n_jobs--;
+/* The head deadline: shut down connections still waiting for a whole
+ * request head after header_timeout_s. */
+static void sweep_heads(struct srv *s) {
+    double now = now_s(), limit = (double)s->cfg.header_timeout_s;
+    pthread_mutex_lock(&s->conn_mu);
+    for (struct sconn *sc = s->conns; sc; sc = sc->next) {
+        if (sc->in_request || sc->cut || sc->fd < 0 || now - sc->t_head <= limit) continue;
+        shutdown(sc->fd, SHUT_RDWR);
+        sc->cut = true;
+        atomic_fetch_add(&s->metrics.conns_head_timeout, 1);
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->conn_mu);
 }
 
-/* Engine callback, on the driver thread: record, signal, never block. */
-static void on_event(void *user, const struct anvil_event *ev) {
-    struct job *j = user;
-    struct srv *s = j->srv;
-    bool done = ev->type == ANVIL_EVENT_DONE;
-    bool overflow = false;
-    pthread_mutex_lock(&j->mu);
-    if (ev->text_len > 0) {
-        sb_put(&j->pend, ev->text, (size_t)ev->text_len);
-        overflow = j->pend.oom;
-    }
-    if (ev->type == ANVIL_EVENT_TOKEN) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (j->n_ev > 0)
-            srv_hist_observe(&s->metrics.itl, (double)(t.tv_sec - j->t_last.tv_sec) +
-                                                  (double)(t.tv_nsec - j->t_last.tv_nsec) * 1e-9);
-        j->t_last = t;
-        if (j->n_ev < j->cap) {
-            int32_t i = j->n_ev++;
-            j->ev_len[i] = ev->text_len > 0 ? ev->text_len : 0;
-            if (j->ev_tok) {
-                struct srv_tok *r = &j->ev_tok[i];
-                r->token = ev->token;
-                r->logprob = ev->logprob;
-                r->n_top = ev->n_top < j->k ? ev->n_top : j->k;
-                if (r->n_top < 0 || !ev->top_tokens || !ev->top_logprobs) r->n_top = 0;
-                r->top_tokens = j->top_tok + (size_t)i * (size_t)j->k;
-                r->top_logprobs = j->top_lp + (size_t)i * (size_t)j->k;
-                for (int32_t a = 0; a < r->n_top; a++) {
-                    j->top_tok[(size_t)i * (size_t)j->k + (size_t)a] = ev->top_tokens[a];
-                    j->top_lp[(size_t)i * (size_t)j->k + (size_t)a] = ev->top_logprobs[a];
-                }
-            }
-        } else if (j->cap > 0 && ev->text_len > 0) {
-            /* more tokens than max_tokens: an engine bug; keep the text */
-            j->ev_len[j->cap - 1] += ev->text_len;
-        }
-    } else if (done) {
-        j->done = true;
-        j->finish = ev->finish;
-        j->n_prompt = ev->n_prompt;
-        j->n_gen = ev->n_gen;
-        if (ev->error) snprintf(j->errmsg, sizeof(j->errmsg), "%s", ev->error);
-        if (overflow) {
-            j->finish = ANVIL_FINISH_ERROR;
-            snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
-        }
-    }
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    if (done) {
-        if (ev->n_gen > 0 && ev->ttft_s >= 0) srv_hist_observe(&s->metrics.ttft, ev->ttft_s);
-        int f = ev->finish >= 0 && ev->finish < 5 ? (int)ev->finish : 4;
-        atomic_fetch_add(&s->metrics.finished[f], 1);
-        atomic_fetch_sub(&s->metrics.in_flight, 1);
-        job_unlist(s, j);
-        job_unref(j); /* the engine's reference */
-    } else if (overflow) {
-        anvil_engine_cancel(s->engine, ev->id); /* allowed from the callback */
-    }
+static void sweep(struct srv *s) {
+    sweep_heads(s);
+    srv_jobs_sweep(s);
 }
 
-static void job_cancel(struct job *j) {
-    pthread_mutex_lock(&j->mu);
-    bool live = j->id_set && !j->done;
-    anvil_req_id id = j->id;
-    pthread_mutex_unlock(&j->mu);
-    if (live) anvil_engine_cancel(j->srv->engine, id);
-}
-
-/* True when the peer has closed or reset its end. A client that only
- * half-closes after sending (shutdown(SHUT_WR)) also reads as gone; curl,
- * browsers and the OpenAI clients never do that. */
-static bool peer_gone(int fd) {
-    if (fd < 0) return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
-enum wait_res { WAIT_DATA, WAIT_GONE, WAIT_STOP };
-
-/* Wait until the job has new events or is done, then move its pending
- * text into j->rx. *n_ev and *done are a consistent snapshot: rx holds the
- * text of events [consumed, n_ev) and, when done, the DONE text. */
-static enum wait_res job_wait(struct job *j, int32_t *n_ev, bool *done) {
-    /* also between events: a non-streaming request's events keep coming
-     * while its client is gone, and nothing is written to notice it */
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    double t = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
-    if (t - j->t_check >= WAIT_SLICE_MS * 1e-3) {
-        j->t_check = t;
-        if (peer_gone(j->fd)) return WAIT_GONE;
-    }
-    pthread_mutex_lock(&j->mu);
-    while (j->n_ev == j->consumed && j->pend.len == 0 && !j->done) {
-        if (atomic_load(&j->srv->stopping)) {
-            pthread_mutex_unlock(&j->mu);
-            return WAIT_STOP;
-        }
+static void *watcher_main(void *arg) {
+    struct srv *s = arg;
+    pthread_mutex_lock(&s->watch_mu);
+    while (!s->watch_stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
+        ts.tv_nsec += SWEEP_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec += 1;
             ts.tv_nsec -= 1000000000L;
         }
-        int rc = pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (rc == ETIMEDOUT && j->n_ev == j->consumed && j->pend.len == 0 && !j->done) {
-            pthread_mutex_unlock(&j->mu);
-            if (peer_gone(j->fd)) return WAIT_GONE;
-            pthread_mutex_lock(&j->mu);
-        }
+        pthread_cond_timedwait(&s->watch_cv, &s->watch_mu, &ts);
+        if (s->watch_stop) break;
+        pthread_mutex_unlock(&s->watch_mu);
+        sweep(s);
+        pthread_mutex_lock(&s->watch_mu);
     }
-    *n_ev = j->n_ev;
-    *done = j->done;
-    sb_clear(&j->rx);
-    sb_put(&j->rx, j->pend.p, j->pend.len);
-    sb_clear(&j->pend);
-    pthread_mutex_unlock(&j->mu);
-    return j->rx.oom ? WAIT_STOP : WAIT_DATA;
-}
-
-// ----------------------------------------------------------------------------
-// streaming
-
-static const struct srv_tok *toks_at(const struct job *j, int32_t from) {
-    return j->ev_tok ? j->ev_tok + from : NULL;
-}
-
-static void stream_error(struct job *j, int status, const char *type, const char *msg) {
-    struct srv_err e;
-    srv_err_set(&e, status, type, NULL, NULL, "%s", msg);
-    sb_puts(&j->out, "data: ");
-    srv_fmt_error(&j->out, &e);
-    sb_puts(&j->out, "\n\n");
-}
-
-/* Format what the last drain brought into j->out. */
-static void stream_format(struct job *j, int32_t n_ev, bool done) {
-    size_t pos = 0;
-    int32_t lp_from = j->consumed;
-    for (int32_t i = j->consumed; i < n_ev; i++) {
-        size_t len = (size_t)j->ev_len[i];
-        if (len > j->rx.len - pos) len = j->rx.len - pos;
-        if (len == 0) continue; /* held text: its logprobs ride with the next chunk */
-        int32_t nt = j->ev_tok ? i + 1 - lp_from : 0;
-        srv_fmt_chunk(&j->out, &j->ri, j->rx.p + pos, len, toks_at(j, lp_from), nt, false, NULL,
-                      j->text_sent);
-        pos += len;
-        j->text_sent += len;
-        lp_from = i + 1;
-    }
-    j->consumed = n_ev;
-    if (!done) return;
-    size_t tail = j->rx.len - pos;
-    int32_t nt = j->ev_tok ? n_ev - lp_from : 0;
-    if (tail || nt > 0)
-        srv_fmt_chunk(&j->out, &j->ri, j->rx.p + pos, tail, toks_at(j, lp_from), nt, false, NULL,
-                      j->text_sent);
-    j->text_sent += tail;
-    if (j->finish == ANVIL_FINISH_ERROR)
-        stream_error(j, 500, "server_error", j->errmsg[0] ? j->errmsg : "generation failed");
-    else if (j->finish == ANVIL_FINISH_CANCELLED)
-        stream_error(j, 503, "server_error", "the request was cancelled: the server is "
-                     "shutting down");
-    else
-        srv_fmt_chunk(&j->out, &j->ri, "", 0, NULL, 0, false, srv_finish_str(j->finish),
-                      j->text_sent);
-    if (j->req.include_usage) srv_fmt_usage_chunk(&j->out, &j->ri, j->n_prompt, j->n_gen);
-    sb_puts(&j->out, "data: [DONE]\n\n");
-    j->sent_done = true;
-}
-
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    struct job *j = cls;
-    for (;;) {
-        if (j->out_pos < j->out.len) {
-            size_t n = j->out.len - j->out_pos;
-            if (n > max) n = max;
-            memcpy(buf, j->out.p + j->out_pos, n);
-            j->out_pos += n;
-            return (ssize_t)n;
-        }
-        if (j->sent_done || j->out.oom) return MHD_CONTENT_READER_END_OF_STREAM;
-        sb_clear(&j->out);
-        j->out_pos = 0;
-        if (j->req.kind == SRV_KIND_CHAT && !j->sent_first) {
-            /* the role chunk goes out at once, as OpenAI does */
-            srv_fmt_chunk(&j->out, &j->ri, "", 0, NULL, 0, true, NULL, 0);
-            j->sent_first = true;
-            continue;
-        }
-        int32_t n_ev;
-        bool done;
-        enum wait_res w = job_wait(j, &n_ev, &done);
-        if (w != WAIT_DATA) {
-            job_cancel(j);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        stream_format(j, n_ev, done);
-    }
+    pthread_mutex_unlock(&s->watch_mu);
+    return NULL;
 }
 
 // ----------------------------------------------------------------------------
 // responses
 
-struct conn {
-    int route;
-    char *body;
-    size_t body_len, body_cap;
-    struct job *job;
-    bool responded;
-    bool too_large;   /* chunked body past max_body: dropping the rest, then 413 */
-    size_t discarded; /* bytes dropped so far */
-};
-
-static enum MHD_Result send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
-                                 const char *ctype, struct sbuf *b, const char *extra_hdr,
-                                 const char *extra_val) {
+enum MHD_Result srv_send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
+                              const char *ctype, struct sbuf *b, const char *hdr,
+                              const char *val) {
     if (b->oom) {
         sb_free(b);
         sb_puts(b, "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                    "\"param\":null,\"code\":null}}");
         status = 500;
         ctype = "application/json";
+        hdr = NULL;
         if (b->oom) return MHD_NO;
     }
     size_t len = 0;
@@ -458,54 +199,128 @@ static enum MHD_Result send_sbuf(struct srv *s, struct MHD_Connection *c, int st
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (extra_hdr) MHD_add_response_header(r, extra_hdr, extra_val);
-    if (atomic_load(&s->draining)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (hdr) MHD_add_response_header(r, hdr, val);
+    /* a 503 (overloaded, too many connections, shutting down) also frees
+     * the connection */
+    if (status == 503 || atomic_load(&s->draining))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     srv_metrics_status(&s->metrics, status);
     return ret;
 }
 
-static enum MHD_Result send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e,
-                                const char *hdr, const char *val) {
+enum MHD_Result srv_send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e,
+                             const char *hdr, const char *val) {
     struct sbuf b;
     sb_init(&b);
     srv_fmt_error(&b, e);
-    return send_sbuf(s, c, e->status, "application/json", &b, hdr, val);
+    return srv_send_sbuf(s, c, e->status, "application/json", &b, hdr, val);
 }
 
-static enum MHD_Result send_errf(struct srv *s, struct MHD_Connection *c, int status,
-                                 const char *type, const char *code, const char *hdr,
-                                 const char *val, const char *msg) {
+enum MHD_Result srv_send_errf(struct srv *s, struct MHD_Connection *c, int status,
+                              const char *type, const char *code, const char *hdr,
+                              const char *val, const char *msg) {
     struct srv_err e;
     srv_err_set(&e, status, type, code, NULL, "%s", msg);
-    return send_err(s, c, &e, hdr, val);
+    return srv_send_err(s, c, &e, hdr, val);
 }
 
 // ----------------------------------------------------------------------------
-// routes
+// GET routes
 
-enum {
-    R_NONE,
-    R_HEALTH,
-    R_METRICS,
-    R_MODELS,
-    R_MODEL,
-    R_COMPLETIONS,
-    R_CHAT,
-};
-
-static int route_of(const char *url) {
-    if (!strcmp(url, "/health")) return R_HEALTH;
-    if (!strcmp(url, "/metrics")) return R_METRICS;
-    if (!strcmp(url, "/v1/models")) return R_MODELS;
-    if (!strncmp(url, "/v1/models/", 11) && url[11]) return R_MODEL;
-    if (!strcmp(url, "/v1/completions")) return R_COMPLETIONS;
-    if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
-    return R_NONE;
+static enum MHD_Result get_health(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                  const char *url) {
+    (void)k;
+    (void)url;
+    struct sbuf b;
+    sb_init(&b);
+    if (atomic_load(&s->draining)) {
+        sb_puts(&b, "{\"status\":\"shutting down\"}");
+        return srv_send_sbuf(s, c, 503, "application/json", &b, NULL, NULL);
+    }
+    sb_puts(&b, "{\"status\":\"ok\"}");
+    return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
 }
 
-static bool route_is_post(int r) { return r == R_COMPLETIONS || r == R_CHAT; }
+static enum MHD_Result get_metrics(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                   const char *url) {
+    (void)k;
+    (void)url;
+    struct sbuf b;
+    sb_init(&b);
+    struct anvil_engine_stats st;
+    memset(&st, 0, sizeof(st));
+    anvil_engine_get_stats(s->engine, &st);
+    srv_fmt_metrics(&b, &s->metrics, &st);
+    return srv_send_sbuf(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL, NULL);
+}
+
+static enum MHD_Result get_openapi(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                   const char *url) {
+    (void)k;
+    (void)url;
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        srv_openapi_json_len, (void *)srv_openapi_json, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    srv_metrics_status(&s->metrics, 200);
+    return ret;
+}
+
+static enum MHD_Result get_models(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                  const char *url) {
+    (void)k;
+    (void)url;
+    struct sbuf b;
+    sb_init(&b);
+    srv_fmt_models(&b, s->model_id, s->created, false);
+    return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
+}
+
+static enum MHD_Result get_model(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                 const char *url) {
+    (void)k;
+    const char *id = url + strlen("/v1/models/");
+    if (strcmp(id, s->model_id) != 0) {
+        /* OpenAI's answer to retrieving a model it does not have */
+        struct srv_err e;
+        srv_err_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                    "The model '%.100s' does not exist", id);
+        return srv_send_err(s, c, &e, NULL, NULL);
+    }
+    struct sbuf b;
+    sb_init(&b);
+    srv_fmt_models(&b, s->model_id, s->created, true);
+    return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
+}
+
+// ----------------------------------------------------------------------------
+// routing
+
+/* Every endpoint, one row each; src/server/openapi.json documents the
+ * same list (tests/py/test_server_openapi.py checks that they agree). */
+static const struct srv_route routes[] = {
+    {"/health", SRV_GET, true, get_health},
+    {"/openapi.json", SRV_GET, true, get_openapi},
+    {"/metrics", SRV_GET, false, get_metrics},
+    {"/v1/models", SRV_GET, false, get_models},
+    {"/v1/models/", SRV_GET, false, get_model},
+    {"/v1/completions", SRV_POST, false, srv_post_completions},
+    {"/v1/chat/completions", SRV_POST, false, srv_post_chat},
+};
+
+static const struct srv_route *route_of(const char *url) {
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        const char *p = routes[i].path;
+        size_t n = strlen(p);
+        if (p[n - 1] == '/' ? !strncmp(url, p, n) && url[n] != '\0' : !strcmp(url, p))
+            return &routes[i];
+    }
+    return NULL;
+}
 
 /* Constant-time comparison of the bearer token with the key. */
 static bool auth_ok(const struct srv *s, struct MHD_Connection *c) {
@@ -520,173 +335,63 @@ static bool auth_ok(const struct srv *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, int route,
-                                  const char *url) {
-    struct sbuf b;
-    sb_init(&b);
-    switch (route) {
-    case R_HEALTH:
-        if (atomic_load(&s->draining)) {
-            sb_puts(&b, "{\"status\":\"shutting down\"}");
-            return send_sbuf(s, c, 503, "application/json", &b, NULL, NULL);
-        }
-        sb_puts(&b, "{\"status\":\"ok\"}");
-        return send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
-    case R_METRICS: {
-        struct anvil_engine_stats st;
-        memset(&st, 0, sizeof(st));
-        anvil_engine_get_stats(s->engine, &st);
-        srv_fmt_metrics(&b, &s->metrics, &st);
-        return send_sbuf(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL, NULL);
-    }
-    case R_MODELS:
-        srv_fmt_models(&b, s->model_id, s->created, false);
-        return send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
-    case R_MODEL:
-        if (strcmp(url + 11, s->model_id) != 0) {
-            struct srv_err e;
-            srv_err_set(&e, 404, "invalid_request_error", "model_not_found", "model",
-                        "The model '%.100s' does not exist", url + 11);
-            return send_err(s, c, &e, NULL, NULL);
-        }
-        srv_fmt_models(&b, s->model_id, s->created, true);
-        return send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
-    }
-    return MHD_NO;
-}
-
-static enum MHD_Result submit_error(struct srv *s, struct MHD_Connection *c, anvil_status st,
-                                    const char *msg) {
-    if (st == ANVIL_ERR_INVALID)
-        return send_errf(s, c, 400, "invalid_request_error", NULL, NULL, NULL, msg);
-    if (st == ANVIL_ERR_KV_FULL) /* the queue is full (what can never fit is INVALID) */
-        return send_errf(s, c, 503, "server_error", "engine_overloaded", "Retry-After", "1",
-                         "The server is overloaded: its request queue is full. Retry later.");
-    return send_errf(s, c, 500, "server_error", NULL, NULL, NULL, msg);
-}
-
-static enum MHD_Result handle_generate(struct srv *s, struct MHD_Connection *c, struct conn *k) {
-    struct srv_req req;
-    struct srv_err err;
-    enum srv_kind kind = k->route == R_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
-    if (!srv_parse_request(&s->lim, kind, k->body ? k->body : "", k->body_len, &req, &err)) {
-        srv_req_free(&req);
-        return send_err(s, c, &err, NULL, NULL);
-    }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    struct job *j = job_new(s, &req, ci ? ci->connect_fd : -1);
-    srv_req_free(&req);
-    if (!j) return send_errf(s, c, 500, "server_error", NULL, NULL, NULL, "out of memory");
-    k->job = j;
-
-    struct anvil_request_params rp;
-    memset(&rp, 0, sizeof(rp));
-    rp.prompt = j->req.prompt;
-    rp.n_prompt = j->req.n_prompt;
-    rp.max_tokens = j->req.max_tokens;
-    rp.sampling = j->req.sampling;
-    rp.ignore_eos = j->req.ignore_eos;
-    rp.stop = (const char *const *)j->req.stop;
-    rp.n_stop = j->req.n_stop;
-    rp.top_logprobs = j->req.logprobs ? j->k : 0;
-
-    job_ref(j); /* the engine's, dropped at DONE */
-    job_list(s, j);
-    atomic_fetch_add(&s->metrics.in_flight, 1);
-    char msg[256] = "";
-    anvil_req_id id = 0;
-    anvil_status st = anvil_engine_submit(s->engine, &rp, on_event, j, &id, msg, sizeof(msg));
-    if (st != ANVIL_OK) {
-        atomic_fetch_sub(&s->metrics.in_flight, 1);
-        job_unlist(s, j);
-        job_unref(j);
-        return submit_error(s, c, st, msg[0] ? msg : anvil_status_str(st));
-    }
-    pthread_mutex_lock(&j->mu);
-    j->id = id;
-    j->id_set = true;
-    pthread_mutex_unlock(&j->mu);
-
-    if (j->req.stream) {
-        struct MHD_Response *r =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, j,
-                                              job_unref_cb);
-        if (!r) {
-            job_cancel(j);
-            return MHD_NO;
-        }
-        job_ref(j); /* the response's, dropped by job_unref_cb */
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        srv_metrics_status(&s->metrics, 200);
-        return ret;
-    }
-
-    /* non-streaming: collect the whole completion, then answer */
-    for (;;) {
-        int32_t n_ev;
-        bool done;
-        enum wait_res w = job_wait(j, &n_ev, &done);
-        if (w != WAIT_DATA) {
-            job_cancel(j);
-            return MHD_NO; /* client gone or server stopping: close */
-        }
-        sb_put(&j->full, j->rx.p, j->rx.len);
-        j->consumed = n_ev;
-        if (done) break;
-    }
-    if (j->finish == ANVIL_FINISH_ERROR)
-        return send_errf(s, c, 500, "server_error", NULL, NULL, NULL,
-                         j->errmsg[0] ? j->errmsg : "generation failed");
-    if (j->finish == ANVIL_FINISH_CANCELLED)
-        return send_errf(s, c, 503, "server_error", NULL, NULL, NULL,
-                         "the request was cancelled: the server is shutting down");
-    struct sbuf b;
-    sb_init(&b);
-    srv_fmt_full(&b, &j->ri, j->full.p ? j->full.p : "", j->full.len, toks_at(j, 0),
-                 j->ev_tok ? j->consumed : 0, srv_finish_str(j->finish), j->n_prompt, j->n_gen);
-    return send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
-}
-
 /* First call for a request: only headers are in. Everything that can be
  * refused without the body is refused here, before a byte of it is read. */
 static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struct conn *k,
                                   const char *url, const char *method) {
+    struct sconn *sc = sconn_of(c);
+    bool over = false;
+    if (sc) {
+        pthread_mutex_lock(&s->conn_mu);
+        sc->in_request = true;
+        over = sc->over_limit;
+        pthread_mutex_unlock(&s->conn_mu);
+    }
+    k->responded = true; /* until a POST below wants its body */
+    if (over) {
+        atomic_fetch_add(&s->metrics.conns_refused, 1);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "The server has too many open connections (limit %d). "
+                 "Retry later.", s->cfg.max_conn);
+        return srv_send_errf(s, c, 503, "server_error", "too_many_connections", "Retry-After",
+                             "1", msg);
+    }
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
-    k->route = route_of(url);
-    if (k->route == R_NONE) {
+    k->rt = route_of(url);
+    if (!k->rt) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Invalid URL (%.16s %.100s)", method, url);
-        k->responded = true;
-        return send_errf(s, c, 404, "invalid_request_error", NULL, NULL, NULL, msg);
+        return srv_send_errf(s, c, 404, "invalid_request_error", NULL, NULL, NULL, msg);
     }
-    bool want_post = route_is_post(k->route);
+    bool want_post = k->rt->methods == SRV_POST;
     if ((want_post && !post) || (!want_post && !get)) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Method %.16s is not allowed on %.100s", method, url);
-        k->responded = true;
-        return send_errf(s, c, 405, "invalid_request_error", NULL, MHD_HTTP_HEADER_ALLOW,
-                         want_post ? "POST" : "GET, HEAD", msg);
+        return srv_send_errf(s, c, 405, "invalid_request_error", NULL, MHD_HTTP_HEADER_ALLOW,
+                             want_post ? "POST" : "GET, HEAD", msg);
     }
-    if (k->route != R_HEALTH && !auth_ok(s, c)) {
-        k->responded = true;
-        return send_errf(s, c, 401, "invalid_request_error", "invalid_api_key",
-                         MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
-                         "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
-    }
+    if (!k->rt->open && !auth_ok(s, c))
+        return srv_send_errf(s, c, 401, "invalid_request_error", "invalid_api_key",
+                             MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
+                             "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
     if (get) {
-        k->responded = true;
-        return handle_get(s, c, k->route, url);
+        /* answered at the request's last call, once MHD has read the whole
+         * request: libmicrohttpd 0.9 closes a connection whose response is
+         * queued at this first call (it cannot tell whether a body
+         * follows), which would cost every GET its keep-alive. A GET that
+         * announces a body is answered now, and closed. */
+        const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (te || (len && strcmp(len, "0") != 0)) return k->rt->fn(s, c, k, url);
+        k->responded = false;
+        return MHD_YES;
     }
-    if (atomic_load(&s->draining)) {
-        k->responded = true;
-        return send_errf(s, c, 503, "server_error", NULL, NULL, NULL,
-                         "The server is shutting down.");
-    }
+    if (atomic_load(&s->draining))
+        return srv_send_errf(s, c, 503, "server_error", NULL, NULL, NULL,
+                             "The server is shutting down.");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
@@ -698,9 +403,8 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
             char msg[160];
             snprintf(msg, sizeof(msg), "The request body is over the limit of %zu bytes.",
                      s->cfg.max_body);
-            k->responded = true;
-            return send_errf(s, c, 413, "invalid_request_error", "request_too_large",
-                             MHD_HTTP_HEADER_CONNECTION, "close", msg);
+            return srv_send_errf(s, c, 413, "invalid_request_error", "request_too_large",
+                                 MHD_HTTP_HEADER_CONNECTION, "close", msg);
         }
         if (n > 0) {
             k->body = malloc((size_t)n + 1);
@@ -708,6 +412,45 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
             k->body_cap = (size_t)n;
         }
     }
+    k->responded = false;
+    return MHD_YES;
+}
+
+/* A piece of the body. */
+static enum MHD_Result on_upload(struct srv *s, struct conn *k, const char *upload,
+                                 size_t *upload_size) {
+    size_t n = *upload_size;
+    *upload_size = 0;
+    if (!k->too_large && n > s->cfg.max_body - k->body_len) {
+        /* a chunked body (no Content-Length) over the limit: MHD takes no
+         * response in the middle of an upload, so the body is freed and
+         * the rest is read and dropped; the 413 goes out at its end */
+        k->too_large = true;
+        free(k->body);
+        k->body = NULL;
+        k->body_len = k->body_cap = 0;
+    }
+    if (k->too_large) {
+        k->discarded += n;
+        if (k->discarded > DISCARD_MAX) { /* an endless upload: give up */
+            k->responded = true;
+            srv_metrics_status(&s->metrics, 413);
+            return MHD_NO;
+        }
+        return MHD_YES;
+    }
+    if (k->body_len + n > k->body_cap) {
+        size_t cap = k->body_cap ? k->body_cap * 2 : 4096;
+        while (cap < k->body_len + n) cap *= 2;
+        if (cap > s->cfg.max_body) cap = s->cfg.max_body;
+        char *p = realloc(k->body, cap + 1);
+        if (!p) return MHD_NO;
+        k->body = p;
+        k->body_cap = cap;
+    }
+    memcpy(k->body + k->body_len, upload, n);
+    k->body_len += n;
+    k->body[k->body_len] = '\0';
     return MHD_YES;
 }
 
@@ -723,74 +466,43 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *req_cls = k;
         return on_headers(s, c, k, url, method);
     }
+    if (k->job) return srv_generate_resume(s, c, k); /* woken after parking */
     if (k->responded) return MHD_NO; /* answered already; do not read the rest */
-    if (*upload_size) {
-        size_t n = *upload_size;
-        if (!k->too_large && n > s->cfg.max_body - k->body_len) {
-            /* a chunked body (no Content-Length) over the limit: MHD takes
-             * no response in the middle of an upload, so the body is freed
-             * and the rest is read and dropped; the 413 goes out at its end */
-            k->too_large = true;
-            free(k->body);
-            k->body = NULL;
-            k->body_len = k->body_cap = 0;
-        }
-        if (k->too_large) {
-            *upload_size = 0;
-            k->discarded += n;
-            if (k->discarded > DISCARD_MAX) { /* an endless upload: give up */
-                k->responded = true;
-                srv_metrics_status(&s->metrics, 413);
-                return MHD_NO;
-            }
-            return MHD_YES;
-        }
-        if (k->body_len + n > k->body_cap) {
-            size_t cap = k->body_cap ? k->body_cap * 2 : 4096;
-            while (cap < k->body_len + n) cap *= 2;
-            if (cap > s->cfg.max_body) cap = s->cfg.max_body;
-            char *p = realloc(k->body, cap + 1);
-            if (!p) return MHD_NO;
-            k->body = p;
-            k->body_cap = cap;
-        }
-        memcpy(k->body + k->body_len, upload, n);
-        k->body_len += n;
-        k->body[k->body_len] = '\0';
-        *upload_size = 0;
-        return MHD_YES;
-    }
+    if (*upload_size) return on_upload(s, k, upload, upload_size);
     k->responded = true;
     if (k->too_large) {
         char msg[160];
         snprintf(msg, sizeof(msg), "The request body is over the limit of %zu bytes.",
                  s->cfg.max_body);
-        return send_errf(s, c, 413, "invalid_request_error", "request_too_large",
-                         MHD_HTTP_HEADER_CONNECTION, "close", msg);
+        return srv_send_errf(s, c, 413, "invalid_request_error", "request_too_large",
+                             MHD_HTTP_HEADER_CONNECTION, "close", msg);
     }
-    return handle_generate(s, c, k);
+    return k->rt->fn(s, c, k, url);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
     (void)toe;
+    struct srv *s = cls;
+    struct sconn *sc = sconn_of(c);
+    if (sc) {
+        /* a keep-alive connection now waits for its next request head */
+        pthread_mutex_lock(&s->conn_mu);
+        sc->in_request = false;
+        sc->t_head = now_s();
+        pthread_mutex_unlock(&s->conn_mu);
+    }
     struct conn *k = *req_cls;
     if (!k) return;
     *req_cls = NULL;
-    if (k->job) {
-        /* completed OK means the stream or answer went out whole; anything
-         * else (client gone, timeout, shutdown) must free the request */
-        job_cancel(k->job);
-        job_unref(k->job);
-    }
+    if (k->job) srv_job_closed(k->job);
     free(k->body);
     free(k);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
+    const struct srv *s = cls;
+    if (s->cfg.quiet) return;
     fputs("anvil serve: http: ", stderr);
     vfprintf(stderr, fmt, ap);
 }
@@ -827,12 +539,19 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
                  cfg->host);
         return -1;
     }
+    if (cfg->max_conn < 1 || cfg->header_timeout_s < 1 || cfg->timeout_s < 1) {
+        snprintf(err, err_cap, "connection limit and timeouts must be positive");
+        return -1;
+    }
     struct srv *s = calloc(1, sizeof(*s));
     if (!s) {
         snprintf(err, err_cap, "out of memory");
         return -1;
     }
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_mutex_init(&s->watch_mu, NULL);
+    pthread_cond_init(&s->watch_cv, NULL);
     s->quiesced_fd = MHD_INVALID_SOCKET;
     s->model = m;
     s->engine = e;
@@ -861,25 +580,45 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
         .n_vocab = anvil_model_n_vocab(m),
         .n_ctx = cfg->n_ctx,
         .kv_tokens = (int64_t)st.kv_blocks_total * st.kv_block_tokens,
+        .default_seed = cfg->default_seed,
     };
 
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
-    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conn,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    /* accepted beyond max_conn only to be told 503 (file header) */
+    int spare = cfg->max_conn / 8 > 16 ? cfg->max_conn / 8 : 16;
+    unsigned flags = MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (cfg->external)
+        s->d = MHD_start_daemon(
+            flags | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, s,
+            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)cfg->timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(cfg->max_conn + spare), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)HEADER_MEM, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
+    else
+        s->d = MHD_start_daemon(
+            flags | MHD_USE_EPOLL_INTERNAL_THREAD | (v6 ? MHD_USE_IPv6 : 0), (uint16_t)cfg->port,
+            NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
+            (unsigned)HTTP_WORKERS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conn + spare),
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM, MHD_OPTION_NOTIFY_COMPLETED,
+            on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, err_cap, "cannot listen on %s port %d: %s", cfg->host, cfg->port,
                  strerror(errno));
         srv_free(s);
         return -1;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : cfg->port;
+    if (!cfg->external) {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+        s->port = di ? di->port : cfg->port;
+        if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0) {
+            snprintf(err, err_cap, "cannot start a thread");
+            srv_free(s);
+            return -1;
+        }
+        s->watcher_on = true;
+    }
     *out = s;
     return 0;
 }
@@ -889,36 +628,54 @@ int srv_port(const struct srv *s) { return s->port; }
 void srv_quiesce(struct srv *s) {
     if (!s || !s->d || atomic_load(&s->draining)) return;
     atomic_store(&s->draining, true);
-    s->quiesced_fd = MHD_quiesce_daemon(s->d);
+    if (!s->cfg.external) s->quiesced_fd = MHD_quiesce_daemon(s->d);
 }
 
-int srv_n_active(struct srv *s) {
-    pthread_mutex_lock(&s->mu);
-    int n = s->n_jobs;
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-void srv_cancel_all(struct srv *s) {
-    /* collect ids first: anvil_engine_cancel must not run under s->mu,
-     * which the driver thread takes in on_event */
-    pthread_mutex_lock(&s->mu);
-    int cap = s->n_jobs;
-    anvil_req_id *ids = cap > 0 ? malloc((size_t)cap * sizeof(*ids)) : NULL;
-    int n = 0;
-    for (struct job *j = s->jobs; ids && j && n < cap; j = j->next) {
-        pthread_mutex_lock(&j->mu);
-        if (j->id_set && !j->done) ids[n++] = j->id;
-        pthread_mutex_unlock(&j->mu);
+int srv_add_conn(struct srv *s, int fd) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(1)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (!s->cfg.external || !s->d || atomic_load(&s->stopping)) {
+        close(fd);
+        return -1;
     }
-    pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < n; i++) anvil_engine_cancel(s->engine, ids[i]);
-    free(ids);
+    /* MHD closes fd when it fails */
+    return MHD_add_connection(s->d, fd, (struct sockaddr *)&a, sizeof(a)) == MHD_YES ? 0 : -1;
+}
+
+void srv_run(struct srv *s) {
+    if (!s->cfg.external || !s->d) return;
+    MHD_run(s->d);
+    sweep(s);
+}
+
+int srv_n_conns(struct srv *s) {
+    pthread_mutex_lock(&s->conn_mu);
+    int n = s->n_conns;
+    pthread_mutex_unlock(&s->conn_mu);
+    return n;
 }
 
 void srv_stop(struct srv *s) {
     if (!s || !s->d) return;
+    if (s->watcher_on) {
+        pthread_mutex_lock(&s->watch_mu);
+        s->watch_stop = true;
+        pthread_cond_signal(&s->watch_cv);
+        pthread_mutex_unlock(&s->watch_mu);
+        pthread_join(s->watcher, NULL);
+        s->watcher_on = false;
+    }
+    /* MHD must not hold a suspended connection when it stops: wake every
+     * parked request (they see `stopping` and close) and wait until MHD
+     * has run each resumed one, for at most 5 s */
     atomic_store(&s->stopping, true);
+    srv_jobs_wake_all(s);
+    for (int i = 0; i < 5000 && atomic_load(&s->n_suspended) > 0; i++) {
+        if (s->cfg.external)
+            MHD_run(s->d);
+        else
+            usleep(1000);
+    }
     MHD_stop_daemon(s->d);
     s->d = NULL;
     if (s->quiesced_fd != MHD_INVALID_SOCKET) close(s->quiesced_fd);
@@ -931,6 +688,9 @@ void srv_free(struct srv *s) {
     free(s->host);
     free(s->model_id);
     free(s->api_key);
+    pthread_cond_destroy(&s->watch_cv);
+    pthread_mutex_destroy(&s->watch_mu);
+    pthread_mutex_destroy(&s->conn_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -157,6 +157,8 @@ static const struct fld fields[] = {
     {"stream", CH | CO, FLD_USED},
     {"stream_options", CH | CO, FLD_USED},
     {"ignore_eos", CH | CO, FLD_USED},
+    {"spec", CH | CO, FLD_USED},
+    {"spec_k", CH | CO, FLD_USED},
     {"logit_bias", CH | CO, FLD_USED},
     {"response_format", CH, FLD_USED},
     {"tools", CH, FLD_USED},
@@ -516,10 +518,13 @@ static bool parse_sampling(const struct srv_limits *lim, const cJSON *root, stru
         s->top_p = 1.0f;
         s->top_k = 1;
     }
-    /* 2^53: the largest range a JSON number (a double) holds exactly */
-    if (!get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &v, &present, e))
+    /* +-(2^53 - 1): every integer in it is exact in a double (cJSON's
+     * numbers), and one past it cannot pass for it: 2^53 + 1 reads as
+     * 2^53, which is out of range (schemathesis found 2^53 + 1 accepted
+     * when the bound was 2^53) */
+    if (!get_int(root, "seed", -9007199254740991.0, 9007199254740991.0, &v, &present, e))
         return false;
-    s->seed = present ? (uint64_t)v : random_seed();
+    s->seed = present ? (uint64_t)v : lim->default_seed ? lim->default_seed : random_seed();
     char msg[160];
     if (anvil_sampler_params_check(s, msg, sizeof(msg)) != ANVIL_OK)
         return bad(e, NULL, "%s", msg);
@@ -545,12 +550,70 @@ static bool parse_logprobs(const cJSON *root, enum srv_kind kind, struct srv_req
     return true;
 }
 
+// ----------------------------------------------------------------------------
+// the body before cJSON: UTF-8, nesting depth, U+0000
+
+/* What cJSON does not check or cannot represent, in one pass over the raw
+ * bytes:
+ *   - JSON text is UTF-8 (RFC 8259 section 8.1); cJSON copies string bytes
+ *     through unchecked, so "\xff\xfe" inside a prompt used to reach the
+ *     tokenizer;
+ *   - arrays and objects nest at most SRV_MAX_JSON_DEPTH levels;
+ *   - strings hold no raw control characters (RFC 8259 section 7 wants
+ *     them escaped; cJSON lets them through);
+ *   - no string holds the escape \u0000: cJSON stores strings NUL
+ *     terminated, so "ab\u0000cd" would silently become "ab" (a prompt,
+ *     a stop string or a field name cut short).
+ * Brackets and escapes are tracked only as far as these checks need: a
+ * body that is not JSON at all is left for cJSON to report. */
+static bool prescan(const char *body, size_t len, struct srv_err *e) {
+    size_t bad_at = srv_utf8_check(body, len);
+    if (bad_at < len)
+        return bad(e, NULL, "The request body is not valid UTF-8 (byte 0x%02x at offset %zu): "
+                   "JSON text must be UTF-8 (RFC 8259, section 8.1)",
+                   (unsigned)(unsigned char)body[bad_at], bad_at);
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = body[i];
+        if (in_str) {
+            if (c == '"') {
+                in_str = false;
+            } else if ((unsigned char)c < 0x20) {
+                /* RFC 8259 section 7; cJSON lets them through, a raw NUL
+                 * included */
+                return bad(e, NULL, "We could not parse the JSON body of your request: control "
+                           "character 0x%02x inside a string at offset %zu must be escaped",
+                           (unsigned)c, i);
+            } else if (c == '\\' && i + 1 < len) {
+                if (body[i + 1] == 'u' && len - i >= 6 && !memcmp(body + i + 2, "0000", 4))
+                    return bad(e, NULL, "The JSON body holds the escape \\u0000 (U+0000) at "
+                               "offset %zu: anvil does not accept NUL characters in strings",
+                               i);
+                i++; /* the escaped character cannot end the string */
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > SRV_MAX_JSON_DEPTH)
+                return bad(e, NULL, "The JSON body nests arrays and objects deeper than %d "
+                           "levels (offset %zu)", SRV_MAX_JSON_DEPTH, i);
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return true;
+}
+
 bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
                        size_t len, struct srv_req *r, struct srv_err *e) {
     memset(r, 0, sizeof(*r));
     memset(e, 0, sizeof(*e));
     r->kind = kind;
     if (len == 0) return bad(e, NULL, "the request body is empty: expected a JSON object");
+    if (!prescan(body, len, e)) return false;
     const char *end = NULL;
     /* cJSON resets and sets a global error record on every parse
      * (cJSON.c global_error): parsing is serialised so that concurrent
@@ -587,10 +650,12 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
             goto out;
         }
         if (strcmp(model->valuestring, lim->model_id) != 0) {
-            /* the issue asks for 400 (OpenAI itself answers 404) */
-            srv_err_set(e, 400, "invalid_request_error", "model_not_found", "model",
-                        "The model '%.100s' does not exist: this server serves '%.100s'",
-                        model->valuestring, lim->model_id);
+            /* OpenAI's answer, word for word: 404, param null (what its
+             * API sends, e.g. github.com/openai/openai-agents-python
+             * issue 458); the openai client raises NotFoundError */
+            srv_err_set(e, 404, "invalid_request_error", "model_not_found", NULL,
+                        "The model `%.100s` does not exist or you do not have access to it.",
+                        model->valuestring);
             goto out;
         }
     }
@@ -621,6 +686,21 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
         if (!get_bool(so, "include_usage", &r->include_usage, NULL, e)) goto out;
     }
     if (!get_bool(root, "ignore_eos", &r->ignore_eos, NULL, e)) goto out;
+    /* extensions: speculative decoding per request */
+    const cJSON *spec = field(root, "spec");
+    if (spec) {
+        const char *sv = cJSON_IsString(spec) ? spec->valuestring : NULL;
+        if (sv && !strcmp(sv, "off")) r->spec = ANVIL_SPEC_OFF;
+        else if (sv && !strcmp(sv, "ngram")) r->spec = ANVIL_SPEC_NGRAM;
+        else if (sv && !strcmp(sv, "draft")) r->spec = ANVIL_SPEC_DRAFT;
+        else {
+            bad(e, "spec", "'spec' must be one of 'off', 'ngram', 'draft'");
+            goto out;
+        }
+    }
+    long long spec_k = 0;
+    if (!get_int(root, "spec_k", 1, ANVIL_SPEC_K_MAX, &spec_k, NULL, e)) goto out;
+    r->spec_k = (int32_t)spec_k;
     long long max_tokens = 0;
     bool has_max = false, has_mct = false;
     if (!get_int(root, "max_tokens", 1, 1 << 30, &max_tokens, &has_max, e)) goto out;

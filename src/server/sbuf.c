@@ -75,8 +75,7 @@ void sb_printf(struct sbuf *b, const char *fmt, ...) {
     b->len += (size_t)n;
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 when invalid. */
-static size_t utf8_valid_len(const unsigned char *s, size_t n) {
+size_t srv_utf8_len(const unsigned char *s, size_t n) {
     unsigned c = s[0];
     size_t len;
     unsigned cp;
@@ -114,7 +113,7 @@ void sb_json_str(struct sbuf *b, const char *s, size_t n) {
     while (i < n) {
         unsigned c = u[i];
         if (c >= 0x80) {
-            size_t l = utf8_valid_len(u + i, n - i);
+            size_t l = srv_utf8_len(u + i, n - i);
             if (l == 0) {
                 memcpy(o, "\xEF\xBF\xBD", 3);
                 o += 3;
@@ -154,6 +153,21 @@ void sb_json_num(struct sbuf *b, double v) {
      * large negative number, as OpenAI does with -9999. */
     if (!isfinite(v)) v = -9999.0;
     sb_printf(b, "%.7g", v);
+}
+
+size_t srv_utf8_check(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        if (u[i] < 0x80) { /* the common case: ASCII runs */
+            i++;
+            continue;
+        }
+        size_t l = srv_utf8_len(u + i, n - i);
+        if (l == 0) return i;
+        i += l;
+    }
+    return n;
 }
 
 char *sb_take(struct sbuf *b, size_t *len) {

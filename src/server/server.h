@@ -19,6 +19,7 @@
 #ifndef ANVIL_SERVER_H
 #define ANVIL_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,14 +32,27 @@ struct srv_config {
     int port;             /* 0 = any free port (see srv_port) */
     const char *api_key;  /* NULL or "" = no key required */
     const char *model_id; /* name served in /v1/models and accepted in "model" */
-    int timeout_s;        /* idle connection timeout (slow or stuck clients) */
-    int max_conn;         /* concurrent connections; more are refused */
+    int timeout_s;        /* idle timeout of a connection uploading a body or
+                             being sent a response (no byte either way) */
+    int header_timeout_s; /* a connection's time to deliver a whole request
+                             head, from its open or its previous request's end */
+    int max_conn;         /* connections served at once; the next ones get 503 */
     int32_t n_ctx;        /* the engine's n_ctx: prompt + max_tokens limit */
     size_t max_body;      /* request body limit in bytes (413 above it) */
+    /* No threads and no listening socket: the caller hands connected
+     * sockets to srv_add_conn and drives everything with srv_run (and
+     * steps the engine itself). For the HTTP fuzz harness and tests, so
+     * that one thread runs a whole exchange deterministically. */
+    bool external;
+    bool quiet; /* no libmicrohttpd log lines on stderr */
+    /* Seed of a request that gives none; 0 (the default) draws a fresh
+     * one per request. A fixed seed makes the fuzz harness repeatable. */
+    uint64_t default_seed;
 };
 
-/* Start the HTTP daemon on its own threads. The server borrows the model
- * and the engine (started by the caller): both must outlive srv_free. On
+/* Start the HTTP daemon on its own threads (none with cfg->external).
+ * The server borrows the model and the engine (started by the caller, or
+ * stepped by it with cfg->external): both must outlive srv_free. On
  * failure writes a one-line message to err and leaves *out unchanged. */
 int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_config *cfg,
               struct srv **out, char *err, size_t err_cap);
@@ -58,5 +72,15 @@ void srv_stop(struct srv *s);
 /* Free the server (stops it first if needed). Call after
  * anvil_engine_free. NULL is a no-op. */
 void srv_free(struct srv *s);
+
+/* cfg->external only. Hand a connected stream socket to the server, which
+ * owns it from then on (closes it), failure included. 0 on success. */
+int srv_add_conn(struct srv *s, int fd);
+/* cfg->external only. One non-blocking round: read, parse, answer and
+ * write what the sockets allow, then the sweep (disconnected parked
+ * requests, request-head deadlines). */
+void srv_run(struct srv *s);
+/* Connections open (accepted and not yet closed). */
+int srv_n_conns(struct srv *s);
 
 #endif

@@ -7,18 +7,24 @@
  * Files: sbuf.c (buffer, JSON escaping), request.c (JSON body -> struct
  * srv_req, every field type- and range-checked), response.c (OpenAI JSON
  * and SSE shapes), metrics.c (counters, histograms, text format),
- * http.c (libmicrohttpd glue, routing, per-request event queues).
+ * http.c (libmicrohttpd glue: connections and their limits, routing,
+ * bodies, auth, the small GET routes), generate.c (the two generation
+ * routes: jobs, engine events, parked connections, streaming).
  */
 #ifndef ANVIL_SRV_INT_H
 #define ANVIL_SRV_INT_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include <microhttpd.h>
+
 #include "anvil.h"
+#include "server/server.h"
 
 /* ---------------------------------------------------------------------- */
 /* sbuf: growable byte buffer (malloc; the server is not the library). An
@@ -44,6 +50,12 @@ void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(print
 void sb_json_str(struct sbuf *b, const char *s, size_t n);
 /* Append a float as a JSON number (finite values; -inf/NaN become -9999). */
 void sb_json_num(struct sbuf *b, double v);
+/* Length of the valid UTF-8 sequence at s[0..n) (1 to 4), or 0 when the
+ * bytes there are not one: a stray continuation byte, an overlong form, a
+ * surrogate, a code point above U+10FFFF or a cut sequence (RFC 3629). */
+size_t srv_utf8_len(const unsigned char *s, size_t n);
+/* Offset of the first byte of s[0..n) that is not valid UTF-8, or n. */
+size_t srv_utf8_check(const char *s, size_t n);
 /* Hand the storage to the caller (malloc'd, NUL terminated) and reset b. */
 char *sb_take(struct sbuf *b, size_t *len);
 
@@ -55,6 +67,12 @@ enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION };
 #define SRV_MAX_STOP 16
 #define SRV_MAX_STOP_LEN 256
 #define SRV_MAX_TOP_LOGPROBS 20
+/* Arrays and objects nested deeper than this are a 400. The deepest body
+ * the OpenAI API defines (a message's content parts) nests 4 levels; a
+ * JSON schema in response_format may go deeper, so the bound leaves room
+ * while keeping cJSON's recursive parser (its own limit is 1000) far
+ * from the thread's stack. */
+#define SRV_MAX_JSON_DEPTH 64
 
 /* OpenAI error: {"error": {"message", "type", "param", "code"}}. */
 struct srv_err {
@@ -75,6 +93,7 @@ struct srv_limits {
     int32_t n_vocab;
     int32_t n_ctx;       /* prompt + max_tokens must fit */
     int64_t kv_tokens;   /* total KV capacity in tokens (0 = unknown) */
+    uint64_t default_seed; /* seed of a request that gives none; 0 = a fresh random one */
 };
 
 /* A request after validation: everything the engine submit needs, plus
@@ -87,6 +106,8 @@ struct srv_req {
     int32_t max_tokens;
     struct anvil_sampler_params sampling;
     bool ignore_eos;
+    enum anvil_spec spec;   /* extension "spec": off / ngram / draft; DEFAULT = the server's */
+    int32_t spec_k;         /* extension "spec_k": 1..ANVIL_SPEC_K_MAX; 0 = the server's */
     char *stop[SRV_MAX_STOP]; /* malloc'd strings */
     int32_t n_stop;
     bool logprobs;        /* report the chosen token's logprob */
@@ -95,8 +116,9 @@ struct srv_req {
     bool include_usage; /* stream_options.include_usage */
 };
 
-/* Parse and validate a JSON body. On failure fills err (status 400 and
- * the offending param) and returns false; *out is then empty (safe to
+/* Parse and validate a JSON body. On failure fills err (400 and the
+ * offending param; 404 model_not_found for another model's name; 500 when
+ * out of memory) and returns false; *out is then empty (safe to
  * srv_req_free). Never reads past body[len]. */
 bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
                        size_t len, struct srv_req *out, struct srv_err *err);
@@ -165,6 +187,11 @@ struct srv_metrics {
     _Atomic uint64_t by_code[SRV_N_CODES]; /* indexed by srv_code_index */
     _Atomic uint64_t finished[5];          /* by enum anvil_finish */
     _Atomic int64_t in_flight;             /* generation requests submitted, not done */
+    _Atomic int64_t conns_open;            /* connections accepted, not yet closed */
+    _Atomic uint64_t conns_total;          /* connections accepted */
+    _Atomic uint64_t conns_refused;        /* over max_conn: 503 and closed */
+    _Atomic uint64_t conns_head_timeout;   /* request head not in time: closed */
+    _Atomic uint64_t client_gone;          /* parked requests whose client left */
     struct srv_hist ttft, itl;
 };
 
@@ -173,5 +200,108 @@ void srv_metrics_status(struct srv_metrics *m, int status);
 void srv_hist_observe(struct srv_hist *h, double seconds);
 /* Prometheus text exposition format 0.0.4. */
 void srv_fmt_metrics(struct sbuf *b, struct srv_metrics *m, const struct anvil_engine_stats *st);
+
+/* ---------------------------------------------------------------------- */
+/* the daemon (http.c) and the generation routes (generate.c) */
+
+struct job;   /* one generation request (generate.c) */
+struct sconn; /* one TCP connection (http.c) */
+
+struct srv {
+    struct MHD_Daemon *d;
+    MHD_socket quiesced_fd;
+    struct anvil_model *model;
+    struct anvil_engine *engine;
+    struct srv_config cfg;
+    char *host, *api_key, *model_id; /* owned copies of cfg strings */
+    struct srv_limits lim;
+    struct srv_metrics metrics;
+    int port;
+    long long created;
+    uint32_t salt;
+    _Atomic uint64_t next_seq;
+    atomic_bool draining; /* quiesced: new requests get 503 */
+    atomic_bool stopping; /* srv_stop: nothing parks any more */
+
+    /* generation requests submitted and not yet DONE (generate.c) */
+    pthread_mutex_t mu;
+    struct job *jobs;
+    int n_jobs;
+    /* connections suspended for a parked job, plus resumed ones whose
+     * handler has not run again yet: srv_stop waits for 0 before it stops
+     * MHD, which must not hold a suspended connection then */
+    atomic_int n_suspended;
+
+    /* open connections (http.c), under conn_mu */
+    pthread_mutex_t conn_mu;
+    struct sconn *conns;
+    int n_conns;
+
+    /* the sweep's thread (not with cfg.external) */
+    pthread_t watcher;
+    bool watcher_on;
+    pthread_mutex_t watch_mu;
+    pthread_cond_t watch_cv;
+    bool watch_stop; /* under watch_mu */
+};
+
+/* Per HTTP request (MHD's con_cls): created when its headers are in,
+ * freed when MHD reports the request complete. */
+struct conn {
+    const struct srv_route *rt;
+    char *body; /* POST body so far, NUL terminated */
+    size_t body_len, body_cap;
+    struct job *job; /* generation routes, once submitted */
+    bool responded;  /* a response is queued: ignore the rest */
+    bool too_large;  /* chunked body past max_body: dropping the rest, then 413 */
+    size_t discarded; /* bytes dropped so far */
+};
+
+/* A route handler. GET routes run as soon as the headers are in, POST
+ * routes once the whole body is (k->body, k->body_len). A handler queues
+ * a response (srv_send_*), parks the connection until the engine has
+ * something (generate.c), or returns MHD_NO to close the connection. */
+typedef enum MHD_Result (*srv_handler_fn)(struct srv *s, struct MHD_Connection *c,
+                                          struct conn *k, const char *url);
+
+enum { SRV_GET = 1, SRV_POST = 2 };
+
+struct srv_route {
+    const char *path;   /* exact match, or a prefix when it ends in '/' */
+    unsigned methods;   /* SRV_GET (GET and HEAD) or SRV_POST */
+    bool open;          /* served without the API key */
+    srv_handler_fn fn;
+};
+
+/* Responses (http.c). Each counts its status in the metrics and adds
+ * Connection: close to a 503 and while the server drains. b is
+ * consumed. */
+enum MHD_Result srv_send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
+                              const char *ctype, struct sbuf *b, const char *hdr,
+                              const char *val);
+enum MHD_Result srv_send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e,
+                             const char *hdr, const char *val);
+enum MHD_Result srv_send_errf(struct srv *s, struct MHD_Connection *c, int status,
+                              const char *type, const char *code, const char *hdr,
+                              const char *val, const char *msg);
+
+/* Generation routes (generate.c): POST /v1/completions and
+ * /v1/chat/completions. */
+enum MHD_Result srv_post_completions(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                     const char *url);
+enum MHD_Result srv_post_chat(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                              const char *url);
+/* MHD calls the access handler again for a request whose job parked the
+ * connection and was woken: answer it, or park it again. */
+enum MHD_Result srv_generate_resume(struct srv *s, struct MHD_Connection *c, struct conn *k);
+/* The request of k->job is over for MHD (answered, client gone, timeout,
+ * shutdown): cancel what still runs and drop the connection's reference. */
+void srv_job_closed(struct job *j);
+/* Poll the sockets of parked requests and cancel those whose client has
+ * gone (MHD does not watch a suspended connection). */
+void srv_jobs_sweep(struct srv *s);
+/* srv_stop: resume every parked connection; nothing parks afterwards
+ * (s->stopping is set). */
+void srv_jobs_wake_all(struct srv *s);
 
 #endif

@@ -2,12 +2,18 @@
  * load.c - tok_load: read the tokenizer.* metadata of a GGUF file into a
  * struct tok_spec and build the vocabulary from it (vocab.c).
  *
- * Keys: tokenizer.ggml.model (required; "gpt2"), .tokens and .merges
- * (required string arrays), .token_type (optional int32 array), .pre
- * (optional; missing = "default", as llama.cpp), .bos/.eos/.unknown/
- * .padding/.eot/.eom_token_id, .add_bos_token/.add_eos_token, and
- * tokenizer.chat_template. Strings stay in the mapping only during the
- * call: tok_build copies what it keeps.
+ * Keys: tokenizer.ggml.model (required: "gpt2" byte-level BPE, "llama"
+ * SentencePiece-style, "gemma4" raw BPE), .tokens (required string
+ * array), .merges (required for BPE), .scores (SPM, optional float32 or
+ * int32 array), .token_type (optional int32 array), .pre (optional;
+ * missing = "default", as llama.cpp), .bos/.eos/.unknown/.padding/.eot/
+ * .eom_token_id, .add_bos_token/.add_eos_token, .add_space_prefix,
+ * tokenizer.chat_template, and general.name (llama.cpp gives Phi-3's
+ * special tokens their whitespace stripping by name). Strings stay in the
+ * mapping only during the call: tok_build copies what it keeps.
+ *
+ * A file may be vocabulary-only (no tensors, no architecture keys): this
+ * reads nothing else, so such a file tokenizes (tools/cli cmd_tokenize).
  */
 #include <string.h>
 
@@ -35,10 +41,31 @@ static anvil_status get_str_arr(const struct gguf_file *f, const char *key, bool
     return ANVIL_OK;
 }
 
-static int32_t get_id(const struct gguf_file *f, const char *key) {
+/* A token id key; dflt when missing. A present but unreadable or
+ * negative id counts as missing; tok_build drops out-of-range ones. */
+static int32_t get_id(const struct gguf_file *f, const char *key, int32_t dflt) {
     uint32_t v;
-    if (!gguf_get_u32(f, key, &v) || v > INT32_MAX) return -1;
+    if (!gguf_get_u32(f, key, &v) || v > INT32_MAX) return dflt;
     return (int32_t)v;
+}
+
+/* llama.cpp lower-cases general.name and looks for "phi-3" or "phi3". */
+static bool is_phi3_name(struct gguf_str name) {
+    static const char *const pats[] = {"phi-3", "phi3"};
+    for (size_t k = 0; k < 2; k++) {
+        size_t m = strlen(pats[k]);
+        for (size_t i = 0; i + m <= name.len; i++) {
+            size_t j = 0;
+            while (j < m) {
+                char c = name.ptr[i + j];
+                if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+                if (c != pats[k][j]) break;
+                j++;
+            }
+            if (j == m) return true;
+        }
+    }
+    return false;
 }
 
 anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *err,
@@ -53,18 +80,25 @@ anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *e
     }
     if (gguf_str_eq(model, "gpt2")) {
         s.kind = TOK_KIND_BPE;
+    } else if (gguf_str_eq(model, "gemma4")) {
+        s.kind = TOK_KIND_BPE;
+        s.bpe_raw = true;
+    } else if (gguf_str_eq(model, "llama")) {
+        s.kind = TOK_KIND_SPM;
     } else {
         int n = model.len > 32 ? 32 : (int)model.len;
         errmsg_set(err, err_cap,
-                   "unsupported tokenizer '%.*s' (tokenizer.ggml.model): only byte-level BPE "
-                   "('gpt2') vocabularies are supported",
+                   "unsupported tokenizer '%.*s' (tokenizer.ggml.model): anvil reads byte-level "
+                   "BPE ('gpt2'), SentencePiece-style ('llama') and raw BPE ('gemma4') "
+                   "vocabularies",
                    n, model.ptr);
         return ANVIL_ERR_UNSUPPORTED;
     }
-    const struct gguf_kv *toks, *merges, *types = NULL;
+    const struct gguf_kv *toks, *merges = NULL, *types = NULL, *scores = NULL;
     if ((st = get_str_arr(f, "tokenizer.ggml.tokens", true, &toks, err, err_cap)) != ANVIL_OK)
         return st;
-    if ((st = get_str_arr(f, "tokenizer.ggml.merges", true, &merges, err, err_cap)) != ANVIL_OK)
+    if ((st = get_str_arr(f, "tokenizer.ggml.merges", s.kind == TOK_KIND_BPE, &merges, err,
+                          err_cap)) != ANVIL_OK)
         return st;
     if (toks->n == 0) {
         errmsg_set(err, err_cap, "tokenizer.ggml.tokens is empty");
@@ -79,31 +113,65 @@ anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *e
             return ANVIL_ERR_FORMAT;
         }
     }
+    if (gguf_find(f, "tokenizer.ggml.scores")) {
+        if ((!gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, &scores) &&
+             !gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_VT_INT32, &scores)) ||
+            scores->n < toks->n) {
+            errmsg_set(err, err_cap,
+                       "tokenizer.ggml.scores must be a float32 or int32 array of at least %llu",
+                       (unsigned long long)toks->n);
+            return ANVIL_ERR_FORMAT;
+        }
+    }
     int32_t *tt = NULL;
+    float *sc = NULL;
+    /* the arrays lie in the mapping, maybe unaligned: copy them */
     if (types) {
-        /* the array lies in the mapping, maybe unaligned: copy it */
         tt = anvil_malloc(sizeof(int32_t) * toks->n);
         if (!tt) return ANVIL_ERR_NOMEM;
         memcpy(tt, types->data, sizeof(int32_t) * toks->n);
     }
+    if (scores && s.kind == TOK_KIND_SPM) {
+        sc = anvil_malloc(sizeof(float) * toks->n);
+        if (!sc) {
+            anvil_free(tt);
+            return ANVIL_ERR_NOMEM;
+        }
+        for (uint64_t i = 0; i < toks->n; i++) {
+            if (scores->arr_type == GGUF_VT_FLOAT32) {
+                memcpy(&sc[i], scores->data + 4 * i, 4);
+            } else {
+                int32_t iv;
+                memcpy(&iv, scores->data + 4 * i, 4);
+                sc[i] = (float)iv;
+            }
+        }
+    }
     s.n_tokens = (int32_t)toks->n;
     s.tokens = toks->strs;
     s.types = tt;
-    s.n_merges = (int32_t)merges->n;
-    s.merges = merges->strs;
+    s.scores = sc;
+    s.n_merges = merges ? (int32_t)merges->n : 0;
+    s.merges = merges ? merges->strs : NULL;
     if (!gguf_get_str(f, "tokenizer.ggml.pre", &s.pre)) s.pre = (struct gguf_str){NULL, 0};
-    s.bos = get_id(f, "tokenizer.ggml.bos_token_id");
-    s.eos = get_id(f, "tokenizer.ggml.eos_token_id");
-    s.unk = get_id(f, "tokenizer.ggml.unknown_token_id");
-    s.pad = get_id(f, "tokenizer.ggml.padding_token_id");
-    s.eot = get_id(f, "tokenizer.ggml.eot_token_id");
-    s.eom = get_id(f, "tokenizer.ggml.eom_token_id");
+    /* llama.cpp's defaults for SentencePiece vocabularies: <unk> <s> </s> */
+    bool spm = s.kind == TOK_KIND_SPM;
+    s.bos = get_id(f, "tokenizer.ggml.bos_token_id", spm ? 1 : -1);
+    s.eos = get_id(f, "tokenizer.ggml.eos_token_id", spm ? 2 : -1);
+    s.unk = get_id(f, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+    s.pad = get_id(f, "tokenizer.ggml.padding_token_id", -1);
+    s.eot = get_id(f, "tokenizer.ggml.eot_token_id", -1);
+    s.eom = get_id(f, "tokenizer.ggml.eom_token_id", -1);
     bool b;
     s.add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b) ? b : -1;
     s.add_eos = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b) ? b : -1;
+    s.space_prefix = gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b) ? (b ? 1 : -1) : 0;
+    struct gguf_str name;
+    s.rstrip_specials = gguf_get_str(f, "general.name", &name) && is_phi3_name(name);
     if (!gguf_get_str(f, "tokenizer.chat_template", &s.chat_template))
         s.chat_template = (struct gguf_str){NULL, 0};
     st = tok_build(&s, out, err, err_cap);
     anvil_free(tt);
+    anvil_free(sc);
     return st;
 }

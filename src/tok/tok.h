@@ -1,16 +1,17 @@
 /*
  * tok.h - tokenizer built from GGUF metadata: byte-level BPE
  * (tokenizer.ggml.model = "gpt2") with the pre-tokenizer regexes that
- * tokenizer.ggml.pre names (PCRE2, Unicode properties), special and
- * user-defined tokens matched before BPE, streaming-safe decoding, and the
- * chat template from tokenizer.chat_template.
+ * tokenizer.ggml.pre names (PCRE2, Unicode properties), SentencePiece-style
+ * vocabularies ("llama": merges by score, byte fallback, U+2581 for
+ * spaces), raw-UTF-8 BPE ("gemma4"), special and user-defined tokens cut
+ * out before merging, streaming-safe decoding, and the chat template
+ * family recognised from tokenizer.chat_template.
  *
- * Designed so that a SentencePiece ("llama") vocabulary can be added as a
- * second `enum tok_kind` behind the same calls.
- *
- * The vocabulary is read-only after tok_load and may be shared by threads.
- * Reference behaviour: llama.cpp's llama-vocab.cpp / unicode.cpp (the
- * differential tests compare against llama-cpp-python on the same GGUF).
+ * The vocabulary is read-only after tok_load (tok_chat_set aside, which
+ * must run before the vocabulary is shared) and may be used by any number
+ * of threads. Reference behaviour: llama.cpp's llama-vocab.cpp /
+ * unicode.cpp (the differential tests compare against llama-cpp-python on
+ * the same GGUF).
  */
 #ifndef ANVIL_TOK_H
 #define ANVIL_TOK_H
@@ -54,9 +55,15 @@ bool tok_is_eog(const struct tok_vocab *v, anvil_token t);
  *   NUL included) when cap is too small, in which case *d is unchanged.
  * tok_detok_flush: the held-back tail (at most 3 bytes of an unfinished
  *   character) becomes one U+FFFD; same return convention.
- * tok_chat_apply: bytes written without the NUL; -(needed, NUL included)
- *   when cap is too small; 0 when the vocabulary has no template anvil
- *   recognises (the caller falls back). Allocation-free. */
+ * tok_chat_apply: the conversation rendered as text (BOS left out: it is
+ *   added by tokenizing with add_special); bytes written without the NUL;
+ *   -(needed, NUL included) when cap is too small; INT32_MIN on
+ *   out-of-memory or bad arguments. Allocates per-call scratch.
+ * tok_chat_tokenize: the same conversation tokenized as tok_encode of that
+ *   text with add_special and parse_special would, except that control
+ *   tokens are not recognised inside message content or roles (a message
+ *   that contains "<|im_start|>" gives its text tokens). Same return
+ *   convention as tok_encode. */
 int32_t tok_encode(const struct tok_vocab *v, const char *text, size_t len, anvil_token *out,
                    int32_t cap, bool add_special, bool parse_special);
 int32_t tok_piece(const struct tok_vocab *v, anvil_token t, char *buf, int32_t cap, bool special);
@@ -65,5 +72,22 @@ int32_t tok_detok_push(const struct tok_vocab *v, struct anvil_detok *d, anvil_t
 int32_t tok_detok_flush(struct anvil_detok *d, char *buf, int32_t cap);
 int32_t tok_chat_apply(const struct tok_vocab *v, const struct anvil_chat_msg *msgs,
                        size_t n_msgs, bool add_assistant, char *buf, int32_t cap);
+int32_t tok_chat_tokenize(const struct tok_vocab *v, const struct anvil_chat_msg *msgs,
+                          size_t n_msgs, bool add_assistant, anvil_token *out, int32_t cap);
+/* tok_chat_apply, with the BOS text written where the template has
+ * bos_token when with_bos (the tests compare with Jinja that way). */
+int32_t tok_chat_render_text(const struct tok_vocab *v, const struct anvil_chat_msg *msgs,
+                             size_t n_msgs, bool add_assistant, bool with_bos, char *buf,
+                             int32_t cap);
+
+/* The chat template family in use ("chatml", "llama3", "gemma", ...) and
+ * how it was chosen (enum anvil_chat_source). */
+const char *tok_chat_name(const struct tok_vocab *v);
+int tok_chat_source(const struct tok_vocab *v);
+/* Use family `name` (one of anvil_chat_template_names()); ANVIL_ERR_INVALID
+ * for an unknown name. Not thread-safe: call before sharing v. */
+anvil_status tok_chat_set(struct tok_vocab *v, const char *name);
+/* "chatml, llama3, ..." */
+const char *tok_chat_names(void);
 
 #endif

@@ -1,13 +1,25 @@
 /*
- * tok_int.h - internals shared by the tokenizer files (tokenizer.c, bpe.c,
- * pretok.c, utf8.c, chat.c) and by the tokenizer unit tests.
+ * tok_int.h - internals shared by the tokenizer files and by the
+ * tokenizer unit tests.
  *
- * Data flow of tok_encode for a byte-level BPE ("gpt2") vocabulary:
+ * Floors (each file calls only the floors below it):
  *
- *   raw bytes --partition on special tokens (tokenizer.c)--> fragments
- *   fragment  --llama.cpp-style UTF-8 decode (utf8.c)------> normalized text
- *   text      --pre-tokenizer regexes, PCRE2 (pretok.c)----> words
- *   word      --byte-level BPE merges (bpe.c)--------------> token ids
+ *   strtab.c utf8.c                       string table, maps, scratch, UTF-8
+ *   pretok.c bpe.c spm.c special.c        the algorithms, each on its own data
+ *   chat_tmpl.c                           template recognition (text only)
+ *   vocab.c                               tok_build: derive everything once
+ *   tokenizer.c                           tok_encode, pieces, detokenizer
+ *   chat.c                                render / tokenize a conversation
+ *   load.c                                GGUF metadata -> tok_spec -> tok_build
+ *
+ * Data flow of tok_encode:
+ *
+ *   raw bytes --special-token partition (special.c)---------> fragments
+ *   BPE fragment --llama.cpp-style UTF-8 decode (utf8.c)----> normalized text
+ *     text --pre-tokenizer regexes, PCRE2 (pretok.c)--------> words
+ *     word --BPE merges by rank (bpe.c)---------------------> token ids
+ *   SPM fragment --space prefix, U+2581 for spaces----------> text
+ *     text --merges by token score (spm.c)------------------> token ids
  *
  * Everything in struct tok_vocab is written once by tok_build and then only
  * read, so one vocab serves any number of threads; per-call scratch lives in
@@ -19,6 +31,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "core/hash.h"
 #include "tok/tok.h"
 
 /* ---------------------------------------------------------------------- */
@@ -26,9 +39,8 @@
  * builds by hand. Strings are (ptr, len), not NUL-terminated. */
 
 enum tok_kind {
-    TOK_KIND_BPE = 1, /* tokenizer.ggml.model = "gpt2": byte-level BPE */
-    /* TOK_KIND_SPM: SentencePiece ("llama") goes here, with its own
-     * encode/piece functions behind the same dispatch in tokenizer.c. */
+    TOK_KIND_BPE = 1, /* "gpt2" (GPT-2 byte alphabet) or "gemma4" (raw UTF-8) */
+    TOK_KIND_SPM = 2, /* "llama": SentencePiece-style, merges by token score */
 };
 
 /* GGUF token types (tokenizer.ggml.token_type), llama.cpp's values. */
@@ -41,7 +53,9 @@ enum {
     TOK_TYPE_BYTE = 6,
 };
 
-/* Token attributes (bit set), derived from the types. */
+/* Token attributes (bit set), derived from the types and llama.cpp's
+ * fix-ups. LSTRIP/RSTRIP: the special token eats the ASCII whitespace
+ * before/after it when the text is partitioned. */
 enum {
     TOK_ATTR_NORMAL = 1u << 0,
     TOK_ATTR_UNKNOWN = 1u << 1,
@@ -50,18 +64,28 @@ enum {
     TOK_ATTR_UNUSED = 1u << 4,
     TOK_ATTR_BYTE = 1u << 5,
     TOK_ATTR_UNDEF = 1u << 6,
+    TOK_ATTR_LSTRIP = 1u << 7,
+    TOK_ATTR_RSTRIP = 1u << 8,
 };
+#define TOK_ATTR_SPECIAL (TOK_ATTR_CONTROL | TOK_ATTR_USER | TOK_ATTR_UNKNOWN)
 
 struct tok_spec {
     enum tok_kind kind;
+    bool bpe_raw;             /* BPE over raw UTF-8 with U+2581 for spaces and
+                               * <0xNN> byte fallback ("gemma4"), not GPT-2 bytes */
     struct gguf_str pre;      /* tokenizer.ggml.pre; len 0 = "default" */
     int32_t n_tokens;
     const struct gguf_str *tokens; /* (n_tokens) */
     const int32_t *types;     /* (n_tokens) or NULL = all normal */
+    const float *scores;      /* (n_tokens) or NULL = all 0 (SPM merge priority) */
     int32_t n_merges;
-    const struct gguf_str *merges; /* (n_merges) "left right" */
+    const struct gguf_str *merges; /* (n_merges) "left right" (BPE) */
     int32_t bos, eos, unk, pad, eot, eom; /* -1 = none */
-    int add_bos, add_eos;     /* 0/1, or -1 = the pre-tokenizer's default */
+    int add_bos, add_eos;     /* 0/1, or -1 = the kind's / pre-tokenizer's default */
+    int space_prefix;         /* SPM add_space_prefix: 0 = default (yes), 1 yes, -1 no */
+    bool rstrip_specials;     /* Phi-3 (llama.cpp keys it on general.name): special
+                               * tokens but <unk> <s> <|endoftext|> eat the whitespace
+                               * after them */
     struct gguf_str chat_template; /* len 0 = none */
 };
 
@@ -71,72 +95,50 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
                        size_t err_cap);
 
 /* ---------------------------------------------------------------------- */
-/* string table with a hash index: symbol id <-> text */
+/* the bottom floor (strtab.c): string table, an integer map, growable
+ * buffers */
 
+/* symbol id <-> text; ids are dense from 0, append-only */
 struct tok_strtab {
-    char *blob;        /* all texts back to back */
+    char *blob;             /* all texts back to back */
     size_t blob_len, blob_cap;
-    uint32_t *off;     /* (cap + 1): text i is blob[off[i] .. off[i+1]) */
-    int32_t n, cap;
-    int32_t *slots;    /* open addressing: symbol id, or -1 = empty */
-    uint32_t mask;     /* slots has mask + 1 entries (a power of two) */
+    uint32_t *off;          /* (n + 1): text i is blob[off[i] .. off[i+1]) */
+    size_t off_cap;
+    int32_t n;
+    struct hash_index ix;   /* text -> id */
 };
 
-/* Id of text s, or -1. */
+/* Empty table with room for about n_hint texts of blob_hint bytes. */
+anvil_status strtab_init(struct tok_strtab *t, int32_t n_hint, size_t blob_hint);
+void strtab_free(struct tok_strtab *t);
+/* Id of text s (n bytes), or -1. */
 int32_t strtab_find(const struct tok_strtab *t, const char *s, size_t n);
+/* Id of text s, appending it when new (*added tells which, if not NULL).
+ * ANVIL_ERR_FORMAT when the table would pass 4 GiB or 2^31 texts. */
+anvil_status strtab_intern(struct tok_strtab *t, const char *s, size_t n, int32_t *id,
+                           bool *added);
 
-/* ---------------------------------------------------------------------- */
-/* pre-tokenizer (pretok.c) */
+static inline const char *strtab_text(const struct tok_strtab *t, int32_t id, size_t *len) {
+    *len = t->off[id + 1] - t->off[id];
+    return t->blob + t->off[id];
+}
 
-#define TOK_MAX_RX 4
-
-struct tok_pretok {
-    int n_rx;
-    pcre2_code *rx[TOK_MAX_RX]; /* applied in order, each to the previous pieces */
-    pcre2_general_context *gctx; /* routes PCRE2's allocations to anvil_malloc */
-    bool ignore_merges; /* a whole word found in the vocab is one token (llama3) */
-    bool add_bos;       /* default of add_bos for this pre-tokenizer */
-    const char *name;   /* canonical name (static string) */
+/* u64 -> int32 map, open addressing (merge pairs, special-token trie edges).
+ * UINT64_MAX is not a valid key. */
+struct tok_map64 {
+    uint64_t *key; /* (mask + 1); UINT64_MAX = empty */
+    int32_t *val;  /* (mask + 1) */
+    uint32_t mask, n;
 };
 
-/* Compile the regexes for tokenizer.ggml.pre = `pre` (len 0: "default").
- * ANVIL_ERR_UNSUPPORTED for an unknown name. */
-anvil_status pretok_init(struct tok_pretok *p, struct gguf_str pre, char *err, size_t err_cap);
-void pretok_free(struct tok_pretok *p);
+anvil_status map64_init(struct tok_map64 *m, size_t n_hint);
+void map64_free(struct tok_map64 *m);
+/* Value of key, or -1. */
+int32_t map64_get(const struct tok_map64 *m, uint64_t key);
+/* Set key to val unless key is already there (the first value stays);
+ * grows as needed. */
+anvil_status map64_put_first(struct tok_map64 *m, uint64_t key, int32_t val);
 
-/* A piece of text: byte range [start, start + len). */
-struct tok_span {
-    uint32_t start, len;
-};
-
-struct tok_work;
-
-/* Split valid UTF-8 text (n bytes) into pre-tokenizer words, stored in
- * w->spans[0 .. *n_spans). Offsets are byte offsets into text. */
-anvil_status pretok_split(const struct tok_pretok *p, const char *text, size_t n,
-                          struct tok_work *w, size_t *n_spans);
-
-/* ---------------------------------------------------------------------- */
-/* per-call scratch: grown on demand, freed by tok_work_free */
-
-struct bpe_sym;
-struct bpe_bigram;
-
-struct tok_work {
-    char *norm, *rx;        /* normalized text and its regex twin (same length) */
-    size_t text_cap;
-    struct tok_span *spans, *spans2;
-    size_t span_cap;
-    struct bpe_sym *sym;
-    size_t sym_cap;
-    struct bpe_bigram *heap;
-    size_t heap_cap;
-    char *enc;              /* a word in byte-level encoding (ignore_merges) */
-    size_t enc_cap;
-    pcre2_match_data *md;
-};
-
-void tok_work_free(struct tok_work *w);
 /* Make room for n elements of size sz in *p (capacity *cap, in elements). */
 anvil_status tok_grow(void **p, size_t *cap, size_t n, size_t sz);
 
@@ -151,6 +153,45 @@ static inline void tok_out_push(struct tok_out *o, anvil_token t) {
     o->n++;
 }
 
+/* A piece of text: byte range [start, start + len). */
+struct tok_span {
+    uint32_t start, len;
+};
+
+/* ---------------------------------------------------------------------- */
+/* per-call scratch: grown on demand, freed by tok_work_free */
+
+struct bpe_sym;
+struct bpe_bigram;
+struct spm_sym;
+struct spm_bigram;
+struct special_hit;
+
+struct tok_work {
+    char *norm, *rx;        /* normalized text and its regex twin (same length) */
+    size_t norm_cap, rx_cap;
+    struct tok_span *spans, *spans2;
+    size_t span_cap, span2_cap;
+    struct bpe_sym *sym;
+    size_t sym_cap;
+    struct bpe_bigram *heap;
+    size_t heap_cap;
+    struct spm_sym *ssym;
+    size_t ssym_cap;
+    struct spm_bigram *sheap;
+    size_t sheap_cap;
+    char *enc;              /* a word in byte-level encoding (ignore_merges) */
+    size_t enc_cap;
+    pcre2_match_data *md;
+    /* special-token partition */
+    struct special_hit *hits;
+    size_t hits_cap;
+    int32_t *owner;         /* (text length) per byte: -1 free, -2 stripped, else token */
+    size_t owner_cap;
+};
+
+void tok_work_free(struct tok_work *w); /* tokenizer.c */
+
 /* ---------------------------------------------------------------------- */
 /* UTF-8 and the GPT-2 byte alphabet (utf8.c) */
 
@@ -163,6 +204,11 @@ static inline void tok_out_push(struct tok_out *o, anvil_token t) {
 uint32_t utf8_decode_lenient(const unsigned char *s, size_t n, size_t *i);
 /* Encode a code point (<= 0x10FFFF; surrogates allowed) into b; returns 1-4. */
 int utf8_encode(uint32_t cp, char *b);
+/* Length of the UTF-8 sequence that lead byte c announces, from its high
+ * nibble alone (1 for ASCII and stray continuation bytes, 2 for C0-DF,
+ * 3 for E0-EF, 4 for F0-FF): how llama.cpp cuts text into characters for
+ * SPM and BPE symbols. */
+int utf8_lead_len(unsigned char c);
 
 /* Strict UTF-8 (Unicode 3.9, table 3-7) for the streaming decoder: at
  * s[0 .. n), returns the length of one complete valid character (> 0);
@@ -178,49 +224,190 @@ uint32_t utf8_byte_to_cp(uint8_t b);
 int utf8_cp_to_byte(uint32_t cp);
 
 /* ---------------------------------------------------------------------- */
-/* byte-level BPE (bpe.c) */
+/* pre-tokenizer (pretok.c) */
 
-struct tok_merges {
-    uint64_t *key;   /* (mask + 1): left sym id << 32 | right sym id; UINT64_MAX = empty */
-    int32_t *rank;   /* (mask + 1): merge rank (index in the merges array) */
-    int32_t *res;    /* (mask + 1): symbol id of the merged text */
-    uint32_t mask;
+#define TOK_MAX_RX 6
+
+struct tok_pretok {
+    int n_rx;
+    pcre2_code *rx[TOK_MAX_RX]; /* applied in order, each to the previous pieces */
+    pcre2_general_context *gctx; /* routes PCRE2's allocations to anvil_malloc */
+    bool ignore_merges; /* a whole word found in the vocab is one token (llama3) */
+    bool add_bos;       /* default of add_bos for this pre-tokenizer */
+    const char *name;   /* canonical name (static string) */
 };
 
-static inline uint32_t tok_hash64(uint64_t k) { /* murmur3 finalizer */
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return (uint32_t)k;
-}
+/* Compile the regexes for tokenizer.ggml.pre = `pre` (len 0: "default").
+ * ANVIL_ERR_UNSUPPORTED, naming pre, for an unknown name. */
+anvil_status pretok_init(struct tok_pretok *p, struct gguf_str pre, char *err, size_t err_cap);
+void pretok_free(struct tok_pretok *p);
+/* The tokenizer.ggml.pre names anvil knows, for messages. */
+const char *pretok_names(void);
+
+/* Split valid UTF-8 text (n bytes) into pre-tokenizer words, stored in
+ * w->spans[0 .. *n_spans). Offsets are byte offsets into text. */
+anvil_status pretok_split(const struct tok_pretok *p, const char *text, size_t n,
+                          struct tok_work *w, size_t *n_spans);
+
+/* ---------------------------------------------------------------------- */
+/* BPE (bpe.c): merges by rank on the symbols of one word */
+
+struct tok_bpe {
+    const struct tok_strtab *syms; /* token texts, then merge-only texts */
+    int32_t n_vocab;               /* symbols below this are tokens */
+    struct tok_map64 merges;       /* (left sym << 32 | right sym) -> merge rank */
+    int32_t *merge_res;            /* (n_merges): symbol of the merged text */
+    int32_t n_merges;
+    bool raw;                      /* symbols are UTF-8 characters of the text
+                                    * (gemma4), not GPT-2 byte characters */
+    bool ignore_merges;            /* a word that is a token stays whole */
+    bool newline_words;            /* raw: a word of '\n's that is a token stays whole */
+    int32_t byte_sym[256];         /* !raw: symbol of the character showing byte b */
+    char byte_enc[256][2];         /* !raw: UTF-8 of the character showing byte b */
+    uint8_t byte_enc_len[256];
+    int32_t fallback[256];         /* token for one byte of a non-token symbol's
+                                    * text ("b" or "<0xBB>"), or -1: dropped */
+};
+
+/* Build the merge table from "left right" strings: texts that are not yet
+ * symbols are added to syms. The first of duplicate merges wins. */
+anvil_status bpe_init(struct tok_bpe *b, struct tok_strtab *syms, int32_t n_vocab, bool raw,
+                      const struct gguf_str *merges, int32_t n_merges, char *err, size_t err_cap);
+void bpe_free(struct tok_bpe *b);
 
 /* Rank and result of merging symbols (l, r); false when there is none. */
-bool bpe_merge_find(const struct tok_merges *m, int32_t l, int32_t r, int32_t *rank,
+bool bpe_merge_find(const struct tok_bpe *b, int32_t l, int32_t r, int32_t *rank,
                     int32_t *res);
 
-/* Encode one pre-tokenized word (raw bytes) into tokens. */
-anvil_status bpe_encode_word(const struct tok_vocab *v, const char *word, size_t n,
+/* Encode one pre-tokenized word (n bytes: raw bytes, or UTF-8 for raw
+ * mode) into tokens. */
+anvil_status bpe_encode_word(const struct tok_bpe *b, const char *word, size_t n,
                              struct tok_work *w, struct tok_out *o);
 
 /* ---------------------------------------------------------------------- */
-/* chat templates (chat.c) */
+/* SPM (spm.c): merges by token score over the whole fragment */
+
+struct tok_spm {
+    const struct tok_strtab *syms;
+    int32_t n_vocab;
+    const float *score;     /* (n_vocab) */
+    const uint16_t *attr;   /* (n_vocab) */
+    int32_t byte_tok[256];  /* "<0xBB>", else the one-byte token "b", else -1 */
+    int32_t unk;
+};
+
+/* Encode text (U+2581 already standing for spaces) into tokens: start
+ * from one symbol per character (utf8_lead_len), merge the adjacent pair
+ * whose concatenation is the best-scoring token (ties: leftmost) until no
+ * pair is a token, then emit each symbol's token, or its bytes as byte
+ * tokens. Control tokens never come out of merging. O(n log n). */
+anvil_status spm_encode(const struct tok_spm *s, const char *text, size_t n, struct tok_work *w,
+                        struct tok_out *o);
+
+/* ---------------------------------------------------------------------- */
+/* special tokens (special.c): the partition that cuts control, unknown
+ * and user-defined tokens out of the text before the tokenizer runs */
+
+struct tok_specials {
+    struct tok_map64 edge;   /* trie over the texts: (node << 8 | byte) -> child */
+    int32_t *node_tok;       /* (n_nodes): the special token spelled by the path, or -1 */
+    int32_t n_nodes;
+    uint8_t first[32];       /* bit set of the bytes a special text starts with */
+    int32_t *rank;           /* (n_vocab): priority (0 = first), -1 = not special */
+    int32_t n;               /* special tokens */
+};
+
+/* Index the tokens with attr & TOK_ATTR_SPECIAL: priority is llama.cpp's
+ * order, longest text first (ties: lower id first). */
+anvil_status special_init(struct tok_specials *sp, const struct tok_strtab *syms,
+                          const uint16_t *attr, int32_t n_vocab);
+void special_free(struct tok_specials *sp);
+
+/* One output fragment of the partition. */
+struct tok_frag {
+    int32_t tok;          /* a special token, or -1 for raw text */
+    uint32_t start, len;  /* raw text: bytes [start, start + len) */
+};
+
+/* Partition text[0 .. n) as llama.cpp's tokenizer_st_partition does: for
+ * each special token in priority order, each occurrence in what is still
+ * raw text, left to right, becomes that token (LSTRIP/RSTRIP tokens also
+ * take the ASCII whitespace around them). User-defined tokens always take
+ * part; control and unknown ones when parse_special, and never inside the
+ * protected spans (sorted, disjoint): that is how message content stays
+ * text in a chat prompt. Fragments go to *frags (grown; *n_frags). */
+anvil_status special_partition(const struct tok_specials *sp, const uint16_t *attr,
+                               const struct tok_strtab *syms, const char *text, size_t n,
+                               bool parse_special, const struct tok_span *protect,
+                               size_t n_protect, struct tok_work *w, struct tok_frag **frags,
+                               size_t *frags_cap, size_t *n_frags);
+
+/* ---------------------------------------------------------------------- */
+/* chat templates: recognition (chat_tmpl.c) and rendering (chat.c) */
 
 enum tok_chat_kind {
     TOK_CHAT_NONE = 0,
-    TOK_CHAT_CHATML,  /* <|im_start|>role\ncontent<|im_end|>\n */
-    TOK_CHAT_LLAMA3,  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    TOK_CHAT_CHATML,     /* <|im_start|>role\ncontent<|im_end|>\n */
+    TOK_CHAT_LLAMA3,     /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    TOK_CHAT_GEMMA,      /* <start_of_turn>user\ncontent<end_of_turn>\n, system folded in */
+    TOK_CHAT_MISTRAL_V1, /* [INST] content [/INST]answer</s> (7B v0.1) */
+    TOK_CHAT_MISTRAL_V3, /* [INST]content[/INST]answer</s>, system before the last user
+                          * message (Nemo, "v3-tekken" in llama.cpp) */
+    TOK_CHAT_MISTRAL_V7, /* [SYSTEM_PROMPT]..[/SYSTEM_PROMPT][INST]content[/INST]answer</s> */
+    TOK_CHAT_PHI3,       /* <|user|>\ncontent<|end|>\n<|assistant|>\n */
+    TOK_CHAT_COUNT
+};
+
+/* Variant switches of a family, read from the template text. */
+enum {
+    TOK_CHAT_F_TRIM = 1u << 0,        /* content | trim */
+    TOK_CHAT_F_DATE = 1u << 1,        /* Llama 3.1+: a system turn with the knowledge
+                                       * date and today's date, always */
+    TOK_CHAT_F_QWEN3_THINK = 1u << 2, /* Qwen 3: assistant turns before the last query
+                                       * lose their <think> block, later ones keep it
+                                       * in Qwen 3's layout */
+    TOK_CHAT_F_NO_SYSTEM = 1u << 3,   /* Phi-3: the template drops system messages */
+    TOK_CHAT_F_EOS_END = 1u << 4,     /* Phi-3.5: eos_token after the last turn when
+                                       * no generation prompt is asked */
+    TOK_CHAT_F_BOS = 1u << 5,         /* the template starts with bos_token */
 };
 
 struct tok_chat {
     enum tok_chat_kind kind;
+    unsigned flags;
+    int source;           /* enum anvil_chat_source: how the kind was chosen */
     char *default_system; /* injected when messages[0] is not "system"; or NULL */
+    char *date;           /* Llama 3.1/3.3: the fixed "Today Date"; NULL: today's */
 };
 
-/* Recognise a template's family from its source text. */
+/* Recognise a template's family from its source text (never executed).
+ * kind NONE when nothing matched. */
 anvil_status chat_detect(struct tok_chat *c, struct gguf_str tmpl);
+/* For a vocabulary without a template: the family whose turn markers are
+ * tokens of the vocabulary (<start_of_turn> -> Gemma, ...), with the
+ * current form's flags; kind stays NONE when none matches. */
+void chat_detect_vocab(struct tok_chat *c, const struct tok_strtab *syms, int32_t n_vocab);
+/* The flags of the current form of c->kind (used when the kind comes from
+ * the vocabulary or the user, not from a template text). */
+void chat_defaults(struct tok_chat *c);
 void chat_free(struct tok_chat *c);
+/* Canonical name of a kind ("chatml", "llama3", ...), NULL for NONE. */
+const char *chat_kind_name(enum tok_chat_kind k);
+/* Kind for a name (as chat_kind_name gives, or an alias); NONE if unknown. */
+enum tok_chat_kind chat_kind_from_name(const char *name);
+/* Names for messages: "chatml, llama3, ...". */
+const char *chat_kind_names(void);
+
+/* Render messages (chat.c): the template's own text, and the spans of the
+ * result that came from the caller (message content and roles).
+ * *out is allocated (anvil_malloc), NUL-terminated, *out_len bytes
+ * without the NUL; *spans (allocated, *n_spans) are sorted and disjoint.
+ * with_bos writes the BOS text where the template has bos_token (tests
+ * compare with Jinja that way); without it BOS is left to the tokenizer,
+ * as add_special adds it. */
+anvil_status chat_render(const struct tok_vocab *v, const struct anvil_chat_msg *msgs,
+                         size_t n_msgs, bool add_assistant, bool with_bos, char **out,
+                         size_t *out_len, struct tok_span **spans, size_t *n_spans);
 
 /* ---------------------------------------------------------------------- */
 /* the vocabulary */
@@ -229,22 +416,22 @@ struct tok_vocab {
     enum tok_kind kind;
     int32_t n_vocab;        /* symbols [0, n_vocab) are tokens */
     struct tok_strtab syms; /* token texts, then texts that only occur in merges */
-    uint8_t *attr;          /* (n_vocab) TOK_ATTR_* */
+    uint16_t *attr;         /* (n_vocab) TOK_ATTR_* */
+    float *score;           /* (n_vocab) SPM merge scores; NULL for BPE */
     uint8_t *eog;           /* (n_vocab + 7) / 8 bit set of end-of-generation tokens */
 
-    /* decoded bytes of each token (byte-level decoded for normal tokens,
-     * verbatim for control/user-defined ones) */
+    /* decoded bytes of each token: byte-level decoded (BPE), U+2581 back to
+     * a space (SPM, raw BPE), <0xNN> to its byte, control/user-defined
+     * verbatim */
     char *piece;            /* all pieces back to back */
     uint32_t *piece_off;    /* (n_vocab + 1) */
 
-    struct tok_merges merges;
-    int32_t byte_sym[256];  /* symbol id of the one-char text showing byte b, or -1 */
-    int32_t byte_tok1[256]; /* token whose text is the single byte b, or -1 */
-    char byte_enc[256][2];  /* UTF-8 of the code point showing byte b */
-    uint8_t byte_enc_len[256];
-
-    int32_t *special;       /* control/user-defined/unknown tokens, longest text first */
-    int32_t n_special;
+    struct tok_bpe bpe;     /* BPE */
+    struct tok_spm spm;     /* SPM */
+    bool escape_spaces;     /* spaces become U+2581 before merging (SPM, raw BPE) */
+    bool space_prefix;      /* SPM: a raw fragment after a special token (or at
+                             * the start) gets a leading space */
+    struct tok_specials specials;
 
     anvil_token bos, eos, unk, pad, eot, eom;
     bool add_bos, add_eos;
@@ -254,8 +441,14 @@ struct tok_vocab {
 };
 
 static inline const char *tok_text(const struct tok_vocab *v, int32_t id, size_t *len) {
-    *len = v->syms.off[id + 1] - v->syms.off[id];
-    return v->syms.blob + v->syms.off[id];
+    return strtab_text(&v->syms, id, len);
 }
+
+/* tok_encode with spans of text where control tokens must not be
+ * recognised (chat message content); add_special as tok_encode. Same
+ * return convention. */
+int32_t tok_encode_protected(const struct tok_vocab *v, const char *text, size_t len,
+                             const struct tok_span *protect, size_t n_protect,
+                             anvil_token *out, int32_t cap, bool add_special);
 
 #endif

@@ -1,15 +1,15 @@
 /*
- * tokenizer.c - text to tokens and tokens to bytes, dispatching on the
- * vocabulary kind (only byte-level BPE today).
+ * tokenizer.c - text to tokens and tokens to bytes.
  *
  * tok_encode follows llama.cpp's llama_vocab::impl::tokenize:
- *   1. special tokens are cut out of the raw bytes first
- *      (tokenizer_st_partition): for each special token, longest text
- *      first, every occurrence in every still-raw fragment, left to right,
- *      becomes that token. User-defined tokens always take part; control
- *      and unknown ones only when parse_special is set;
- *   2. each raw fragment is decoded (utf8_decode_lenient: bad bytes become
- *      U+FFFD), split by the pre-tokenizer and BPE-encoded word by word.
+ *   1. special tokens are cut out of the raw bytes first (special.c);
+ *   2. each raw fragment is encoded by the vocabulary's kind:
+ *      BPE: decoded (utf8_decode_lenient: bad bytes become U+FFFD; raw BPE
+ *        also shows spaces as U+2581), split by the pre-tokenizer and
+ *        merged word by word (bpe.c);
+ *      SPM: a space goes in front when the fragment follows a special
+ *        token or starts the text (add_space_prefix), spaces become
+ *        U+2581, and the whole fragment is merged by score (spm.c).
  * With add_special, BOS goes first (and EOS last) when the vocabulary asks
  * for it (tokenizer.ggml.add_bos_token / add_eos_token).
  *
@@ -23,153 +23,144 @@
 #include "tok/tok_int.h"
 
 // ----------------------------------------------------------------------------
-// special-token partition
+// per-call scratch
 
-struct frag {
-    int32_t tok;         /* token id, or -1 for raw text */
-    uint32_t start, len; /* raw text: bytes [start, start + len) of the input */
-};
-
-struct frags {
-    struct frag *a, *b; /* current list and the one being built */
-    size_t n, cap_a, cap_b;
-};
-
-static anvil_status frag_put(struct frags *f, size_t *nb, struct frag x) {
-    anvil_status st = tok_grow((void **)&f->b, &f->cap_b, *nb + 1, sizeof(struct frag));
-    if (st != ANVIL_OK) return st;
-    f->b[(*nb)++] = x;
-    return ANVIL_OK;
-}
-
-/* Cut every occurrence of token id (text s, n bytes) out of the raw
- * fragments of f. */
-static anvil_status split_on(struct frags *f, const char *text, int32_t id, const char *s,
-                             size_t n) {
-    anvil_status st;
-    size_t nb = 0;
-    for (size_t i = 0; i < f->n; i++) {
-        struct frag x = f->a[i];
-        if (x.tok >= 0) {
-            if ((st = frag_put(f, &nb, x)) != ANVIL_OK) return st;
-            continue;
-        }
-        size_t pos = x.start, end = (size_t)x.start + x.len;
-        while (pos < end) {
-            const char *m = end - pos >= n ? memmem(text + pos, end - pos, s, n) : NULL;
-            if (!m) break;
-            size_t at = (size_t)(m - text);
-            if (at > pos &&
-                (st = frag_put(f, &nb, (struct frag){-1, (uint32_t)pos, (uint32_t)(at - pos)})) !=
-                    ANVIL_OK)
-                return st;
-            if ((st = frag_put(f, &nb, (struct frag){id, 0, 0})) != ANVIL_OK) return st;
-            pos = at + n;
-        }
-        if (pos < end &&
-            (st = frag_put(f, &nb, (struct frag){-1, (uint32_t)pos, (uint32_t)(end - pos)})) !=
-                ANVIL_OK)
-            return st;
-    }
-    struct frag *t = f->a;
-    f->a = f->b;
-    f->b = t;
-    size_t c = f->cap_a;
-    f->cap_a = f->cap_b;
-    f->cap_b = c;
-    f->n = nb;
-    return ANVIL_OK;
-}
-
-static anvil_status partition(const struct tok_vocab *v, const char *text, size_t len,
-                              bool parse_special, struct frags *f) {
-    anvil_status st;
-    if ((st = tok_grow((void **)&f->a, &f->cap_a, 1, sizeof(struct frag))) != ANVIL_OK) return st;
-    f->a[0] = (struct frag){-1, 0, (uint32_t)len};
-    f->n = 1;
-    for (int32_t k = 0; k < v->n_special; k++) {
-        int32_t id = v->special[k];
-        if (!parse_special && (v->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
-        size_t n;
-        const char *s = tok_text(v, id, &n);
-        if (n > len || !memmem(text, len, s, n)) continue; /* cheap common case */
-        if ((st = split_on(f, text, id, s, n)) != ANVIL_OK) return st;
-    }
-    return ANVIL_OK;
+void tok_work_free(struct tok_work *w) {
+    anvil_free(w->norm);
+    anvil_free(w->rx);
+    anvil_free(w->spans);
+    anvil_free(w->spans2);
+    anvil_free(w->sym);
+    anvil_free(w->heap);
+    anvil_free(w->ssym);
+    anvil_free(w->sheap);
+    anvil_free(w->enc);
+    anvil_free(w->hits);
+    anvil_free(w->owner);
+    if (w->md) pcre2_match_data_free(w->md);
+    memset(w, 0, sizeof(*w));
 }
 
 // ----------------------------------------------------------------------------
 // encode
 
-/* Tokens of one raw fragment (no special tokens in it). */
-static anvil_status encode_raw(const struct tok_vocab *v, const char *text, size_t n,
+static const char SPACE_MARK[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 */
+
+/* BPE: tokens of one raw fragment (no special tokens in it). */
+static anvil_status encode_bpe(const struct tok_vocab *v, const char *text, size_t n,
                                struct tok_work *w, struct tok_out *o) {
     anvil_status st;
     size_t need;
     if (!size_mul(n, 3, &need)) return ANVIL_ERR_NOMEM;
-    /* a bad byte becomes U+FFFD (3 bytes); nothing else grows */
-    size_t cap1 = w->text_cap, cap2 = w->text_cap;
-    if ((st = tok_grow((void **)&w->norm, &cap1, need, 1)) != ANVIL_OK) return st;
-    if ((st = tok_grow((void **)&w->rx, &cap2, need, 1)) != ANVIL_OK) return st;
-    w->text_cap = cap1 < cap2 ? cap1 : cap2;
+    /* a bad byte becomes U+FFFD and a space U+2581 (3 bytes each); nothing
+     * else grows */
+    if ((st = tok_grow((void **)&w->norm, &w->norm_cap, need, 1)) != ANVIL_OK) return st;
+    if ((st = tok_grow((void **)&w->rx, &w->rx_cap, need, 1)) != ANVIL_OK) return st;
 
     /* norm: the text as llama.cpp re-encodes its code points (these bytes
      * are what BPE sees). rx: the same, with surrogates (which llama.cpp
-     * passes through, and PCRE2 refuses) shown as U+FFFD: both are "other"
-     * characters to every pattern, and both take 3 bytes, so offsets agree. */
+     * passes through, and PCRE2 refuses) shown as U+FFF0, an unassigned
+     * code point: llama.cpp's patterns see a surrogate as a character of
+     * no category, and both take 3 bytes, so offsets agree. */
     size_t m = 0, i = 0;
     while (i < n) {
         uint32_t cp = utf8_decode_lenient((const unsigned char *)text, n, &i);
-        int k = utf8_encode(cp, w->norm + m);
+        int k;
+        if (cp == ' ' && v->escape_spaces) {
+            memcpy(w->norm + m, SPACE_MARK, 3);
+            k = 3;
+        } else {
+            k = utf8_encode(cp, w->norm + m);
+        }
         if (cp >= 0xd800 && cp <= 0xdfff)
-            memcpy(w->rx + m, "\xef\xbf\xbd", 3);
+            memcpy(w->rx + m, "\xef\xbf\xb0", 3);
         else
             memcpy(w->rx + m, w->norm + m, (size_t)k);
         m += (size_t)k;
     }
 
-    switch (v->kind) {
-    case TOK_KIND_BPE: {
-        size_t n_spans;
-        if ((st = pretok_split(&v->pre, w->rx, m, w, &n_spans)) != ANVIL_OK) return st;
-        for (size_t s = 0; s < n_spans; s++) {
-            st = bpe_encode_word(v, w->norm + w->spans[s].start, w->spans[s].len, w, o);
-            if (st != ANVIL_OK) return st;
-        }
-        return ANVIL_OK;
+    size_t n_spans;
+    if ((st = pretok_split(&v->pre, w->rx, m, w, &n_spans)) != ANVIL_OK) return st;
+    for (size_t s = 0; s < n_spans; s++) {
+        st = bpe_encode_word(&v->bpe, w->norm + w->spans[s].start, w->spans[s].len, w, o);
+        if (st != ANVIL_OK) return st;
     }
-    }
-    return ANVIL_ERR_UNSUPPORTED;
+    return ANVIL_OK;
 }
 
-int32_t tok_encode(const struct tok_vocab *v, const char *text, size_t len, anvil_token *out,
-                   int32_t cap, bool add_special, bool parse_special) {
+/* SPM: tokens of one raw fragment; prefix puts a space in front. */
+static anvil_status encode_spm(const struct tok_vocab *v, const char *text, size_t n, bool prefix,
+                               struct tok_work *w, struct tok_out *o) {
+    anvil_status st;
+    size_t need;
+    if (!size_mul(n + 1, 3, &need)) return ANVIL_ERR_NOMEM;
+    if ((st = tok_grow((void **)&w->norm, &w->norm_cap, need, 1)) != ANVIL_OK) return st;
+    size_t m = 0;
+    if (prefix) {
+        memcpy(w->norm, SPACE_MARK, 3);
+        m = 3;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == ' ') {
+            memcpy(w->norm + m, SPACE_MARK, 3);
+            m += 3;
+        } else {
+            w->norm[m++] = text[i];
+        }
+    }
+    return spm_encode(&v->spm, w->norm, m, w, o);
+}
+
+static int32_t encode(const struct tok_vocab *v, const char *text, size_t len,
+                      const struct tok_span *protect, size_t n_protect, anvil_token *out,
+                      int32_t cap, bool add_special, bool parse_special) {
     if (!v || (!text && len) || cap < 0 || (!out && cap > 0)) return INT32_MIN;
     if (len > UINT32_MAX / 4) return INT32_MIN; /* offsets are 32-bit */
     anvil_status st = ANVIL_OK;
     struct tok_out o = {out, cap, 0};
     struct tok_work w;
-    struct frags f;
+    struct tok_frag *frags = NULL;
+    size_t frags_cap = 0, n_frags = 0;
     memset(&w, 0, sizeof(w));
-    memset(&f, 0, sizeof(f));
 
     if (add_special && v->add_bos) tok_out_push(&o, v->bos);
     if (len > 0) {
-        TRY(partition(v, text, len, parse_special, &f));
-        for (size_t i = 0; i < f.n; i++) {
-            if (f.a[i].tok >= 0)
-                tok_out_push(&o, f.a[i].tok);
-            else
-                TRY(encode_raw(v, text + f.a[i].start, f.a[i].len, &w, &o));
+        TRY(special_partition(&v->specials, v->attr, &v->syms, text, len, parse_special, protect,
+                              n_protect, &w, &frags, &frags_cap, &n_frags));
+        /* SPM: the first fragment counts as following a special token */
+        bool prev_special = true;
+        for (size_t i = 0; i < n_frags; i++) {
+            const struct tok_frag *f = &frags[i];
+            if (f->tok >= 0) {
+                tok_out_push(&o, f->tok);
+                prev_special = true;
+            } else if (v->kind == TOK_KIND_SPM) {
+                TRY(encode_spm(v, text + f->start, f->len, v->space_prefix && prev_special, &w,
+                               &o));
+                prev_special = false;
+            } else {
+                TRY(encode_bpe(v, text + f->start, f->len, &w, &o));
+            }
         }
     }
     if (add_special && v->add_eos) tok_out_push(&o, v->eos);
 fail:
     tok_work_free(&w);
-    anvil_free(f.a);
-    anvil_free(f.b);
+    anvil_free(frags);
     if (st != ANVIL_OK || o.n > INT32_MAX) return INT32_MIN;
     return o.n > cap ? (int32_t)-o.n : (int32_t)o.n;
+}
+
+int32_t tok_encode(const struct tok_vocab *v, const char *text, size_t len, anvil_token *out,
+                   int32_t cap, bool add_special, bool parse_special) {
+    return encode(v, text, len, NULL, 0, out, cap, add_special, parse_special);
+}
+
+int32_t tok_encode_protected(const struct tok_vocab *v, const char *text, size_t len,
+                             const struct tok_span *protect, size_t n_protect,
+                             anvil_token *out, int32_t cap, bool add_special) {
+    if (n_protect && !protect) return INT32_MIN;
+    return encode(v, text, len, protect, n_protect, out, cap, add_special, true);
 }
 
 // ----------------------------------------------------------------------------

@@ -83,6 +83,11 @@ int utf8_encode(uint32_t cp, char *b) {
     return 4;
 }
 
+int utf8_lead_len(unsigned char c) {
+    static const uint8_t len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return len[c >> 4];
+}
+
 // ----------------------------------------------------------------------------
 // strict decoder (Unicode 15, section 3.9, table 3-7)
 

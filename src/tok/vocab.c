@@ -4,21 +4,24 @@
  *
  * What it derives, once, at load:
  *   - a string table of token texts with a hash index, extended with texts
- *     that occur only in merges;
- *   - the merge table: (left symbol, right symbol) -> (rank, merged symbol);
- *     the rank is the merge's index, the first of duplicate merges wins
- *     (llama.cpp: bpe_ranks.emplace);
+ *     that occur only in BPE merges;
+ *   - for BPE, the merge table (bpe.c) and the byte tables; for SPM, the
+ *     scores and the byte tokens <0xNN> (spm.c);
  *   - token attributes from tokenizer.ggml.token_type, with llama.cpp's
- *     fix-ups (end-of-turn-looking tokens become control tokens);
- *   - the special-token list for partitioning, longest text first (ties by
- *     id, where llama.cpp's std::sort leaves the order unspecified);
+ *     fix-ups (end-of-turn and fill-in-the-middle looking tokens become
+ *     control tokens, gpt-oss's channel tokens user-defined, Phi-3's
+ *     special tokens strip the whitespace after them);
+ *   - the special-token index for partitioning (special.c);
  *   - the decoded bytes of every token, so tok_piece is a copy;
  *   - the end-of-generation set: EOS, EOT, EOM and tokens with the
- *     end-of-turn texts llama.cpp lists (llama-vocab.cpp, special_eog_ids).
+ *     end-of-turn texts llama.cpp lists (llama-vocab.cpp, special_eog_ids);
+ *   - the chat template family (chat_tmpl.c), from the template text or,
+ *     when the file has none, from the special tokens.
  *
  * Input is untrusted: counts, ids and string lengths are checked; a bad
  * value gives ANVIL_ERR_FORMAT with a one-line reason.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,175 +29,7 @@
 #include "tok/tok_int.h"
 
 // ----------------------------------------------------------------------------
-// scratch helpers
-
-anvil_status tok_grow(void **p, size_t *cap, size_t n, size_t sz) {
-    if (*cap >= n) return ANVIL_OK;
-    size_t nc = *cap * 2 > n ? *cap * 2 : n;
-    size_t bytes;
-    if (!size_mul(nc, sz, &bytes)) return ANVIL_ERR_NOMEM;
-    void *q = anvil_realloc(*p, bytes);
-    if (!q) return ANVIL_ERR_NOMEM;
-    *p = q;
-    *cap = nc;
-    return ANVIL_OK;
-}
-
-void tok_work_free(struct tok_work *w) {
-    anvil_free(w->norm);
-    anvil_free(w->rx);
-    anvil_free(w->spans);
-    anvil_free(w->spans2);
-    anvil_free(w->sym);
-    anvil_free(w->heap);
-    anvil_free(w->enc);
-    if (w->md) pcre2_match_data_free(w->md);
-    memset(w, 0, sizeof(*w));
-}
-
-// ----------------------------------------------------------------------------
-// string table
-
-static uint32_t hash_str(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return (uint32_t)(h ^ (h >> 32));
-}
-
-int32_t strtab_find(const struct tok_strtab *t, const char *s, size_t n) {
-    for (uint32_t h = hash_str(s, n) & t->mask;; h = (h + 1) & t->mask) {
-        int32_t id = t->slots[h];
-        if (id < 0) return -1;
-        size_t len = t->off[id + 1] - t->off[id];
-        if (len == n && memcmp(t->blob + t->off[id], s, n) == 0) return id;
-    }
-}
-
-static anvil_status strtab_init(struct tok_strtab *t, int32_t n_hint, size_t blob_hint) {
-    memset(t, 0, sizeof(*t));
-    uint32_t slots = 16;
-    while (slots < (uint32_t)n_hint * 2u + 2u && slots < (1u << 30)) slots <<= 1;
-    t->slots = anvil_malloc(sizeof(int32_t) * slots);
-    t->off = anvil_malloc(sizeof(uint32_t) * ((size_t)n_hint + 1));
-    t->blob = anvil_malloc(blob_hint ? blob_hint : 1);
-    if (!t->slots || !t->off || !t->blob) return ANVIL_ERR_NOMEM;
-    memset(t->slots, 0xff, sizeof(int32_t) * slots);
-    t->mask = slots - 1;
-    t->cap = n_hint;
-    t->blob_cap = blob_hint ? blob_hint : 1;
-    t->off[0] = 0;
-    return ANVIL_OK;
-}
-
-static void strtab_free(struct tok_strtab *t) {
-    anvil_free(t->blob);
-    anvil_free(t->off);
-    anvil_free(t->slots);
-    memset(t, 0, sizeof(*t));
-}
-
-static anvil_status strtab_rehash(struct tok_strtab *t, uint32_t slots) {
-    int32_t *ns = anvil_malloc(sizeof(int32_t) * slots);
-    if (!ns) return ANVIL_ERR_NOMEM;
-    memset(ns, 0xff, sizeof(int32_t) * slots);
-    for (int32_t id = 0; id < t->n; id++) {
-        uint32_t h = hash_str(t->blob + t->off[id], t->off[id + 1] - t->off[id]) & (slots - 1);
-        while (ns[h] >= 0) h = (h + 1) & (slots - 1);
-        ns[h] = id;
-    }
-    anvil_free(t->slots);
-    t->slots = ns;
-    t->mask = slots - 1;
-    return ANVIL_OK;
-}
-
-/* Append text s as symbol t->n (the caller has checked it is new). */
-static anvil_status strtab_add(struct tok_strtab *t, const char *s, size_t n, int32_t *id) {
-    anvil_status st;
-    if (t->blob_len + n > UINT32_MAX || t->n >= INT32_MAX - 1) return ANVIL_ERR_FORMAT;
-    if ((st = tok_grow((void **)&t->blob, &t->blob_cap, t->blob_len + n, 1)) != ANVIL_OK)
-        return st;
-    if (t->n + 2 > t->cap) {
-        size_t cap = (size_t)t->cap + 1;
-        if ((st = tok_grow((void **)&t->off, &cap, (size_t)t->n + 2, sizeof(uint32_t))) !=
-            ANVIL_OK)
-            return st;
-        t->cap = (int32_t)(cap - 1 > INT32_MAX ? INT32_MAX : cap - 1);
-    }
-    if ((uint64_t)(t->n + 1) * 2 > (uint64_t)t->mask + 1) {
-        if ((st = strtab_rehash(t, (t->mask + 1) * 2)) != ANVIL_OK) return st;
-    }
-    memcpy(t->blob + t->blob_len, s, n);
-    t->blob_len += n;
-    *id = t->n++;
-    t->off[t->n] = (uint32_t)t->blob_len;
-    uint32_t h = hash_str(s, n) & t->mask;
-    while (t->slots[h] >= 0) h = (h + 1) & t->mask;
-    t->slots[h] = *id;
-    return ANVIL_OK;
-}
-
-/* Id of text s, adding it when new. */
-static anvil_status strtab_intern(struct tok_strtab *t, const char *s, size_t n, int32_t *id) {
-    *id = strtab_find(t, s, n);
-    if (*id >= 0) return ANVIL_OK;
-    return strtab_add(t, s, n, id);
-}
-
-// ----------------------------------------------------------------------------
-// merges
-
-static anvil_status merges_build(struct tok_vocab *v, const struct tok_spec *s, char *err,
-                                 size_t err_cap) {
-    anvil_status st = ANVIL_OK;
-    struct tok_merges *m = &v->merges;
-    uint32_t slots = 16;
-    while (slots < (uint32_t)s->n_merges * 2u + 2u && slots < (1u << 30)) slots <<= 1;
-    m->key = anvil_malloc(sizeof(uint64_t) * slots);
-    m->rank = anvil_malloc(sizeof(int32_t) * slots);
-    m->res = anvil_malloc(sizeof(int32_t) * slots);
-    if (!m->key || !m->rank || !m->res) return ANVIL_ERR_NOMEM;
-    memset(m->key, 0xff, sizeof(uint64_t) * slots);
-    m->mask = slots - 1;
-
-    char *cat = NULL;
-    size_t cat_cap = 0;
-    for (int32_t i = 0; i < s->n_merges; i++) {
-        const char *p = s->merges[i].ptr;
-        size_t n = s->merges[i].len;
-        /* llama.cpp splits at the first space after position 0 (a merge is
-         * "left right"); without one the merge can never apply */
-        const char *sp = n > 1 ? memchr(p + 1, ' ', n - 1) : NULL;
-        if (!sp) continue;
-        size_t nl = (size_t)(sp - p), nr = n - nl - 1;
-        if (nr == 0) continue;
-        int32_t l, r, res;
-        if ((st = strtab_intern(&v->syms, p, nl, &l)) != ANVIL_OK) goto done;
-        if ((st = strtab_intern(&v->syms, sp + 1, nr, &r)) != ANVIL_OK) goto done;
-        if ((st = tok_grow((void **)&cat, &cat_cap, nl + nr, 1)) != ANVIL_OK) goto done;
-        memcpy(cat, p, nl);
-        memcpy(cat + nl, sp + 1, nr);
-        if ((st = strtab_intern(&v->syms, cat, nl + nr, &res)) != ANVIL_OK) goto done;
-        uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
-        int32_t rk, rs;
-        if (bpe_merge_find(m, l, r, &rk, &rs)) continue; /* first one wins */
-        uint32_t h = tok_hash64(key) & m->mask;
-        while (m->key[h] != UINT64_MAX) h = (h + 1) & m->mask;
-        m->key[h] = key;
-        m->rank[h] = i;
-        m->res[h] = res;
-    }
-done:
-    anvil_free(cat);
-    if (st == ANVIL_ERR_FORMAT) errmsg_set(err, err_cap, "tokenizer merges too large");
-    return st;
-}
-
-// ----------------------------------------------------------------------------
-// attributes, specials, end of generation
+// attributes, end of generation
 
 /* Texts llama.cpp treats as end of generation (llama-vocab.cpp, the
  * special_eog_ids loop); such tokens are also forced to be control tokens. */
@@ -205,7 +40,25 @@ static const char *const eog_texts[] = {
     "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[",
 };
 
-static uint8_t attr_of_type(int32_t t) {
+/* Fill-in-the-middle texts llama.cpp detects (llama-vocab.cpp, the FIM
+ * loops): forced to control tokens; pad, repo and file separator also end
+ * a generation. llama.cpp skips a group when the file gives its id; we do
+ * not read those ids (no file we know of marks them differently). */
+static const char *const fim_texts[] = {
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
+    "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>",
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>",
+    "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>",
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
+    "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>",
+};
+static const char *const fim_eog_texts[] = {
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+    "<|file_sep|>",
+};
+
+static uint16_t attr_of_type(int32_t t) {
     switch (t) {
     case TOK_TYPE_NORMAL: return TOK_ATTR_NORMAL;
     case TOK_TYPE_UNKNOWN: return TOK_ATTR_UNKNOWN;
@@ -217,35 +70,74 @@ static uint8_t attr_of_type(int32_t t) {
     }
 }
 
+static int32_t find_token(const struct tok_vocab *v, const char *text) {
+    int32_t id = strtab_find(&v->syms, text, strlen(text));
+    return id >= 0 && id < v->n_vocab ? id : -1;
+}
+
 static void eog_set(struct tok_vocab *v, anvil_token t) {
     if (t >= 0 && t < v->n_vocab) v->eog[t / 8] |= (uint8_t)(1u << (t % 8));
 }
 
-static anvil_status specials_build(struct tok_vocab *v) {
-    int32_t n = 0;
-    for (int32_t i = 0; i < v->n_vocab; i++)
-        if (v->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER | TOK_ATTR_UNKNOWN)) n++;
-    v->special = anvil_malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    if (!v->special) return ANVIL_ERR_NOMEM;
-    n = 0;
-    for (int32_t i = 0; i < v->n_vocab; i++)
-        if (v->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER | TOK_ATTR_UNKNOWN)) v->special[n++] = i;
-    /* insertion sort by text length, longest first, stable (ids ascending
-     * among equal lengths); the list is short (tens to a few hundred) */
-    for (int32_t i = 1; i < n; i++) {
-        int32_t id = v->special[i];
-        size_t len = v->syms.off[id + 1] - v->syms.off[id];
-        int32_t j = i - 1;
-        while (j >= 0) {
-            int32_t o = v->special[j];
-            if (v->syms.off[o + 1] - v->syms.off[o] >= len) break;
-            v->special[j + 1] = o;
-            j--;
-        }
-        v->special[j + 1] = id;
+static void eog_clear(struct tok_vocab *v, anvil_token t) {
+    if (t >= 0 && t < v->n_vocab) v->eog[t / 8] &= (uint8_t)~(1u << (t % 8));
+}
+
+/* llama.cpp's fix-ups of attributes and the end-of-generation set, in its
+ * order. */
+static void fixups(struct tok_vocab *v, const struct tok_spec *s) {
+    for (size_t k = 0; k < sizeof(fim_texts) / sizeof(fim_texts[0]); k++) {
+        int32_t id = find_token(v, fim_texts[k]);
+        if (id >= 0) v->attr[id] |= TOK_ATTR_CONTROL;
     }
-    v->n_special = n;
-    return ANVIL_OK;
+    for (size_t k = 0; k < sizeof(fim_eog_texts) / sizeof(fim_eog_texts[0]); k++) {
+        int32_t id = find_token(v, fim_eog_texts[k]);
+        if (id < 0) continue;
+        v->attr[id] |= TOK_ATTR_CONTROL;
+        eog_set(v, id);
+    }
+    for (size_t k = 0; k < sizeof(eog_texts) / sizeof(eog_texts[0]); k++) {
+        int32_t id = find_token(v, eog_texts[k]);
+        if (id < 0) continue;
+        eog_set(v, id);
+        v->attr[id] |= TOK_ATTR_CONTROL;
+    }
+    /* gpt-oss: always rendered */
+    static const char *const force_user[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                             "<|constrain|>"};
+    for (size_t k = 0; k < sizeof(force_user) / sizeof(force_user[0]); k++) {
+        int32_t id = find_token(v, force_user[k]);
+        if (id >= 0) v->attr[id] = TOK_ATTR_USER;
+    }
+    eog_set(v, v->eos);
+    eog_set(v, v->eot);
+    eog_set(v, v->eom);
+    /* gpt-oss, solar-open: <|end|> ends a message, not the generation */
+    int32_t end = find_token(v, "<|end|>");
+    bool has_return = find_token(v, "<|return|>") >= 0, has_flush = find_token(v, "<|flush|>") >= 0;
+    bool has_call = find_token(v, "<|call|>") >= 0 || find_token(v, "<|calls|>") >= 0;
+    if (end >= 0 && has_call && (has_return || has_flush)) {
+        eog_clear(v, end);
+        v->attr[end] = TOK_ATTR_USER;
+    }
+    /* Gemma 4: </s> is an ordinary token there */
+    int32_t slash_s = find_token(v, "</s>");
+    if (slash_s >= 0 && find_token(v, "<|tool_response>") >= 0) {
+        eog_clear(v, slash_s);
+        v->attr[slash_s] = TOK_ATTR_NORMAL;
+    }
+    /* Phi-3: the special tokens strip the whitespace after them, except
+     * these three (llama.cpp keys this on general.name; load.c decides) */
+    if (s->rstrip_specials) {
+        for (int32_t i = 0; i < v->n_vocab; i++)
+            if (v->attr[i] & TOK_ATTR_SPECIAL) v->attr[i] |= TOK_ATTR_RSTRIP;
+        if (slash_s >= 0) v->attr[slash_s] |= TOK_ATTR_RSTRIP;
+        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+        for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++) {
+            int32_t id = find_token(v, keep[k]);
+            if (id >= 0) v->attr[id] &= (uint16_t)~TOK_ATTR_RSTRIP;
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -265,6 +157,67 @@ static anvil_status piece_add(struct piece_buf *b, const void *data, size_t n) {
     return ANVIL_OK;
 }
 
+/* The byte of a "<0xAB>" token text, or -1. */
+static int hex_byte(const char *t, size_t n) {
+    if (n != 6 || memcmp(t, "<0x", 3) != 0 || t[5] != '>') return -1;
+    int v = 0;
+    for (int k = 3; k < 5; k++) {
+        char c = t[k];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F'                                 ? c - 'A' + 10
+                                                                       : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* A normal token's text with every U+2581 turned back into a space. */
+static anvil_status add_unescaped(struct piece_buf *b, const char *t, size_t n) {
+    anvil_status st = ANVIL_OK;
+    size_t i = 0;
+    while (i < n && st == ANVIL_OK) {
+        if (i + 3 <= n && memcmp(t + i, "\xe2\x96\x81", 3) == 0) {
+            st = piece_add(b, " ", 1);
+            i += 3;
+        } else {
+            const char *e = i + 1 < n ? memchr(t + i + 1, 0xe2, n - i - 1) : NULL;
+            size_t run = e ? (size_t)(e - (t + i)) : n - i;
+            st = piece_add(b, t + i, run);
+            i += run;
+        }
+    }
+    return st;
+}
+
+/* A byte-level BPE token's text decoded (llama_decode_text): each code
+ * point back to its byte. */
+static anvil_status add_byte_decoded(struct piece_buf *b, const char *t, size_t n) {
+    anvil_status st = ANVIL_OK;
+    size_t i = 0;
+    while (i < n && st == ANVIL_OK) {
+        uint32_t cp = utf8_decode_lenient((const unsigned char *)t, n, &i);
+        int by = utf8_cp_to_byte(cp);
+        if (by >= 0) {
+            char c = (char)by;
+            st = piece_add(b, &c, 1);
+        } else {
+            /* llama.cpp's marker for a character outside the byte
+             * alphabet (not seen in a well-formed vocab) */
+            char u[4], hex[32];
+            int k = utf8_encode(cp, u), m = 0;
+            m += snprintf(hex + m, sizeof(hex) - (size_t)m, "[UNK_BYTE_0x");
+            for (int j = 0; j < k; j++)
+                m += snprintf(hex + m, sizeof(hex) - (size_t)m, "%02x", (unsigned char)u[j]);
+            if ((st = piece_add(b, hex, (size_t)m)) == ANVIL_OK &&
+                (st = piece_add(b, t, n)) == ANVIL_OK)
+                st = piece_add(b, "]", 1);
+        }
+    }
+    return st;
+}
+
+/* llama.cpp's token_to_piece, once per token. */
 static anvil_status pieces_build(struct tok_vocab *v) {
     anvil_status st = ANVIL_OK;
     struct piece_buf b = {NULL, 0, 0};
@@ -275,41 +228,19 @@ static anvil_status pieces_build(struct tok_vocab *v) {
         v->piece_off[id] = (uint32_t)b.len;
         size_t n;
         const char *t = tok_text(v, id, &n);
-        uint8_t a = v->attr[id];
-        if (a & (TOK_ATTR_CONTROL | TOK_ATTR_USER | TOK_ATTR_UNKNOWN)) {
+        uint16_t a = v->attr[id];
+        if (a & TOK_ATTR_SPECIAL) {
             TRY(piece_add(&b, t, n)); /* verbatim */
         } else if (a & TOK_ATTR_NORMAL) {
-            /* llama_decode_text: each code point of the text back to its byte */
-            size_t i = 0;
-            while (i < n) {
-                uint32_t cp = utf8_decode_lenient((const unsigned char *)t, n, &i);
-                int by = utf8_cp_to_byte(cp);
-                if (by >= 0) {
-                    char c = (char)by;
-                    TRY(piece_add(&b, &c, 1));
-                } else {
-                    /* llama.cpp's marker for a character outside the byte
-                     * alphabet (not seen in a well-formed vocab) */
-                    char u[4], hex[32];
-                    int k = utf8_encode(cp, u), m = 0;
-                    m += snprintf(hex + m, sizeof(hex) - (size_t)m, "[UNK_BYTE_0x");
-                    for (int j = 0; j < k; j++)
-                        m += snprintf(hex + m, sizeof(hex) - (size_t)m, "%02x", (unsigned char)u[j]);
-                    TRY(piece_add(&b, hex, (size_t)m));
-                    TRY(piece_add(&b, t, n));
-                    TRY(piece_add(&b, "]", 1));
-                }
-            }
+            if (v->escape_spaces)
+                TRY(add_unescaped(&b, t, n));
+            else
+                TRY(add_byte_decoded(&b, t, n));
         } else if (a & TOK_ATTR_BYTE) {
-            /* "<0xAB>" */
-            unsigned x;
-            char hx[3] = {0};
-            if (n == 6 && memcmp(t, "<0x", 3) == 0 && t[5] == '>') {
-                memcpy(hx, t + 3, 2);
-                if (sscanf(hx, "%2x", &x) == 1) {
-                    char c = (char)x;
-                    TRY(piece_add(&b, &c, 1));
-                }
+            int by = hex_byte(t, n);
+            if (by >= 0) {
+                char c = (char)by;
+                TRY(piece_add(&b, &c, 1));
             }
         }
         /* unused / undefined tokens decode to nothing */
@@ -329,13 +260,12 @@ void tok_free(struct tok_vocab *v) {
     if (!v) return;
     strtab_free(&v->syms);
     anvil_free(v->attr);
+    anvil_free(v->score);
     anvil_free(v->eog);
     anvil_free(v->piece);
     anvil_free(v->piece_off);
-    anvil_free(v->merges.key);
-    anvil_free(v->merges.rank);
-    anvil_free(v->merges.res);
-    anvil_free(v->special);
+    bpe_free(&v->bpe);
+    special_free(&v->specials);
     pretok_free(&v->pre);
     chat_free(&v->chat);
     anvil_free(v);
@@ -346,10 +276,66 @@ static anvil_token check_id(const struct tok_spec *s, int32_t id) {
     return id >= 0 && id < s->n_tokens ? id : -1;
 }
 
+/* BPE: the merge table, the byte alphabet and the byte fallback tokens. */
+static anvil_status bpe_setup(struct tok_vocab *v, const struct tok_spec *s, char *err,
+                              size_t err_cap) {
+    anvil_status st = bpe_init(&v->bpe, &v->syms, v->n_vocab, s->bpe_raw, s->merges,
+                               s->n_merges, err, err_cap);
+    if (st != ANVIL_OK) return st;
+    struct tok_bpe *b = &v->bpe;
+    b->ignore_merges = v->pre.ignore_merges;
+    b->newline_words = s->bpe_raw;
+    for (int c = 0; c < 256; c++) {
+        int k = utf8_encode(utf8_byte_to_cp((uint8_t)c), b->byte_enc[c]);
+        b->byte_enc_len[c] = (uint8_t)k;
+        b->byte_sym[c] = strtab_find(&v->syms, b->byte_enc[c], (size_t)k);
+        if (s->bpe_raw) {
+            char hx[7];
+            snprintf(hx, sizeof(hx), "<0x%02X>", c);
+            b->fallback[c] = find_token(v, hx);
+        } else {
+            char one = (char)c;
+            int32_t t = strtab_find(&v->syms, &one, 1);
+            b->fallback[c] = t < v->n_vocab ? t : -1;
+        }
+    }
+    return ANVIL_OK;
+}
+
+/* SPM: scores, byte tokens. */
+static anvil_status spm_setup(struct tok_vocab *v, const struct tok_spec *s) {
+    v->score = anvil_malloc(sizeof(float) * (size_t)v->n_vocab);
+    if (!v->score) return ANVIL_ERR_NOMEM;
+    for (int32_t i = 0; i < v->n_vocab; i++) {
+        float f = s->scores ? s->scores[i] : 0.0f;
+        /* a NaN would make the heap order meaningless; rank it lowest */
+        v->score[i] = f == f ? f : -INFINITY;
+    }
+    struct tok_spm *p = &v->spm;
+    p->syms = &v->syms;
+    p->n_vocab = v->n_vocab;
+    p->score = v->score;
+    p->attr = v->attr;
+    p->unk = v->unk;
+    for (int c = 0; c < 256; c++) {
+        /* llama.cpp byte_to_token: "<0xAB>", else the one-byte token */
+        char hx[7];
+        snprintf(hx, sizeof(hx), "<0x%02X>", c);
+        int32_t t = find_token(v, hx);
+        if (t < 0) {
+            char one[2] = {(char)c, 0};
+            int32_t u = strtab_find(&v->syms, one, 1);
+            t = u < v->n_vocab ? u : -1;
+        }
+        p->byte_tok[c] = t;
+    }
+    return ANVIL_OK;
+}
+
 anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *err,
                        size_t err_cap) {
     anvil_status st = ANVIL_OK;
-    if (s->kind != TOK_KIND_BPE) {
+    if (s->kind != TOK_KIND_BPE && s->kind != TOK_KIND_SPM) {
         errmsg_set(err, err_cap, "unsupported tokenizer kind");
         return ANVIL_ERR_UNSUPPORTED;
     }
@@ -387,16 +373,17 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
             n = (size_t)snprintf(empty, sizeof(empty), "[EMPTY_%d]", i);
             t = empty;
         }
-        if (strtab_find(&v->syms, t, n) >= 0) {
+        int32_t id;
+        bool added;
+        TRY(strtab_intern(&v->syms, t, n, &id, &added));
+        if (!added) {
             errmsg_set(err, err_cap, "duplicate token text at id %d", i);
             st = ANVIL_ERR_FORMAT;
             goto fail;
         }
-        int32_t id;
-        TRY(strtab_add(&v->syms, t, n, &id));
     }
 
-    v->attr = anvil_malloc((size_t)s->n_tokens);
+    v->attr = anvil_malloc(sizeof(uint16_t) * (size_t)s->n_tokens);
     v->eog = anvil_calloc(((size_t)s->n_tokens + 7) / 8, 1);
     if (!v->attr || !v->eog) {
         st = ANVIL_ERR_NOMEM;
@@ -405,50 +392,47 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
     for (int32_t i = 0; i < s->n_tokens; i++)
         v->attr[i] = s->types ? attr_of_type(s->types[i]) : TOK_ATTR_NORMAL;
 
-    TRY(pretok_init(&v->pre, s->pre, err, err_cap));
-    TRY(merges_build(v, s, err, err_cap));
-
-    /* byte alphabet */
-    for (int b = 0; b < 256; b++) {
-        int k = utf8_encode(utf8_byte_to_cp((uint8_t)b), v->byte_enc[b]);
-        v->byte_enc_len[b] = (uint8_t)k;
-        v->byte_sym[b] = strtab_find(&v->syms, v->byte_enc[b], (size_t)k);
-        char one = (char)b;
-        int32_t t = strtab_find(&v->syms, &one, 1);
-        v->byte_tok1[b] = t < v->n_vocab ? t : -1;
-    }
-
     v->bos = check_id(s, s->bos);
     v->eos = check_id(s, s->eos);
     v->unk = check_id(s, s->unk);
     v->pad = check_id(s, s->pad);
     v->eot = check_id(s, s->eot);
     v->eom = check_id(s, s->eom);
-    v->add_bos = s->add_bos >= 0 ? s->add_bos != 0 : v->pre.add_bos;
+
+    bool add_bos_default;
+    if (s->kind == TOK_KIND_BPE) {
+        /* the raw (gemma4) pre-tokenizer is implied by the model kind */
+        struct gguf_str pre = s->bpe_raw ? (struct gguf_str){"gemma4", 6} : s->pre;
+        TRY(pretok_init(&v->pre, pre, err, err_cap));
+        TRY(bpe_setup(v, s, err, err_cap));
+        v->escape_spaces = s->bpe_raw;
+        add_bos_default = v->pre.add_bos;
+    } else {
+        TRY(spm_setup(v, s));
+        v->escape_spaces = true;
+        v->space_prefix = s->space_prefix >= 0;
+        add_bos_default = true;
+    }
+    v->add_bos = s->add_bos >= 0 ? s->add_bos != 0 : add_bos_default;
+    /* llama.cpp forces BOS on for Gemma 4 */
+    if (s->kind == TOK_KIND_BPE && s->bpe_raw) v->add_bos = true;
     v->add_eos = s->add_eos > 0;
     if (v->add_bos && v->bos < 0) v->add_bos = false;
     if (v->add_eos && v->eos < 0) v->add_eos = false;
 
-    /* end of generation, and llama.cpp's attribute fix-ups */
-    for (size_t k = 0; k < sizeof(eog_texts) / sizeof(eog_texts[0]); k++) {
-        int32_t id = strtab_find(&v->syms, eog_texts[k], strlen(eog_texts[k]));
-        if (id < 0 || id >= v->n_vocab) continue;
-        eog_set(v, id);
-        v->attr[id] |= TOK_ATTR_CONTROL;
-    }
-    eog_set(v, v->eos);
-    eog_set(v, v->eot);
-    eog_set(v, v->eom);
-    static const char *const force_user[] = {"<|channel|>", "<|message|>", "<|start|>",
-                                             "<|constrain|>"};
-    for (size_t k = 0; k < sizeof(force_user) / sizeof(force_user[0]); k++) {
-        int32_t id = strtab_find(&v->syms, force_user[k], strlen(force_user[k]));
-        if (id >= 0 && id < v->n_vocab) v->attr[id] = TOK_ATTR_USER;
-    }
-
-    TRY(specials_build(v));
+    fixups(v, s);
+    TRY(special_init(&v->specials, &v->syms, v->attr, v->n_vocab));
     TRY(pieces_build(v));
     TRY(chat_detect(&v->chat, s->chat_template));
+    if (v->chat.kind == TOK_CHAT_NONE && s->chat_template.len == 0)
+        chat_detect_vocab(&v->chat, &v->syms, v->n_vocab);
+    if (v->chat.kind == TOK_CHAT_NONE) {
+        /* no template, or one anvil does not recognise: ChatML, and the
+         * caller warns (anvil_chat_template_source) */
+        chat_free(&v->chat);
+        v->chat.kind = TOK_CHAT_CHATML;
+        v->chat.source = ANVIL_CHAT_FALLBACK;
+    }
     *out = v;
     return ANVIL_OK;
 fail:

@@ -180,7 +180,7 @@ static void run_model(struct anvil_model *m, int32_t n_vocab) {
     cp.n_batch = 16;
     cp.n_threads = 1;
     struct anvil_ctx *c = NULL;
-    if (anvil_ctx_init(m, &cp, &c) != ANVIL_OK) return;
+    if (anvil_ctx_init(m, &cp, &c, NULL, 0) != ANVIL_OK) return;
     anvil_token tok[8];
     int32_t pos[8], seq[8];
     int32_t n = anvil_tokenize(m, "Hi there", 8, tok, 8, true, false);

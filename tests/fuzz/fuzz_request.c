@@ -10,9 +10,9 @@
  *     (prompt ids in the vocabulary, prompt + max_tokens within n_ctx, at
  *     most 16 non-empty stop strings of <= 256 bytes, top_logprobs <= 20,
  *     sampler parameters accepted by anvil_sampler_params_check);
- *   - refused: a 400 or 500 with a message, and the OpenAI error body the
- *     server would send is valid JSON (cJSON) and valid UTF-8 with the
- *     four fields;
+ *   - refused: a 400, 404 (another model's name) or 500 with a message,
+ *     and the OpenAI error body the server would send is valid JSON
+ *     (cJSON) and valid UTF-8 with the four fields;
  *   - either way srv_req_free leaves nothing behind (ASan's leak check).
  * The same bytes are also the generated text (and, read as token ids and
  * floats, the logprobs) of every response shape (src/server/response.c):
@@ -71,7 +71,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static bool str_or_null(const cJSON *v) { return v && (cJSON_IsString(v) || cJSON_IsNull(v)); }
 
 static void check_error_body(const struct srv_err *e) {
-    check(e->status == 400 || e->status == 500, "error status 400 or 500");
+    check(e->status == 400 || e->status == 404 || e->status == 500, "error status 400, 404 or 500");
     check(e->message[0] != '\0', "error has a message");
     struct sbuf b;
     sb_init(&b);

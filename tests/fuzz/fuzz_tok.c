@@ -1,10 +1,18 @@
 /*
  * fuzz_tok.c - libFuzzer harness: bytes -> tokenizer, detokenizer and chat
- * template of the default model's vocabulary.
+ * templates.
  *
  * The vocabulary is loaded once from $ANVIL_MODEL, else from
  * models/SmolLM2-135M-Instruct.Q4_1.gguf (relative to the working
- * directory). Per input:
+ * directory). From its tokens the harness also builds, once:
+ *   - the same vocabulary under the other pre-tokenizer families;
+ *   - a SentencePiece-style vocabulary (the tokens' decoded texts with
+ *     U+2581 for spaces, scored by id, plus the 256 byte tokens <0xNN>),
+ *     with and without add_space_prefix;
+ *   - a raw-UTF-8 BPE vocabulary (gemma4-style) from the same tokens and
+ *     merges;
+ *   - one copy per chat template family.
+ * Per input:
  *   - tokenize with and without special-token parsing and BOS; every id is
  *     in the vocabulary, and a too-small cap returns -(needed) with the
  *     same first ids;
@@ -16,16 +24,20 @@
  *     0x04 0x06 0x13 0x14 0x16 0x1d 0xc0 0xc1 0xf1 0xf2 0xf5..0xff, and
  *     llama.cpp drops those bytes when it tokenizes (checked against
  *     llama-cpp-python: "a\x13b" -> "a" "b"), so the expected text is the
- *     input without them;
- *   - the same round trip with the vocabulary rebuilt (tok_build) under the
- *     other pre-tokenizers anvil knows (default, gpt2, llama3, qwen2), one
- *     of them per input, picked by its first byte;
+ *     input without them. The SPM and raw-BPE vocabularies have byte
+ *     fallback, so nothing is dropped there (U+2581 reads back as a
+ *     space, and SPM with the space prefix gives " " + input);
+ *   - the same round trip under one of the other pre-tokenizers, picked by
+ *     the input's first byte;
  *   - the streaming detokenizer's output is valid UTF-8 for any input, and
  *     also for arbitrary token ids read from the input (out-of-range ones
  *     included);
- *   - the chat template with the input (up to its first NUL) as a user
- *     message: the size query and the render agree, the content appears
- *     verbatim, and the result tokenizes with special tokens.
+ *   - the model's chat template and one other family (picked by the second
+ *     byte) with the input (up to its first NUL) as message content: the
+ *     size query and the render agree, the content appears verbatim, and
+ *     tokenizing the conversation (tok_chat_tokenize) gives exactly as
+ *     many control tokens as the same conversation with content "x":
+ *     markers typed in a message stay text.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,9 +56,17 @@ static struct gguf_file *g_file;
 static struct tok_vocab *g_vocab;
 static int32_t g_n_vocab;
 static bool g_byte_ok[256]; /* some token's piece is exactly this byte */
-static const char *const g_pre_names[] = {"default", "gpt2", "llama-bpe", "qwen2"};
+static const char *const g_pre_names[] = {
+    "default", "gpt2",         "llama-bpe",      "qwen2",       "qwen35", "dbrx",   "falcon",
+    "smollm",  "deepseek-llm", "deepseek-coder", "deepseek-v3", "bloom",  "viking", "laguna"};
 enum { N_PRE = sizeof(g_pre_names) / sizeof(g_pre_names[0]) };
 static struct tok_vocab *g_pre_vocab[N_PRE]; /* same tokens, other pre-tokenizers */
+static struct tok_vocab *g_spm[2];           /* SentencePiece: space prefix off, on */
+static struct tok_vocab *g_raw;              /* raw-UTF-8 BPE */
+static const char *const g_families[] = {"chatml",     "llama3",     "gemma", "mistral-v1",
+                                         "mistral-v3", "mistral-v7", "phi3"};
+enum { N_FAM = sizeof(g_families) / sizeof(g_families[0]) };
+static struct tok_vocab *g_fam[N_FAM]; /* the model's vocabulary, one family each */
 
 static void check(bool ok, const char *what) {
     if (!ok) {
@@ -57,8 +77,126 @@ static void check(bool ok, const char *what) {
 
 static void unload(void) {
     for (int i = 0; i < N_PRE; i++) tok_free(g_pre_vocab[i]);
+    for (int i = 0; i < N_FAM; i++) tok_free(g_fam[i]);
+    tok_free(g_spm[0]);
+    tok_free(g_spm[1]);
+    tok_free(g_raw);
     tok_free(g_vocab);
     gguf_close(g_file);
+}
+
+// ----------------------------------------------------------------------------
+// derived vocabularies
+
+/* A string list owned by the harness. */
+struct strs {
+    struct gguf_str *s;
+    int32_t n, cap;
+};
+
+static void strs_add(struct strs *l, const char *p, size_t n) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 1024;
+        l->s = realloc(l->s, sizeof(*l->s) * (size_t)l->cap);
+        check(l->s != NULL, "harness out of memory");
+    }
+    char *c = malloc(n ? n : 1);
+    check(c != NULL, "harness out of memory");
+    memcpy(c, p, n);
+    l->s[l->n++] = (struct gguf_str){c, n};
+}
+
+static void strs_free(struct strs *l) {
+    for (int32_t i = 0; i < l->n; i++) free((void *)l->s[i].ptr);
+    free(l->s);
+}
+
+/* A token's decoded bytes with ' ' shown as U+2581 (out: 4 KiB); -1 when
+ * they are empty or not valid UTF-8 (such a token is left out). */
+static int sp_text(anvil_token t, char *out) {
+    char piece[1024];
+    int32_t k = tok_piece(g_vocab, t, piece, (int32_t)sizeof(piece), false);
+    if (k <= 0 || !valid_utf8((const uint8_t *)piece, (size_t)k)) return -1;
+    int m = 0;
+    for (int32_t i = 0; i < k; i++) {
+        if (piece[i] == ' ') {
+            memcpy(out + m, "\xe2\x96\x81", 3);
+            m += 3;
+        } else {
+            out[m++] = piece[i];
+        }
+    }
+    return m;
+}
+
+/* The SPM and raw-BPE vocabularies, made from the default one. */
+static void build_derived(const struct gguf_kv *merges) {
+    struct strs toks = {0}, mg = {0};
+    float *scores = malloc(sizeof(float) * ((size_t)g_n_vocab + 256));
+    int32_t *types = malloc(sizeof(int32_t) * ((size_t)g_n_vocab + 256));
+    check(scores && types, "harness out of memory");
+    char text[4096];
+    for (int b = 0; b < 256; b++) {
+        char hx[8];
+        snprintf(hx, sizeof(hx), "<0x%02X>", b);
+        scores[toks.n] = 0.0f;
+        types[toks.n] = TOK_TYPE_BYTE;
+        strs_add(&toks, hx, 6);
+    }
+    struct tok_strtab seen; /* decoded texts already taken (two tokens may decode alike) */
+    check(strtab_init(&seen, g_n_vocab, 1 << 20) == ANVIL_OK, "harness table");
+    for (anvil_token t = 0; t < g_n_vocab; t++) {
+        int m = sp_text(t, text);
+        if (m <= 0) continue;
+        int32_t id;
+        bool added;
+        check(strtab_intern(&seen, text, (size_t)m, &id, &added) == ANVIL_OK, "harness table");
+        if (!added) continue;
+        scores[toks.n] = -(float)t;
+        types[toks.n] = TOK_TYPE_NORMAL;
+        strs_add(&toks, text, (size_t)m);
+    }
+    strtab_free(&seen);
+    /* the merges in the raw alphabet: both sides decoded the same way */
+    for (uint64_t i = 0; i < merges->n; i++) {
+        const struct gguf_str *g = &merges->strs[i];
+        const char *sp = g->len > 1 ? memchr(g->ptr + 1, ' ', g->len - 1) : NULL;
+        if (!sp) continue;
+        size_t nl = (size_t)(sp - g->ptr), nr = g->len - nl - 1;
+        int32_t a = strtab_find(&g_vocab->syms, g->ptr, nl);
+        int32_t b = strtab_find(&g_vocab->syms, sp + 1, nr);
+        if (a < 0 || b < 0 || a >= g_n_vocab || b >= g_n_vocab) continue;
+        char l[4096], r[4096], m[8200];
+        int ml = sp_text(a, l), mr = sp_text(b, r);
+        if (ml <= 0 || mr <= 0) continue;
+        memcpy(m, l, (size_t)ml);
+        m[ml] = ' ';
+        memcpy(m + ml + 1, r, (size_t)mr);
+        strs_add(&mg, m, (size_t)ml + 1 + (size_t)mr);
+    }
+    char err[256];
+    for (int k = 0; k < 2; k++) {
+        struct tok_spec sp = {.kind = TOK_KIND_SPM, .n_tokens = toks.n, .tokens = toks.s,
+                              .types = types, .scores = scores, .bos = -1, .eos = -1,
+                              .unk = -1, .pad = -1, .eot = -1, .eom = -1, .add_bos = 0,
+                              .add_eos = 0, .space_prefix = k ? 1 : -1};
+        if (tok_build(&sp, &g_spm[k], err, sizeof(err)) != ANVIL_OK) {
+            fprintf(stderr, "fuzz_tok: SPM vocabulary: %s\n", err);
+            abort();
+        }
+    }
+    struct tok_spec rp = {.kind = TOK_KIND_BPE, .bpe_raw = true, .n_tokens = toks.n,
+                          .tokens = toks.s, .types = types, .n_merges = mg.n, .merges = mg.s,
+                          .bos = -1, .eos = -1, .unk = -1, .pad = -1, .eot = -1, .eom = -1,
+                          .add_bos = 0, .add_eos = 0};
+    if (tok_build(&rp, &g_raw, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "fuzz_tok: raw BPE vocabulary: %s\n", err);
+        abort();
+    }
+    strs_free(&toks);
+    strs_free(&mg);
+    free(scores);
+    free(types);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -108,10 +246,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         if (tok_piece(g_vocab, t, piece, (int32_t)sizeof(piece), false) == 1)
             g_byte_ok[(uint8_t)piece[0]] = true;
     }
+    build_derived(merges);
+    for (int i = 0; i < N_FAM; i++) {
+        if (tok_load(g_file, &g_fam[i], err, sizeof(err)) != ANVIL_OK ||
+            tok_chat_set(g_fam[i], g_families[i]) != ANVIL_OK) {
+            fprintf(stderr, "fuzz_tok: template family %s: %s\n", g_families[i], err);
+            abort();
+        }
+    }
     atexit(unload);
     return 0;
 }
 
+// ----------------------------------------------------------------------------
+// properties
 
 /* Growable byte buffer for the harness (plain malloc: not the library's). */
 struct buf {
@@ -143,7 +291,7 @@ static anvil_token *encode(const struct tok_vocab *v, const char *text, size_t l
     check(ids != NULL, "harness out of memory");
     int32_t got = tok_encode(v, text, len, ids, need, add_special, parse_special);
     check(got == need, "tok_encode returns the size it asked for");
-    for (int32_t i = 0; i < got; i++) check(ids[i] >= 0 && ids[i] < g_n_vocab, "id in vocab");
+    for (int32_t i = 0; i < got; i++) check(ids[i] >= 0 && ids[i] < tok_n_vocab(v), "id in vocab");
     if (got >= 2) {
         int32_t cap = got / 2;
         anvil_token *part = malloc((size_t)cap * sizeof(*part));
@@ -189,17 +337,34 @@ static void detok_stream(const struct tok_vocab *v, const anvil_token *ids, int3
     buf_put(out, tail, (size_t)r);
 }
 
-static void fuzz_roundtrip(const struct tok_vocab *v, const uint8_t *data, size_t size) {
+enum rt_mode {
+    RT_BYTE_LEVEL,  /* GPT-2 alphabet: bytes no token spells are dropped */
+    RT_SPACE_MARK,  /* U+2581 for spaces and byte fallback (SPM, raw BPE) */
+    RT_SPACE_PREFIX /* the same, and a space in front (SPM add_space_prefix) */
+};
+
+static void fuzz_roundtrip(const struct tok_vocab *v, const uint8_t *data, size_t size,
+                           enum rt_mode mode) {
     const char *text = (const char *)data;
     bool utf8 = valid_utf8(data, size);
     int32_t n;
     anvil_token *ids = encode(v, text, size, false, false, &n);
 
-    /* the input without the bytes the vocabulary cannot spell */
+    /* what the pieces must spell: the input without the bytes the
+     * vocabulary cannot spell; with the space marker every U+2581 of the
+     * input reads back as a space (the marker is lossy, as in
+     * SentencePiece), and the space prefix adds one in front */
     struct buf want = {0};
     buf_put(&want, "", 0);
-    for (size_t i = 0; i < size; i++)
-        if (g_byte_ok[data[i]]) buf_put(&want, text + i, 1);
+    if (mode == RT_SPACE_PREFIX && size > 0) buf_put(&want, " ", 1);
+    for (size_t i = 0; i < size; i++) {
+        if (mode != RT_BYTE_LEVEL && i + 3 <= size && !memcmp(text + i, "\xe2\x96\x81", 3)) {
+            buf_put(&want, " ", 1);
+            i += 2;
+        } else if (mode != RT_BYTE_LEVEL || g_byte_ok[data[i]]) {
+            buf_put(&want, text + i, 1);
+        }
+    }
     check(want.len == 0 || n > 0, "non-empty text gives tokens");
 
     struct buf pieces = {0}, stream = {0};
@@ -264,48 +429,91 @@ static void fuzz_ids(const uint8_t *data, size_t size) {
     free(ids);
 }
 
+/* Control tokens among ids. */
+static int32_t n_control(const struct tok_vocab *v, const anvil_token *ids, int32_t n) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < n; i++) k += (v->attr[ids[i]] & TOK_ATTR_CONTROL) != 0;
+    return k;
+}
+
+/* tok_chat_tokenize with the size query first. Returns malloc'd ids. */
+static anvil_token *chat_ids(const struct tok_vocab *v, const struct anvil_chat_msg *m, size_t nm,
+                             bool add, int32_t *n) {
+    int32_t need = tok_chat_tokenize(v, m, nm, add, NULL, 0);
+    check(need != INT32_MIN, "chat tokenize size query");
+    need = need < 0 ? -need : need;
+    anvil_token *ids = malloc(((size_t)need + 1) * sizeof(*ids));
+    check(ids != NULL, "harness out of memory");
+    int32_t got = tok_chat_tokenize(v, m, nm, add, ids, need);
+    check(got == need, "chat tokenize fills the size it asked for");
+    for (int32_t i = 0; i < got; i++) check(ids[i] >= 0 && ids[i] < tok_n_vocab(v), "chat id");
+    *n = got;
+    return ids;
+}
+
+static void fuzz_chat_with(const struct tok_vocab *v, const char *content) {
+    /* Llama 3 and Gemma trim the content (Python's str.strip): what must
+     * appear is its core, between the first and the last printable ASCII
+     * byte */
+    size_t clen = strlen(content), ca = 0, ce = clen;
+    while (ca < ce && !(content[ca] > 0x20 && content[ca] < 0x7f)) ca++;
+    while (ce > ca && !(content[ce - 1] > 0x20 && content[ce - 1] < 0x7f)) ce--;
+    struct anvil_chat_msg msgs[4] = {
+        {"system", "You are a test."},
+        {"user", content},
+        {"assistant", content},
+        {"user", "x"},
+    };
+    struct anvil_chat_msg plain[4] = {
+        {"system", "You are a test."}, {"user", "x"}, {"assistant", "x"}, {"user", "x"}};
+    /* with and without a leading system message, with and without the
+     * assistant header */
+    for (int variant = 0; variant < 2; variant++) {
+        const struct anvil_chat_msg *m = variant ? msgs : msgs + 1;
+        const struct anvil_chat_msg *pm = variant ? plain : plain + 1;
+        size_t nm = variant ? 4 : 1;
+        bool add = variant == 0;
+        int32_t need = tok_chat_apply(v, m, nm, add, NULL, 0);
+        check(need < 0 && need != INT32_MIN, "chat size query reports the needed size");
+        need = -need;
+        char *out = malloc((size_t)need);
+        check(out != NULL, "harness out of memory");
+        int32_t got = tok_chat_apply(v, m, nm, add, out, need);
+        check(got == need - 1 && out[got] == '\0', "chat render fills the size it asked for");
+        check(memmem(out, (size_t)got, content + ca, ce - ca) != NULL || ce == ca,
+              "content appears in the render");
+        int32_t r = tok_chat_apply(v, m, nm, add, out, need - 1);
+        check(r == -need, "chat render one byte short");
+        /* typed markers stay text: as many control tokens as with "x" */
+        int32_t n, np;
+        anvil_token *ids = chat_ids(v, m, nm, add, &n);
+        anvil_token *pids = chat_ids(v, pm, nm, add, &np);
+        check(n_control(v, ids, n) == n_control(v, pids, np),
+              "message content adds no control token");
+        free(ids);
+        free(pids);
+        free(out);
+    }
+}
+
 static void fuzz_chat(const uint8_t *data, size_t size) {
     char *content = malloc(size + 1);
     check(content != NULL, "harness out of memory");
     memcpy(content, data, size);
     content[size] = '\0';
-    size_t clen = strlen(content);
-    struct anvil_chat_msg msgs[3] = {
-        {"system", "You are a test."},
-        {"user", content},
-        {"assistant", content},
-    };
-    /* with and without a leading system message, with and without the
-     * assistant header */
-    for (int variant = 0; variant < 2; variant++) {
-        const struct anvil_chat_msg *m = variant ? msgs : msgs + 1;
-        size_t nm = variant ? 3 : 1;
-        int32_t need = tok_chat_apply(g_vocab, m, nm, variant == 0, NULL, 0);
-        if (need == 0) break; /* a vocabulary without a template anvil knows */
-        check(need < 0, "chat size query reports the needed size");
-        need = -need;
-        char *out = malloc((size_t)need);
-        check(out != NULL, "harness out of memory");
-        int32_t got = tok_chat_apply(g_vocab, m, nm, variant == 0, out, need);
-        check(got == need - 1 && out[got] == '\0', "chat render fills the size it asked for");
-        check(memmem(out, (size_t)got, content, clen) != NULL || clen == 0,
-              "content appears in the render");
-        int32_t r = tok_chat_apply(g_vocab, m, nm, variant == 0, out, need - 1);
-        check(r == -need, "chat render one byte short");
-        int32_t n;
-        anvil_token *ids = encode(g_vocab, out, (size_t)got, true, true, &n);
-        check(n > 0, "chat render tokenizes");
-        free(ids);
-        free(out);
-    }
+    fuzz_chat_with(g_vocab, content);
+    fuzz_chat_with(g_fam[size > 1 ? data[1] % N_FAM : 0], content);
     free(content);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 1 << 16) return 0; /* long inputs add time, not coverage */
     int64_t live0 = anvil_alloc_live();
-    fuzz_roundtrip(g_vocab, data, size);
-    if (size > 0) fuzz_roundtrip(g_pre_vocab[data[0] % N_PRE], data, size);
+    fuzz_roundtrip(g_vocab, data, size, RT_BYTE_LEVEL);
+    if (size > 0) fuzz_roundtrip(g_pre_vocab[data[0] % N_PRE], data, size, RT_BYTE_LEVEL);
+    fuzz_roundtrip(g_spm[0], data, size, RT_SPACE_MARK);
+    fuzz_roundtrip(g_spm[1], data, size, RT_SPACE_PREFIX);
+    fuzz_roundtrip(g_raw, data, size, RT_SPACE_MARK);
     fuzz_ids(data, size);
     fuzz_chat(data, size);
     check(anvil_alloc_live() == live0, "tokenizer calls free their scratch");

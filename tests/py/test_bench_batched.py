@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run
+from conftest import assert_chart, run
 
 FIELDS = {"bench": str, "engine": str, "label": str, "model": str, "quant": str,
           "kernels": str, "threads": int, "kv_type": str, "n_batch": int, "commit": str,
@@ -135,8 +135,7 @@ def test_png_with_compare(anvil_bin, model_path, tmp_path):
     png = tmp_path / "b.png"
     batched(anvil_bin, model_path, "--npl", "1,2", "--npp", "4", "--ntg", "2", "--json",
             "--png", str(png), "--compare", str(cmp))
-    data = png.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+    assert_chart(png)
 
 
 BAD = [

@@ -104,4 +104,4 @@ def test_request_larger_than_pool_is_refused(model_path):
     p = run([build_path("release", TOOL), model_path, "--kv-mem", str(8 * block)],
             input="".join(lines), text=True)
     assert p.returncode == 0
-    assert "exceeds the whole KV cache" in p.stderr
+    assert "exceeds what the whole KV cache holds" in p.stderr

@@ -19,6 +19,8 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import assert_chart
+
 
 def read_kernel_records(buf):
     """Parse kernels_golden.bin (format in tests/gen/gen_kernels.py)."""
@@ -107,7 +109,7 @@ def test_bench_kernels_json(anvil_bin, tmp_path, threads):
         assert r["us"] > 0 and r["gflops"] > 0
         # GFLOP/s is 2*m*n*rows per call (printed with 3 decimals)
         assert abs(r["gflops"] - 2 * r["m"] * r["n"] * r["rows"] / r["us"] / 1e3) < 1e-2 * r["gflops"] + 2e-3
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_chart(png)
 
 
 def test_bench_kernels_bad_options(anvil_bin):

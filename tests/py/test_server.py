@@ -6,30 +6,35 @@ port; the server prints it on its ready line). Covered: both endpoints,
 streaming and not; greedy outputs of 32+ concurrent requests equal the
 same requests run one by one; greedy output equal to llama-cpp-python's;
 a disconnect mid-stream gives the KV blocks back (seen in /metrics);
-every error case of issue 5 with the OpenAI error shape; a bounded load
-test; SIGTERM with requests in flight; the ASan build through requests
-and a SIGTERM with no sanitizer report.
+every request error with the OpenAI error shape (field types and ranges,
+bodies that are not UTF-8 or nest too deep, an unknown model's 404); body
+and header limits; a bounded load test; SIGTERM with requests in flight;
+the ASan build through requests and a SIGTERM with no sanitizer report.
+Connection limits and timeouts: test_server_conns.py; the OpenAPI
+document: test_server_openapi.py.
 
 ANVIL_SERVE_BIN overrides the binary (default bin/anvil).
 """
+import codecs
 import concurrent.futures as cf
-import http.client
 import json
 import os
 import re
 import signal
 import socket
 import subprocess
-import tempfile
-import threading
 import time
 
+import openai
 import pytest
 
-openai = pytest.importorskip("openai")
+from anvil_server import (ROOT, SANITIZER_REPORTS, Server, asan_bin, asan_env, check_error,
+                          serve_bin, sse_events)
 
-ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+# One U+FFFD per byte that does not belong to a valid UTF-8 sequence: the
+# rule of the server's JSON strings (src/server/sbuf.c). Python's "replace"
+# handler gives one U+FFFD per maximal invalid subpart instead.
+codecs.register_error("anvil_per_byte", lambda e: ("\ufffd", e.start + 1))
 
 
 def run(cmd, **kw):
@@ -48,86 +53,6 @@ def model_path():
 
 CTX = 512
 PROMPTS = [f"Fact {i}:" for i in range(32)]  # short: the machine is small and shared
-
-
-# ---------------------------------------------------------------------------
-# a server subprocess
-
-
-class Server:
-    def __init__(self, binary, model, *extra, env=None):
-        self.err = tempfile.TemporaryFile()
-        # one engine thread: on this small shared machine a spinning pool of
-        # two is slower, and the tests check behaviour, not speed
-        cmd = [binary, "serve", "-m", model, "--port", "0", "-t", "1", *extra]
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, env=env)
-        line = [None]
-
-        def read():
-            line[0] = self.p.stdout.readline().decode()
-
-        t = threading.Thread(target=read, daemon=True)
-        t.start()
-        t.join(120)
-        m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)$", (line[0] or "").strip())
-        if not m:
-            self.p.kill()
-            self.p.wait()
-            pytest.fail(f"server did not start: {line[0]!r}\n{self.stderr()}")
-        self.port = int(m.group(1))
-
-    def stderr(self):
-        self.err.seek(0)
-        return self.err.read().decode(errors="replace")
-
-    def conn(self, timeout=600):
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def request(self, method, path, body=None, headers=None, timeout=600):
-        c = self.conn(timeout)
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body)
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, dict(r.getheaders()), data
-
-    def post(self, path, body, **kw):
-        st, h, data = self.request("POST", path, body, **kw)
-        return st, h, data
-
-    def client(self, api_key="none"):
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=api_key,
-                             max_retries=0, timeout=600)
-
-    def metrics(self, headers=None):
-        st, _, data = self.request("GET", "/metrics", headers=headers)
-        assert st == 200
-        out = {}
-        for line in data.decode().splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.rsplit(" ", 1)
-                out[k] = float(v)
-        return out
-
-    def stop(self, sig=signal.SIGTERM, timeout=60):
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-                pytest.fail("server did not stop on signal\n" + self.stderr())
-        self.p.stdout.close()
-        return self.p.returncode
-
-
-def serve_bin():
-    return os.environ.get("ANVIL_SERVE_BIN") or os.path.join(ROOT, "bin", "anvil")
 
 
 @pytest.fixture(scope="module")
@@ -151,21 +76,6 @@ def chat_body(model_id, prompt, **kw):
          "temperature": 0, "max_tokens": 12}
     b.update(kw)
     return b
-
-
-def sse_events(data):
-    """Parse an SSE body into the JSON payloads; checks the [DONE] end."""
-    assert data.endswith(b"data: [DONE]\n\n"), data[-200:]
-    out = []
-    for block in data.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        assert block.startswith("data: "), block
-        payload = block[6:]
-        if payload == "[DONE]":
-            break
-        out.append(json.loads(payload))
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -253,7 +163,7 @@ def test_prompt_token_ids_match_text(srv, model_id):
 
 
 def test_greedy_matches_llama_cpp(srv, model_id, model_path):
-    llama_cpp = pytest.importorskip("llama_cpp")
+    import llama_cpp  # a missing dependency fails the test (make test installs it)
     llama_ref = llama_cpp.Llama(model_path=model_path, n_ctx=256, n_threads=2, seed=0,
                                 verbose=False)
     prompt = "The quick brown fox"
@@ -285,13 +195,39 @@ def test_stop_and_logprobs(srv, model_id):
         assert t.logprob <= 1e-6 and len(t.top_logprobs) == 3
         # greedy: the chosen token is the most likely one
         assert abs(t.top_logprobs[0].logprob - t.logprob) < 1e-4
-        assert bytes(t.bytes).decode(errors="replace") == t.token or t.bytes
+        # `bytes` are the token's raw bytes, `token` the same bytes as a JSON
+        # string, where each byte that is not part of a valid UTF-8
+        # sequence becomes one U+FFFD (a byte-level token can hold half a
+        # character)
+        assert len(t.bytes) > 0 and all(0 <= b < 256 for b in t.bytes)
+        assert t.token == bytes(t.bytes).decode("utf-8", errors="anvil_per_byte")
+        for a in t.top_logprobs:
+            assert len(a.bytes) > 0
+            assert a.token == bytes(a.bytes).decode("utf-8", errors="anvil_per_byte")
+    if r.choices[0].finish_reason == "length":
+        # no stop string or end token cut the text: the content is the
+        # generated tokens' bytes, one after the other
+        assert b"".join(bytes(t.bytes) for t in lp).decode("utf-8", "anvil_per_byte") == \
+            r.choices[0].message.content
     r = c.completions.create(model=model_id, prompt="Hi", max_tokens=4, temperature=0,
                              logprobs=2)
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4 or \
         r.choices[0].finish_reason == "stop"
     assert all(len(d) <= 2 for d in lp.top_logprobs)
+
+
+def test_per_byte_replacement_rule():
+    """The decoder the logprobs check uses: one U+FFFD per invalid byte."""
+    assert b"a\xe2\x82".decode("utf-8", "anvil_per_byte") == "a\ufffd\ufffd"
+    assert b"\xe2\x82\xac\xff".decode("utf-8", "anvil_per_byte") == "\u20ac\ufffd"
+    assert b"\xed\xa0\x80A".decode("utf-8", "anvil_per_byte") == "\ufffd" * 3 + "A"
+
+
+def test_seed_bounds_accepted(srv):
+    for seed in (2 ** 53 - 1, -(2 ** 53 - 1), 0):
+        st, _, data = srv.post("/v1/completions", {"prompt": [300], "max_tokens": 1, "seed": seed})
+        assert st == 200, (seed, data)
 
 
 def test_seeded_sampling_repeats(srv, model_id):
@@ -422,19 +358,6 @@ def test_disconnect_non_streaming_frees_blocks(srv, model_id):
 # errors: status and the OpenAI error shape
 
 
-def check_error(status, data, want_status, param=None, code=None):
-    assert status == want_status, data
-    d = json.loads(data)
-    assert set(d) == {"error"} and set(d["error"]) == {"message", "type", "param", "code"}, d
-    assert isinstance(d["error"]["message"], str) and d["error"]["message"]
-    assert isinstance(d["error"]["type"], str)
-    if param is not None:
-        assert d["error"]["param"] == param, d
-    if code is not None:
-        assert d["error"]["code"] == code, d
-    return d["error"]
-
-
 BAD_CHAT = [
     ({"temperature": -0.5}, "temperature"),
     ({"temperature": "0.5"}, "temperature"),
@@ -453,6 +376,11 @@ BAD_CHAT = [
     ({"frequency_penalty": -2.5}, "frequency_penalty"),
     ({"seed": "x"}, "seed"),
     ({"seed": 0.5}, "seed"),
+    # 2^53 + 1 reads as 2^53 in a double: the bound is 2^53 - 1 so that it
+    # cannot pass (found by schemathesis, bench/schemathesis_run.py)
+    ({"seed": 2 ** 53 + 1}, "seed"),
+    ({"seed": 2 ** 53}, "seed"),
+    ({"seed": -(2 ** 53)}, "seed"),
     ({"stop": 5}, "stop"),
     ({"stop": [""]}, "stop"),
     ({"stop": ["a"] * 17}, "stop"),
@@ -464,7 +392,6 @@ BAD_CHAT = [
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"model": "gpt-4"}, "model"),
     ({"model": 3}, "model"),
     ({"bogus_field": 1}, "bogus_field"),
     ({"tools": [{"type": "function"}]}, "tools"),
@@ -486,8 +413,6 @@ def test_bad_chat_fields(srv, model_id, patch, param):
     body.update(patch)
     st, _, data = srv.post("/v1/chat/completions", body)
     e = check_error(st, data, 400, param=param)
-    if param == "model" and patch["model"] == "gpt-4":
-        assert e["code"] == "model_not_found"
     if param == "max_tokens" and patch["max_tokens"] == CTX:
         assert e["code"] == "context_length_exceeded"
 
@@ -527,19 +452,112 @@ def test_malformed_json(srv, raw):
     check_error(st, data, 400)
 
 
+# Bytes that are not UTF-8 inside a JSON string: the body is not JSON text
+# (RFC 8259 section 8.1), whatever cJSON would make of it.
+NOT_UTF8 = [
+    b"\xff\xfe",            # never valid in UTF-8
+    b"\xc0\xaf",            # overlong "/"
+    b"\xed\xa0\x80",        # a surrogate (U+D800)
+    b"\xf4\x90\x80\x80",    # above U+10FFFF
+    b"\xe2\x82",            # a cut sequence (then the closing quote)
+    b"\x80",                # a lone continuation byte
+]
+
+
+@pytest.mark.parametrize("bad", NOT_UTF8, ids=[b.hex() for b in NOT_UTF8])
+def test_body_not_utf8_is_400(srv, bad):
+    body = b'{"prompt": "Hello ' + bad + b'", "max_tokens": 2}'
+    st, _, data = srv.post("/v1/completions", body)
+    e = check_error(st, data, 400)
+    assert "UTF-8" in e["message"] and f"offset {body.index(bad)}" in e["message"], e
+    body = b'{"messages": [{"role": "user", "content": "' + bad + b'"}], "max_tokens": 2}'
+    st, _, data = srv.post("/v1/chat/completions", body)
+    assert "UTF-8" in check_error(st, data, 400)["message"]
+
+
+def test_body_utf8_accepted(srv):
+    """The same checks pass every valid sequence length, raw and escaped."""
+    text = "caf\u00e9 \u20ac \U0001f600 \ud55c"
+    for body in (json.dumps({"prompt": text, "max_tokens": 1}, ensure_ascii=False).encode(),
+                 json.dumps({"prompt": text, "max_tokens": 1}).encode()):
+        st, _, data = srv.post("/v1/completions", body)
+        assert st == 200, data
+    n = json.loads(srv.post("/v1/completions", {"prompt": text, "max_tokens": 1})[2])
+    assert n["usage"]["prompt_tokens"] > 5
+
+
+def nested(depth):
+    """A chat body whose deepest array sits `depth` levels down (the
+    body object is level 1); `metadata` takes any value."""
+    return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            "metadata": json.loads("[" * (depth - 1) + "]" * (depth - 1))}
+
+
+def test_json_depth_bound(srv):
+    st, _, data = srv.post("/v1/chat/completions", nested(64))
+    assert st == 200, data
+    st, _, data = srv.post("/v1/chat/completions", nested(65))
+    e = check_error(st, data, 400)
+    assert "64 levels" in e["message"], e
+    # brackets inside strings are text, not nesting
+    st, _, data = srv.post("/v1/completions", {"prompt": "[{" * 200, "max_tokens": 1})
+    assert st == 200, data
+
+
+def test_nul_in_strings_is_400(srv):
+    """cJSON keeps strings NUL terminated: a prompt, stop string or key with
+    U+0000 would be cut short silently, so it is refused."""
+    for body in (b'{"prompt": "ab\\u0000cd", "max_tokens": 1}',
+                 b'{"prompt": "ab", "stop": ["x\\u0000"], "max_tokens": 1}',
+                 b'{"prompt": "ab", "max_tokens\\u0000x": 1}'):
+        st, _, data = srv.post("/v1/completions", body)
+        assert "U+0000" in check_error(st, data, 400)["message"], body
+    # raw control bytes inside a string are not JSON (RFC 8259 section 7)
+    st, _, data = srv.post("/v1/completions", b'{"prompt": "a\x00b", "max_tokens": 1}')
+    check_error(st, data, 400)
+    st, _, data = srv.post("/v1/completions", b'{"prompt": "a\nb", "max_tokens": 1}')
+    check_error(st, data, 400)
+    # an escaped backslash followed by the letters u0000 is plain text
+    st, _, data = srv.post("/v1/completions", b'{"prompt": "a\\\\u0000", "max_tokens": 1}')
+    assert st == 200, data
+
+
+def test_unknown_model_404(srv, model_id):
+    """OpenAI's answer for a model it does not serve: 404, model_not_found."""
+    for path, body in (("/v1/chat/completions", chat_body("gpt-4", "hi")),
+                       ("/v1/completions", {"model": "gpt-4", "prompt": "hi"})):
+        st, _, data = srv.post(path, body)
+        assert st == 404, data
+        assert json.loads(data) == {"error": {
+            "message": "The model `gpt-4` does not exist or you do not have access to it.",
+            "type": "invalid_request_error", "param": None, "code": "model_not_found"}}
+    c = srv.client()
+    with pytest.raises(openai.NotFoundError) as ei:
+        c.chat.completions.create(model="no-such-model", max_tokens=1,
+                                  messages=[{"role": "user", "content": "hi"}])
+    assert ei.value.code == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        c.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
+    with pytest.raises(openai.NotFoundError) as ei:
+        c.models.retrieve("no-such-model")
+    assert ei.value.code == "model_not_found" and ei.value.param == "model"
+    # the model served is still found
+    assert c.models.retrieve(model_id).id == model_id
+
+
 def test_error_messages_are_valid_json(srv, model_id):
     """User text echoed in error messages: quotes, control bytes, and a
     UTF-8 character cut by the message's length limit stay valid JSON."""
     cases = [
-        {"prompt": "hi", "model": "x" + "\u00e9" * 80},       # cut mid-character at 100 bytes
-        {"prompt": "hi", "we\"ird\n\u0001key": 1},
-        {"messages": [{"role": "\u0000\"\\\u2028", "content": "hi"}]},
+        ({"prompt": "hi", "model": "x" + "\u00e9" * 80}, 404),  # cut mid-character at 100 bytes
+        ({"prompt": "hi", "we\"ird\n\u0001key": 1}, 400),
+        ({"messages": [{"role": "\u0001\"\\\u2028", "content": "hi"}]}, 400),
     ]
-    for body in cases:
+    for body, want in cases:
         path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
         st, _, data = srv.post(path, body)
         data.decode("utf-8")  # strict: no invalid UTF-8 on the wire
-        e = check_error(st, data, 400)
+        e = check_error(st, data, want)
         assert "\ufffd" in e["message"] or "key" in e["message"] or "role" in e["message"]
 
 
@@ -786,15 +804,8 @@ def test_sigterm_finishes_in_flight(model_path):
 
 
 def test_asan_server_clean_shutdown(model_path):
-    asan = os.path.join(ROOT, "bin", "anvil-asan")
-    if os.environ.get("ANVIL_SERVE_BIN_ASAN"):
-        asan = os.environ["ANVIL_SERVE_BIN_ASAN"]
-    if not os.path.exists(asan):
-        pytest.skip("bin/anvil-asan not built (make asan)")
-    env = dict(os.environ)
-    env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
-    env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
-    s = Server(asan, model_path, "--ctx", "256", "--parallel", "4", "--kv-mem", "32M", env=env)
+    env = asan_env()
+    s = Server(asan_bin(), model_path, "--ctx", "256", "--parallel", "4", "--kv-mem", "32M", env=env)
     k = None
     try:
         # an ASan forward pass costs about a second per token here: the chat
@@ -828,7 +839,7 @@ def test_asan_server_clean_shutdown(model_path):
         k.close()
     err = s.stderr()
     assert rc == 0, err
-    for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error"):
+    for bad in SANITIZER_REPORTS:
         assert bad not in err, err
 
 
@@ -843,6 +854,9 @@ CLI_BAD = [
     (["--kv-mem", "12X"], "--kv-mem"),
     (["--kv-mem", "-1G"], "--kv-mem"),
     (["--timeout", "0"], "--timeout"),
+    (["--header-timeout", "0"], "--header-timeout"),
+    (["--max-conn", "0"], "--max-conn"),
+    (["--max-conn", "1048576"], "file descriptors"),  # past any RLIMIT_NOFILE (2^20 max)
     (["--max-queue", "-1"], "--max-queue"),
     (["--api-key", ""], "--api-key"),
     (["--host", "not-an-ip"], "--host"),

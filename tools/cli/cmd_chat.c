@@ -1,7 +1,9 @@
 /*
  * cmd_chat.c - `anvil chat`: interactive chat on stdin/stdout using the
- * model's chat template. The whole conversation is re-rendered each turn;
- * the KV cache keeps the common prefix, so only the new turn is prefilled.
+ * model's chat template (or --chat-template NAME). The whole conversation
+ * is re-rendered and tokenized each turn (anvil_chat_tokenize: what the
+ * user types is text, never control tokens); the KV cache keeps the
+ * common prefix, so only the new turn is prefilled.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,7 @@ int cmd_chat(int argc, char **argv) {
     struct gen_opts o;
     gen_opts_default(&o);
     o.n_predict = 512;
+    o.chat = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
@@ -63,21 +66,8 @@ int cmd_chat(int argc, char **argv) {
         line[strcspn(line, "\r\n")] = '\0';
         if (!line[0]) break;
         if (!history_add(&h, "user", strdup(line))) break;
-        int32_t need = anvil_chat_apply(s.model, h.msgs, h.n, true, NULL, 0);
-        if (need == 0) {
-            rc = cli_fail("chat", "the model has no chat template anvil recognises");
-            break;
-        }
-        if (need < 0) need = -need;
-        char *text = malloc((size_t)need + 1);
-        if (!text || anvil_chat_apply(s.model, h.msgs, h.n, true, text, need + 1) <= 0) {
-            free(text);
-            rc = cli_fail("chat", "could not render the chat template");
-            break;
-        }
         char *reply = NULL;
-        rc = gen_run("chat", &o, &s, text, stdout, &reply);
-        free(text);
+        rc = gen_run_chat("chat", &o, &s, h.msgs, h.n, stdout, &reply);
         fputc('\n', stdout);
         if (rc) break;
         history_add(&h, "assistant", reply ? reply : strdup(""));

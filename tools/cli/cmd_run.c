@@ -1,7 +1,8 @@
 /*
  * cmd_run.c - `anvil run`: generate a continuation of one prompt (or a chat
- * answer with --chat), streaming only the generated text to stdout and one
- * stats line to stderr.
+ * answer with --chat, with the model's chat template or --chat-template
+ * NAME), streaming only the generated text to stdout and one stats line to
+ * stderr.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,27 +14,10 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: anvil run -m MODEL -p PROMPT [options]\n\n"
                "  -p, --prompt TEXT     the prompt (required, not empty)\n"
-               "      --chat            wrap the prompt in the model's chat template\n");
+               "      --chat            wrap the prompt in the model's chat template (the\n"
+               "                        prompt is tokenized as text: typed control tokens\n"
+               "                        such as <|im_start|> stay text)\n");
     gen_print_opts_help(f);
-}
-
-/* Render [system], user with the model's template; falls back to the raw
- * text when the model has no template it recognises. Caller frees. */
-static char *render_chat(struct anvil_model *m, const char *system, const char *user) {
-    struct anvil_chat_msg msgs[2];
-    size_t n = 0;
-    if (system) msgs[n++] = (struct anvil_chat_msg){"system", system};
-    msgs[n++] = (struct anvil_chat_msg){"user", user};
-    int32_t need = anvil_chat_apply(m, msgs, n, true, NULL, 0);
-    if (need == 0) return strdup(user);
-    if (need < 0) need = -need;
-    char *buf = malloc((size_t)need + 1);
-    if (!buf) return NULL;
-    if (anvil_chat_apply(m, msgs, n, true, buf, need + 1) <= 0) {
-        free(buf);
-        return strdup(user);
-    }
-    return buf;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -63,13 +47,17 @@ int cmd_run(int argc, char **argv) {
     struct gen_session s;
     int rc = gen_open("run", &o, &s);
     if (rc) return rc;
-    char *text = o.chat ? render_chat(s.model, o.system, o.prompt) : strdup(o.prompt);
-    if (!text) {
-        gen_close(&s);
-        return cli_fail("run", "out of memory");
+    if (o.chat) {
+        /* the prompt is message content: tokenized as text, whatever it
+         * contains, while the template's markers are control tokens */
+        struct anvil_chat_msg msgs[2];
+        size_t n = 0;
+        if (o.system) msgs[n++] = (struct anvil_chat_msg){"system", o.system};
+        msgs[n++] = (struct anvil_chat_msg){"user", o.prompt};
+        rc = gen_run_chat("run", &o, &s, msgs, n, stdout, NULL);
+    } else {
+        rc = gen_run("run", &o, &s, o.prompt, stdout, NULL);
     }
-    rc = gen_run("run", &o, &s, text, stdout, NULL);
-    free(text);
     gen_close(&s);
     return rc;
 }

@@ -10,6 +10,11 @@
  * Signals are blocked in every thread (the mask is set before any thread
  * starts) and taken synchronously with sigwait, so no handler runs in
  * the middle of the library.
+ *
+ * Connections: each open connection holds a file descriptor, so the soft
+ * RLIMIT_NOFILE is raised to the hard limit (often 1024 -> 1048576), and
+ * --max-conn (default DEFAULT_MAX_CONN) must fit in it with FD_RESERVE
+ * descriptors to spare for the model file, the engine and the daemon.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cli.h"
@@ -25,26 +31,39 @@
 #define CMD "serve"
 #define DEFAULT_MAX_QUEUE 1024
 #define DEFAULT_TIMEOUT 600
+#define DEFAULT_HEADER_TIMEOUT 30
+#define DEFAULT_MAX_CONN 4096
+#define FD_RESERVE 64
 #define MAX_BODY (4u << 20) /* 4 MiB: a full 8k-token prompt as text or ids fits many times */
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: anvil serve -m MODEL [options]\n\n"
             "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
-            "GET /v1/models, /health, /metrics.\n\n"
+            "GET /v1/models, /health, /metrics, /openapi.json.\n\n"
             "  -m, --model FILE      GGUF model (required)\n"
             "      --host ADDR       address to bind (default 127.0.0.1; numeric or localhost)\n"
             "      --port N          TCP port, 0 = any free port (default 8080)\n"
             "      --parallel N      sequences decoded at once (default: engine's, 64)\n"
             "      --kv-mem SIZE     KV cache memory, e.g. 512M, 2G (default: engine's)\n"
-            "      --api-key KEY     require 'Authorization: Bearer KEY' (not on /health)\n"
+            "      --api-key KEY     require 'Authorization: Bearer KEY' (not on /health,\n"
+            "                        /openapi.json)\n"
             "      --max-queue N     waiting requests before 503 (default %d)\n"
-            "      --timeout S       idle connection timeout in seconds (default %d)\n"
+            "      --max-conn N      connections served at once; more get 503 (default %d,\n"
+            "                        lowered to fit the file descriptor limit)\n"
+            "      --header-timeout S  seconds a connection has to send a whole request\n"
+            "                        head, from its open or its previous request (default %d)\n"
+            "      --timeout S       seconds without a byte while a body is uploaded or a\n"
+            "                        response written (default %d)\n"
             "  -t, --threads N       engine threads (default: all online CPUs)\n"
+            "      --spec MODE       speculative decoding for requests that do not choose:\n"
+            "                        off (default), ngram (prompt lookup) or draft\n"
+            "      --draft FILE      draft model for --spec draft (same vocabulary)\n"
+            "      --spec-k K        most proposed tokens per step, 1..16 (default 8)\n"
             "  -c, --ctx N           max tokens per request, prompt + completion\n"
             "                        (default: min(train ctx, 8192))\n"
             "      --kernels K       auto, ref, avx2 or avx512\n",
-            DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT);
+            DEFAULT_MAX_QUEUE, DEFAULT_MAX_CONN, DEFAULT_HEADER_TIMEOUT, DEFAULT_TIMEOUT);
 }
 
 /* "512M", "2G", "1048576", "64k": bytes, binary suffixes. */
@@ -87,6 +106,42 @@ static void model_id_of(const char *path, char *out, size_t cap) {
     if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = '\0';
 }
 
+/* Raise the soft descriptor limit to the hard one and fit *max_conn in
+ * it (a spare eighth of connections is accepted only to be told 503, see
+ * src/server/http.c). An explicit --max-conn that does not fit is an
+ * error; the default shrinks. */
+static bool fit_fd_limit(long *max_conn, bool explicit_max) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return true;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        if (want == RLIM_INFINITY || want > (1u << 20)) want = 1u << 20;
+        if (want > rl.rlim_cur) {
+            rl.rlim_cur = want;
+            setrlimit(RLIMIT_NOFILE, &rl);
+            getrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
+    long long avail = (long long)rl.rlim_cur - FD_RESERVE;
+    long long need = *max_conn + (*max_conn / 8 > 16 ? *max_conn / 8 : 16);
+    if (need <= avail) return true;
+    if (explicit_max) {
+        cli_fail(CMD, "--max-conn %ld needs about %lld file descriptors, the limit is %lld "
+                 "(ulimit -n)", *max_conn, need + FD_RESERVE, (long long)rl.rlim_cur);
+        return false;
+    }
+    long fit = (long)(avail * 8 / 9) - 16;
+    if (fit < 1) {
+        cli_fail(CMD, "the file descriptor limit (%lld, ulimit -n) is too low to serve",
+                 (long long)rl.rlim_cur);
+        return false;
+    }
+    fprintf(stderr, "anvil serve: --max-conn lowered to %ld to fit the file descriptor limit "
+            "(%lld)\n", fit, (long long)rl.rlim_cur);
+    *max_conn = fit;
+    return true;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -107,7 +162,10 @@ static bool drain(struct srv *s, const sigset_t *set, double secs) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *kernels = NULL;
     long port = 8080, parallel = 0, max_queue = DEFAULT_MAX_QUEUE, timeout = DEFAULT_TIMEOUT;
-    long threads = 0, ctx = 0;
+    long header_timeout = DEFAULT_HEADER_TIMEOUT, max_conn = DEFAULT_MAX_CONN;
+    bool explicit_max_conn = false;
+    long threads = 0, ctx = 0, spec_k = 0;
+    const char *spec = NULL, *draft_path = NULL;
     long long kv_mem = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -145,12 +203,30 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--timeout")) {
             VAL();
             if (!cli_int(CMD, a, v, 1, 86400, &timeout)) return 2;
+        } else if (!strcmp(a, "--header-timeout")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, 3600, &header_timeout)) return 2;
+        } else if (!strcmp(a, "--max-conn")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, 1 << 20, &max_conn)) return 2;
+            explicit_max_conn = true;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL();
             if (!cli_int(CMD, a, v, 1, 256, &threads)) return 2;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
             VAL();
             if (!cli_int(CMD, a, v, 16, 1 << 20, &ctx)) return 2;
+        } else if (!strcmp(a, "--spec")) {
+            VAL();
+            if (strcmp(v, "off") && strcmp(v, "ngram") && strcmp(v, "draft"))
+                return cli_fail(CMD, "--spec must be off, ngram or draft, got '%s'", v);
+            spec = v;
+        } else if (!strcmp(a, "--draft")) {
+            VAL();
+            draft_path = v;
+        } else if (!strcmp(a, "--spec-k")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 1, ANVIL_SPEC_K_MAX, &spec_k)) return 2;
         } else if (!strcmp(a, "--kernels")) {
             VAL();
             if (strcmp(v, "auto") && strcmp(v, "ref") && strcmp(v, "avx2") && strcmp(v, "avx512"))
@@ -162,11 +238,15 @@ int cmd_serve(int argc, char **argv) {
 #undef VAL
     }
     if (!model_path) return cli_fail(CMD, "a model is required (-m FILE)");
+    if (spec && !strcmp(spec, "draft") && !draft_path)
+        return cli_fail(CMD, "--spec draft needs --draft FILE");
     unsigned char addr[16];
     if (strcmp(host, "localhost") != 0 && inet_pton(AF_INET, host, addr) != 1 &&
         inet_pton(AF_INET6, host, addr) != 1)
         return cli_fail(CMD, "--host must be a numeric IPv4/IPv6 address or localhost, got '%s'",
                         host);
+
+    if (!fit_fd_limit(&max_conn, explicit_max_conn)) return 2;
 
     /* before any thread exists, so every thread inherits the mask */
     sigset_t set;
@@ -185,6 +265,15 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "anvil serve: %s\n", err[0] ? err : anvil_status_str(st));
         return st == ANVIL_ERR_IO || st == ANVIL_ERR_FORMAT || st == ANVIL_ERR_UNSUPPORTED ? 2 : 1;
     }
+    struct anvil_model *dm = NULL;
+    if (draft_path) {
+        st = anvil_model_load(draft_path, &mp, &dm, err, sizeof(err));
+        if (st != ANVIL_OK) {
+            fprintf(stderr, "anvil serve: draft model: %s\n", err[0] ? err : anvil_status_str(st));
+            anvil_model_free(m);
+            return 2;
+        }
+    }
     int32_t n_ctx = (int32_t)ctx;
     if (n_ctx == 0) {
         n_ctx = anvil_model_n_ctx_train(m);
@@ -196,10 +285,16 @@ int cmd_serve(int argc, char **argv) {
     ep.max_queue = (int32_t)max_queue;
     ep.n_ctx = n_ctx;
     ep.kv_mem = kv_mem;
+    ep.spec = !spec || !strcmp(spec, "off") ? ANVIL_SPEC_OFF
+              : !strcmp(spec, "ngram")      ? ANVIL_SPEC_NGRAM
+                                            : ANVIL_SPEC_DRAFT;
+    ep.spec_k = (int32_t)spec_k;
+    ep.draft = dm;
     struct anvil_engine *e = NULL;
-    st = anvil_engine_init(m, &ep, &e);
+    st = anvil_engine_init(m, &ep, &e, err, sizeof(err));
     if (st != ANVIL_OK) {
-        fprintf(stderr, "anvil serve: cannot start the engine: %s\n", anvil_status_str(st));
+        fprintf(stderr, "anvil serve: cannot start the engine: %s\n", err);
+        anvil_model_free(dm);
         anvil_model_free(m);
         return st == ANVIL_ERR_INVALID ? 2 : 1;
     }
@@ -208,19 +303,20 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "anvil serve: cannot start the engine thread: %s\n",
                 anvil_engine_errmsg(e));
         anvil_engine_free(e);
+        anvil_model_free(dm);
         anvil_model_free(m);
         return 1;
     }
     char model_id[256];
     model_id_of(model_path, model_id, sizeof(model_id));
-    long running = parallel ? parallel : 64;
     struct srv_config cfg = {
         .host = host,
         .port = (int)port,
         .api_key = api_key,
         .model_id = model_id,
         .timeout_s = (int)timeout,
-        .max_conn = (int)(running + max_queue + 64),
+        .header_timeout_s = (int)header_timeout,
+        .max_conn = (int)max_conn,
         .n_ctx = n_ctx,
         .max_body = MAX_BODY,
     };
@@ -228,6 +324,7 @@ int cmd_serve(int argc, char **argv) {
     if (srv_start(m, e, &cfg, &s, err, sizeof(err)) != 0) {
         fprintf(stderr, "anvil serve: %s\n", err);
         anvil_engine_free(e);
+        anvil_model_free(dm);
         anvil_model_free(m);
         return 1;
     }
@@ -251,6 +348,7 @@ int cmd_serve(int argc, char **argv) {
     srv_stop(s);
     anvil_engine_free(e);
     srv_free(s);
+    anvil_model_free(dm);
     anvil_model_free(m);
     fprintf(stderr, "anvil serve: stopped\n");
     return 0;

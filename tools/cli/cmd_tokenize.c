@@ -1,6 +1,9 @@
 /*
  * cmd_tokenize.c - `anvil tokenize -m MODEL -p TEXT`: print the token ids
- * of a text (and each token's bytes), as the model's tokenizer makes them.
+ * of a text (and each token's bytes), as the model's tokenizer makes them;
+ * with --chat, the ids of the text sent as a user message through the
+ * chat template. Only the tokenizer is loaded, so a vocabulary-only GGUF
+ * (llama.cpp's ggml-vocab-*.gguf) works as well as a model.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +26,13 @@ static void help(FILE *f) {
                "  --no-bos           never add BOS (by default it is added when the\n"
                "                     vocabulary asks for it)\n"
                "  --ids-only         print only the ids, on one line\n"
+               "  --chat             tokenize TEXT as a user message in the model's chat\n"
+               "                     template (the message is text: typed control tokens\n"
+               "                     stay text); the template's name goes to stderr\n"
+               "  --system TEXT      with --chat: a system message first\n"
+               "  --chat-template NAME  with --chat: this template family instead of the\n"
+               "                     model's (chatml, llama3, gemma, mistral-v1, mistral-v3,\n"
+               "                     mistral-v7, phi3)\n"
                "  -h, --help         this help\n"
                "\n"
                "Exit status: 0 ok, 1 runtime failure, 2 bad usage or bad input.\n");
@@ -89,7 +99,8 @@ static char *read_file(const char *path, size_t *len) {
 
 int cmd_tokenize(int argc, char **argv) {
     const char *cmd = "tokenize", *model = NULL, *prompt = NULL, *file = NULL;
-    bool parse_special = true, add_special = true, ids_only = false;
+    const char *system = NULL, *tmpl = NULL;
+    bool parse_special = true, add_special = true, ids_only = false, chat = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -107,6 +118,12 @@ int cmd_tokenize(int argc, char **argv) {
             add_special = false;
         } else if (!strcmp(a, "--ids-only")) {
             ids_only = true;
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+        } else if (!strcmp(a, "--system")) {
+            if (!(system = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (!(tmpl = cli_value(cmd, argc, argv, &i))) return 2;
         } else {
             help(stderr);
             return cli_fail(cmd, "unknown option '%s'", a);
@@ -114,6 +131,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (!model) return cli_fail(cmd, "no model (-m MODEL)");
     if (!prompt == !file) return cli_fail(cmd, "give exactly one of -p TEXT or -f FILE");
+    if ((system || tmpl) && !chat) return cli_fail(cmd, "--system and --chat-template need --chat");
 
     char *text = NULL;
     size_t len;
@@ -131,23 +149,49 @@ int cmd_tokenize(int argc, char **argv) {
 
     char err[ANVIL_ERRMSG_CAP] = "";
     struct anvil_model *m = NULL;
-    struct anvil_model_params mp = anvil_model_default_params();
-    anvil_status st = anvil_model_load(model, &mp, &m, err, sizeof(err));
+    anvil_status st = anvil_model_load_vocab(model, &m, err, sizeof(err));
     if (st != ANVIL_OK) {
         free(text);
         return cli_fail(cmd, "%s", err[0] ? err : anvil_status_str(st));
+    }
+    struct anvil_chat_msg msgs[2];
+    size_t n_msgs = 0;
+    if (chat) {
+        if (tmpl && anvil_chat_template_set(m, tmpl) != ANVIL_OK) {
+            free(text);
+            anvil_model_free(m);
+            return cli_fail(cmd, "unknown chat template '%s' (known: %s)", tmpl,
+                            anvil_chat_template_names());
+        }
+        if (memchr(t, 0, len)) {
+            free(text);
+            anvil_model_free(m);
+            return cli_fail(cmd, "--chat: the message contains a NUL byte");
+        }
+        static const char *const src[] = {"the model's template", "inferred from the vocabulary",
+                                          "not recognised: ChatML", "chosen"};
+        enum anvil_chat_source cs = anvil_chat_template_source(m);
+        fprintf(stderr, "anvil %s: chat template %s (%s)\n", cmd, anvil_chat_template_name(m),
+                src[(int)cs & 3]);
+        if (system) msgs[n_msgs++] = (struct anvil_chat_msg){"system", system};
+        msgs[n_msgs++] = (struct anvil_chat_msg){"user", t};
     }
 
     int rc = 0;
     int32_t cap = 256;
     anvil_token *ids = malloc(sizeof(anvil_token) * (size_t)cap);
-    int32_t n = ids ? anvil_tokenize(m, t, len, ids, cap, add_special, parse_special) : INT32_MIN;
+#define TOKENIZE()                                                                             \
+    (!ids ? INT32_MIN                                                                          \
+     : chat ? anvil_chat_tokenize(m, msgs, n_msgs, true, ids, cap)                             \
+            : anvil_tokenize(m, t, len, ids, cap, add_special, parse_special))
+    int32_t n = TOKENIZE();
     if (n < 0 && n != INT32_MIN) {
         cap = -n;
         free(ids);
         ids = malloc(sizeof(anvil_token) * (size_t)cap);
-        n = ids ? anvil_tokenize(m, t, len, ids, cap, add_special, parse_special) : INT32_MIN;
+        n = TOKENIZE();
     }
+#undef TOKENIZE
     if (n < 0) {
         fprintf(stderr, "anvil %s: tokenization failed (out of memory?)\n", cmd);
         rc = 1;

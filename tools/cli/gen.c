@@ -39,6 +39,8 @@ void gen_print_opts_help(FILE *f) {
             "      --presence-penalty P, --frequency-penalty P   in [-2, 2]\n"
             "      --seed S          RNG seed (default: random, printed in the stats)\n"
             "      --system TEXT     system message (chat template)\n"
+            "      --chat-template NAME  chat template family instead of the model's: chatml,\n"
+            "                        llama3, gemma, mistral-v1, mistral-v3, mistral-v7, phi3\n"
             "      --ignore-eos      keep generating past end-of-generation tokens\n"
             "      --kernels K       auto, ref, avx2 or avx512\n"
             "  -v, --verbose         print the model, kernels and seed\n");
@@ -116,6 +118,9 @@ int gen_parse_opt(const char *cmd, struct gen_opts *o, int argc, char **argv, in
     } else if (!strcmp(a, "--system")) {
         VAL();
         o->system = v;
+    } else if (!strcmp(a, "--chat-template")) {
+        VAL();
+        o->chat_template = v;
     } else if (!strcmp(a, "--kernels")) {
         VAL();
         o->kernels = v;
@@ -142,12 +147,24 @@ int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
     mp.kernels = o->kernels;
     anvil_status st = anvil_model_load(o->model_path, &mp, &s->model, err, sizeof(err));
     if (st != ANVIL_OK) return cli_fail(cmd, "%s", err);
+    if (o->chat_template) {
+        if (anvil_chat_template_set(s->model, o->chat_template) != ANVIL_OK) {
+            gen_close(s);
+            return cli_fail(cmd, "unknown chat template '%s' (known: %s)", o->chat_template,
+                            anvil_chat_template_names());
+        }
+    } else if (o->chat && anvil_chat_template_source(s->model) == ANVIL_CHAT_FALLBACK) {
+        fprintf(stderr,
+                "anvil %s: warning: the model's chat template is missing or not one anvil "
+                "recognises; using ChatML (choose another with --chat-template NAME: %s)\n",
+                cmd, anvil_chat_template_names());
+    }
     struct anvil_ctx_params cp = anvil_ctx_default_params();
     cp.n_ctx = o->n_ctx;
     cp.n_threads = o->n_threads;
-    if ((st = anvil_ctx_init(s->model, &cp, &s->ctx)) != ANVIL_OK) {
+    if ((st = anvil_ctx_init(s->model, &cp, &s->ctx, err, sizeof(err))) != ANVIL_OK) {
         gen_close(s);
-        return cli_fail(cmd, "cannot create a context: %s", anvil_status_str(st));
+        return cli_fail(cmd, "cannot create a context: %s", err);
     }
     if ((st = anvil_sampler_init(&sp, anvil_model_n_vocab(s->model), &s->smp)) != ANVIL_OK) {
         gen_close(s);
@@ -162,8 +179,9 @@ int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
     }
     s->seed = sp.seed;
     if (o->verbose)
-        fprintf(stderr, "anvil: %s, kernels %s, seed %llu\n", anvil_model_desc(s->model),
-                anvil_model_kernels(s->model), (unsigned long long)sp.seed);
+        fprintf(stderr, "anvil: %s, kernels %s, chat template %s, seed %llu\n",
+                anvil_model_desc(s->model), anvil_model_kernels(s->model),
+                anvil_chat_template_name(s->model), (unsigned long long)sp.seed);
     return 0;
 }
 
@@ -194,13 +212,10 @@ static anvil_status prefill(struct gen_session *s, int from, int n) {
     return ANVIL_OK;
 }
 
-int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, const char *text,
-            FILE *out, char **reply) {
-    size_t len = strlen(text);
-    if (len == 0) return cli_fail(cmd, "the prompt is empty");
-    int n = anvil_tokenize(s->model, text, len, s->buf, s->n_ctx, true, true);
-    if (n < 0) return cli_fail(cmd, "the prompt (%d tokens) is longer than the context (%d)", -n,
-                               s->n_ctx);
+/* Generate after the n prompt tokens in s->buf. */
+static int generate(const char *cmd, const struct gen_opts *o, struct gen_session *s, int n,
+                    FILE *out, char **reply) {
+    anvil_status st;
     if (n == 0) return cli_fail(cmd, "the prompt is empty after tokenization");
     if (n >= s->n_ctx)
         return cli_fail(cmd, "the prompt (%d tokens) leaves no room in the context (%d)", n,
@@ -210,12 +225,17 @@ int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, co
      * last prompt token so that we get its logits */
     int keep = 0;
     while (keep < s->n_cached && keep < n - 1 && s->cached[keep] == s->buf[keep]) keep++;
-    anvil_seq_truncate(s->ctx, 0, keep);
+    if (anvil_seq_truncate(s->ctx, 0, keep) != ANVIL_OK) {
+        /* sliding-window layers no longer hold the window at `keep`:
+         * recompute the whole prompt */
+        keep = 0;
+        anvil_seq_truncate(s->ctx, 0, 0);
+    }
     anvil_sampler_reset(s->smp);
     for (int i = 0; i < n; i++) anvil_sampler_accept(s->smp, s->buf[i]);
 
     double t0 = now_s();
-    anvil_status st = prefill(s, keep, n);
+    st = prefill(s, keep, n);
     if (st != ANVIL_OK) return cli_fail(cmd, "prefill failed: %s", anvil_ctx_errmsg(s->ctx));
     double t1 = now_s();
     memcpy(s->cached, s->buf, (size_t)n * sizeof(anvil_token));
@@ -286,4 +306,24 @@ int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, co
         *reply = r;
     }
     return 0;
+}
+
+int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, const char *text,
+            FILE *out, char **reply) {
+    size_t len = strlen(text);
+    if (len == 0) return cli_fail(cmd, "the prompt is empty");
+    int n = anvil_tokenize(s->model, text, len, s->buf, s->n_ctx, true, true);
+    if (n == INT32_MIN) return cli_fail(cmd, "tokenization failed (out of memory?)");
+    if (n < 0) return cli_fail(cmd, "the prompt (%d tokens) is longer than the context (%d)", -n,
+                               s->n_ctx);
+    return generate(cmd, o, s, n, out, reply);
+}
+
+int gen_run_chat(const char *cmd, const struct gen_opts *o, struct gen_session *s,
+                 const struct anvil_chat_msg *msgs, size_t n_msgs, FILE *out, char **reply) {
+    int n = anvil_chat_tokenize(s->model, msgs, n_msgs, true, s->buf, s->n_ctx);
+    if (n == INT32_MIN) return cli_fail(cmd, "could not render the chat (out of memory?)");
+    if (n < 0) return cli_fail(cmd, "the chat (%d tokens) is longer than the context (%d)", -n,
+                               s->n_ctx);
+    return generate(cmd, o, s, n, out, reply);
 }

@@ -22,6 +22,7 @@ struct gen_opts {
     bool seed_set;
     bool verbose;
     const char *kernels;
+    const char *chat_template; /* --chat-template NAME, or NULL: the model's */
     struct anvil_sampler_params sp;
 };
 
@@ -52,5 +53,10 @@ void gen_close(struct gen_session *s);
  * tokens to the cache record. Returns 0 or an exit status. */
 int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, const char *text,
             FILE *out, char **reply);
+/* The same for a conversation: rendered with the model's chat template
+ * and tokenized with anvil_chat_tokenize, so that what the user typed is
+ * never read as control tokens. */
+int gen_run_chat(const char *cmd, const struct gen_opts *o, struct gen_session *s,
+                 const struct anvil_chat_msg *msgs, size_t n_msgs, FILE *out, char **reply);
 
 #endif

@@ -1,66 +1,12 @@
 /*
- * main.c - `anvil COMMAND [options]`: dispatch to one command file each,
- * and the shared strict argument parsers.
+ * main.c - `anvil COMMAND [options]`: dispatch to one command file each
+ * (tools/cli/cmd_*.c; `bench` lives in bench/, linked into the same binary).
  */
-#include <errno.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "cli.h"
-
-int cli_fail(const char *cmd, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "anvil %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
-
-bool cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end) {
-        cli_fail(cmd, "%s expects an integer, got '%s'", opt, s);
-        return false;
-    }
-    if (v < lo || v > hi) {
-        cli_fail(cmd, "%s must be in [%ld, %ld], got %ld", opt, lo, hi, v);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool cli_float(const char *cmd, const char *opt, const char *s, double lo, double hi,
-               double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) {
-        cli_fail(cmd, "%s expects a number, got '%s'", opt, s);
-        return false;
-    }
-    if (v < lo || v > hi) {
-        cli_fail(cmd, "%s must be in [%g, %g], got %g", opt, lo, hi, v);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        cli_fail(cmd, "option %s needs a value", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
 
 static const struct {
     const char *name;
@@ -72,7 +18,7 @@ static const struct {
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"quantize", cmd_quantize, "convert a GGUF's weights to another type"},
-    {"bench", cmd_bench, "measure prefill/decode speed and kernels"},
+    {"bench", bench_main, "measure prefill/decode speed and kernels"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
 };
 

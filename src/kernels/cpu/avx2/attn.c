@@ -133,11 +133,12 @@ pv_cols(const int nq, const int nb, float *restrict acc, int acc_stride,
 }
 
 /* One online-softmax step for nq (1..2) query vectors q + k*hd, states
- * m[k], l[k], acc + k*hd, over the first `valid` keys of the buffer. */
+ * m[k], l[k], acc + k*hd, over keys [first, valid) of the buffer (the
+ * others are masked: score -inf, weight 0). */
 static inline __attribute__((always_inline)) void
 step_group(const int nq, const float *restrict q, float *restrict m, float *restrict l,
            float *restrict acc, const float *restrict Kb, const float *restrict Vb, int hd,
-           int valid, float scale) {
+           int first, int valid, float scale) {
     __m256 a[QGROUP][2][2]; /* [query][half][d mod 2] */
 #pragma GCC unroll 2
     for (int k = 0; k < nq; k++)
@@ -157,8 +158,11 @@ step_group(const int nq, const float *restrict q, float *restrict m, float *rest
         }
     }
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256 mlo = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(valid), iota));
-    const __m256 mhi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(valid - 8), iota));
+    const __m256i vlo = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first), iota),
+                                            _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), iota));
+    const __m256i vhi = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first - 8), iota),
+                                            _mm256_cmpgt_epi32(_mm256_set1_epi32(valid - 8), iota));
+    const __m256 mlo = _mm256_castsi256_ps(vlo), mhi = _mm256_castsi256_ps(vhi);
     const __m256 ninf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(scale);
     float pb[QGROUP][SUB] __attribute__((aligned(32)));
 #pragma GCC unroll 2
@@ -188,27 +192,23 @@ step_group(const int nq, const float *restrict q, float *restrict m, float *rest
 }
 
 static void step_row(const float *q, float *m, float *l, float *acc, int G, const float *Kb,
-                     const float *Vb, int hd, int valid, float scale) {
+                     const float *Vb, int hd, int first, int valid, float scale) {
     int g = 0;
     for (; g + 2 <= G; g += 2)
-        step_group(2, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale);
-    if (g < G) step_group(1, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, valid, scale);
+        step_group(2, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, first, valid, scale);
+    if (g < G)
+        step_group(1, q + g * hd, m + g, l + g, acc + g * hd, Kb, Vb, hd, first, valid, scale);
 }
 
 /* ---------------------------------------------------------------------- */
 /* chunks, fold, tasks */
-
-struct states {
-    float m[KN_ATTN_MAXQ], l[KN_ATTN_MAXQ];
-    float acc[KN_ATTN_MAXQ * HDMAX] __attribute__((aligned(64)));
-};
 
 struct bufs {
     float K[HDMAX * SUB] __attribute__((aligned(64)));
     float V[SUB * HDMAX] __attribute__((aligned(64)));
 };
 
-static void states_clear(struct states *s, int nq, int hd) {
+static void states_clear(struct kn_attn_states *s, int nq, int hd) {
     for (int i = 0; i < nq; i++) {
         s->m[i] = -INFINITY;
         s->l[i] = 0.0f;
@@ -220,26 +220,32 @@ static void prefetch_tile(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
-static void chunk_pass(const struct kn_attn_task *t, int c, struct states *cur, struct bufs *b) {
+/* Keys of chunk c for every row of the task into cur (cleared first):
+ * steps below the first row's window are not read; inside a step, keys
+ * outside a row's [lo, p] are masked. */
+static void chunk_pass(const struct kn_attn_task *t, int c, struct kn_attn_states *cur) {
     const struct kn_kv_layout *kv = t->kv;
     int hd = kv->head_dim, bs = kv->block_size, G = t->group;
     int n_kv_max = t->pos + t->n_rows;
     int k0 = c * KN_ATTN_CHUNK;
     int k1 = k0 + KN_ATTN_CHUNK < n_kv_max ? k0 + KN_ATTN_CHUNK : n_kv_max;
+    int lo0 = kn_attn_lo(t, 0) / SUB * SUB;
+    struct bufs bb, *b = &bb;
     states_clear(cur, t->n_rows * G, hd);
-    for (int s0 = k0; s0 < k1; s0 += SUB) {
+    for (int s0 = k0 > lo0 ? k0 : lo0; s0 < k1; s0 += SUB) {
         const uint8_t *tile = kn_kv_tile(kv, t->base, t->blocks[s0 / bs], t->kv_head);
         int nxt = s0 + bs - s0 % bs;
         if (s0 % bs == 0 && nxt < k1)
             prefetch_tile(kn_kv_tile(kv, t->base, t->blocks[nxt / bs], t->kv_head), kv->tile_bytes);
         load_step(kv, tile, s0 % bs, b->K, b->V);
         for (int r = 0; r < t->n_rows; r++) {
-            int valid = t->pos + r + 1 - s0;
-            if (valid <= 0) continue;
+            int valid = t->pos + r + 1 - s0, first = kn_attn_lo(t, r) - s0;
             if (valid > SUB) valid = SUB;
+            if (first < 0) first = 0;
+            if (first >= valid) continue;
             int i = r * G;
             step_row(t->q + (size_t)r * t->q_stride, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd,
-                     G, b->K, b->V, hd, valid, t->scale);
+                     G, b->K, b->V, hd, first, valid, t->scale);
         }
     }
 }
@@ -260,65 +266,16 @@ static void finish(float l, const float *acc, float *out, int hd) {
     for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), inv));
 }
 
-static void attn_avx2(const struct kn_attn_task *t) {
-    int hd = t->kv->head_dim, G = t->group, nq = t->n_rows * G;
-    struct states run, cur;
-    struct bufs b;
-    states_clear(&run, nq, hd);
-    int nc = kn_attn_n_chunks(t->pos + t->n_rows);
-    for (int c = 0; c < nc; c++) {
-        chunk_pass(t, c, &cur, &b);
-        for (int r = 0; r < t->n_rows; r++) {
-            if (t->pos + r + 1 <= c * KN_ATTN_CHUNK) continue;
-            for (int g = 0; g < G; g++) {
-                int i = r * G + g;
-                fold(&run.m[i], &run.l[i], run.acc + (size_t)i * hd, cur.m[i], cur.l[i],
-                     cur.acc + (size_t)i * hd, hd);
-            }
-        }
-    }
-    for (int r = 0; r < t->n_rows; r++)
-        for (int g = 0; g < G; g++) {
-            int i = r * G + g;
-            finish(run.l[i], run.acc + (size_t)i * hd, t->out + (size_t)r * t->out_stride + (size_t)g * hd, hd);
-        }
-}
+static const struct kn_attn_prims prims = {.chunk_pass = chunk_pass, .fold = fold, .finish = finish};
 
-static void partial_avx2(const struct kn_attn_task *t) {
-    int hd = t->kv->head_dim, G = t->group;
-    struct states cur;
-    struct bufs b;
-    size_t rec = kn_attn_rec_floats(G, hd);
-    for (int c = t->c0; c < t->c1; c++) {
-        chunk_pass(t, c, &cur, &b);
-        float *p = t->part + (size_t)(c - t->c0) * rec;
-        for (int g = 0; g < G; g++) {
-            float *pg = p + (size_t)g * (hd + 2);
-            memcpy(pg, cur.acc + (size_t)g * hd, (size_t)hd * sizeof(float));
-            pg[hd] = cur.m[g];
-            pg[hd + 1] = cur.l[g];
-        }
-    }
-}
-
-static void reduce_avx2(const struct kn_attn_task *t) {
-    int hd = t->kv->head_dim, G = t->group;
-    size_t rec = kn_attn_rec_floats(G, hd);
-    float acc[HDMAX] __attribute__((aligned(32)));
-    for (int g = 0; g < G; g++) {
-        float m = -INFINITY, l = 0.0f;
-        memset(acc, 0, (size_t)hd * sizeof(float));
-        for (int c = t->c0; c < t->c1; c++) {
-            const float *pg = t->part + (size_t)(c - t->c0) * rec + (size_t)g * (hd + 2);
-            fold(&m, &l, acc, pg[hd], pg[hd + 1], pg, hd);
-        }
-        finish(l, acc, t->out + (size_t)g * hd, hd);
-    }
-}
+static void attn_avx2(const struct kn_attn_task *t) { kn_attn_fold_attn(&prims, t); }
+static void partial_avx2(const struct kn_attn_task *t) { kn_attn_fold_partial(&prims, t); }
+static void reduce_avx2(const struct kn_attn_task *t) { kn_attn_fold_reduce(&prims, t); }
 
 const struct kn_attn_ops kn_attn_ops_avx2 = {
     .name = "avx2",
     .attn = attn_avx2,
     .partial = partial_avx2,
     .reduce = reduce_avx2,
+    .window = true,
 };

@@ -46,6 +46,13 @@ void kn_silu_mul_avx2(float *y, const float *g, const float *u, int n);
 void kn_silu_mul_act_avx2(void *restrict dst, const float *restrict g, const float *restrict u,
                           int n, int act);
 void kn_rope_avx2(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
+void kn_rope_ext_avx2(float *x, int n_head, int head_dim, int n_rot, int pos,
+                      const float *inv_freq, int neox);
+void kn_gelu_mul_avx2(float *y, const float *g, const float *u, int n);
+void kn_gelu_mul_act_avx2(void *restrict dst, const float *restrict g, const float *restrict u,
+                          int n, int act);
+
+double kn_int8_peak_avx2(double seconds);
 
 extern const struct kn_ops kn_ops_avx2;
 

@@ -297,6 +297,27 @@ void kn_silu_mul_act_avx2(void *restrict dst, const float *restrict g, const flo
 #undef SILU_AT
 }
 
+/* gelu(g) * u in the sigmoid form of kernels/ops.h, the reference's order */
+static inline __m256 gelu_mul8(__m256 g, __m256 u) {
+    __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+    __m256 z2 = _mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f),
+                              _mm256_add_ps(g, _mm256_mul_ps(_mm256_set1_ps(0.044715f), g3)));
+    __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), z2));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+void kn_gelu_mul_avx2(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i += 8)
+        store_tail(y + i, n - i, gelu_mul8(load_tail(g + i, n - i), load_tail(u + i, n - i)));
+}
+
+void kn_gelu_mul_act_avx2(void *restrict dst, const float *restrict g, const float *restrict u,
+                          int n, int act) {
+#define GELU_AT(i) gelu_mul8(load_tail(g + (i), n - (i)), load_tail(u + (i), n - (i)))
+    ACT_ROW(dst, n, act, GELU_AT(i));
+#undef GELU_AT
+}
+
 /* ---------------------------------------------------------------------- */
 /* RoPE */
 
@@ -368,6 +389,52 @@ void kn_rope_avx2(float *x, int n_head, int head_dim, int pos, const float *inv_
     }
 }
 
+/* Partial / NeoX RoPE: the angles of 8 pairs at a time with sincos_ps, then
+ * the same per-pair arithmetic as the reference (a*c - b*s, a*s + b*c). */
+void kn_rope_ext_avx2(float *x, int n_head, int head_dim, int n_rot, int pos,
+                      const float *inv_freq, int neox) {
+    if (!neox && n_rot == head_dim) {
+        kn_rope_avx2(x, n_head, head_dim, pos, inv_freq);
+        return;
+    }
+    if (n_rot > ROPE_MAX_HD || n_rot % 2) {
+        kn_rope_ext_ref(x, n_head, head_dim, n_rot, pos, inv_freq, neox);
+        return;
+    }
+    const int half = n_rot / 2;
+    _Alignas(32) float cs[ROPE_MAX_HD / 2 + 8], sn[ROPE_MAX_HD / 2 + 8];
+    for (int i = 0; i < half; i += 8) {
+        __m256 th = _mm256_mul_ps(_mm256_set1_ps((float)pos), load_tail(inv_freq + i, half - i));
+        __m256 s, c;
+        sincos_ps(th, &s, &c);
+        _mm256_store_ps(cs + i, c);
+        _mm256_store_ps(sn + i, s);
+    }
+    for (int h = 0; h < n_head; h++) {
+        float *v = x + (size_t)h * head_dim;
+        if (neox) {
+            int i = 0;
+            for (; i + 8 <= half; i += 8) {
+                __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + half + i);
+                __m256 c = _mm256_load_ps(cs + i), s = _mm256_load_ps(sn + i);
+                _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+                _mm256_storeu_ps(v + half + i, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
+            }
+            for (; i < half; i++) {
+                float a = v[i], b = v[half + i];
+                v[i] = a * cs[i] - b * sn[i];
+                v[half + i] = a * sn[i] + b * cs[i];
+            }
+        } else {
+            for (int i = 0; i < half; i++) {
+                float a = v[2 * i], b = v[2 * i + 1];
+                v[2 * i] = a * cs[i] - b * sn[i];
+                v[2 * i + 1] = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------- */
 
 const struct kn_ops kn_ops_avx2 = {
@@ -404,4 +471,8 @@ const struct kn_ops kn_ops_avx2 = {
     .silu_mul = kn_silu_mul_avx2,
     .silu_mul_act = kn_silu_mul_act_avx2,
     .rope = kn_rope_avx2,
+    .rope_ext = kn_rope_ext_avx2,
+    .gelu_mul = kn_gelu_mul_avx2,
+    .gelu_mul_act = kn_gelu_mul_act_avx2,
+    .int8_peak = kn_int8_peak_avx2,
 };

@@ -371,10 +371,6 @@ STEP_ROW_FN(step_row_buf8, SRC_BUF8)
 /* ---------------------------------------------------------------------- */
 /* chunks, fold, tasks */
 
-struct states {
-    float m[KN_ATTN_MAXQ], l[KN_ATTN_MAXQ];
-    float acc[KN_ATTN_MAXQ * HDMAX] __attribute__((aligned(64)));
-};
 
 struct bufs {
     float K[HDMAX * SUB] __attribute__((aligned(64)));
@@ -385,7 +381,7 @@ struct bufs {
     float Vs[HDMAX / 32 * SUB] __attribute__((aligned(64)));
 };
 
-static void states_clear(struct states *s, int nq, int hd) {
+static void states_clear(struct kn_attn_states *s, int nq, int hd) {
     for (int i = 0; i < nq; i++) {
         s->m[i] = -INFINITY;
         s->l[i] = 0.0f;
@@ -398,7 +394,8 @@ static void prefetch_tile(const uint8_t *p, size_t bytes) {
 }
 
 /* Keys of chunk c for every row of the task into cur (cleared first). */
-static void chunk_pass(const struct kn_attn_task *t, int c, struct states *cur, struct bufs *b) {
+static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_states *cur,
+                           struct bufs *b) {
     const struct kn_kv_layout *kv = t->kv;
     int hd = kv->head_dim, bs = kv->block_size, G = t->group;
     int n_kv_max = t->pos + t->n_rows;
@@ -497,65 +494,24 @@ static void finish(float l, const float *acc, float *out, int hd) {
     for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), inv));
 }
 
-static void attn_avx512(const struct kn_attn_task *t) {
-    int hd = t->kv->head_dim, G = t->group, nq = t->n_rows * G;
-    struct states run, cur;
+/* The fold driver's primitive: the step buffers live in this frame. This
+ * variant ignores kn_attn_task.window (.window = false below): windowed
+ * layers run on the avx2 table, which every AVX-512 CPU can run. */
+static void chunk_pass(const struct kn_attn_task *t, int c, struct kn_attn_states *cur) {
     struct bufs b;
-    states_clear(&run, nq, hd);
-    int nc = kn_attn_n_chunks(t->pos + t->n_rows);
-    for (int c = 0; c < nc; c++) {
-        chunk_pass(t, c, &cur, &b);
-        for (int r = 0; r < t->n_rows; r++) {
-            if (t->pos + r + 1 <= c * KN_ATTN_CHUNK) continue;
-            for (int g = 0; g < G; g++) {
-                int i = r * G + g;
-                fold(&run.m[i], &run.l[i], run.acc + (size_t)i * hd, cur.m[i], cur.l[i],
-                     cur.acc + (size_t)i * hd, hd);
-            }
-        }
-    }
-    for (int r = 0; r < t->n_rows; r++)
-        for (int g = 0; g < G; g++) {
-            int i = r * G + g;
-            finish(run.l[i], run.acc + (size_t)i * hd, t->out + (size_t)r * t->out_stride + (size_t)g * hd, hd);
-        }
+    chunk_pass_buf(t, c, cur, &b);
 }
 
-static void partial_avx512(const struct kn_attn_task *t) {
-    int hd = t->kv->head_dim, G = t->group;
-    struct states cur;
-    struct bufs b;
-    size_t rec = kn_attn_rec_floats(G, hd);
-    for (int c = t->c0; c < t->c1; c++) {
-        chunk_pass(t, c, &cur, &b);
-        float *p = t->part + (size_t)(c - t->c0) * rec;
-        for (int g = 0; g < G; g++) {
-            float *pg = p + (size_t)g * (hd + 2);
-            memcpy(pg, cur.acc + (size_t)g * hd, (size_t)hd * sizeof(float));
-            pg[hd] = cur.m[g];
-            pg[hd + 1] = cur.l[g];
-        }
-    }
-}
+static const struct kn_attn_prims prims = {.chunk_pass = chunk_pass, .fold = fold, .finish = finish};
 
-static void reduce_avx512(const struct kn_attn_task *t) {
-    int hd = t->kv->head_dim, G = t->group;
-    size_t rec = kn_attn_rec_floats(G, hd);
-    float acc[HDMAX] __attribute__((aligned(64)));
-    for (int g = 0; g < G; g++) {
-        float m = -INFINITY, l = 0.0f;
-        memset(acc, 0, (size_t)hd * sizeof(float));
-        for (int c = t->c0; c < t->c1; c++) {
-            const float *pg = t->part + (size_t)(c - t->c0) * rec + (size_t)g * (hd + 2);
-            fold(&m, &l, acc, pg[hd], pg[hd + 1], pg, hd);
-        }
-        finish(l, acc, t->out + (size_t)g * hd, hd);
-    }
-}
+static void attn_avx512(const struct kn_attn_task *t) { kn_attn_fold_attn(&prims, t); }
+static void partial_avx512(const struct kn_attn_task *t) { kn_attn_fold_partial(&prims, t); }
+static void reduce_avx512(const struct kn_attn_task *t) { kn_attn_fold_reduce(&prims, t); }
 
 const struct kn_attn_ops kn_attn_ops_avx512 = {
     .name = "avx512",
     .attn = attn_avx512,
     .partial = partial_avx512,
     .reduce = reduce_avx512,
+    .window = false,
 };

@@ -324,6 +324,13 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
         .silu_mul = kn_silu_mul_avx512, \
         .silu_mul_act = kn_silu_mul_act_avx512, \
         .rope = kn_rope_avx512, \
+        /* AVX2 twins: written on a machine without AVX-512, where an \
+         * AVX-512 version could not be tested (every AVX-512 CPU runs \
+         * AVX2 code) */ \
+        .rope_ext = kn_rope_ext_avx2, \
+        .gelu_mul = kn_gelu_mul_avx2, \
+        .gelu_mul_act = kn_gelu_mul_act_avx2, \
+        .int8_peak = kn_int8_peak_avx512, \
     }
 
 const struct kn_ops kn_ops_avx512 = KN_OPS_AVX512(kn_matmul_bf16_avx512);

@@ -73,28 +73,37 @@ void kn_attn_naive_ref(const struct kn_kv_layout *kv, const uint8_t *base,
                        const int32_t *blocks, int n_head, float scale, const float *q,
                        size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
                        double *scratch) {
+    kn_attn_naive_window_ref(kv, base, blocks, n_head, scale, q, q_stride, out, out_stride, pos,
+                             n_rows, 0, scratch);
+}
+
+void kn_attn_naive_window_ref(const struct kn_kv_layout *kv, const uint8_t *base,
+                              const int32_t *blocks, int n_head, float scale, const float *q,
+                              size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
+                              int window, double *scratch) {
     int hd = kv->head_dim, group = n_head / kv->n_head_kv;
     for (int r = 0; r < n_rows; r++) {
         int n_kv = pos + r + 1;
+        int lo = window > 0 && n_kv - window > 0 ? n_kv - window : 0;
         for (int i = 0; i < n_head; i++) {
             const float *qi = q + (size_t)r * q_stride + (size_t)i * hd;
             float *oi = out + (size_t)r * out_stride + (size_t)i * hd;
             int h = i / group;
             double mx = -INFINITY;
-            for (int t = 0; t < n_kv; t++) {
+            for (int t = lo; t < n_kv; t++) {
                 double s = 0.0;
                 for (int d = 0; d < hd; d++) s += (double)qi[d] * kn_kv_get(kv, base, blocks, h, t, d, 0);
                 scratch[t] = s * scale;
                 if (scratch[t] > mx) mx = scratch[t];
             }
             double sum = 0.0;
-            for (int t = 0; t < n_kv; t++) {
+            for (int t = lo; t < n_kv; t++) {
                 scratch[t] = exp(scratch[t] - mx);
                 sum += scratch[t];
             }
             for (int d = 0; d < hd; d++) {
                 double a = 0.0;
-                for (int t = 0; t < n_kv; t++) a += scratch[t] * kn_kv_get(kv, base, blocks, h, t, d, 1);
+                for (int t = lo; t < n_kv; t++) a += scratch[t] * kn_kv_get(kv, base, blocks, h, t, d, 1);
                 oi[d] = (float)(a / sum);
             }
         }
@@ -145,16 +154,16 @@ static void load_step(const struct kn_kv_layout *kv, const uint8_t *tile, int j0
                             kn_f16_to_f32(vs[(size_t)(d / 32) * bs + j0 + j]);
 }
 
-/* One online-softmax step over the first `valid` keys of a loaded step. */
+/* One online-softmax step over keys [first, valid) of a loaded step. */
 static void step(struct qstate *st, const float *q, const float *K, const float *V, int hd,
-                 int valid, float scale) {
+                 int first, int valid, float scale) {
     float s[KN_ATTN_SUB] = {0};
     float mb = -INFINITY;
     /* s[j] = sum over d in order of q[d] * k_j[d]; d outer for speed, the
      * order of each sum is the same */
     for (int d = 0; d < hd; d++)
         for (int j = 0; j < KN_ATTN_SUB; j++) s[j] += q[d] * K[d * KN_ATTN_SUB + j];
-    for (int j = 0; j < valid; j++) {
+    for (int j = first; j < valid; j++) {
         s[j] *= scale;
         mb = fmaxf(mb, s[j]);
     }
@@ -167,12 +176,12 @@ static void step(struct qstate *st, const float *q, const float *K, const float 
     }
     st->m = m_new;
     float sum = 0.0f;
-    for (int j = 0; j < valid; j++) {
+    for (int j = first; j < valid; j++) {
         s[j] = expf(s[j] - m_new);
         sum += s[j];
     }
     st->l += sum;
-    for (int j = 0; j < valid; j++)
+    for (int j = first; j < valid; j++)
         for (int d = 0; d < hd; d++) st->acc[d] += s[j] * V[j * hd + d];
 }
 
@@ -198,19 +207,27 @@ static void chunk_pass(const struct kn_attn_task *t, int c, struct qstate *cur, 
     int n_kv_max = t->pos + t->n_rows;
     int k0 = c * KN_ATTN_CHUNK;
     int k1 = k0 + KN_ATTN_CHUNK < n_kv_max ? k0 + KN_ATTN_CHUNK : n_kv_max;
+    int lo0 = kn_attn_lo(t, 0) / KN_ATTN_SUB * KN_ATTN_SUB; /* steps below: never read */
     for (int i = 0; i < t->n_rows * G; i++) state_clear(&cur[i], hd);
-    for (int s0 = k0; s0 < k1; s0 += KN_ATTN_SUB) {
+    for (int s0 = k0 > lo0 ? k0 : lo0; s0 < k1; s0 += KN_ATTN_SUB) {
         const uint8_t *tile = kn_kv_tile(kv, t->base, t->blocks[s0 / bs], t->kv_head);
         load_step(kv, tile, s0 % bs, K, V);
         for (int r = 0; r < t->n_rows; r++) {
-            int valid = t->pos + r + 1 - s0;
-            if (valid <= 0) continue;
+            int valid = t->pos + r + 1 - s0, first = kn_attn_lo(t, r) - s0;
             if (valid > KN_ATTN_SUB) valid = KN_ATTN_SUB;
+            if (first < 0) first = 0;
+            if (first >= valid) continue;
             for (int g = 0; g < G; g++)
                 step(&cur[r * G + g], t->q + (size_t)r * t->q_stride + (size_t)g * hd, K, V, hd,
-                     valid, t->scale);
+                     first, valid, t->scale);
         }
     }
+}
+
+/* Whether chunk c holds at least one key row r may see. */
+static int chunk_in_row(const struct kn_attn_task *t, int c, int r) {
+    int p = t->pos + r;
+    return c * KN_ATTN_CHUNK <= p && (c + 1) * KN_ATTN_CHUNK > kn_attn_lo(t, r);
 }
 
 void kn_attn_ref(const struct kn_attn_task *t) {
@@ -219,10 +236,10 @@ void kn_attn_ref(const struct kn_attn_task *t) {
     float K[KN_ATTN_MAX_HEAD_DIM * KN_ATTN_SUB], V[KN_ATTN_SUB * KN_ATTN_MAX_HEAD_DIM];
     for (int i = 0; i < nq; i++) state_clear(&run[i], hd);
     int nc = kn_attn_n_chunks(t->pos + t->n_rows);
-    for (int c = 0; c < nc; c++) {
+    for (int c = kn_attn_first_chunk(t); c < nc; c++) {
         chunk_pass(t, c, cur, K, V);
         for (int r = 0; r < t->n_rows; r++) {
-            if (t->pos + r + 1 <= c * KN_ATTN_CHUNK) continue; /* row ends before chunk */
+            if (!chunk_in_row(t, c, r)) continue; /* no key of the row in the chunk */
             for (int g = 0; g < G; g++) {
                 struct qstate *s = &cur[r * G + g];
                 fold(&run[r * G + g], s->m, s->l, s->acc, hd);
@@ -240,7 +257,8 @@ void kn_attn_partial_ref(const struct kn_attn_task *t) {
     float K[KN_ATTN_MAX_HEAD_DIM * KN_ATTN_SUB], V[KN_ATTN_SUB * KN_ATTN_MAX_HEAD_DIM];
     size_t rec = kn_attn_rec_floats(G, hd);
     for (int c = t->c0; c < t->c1; c++) {
-        chunk_pass(t, c, cur, K, V);
+        if (chunk_in_row(t, c, 0)) chunk_pass(t, c, cur, K, V);
+        else for (int g = 0; g < G; g++) state_clear(&cur[g], hd); /* empty: reduce skips it */
         float *p = t->part + (size_t)(c - t->c0) * rec;
         for (int g = 0; g < G; g++) {
             float *pg = p + (size_t)g * (hd + 2);
@@ -258,6 +276,7 @@ void kn_attn_reduce_ref(const struct kn_attn_task *t) {
         struct qstate run;
         state_clear(&run, hd);
         for (int c = t->c0; c < t->c1; c++) {
+            if (!chunk_in_row(t, c, 0)) continue;
             const float *pg = t->part + (size_t)(c - t->c0) * rec + (size_t)g * (hd + 2);
             fold(&run, pg[hd], pg[hd + 1], pg, hd);
         }
@@ -270,4 +289,5 @@ const struct kn_attn_ops kn_attn_ops_ref = {
     .attn = kn_attn_ref,
     .partial = kn_attn_partial_ref,
     .reduce = kn_attn_reduce_ref,
+    .window = true,
 };

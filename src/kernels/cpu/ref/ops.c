@@ -70,6 +70,43 @@ void kn_rope_ref(float *x, int n_head, int head_dim, int pos, const float *inv_f
     }
 }
 
+void kn_rope_ext_ref(float *x, int n_head, int head_dim, int n_rot, int pos,
+                     const float *inv_freq, int neox) {
+    int half = n_rot / 2;
+    for (int h = 0; h < n_head; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            float theta = (float)pos * inv_freq[i];
+            float c = cosf(theta), s = sinf(theta);
+            int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            float a = v[i0], b = v[i1];
+            v[i0] = a * c - b * s;
+            v[i1] = a * s + b * c;
+        }
+    }
+}
+
+/* 2z of the tanh approximation, z = sqrt(2/pi) * (g + 0.044715 g^3) */
+static inline float gelu_2z(float g) { return 1.5957691216057308f * (g + 0.044715f * g * g * g); }
+
+void kn_gelu_mul_ref(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) {
+        float v = g[i];
+        y[i] = v / (1.0f + expf(-gelu_2z(v))) * u[i];
+    }
+}
+
+/* gelu_mul then the activation conversion, block by block (any n). */
+void kn_gelu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
+                         int n, int act) {
+    float blk[QK];
+    for (int b = 0; b * QK < n; b++) {
+        int k = n - b * QK < QK ? n - b * QK : QK;
+        kn_gelu_mul_ref(blk, g + (size_t)b * QK, u + (size_t)b * QK, k);
+        kn_act_block_ref(dst, blk, n, b, k, act);
+    }
+}
+
 const struct kn_ops kn_ops_ref = {
     .name = "ref",
     .matmul =
@@ -104,4 +141,7 @@ const struct kn_ops kn_ops_ref = {
     .silu_mul = kn_silu_mul_ref,
     .silu_mul_act = kn_silu_mul_act_ref,
     .rope = kn_rope_ref,
+    .rope_ext = kn_rope_ext_ref,
+    .gelu_mul = kn_gelu_mul_ref,
+    .gelu_mul_act = kn_gelu_mul_act_ref,
 };

@@ -42,5 +42,10 @@ void kn_silu_mul_ref(float *y, const float *g, const float *u, int n);
 void kn_silu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
                          int n, int act);
 void kn_rope_ref(float *x, int n_head, int head_dim, int pos, const float *inv_freq);
+void kn_rope_ext_ref(float *x, int n_head, int head_dim, int n_rot, int pos,
+                     const float *inv_freq, int neox);
+void kn_gelu_mul_ref(float *y, const float *g, const float *u, int n);
+void kn_gelu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
+                         int n, int act);
 
 #endif

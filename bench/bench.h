@@ -1,0 +1,58 @@
+/*
+ * bench.h - the benchmarks behind `anvil bench`, linked into bin/anvil.
+ *
+ *   bench_main.c     the command: options, dispatch, single stream and
+ *                    scenario runs, the scenario chart
+ *   bench_model.c    single stream pp/tg and the serving scenarios
+ *   bench_batched.c  batched decode, llama-batched-bench style
+ *   bench_kernels.c  quantized matmul micro-benchmark
+ *   bench_attn.c     decode attention micro-benchmark
+ *   bench_spec.c     speculative decoding on shipped prompt sets
+ *   bench_util.c     clocks, statistics, JSON lines, read bandwidth
+ *   bench_png.c      --png: records to bench/plot.py (matplotlib)
+ *
+ * Benchmarks measure and never gate tests. Each sub-benchmark takes argv
+ * as given to `anvil bench` (argv[0] is "bench") and returns an exit
+ * status: 0, 1 on a runtime failure (including a kernel that disagrees
+ * with the reference: it gets no number), 2 on bad usage or input.
+ */
+#ifndef ANVIL_BENCH_H
+#define ANVIL_BENCH_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "anvil.h"
+
+/* `anvil bench ...`: argv[0] is "bench". */
+int bench_main(int argc, char **argv);
+
+/* `anvil bench --kernels ...` (bench_kernels.c). */
+int bench_kernels(int argc, char **argv);
+/* `anvil bench --attention ...` (bench_attn.c); its usage() lists the options. */
+int bench_attention(int argc, char **argv);
+/* `anvil bench -m MODEL --batched ...` (bench_batched.c). */
+int bench_batched(int argc, char **argv);
+/* `anvil bench -m MODEL --spec ngram|draft ...` (bench_spec.c). */
+int bench_spec(int argc, char **argv);
+
+/* ---------------------------------------------------------------------- */
+/* bench_model.c */
+
+/* pp<n_prompt> and tg<n_gen> on one stream, mean +- sd over reps after a
+ * warmup; prints a table (header included) or JSON lines. kernels NULL is
+ * the automatic choice. Returns 0 or an exit status (error printed). */
+int bench_single_stream(const char *model, const char *kernels, int n_prompt, int n_gen,
+                        int n_threads, int reps, bool json);
+
+/* One serving scenario from SCENARIOS.md through the engine; prints one
+ * table row or one JSON line. When plot is not NULL, the record also goes
+ * there, followed by a "scenario_samples" record with every TTFT and
+ * inter-token latency (the chart's distributions). Returns 0 or an exit
+ * status (error printed). */
+int bench_run_scenario(const char *model, const char *kernels, int n_threads, const char *name,
+                       bool json, FILE *plot);
+int bench_scenario_count(void);
+const char *bench_scenario_name(int i); /* 0 <= i < bench_scenario_count() */
+
+#endif

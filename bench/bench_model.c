@@ -1,0 +1,384 @@
+/*
+ * bench_model.c - model benchmarks of `anvil bench`:
+ *
+ *   single stream (llama-bench style): pp<N> = one prompt of N tokens in
+ *   one batch; tg<N> = N tokens decoded one at a time from an empty cache.
+ *   Mean +- sd over -r repetitions after a warmup.
+ *
+ *   serving scenarios (../shared/SCENARIOS.md) through the engine: all
+ *   requests submitted at t=0, greedy, EOS ignored, prompts cut from one
+ *   filler text to exact lengths. Reported per scenario: wall time,
+ *   throughputs, TTFT and inter-token latency percentiles, peak RSS and
+ *   peak KV blocks. Throughputs follow the usual serving convention:
+ *   total_tok_s = (prompt + generated tokens) / wall, prefill_tok_s =
+ *   prompt tokens / wall, decode_tok_s = generated tokens / wall.
+ *
+ * Benchmarks never gate tests; they refuse to report when the allocation
+ * counter shows mallocs inside the timed decode loop.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "bench.h"
+#include "bench_util.h"
+#include "core/core.h"
+
+/* ---------------------------------------------------------------------- */
+/* single stream: pp / tg */
+
+struct pp_tg_opts {
+    const char *model;
+    const char *kernels;
+    int n_prompt, n_gen, n_threads, reps;
+    bool json;
+};
+
+static void print_row(const struct pp_tg_opts *o, struct anvil_model *m, const char *test,
+                      double mean, double sd) {
+    if (o->json) {
+        struct bench_json j;
+        bench_json_begin(&j, stdout, NULL);
+        bench_json_str(&j, "test", test);
+        bench_json_int(&j, "threads", o->n_threads);
+        bench_json_num(&j, "tok_s", mean, 3);
+        bench_json_num(&j, "tok_s_sd", sd, 3);
+        bench_json_str(&j, "model", anvil_model_desc(m));
+        bench_json_str(&j, "quant", anvil_type_name(anvil_model_type(m)));
+        bench_json_str(&j, "kernels", anvil_model_kernels(m));
+        bench_json_int(&j, "reps", o->reps);
+        bench_json_str(&j, "commit", bench_commit());
+        bench_json_end(&j);
+    } else {
+        printf("| %-44s | %5s | %7d | %-7s | %6s | %10.2f ± %6.2f |\n", anvil_model_desc(m),
+               anvil_type_name(anvil_model_type(m)), o->n_threads, anvil_model_kernels(m), test,
+               mean, sd);
+        fflush(stdout);
+    }
+}
+
+static int run_pp_tg(const struct pp_tg_opts *o) {
+    char err[ANVIL_ERRMSG_CAP];
+    struct anvil_model_params mp = anvil_model_default_params();
+    mp.kernels = o->kernels;
+    struct anvil_model *m;
+    if (anvil_model_load(o->model, &mp, &m, err, sizeof(err)) != ANVIL_OK)
+        return cli_fail("bench", "%s", err);
+    struct anvil_ctx_params cp = anvil_ctx_default_params();
+    cp.n_ctx = o->n_prompt + o->n_gen + 16;
+    cp.n_batch = o->n_prompt > 0 ? o->n_prompt : 1;
+    cp.n_threads = o->n_threads;
+    struct anvil_ctx *c;
+    if (anvil_ctx_init(m, &cp, &c, err, sizeof(err)) != ANVIL_OK) {
+        anvil_model_free(m);
+        return cli_fail("bench", "cannot create a context: %s", err);
+    }
+    int n_max = o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen;
+    anvil_token *tok = anvil_malloc((size_t)n_max * sizeof(anvil_token));
+    int32_t *pos = anvil_malloc((size_t)n_max * sizeof(int32_t));
+    int32_t *seq = anvil_calloc((size_t)n_max, sizeof(int32_t));
+    double *t = anvil_malloc((size_t)(o->reps + 1) * sizeof(double));
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int n_vocab = anvil_model_n_vocab(m), rc = 0;
+    if (!tok || !pos || !seq || !t) {
+        fprintf(stderr, "anvil bench: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    for (int i = 0; i < n_max; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        tok[i] = (anvil_token)(rng % (uint64_t)n_vocab);
+        pos[i] = i;
+    }
+    if (!o->json) {
+        printf("| %-44s | %5s | %7s | %-7s | %6s | %19s |\n", "model", "type", "threads",
+               "kernels", "test", "t/s");
+        printf("|----------------------------------------------|-------|---------|---------|"
+               "--------|---------------------|\n");
+    }
+    if (o->n_prompt > 0) {
+        for (int r = 0; r <= o->reps; r++) { /* r == 0 is the warmup */
+            anvil_seq_truncate(c, 0, 0);
+            struct anvil_batch b = {.n_tokens = o->n_prompt, .token = tok, .pos = pos, .seq_id = seq};
+            double t0 = bench_wall_s();
+            if (anvil_decode(c, &b) != ANVIL_OK) {
+                rc = cli_fail("bench", "decode failed: %s", anvil_ctx_errmsg(c));
+                goto done;
+            }
+            t[r] = o->n_prompt / (bench_wall_s() - t0);
+        }
+        double mean, sd;
+        bench_mean_sd(t + 1, o->reps, &mean, &sd);
+        char name[32];
+        snprintf(name, sizeof(name), "pp%d", o->n_prompt);
+        print_row(o, m, name, mean, sd);
+    }
+    if (o->n_gen > 0) {
+        for (int r = 0; r <= o->reps; r++) {
+            anvil_seq_truncate(c, 0, 0);
+            uint64_t allocs = anvil_alloc_count();
+            double t0 = bench_wall_s();
+            for (int i = 0; i < o->n_gen; i++) {
+                struct anvil_batch b = {.n_tokens = 1, .token = tok + i, .pos = pos + i, .seq_id = seq};
+                if (anvil_decode(c, &b) != ANVIL_OK) {
+                    rc = cli_fail("bench", "decode failed: %s", anvil_ctx_errmsg(c));
+                    goto done;
+                }
+            }
+            t[r] = o->n_gen / (bench_wall_s() - t0);
+            if (anvil_alloc_count() != allocs) {
+                rc = cli_fail("bench", "the decode loop allocated memory (%llu calls): refusing "
+                              "to report", (unsigned long long)(anvil_alloc_count() - allocs));
+                goto done;
+            }
+        }
+        double mean, sd;
+        bench_mean_sd(t + 1, o->reps, &mean, &sd);
+        char name[32];
+        snprintf(name, sizeof(name), "tg%d", o->n_gen);
+        print_row(o, m, name, mean, sd);
+    }
+done:
+    anvil_free(tok);
+    anvil_free(pos);
+    anvil_free(seq);
+    anvil_free(t);
+    anvil_ctx_free(c);
+    anvil_model_free(m);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* serving scenarios */
+
+struct scenario {
+    const char *name;
+    int n_req, n_gen;
+    int prompt_len[8]; /* repeating pattern; one entry = all the same */
+    int n_pattern;
+};
+
+static const struct scenario scenarios[] = {
+    {"decode_heavy_b32", 32, 256, {64}, 1},
+    {"large_batch_short_b128", 128, 64, {48}, 1},
+    {"balanced_b32", 32, 128, {256}, 1},
+    {"prefill_heavy_b16", 16, 16, {1024}, 1},
+    {"long_prefill_b4", 4, 8, {2048}, 1},
+    {"mixed_prefill_b32", 32, 64, {32, 64, 96, 128, 192, 256, 384, 512}, 8},
+    {"long_decode_b32", 32, 1024, {512}, 1},
+    {"single_stream", 1, 128, {512}, 1},
+};
+#define N_SCENARIOS (int)(sizeof(scenarios) / sizeof(scenarios[0]))
+
+static const char FILLER[] =
+    "The history of computing is a story of people who wanted to think faster than their "
+    "hands could write. Early mechanical calculators added and multiplied numbers with gears, "
+    "and the difference engine promised tables without human error. Electronic machines "
+    "replaced relays with vacuum tubes, then transistors, then integrated circuits that put "
+    "millions of switches on a sliver of silicon. Programmers moved from wiring panels to "
+    "assembly language, from assembly to compiled languages, and from single machines to "
+    "networks that span the planet. Each step made computation cheaper and more abundant, "
+    "and each step changed what people expected a computer to do. Today a phone holds more "
+    "memory than the mainframes of the past, and a language model can draft a letter, "
+    "summarise a report or explain a proof. Yet the principles remain: data must be stored, "
+    "moved and transformed, and the speed of the whole is set by its slowest part. ";
+
+struct req_rec {
+    double t_submit, t_first, t_last;
+    double *gaps; /* (cap_gaps) seconds between consecutive tokens */
+    int n_gaps, cap_gaps, n_gen, done;
+};
+
+struct scenario_result {
+    int in_tokens, out_tokens;
+    double wall_s, total_tok_s, prefill_tok_s, decode_tok_s;
+    double ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms, peak_rss_mb;
+    int kv_blocks_used, preemptions;
+};
+
+static void on_event(void *user, const struct anvil_event *ev) {
+    struct req_rec *r = user;
+    double now = bench_wall_s();
+    if (ev->type == ANVIL_EVENT_TOKEN) {
+        if (r->n_gen == 0) r->t_first = now;
+        else if (r->n_gaps < r->cap_gaps) r->gaps[r->n_gaps++] = now - r->t_last;
+        r->t_last = now;
+        r->n_gen++;
+    } else {
+        r->done = 1;
+    }
+}
+
+/* The scenario's record: one table row, or one JSON line to stdout (json)
+ * and/or to the chart's data file (plot). */
+static void print_scenario(const struct scenario *sc, struct anvil_model *m, int n_threads,
+                           const struct scenario_result *r, bool json, FILE *plot) {
+    if (json || plot) {
+        struct bench_json j;
+        bench_json_begin(&j, json ? stdout : NULL, plot);
+        bench_json_str(&j, "scenario", sc->name);
+        bench_json_str(&j, "model", anvil_model_desc(m));
+        bench_json_str(&j, "quant", anvil_type_name(anvil_model_type(m)));
+        bench_json_int(&j, "threads", n_threads);
+        bench_json_str(&j, "kernels", anvil_model_kernels(m));
+        bench_json_str(&j, "commit", bench_commit());
+        bench_json_int(&j, "requests", sc->n_req);
+        bench_json_int(&j, "in_tokens", r->in_tokens);
+        bench_json_int(&j, "out_tokens", r->out_tokens);
+        bench_json_num(&j, "wall_s", r->wall_s, 3);
+        bench_json_num(&j, "total_tok_s", r->total_tok_s, 2);
+        bench_json_num(&j, "prefill_tok_s", r->prefill_tok_s, 2);
+        bench_json_num(&j, "decode_tok_s", r->decode_tok_s, 2);
+        bench_json_num(&j, "ttft_p50_ms", r->ttft_p50_ms, 1);
+        bench_json_num(&j, "ttft_p99_ms", r->ttft_p99_ms, 1);
+        bench_json_num(&j, "itl_p50_ms", r->itl_p50_ms, 2);
+        bench_json_num(&j, "itl_p99_ms", r->itl_p99_ms, 2);
+        bench_json_num(&j, "peak_rss_mb", r->peak_rss_mb, 1);
+        bench_json_int(&j, "kv_blocks_used", r->kv_blocks_used);
+        bench_json_int(&j, "preemptions", r->preemptions);
+        bench_json_end(&j);
+    }
+    if (!json) {
+        printf("%-24s wall %7.2f s | total %8.1f tok/s (in %7.1f, out %7.1f) | TTFT p50 %7.0f "
+               "p99 %7.0f ms | ITL p50 %6.1f p99 %6.1f ms | RSS %5.0f MB | KV blocks %d\n",
+               sc->name, r->wall_s, r->total_tok_s, r->prefill_tok_s, r->decode_tok_s,
+               r->ttft_p50_ms, r->ttft_p99_ms, r->itl_p50_ms, r->itl_p99_ms, r->peak_rss_mb,
+               r->kv_blocks_used);
+        fflush(stdout);
+    }
+}
+
+int bench_run_scenario(const char *model_path, const char *kernels, int n_threads,
+                       const char *name, bool json, FILE *plot) {
+    const struct scenario *sc = NULL;
+    for (int i = 0; i < N_SCENARIOS; i++)
+        if (!strcmp(scenarios[i].name, name)) sc = &scenarios[i];
+    if (!sc) return cli_fail("bench", "unknown scenario '%s' (see anvil bench --help)", name);
+    char err[ANVIL_ERRMSG_CAP];
+    struct anvil_model_params mp = anvil_model_default_params();
+    mp.kernels = kernels;
+    struct anvil_model *m;
+    if (anvil_model_load(model_path, &mp, &m, err, sizeof(err)) != ANVIL_OK)
+        return cli_fail("bench", "%s", err);
+
+    /* prompts: the filler tokenized once, repeated, each request starting
+     * at its own offset so that no two prompts are identical */
+    int max_len = 0, total_in = 0;
+    for (int i = 0; i < sc->n_pattern; i++)
+        if (sc->prompt_len[i] > max_len) max_len = sc->prompt_len[i];
+    anvil_token ftok[512];
+    int nf = anvil_tokenize(m, FILLER, strlen(FILLER), ftok, 512, false, false);
+    if (nf <= 0) {
+        anvil_model_free(m);
+        return cli_fail("bench", "cannot tokenize the filler text");
+    }
+    struct anvil_engine_params ep = anvil_engine_default_params();
+    ep.n_threads = n_threads;
+    ep.max_running = sc->n_req < 128 ? sc->n_req : 128;
+    ep.n_ctx = max_len + sc->n_gen + 8;
+    struct anvil_engine *e;
+    if (anvil_engine_init(m, &ep, &e, err, sizeof(err)) != ANVIL_OK) {
+        anvil_model_free(m);
+        return cli_fail("bench", "cannot create the engine: %s", err);
+    }
+    struct req_rec *recs = anvil_calloc((size_t)sc->n_req, sizeof(*recs));
+    anvil_token *prompt = anvil_malloc((size_t)max_len * sizeof(anvil_token));
+    double *ttft = NULL, *itl = NULL;
+    int rc = 0;
+    if (!recs || !prompt) goto oom;
+    for (int i = 0; i < sc->n_req; i++) {
+        recs[i].cap_gaps = sc->n_gen;
+        if (!(recs[i].gaps = anvil_malloc((size_t)sc->n_gen * sizeof(double)))) goto oom;
+    }
+    double t0 = bench_wall_s();
+    for (int i = 0; i < sc->n_req; i++) {
+        int len = sc->prompt_len[i % sc->n_pattern];
+        for (int k = 0; k < len; k++) prompt[k] = ftok[(i * 37 + k) % nf];
+        total_in += len;
+        recs[i].t_submit = bench_wall_s();
+        struct anvil_request_params rp = {.prompt = prompt, .n_prompt = len,
+                                          .max_tokens = sc->n_gen, .ignore_eos = true};
+        rp.sampling = anvil_sampler_default_params();
+        rp.sampling.temperature = 0.0f; /* greedy, as SCENARIOS.md specifies */
+        if (anvil_engine_submit(e, &rp, on_event, &recs[i], NULL, err, sizeof(err)) != ANVIL_OK) {
+            rc = cli_fail("bench", "submit failed: %s", err);
+            goto done;
+        }
+    }
+    int32_t peak_blocks = 0;
+    for (;;) {
+        int32_t active;
+        anvil_engine_step(e, &active);
+        struct anvil_engine_stats st;
+        anvil_engine_get_stats(e, &st);
+        if (st.kv_blocks_used > peak_blocks) peak_blocks = st.kv_blocks_used;
+        if (active == 0) break;
+    }
+    double wall = bench_wall_s() - t0;
+    int total_out = 0, n_gaps = 0;
+    for (int i = 0; i < sc->n_req; i++) {
+        total_out += recs[i].n_gen;
+        n_gaps += recs[i].n_gaps;
+    }
+    ttft = anvil_malloc((size_t)sc->n_req * sizeof(double));
+    itl = anvil_malloc((size_t)(n_gaps > 0 ? n_gaps : 1) * sizeof(double));
+    if (!ttft || !itl) goto oom;
+    int k = 0;
+    for (int i = 0; i < sc->n_req; i++) {
+        ttft[i] = (recs[i].t_first - recs[i].t_submit) * 1e3;
+        for (int j = 0; j < recs[i].n_gaps; j++) itl[k++] = recs[i].gaps[j] * 1e3;
+    }
+    struct anvil_engine_stats st;
+    anvil_engine_get_stats(e, &st);
+    struct scenario_result r = {
+        .in_tokens = total_in,
+        .out_tokens = total_out,
+        .wall_s = wall,
+        .total_tok_s = (total_in + total_out) / wall,
+        .prefill_tok_s = total_in / wall,
+        .decode_tok_s = total_out / wall,
+        .ttft_p50_ms = bench_percentile(ttft, sc->n_req, 0.50),
+        .ttft_p99_ms = bench_percentile(ttft, sc->n_req, 0.99),
+        .itl_p50_ms = bench_percentile(itl, n_gaps, 0.50),
+        .itl_p99_ms = bench_percentile(itl, n_gaps, 0.99),
+        .peak_rss_mb = bench_peak_rss_mb(),
+        .kv_blocks_used = peak_blocks,
+        .preemptions = (int)st.n_preemptions,
+    };
+    print_scenario(sc, m, n_threads, &r, json, plot);
+    if (plot) {
+        struct bench_json j;
+        bench_json_begin(&j, plot, NULL);
+        bench_json_str(&j, "bench", "scenario_samples");
+        bench_json_str(&j, "scenario", sc->name);
+        bench_json_nums(&j, "ttft_ms", ttft, sc->n_req, 3);
+        bench_json_nums(&j, "itl_ms", itl, n_gaps, 3);
+        bench_json_end(&j);
+    }
+    goto done;
+oom:
+    fprintf(stderr, "anvil bench: out of memory\n");
+    rc = 1;
+done:
+    for (int i = 0; recs && i < sc->n_req; i++) anvil_free(recs[i].gaps);
+    anvil_free(recs);
+    anvil_free(prompt);
+    anvil_free(ttft);
+    anvil_free(itl);
+    anvil_engine_free(e);
+    anvil_model_free(m);
+    return rc;
+}
+
+int bench_scenario_count(void) { return N_SCENARIOS; }
+const char *bench_scenario_name(int i) { return scenarios[i].name; }
+
+/* ---------------------------------------------------------------------- */
+
+int bench_single_stream(const char *model, const char *kernels, int n_prompt, int n_gen,
+                        int n_threads, int reps, bool json) {
+    struct pp_tg_opts o = {.model = model, .kernels = kernels, .n_prompt = n_prompt,
+                           .n_gen = n_gen, .n_threads = n_threads, .reps = reps, .json = json};
+    return run_pp_tg(&o);
+}

@@ -1,0 +1,275 @@
+"""Tiny random-weight GGUF files of every architecture anvil runs, and an
+independent float64 numpy forward pass for each.
+
+CONFIGS names one small model per architecture feature set:
+  llama3   llama with rope_freqs (Llama 3.1 frequency factors), untied output
+  mistral  llama with attention.sliding_window (every layer windowed)
+  qwen2    Q/K/V biases, RoPE on NeoX pairs, tied output
+  qwen3    per-head Q/K RMSNorm, head_dim (key_length) != n_embd / n_head
+  gemma3   embeddings * sqrt(n_embd), post-attention and post-FFN norms,
+           Q/K norms, GeGLU (tanh), head_dim 64 with 4/1 heads, sliding
+           window on 5 of 6 layers with a different RoPE base, tied output
+  phi3     fused attn_qkv and gate/up (ffn_up of 2*n_ff rows), partial
+           rotary (rope.dimension_count = head_dim / 2)
+
+make_gguf(path, name, wtype) writes the file and returns the weights as
+stored (dequantized, float64); forward(name, w, tokens) gives the logits of
+every position. K and V are rounded to float16 like the engine's cache.
+The vocabulary is the byte-level BPE of tiny_llama.py (300 tokens), which
+both anvil and llama.cpp load for every architecture. Nothing here is
+checked in as data.
+"""
+import os
+import sys
+
+import gguf
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tiny_llama  # noqa: E402
+
+N_VOCAB = tiny_llama.N_VOCAB
+
+BASE = dict(n_embd=128, n_ff=192, n_head=4, n_head_kv=2, head_dim=None, n_layer=2, n_rot=None,
+            rope_base=10000.0, eps=1e-5, rope="norm", act="silu", bias=False, qk_norm=False,
+            post_norms=False, embd_scale=False, fused=False, tied=False, rope_freqs=False,
+            swa=0, swa_layers=None, rope_base_swa=10000.0)
+
+CONFIGS = {
+    "llama3": dict(BASE, arch="llama", rope_freqs=True, rope_base=500000.0),
+    "mistral": dict(BASE, arch="llama", swa=16, n_layer=2),
+    "qwen2": dict(BASE, arch="qwen2", rope="neox", bias=True, tied=True, rope_base=1000000.0),
+    "qwen3": dict(BASE, arch="qwen3", rope="neox", qk_norm=True, head_dim=64, rope_base=1000000.0),
+    "gemma3": dict(BASE, arch="gemma3", rope="neox", act="gelu", qk_norm=True, post_norms=True,
+                   embd_scale=True, n_embd=96, n_head=4, n_head_kv=1, head_dim=64, n_layer=6,
+                   n_ff=160, tied=True, swa=16, rope_base=1000000.0, rope_base_swa=10000.0,
+                   eps=1e-6),
+    "phi3": dict(BASE, arch="phi3", rope="neox", fused=True, n_rot=16),
+}
+
+
+def cfg_of(name, **changes):
+    c = dict(CONFIGS[name], **changes)
+    if c["head_dim"] is None:
+        c["head_dim"] = c["n_embd"] // c["n_head"]
+    if c["n_rot"] is None:
+        c["n_rot"] = c["head_dim"]
+    if c["swa_layers"] is None:
+        if c["swa"] and c["arch"] == "gemma3":
+            c["swa_layers"] = [l % 6 < 5 for l in range(c["n_layer"])]
+        else:
+            c["swa_layers"] = [bool(c["swa"])] * c["n_layer"]
+    return c
+
+
+def weights(c, seed):
+    rng = np.random.default_rng(seed)
+    ne, nf, hd = c["n_embd"], c["n_ff"], c["head_dim"]
+    qd, kd = c["n_head"] * hd, c["n_head_kv"] * hd
+
+    def mat(rows, cols, s=1.0):
+        return rng.normal(0, s / np.sqrt(cols), (rows, cols)).astype(np.float32)
+
+    def norm(n):
+        return (1 + 0.1 * rng.normal(size=n)).astype(np.float32)
+
+    w = {"token_embd.weight": rng.normal(0, 1.0 / (np.sqrt(ne) if c["embd_scale"] else 1.0),
+                                         (N_VOCAB, ne)).astype(np.float32),
+         "output_norm.weight": norm(ne)}
+    if not c["tied"]:
+        w["output.weight"] = mat(N_VOCAB, ne, 0.5)
+    if c["rope_freqs"]:
+        w["rope_freqs.weight"] = (1.0 + 3.0 * rng.random(c["n_rot"] // 2)).astype(np.float32)
+    for l in range(c["n_layer"]):
+        p = f"blk.{l}."
+        w[p + "attn_norm.weight"] = norm(ne)
+        w[p + "ffn_norm.weight"] = norm(ne)
+        if c["fused"]:
+            w[p + "attn_qkv.weight"] = mat(qd + 2 * kd, ne)
+            w[p + "ffn_up.weight"] = mat(2 * nf, ne)
+        else:
+            w[p + "attn_q.weight"] = mat(qd, ne)
+            w[p + "attn_k.weight"] = mat(kd, ne)
+            w[p + "attn_v.weight"] = mat(kd, ne)
+            w[p + "ffn_gate.weight"] = mat(nf, ne)
+            w[p + "ffn_up.weight"] = mat(nf, ne)
+        if c["bias"]:
+            w[p + "attn_q.bias"] = (0.3 * rng.normal(size=qd)).astype(np.float32)
+            w[p + "attn_k.bias"] = (0.3 * rng.normal(size=kd)).astype(np.float32)
+            w[p + "attn_v.bias"] = (0.3 * rng.normal(size=kd)).astype(np.float32)
+        if c["qk_norm"]:
+            w[p + "attn_q_norm.weight"] = norm(hd)
+            w[p + "attn_k_norm.weight"] = norm(hd)
+        if c["post_norms"]:
+            w[p + "post_attention_norm.weight"] = norm(ne)
+            w[p + "post_ffw_norm.weight"] = norm(ne)
+        w[p + "attn_output.weight"] = mat(ne, qd, 0.5)
+        w[p + "ffn_down.weight"] = mat(ne, nf, 0.5)
+    return w
+
+
+QTYPES = dict(tiny_llama.QTYPES)
+
+
+def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None, extra_u32=None,
+              cfg=None):
+    """Write the model; returns the weights as the file holds them (float64).
+    For bad-input tests: drop omits tensors by name, override replaces
+    tensors (name -> array), extra_u32 adds u32 metadata, cfg changes the
+    configuration (e.g. head counts)."""
+    c = cfg_of(name, **(cfg or {}))
+    w = weights(c, seed)
+    for tname in drop:
+        del w[tname]
+    w.update(override or {})
+    qt = QTYPES[wtype]
+    arch = c["arch"]
+    wr = gguf.GGUFWriter(path, arch)
+    wr.add_name("anvil-tiny")  # not the arch: llama.cpp keys vocab quirks on "phi3" in the name
+    wr.add_block_count(c["n_layer"])
+    wr.add_context_length(n_ctx)
+    wr.add_embedding_length(c["n_embd"])
+    wr.add_feed_forward_length(c["n_ff"])
+    wr.add_head_count(c["n_head"])
+    wr.add_head_count_kv(c["n_head_kv"])
+    if c["head_dim"] != c["n_embd"] // c["n_head"]:
+        wr.add_key_length(c["head_dim"])
+        wr.add_value_length(c["head_dim"])
+    if c["n_rot"] != c["head_dim"]:
+        wr.add_rope_dimension_count(c["n_rot"])
+    wr.add_rope_freq_base(c["rope_base"])
+    wr.add_layer_norm_rms_eps(c["eps"])
+    extra_u32 = dict(extra_u32 or {})
+    if c["swa"] and f"{arch}.attention.sliding_window" not in extra_u32:
+        wr.add_sliding_window(c["swa"])
+    if c["swa"]:
+        if arch == "gemma3":
+            wr.add_float32(f"{arch}.rope.freq_base_swa", c["rope_base_swa"])
+    for key, val in extra_u32.items():
+        wr.add_uint32(key, val)
+    toks, types, merges = tiny_llama.vocab()
+    wr.add_tokenizer_model("gpt2")
+    wr.add_tokenizer_pre("smollm")
+    wr.add_token_list(toks)
+    wr.add_token_types(types)
+    wr.add_token_merges(merges)
+    wr.add_bos_token_id(256 + len(merges))
+    wr.add_eos_token_id(256 + len(merges))
+    wr.add_add_bos_token(False)
+    held = {}
+    for tname, arr in w.items():
+        if arr.ndim == 1 or qt == gguf.GGMLQuantizationType.F32:
+            wr.add_tensor(tname, arr)
+            held[tname] = arr.astype(np.float64)
+        else:
+            q = gguf.quants.quantize(arr, qt)
+            wr.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qt)
+            held[tname] = gguf.quants.dequantize(q, qt).reshape(arr.shape).astype(np.float64)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    if c["tied"]:
+        held["output.weight"] = held["token_embd.weight"]
+    return held
+
+
+# ---------------------------------------------------------------------------
+# numpy reference
+
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope(x, pos, inv, n_rot, neox):
+    """x: (n_tokens, n_heads, head_dim); rotate the first n_rot dims."""
+    ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    out = x.copy()
+    half = n_rot // 2
+    if neox:
+        a, b = x[..., :half], x[..., half:n_rot]
+        out[..., :half] = a * c - b * s
+        out[..., half:n_rot] = a * s + b * c
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = a * c - b * s
+        out[..., 1:n_rot:2] = a * s + b * c
+    return out
+
+
+def inv_freq(c, w, base):
+    half = c["n_rot"] // 2
+    inv = base ** (-2.0 * np.arange(half) / c["n_rot"])
+    if c["rope_freqs"]:
+        inv = inv / w["rope_freqs.weight"]
+    return inv
+
+
+def gelu_tanh(g):
+    return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+
+
+def forward(name, w, tokens):
+    """Logits (n_tokens, n_vocab) for one sequence at positions 0..n-1."""
+    c = cfg_of(name)
+    n = len(tokens)
+    ne, hd, nh, nkv, nf = c["n_embd"], c["head_dim"], c["n_head"], c["n_head_kv"], c["n_ff"]
+    eps = c["eps"]
+    x = w["token_embd.weight"][tokens].copy()
+    if c["embd_scale"]:
+        x = x * np.float64(np.float32(np.sqrt(ne)))
+    pos = np.arange(n)
+    group = nh // nkv
+    scale = 1.0 / np.sqrt(hd)
+    for l in range(c["n_layer"]):
+        p = f"blk.{l}."
+        local = c["swa_layers"][l]
+        base = c["rope_base_swa"] if local and c["arch"] == "gemma3" else c["rope_base"]
+        inv = inv_freq(c, w, base)
+        h = rmsnorm(x, w[p + "attn_norm.weight"], eps)
+        if c["fused"]:
+            qkv = h @ w[p + "attn_qkv.weight"].T
+            q, k, v = np.split(qkv, [nh * hd, nh * hd + nkv * hd], axis=1)
+        else:
+            q, k, v = (h @ w[p + "attn_q.weight"].T, h @ w[p + "attn_k.weight"].T,
+                       h @ w[p + "attn_v.weight"].T)
+        if c["bias"]:
+            q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+        q, k, v = q.reshape(n, nh, hd), k.reshape(n, nkv, hd), v.reshape(n, nkv, hd)
+        if c["qk_norm"]:
+            q = rmsnorm(q, w[p + "attn_q_norm.weight"], eps)
+            k = rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
+        neox = c["rope"] == "neox"
+        q, k = rope(q, pos, inv, c["n_rot"], neox), rope(k, pos, inv, c["n_rot"], neox)
+        k = k.astype(np.float16).astype(np.float64)  # the engine's F16 cache
+        v = v.astype(np.float16).astype(np.float64)
+        out = np.zeros((n, nh, hd))
+        i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+        visible = j <= i
+        if local:
+            visible &= j > i - c["swa"]
+        mask = np.where(visible, 0.0, -np.inf)
+        for hh in range(nh):
+            kv = hh // group
+            sc = q[:, hh, :] @ k[:, kv, :].T * scale + mask
+            sc = np.exp(sc - sc.max(axis=1, keepdims=True))
+            sc /= sc.sum(axis=1, keepdims=True)
+            out[:, hh, :] = sc @ v[:, kv, :]
+        o = out.reshape(n, -1) @ w[p + "attn_output.weight"].T
+        if c["post_norms"]:
+            o = rmsnorm(o, w[p + "post_attention_norm.weight"], eps)
+        x = x + o
+        h = rmsnorm(x, w[p + "ffn_norm.weight"], eps)
+        if c["fused"]:
+            gu = h @ w[p + "ffn_up.weight"].T
+            g, u = gu[:, :nf], gu[:, nf:]
+        else:
+            g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        a = gelu_tanh(g) * u if c["act"] == "gelu" else g / (1 + np.exp(-g)) * u
+        d = a @ w[p + "ffn_down.weight"].T
+        if c["post_norms"]:
+            d = rmsnorm(d, w[p + "post_ffw_norm.weight"], eps)
+        x = x + d
+    return rmsnorm(x, w["output_norm.weight"], eps) @ w["output.weight"].T

@@ -1,0 +1,256 @@
+"""The published contract: src/server/openapi.json against the live server.
+
+- The document is an OpenAPI 3.1 document whose schemas are valid JSON
+  Schema 2020-12 and whose every $ref resolves; GET /openapi.json serves
+  exactly the file of the repository (compiled in by the Makefile).
+- It names the routes of src/server/http.c's table, no more and no less,
+  and every documented path and method is routed (no 404/405).
+- Real responses of every endpoint, success and error, have a documented
+  status and content type, and their bodies validate against the
+  documented schema (jsonschema); each event of the two streams validates
+  against its chunk schema.
+"""
+import json
+import os
+import re
+import socket
+import time
+
+import pytest
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from anvil_server import ROOT, Server, serve_bin, sse_events
+
+DOC_PATH = os.path.join(ROOT, "src", "server", "openapi.json")
+KEY = "contract-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+DOC_URI = "urn:anvil:openapi"
+
+
+@pytest.fixture(scope="module")
+def doc():
+    with open(DOC_PATH) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def srv(model_path):
+    s = Server(serve_bin(), model_path, "--ctx", "256", "--parallel", "4", "--kv-mem", "64M",
+               "--api-key", KEY)
+    yield s
+    assert s.stop() == 0, s.stderr()
+
+
+@pytest.fixture(scope="module")
+def model_id(srv):
+    st, _, data = srv.request("GET", "/v1/models", headers=AUTH)
+    assert st == 200
+    return json.loads(data)["data"][0]["id"]
+
+
+def pointer(*parts):
+    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def validator(doc, ptr):
+    registry = Registry().with_resource(
+        DOC_URI, Resource.from_contents(doc, default_specification=DRAFT202012))
+    return Draft202012Validator({"$ref": DOC_URI + "#" + ptr}, registry=registry)
+
+
+def all_refs(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref":
+                yield v
+            else:
+                yield from all_refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from all_refs(v)
+
+
+def test_document_is_valid(doc):
+    assert doc["openapi"].startswith("3.1.")
+    for name, schema in doc["components"]["schemas"].items():
+        Draft202012Validator.check_schema(schema)
+    registry = Registry().with_resource(
+        DOC_URI, Resource.from_contents(doc, default_specification=DRAFT202012))
+    resolver = registry.resolver(DOC_URI)
+    refs = set(all_refs(doc))
+    assert refs
+    for r in refs:
+        assert r.startswith("#/components/schemas/"), r
+        resolver.lookup(r)  # raises when it does not resolve
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert op["responses"], (path, method)
+            for code, resp in op["responses"].items():
+                assert re.fullmatch(r"[1-5]\d\d", code), (path, method, code)
+                assert resp["description"]
+
+
+def test_served_document_is_the_file(srv, doc):
+    st, h, data = srv.request("GET", "/openapi.json")  # no key needed
+    assert st == 200 and h["Content-Type"] == "application/json"
+    assert json.loads(data) == doc
+
+
+def route_table():
+    """The paths of the routes[] table in src/server/http.c."""
+    src = open(os.path.join(ROOT, "src", "server", "http.c")).read()
+    table = src[src.index("static const struct srv_route routes[] = {"):]
+    table = table[:table.index("};")]
+    return sorted(re.findall(r'\{"(/[^"]*)", SRV_(GET|POST)', table))
+
+
+def test_document_names_every_route(doc):
+    routes = route_table()
+    assert len(routes) >= 7, routes
+    documented = sorted(
+        (re.sub(r"\{[^}]+\}$", "", p), m.upper()) for p, ops in doc["paths"].items() for m in ops)
+    assert documented == sorted(routes), (documented, routes)
+
+
+def test_every_documented_operation_is_routed(srv, doc, model_id):
+    for path, ops in doc["paths"].items():
+        url = path.replace("{model}", model_id)
+        for method in ops:
+            body = {} if method == "post" else None
+            st, _, data = srv.request(method.upper(), url, body, headers=AUTH)
+            assert st not in (404, 405) or b"model_not_found" in data, (method, path, st, data)
+
+
+# ---------------------------------------------------------------------------
+# real responses against the document
+
+
+def check(doc, path, method, status, headers, data):
+    """The response is documented: status, content type, body schema."""
+    op = doc["paths"][path][method]
+    assert str(status) in op["responses"], f"{method} {path}: status {status} not documented"
+    resp = op["responses"][str(status)]
+    ctype = headers.get("Content-Type", "").split(";")[0].strip()
+    content = resp.get("content", {})
+    assert ctype in content, f"{method} {path} {status}: content type {ctype!r} not in {list(content)}"
+    for name, h in resp.get("headers", {}).items():
+        if h.get("required"):
+            assert name in headers, (path, status, name)
+    if ctype == "application/json":
+        ptr = pointer("paths", path, method, "responses", status, "content", ctype, "schema")
+        validator(doc, ptr).validate(json.loads(data))
+    elif ctype == "text/event-stream":
+        # the schema describes one event ({"data": ...}); its data is JSON
+        # whose schema is the contentSchema (an annotation for jsonschema,
+        # so applied here by hand)
+        ptr = pointer("paths", path, method, "responses", status, "content", ctype, "schema")
+        ev_v = validator(doc, ptr)
+        chunk_v = validator(doc, ptr + "/properties/data/else/contentSchema")
+        events = sse_events(data)  # the JSON payloads, [DONE] checked and left out
+        assert events
+        for ev in events:
+            ev_v.validate({"data": json.dumps(ev)})
+            chunk_v.validate(ev)
+        ev_v.validate({"data": "[DONE]"})
+        return events
+    else:
+        assert isinstance(data.decode("utf-8"), str)
+    return None
+
+
+def test_get_routes_match(srv, doc, model_id):
+    for path, url, hdrs in [("/health", "/health", {}),
+                            ("/openapi.json", "/openapi.json", {}),
+                            ("/metrics", "/metrics", AUTH),
+                            ("/v1/models", "/v1/models", AUTH),
+                            ("/v1/models/{model}", f"/v1/models/{model_id}", AUTH),
+                            ("/v1/models/{model}", "/v1/models/nope", AUTH),
+                            ("/v1/models", "/v1/models", {}),
+                            ("/metrics", "/metrics", {"Authorization": "Bearer wrong"})]:
+        st, h, data = srv.request("GET", url, headers=hdrs)
+        check(doc, path, "get", st, h, data)
+
+
+GEN = [
+    ("/v1/completions", {"prompt": "The sky is", "max_tokens": 4, "temperature": 0}),
+    ("/v1/completions", {"prompt": [300, 301], "max_tokens": 3, "logprobs": 2}),
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 3, "stop": ["\n"], "seed": 7}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}),
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": "Be brief."},
+                                           {"role": "user", "content": [{"type": "text",
+                                                                         "text": "Hi"}]}],
+                              "max_tokens": 3, "logprobs": True, "top_logprobs": 2}),
+]
+
+
+@pytest.mark.parametrize("path,body", GEN, ids=[f"{p} {i}" for i, (p, _) in enumerate(GEN)])
+def test_generation_matches(srv, doc, model_id, path, body):
+    st, h, data = srv.post(path, dict(body, model=model_id), headers=AUTH)
+    assert st == 200, data
+    check(doc, path, "post", st, h, data)
+    st, h, data = srv.post(path, dict(body, stream=True,
+                                      stream_options={"include_usage": True}), headers=AUTH)
+    assert st == 200, data
+    events = check(doc, path, "post", st, h, data)
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] >= 1
+
+
+ERRORS = [
+    ({"prompt": "hi", "max_tokens": "3"}, AUTH, 400),
+    ({"prompt": "hi", "bogus": 1}, AUTH, 400),
+    ({"prompt": "x " * 400}, AUTH, 400),
+    ({"prompt": "hi", "model": "not-this-one"}, AUTH, 404),
+    ({"prompt": "hi"}, {}, 401),
+    (b'{"prompt": "\xff"}', AUTH, 400),
+    (b"[" * 100, AUTH, 400),
+]
+
+
+@pytest.mark.parametrize("body,hdrs,want", ERRORS, ids=[str(i) for i in range(len(ERRORS))])
+def test_errors_match(srv, doc, body, hdrs, want):
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        b = body
+        if isinstance(b, dict) and path.endswith("chat/completions"):
+            b = {("messages" if k == "prompt" else k):
+                 ([{"role": "user", "content": v}] if k == "prompt" else v) for k, v in b.items()}
+        st, h, data = srv.post(path, b, headers=hdrs)
+        assert st == want, data
+        check(doc, path, "post", st, h, data)
+
+
+def test_body_too_large_matches(srv, doc):
+    k = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+              % (KEY.encode(), 8 << 20))
+    resp = b""
+    while True:
+        c = k.recv(65536)
+        if not c:
+            break
+        resp += c
+    k.close()
+    head, _, body = resp.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    hdrs = dict(l.split(": ", 1) for l in lines[1:])
+    assert status == 413
+    check(doc, "/v1/completions", "post", status, hdrs, body)
+
+
+def test_too_many_connections_matches(doc, model_path):
+    s = Server(serve_bin(), model_path, "--ctx", "256", "--parallel", "1", "--kv-mem", "32M",
+               "--max-conn", "1")
+    idle = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    time.sleep(0.3)  # accepted before the requests below (the workers race to accept)
+    try:
+        for path, method, body in [("/health", "GET", None), ("/v1/models", "GET", None),
+                                   ("/v1/completions", "POST", {"prompt": "hi"})]:
+            st, h, data = s.request(method, path, body)
+            assert st == 503, data
+            check(doc, path, method.lower(), st, h, data)
+    finally:
+        idle.close()
+        assert s.stop() == 0, s.stderr()

@@ -1,0 +1,82 @@
+/*
+ * args.c - strict argument parsing shared by the commands (tools/cli) and
+ * the benchmarks (bench/): whole-string numbers with range checks, option
+ * values, and the one-line "anvil CMD: message" error with exit status 2.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "args.h"
+
+int cli_fail(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "anvil %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+bool cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end) {
+        cli_fail(cmd, "%s expects an integer, got '%s'", opt, s);
+        return false;
+    }
+    if (v < lo || v > hi) {
+        cli_fail(cmd, "%s must be in [%ld, %ld], got %ld", opt, lo, hi, v);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_float(const char *cmd, const char *opt, const char *s, double lo, double hi,
+               double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        cli_fail(cmd, "%s expects a number, got '%s'", opt, s);
+        return false;
+    }
+    if (v < lo || v > hi) {
+        cli_fail(cmd, "%s must be in [%g, %g], got %g", opt, lo, hi, v);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_fail(cmd, "option %s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int cli_int_list(const char *cmd, const char *opt, const char *s, long lo, long hi, int *out,
+                 int cap) {
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < lo || v > hi || n == cap || (*end && *end != ','))
+            break;
+        out[n++] = (int)v;
+        if (!*end) return n;
+        p = end + 1;
+    }
+    cli_fail(cmd, "%s expects a comma-separated list of up to %d integers in [%ld, %ld], got '%s'",
+             opt, cap, lo, hi, s);
+    return -1;
+}
