@@ -7,7 +7,9 @@
  *     chains), 64 int8 ops (32 multiply-adds) per instruction, thread CPU
  *     time;
  *   - the ceiling of the tiled kernels' inner pattern (vpmaddubsw + vpaddw
- *     into int16 sums, 3 rows x 2 token tiles, operands from L1);
+ *     into int16 sums, 3 rows x 2 token tiles, operands from L1), and the
+ *     kernel table's own peak (ops->int8_peak: vpmaddubsw + vpmaddwd +
+ *     vpaddd chains, the sequence a VNNI-less dot product needs);
  *   - the read bandwidth, 1 and 2 threads (512 MiB, wall time);
  *   - per type: prefill GOP/s on Llama-3.2-1B's matrix shapes at 512
  *     tokens (1 thread, thread CPU time) as a share of the peak, and decode
@@ -215,8 +217,10 @@ int main(int argc, char **argv) {
         if (u > pat) pat = u;
     }
     double bw1 = bandwidth(1), bw2 = bandwidth(2);
-    printf("int8 peak (vpmaddubsw, 1 thread): %.1f GOP/s; tiled inner pattern ceiling %.1f GOP/s (%.0f%%)\n",
-           pk, pat, 100 * pat / pk);
+    double tab = ops->int8_peak ? ops->int8_peak(1.0) : 0.0;
+    printf("int8 peak (vpmaddubsw, 1 thread): %.1f GOP/s; tiled inner pattern ceiling %.1f GOP/s (%.0f%%);\n"
+           "the kernel table's peak (vpmaddubsw + vpmaddwd + vpaddd chains): %.1f GOP/s (%.0f%%)\n",
+           pk, pat, 100 * pat / pk, tab, 100 * tab / pk);
     printf("read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (2 threads)\n", bw1, bw2);
     static const int all[] = {ANVIL_TYPE_Q4_K, ANVIL_TYPE_Q5_K, ANVIL_TYPE_Q6_K, ANVIL_TYPE_Q3_K,
                               ANVIL_TYPE_Q2_K, ANVIL_TYPE_IQ4_XS, ANVIL_TYPE_Q5_0, ANVIL_TYPE_Q5_1,

@@ -52,8 +52,8 @@ int main(int argc, char **argv) {
     cp.n_outputs = chunk;
     cp.n_threads = n_threads;
     struct anvil_ctx *c;
-    if (anvil_ctx_init(m, &cp, &c) != ANVIL_OK) {
-        fprintf(stderr, "tool_teacher: context init failed\n");
+    if (anvil_ctx_init(m, &cp, &c, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "tool_teacher: context init failed: %s\n", err);
         anvil_model_free(m);
         return 2;
     }
