@@ -10,6 +10,7 @@
 #ifndef ANVIL_QUANT_INT_H
 #define ANVIL_QUANT_INT_H
 
+#include "quant/quant.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,14 +41,13 @@ const char *qt_type_name(int type);
 /* ---------------------------------------------------------------------- */
 /* row quantizers (blocks32.c, kquants.c) */
 
-/* Quantize one row of n floats (n a multiple of the type's block) into
- * dst (qt_row_size(type, n) bytes). Every type of qt_type_get: F32, F16,
- * BF16 and Q8_0/Q4_0/Q4_1 with the reference conversions of
- * kernels/cpu/ref (bit-compatible with ggml's), the others with the
- * searched quantizers of this module. Deterministic: the same input gives
- * the same bytes on every x86-64 CPU (plain IEEE float/double arithmetic,
- * no libm beyond sqrt). Returns false for a type it cannot write. */
-bool qt_quantize_row(int type, const float *x, void *dst, int64_t n);
+/* qt_quantize_row (quant.h): one row of n floats (n a multiple of the
+ * type's block) into dst (qt_row_size(type, n) bytes), every type of
+ * qt_type_get: F32, F16, BF16 and Q8_0/Q4_0/Q4_1 with the reference
+ * conversions of kernels/cpu/ref (bit-compatible with ggml's), the others
+ * with the searched quantizers of this module. Deterministic: the same
+ * input gives the same bytes on every x86-64 CPU (plain IEEE float/double
+ * arithmetic, no libm beyond sqrt). */
 
 /* Per type quantizers, n a multiple of the block. */
 void qt_quantize_q5_0(const float *x, void *dst, int64_t n);
