@@ -233,6 +233,12 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     ALLOC(c->layer_kv, anvil_calloc(nl, sizeof(int8_t)), "layer table");
     ALLOC(c->layer_idx, anvil_calloc(nl, sizeof(int32_t)), "layer table");
     if ((st = init_kv(c, p)) != ANVIL_OK) goto fail;
+    if (m->n_hp1 > 0 && !(c->hp1_ops = kn_hp1_select(m->ops->name))) {
+        st = ANVIL_ERR_UNSUPPORTED;
+        snprintf(c->errmsg, sizeof(c->errmsg), "ctx: no HP1 attention kernels for family %s",
+                 m->ops->name);
+        goto fail;
+    }
     st = ANVIL_ERR_NOMEM;
     c->act_stride = kn_act_row_size(KN_ACT_F32, c->max_dim); /* the widest format */
     ALLOC(c->seq_next, anvil_calloc(ns, sizeof(int32_t)), "sequence tables");

@@ -16,6 +16,7 @@
 
 #include "core/pool.h"
 #include "kernels/attn.h"
+#include "kernels/attn_hp1.h"
 #include "kv/kv_cache.h"
 #include "model/ctx.h"
 #include "model/model.h"
@@ -35,6 +36,7 @@ struct anvil_ctx {
     int n_kv;                               /* KV groups */
     struct kv_cache *kv[CTX_MAX_KV_GROUPS];
     const struct kn_attn_ops *attn_ops[CTX_MAX_KV_GROUPS];
+    const struct kn_hp1_ops *hp1_ops;       /* HP1 kernels, when a layer has HP1 attention */
     int8_t *layer_kv;                       /* (n_layer) group of each layer */
     int32_t *layer_idx;                     /* (n_layer) its layer index in the group */
     int32_t *seq_next;         /* (n_seq_max) validation scratch */

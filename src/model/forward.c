@@ -17,7 +17,8 @@
  *   q, k: per-head RMSNorm (Qwen 3, Gemma 3), RoPE (norm or NeoX pairs,
  *         partial rotary, per-layer frequencies); k, v -> cache
  *   attn = softmax(scale * q k^T) v over the row's own sequence, causal,
- *         within the layer's sliding window if it has one
+ *         within the layer's sliding window if it has one; or HP1 gated
+ *         attention (kernels/attn_hp1.h) on layers whose kind is hp1
  *   x  += attn_post_norm(Wo attn); act = rmsnorm(x) * ffn_norm -> act
  *   gu  = Wgu act                   (one matmul over stacked gate, up)
  *   act = silu(gate) * up  or  gelu_tanh(gate) * up -> activation format
@@ -166,9 +167,15 @@ static void forward_worker(void *arg, int ith, int nth) {
          * only block tables and positions, never the K/V being written),
          * run by all */
         if (ith == 0) {
-            anvil_status ast = kv_attn_prepare(c->kv[g], c->attn_ops[g], li, c->run_attn, c->n_runs,
-                                               (size_t)c->qkv_dim, (size_t)c->q_dim, nth,
-                                               KV_SPLIT_AUTO, hp->attn_scale, &c->job);
+            anvil_status ast =
+                ly->attn == MODEL_ATTN_HP1
+                    ? kv_attn_prepare_hp1(c->kv[g], c->hp1_ops, &ly->hp1, KN_HP1_PV_SPARSE, li,
+                                          c->run_attn, c->n_runs, (size_t)c->qkv_dim,
+                                          (size_t)c->q_dim, nth, KV_SPLIT_AUTO, hp->attn_scale,
+                                          &c->job)
+                    : kv_attn_prepare(c->kv[g], c->attn_ops[g], li, c->run_attn, c->n_runs,
+                                      (size_t)c->qkv_dim, (size_t)c->q_dim, nth, KV_SPLIT_AUTO,
+                                      hp->attn_scale, &c->job);
             ANVIL_ASSERT(ast == ANVIL_OK);
         }
         pool_barrier(c->pool);
