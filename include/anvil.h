@@ -464,6 +464,8 @@ struct anvil_engine_stats {
      * tokens proposed, proposals accepted, and tokens those rows produced
      * (accepted + one of the model's own each) */
     uint64_t n_spec_verify, n_spec_proposed, n_spec_accepted, n_spec_tokens;
+    /* positions taken from the prefix cache when requests were admitted */
+    uint64_t n_prefix_tokens;
 };
 void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out);
 

@@ -683,6 +683,7 @@ static void admit(struct anvil_engine *e) {
         r->admit_seq = ++e->admit_counter;
         pthread_mutex_lock(&e->mu);
         e->stats.queued--;
+        e->stats.n_prefix_tokens += (uint64_t)reused;
         pthread_mutex_unlock(&e->mu);
         e->running[slot] = r;
         e->n_running++;
