@@ -23,6 +23,9 @@
 
 #define CTX_MAX_KV_GROUPS 2
 
+/* Categories the forward pass times itself: ANVIL_PROF_MATMUL, _ATTN, _NORM. */
+#define CTX_PROF_FWD 3
+
 /* lm_head rows computed per tile: the tile stays in L1 while its argmax is
  * taken, and full-logits rows are copied out of it. */
 #define LM_TILE 256
@@ -62,6 +65,15 @@ struct anvil_ctx {
     int32_t *best_i;  /* (n_threads, n_outputs) its index */
     anvil_token *argmax; /* (n_outputs) */
     int n_logits;
+
+    /* profiling (anvil.h anvil_ctx_set_profile): per-thread seconds of the
+     * forward pass's categories, one cache line per thread */
+    bool prof_on;
+    struct ctx_prof_th {
+        double s[CTX_PROF_FWD];
+    } __attribute__((aligned(64))) *prof_th; /* (n_threads) */
+    double prof_decode_s;                    /* wall of the profiled decodes */
+    uint64_t prof_n_decode;
 
     const struct anvil_batch *b; /* the batch being decoded */
     char errmsg[256];
