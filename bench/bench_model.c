@@ -43,6 +43,27 @@ static void prof_add(struct anvil_prof *acc, const struct anvil_prof *p) {
     for (int k = 0; k < ANVIL_PROF_COUNT; k++) acc->s[k] += p->s[k];
     acc->total_s += p->total_s;
     acc->n_calls += p->n_calls;
+    acc->n_clock_reads += p->n_clock_reads;
+}
+
+/* Nanoseconds of one clock read (the profiler's time_now_s), best of 5
+ * runs of 100k: with anvil_prof.n_clock_reads it bounds what profiling
+ * costs a call, whatever the machine's load does to the A/B timings. */
+static double clock_read_ns(void) {
+    static double best = 0.0;
+    if (best > 0.0) return best;
+    for (int r = 0; r < 5; r++) {
+        double t0 = time_now_s(), sink = 0.0;
+        for (int i = 0; i < 100000; i++) sink += time_now_s();
+        double ns = (time_now_s() - t0) * 1e9 / 100000.0;
+        if (sink != 0.0 && (best == 0.0 || ns < best)) best = ns;
+    }
+    return best;
+}
+
+/* Upper bound of the profiler's share of the profiled time. */
+static double prof_cost_bound(const struct anvil_prof *p) {
+    return p->total_s > 0.0 ? (double)p->n_clock_reads * clock_read_ns() * 1e-9 / p->total_s : 0.0;
 }
 
 static double prof_share(const struct anvil_prof *p, int k) {
@@ -53,6 +74,10 @@ static double prof_share(const struct anvil_prof *p, int k) {
 static void prof_json(struct bench_json *j, const struct anvil_prof *p) {
     for (int k = 0; k < ANVIL_PROF_COUNT; k++) bench_json_num(j, PROF_KEY[k], prof_share(p, k), 4);
     bench_json_num(j, "prof_ms_per_call", p->n_calls ? 1e3 * p->total_s / (double)p->n_calls : 0.0, 4);
+    bench_json_num(j, "prof_clock_read_ns", clock_read_ns(), 1);
+    bench_json_num(j, "prof_clock_reads_per_call",
+                   p->n_calls ? (double)p->n_clock_reads / (double)p->n_calls : 0.0, 1);
+    bench_json_num(j, "prof_cost_bound", prof_cost_bound(p), 5);
 }
 
 /* "| 71.2% | ..." for the table; categories a benchmark never runs ('-'). */
@@ -122,15 +147,19 @@ static void print_profile(const struct pp_tg_opts *o, const char *const *tests,
     if (o->json || !o->profile || n == 0) return;
     printf("\nprofile: share of decode time by category (%d threads, profiled repetitions); "
            "throughput with profiling off and on, %d repetitions each in ABBA order, and the "
-           "on/off ratio of each pair (median, min-max)\n\n", o->n_threads, o->reps);
-    prof_header("test", " t/s off             | t/s on              | on/off (min-max)       |");
+           "on/off ratio of each pair (median, min-max); bound: clock reads x %.0f ns per read, "
+           "over the time\n\n", o->n_threads, o->reps, clock_read_ns());
+    prof_header("test", " t/s off             | t/s on              | on/off (min-max)       |"
+                        "   bound |");
     printf("|--------------------------|-----------|-----------|-----------|-----------|-----------|"
-           "-----------|---------------------|---------------------|------------------------|\n");
+           "-----------|---------------------|---------------------|------------------------|"
+           "---------|\n");
     for (int i = 0; i < n; i++) {
         printf("| %-24s |", tests[i]);
         prof_cells(&res[i].prof, false);
-        printf(" %8.2f ± %7.2f | %8.2f ± %7.2f | %.3f (%.3f-%.3f)    |\n", res[i].mean, res[i].sd,
-               res[i].mean_on, res[i].sd_on, res[i].ratio_med, res[i].ratio_lo, res[i].ratio_hi);
+        printf(" %8.2f ± %7.2f | %8.2f ± %7.2f | %.3f (%.3f-%.3f)    | %6.3f%% |\n", res[i].mean,
+               res[i].sd, res[i].mean_on, res[i].sd_on, res[i].ratio_med, res[i].ratio_lo,
+               res[i].ratio_hi, 100.0 * prof_cost_bound(&res[i].prof));
     }
     fflush(stdout);
 }
@@ -476,13 +505,15 @@ done:
 void bench_print_scenario_profiles(const char *const *names, const struct anvil_prof *prof, int n) {
     printf("\nprofile: share of step time by category (engine steps: the forward pass, the "
            "decode call around it, sampling, the scheduler)\n\n");
-    prof_header("scenario", " ms/step |");
+    prof_header("scenario", " ms/step |   bound |");
     printf("|--------------------------|-----------|-----------|-----------|-----------|-----------|"
-           "-----------|---------|\n");
+           "-----------|---------|---------|\n");
     for (int i = 0; i < n; i++) {
         printf("| %-24s |", names[i]);
         prof_cells(&prof[i], true);
-        printf(" %7.2f |\n", prof[i].n_calls ? 1e3 * prof[i].total_s / (double)prof[i].n_calls : 0.0);
+        printf(" %7.2f | %6.3f%% |\n",
+               prof[i].n_calls ? 1e3 * prof[i].total_s / (double)prof[i].n_calls : 0.0,
+               100.0 * prof_cost_bound(&prof[i]));
     }
     fflush(stdout);
 }

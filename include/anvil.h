@@ -320,6 +320,9 @@ struct anvil_prof {
     double total_s;             /* wall seconds of the profiled calls (decodes for a ctx,
                                    steps for an engine): the categories add up to it */
     uint64_t n_calls;
+    uint64_t n_clock_reads;     /* clock reads the profiling made on the slowest path (one
+                                   thread's in the forward pass, plus the calls' own): what
+                                   it cost is at most this times a clock read */
 };
 
 /* Turn profiling on (counters reset) or off (counters kept). */

@@ -446,6 +446,10 @@ void anvil_ctx_get_profile(const struct anvil_ctx *c, struct anvil_prof *out) {
     out->s[ANVIL_PROF_DECODE] = c->prof_decode_s > fwd ? c->prof_decode_s - fwd : 0.0;
     out->total_s = c->prof_decode_s;
     out->n_calls = c->prof_n_decode;
+    uint64_t reads = 0;
+    for (int t = 0; t < c->n_threads; t++)
+        reads = c->prof_th[t].n_reads > reads ? c->prof_th[t].n_reads : reads;
+    out->n_clock_reads = reads + 2 * c->prof_n_decode; /* + anvil_decode's own two */
 }
 
 const float *anvil_get_logits(struct anvil_ctx *c, int32_t i) {

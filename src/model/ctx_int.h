@@ -71,6 +71,7 @@ struct anvil_ctx {
     bool prof_on;
     struct ctx_prof_th {
         double s[CTX_PROF_FWD];
+        uint64_t n_reads;                    /* clock reads */
     } __attribute__((aligned(64))) *prof_th; /* (n_threads) */
     double prof_decode_s;                    /* wall of the profiled decodes */
     uint64_t prof_n_decode;

@@ -124,15 +124,16 @@ _Static_assert(ANVIL_PROF_MATMUL == 0 && ANVIL_PROF_ATTN == 1 && ANVIL_PROF_NORM
                    CTX_PROF_FWD == 3,
                "the forward pass's categories are the first three of anvil_prof_cat");
 
-static inline void prof_mark(double *acc, int k, double *t) {
+static inline void prof_mark(struct ctx_prof_th *th, int k, double *t) {
     double now = time_now_s();
-    acc[k] += now - *t;
+    th->s[k] += now - *t;
+    th->n_reads++;
     *t = now;
 }
 
 #define PROF_MARK(k) \
     do { \
-        if (prof) prof_mark(prof_acc, (k), &prof_t); \
+        if (prof) prof_mark(prof_th, (k), &prof_t); \
     } while (0)
 
 static void forward_worker(void *arg, int ith, int nth) {
@@ -147,7 +148,12 @@ static void forward_worker(void *arg, int ith, int nth) {
     int t0, t1;
     pool_split(n, ith, nth, 1, &t0, &t1);
     const bool prof = c->prof_on;
-    double *prof_acc = c->prof_th[ith].s, prof_t = prof ? time_now_s() : 0.0;
+    struct ctx_prof_th *prof_th = &c->prof_th[ith];
+    double prof_t = 0.0;
+    if (prof) {
+        prof_t = time_now_s();
+        prof_th->n_reads++;
+    }
 
     for (int t = t0; t < t1; t++) {
         float *x = c->x + (size_t)t * ne;

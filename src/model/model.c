@@ -555,11 +555,10 @@ fail:
  *   <arch>.attention.hp1.lo/.hi  f32, default 0 and 1, lo <= hi
  *   <arch>.attention.hp1.relu    bool, default true
  * The taps are metadata rather than a tensor per layer: they are a few
- * hundred numbers that configure the op, not weights; one array keeps a
- * model's whole HP1 configuration in one place for `anvil inspect` and
- * for converters, and llama.cpp-style loaders that count tensors still
- * open the file. Everything is checked here, so the kernels can rely on
- * finite parameters (attn_hp1.h). */
+ * hundred numbers that configure the op, not weights of a matrix product,
+ * and one array keeps a model's whole HP1 configuration in one place (for
+ * `anvil inspect`, for converters). Everything is checked here, so the
+ * kernels can rely on finite parameters (attn_hp1.h). */
 
 static bool attn_kind_parse(struct gguf_str s, enum model_attn *out) {
     if (gguf_str_eq(s, "softmax")) *out = MODEL_ATTN_SOFTMAX;

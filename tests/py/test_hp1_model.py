@@ -327,3 +327,35 @@ def test_hp1_server(files, anvil_bin):
     for (a, _), b in zip(one, texts):
         assert a.startswith(b), (a, b)
     assert sum(len(b) >= 4 for b in texts) >= 4, texts
+
+
+# ---------------------------------------------------------------------------
+# bench/hp1_model.py convert: the serving benchmarks' HP1 model
+
+
+def test_convert_script(tmp_path, anvil_bin):
+    """The converter copies every tensor byte for byte and every metadata
+    value, adds a valid HP1 configuration that anvil loads and runs, and
+    reaches about the zero share it was asked for (on its calibration text,
+    by its own numpy forward pass)."""
+    import gguf
+    src, out = str(tmp_path / "src.gguf"), str(tmp_path / "hp1.gguf")
+    tiny_arch.make_gguf(src, "llama3", "Q8_0", seed=2, cfg={"rope_freqs": False})
+    p = run([sys.executable, os.path.join(ROOT, "bench", "hp1_model.py"), "convert", "--model", src,
+             "--out", out, "--zeros", "0.6"], text=True)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout.splitlines()[-1])
+    assert abs(res["zeros_reached"] - 0.6) <= 0.1, res
+    a, b = gguf.GGUFReader(src), gguf.GGUFReader(out)
+    ta, tb = {t.name: t for t in a.tensors}, {t.name: t for t in b.tensors}
+    assert ta.keys() == tb.keys()
+    for name, t in ta.items():
+        assert t.tensor_type == tb[name].tensor_type and bytes(t.data) == bytes(tb[name].data), name
+    for name, f in a.fields.items():
+        if not name.startswith("GGUF."):
+            assert b.fields[name].contents() == f.contents(), name
+    assert b.fields["llama.attention.kind"].contents() == "hp1"
+    c = tiny_arch.cfg_of("llama3")
+    assert len(b.fields["llama.attention.hp1.taps"].contents()) == c["n_layer"] * c["n_head"] * 3
+    r = run([anvil_bin, "run", "-m", out, "-p", "hello", "-n", "4"], text=True)
+    assert r.returncode == 0, r.stderr
