@@ -18,7 +18,13 @@ independent float64 numpy forward pass of tiny_arch.py is the oracle.
 - the serving engine (tests/tool_engine.c): batched == serial for greedy
   and sampled requests, under preemption, and with prefix caching (the
   stats show reused positions);
-- bad HP1 metadata: exit status 2 and a message naming the key.
+- `anvil serve` on the mixed model: concurrent greedy completions equal
+  the one-by-one ones and the engine's;
+- bad HP1 metadata: exit status 2 and a message naming the key; float64
+  taps and the documented defaults load;
+- bench/hp1_model.py convert (the serving benchmarks' HP1 model): tensors
+  and metadata copied exactly, a valid HP1 configuration added, the zero
+  share it was asked for reached.
 
 Tolerances as tests/py/test_archs.py: 1e-3 of the logit range with F32
 weights, 4e-2 with Q8_0 (activations quantized per block of 32).
