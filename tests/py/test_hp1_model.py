@@ -365,3 +365,17 @@ def test_convert_script(tmp_path, anvil_bin):
     assert len(b.fields["llama.attention.hp1.taps"].contents()) == c["n_layer"] * c["n_head"] * 3
     r = run([anvil_bin, "run", "-m", out, "-p", "hello", "-n", "4"], text=True)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hp1_engine_speculation(files, name):
+    """Speculative decoding (prompt lookup) verifies proposals as multi-row
+    batches and drops the KV of rejected rows: greedy outputs equal plain
+    decoding's on HP1 models too."""
+    path, _ = files[name, "F32"]
+    lines = requests(8, seed=5, greedy=True)
+    plain, _ = engine(path, lines, "-r", "8")
+    spec, st = engine(path, lines, "-r", "8", "--spec", "ngram")
+    assert spec == plain
+    assert st["spec_verify"] > 0 and st["spec_accepted"] > 0, st
+    assert st["kv_used"] == 0
