@@ -292,6 +292,44 @@ int32_t anvil_seq_reuse_prefix(struct anvil_ctx *c, int32_t seq_id, const anvil_
                                int32_t n);
 
 /* ---------------------------------------------------------------------- */
+/* profiling by category (`anvil bench --profile`)
+ *
+ * When on, every pool thread reads the clock at each phase boundary of the
+ * forward pass, after the barrier that ends the phase (so a phase's time
+ * includes the wait for its slowest thread), and adds the interval to the
+ * phase's category; a category's time is the mean over the threads. The
+ * engine also times its steps around the decode. Off, the forward pass
+ * pays one predictable branch per phase and no clock read. Counters are
+ * read and reset from the thread that decodes (or steps the engine), never
+ * while a decode runs. */
+enum anvil_prof_cat {
+    ANVIL_PROF_MATMUL = 0, /* weight matmuls: Q/K/V, output, gate/up, down, lm_head (argmax fused) */
+    ANVIL_PROF_ATTN,       /* K/V into the cache, the attention plan and kernels (softmax, HP1) */
+    ANVIL_PROF_NORM,       /* norms, RoPE, residual adds, activations and their quantization,
+                              embedding lookup: the element-wise work */
+    ANVIL_PROF_DECODE,     /* anvil_decode around the pass: batch checks, KV reserve and
+                              commit, waking the threads */
+    ANVIL_PROF_SAMPLE,     /* engine: sampling, logprobs, detokenizing, events */
+    ANVIL_PROF_SCHED,      /* engine: the rest of a step: queue, admission, batch building,
+                              preemption, statistics, a draft model's proposals */
+    ANVIL_PROF_COUNT
+};
+
+struct anvil_prof {
+    double s[ANVIL_PROF_COUNT]; /* seconds per category since profiling was turned on */
+    double total_s;             /* wall seconds of the profiled calls (decodes for a ctx,
+                                   steps for an engine): the categories add up to it */
+    uint64_t n_calls;
+    uint64_t n_clock_reads;     /* clock reads the profiling made on the slowest path (one
+                                   thread's in the forward pass, plus the calls' own): what
+                                   it cost is at most this times a clock read */
+};
+
+/* Turn profiling on (counters reset) or off (counters kept). */
+void anvil_ctx_set_profile(struct anvil_ctx *c, bool on);
+void anvil_ctx_get_profile(const struct anvil_ctx *c, struct anvil_prof *out);
+
+/* ---------------------------------------------------------------------- */
 /* sampling */
 
 struct anvil_sampler;
@@ -464,8 +502,16 @@ struct anvil_engine_stats {
      * tokens proposed, proposals accepted, and tokens those rows produced
      * (accepted + one of the model's own each) */
     uint64_t n_spec_verify, n_spec_proposed, n_spec_accepted, n_spec_tokens;
+    /* positions taken from the prefix cache when requests were admitted */
+    uint64_t n_prefix_tokens;
 };
 void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out);
+
+/* Profiling of the engine's steps (see anvil_ctx_set_profile): the model
+ * context's categories plus sampling and the scheduler. From the thread
+ * that steps the engine, between steps. */
+void anvil_engine_set_profile(struct anvil_engine *e, bool on);
+void anvil_engine_get_profile(const struct anvil_engine *e, struct anvil_prof *out);
 
 /* ---------------------------------------------------------------------- */
 /* tools */
