@@ -227,10 +227,12 @@ PROMPT = "The capital of France is"
 
 
 def top_tokens(path, k=5):
-    m = llama_cpp.Llama(model_path=path, n_ctx=128, verbose=False, n_threads=2)
+    m = llama_cpp.Llama(model_path=path, n_ctx=128, verbose=False, n_threads=2, logits_all=True)
     toks = m.tokenize(PROMPT.encode(), add_bos=False)
     m.eval(toks)
     logits = np.array(m.scores[m.n_tokens - 1], dtype=np.float32)
+    # without logits_all the row stays zero and every top-k would be 0..k-1
+    assert np.ptp(logits) > 1.0, "llama.cpp returned no logits"
     return list(np.argsort(-logits)[:k])
 
 
