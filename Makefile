@@ -146,6 +146,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBA) $(TEST_LIBS) $(LIBS)
 
 $(BUILD)/tests/%.o: CFLAGS_ALL += -Itests
+# the default model's path is written once, above; C tests and fuzz
+# harnesses fall back to it when ANVIL_MODEL is unset
+$(BUILD)/tests/%.o: CFLAGS_ALL += -DANVIL_DEFAULT_MODEL='"$(MODEL)"'
 # unit_bench tests the benchmarks' shared helper, which is not in libanvil
 $(BUILD)/tests/unit_bench: $(BUILD)/bench/bench_util.o
 $(BUILD)/tests/unit_bench.o: CFLAGS_ALL += -Ibench

@@ -23,7 +23,7 @@
 
 static const char *model_path(void) {
     const char *p = getenv("ANVIL_MODEL");
-    return p && *p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    return p && *p ? p : ANVIL_DEFAULT_MODEL;
 }
 
 static struct anvil_model *model;

@@ -12,7 +12,7 @@
 /* The model the harnesses load: $ANVIL_MODEL, else the default model. */
 static inline const char *fuzz_model_path(void) {
     const char *path = getenv("ANVIL_MODEL");
-    return path && *path ? path : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    return path && *path ? path : ANVIL_DEFAULT_MODEL;
 }
 
 /* Strict UTF-8 (Unicode table 3-7): no overlongs, no surrogates, <= U+10FFFF.

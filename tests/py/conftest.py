@@ -2,6 +2,7 @@
 default model, a session-wide llama-cpp-python reference, and the check
 that a PNG written by `anvil bench --png` is a real chart."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -9,7 +10,21 @@ import sys
 import pytest
 
 ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.environ.get("ANVIL_MODEL") or os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def make_default(name):
+    """The value the Makefile gives `name` (`NAME ?= path` or `NAME := path`),
+    as an absolute path: the default model's path is written only there."""
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        for line in f:
+            m = re.match(r"%s\s*[?:]?=\s*(\S+)\s*$" % re.escape(name), line)
+            if m:
+                return os.path.join(ROOT, m.group(1))
+    raise RuntimeError("Makefile sets no %s" % name)
+
+
+MODEL = os.environ.get("ANVIL_MODEL") or make_default("MODEL")
+GEMMA = os.environ.get("ANVIL_GEMMA") or make_default("GEMMA")
 
 # `anvil bench --png` draws with bench/plot.py; the tests make it use this
 # interpreter (the test venv, matplotlib pinned in tests/requirements.txt)

@@ -19,9 +19,8 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ROOT, build_path, run
+from conftest import GEMMA, ROOT, build_path, run
 
-GEMMA = os.environ.get("ANVIL_GEMMA") or os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
 NEAR_TIE = 0.5
 PROMPTS = [
     "The capital of France is",

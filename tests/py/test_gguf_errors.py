@@ -17,10 +17,11 @@ import subprocess
 import pytest
 
 import gguf_synth as G
+import conftest  # noqa: E402  (the default model: written once, in the Makefile)
 
 ROOT = os.environ.get("ANVIL_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-MODEL = os.environ.get("ANVIL_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+MODEL = conftest.MODEL
 BINS = [b for b in (os.path.join(ROOT, "bin", "anvil"), os.path.join(ROOT, "bin", "anvil-asan"))
         if os.path.exists(b)]
 pytestmark = pytest.mark.skipif(not BINS, reason="bin/anvil not built")

@@ -27,11 +27,12 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES
 
+import conftest
 import gguf_synth
 
 ROOT = os.environ.get("ANVIL_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-GEMMA = os.environ.get("ANVIL_GEMMA", os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
+GEMMA = conftest.GEMMA
 
 # name -> (ggml type, block elements, block bytes, byte offsets of f16
 # scales, byte range of the quants)

@@ -26,10 +26,11 @@ import subprocess
 
 import numpy as np
 import pytest
+import conftest  # noqa: E402  (the default model: written once, in the Makefile)
 
 ROOT = os.environ.get("ANVIL_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-MODEL = os.environ.get("ANVIL_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+MODEL = conftest.MODEL
 ANVIL = os.path.join(ROOT, "bin", "anvil")
 TEXT = "/usr/share/common-licenses/GPL-3"
 CTX, CHUNKS, TOPK = 128, 3, 128

@@ -33,10 +33,11 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf import quants  # noqa: E402
 
 import gguf_synth as G  # noqa: E402
+import conftest  # noqa: E402  (the default model: written once, in the Makefile)
 
 ROOT = os.environ.get("ANVIL_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-MODEL = os.environ.get("ANVIL_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+MODEL = conftest.MODEL
 ANVIL = os.path.join(ROOT, "bin", "anvil")
 ANVIL_ASAN = os.path.join(ROOT, "bin", "anvil-asan")
 

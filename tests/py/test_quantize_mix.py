@@ -28,10 +28,11 @@ import gguf
 import llama_cpp
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf import quants  # noqa: E402
+import conftest  # noqa: E402  (the default model: written once, in the Makefile)
 
 ROOT = os.environ.get("ANVIL_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-MODEL = os.environ.get("ANVIL_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+MODEL = conftest.MODEL
 ANVIL = os.path.join(ROOT, "bin", "anvil")
 
 # llama.cpp's llama_ftype of each mix anvil accepts

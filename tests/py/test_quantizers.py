@@ -26,10 +26,11 @@ import gguf
 import llama_cpp
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf import quants  # noqa: E402
+import conftest  # noqa: E402  (the default model: written once, in the Makefile)
 
 ROOT = os.environ.get("ANVIL_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-MODEL = os.environ.get("ANVIL_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+MODEL = conftest.MODEL
 TOOL = os.path.join(ROOT, "build", "release", "tests", "tool_quant")
 
 TYPES = ["Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]

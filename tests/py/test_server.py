@@ -28,6 +28,7 @@ import time
 import openai
 import pytest
 
+import conftest  # the default model, written once: the Makefile
 from anvil_server import (ROOT, SANITIZER_REPORTS, Server, asan_bin, asan_env, check_error,
                           serve_bin, sse_events)
 
@@ -45,8 +46,7 @@ def run(cmd, **kw):
 
 @pytest.fixture(scope="module")
 def model_path():
-    p = os.environ.get("ANVIL_MODEL") or os.path.join(ROOT, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
+    p = conftest.MODEL
     if not os.path.exists(p):
         pytest.fail(f"default model missing: {p} (run `make model`)")
     return p

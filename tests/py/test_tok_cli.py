@@ -9,11 +9,11 @@ import os
 import subprocess
 
 import pytest
+import conftest  # noqa: E402  (the default model: written once, in the Makefile)
 
 ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-MODEL = os.environ.get("ANVIL_MODEL") or os.path.join(ROOT, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = conftest.MODEL
 
 TEXTS = [
     "Hello world",

@@ -15,12 +15,12 @@ import subprocess
 import unicodedata
 
 import pytest
+import conftest  # noqa: E402  (the default model: written once, in the Makefile)
 
 ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-MODEL = os.environ.get("ANVIL_MODEL") or os.path.join(ROOT, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
-GEMMA = os.environ.get("ANVIL_GEMMA") or os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
+MODEL = conftest.MODEL
+GEMMA = conftest.GEMMA
 
 
 def llama_cpp_version():
