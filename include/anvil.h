@@ -105,6 +105,13 @@ int anvil_model_type(const struct anvil_model *m);
 const char *anvil_model_kernels(const struct anvil_model *m);
 /* Short human description: "llama 30L 576d 9h/3kv Q4_1 (135M params)". */
 const char *anvil_model_desc(const struct anvil_model *m);
+/* Copy the string metadata value under `key` ("general.name",
+ * "general.architecture", "tokenizer.chat_template", ...) into buf, NUL
+ * terminated and cut to cap - 1 bytes as snprintf does. Returns the
+ * value's full length in bytes, or -1 when the key is missing or its value
+ * is not a string (buf then holds ""). buf may be NULL when cap is 0. */
+int32_t anvil_model_meta_str(const struct anvil_model *m, const char *key, char *buf,
+                             size_t cap);
 anvil_token anvil_token_bos(const struct anvil_model *m); /* -1 if none */
 anvil_token anvil_token_eos(const struct anvil_model *m); /* -1 if none */
 /* True for tokens that end a generation (EOS, <|im_end|>, <|eot_id|>, ...). */
@@ -153,6 +160,10 @@ struct anvil_chat_msg {
  * terminated), -(needed) when cap is too small, or 0 with no template. */
 int32_t anvil_chat_apply(const struct anvil_model *m, const struct anvil_chat_msg *msgs,
                          size_t n_msgs, bool add_assistant, char *buf, int32_t cap);
+/* The chat template family anvil_chat_apply renders for this model:
+ * "chatml" or "llama3"; NULL when the model has no template anvil
+ * recognises. A static string. */
+const char *anvil_chat_template_name(const struct anvil_model *m);
 
 /* ---------------------------------------------------------------------- */
 /* context: KV cache, scratch, thread pool */

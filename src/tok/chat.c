@@ -74,6 +74,14 @@ anvil_status chat_detect(struct tok_chat *c, struct gguf_str tmpl) {
     return ANVIL_OK;
 }
 
+const char *tok_chat_name(const struct tok_vocab *v) {
+    switch (v ? v->chat.kind : TOK_CHAT_NONE) {
+    case TOK_CHAT_CHATML: return "chatml";
+    case TOK_CHAT_LLAMA3: return "llama3";
+    default: return NULL;
+    }
+}
+
 void chat_free(struct tok_chat *c) {
     anvil_free(c->default_system);
     memset(c, 0, sizeof(*c));

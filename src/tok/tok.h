@@ -65,5 +65,7 @@ int32_t tok_detok_push(const struct tok_vocab *v, struct anvil_detok *d, anvil_t
 int32_t tok_detok_flush(struct anvil_detok *d, char *buf, int32_t cap);
 int32_t tok_chat_apply(const struct tok_vocab *v, const struct anvil_chat_msg *msgs,
                        size_t n_msgs, bool add_assistant, char *buf, int32_t cap);
+/* "chatml", "llama3", or NULL when no recognised template (static). */
+const char *tok_chat_name(const struct tok_vocab *v);
 
 #endif
