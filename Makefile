@@ -56,6 +56,12 @@ LIB_SRC    := $(sort $(shell find src -name '*.c' -not -path 'src/server/*'))
 SERVER_SRC := $(sort $(wildcard src/server/*.c))
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
+# The chat page (src/server/webui/) is compiled into the binary as byte
+# arrays by tools/embed/embed.c (plain C: no xxd or JS tool chain needed).
+WEBUI_SRC  := $(sort $(wildcard src/server/webui/*))
+WEBUI_GEN  := $(BUILD)/gen/webui_assets.c
+EMBED_BIN  := $(BUILD)/host/embed
+SERVER_OBJ += $(BUILD)/gen/webui_assets.o
 CLI_SRC    := $(sort $(wildcard tools/cli/*.c))
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
@@ -99,6 +105,15 @@ endif
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(EMBED_BIN): tools/embed/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 $(WARN) -o $@ $<
+$(WEBUI_GEN): $(EMBED_BIN) $(WEBUI_SRC)
+	@mkdir -p $(dir $@)
+	$(EMBED_BIN) $@ $(WEBUI_SRC)
+$(BUILD)/gen/webui_assets.o: $(WEBUI_GEN)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(LIBA): $(LIB_OBJ)

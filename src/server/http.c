@@ -53,6 +53,7 @@
 
 #include "server/server.h"
 #include "server/srv_int.h"
+#include "server/srv_web.h"
 
 #define WAIT_SLICE_MS 100
 #define HEADER_MEM (32 * 1024)
@@ -62,22 +63,23 @@ struct job;
 
 struct srv {
     struct MHD_Daemon *d;
-    MHD_socket quiesced_fd;
     struct anvil_model *model;
     struct anvil_engine *engine;
     struct srv_config cfg;
-    char *host, *api_key, *model_id; /* owned copies of cfg strings */
+    char *host, *api_key, *model_id, *replica_id; /* owned copies of cfg strings */
+    struct srv_info info; /* for /props, /v1/models, /tokenize */
     struct srv_limits lim;
     struct srv_metrics metrics;
     int port;
     long long created;
     uint32_t salt;
     _Atomic uint64_t next_seq;
-    atomic_bool draining; /* quiesced: new requests get 503 */
+    atomic_bool draining; /* srv_quiesce: new requests get 503 */
     atomic_bool stopping; /* srv_stop: waits give up */
     pthread_mutex_t mu;   /* jobs list */
     struct job *jobs;     /* submitted, not yet DONE */
     int n_jobs;
+    atomic_int n_live;    /* jobs not yet freed: their answer may still be on the way out */
 };
 
 // ----------------------------------------------------------------------------
@@ -137,7 +139,9 @@ static void job_free(struct job *j) {
     sb_free(&j->full);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
+    struct srv *s = j->srv;
     free(j);
+    atomic_fetch_sub(&s->n_live, 1);
 }
 
 static void job_ref(struct job *j) {
@@ -162,6 +166,7 @@ static struct job *job_new(struct srv *s, struct srv_req *req, int fd) {
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->srv = s;
+    atomic_fetch_add(&s->n_live, 1);
     j->refs = 1;
     j->fd = fd;
     j->req = *req;
@@ -438,6 +443,19 @@ struct conn {
     size_t discarded; /* bytes dropped so far */
 };
 
+/* Queue r with the headers every response carries, count it, drop our
+ * reference. While draining, keep-alive connections are closed so a load
+ * balancer reconnects (to another replica) for its next request. */
+static enum MHD_Result queue(struct srv *s, struct MHD_Connection *c, unsigned status,
+                             struct MHD_Response *r) {
+    if (s->replica_id) MHD_add_response_header(r, "X-Anvil-Replica", s->replica_id);
+    if (atomic_load(&s->draining)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    srv_metrics_status(&s->metrics, (int)status);
+    return ret;
+}
+
 static enum MHD_Result send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
                                  const char *ctype, struct sbuf *b, const char *extra_hdr,
                                  const char *extra_val) {
@@ -459,11 +477,7 @@ static enum MHD_Result send_sbuf(struct srv *s, struct MHD_Connection *c, int st
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (extra_hdr) MHD_add_response_header(r, extra_hdr, extra_val);
-    if (atomic_load(&s->draining)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    srv_metrics_status(&s->metrics, status);
-    return ret;
+    return queue(s, c, (unsigned)status, r);
 }
 
 static enum MHD_Result send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e,
@@ -493,9 +507,17 @@ enum {
     R_MODEL,
     R_COMPLETIONS,
     R_CHAT,
+    R_STATIC,     /* the chat page's files (webui.c) */
+    R_TOKENIZE,   /* extra.c */
+    R_DETOKENIZE,
+    R_PROPS,
 };
 
-static int route_of(const char *url) {
+static int route_of(const struct srv *s, const char *url) {
+    if (s->cfg.webui && srv_asset_find(url)) return R_STATIC;
+    if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/props")) return R_PROPS;
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/v1/models")) return R_MODELS;
@@ -505,7 +527,9 @@ static int route_of(const char *url) {
     return R_NONE;
 }
 
-static bool route_is_post(int r) { return r == R_COMPLETIONS || r == R_CHAT; }
+static bool route_is_post(int r) {
+    return r == R_COMPLETIONS || r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE;
+}
 
 /* Constant-time comparison of the bearer token with the key. */
 static bool auth_ok(const struct srv *s, struct MHD_Connection *c) {
@@ -527,8 +551,8 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, int r
     switch (route) {
     case R_HEALTH:
         if (atomic_load(&s->draining)) {
-            sb_puts(&b, "{\"status\":\"shutting down\"}");
-            return send_sbuf(s, c, 503, "application/json", &b, NULL, NULL);
+            sb_puts(&b, "{\"status\":\"draining\"}");
+            return send_sbuf(s, c, 503, "application/json", &b, "Retry-After", "1");
         }
         sb_puts(&b, "{\"status\":\"ok\"}");
         return send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
@@ -539,8 +563,21 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, int r
         srv_fmt_metrics(&b, &s->metrics, &st);
         return send_sbuf(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL, NULL);
     }
+    case R_STATIC: {
+        unsigned status = 0;
+        struct MHD_Response *r =
+            srv_asset_response(srv_asset_find(url),
+                               MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                           MHD_HTTP_HEADER_IF_NONE_MATCH),
+                               &status);
+        if (!r) return MHD_NO;
+        return queue(s, c, status, r);
+    }
+    case R_PROPS:
+        srv_fmt_props(&b, &s->info);
+        return send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
     case R_MODELS:
-        srv_fmt_models(&b, s->model_id, s->created, false);
+        srv_fmt_model_entry(&b, &s->info, false);
         return send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
     case R_MODEL:
         if (strcmp(url + 11, s->model_id) != 0) {
@@ -549,7 +586,7 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, int r
                         "The model '%.100s' does not exist", url + 11);
             return send_err(s, c, &e, NULL, NULL);
         }
-        srv_fmt_models(&b, s->model_id, s->created, true);
+        srv_fmt_model_entry(&b, &s->info, true);
         return send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
     }
     return MHD_NO;
@@ -563,6 +600,20 @@ static enum MHD_Result submit_error(struct srv *s, struct MHD_Connection *c, anv
         return send_errf(s, c, 503, "server_error", "engine_overloaded", "Retry-After", "1",
                          "The server is overloaded: its request queue is full. Retry later.");
     return send_errf(s, c, 500, "server_error", NULL, NULL, NULL, msg);
+}
+
+/* POST /tokenize and /detokenize: answered on the HTTP thread. */
+static enum MHD_Result handle_tok(struct srv *s, struct MHD_Connection *c, struct conn *k) {
+    struct sbuf b;
+    struct srv_err err;
+    sb_init(&b);
+    bool ok = (k->route == R_TOKENIZE ? srv_tokenize : srv_detokenize)(
+        &s->info, k->body ? k->body : "", k->body_len, &b, &err);
+    if (!ok) {
+        sb_free(&b);
+        return send_err(s, c, &err, NULL, NULL);
+    }
+    return send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
 }
 
 static enum MHD_Result handle_generate(struct srv *s, struct MHD_Connection *c, struct conn *k) {
@@ -619,10 +670,9 @@ static enum MHD_Result handle_generate(struct srv *s, struct MHD_Connection *c, 
         job_ref(j); /* the response's, dropped by job_unref_cb */
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        srv_metrics_status(&s->metrics, 200);
-        return ret;
+        /* nginx: pass the stream through even where proxy_buffering is on */
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        return queue(s, c, MHD_HTTP_OK, r);
     }
 
     /* non-streaming: collect the whole completion, then answer */
@@ -657,7 +707,7 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
                                   const char *url, const char *method) {
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
-    k->route = route_of(url);
+    k->route = route_of(s, url);
     if (k->route == R_NONE) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Invalid URL (%.16s %.100s)", method, url);
@@ -672,7 +722,15 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         return send_errf(s, c, 405, "invalid_request_error", NULL, MHD_HTTP_HEADER_ALLOW,
                          want_post ? "POST" : "GET, HEAD", msg);
     }
-    if (k->route != R_HEALTH && !auth_ok(s, c)) {
+    /* while draining only the probes answer: everything else is refused
+     * before auth or body, so a load balancer retries it elsewhere */
+    if (atomic_load(&s->draining) && k->route != R_HEALTH && k->route != R_METRICS) {
+        k->responded = true;
+        return send_errf(s, c, 503, "server_error", "server_draining", "Retry-After", "1",
+                         "The server is shutting down: retry on another replica.");
+    }
+    /* the page and /health are public: the page asks for the key itself */
+    if (k->route != R_HEALTH && k->route != R_STATIC && !auth_ok(s, c)) {
         k->responded = true;
         return send_errf(s, c, 401, "invalid_request_error", "invalid_api_key",
                          MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
@@ -681,11 +739,6 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
     if (get) {
         k->responded = true;
         return handle_get(s, c, k->route, url);
-    }
-    if (atomic_load(&s->draining)) {
-        k->responded = true;
-        return send_errf(s, c, 503, "server_error", NULL, NULL, NULL,
-                         "The server is shutting down.");
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -768,6 +821,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_errf(s, c, 413, "invalid_request_error", "request_too_large",
                          MHD_HTTP_HEADER_CONNECTION, "close", msg);
     }
+    if (k->route == R_TOKENIZE || k->route == R_DETOKENIZE) return handle_tok(s, c, k);
     return handle_generate(s, c, k);
 }
 
@@ -833,14 +887,15 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
         return -1;
     }
     pthread_mutex_init(&s->mu, NULL);
-    s->quiesced_fd = MHD_INVALID_SOCKET;
     s->model = m;
     s->engine = e;
     s->cfg = *cfg;
     s->host = strdup(cfg->host);
     s->model_id = strdup(cfg->model_id);
     s->api_key = cfg->api_key && cfg->api_key[0] ? strdup(cfg->api_key) : NULL;
-    if (!s->host || !s->model_id || (cfg->api_key && cfg->api_key[0] && !s->api_key)) {
+    s->replica_id = cfg->replica_id && cfg->replica_id[0] ? strdup(cfg->replica_id) : NULL;
+    if (!s->host || !s->model_id || (cfg->api_key && cfg->api_key[0] && !s->api_key) ||
+        (cfg->replica_id && cfg->replica_id[0] && !s->replica_id)) {
         snprintf(err, err_cap, "out of memory");
         srv_free(s);
         return -1;
@@ -848,9 +903,19 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
     s->cfg.host = s->host;
     s->cfg.model_id = s->model_id;
     s->cfg.api_key = s->api_key;
+    s->cfg.replica_id = s->replica_id;
     s->created = (long long)time(NULL);
     s->salt = (uint32_t)((uint64_t)s->created * 2654435761u ^ (uint64_t)getpid());
     srv_metrics_init(&s->metrics);
+    s->info = (struct srv_info){
+        .model = m,
+        .model_id = s->model_id,
+        .replica_id = s->replica_id ? s->replica_id : "",
+        .n_ctx = cfg->n_ctx,
+        .parallel = cfg->parallel,
+        .webui = cfg->webui,
+        .created = s->created,
+    };
 
     struct anvil_engine_stats st;
     memset(&st, 0, sizeof(st));
@@ -887,16 +952,18 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
 int srv_port(const struct srv *s) { return s->port; }
 
 void srv_quiesce(struct srv *s) {
-    if (!s || !s->d || atomic_load(&s->draining)) return;
+    if (!s || !s->d) return;
+    /* The listening socket stays open on purpose (no MHD_quiesce_daemon):
+     * a load balancer's probe or request then gets a prompt 503 and moves
+     * on, where a closed or unserved socket leaves connections hanging in
+     * the backlog until the process exits. */
     atomic_store(&s->draining, true);
-    s->quiesced_fd = MHD_quiesce_daemon(s->d);
 }
 
 int srv_n_active(struct srv *s) {
-    pthread_mutex_lock(&s->mu);
-    int n = s->n_jobs;
-    pthread_mutex_unlock(&s->mu);
-    return n;
+    /* not n_jobs: a job leaves that list at DONE, while its last bytes may
+     * still be on their way to the client, and srv_stop would cut them */
+    return atomic_load(&s->n_live);
 }
 
 void srv_cancel_all(struct srv *s) {
@@ -921,8 +988,6 @@ void srv_stop(struct srv *s) {
     atomic_store(&s->stopping, true);
     MHD_stop_daemon(s->d);
     s->d = NULL;
-    if (s->quiesced_fd != MHD_INVALID_SOCKET) close(s->quiesced_fd);
-    s->quiesced_fd = MHD_INVALID_SOCKET;
 }
 
 void srv_free(struct srv *s) {
@@ -931,6 +996,7 @@ void srv_free(struct srv *s) {
     free(s->host);
     free(s->model_id);
     free(s->api_key);
+    free(s->replica_id);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

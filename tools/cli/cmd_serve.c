@@ -3,9 +3,12 @@
  *
  * Thin: parse argv strictly, load the model, start the engine's driver
  * thread and the HTTP daemon (src/server), then wait for SIGINT/SIGTERM.
- * Shutdown: stop accepting, let in-flight requests finish for a grace
- * period (a second signal cuts it short), cancel the rest, stop HTTP,
- * free the engine, the server and the model. Exit 0 after a clean stop.
+ * Shutdown on SIGTERM or SIGINT is a drain, what a load balancer or
+ * Kubernetes expects of a replica: /health turns 503 {"status":
+ * "draining"}, new requests get 503 with Retry-After, in-flight requests
+ * run to their end for up to --drain-timeout seconds (a second signal
+ * cuts it short), then the rest are cancelled, HTTP stops, and the
+ * engine, the server and the model are freed. Exit 0 after a clean stop.
  *
  * Signals are blocked in every thread (the mask is set before any thread
  * starts) and taken synchronously with sigwait, so no handler runs in
@@ -25,13 +28,15 @@
 #define CMD "serve"
 #define DEFAULT_MAX_QUEUE 1024
 #define DEFAULT_TIMEOUT 600
+#define DEFAULT_DRAIN 30 /* seconds; Kubernetes' default grace period is 30 s too */
 #define MAX_BODY (4u << 20) /* 4 MiB: a full 8k-token prompt as text or ids fits many times */
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: anvil serve -m MODEL [options]\n\n"
             "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
-            "GET /v1/models, /health, /metrics.\n\n"
+            "/tokenize, /detokenize; GET /v1/models, /props, /health, /metrics; and a\n"
+            "chat page at / (open http://HOST:PORT/ in a browser).\n\n"
             "  -m, --model FILE      GGUF model (required)\n"
             "      --host ADDR       address to bind (default 127.0.0.1; numeric or localhost)\n"
             "      --port N          TCP port, 0 = any free port (default 8080)\n"
@@ -43,8 +48,14 @@ static void usage(FILE *f) {
             "  -t, --threads N       engine threads (default: all online CPUs)\n"
             "  -c, --ctx N           max tokens per request, prompt + completion\n"
             "                        (default: min(train ctx, 8192))\n"
-            "      --kernels K       auto, ref, avx2 or avx512\n",
-            DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT);
+            "      --kernels K       auto, ref, avx2 or avx512\n"
+            "      --no-webui        do not serve the chat page (GET / is a 404)\n"
+            "      --replica-id ID   name sent in an X-Anvil-Replica header on every\n"
+            "                        response (behind a load balancer)\n"
+            "      --drain-timeout S on SIGTERM/SIGINT, let in-flight requests run this\n"
+            "                        long before cancelling them (default %d; a second\n"
+            "                        signal cancels at once)\n",
+            DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT, DEFAULT_DRAIN);
 }
 
 /* "512M", "2G", "1048576", "64k": bytes, binary suffixes. */
@@ -106,7 +117,10 @@ static bool drain(struct srv *s, const sigset_t *set, double secs) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *kernels = NULL;
+    const char *replica_id = NULL;
+    bool webui = true;
     long port = 8080, parallel = 0, max_queue = DEFAULT_MAX_QUEUE, timeout = DEFAULT_TIMEOUT;
+    long drain_timeout = DEFAULT_DRAIN;
     long threads = 0, ctx = 0;
     long long kv_mem = 0;
     for (int i = 1; i < argc; i++) {
@@ -156,6 +170,20 @@ int cmd_serve(int argc, char **argv) {
             if (strcmp(v, "auto") && strcmp(v, "ref") && strcmp(v, "avx2") && strcmp(v, "avx512"))
                 return cli_fail(CMD, "--kernels must be auto, ref, avx2 or avx512, got '%s'", v);
             kernels = v;
+        } else if (!strcmp(a, "--no-webui")) {
+            webui = false;
+        } else if (!strcmp(a, "--replica-id")) {
+            VAL();
+            /* it goes into a header: printable ASCII, no separators */
+            size_t n = strlen(v);
+            if (n == 0 || n > 64 || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                              "0123456789.-_:") != n)
+                return cli_fail(CMD, "--replica-id must be 1-64 characters of A-Z a-z 0-9 . - _ :"
+                                ", got '%s'", v);
+            replica_id = v;
+        } else if (!strcmp(a, "--drain-timeout")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 0, 86400, &drain_timeout)) return 2;
         } else {
             return cli_fail(CMD, "unknown option '%s' (see anvil serve --help)", a);
         }
@@ -223,6 +251,9 @@ int cmd_serve(int argc, char **argv) {
         .max_conn = (int)(running + max_queue + 64),
         .n_ctx = n_ctx,
         .max_body = MAX_BODY,
+        .webui = webui,
+        .replica_id = replica_id,
+        .parallel = (int32_t)running,
     };
     struct srv *s = NULL;
     if (srv_start(m, e, &cfg, &s, err, sizeof(err)) != 0) {
@@ -240,12 +271,14 @@ int cmd_serve(int argc, char **argv) {
     int sig = 0;
     while (sigwait(&set, &sig) != 0) {
     }
-    fprintf(stderr, "anvil serve: %s: stopping (in-flight requests: %d)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", srv_n_active(s));
+    fprintf(stderr, "anvil serve: %s: draining (in-flight requests: %d, up to %ld s)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", srv_n_active(s), drain_timeout);
     srv_quiesce(s);
-    /* finish what is running for a while; a second signal cancels at once */
-    double grace = timeout < 10 ? (double)timeout : 10.0;
-    if (!drain(s, &set, grace)) fprintf(stderr, "anvil serve: second signal: cancelling\n");
+    /* finish what is running; a second signal cancels at once */
+    if (!drain(s, &set, (double)drain_timeout))
+        fprintf(stderr, "anvil serve: second signal: cancelling\n");
+    else if (srv_n_active(s) > 0)
+        fprintf(stderr, "anvil serve: drain timeout: cancelling %d requests\n", srv_n_active(s));
     srv_cancel_all(s);
     drain(s, &set, 2.0); /* let cancelled streams send their last event */
     srv_stop(s);
