@@ -936,7 +936,8 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conn,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_UNESCAPE_CALLBACK, srv_url_unescape, NULL, MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, err_cap, "cannot listen on %s port %d: %s", cfg->host, cfg->port,
                  strerror(errno));

@@ -23,6 +23,7 @@
 #include "server/srv_int.h"
 
 struct MHD_Response;
+struct MHD_Connection;
 
 // ----------------------------------------------------------------------------
 // embedded page (webui.c and the generated webui_assets.c)
@@ -51,6 +52,13 @@ const struct srv_asset *srv_asset_find(const char *url);
  * out-of-memory. The caller queues and destroys it. */
 struct MHD_Response *srv_asset_response(const struct srv_asset *a, const char *if_none_match,
                                         unsigned *status);
+
+/* libmicrohttpd's URL unescaper (MHD_OPTION_UNESCAPE_CALLBACK): "%HH"
+ * becomes its byte except "%00", which stays as the three characters.
+ * MHD's own decoder turns "%00" into a NUL that cuts the path the handler
+ * sees, so "/app.js%00.png" would be served as "/app.js"; kept literal it
+ * matches nothing and is a 404. */
+size_t srv_url_unescape(void *cls, struct MHD_Connection *c, char *s);
 
 // ----------------------------------------------------------------------------
 // tokenizer endpoints, props, the model entry (extra.c)

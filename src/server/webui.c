@@ -67,3 +67,27 @@ struct MHD_Response *srv_asset_response(const struct srv_asset *a, const char *i
     *status = not_modified ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK;
     return r;
 }
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+size_t srv_url_unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls;
+    (void)c;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi = r[0] == '%' ? hexval(r[1]) : -1, lo = hi >= 0 ? hexval(r[2]) : -1;
+        if (lo >= 0 && (hi | lo) != 0) {
+            *w++ = (char)(hi * 16 + lo);
+            r += 3;
+            continue;
+        }
+        *w++ = *r++; /* a literal byte, "%00", or a malformed escape */
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}

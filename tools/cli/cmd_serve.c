@@ -179,7 +179,7 @@ int cmd_serve(int argc, char **argv) {
             if (n == 0 || n > 64 || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                               "0123456789.-_:") != n)
                 return cli_fail(CMD, "--replica-id must be 1-64 characters of A-Z a-z 0-9 . - _ :"
-                                ", got '%s'", v);
+                                " (the value is not echoed: it may hold control characters)");
             replica_id = v;
         } else if (!strcmp(a, "--drain-timeout")) {
             VAL();
