@@ -669,6 +669,7 @@
     };
     const paint = () => {
       pending = false;
+      if (m.state !== 'streaming') return; // the final update below has the last word
       const stick = nearBottom();
       m.stats = live();
       updateNode(m);
