@@ -61,7 +61,12 @@ stop() {
     # replicas drain (in-flight requests finish, new ones get 503) while
     # nginx, told to quit gracefully, still carries the open streams
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null || true
+    if [ -n "$nginx_pid" ]; then
+        kill -QUIT "$nginx_pid" 2>/dev/null || true
+        # graceful quit waits for open streams; past 60 s, stop it hard
+        for _ in $(seq 1 600); do kill -0 "$nginx_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -TERM "$nginx_pid" 2>/dev/null || true
+    fi
     for p in "${pids[@]}" $nginx_pid; do wait "$p" 2>/dev/null || true; done
     echo "run-local.sh: stopped; logs in $work"
     exit "$rc"
@@ -96,6 +101,13 @@ done
 setsid "$nginx_bin" -p "$work" -c "$work/nginx.conf" -e "$work/error.log" -g 'daemon off;' \
     >"$work/nginx.out" 2>&1 &
 nginx_pid=$!
+# ready when nginx accepts connections (its signal handlers are set by then)
+for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    kill -0 "$nginx_pid" 2>/dev/null || die "nginx exited (see $work/error.log)"
+    sleep 0.1
+done
+(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || die "nginx is not listening on $port"
 
 echo "anvil behind nginx: http://127.0.0.1:$port/  (chat page and OpenAI API)"
 echo "  replicas: ${replicas[*]} ($threads thread(s) each)"
