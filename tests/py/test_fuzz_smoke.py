@@ -25,7 +25,7 @@ ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.d
     os.path.abspath(__file__))))
 FUZZ_CC = os.environ.get("FUZZ_CC", "clang-14")
 SECONDS = int(os.environ.get("FUZZ_SECONDS", "20"))
-HARNESSES = ["gguf", "tok", "request"]
+HARNESSES = ["gguf", "tok", "request", "web"]
 
 
 def libfuzzer_available():
