@@ -488,3 +488,46 @@ def test_cli_help_lists_new_flags():
     assert p.returncode == 0
     for flag in ("--no-webui", "--replica-id", "--drain-timeout", "/tokenize", "/props"):
         assert flag in p.stdout
+
+
+def test_asan_build_through_the_new_endpoints():
+    """The ASan+UBSan binary through the page, the tokenizer endpoints
+    (good and bad bodies), /props and a drain with a request in flight:
+    no sanitizer report, exit 0."""
+    asan = os.environ.get("ANVIL_SERVE_BIN_ASAN") or os.path.join(ROOT, "bin", "anvil-asan")
+    if not os.path.exists(asan):
+        pytest.skip("bin/anvil-asan not built (make asan)")
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    s = Server("--ctx", "256", "--parallel", "2", "--kv-mem", "32M", "--replica-id", "a1",
+               binary=asan, env=env)
+    try:
+        for path in list(ASSETS) + BAD_PATHS[:12]:
+            raw_request(s.port, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                        .encode())
+        assert s.request("GET", "/app.js", headers={"If-None-Match": "*"})[0] == 304
+        assert s.request("GET", "/props")[0] == 200
+        assert s.request("GET", "/v1/models")[0] == 200
+        for body in ({"content": "héllo 🙂 <|im_start|>", "with_pieces": True},
+                     {"content": "x", "add_special": True}, {"content": 1}, {"bogus": 1}):
+            s.request("POST", "/tokenize", body)
+        for body in ({"tokens": [1, 2, 19556, 49151]}, {"tokens": [-1]}, {"tokens": "x"}):
+            s.request("POST", "/detokenize", body)
+        s.request("POST", "/tokenize", b"{\"content\": \"a\", ")
+        # a drain with a stream in flight (ASan: about a second per token)
+        k = stream_post(s.port, "/v1/completions", {"prompt": "Hi", "max_tokens": 3,
+                                                    "stream": True, "temperature": 0})
+        read_until(k, lambda g: b"data: " in g)
+        s.p.send_signal(signal.SIGTERM)
+        wait_until(lambda: s.request("GET", "/health")[0] == 503, secs=30, what="draining")
+        got = read_all(k)
+        k.close()
+        assert b"[DONE]" in got
+        rc = s.stop(timeout=120)
+    finally:
+        if s.p.poll() is None:
+            s.kill()
+    err = s.stderr()
+    assert rc == 0, err
+    assert "ERROR: AddressSanitizer" not in err and "runtime error" not in err \
+        and "LeakSanitizer" not in err, err

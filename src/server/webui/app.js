@@ -822,6 +822,7 @@
     const p = $('prompt');
     p.style.height = 'auto';
     p.style.height = Math.min(p.scrollHeight, 220) + 'px';
+    p.style.overflowY = p.scrollHeight > 220 ? 'auto' : 'hidden';
     updateSend();
   }
 
