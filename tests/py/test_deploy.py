@@ -656,7 +656,11 @@ def test_haproxy_config_is_valid():
 
 def test_haproxy_active_check_takes_a_draining_replica_out():
     h = haproxy_or_skip()
-    reps = [Server(*REPLICA_ARGS, "--replica-id", f"r{i + 1}") for i in range(2)]
+    # a stream long enough (1000 tokens, seconds even on a fast machine)
+    # to outlive the check interval, so the replica is still up and
+    # serving when the check takes it out
+    reps = [Server("--ctx", "1100", "--parallel", "4", "--kv-mem", "64M", "--drain-timeout", "300",
+                   "--replica-id", f"r{i + 1}") for i in range(2)]
     d = tempfile.mkdtemp(prefix="anvil-haproxy-")
     sock = os.path.join(d, "admin.sock")
     port = free_port()
@@ -678,16 +682,18 @@ def test_haproxy_active_check_takes_a_draining_replica_out():
             seen[f"s{i}"] = got.pop()
         assert set(seen.values()) == {"r1", "r2"}
         key = next(k for k, v in seen.items() if v == "r2")
-        s = Stream(port, "/v1/completions", {"prompt": "Count:", "max_tokens": 120,
+        s = Stream(port, "/v1/completions", {"prompt": "Count:", "max_tokens": 1000,
                                              "ignore_eos": True, "stream": True,
                                              "temperature": 0}, key=key)
         assert s.status == 200 and s.replica == "r2"
         for _ in range(3):
             assert s.next_event() is not None
         reps[1].p.send_signal(signal.SIGTERM)
-        # with no request sent, the checks alone take r2 out
+        # with no request sent, the checks alone take r2 out: its socket
+        # still accepts (a TCP check would pass), its /health says 503
         wait_until(lambda: haproxy_state(sock).get("r2") == 0, secs=10,
                    what="the health check to mark the draining replica down")
+        assert reps[1].p.poll() is None, "r2 exited: the check could not be told from a TCP one"
         assert haproxy_state(sock)["r1"] == 2
         for i in range(6):
             st, hd, _ = http_request(port, "POST", "/v1/completions",
