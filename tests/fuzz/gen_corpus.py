@@ -20,6 +20,8 @@ http/     whole client byte streams for fuzz_http: every route and method,
           bodies by Content-Length and chunked, Expect: 100-continue,
           pipelined requests, API keys, bodies over fuzz_http's 8 KiB
           limit, a stream, malformed request lines.
+web/      bodies of /tokenize and /detokenize, and request paths (the
+          same bytes are tried as each).
 
 Deterministic: running it again rewrites the same bytes. Needs only the
 Python standard library (no numpy, no gguf package).
@@ -370,9 +372,32 @@ def http_seeds():
         put("http", name + ".http", data)
 
 
+def web_seeds():
+    bodies = {
+        "tok_plain.json": {"content": "Hello world"},
+        "tok_special_pieces.json": {"content": "<|im_start|>user\nhi<|im_end|>",
+                                    "with_pieces": True},
+        "tok_unicode.json": {"content": "caf\u00e9 \U0001f642", "add_special": True,
+                             "parse_special": False, "with_pieces": True},
+        "tok_bad.json": {"content": 1, "extra": True},
+        "detok.json": {"tokens": [19556, 905, 1, 2, 0]},
+        "detok_empty.json": {"tokens": []},
+        "detok_bad.json": {"tokens": [1.5, -1, "x", None]},
+    }
+    for name, b in bodies.items():
+        put("web", name, json.dumps(b))
+    put("web", "tok_lone_surrogate.json", '{"content": "a\\ud800b", "with_pieces": true}')
+    for name, path in [("path_root.txt", "/"), ("path_index.txt", "/index.html"),
+                       ("path_dotdot.txt", "/%2e%2e/app.js"), ("path_nul.txt", "/app.js%00.png"),
+                       ("path_double.txt", "/%252e%252e%252fapp.js"),
+                       ("path_slashes.txt", "//app.js/..//style.css")]:
+        put("web", name, path)
+
+
 if __name__ == "__main__":
     gguf_seeds()
     tok_seeds()
     request_seeds()
     constrain_seeds()
     http_seeds()
+    web_seeds()
