@@ -347,8 +347,13 @@ static void facts(struct sbuf *b, const struct srv_info *in) {
               (int)anvil_model_n_embd(m), (int)anvil_model_n_layer(m));
     sb_puts(b, ",\"type\":");
     str_or_null(b, anvil_type_name(anvil_model_type(m)));
+    /* the family anvil renders (never null: an unrecognised template
+     * falls back to ChatML) and why that one */
+    static const char *const src[] = {"file", "vocabulary", "fallback", "chosen"};
     sb_puts(b, ",\"chat_template_name\":");
     str_or_null(b, anvil_chat_template_name(m));
+    sb_printf(b, ",\"chat_template_source\":\"%s\"",
+              src[(int)anvil_chat_template_source(m) & 3]);
     sb_printf(b, ",\"parallel\":%d,\"kernels\":", (int)in->parallel);
     str_or_null(b, anvil_model_kernels(m));
     sb_puts(b, ",\"replica_id\":");

@@ -84,8 +84,10 @@ bool srv_tokenize(const struct srv_info *in, const char *body, size_t len, struc
 bool srv_detokenize(const struct srv_info *in, const char *body, size_t len, struct sbuf *out,
                     struct srv_err *err);
 
-/* GET /props: context size, parallelism, chat template (source and
- * family), architecture and description, vocabulary, kernels, replica. */
+/* GET /props: context size, parallelism, chat template (the file's text,
+ * the family anvil renders and where that choice came from: "file",
+ * "vocabulary", "fallback" or "chosen" with --chat-template),
+ * architecture and description, vocabulary, kernels, replica. */
 void srv_fmt_props(struct sbuf *b, const struct srv_info *in);
 
 /* GET /v1/models (single = false) and /v1/models/{id}: the OpenAI model
