@@ -367,6 +367,17 @@ def http_seeds():
         "bad_request_line": b"GET\r\n\r\n",
         "http2_preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
         "half_head": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
+        # the chat page and the tokenizer endpoints (fuzz_web covers their
+        # parsers alone; here they go through the whole server)
+        "get_page": http_req("GET", "/") + http_req("HEAD", "/style.css")
+        + http_req("GET", "/app.js", headers=['If-None-Match: "0000000000000000", *']),
+        "get_page_tricks": http_req("GET", "/app.js%00.png") + http_req("GET", "/%2e%2e/app.js")
+        + http_req("GET", "//index.html") + http_req("POST", "/favicon.svg", {}),
+        "get_props": http_req("GET", "/props", headers=[key]),
+        "post_tokenize": http_req("POST", "/tokenize", {"content": "Hi <|im_start|>",
+                                                        "with_pieces": True}, headers=[key]),
+        "post_detokenize": http_req("POST", "/detokenize", {"tokens": [19556, 905, 1]})
+        + http_req("POST", "/detokenize", {"tokens": [-1]}),
     }
     for name, data in seeds.items():
         put("http", name + ".http", data)

@@ -54,6 +54,7 @@ class Server:
             self.p.wait()
             pytest.fail(f"server did not start: {line[0]!r}\n{self.stderr()}")
         self.port = int(m.group(1))
+        self.ready_line = line[0].strip()
 
     def stderr(self):
         self.err.seek(0)
