@@ -70,15 +70,15 @@ EMBED_BIN  := $(BUILD)/host/embed
 WEBUI_O    := $(BUILD)/gen/webui_assets.o
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(OPENAPI_O) $(WEBUI_O)
 CLI_SRC    := $(sort $(wildcard tools/cli/*.c tools/args/*.c))
-BENCH_SRC  := $(filter-out bench/bench_hp1.c bench/bench_constrain.c,$(sort $(wildcard bench/*.c)))
+# standalone micro-benchmarks with their own main (never run by make test)
+BENCH_MAIN := bench/bench_constrain.c
+BENCH_SRC  := $(filter-out $(BENCH_MAIN),$(sort $(wildcard bench/*.c)))
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o) $(BENCH_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
 LIBA       := $(BUILD)/libanvil.a
-# standalone micro-benchmarks with their own main (never run by make test)
-BENCH_MAIN := bench/bench_hp1.c bench/bench_constrain.c
 BENCH_BIN  := $(BENCH_MAIN:bench/%.c=$(BUILD)/bench/%)
 CLI_BIN    := bin/anvil$(SUFFIX)
 
@@ -165,9 +165,9 @@ $(BUILD)/tests/%.o: CFLAGS_ALL += -Itests
 $(BUILD)/tests/unit_bench: $(BUILD)/bench/bench_util.o
 $(BUILD)/tests/unit_bench.o: CFLAGS_ALL += -Ibench
 
-# Standalone micro-benchmarks (BENCH_MAIN: bench_hp1 for HP1 against softmax
-# attention, bench_constrain for the constraint engine): measure, never gate
-# tests; build/<mode>/bench/<name> --help.
+# Standalone micro-benchmarks (BENCH_MAIN: bench_constrain for the constraint
+# engine; HP1 against softmax attention is `anvil bench --attention --kind
+# hp1`): measure, never gate tests; build/<mode>/bench/<name> --help.
 $(BENCH_BIN): $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(LIBS)
 
@@ -191,7 +191,7 @@ build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o $(SERVER_OBJ) $(LIBA)
 # ---------------------------------------------------------------------------
 # dependencies: Debian packages, the Python venv, the model
 
-APT_PKGS := gcc make pkg-config python3-pip libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev python3-matplotlib cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev nginx haproxy chromium chromium-driver
+APT_PKGS := gcc make pkg-config python3-pip libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev python3-matplotlib cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev nginx haproxy chromium chromium-driver fortunes
 deps:
 	@scripts/install_deps.sh $(APT_PKGS)
 

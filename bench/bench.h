@@ -41,17 +41,22 @@ int bench_spec(int argc, char **argv);
 
 /* pp<n_prompt> and tg<n_gen> on one stream, mean +- sd over reps after a
  * warmup; prints a table (header included) or JSON lines. kernels NULL is
- * the automatic choice. Returns 0 or an exit status (error printed). */
+ * the automatic choice. With profile, also the time by category and the
+ * throughput with the counters on (bench_model.c). Returns 0 or an exit
+ * status (error printed). */
 int bench_single_stream(const char *model, const char *kernels, int n_prompt, int n_gen,
-                        int n_threads, int reps, bool json);
+                        int n_threads, int reps, bool json, bool profile);
 
 /* One serving scenario from SCENARIOS.md through the engine; prints one
  * table row or one JSON line. When plot is not NULL, the record also goes
  * there, followed by a "scenario_samples" record with every TTFT and
- * inter-token latency (the chart's distributions). Returns 0 or an exit
- * status (error printed). */
+ * inter-token latency (the chart's distributions). When prof is not NULL
+ * the engine is profiled and *prof gets the counters (also in the JSON
+ * record). Returns 0 or an exit status (error printed). */
 int bench_run_scenario(const char *model, const char *kernels, int n_threads, const char *name,
-                       bool json, FILE *plot);
+                       bool json, FILE *plot, struct anvil_prof *prof);
+/* The --profile table of scenarios run with a prof (names[i], prof[i]). */
+void bench_print_scenario_profiles(const char *const *names, const struct anvil_prof *prof, int n);
 int bench_scenario_count(void);
 const char *bench_scenario_name(int i); /* 0 <= i < bench_scenario_count() */
 

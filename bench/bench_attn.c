@@ -2,7 +2,9 @@
  * bench_attn.c - `anvil bench --attention`: decode attention over the paged
  * KV cache: µs per call and
  * GB/s of KV read, split-K on and off, against the read bandwidth measured
- * on this machine (SCENARIOS.md, "Kernel micro-benchmarks").
+ * on this machine (SCENARIOS.md, "Kernel micro-benchmarks"). With --kind
+ * hp1, HP1 gated attention (kernels/attn_hp1.h) next to the softmax at the
+ * same shapes, at controlled sparsities (below).
  *
  * One case = (shape, batch, ctx): `batch` sequences of `ctx` cached tokens,
  * one decode row each, one layer's attention per timed call (kv_attn_prepare
@@ -18,6 +20,18 @@
  *
  * Before timing, each case's output is compared with the reference
  * kernel's on a sample of sequences; a disagreeing kernel gets no number.
+ *
+ * --kind hp1. Per case and split mode it times, through the same driver
+ * (kv_attn_prepare_hp1 + kv_attn_run): the softmax; HP1 with sparse PV
+ * (the engine's kernel) at each target sparsity; HP1 with dense PV (every
+ * position, zeros included); HP1 without PV (scores and gate alone).
+ * PV time = time - time without PV, so the PV speedup of sparsity is
+ * (dense - none) / (sparse - none). Sparsity comes from kn_hp1_gate_keys
+ * and _queries and kn_hp1_calibrate (attn_hp1.h): the keys carry gate
+ * dimensions, each target sets the queries and calibrates the taps
+ * (1, -a, -a) on the scores of up to two sequences; the zero share reached
+ * is reported. KV bytes per call count every position, whatever a kernel
+ * skips.
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +45,7 @@
 #include "core/core.h"
 #include "core/pool.h"
 #include "kernels/attn.h"
+#include "kernels/attn_hp1.h"
 #include "kv/kv_cache.h"
 
 struct shape {
@@ -61,6 +76,9 @@ struct opts {
     bool no_bw;
     bool cpu_time; /* CPU clocks instead of the wall clock (busy machine) */
     const char *png;
+    bool hp1;      /* --kind hp1 */
+    int sparsity[8], n_sparsity; /* hp1: target % of p == 0 */
+    bool shared;   /* hp1: one zero pattern per kv head group */
 };
 
 static const char *SPLIT_NAME[3] = {"off", "on", "auto"};
@@ -94,7 +112,13 @@ static void help(FILE *f) {
             "                    costs the slowest thread's CPU time (for a busy machine)\n"
             "  --json            one JSON object per case\n"
             "  --png FILE        chart: GB/s against ctx at the schedule auto picks, and\n"
-            "                    the split-K speedup, per shape (bench/plot.py)\n");
+            "                    the split-K speedup, per shape (bench/plot.py; softmax)\n"
+            "  --kind K          softmax (default) or hp1: HP1 gated attention next to the\n"
+            "                    softmax, dense and sparse PV, at controlled sparsities\n"
+            "                    (defaults then: all shapes, batch 1,16,64, ctx\n"
+            "                    512,1024,2048,4096,8192, split off,on, 20 calls)\n"
+            "  --sparsity LIST   hp1: target %% of zero gate weights (default 0,50,70,90)\n"
+            "  --shared          hp1: one zero pattern for all heads of a kv group\n");
 }
 
 static int usage(const char *msg, const char *arg) {
@@ -300,6 +324,341 @@ done:
 }
 
 /* ---------------------------------------------------------------------- */
+/* --kind hp1 */
+
+static float lcg_uniform(uint32_t *x) {
+    *x = *x * 1664525u + 1013904223u;
+    return (float)(*x >> 8) * 0x1p-23f - 1.0f;
+}
+
+/* Write ctx tokens of every sequence (and the gap) into every layer, block
+ * by block in turn (interleaved tables); K carries gate dimensions. */
+static int fill_gate_kv(struct kv_cache *kv, const struct shape *sh, int batch, int ctx,
+                        int n_layer, int bs, bool shared) {
+    size_t row = (size_t)sh->n_head_kv * sh->head_dim;
+    float *k = anvil_malloc((size_t)bs * row * sizeof(float));
+    float *v = anvil_malloc((size_t)bs * row * sizeof(float));
+    int rc = k && v ? 0 : -1;
+    uint32_t x = 0x5eed;
+    for (int t0 = 0; t0 < ctx && !rc; t0 += bs) {
+        int n = ctx - t0 < bs ? ctx - t0 : bs;
+        for (int s = 0; s <= batch && !rc; s++) {
+            if (kv_seq_reserve(kv, s, n) != ANVIL_OK) {
+                rc = -1;
+                break;
+            }
+            for (int l = 0; l < n_layer; l++) {
+                for (size_t i = 0; i < (size_t)n * row; i++) k[i] = lcg_uniform(&x);
+                for (size_t i = 0; i < (size_t)n * row; i++) v[i] = lcg_uniform(&x);
+                kn_hp1_gate_keys(k, row, n, sh->n_head_kv, sh->head_dim,
+                                 sh->n_head / sh->n_head_kv, shared, x);
+                kv_write(kv, l, s, t0, n, k, row, v, row);
+            }
+            if (kv_seq_commit(kv, s, n, NULL) != ANVIL_OK) rc = -1;
+        }
+    }
+    anvil_free(k);
+    anvil_free(v);
+    return rc;
+}
+
+/* One HP1 case: its state, shared by the timed configurations. */
+struct hp1_case {
+    const struct opts *o;
+    const struct shape *sh;
+    struct kv_cache *kv;
+    struct pool *pool;
+    const struct kn_attn_ops *sm;
+    const struct kn_hp1_ops *hp1;
+    int batch, ctx, n_layer, group;
+    float scale;
+    size_t row;
+    struct kv_attn_seq *seqs;
+    const float *q_rand; /* (batch, row) random queries */
+    float *q, *out, *ref;
+    float *taps;         /* (n_head, 3) */
+    float *scores;       /* (2 * n_head, ctx) calibration scores */
+    struct kn_hp1_params hp;
+    double *t_us;
+};
+
+struct timing {
+    double us, p10, p90;
+};
+
+/* Time one schedule over the layers (softmax when pv < 0, else HP1 with
+ * that PV mode): prepare + run per call, as the forward pass. 0 or -1. */
+static int time_hp1(struct hp1_case *hc, enum kv_split split, int pv, struct timing *tm,
+                    bool *was_split) {
+    const struct opts *o = hc->o;
+    int warm = hc->n_layer < 4 ? hc->n_layer : 4;
+    uint64_t allocs = 0;
+    for (int r = -warm; r < o->reps; r++) {
+        if (r == 0) allocs = anvil_alloc_count();
+        int l = (r + warm) % hc->n_layer;
+        struct kv_attn_job *job = NULL;
+        double t0 = bench_wall_s(), c0 = bench_thread_cpu_s();
+        anvil_status st =
+            pv < 0 ? kv_attn_prepare(hc->kv, hc->sm, l, hc->seqs, hc->batch, hc->row, hc->row,
+                                     o->threads, split, hc->scale, &job)
+                   : kv_attn_prepare_hp1(hc->kv, hc->hp1, &hc->hp, (enum kn_hp1_pv)pv, l, hc->seqs,
+                                         hc->batch, hc->row, hc->row, o->threads, split, hc->scale,
+                                         &job);
+        if (st != ANVIL_OK) return -1;
+        double prep = bench_thread_cpu_s() - c0;
+        struct timed_arg ta = {.job = job, .pool = hc->pool};
+        pool_run(hc->pool, timed_fn, &ta);
+        if (r < 0) continue;
+        hc->t_us[r] = (bench_wall_s() - t0) * 1e6;
+        if (o->cpu_time) hc->t_us[r] = (prep + bench_max(ta.cpu, o->threads < 64 ? o->threads : 64)) * 1e6;
+        *was_split = kv_attn_job_split(job);
+    }
+    if (anvil_alloc_count() != allocs) {
+        fprintf(stderr, "anvil %s: the attention path allocated memory\n", CMD);
+        return -1;
+    }
+    tm->us = bench_percentile(hc->t_us, o->reps, 0.5);
+    tm->p10 = bench_percentile(hc->t_us, o->reps, 0.1);
+    tm->p90 = bench_percentile(hc->t_us, o->reps, 0.9);
+    return 0;
+}
+
+/* The driver's HP1 output on layer 0 (sparse PV, the given split) against
+ * the reference kernel, unsplit, on the first and the last sequence. */
+static bool verify_hp1(struct hp1_case *hc, enum kv_split split) {
+    struct kv_attn_job *job = NULL;
+    if (kv_attn_prepare_hp1(hc->kv, hc->hp1, &hc->hp, KN_HP1_PV_SPARSE, 0, hc->seqs, hc->batch,
+                            hc->row, hc->row, hc->o->threads, split, hc->scale, &job) != ANVIL_OK)
+        return false;
+    kv_attn_run(job, hc->pool);
+    const struct kn_hp1_ops *r = kn_hp1_select("ref");
+    int hd = hc->sh->head_dim, G = hc->group;
+    for (int s = 0; s < hc->batch; s += hc->batch > 1 ? hc->batch - 1 : 1) {
+        for (int h = 0; h < hc->sh->n_head_kv; h++) {
+            struct kn_hp1_task t = {
+                .at = {.kv = kv_layout(hc->kv), .base = kv_layer_base(hc->kv, 0),
+                       .blocks = kv_seq_blocks(hc->kv, s), .kv_head = h, .group = G,
+                       .scale = hc->scale, .q = hc->q + (size_t)s * hc->row + (size_t)h * G * hd,
+                       .q_stride = hc->row, .out = hc->ref + (size_t)h * G * hd,
+                       .out_stride = hc->row, .pos = hc->ctx - 1, .n_rows = 1},
+                .hp = hc->hp,
+                .pv = KN_HP1_PV_SPARSE,
+            };
+            t.hp.taps = hc->hp.taps + (size_t)h * G * hc->hp.n_taps;
+            r->attn(&t);
+        }
+        const float *o = hc->out + (size_t)s * hc->row;
+        double num = 0, den = 0, wmax = 0;
+        for (size_t i = 0; i < hc->row; i++) wmax = fabs(hc->ref[i]) > wmax ? fabs(hc->ref[i]) : wmax;
+        bool ok = true;
+        for (size_t i = 0; i < hc->row; i++) {
+            double e = (double)o[i] - hc->ref[i];
+            num += e * e;
+            den += (double)hc->ref[i] * hc->ref[i];
+            ok &= fabs(e) <= 1e-5 * wmax + 1e-4 * fabs(hc->ref[i]);
+        }
+        if (!ok || !(num <= 1e-8 * den)) {
+            fprintf(stderr, "anvil %s: %s HP1 kernel disagrees with ref (%s batch %d ctx %d seq %d: "
+                    "nmse %.3g); no number reported\n", CMD, hc->hp1->name, hc->sh->name, hc->batch,
+                    hc->ctx, s, den > 0 ? num / den : num);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Queries for a target sparsity and taps calibrated on the scores of up
+ * to two sequences (layer 0); returns the zero share reached. */
+static double set_sparsity(struct hp1_case *hc, int target) {
+    const struct shape *sh = hc->sh;
+    memcpy(hc->q, hc->q_rand, (size_t)hc->batch * hc->row * sizeof(float));
+    double on = target == 0 ? 1.0 : 1.0 - target / 100.0 + 0.01;
+    kn_hp1_gate_queries(hc->q, hc->row, hc->batch, sh->n_head, sh->n_head_kv, sh->head_dim,
+                        hc->scale, on);
+    int n_s = hc->batch < 2 ? hc->batch : 2, n_vec = 0;
+    for (int s = 0; s < n_s; s++)
+        for (int i = 0; i < sh->n_head; i++, n_vec++)
+            kn_hp1_scores_ref(kv_layout(hc->kv), kv_layer_base(hc->kv, 0), kv_seq_blocks(hc->kv, s),
+                              i / hc->group, hc->q + (size_t)s * hc->row + (size_t)i * sh->head_dim,
+                              hc->scale, hc->ctx, hc->scores + (size_t)n_vec * hc->ctx);
+    return kn_hp1_calibrate(hc->scores, n_vec, hc->ctx, target / 100.0, sh->n_head, hc->taps, &hc->hp);
+}
+
+static void print_hp1_row(const struct hp1_case *hc, int split, bool used, int target, double zero,
+                          const struct timing *sm, const struct timing *hs, const struct timing *hd,
+                          const struct timing *hn, double bytes, double bw) {
+    const struct opts *o = hc->o;
+    const struct shape *sh = hc->sh;
+    double pv_s = hs->us - hn->us, pv_d = hd->us - hn->us;
+    const char *tname = o->kv_type == ANVIL_TYPE_Q8_0 ? "q8_0" : "f16";
+    if (o->json) {
+        struct bench_json j;
+        bench_json_begin(&j, stdout, NULL);
+        bench_json_str(&j, "bench", "attention_hp1");
+        bench_json_str(&j, "commit", bench_commit());
+        bench_json_str(&j, "cpu", bench_cpu_flags());
+        bench_json_str(&j, "kernels", hc->hp1->name);
+        bench_json_int(&j, "threads", o->threads);
+        bench_json_str(&j, "clock", o->cpu_time ? "cpu" : "wall");
+        bench_json_str(&j, "kv_type", tname);
+        bench_json_int(&j, "block", o->block);
+        bench_json_str(&j, "shape", sh->name);
+        bench_json_int(&j, "n_head", sh->n_head);
+        bench_json_int(&j, "n_head_kv", sh->n_head_kv);
+        bench_json_int(&j, "head_dim", sh->head_dim);
+        bench_json_int(&j, "batch", hc->batch);
+        bench_json_int(&j, "ctx", hc->ctx);
+        bench_json_str(&j, "split", SPLIT_NAME[split]);
+        bench_json_bool(&j, "split_used", used);
+        bench_json_num(&j, "sparsity_target", target / 100.0, 2);
+        bench_json_num(&j, "zero_frac", zero, 4);
+        bench_json_bool(&j, "shared_pattern", o->shared);
+        bench_json_num(&j, "softmax_us", sm->us, 2);
+        bench_json_num(&j, "softmax_p10", sm->p10, 2);
+        bench_json_num(&j, "softmax_p90", sm->p90, 2);
+        bench_json_num(&j, "hp1_us", hs->us, 2);
+        bench_json_num(&j, "hp1_p10", hs->p10, 2);
+        bench_json_num(&j, "hp1_p90", hs->p90, 2);
+        bench_json_num(&j, "hp1_dense_us", hd->us, 2);
+        bench_json_num(&j, "hp1_gate_only_us", hn->us, 2);
+        bench_json_num(&j, "pv_sparse_us", pv_s, 2);
+        bench_json_num(&j, "pv_dense_us", pv_d, 2);
+        bench_json_num(&j, "pv_speedup", pv_s > 0 ? pv_d / pv_s : 0.0, 3);
+        bench_json_num(&j, "softmax_over_hp1_dense", sm->us / hd->us, 3);
+        bench_json_num(&j, "softmax_over_hp1", sm->us / hs->us, 3);
+        bench_json_num(&j, "kv_bytes", bytes, 0);
+        bench_json_num(&j, "softmax_gbs", bytes / (sm->us * 1e3), 2);
+        bench_json_num(&j, "hp1_dense_gbs", bytes / (hd->us * 1e3), 2);
+        bench_json_num(&j, "hp1_gbs", bytes / (hs->us * 1e3), 2);
+        bench_json_num(&j, "read_bw_gbs", bw, 2);
+        bench_json_num(&j, "hp1_bw_frac", bytes / (hs->us * 1e3) / bw, 3);
+        bench_json_end(&j);
+    } else {
+        printf("| %-9s | %5d | %4d | %-4s%s | %3d%% %5.1f%% | %8.1f | %9.1f | %8.1f | %8.1f | %5.2fx | "
+               "%5.2fx | %5.1f | %5.1f | %5.0f%% |\n",
+               sh->name, hc->batch, hc->ctx, SPLIT_NAME[split], used ? "*" : " ", target, 100.0 * zero,
+               sm->us, hd->us, hs->us, hn->us, pv_s > 0 ? pv_d / pv_s : 0.0, sm->us / hd->us,
+               bytes / (sm->us * 1e3), bytes / (hs->us * 1e3), 100.0 * bytes / (hs->us * 1e3) / bw);
+    }
+    fflush(stdout);
+}
+
+/* 0 ran, 1 skipped (memory), -1 failure. */
+static int run_case_hp1(const struct opts *o, const struct shape *sh, struct pool *pool, int batch,
+                        int ctx, double bw) {
+    int bs = o->block;
+    int blocks_seq = (ctx + bs - 1) / bs;
+    int n_blocks = (batch + 1) * blocks_seq; /* + the gap sequence */
+    double layer_bytes = 2.0 * sh->head_dim * sh->n_head_kv * (double)bs * elt_bytes(o->kv_type) *
+                         n_blocks;
+    int n_layer = (int)ceil(o->footprint_mb * 1048576.0 / layer_bytes);
+    if (n_layer < 1) n_layer = 1;
+    if (n_layer > 4096) n_layer = 4096;
+    if (layer_bytes * n_layer > o->max_mem_mb * 1048576.0) {
+        n_layer = (int)(o->max_mem_mb * 1048576.0 / layer_bytes);
+        if (n_layer < 1) return 1;
+    }
+    struct kv_params p = {.n_layer = n_layer, .n_head = sh->n_head, .n_head_kv = sh->n_head_kv,
+                          .head_dim = sh->head_dim, .type = o->kv_type, .block_size = bs,
+                          .n_blocks = n_blocks, .n_seq_max = batch + 1, .n_ctx = ctx,
+                          .n_threads = o->threads};
+    struct hp1_case hc = {.o = o, .sh = sh, .pool = pool, .sm = kn_attn_select(o->kernels),
+                          .hp1 = kn_hp1_select(o->kernels), .batch = batch, .ctx = ctx,
+                          .n_layer = n_layer, .group = sh->n_head / sh->n_head_kv,
+                          .scale = 1.0f / sqrtf((float)sh->head_dim),
+                          .row = (size_t)sh->n_head * sh->head_dim};
+    char err[256];
+    if (kv_init(&p, &hc.kv, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "anvil %s: %s\n", CMD, err);
+        return -1;
+    }
+    float *q_rand = anvil_malloc((size_t)batch * hc.row * sizeof(float));
+    hc.q_rand = q_rand;
+    hc.q = anvil_malloc_aligned((size_t)batch * hc.row * sizeof(float));
+    hc.out = anvil_malloc_aligned((size_t)batch * hc.row * sizeof(float));
+    hc.ref = anvil_malloc_aligned(hc.row * sizeof(float));
+    hc.scores = anvil_malloc((size_t)2 * sh->n_head * ctx * sizeof(float));
+    hc.taps = anvil_malloc((size_t)sh->n_head * 3 * sizeof(float));
+    hc.seqs = anvil_malloc((size_t)batch * sizeof(*hc.seqs));
+    hc.t_us = anvil_malloc((size_t)o->reps * sizeof(double));
+    int rc = 0;
+    if (!q_rand || !hc.q || !hc.out || !hc.ref || !hc.scores || !hc.taps || !hc.seqs || !hc.t_us ||
+        fill_gate_kv(hc.kv, sh, batch, ctx, n_layer, bs, o->shared)) {
+        rc = -1;
+        goto done;
+    }
+    uint32_t x = 12345;
+    for (size_t i = 0; i < (size_t)batch * hc.row; i++) q_rand[i] = lcg_uniform(&x);
+    for (int s = 0; s < batch; s++)
+        hc.seqs[s] = (struct kv_attn_seq){.seq = s, .pos = ctx - 1, .n_tokens = 1,
+                                          .q = hc.q + (size_t)s * hc.row,
+                                          .out = hc.out + (size_t)s * hc.row};
+    double bytes = 2.0 * batch * sh->head_dim * sh->n_head_kv * (double)ctx * elt_bytes(o->kv_type);
+    for (int m = 0; m < 3; m++) {
+        if (!o->split_on[m]) continue;
+        struct timing sm, hdense, hnone;
+        bool used = false, u2;
+        /* softmax (its time does not depend on the queries), then HP1
+         * without PV and with dense PV: the same work at any sparsity */
+        set_sparsity(&hc, 0);
+        if (!verify_hp1(&hc, SPLIT_MODE[m]) || time_hp1(&hc, SPLIT_MODE[m], -1, &sm, &u2) ||
+            time_hp1(&hc, SPLIT_MODE[m], KN_HP1_PV_NONE, &hnone, &u2) ||
+            time_hp1(&hc, SPLIT_MODE[m], KN_HP1_PV_DENSE, &hdense, &u2)) {
+            rc = -1;
+            goto done;
+        }
+        for (int si = 0; si < o->n_sparsity; si++) {
+            double zero = set_sparsity(&hc, o->sparsity[si]);
+            struct timing hs;
+            if (!verify_hp1(&hc, SPLIT_MODE[m]) ||
+                time_hp1(&hc, SPLIT_MODE[m], KN_HP1_PV_SPARSE, &hs, &used)) {
+                rc = -1;
+                goto done;
+            }
+            print_hp1_row(&hc, m, used, o->sparsity[si], zero, &sm, &hs, &hdense, &hnone, bytes, bw);
+        }
+    }
+done:
+    anvil_free(q_rand);
+    anvil_free_aligned(hc.q);
+    anvil_free_aligned(hc.out);
+    anvil_free_aligned(hc.ref);
+    anvil_free(hc.scores);
+    anvil_free(hc.taps);
+    anvil_free(hc.seqs);
+    anvil_free(hc.t_us);
+    kv_free(hc.kv);
+    return rc;
+}
+
+static int run_hp1(const struct opts *o, struct pool *pool, double bwn) {
+    if (!o->json) {
+        printf("µs per call (median): softmax; hp1 dense = every position in PV; hp1 = sparse PV (the\n"
+               "engine's kernel); gate = scores and gate without PV; PV x = (dense - gate) / (hp1 -\n"
+               "gate); sm/dense = softmax / hp1 dense; GB/s of KV read; %% of the measured bandwidth\n"
+               "(hp1); split * = the plan did split\n\n");
+        printf("| shape     | batch |  ctx | split | zeros want/got | softmax | hp1 dense |      hp1 |"
+               "     gate |   PV x | sm/dense | sm GB/s | hp1 GB/s | %% of bw |\n");
+        printf("|-----------|------:|-----:|-------|----------------|--------:|----------:|---------:|"
+               "---------:|-------:|---------:|--------:|---------:|--------:|\n");
+    }
+    fflush(stdout);
+    int rc = 0;
+    for (int si = 0; si < N_SHAPES; si++) {
+        if (!o->shape_on[si]) continue;
+        for (int bi = 0; bi < o->n_batch; bi++)
+            for (int ci = 0; ci < o->n_ctx; ci++) {
+                int r = run_case_hp1(o, &SHAPES[si], pool, o->batch[bi], o->ctx[ci], bwn);
+                if (r == 1 && !o->json)
+                    printf("| %-9s | %5d | %4d | skipped: KV over --max-mem %.0f MB |\n",
+                           SHAPES[si].name, o->batch[bi], o->ctx[ci], o->max_mem_mb);
+                if (r < 0) rc = 1;
+            }
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
 /* entry */
 
 /* Options into *o. Returns 0, -1 after --help (printed), or 2 after an
@@ -321,10 +680,19 @@ static int parse(int argc, char **argv, struct opts *o) {
     o->footprint_mb = 1024;
     o->max_mem_mb = 3072;
     o->reps = 30;
+    static const int DEF_SP[] = {0, 50, 70, 90};
+    memcpy(o->sparsity, DEF_SP, sizeof(DEF_SP));
+    o->n_sparsity = 4;
+    bool given_shape = false, given_batch = false, given_ctx = false, given_split = false,
+         given_reps = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long l;
         if (!strcmp(a, "--attention")) continue;
+        if (!strcmp(a, "--shared")) {
+            o->shared = true;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             help(stdout);
             return -1;
@@ -344,6 +712,7 @@ static int parse(int argc, char **argv, struct opts *o) {
         const char *v = cli_value(CMD, argc, argv, &i);
         if (!v) return 2;
         if (!strcmp(a, "--shape")) {
+            given_shape = true;
             /* a comma list of names, or "all" (the two shapes of SCENARIOS.md) */
             bool any = false;
             for (int k = 0; k < N_SHAPES; k++) {
@@ -355,8 +724,10 @@ static int parse(int argc, char **argv, struct opts *o) {
             }
             if (!any) return usage("unknown shape (smollm2, llama3-8b, mqa, all)", v);
         } else if (!strcmp(a, "--batch")) {
+            given_batch = true;
             if ((o->n_batch = cli_int_list(CMD, a, v, 1, 4096, o->batch, 16)) < 0) return 2;
         } else if (!strcmp(a, "--ctx")) {
+            given_ctx = true;
             if ((o->n_ctx = cli_int_list(CMD, a, v, 1, 1 << 20, o->ctx, 16)) < 0) return 2;
         } else if (!strcmp(a, "--threads")) {
             if (!cli_int(CMD, a, v, 1, 256, &l)) return 2;
@@ -370,6 +741,7 @@ static int parse(int argc, char **argv, struct opts *o) {
             if (l % 16) return usage("--block must be a multiple of 16, got", v);
             o->block = (int)l;
         } else if (!strcmp(a, "--split")) {
+            given_split = true;
             o->split_on[0] = strstr(v, "off") != NULL;
             o->split_on[1] = strstr(v, "on") != NULL;
             o->split_on[2] = strstr(v, "auto") != NULL;
@@ -383,13 +755,29 @@ static int parse(int argc, char **argv, struct opts *o) {
             if (!cli_int(CMD, a, v, 1, 1 << 20, &l)) return 2;
             o->max_mem_mb = (double)l;
         } else if (!strcmp(a, "-r")) {
+            given_reps = true;
             if (!cli_int(CMD, a, v, 1, 100000, &l)) return 2;
             o->reps = (int)l;
         } else if (!strcmp(a, "--png")) {
             o->png = v;
+        } else if (!strcmp(a, "--kind")) {
+            if (!strcmp(v, "hp1")) o->hp1 = true;
+            else if (strcmp(v, "softmax")) return usage("bad --kind (softmax, hp1)", v);
+        } else if (!strcmp(a, "--sparsity")) {
+            if ((o->n_sparsity = cli_int_list(CMD, a, v, 0, 99, o->sparsity, 8)) < 0) return 2;
         } else {
             return usage("unknown option", a);
         }
+    }
+    if (o->hp1) {
+        /* issue 15's grid: every shape, batch 1/16/64, 512..8192, split off and on */
+        static const int HB[] = {1, 16, 64}, HC[] = {512, 1024, 2048, 4096, 8192};
+        if (!given_shape) o->shape_on[0] = o->shape_on[1] = o->shape_on[2] = true;
+        if (!given_batch) memcpy(o->batch, HB, sizeof(HB)), o->n_batch = 3;
+        if (!given_ctx) memcpy(o->ctx, HC, sizeof(HC)), o->n_ctx = 5;
+        if (!given_split) o->split_on[2] = false;
+        if (!given_reps) o->reps = 20;
+        if (o->png) return usage("--png charts the softmax bench only; use --json with --kind hp1", NULL);
     }
     return 0;
 }
@@ -413,7 +801,8 @@ int bench_attention(int argc, char **argv) {
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
     const struct kn_attn_ops *ops = kn_attn_select(o.kernels);
-    if (!ops) return usage("kernels not available on this CPU:", o.kernels);
+    if (!ops || (o.hp1 && !kn_hp1_select(o.kernels)))
+        return usage("kernels not available on this CPU:", o.kernels);
     struct bench_png png;
     if (o.png && (rc = bench_png_open(&png, CMD, "attention", o.png, NULL, 0))) return rc;
     FILE *data = o.png ? bench_png_data(&png) : NULL; /* the chart's copy of the records */
@@ -432,12 +821,19 @@ int bench_attention(int argc, char **argv) {
     print_bw(o.json ? stdout : NULL, o.no_bw ? NULL : data, 1, bw1, o.cpu_time);
     print_bw(o.json ? stdout : NULL, o.no_bw ? NULL : data, o.threads, bwn, o.cpu_time);
     if (!o.json) {
-        printf("decode attention over the paged KV cache: kernels %s, KV %s, block %d, %d threads, "
+        printf("decode attention over the paged KV cache%s: kernels %s, KV %s, block %d, %d threads, "
                "%s clock, commit %s, cpu %s\n",
-               ops->name, tname, o.block, o.threads, o.cpu_time ? "CPU" : "wall", bench_commit(),
-               bench_cpu_flags());
+               o.hp1 ? ", HP1 vs softmax" : "", ops->name, tname, o.block, o.threads,
+               o.cpu_time ? "CPU" : "wall", bench_commit(), bench_cpu_flags());
         printf("measured read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n\n", bw1,
                bwn, o.threads);
+    }
+    if (o.hp1) {
+        rc = run_hp1(&o, pool, bwn);
+        pool_free(pool);
+        return rc;
+    }
+    if (!o.json) {
         printf("| shape     | batch |  ctx | split |   µs (p10-p90)         |  GB/s | %% of bw | "
                "split used |\n");
         printf("|-----------|------:|-----:|-------|------------------------|------:|--------:|"

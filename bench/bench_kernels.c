@@ -3,11 +3,19 @@
  * micro-benchmark of ../shared/SCENARIOS.md, plus the machine's memory read
  * bandwidth for context.
  *
- * Cases: each weight type x SmolLM2-135M projection shape (q/o 576->576,
- * k/v 576->192, gate/up 576->1536, down 1536->576, lm_head 576->49152) x
- * 1, 4, 16, 64, 512 activation rows x kernel variant (ref, avx2, avx512 as
- * the CPU allows). Each case reports time per call, GFLOP/s (2*m*n*rows)
- * and GB/s of weights (rows * row bytes per call), mean +- sd over -r reps.
+ * Cases: each weight type x projection shape - SmolLM2-135M's (q/o
+ * 576->576, k/v 576->192, gate/up 576->1536, down 1536->576, lm_head
+ * 576->49152) and Llama-3.2-1B's (1b_qkv 2048->3072, 1b_o 2048->2048,
+ * 1b_gate_up 2048->16384, 1b_down 8192->2048, 1b_lm_head 2048->128256) -
+ * x 1, 4, 16, 64, 512 activation rows x kernel variant (ref, avx2, avx512
+ * as the CPU allows). A type whose block does not divide a shape's row
+ * (the 256-element K-quant super-blocks on 576-wide rows) skips it. Each
+ * case reports time per call, GFLOP/s (2*m*n*rows) and GB/s of weights
+ * (rows * row bytes per call), mean +- sd over -r reps, and their shares of
+ * the machine's limits measured in the same run: the int8 multiply-
+ * accumulate peak of the variant's instruction set (a register-only loop,
+ * kn_ops.int8_peak, times the threads) for the quantized types, and the
+ * memory read bandwidth at the same thread count.
  *
  * Weights are "cold" by default: calls rotate over enough copies of the
  * matrix (>= 256 MB) that each call streams its weights from memory, as a
@@ -29,8 +37,10 @@
 #include "bench_util.h"
 #include "core/core.h"
 #include "core/pool.h"
+#include "gguf/gguf.h"
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
+#include "quant/quant.h"
 
 #define CMD "bench --kernels"
 
@@ -42,11 +52,15 @@ struct shape {
     int n, rows; /* input length, output rows */
 };
 static const struct shape SHAPES[] = {
-    {"qo", 576, 576}, {"kv", 576, 192}, {"gate_up", 576, 1536}, {"down", 1536, 576},
-    {"lm_head", 576, 49152},
+    {"qo", 576, 576},           {"kv", 576, 192},          {"gate_up", 576, 1536},
+    {"down", 1536, 576},        {"lm_head", 576, 49152},   {"1b_qkv", 2048, 3072},
+    {"1b_o", 2048, 2048},       {"1b_gate_up", 2048, 16384}, {"1b_down", 8192, 2048},
+    {"1b_lm_head", 2048, 128256},
 };
 enum { N_SHAPES = sizeof(SHAPES) / sizeof(SHAPES[0]) };
-static const int TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q8_0,
+static const int TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q8_0, ANVIL_TYPE_Q5_0,
+                            ANVIL_TYPE_Q5_1, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_Q2_K, ANVIL_TYPE_Q3_K,
+                            ANVIL_TYPE_Q4_K, ANVIL_TYPE_Q5_K, ANVIL_TYPE_Q6_K, ANVIL_TYPE_IQ4_XS,
                             ANVIL_TYPE_F16,  ANVIL_TYPE_BF16, ANVIL_TYPE_F32};
 enum { N_TYPES = sizeof(TYPES) / sizeof(TYPES[0]) };
 static const int MS[] = {1, 4, 16, 64, 512};
@@ -72,28 +86,33 @@ struct result {
     double flops, bytes; /* per call */
 };
 
+/* The machine's limits, measured at the start of the run. */
+struct limits {
+    double peak[4];  /* int8 GOP/s of one thread, by variant (0: none) */
+    double bw[3];    /* read GB/s at 1 and 2 threads (index = threads) */
+};
+
 static const char *type_name(int type) {
-    switch (type) {
-    case ANVIL_TYPE_F32: return "F32";
-    case ANVIL_TYPE_F16: return "F16";
-    case ANVIL_TYPE_BF16: return "BF16";
-    case ANVIL_TYPE_Q8_0: return "Q8_0";
-    case ANVIL_TYPE_Q4_0: return "Q4_0";
-    case ANVIL_TYPE_Q4_1: return "Q4_1";
-    default: return "?";
-    }
+    const char *s = anvil_type_name(type);
+    return s ? s : "?";
 }
 
+/* Bytes of a row of n elements; 0 when the type's block does not divide n. */
 static size_t row_bytes(int type, int n) {
-    switch (type) {
-    case ANVIL_TYPE_F32: return (size_t)n * 4;
-    case ANVIL_TYPE_F16:
-    case ANVIL_TYPE_BF16: return (size_t)n * 2;
-    case ANVIL_TYPE_Q8_0: return (size_t)(n / QK) * sizeof(struct blk_q8_0);
-    case ANVIL_TYPE_Q4_0: return (size_t)(n / QK) * sizeof(struct blk_q4_0);
-    case ANVIL_TYPE_Q4_1: return (size_t)(n / QK) * sizeof(struct blk_q4_1);
-    default: return 0;
-    }
+    uint32_t blck = 0, bytes = 0;
+    if (!gguf_type_block(type, &blck, &bytes) || n % (int)blck != 0) return 0;
+    return gguf_row_size(type, (uint64_t)n);
+}
+
+/* Whether the weights would be too big to time here (the F32 copy of a
+ * 128k-vocabulary lm_head is a gigabyte). */
+static bool too_big(int type, const struct shape *sh) {
+    return row_bytes(type, sh->n) * (size_t)sh->rows > ((size_t)600 << 20);
+}
+
+/* Integer (int8 dot product) types, whose GOP/s compare with the int8 peak. */
+static bool int8_type(int type) {
+    return type != ANVIL_TYPE_F32 && type != ANVIL_TYPE_F16 && type != ANVIL_TYPE_BF16;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -132,6 +151,17 @@ static void measure_bw(int threads, int reps, double *mean, double *sd) {
     pool_free(pool);
     if (n > 0) bench_mean_sd(v, n, mean, sd);
     else *mean = *sd = 0;
+}
+
+/* One weight row of `type` from floats: the reference quantizer for the
+ * types the kernels define, the searched quantizers of src/quant for the
+ * others (what `anvil quantize` writes). */
+static void fill_row(int type, const float *f, uint8_t *dst, int n) {
+    if (type == ANVIL_TYPE_F32 || type == ANVIL_TYPE_F16 || type == ANVIL_TYPE_BF16 ||
+        type == ANVIL_TYPE_Q8_0 || type == ANVIL_TYPE_Q4_0 || type == ANVIL_TYPE_Q4_1)
+        kn_quantize_row(type, f, dst, n);
+    else if (!qt_quantize_row(type, f, dst, n))
+        memset(dst, 0, row_bytes(type, n));
 }
 
 /* ---------------------------------------------------------------------- */
@@ -340,11 +370,35 @@ int bench_kernels(int argc, char **argv) {
         printf("# anvil bench --kernels: commit %s, threads %d, %s weights, %s time\n# cpu: %s\n",
                commit, o.threads, o.hot ? "hot" : "cold", o.cpu_time ? "thread CPU" : "wall", cpu);
 
+    struct limits lim = {{0}, {0}};
+    for (int v = 1; v < N_VARIANTS; v++) {
+        if (!ops[v] || !ops[v]->int8_peak) continue;
+        double best = 0.0;
+        for (int r = 0; r < 3; r++) { /* the best of three: a busy machine only lowers it */
+            double g = ops[v]->int8_peak(0.2);
+            if (g > best) best = g;
+        }
+        lim.peak[v] = best;
+        if (o.json || data) {
+            struct bench_json j;
+            bench_json_begin(&j, o.json ? stdout : NULL, data);
+            bench_json_str(&j, "bench", "int8_peak");
+            bench_json_str(&j, "variant", VARIANTS[v]);
+            bench_json_num(&j, "gops_per_thread", best, 2);
+            bench_json_str(&j, "commit", commit);
+            bench_json_str(&j, "cpu", cpu);
+            bench_json_end(&j);
+        }
+        if (!o.json)
+            printf("int8 multiply-accumulate peak (%s, register-only loop): %.1f GOP/s per thread\n",
+                   VARIANTS[v], best);
+    }
     if (o.membw) {
         int tl[2] = {1, 2};
         for (int k = 0; k < (o.cpu_time ? 1 : 2); k++) {
             double mean, sd;
             measure_bw(tl[k], o.reps, &mean, &sd);
+            lim.bw[tl[k]] = mean;
             if (o.json || data) {
                 struct bench_json j;
                 bench_json_begin(&j, o.json ? stdout : NULL, data);
@@ -369,8 +423,8 @@ int bench_kernels(int argc, char **argv) {
         return 1;
     }
     if (!o.json)
-        printf("\n%-7s %-5s %-8s %11s %4s %18s %10s %10s\n", "variant", "type", "shape", "n->rows",
-               "m", "us/call", "GFLOP/s", "GB/s");
+        printf("\n%-7s %-6s %-10s %12s %4s %18s %10s %6s %10s %6s\n", "variant", "type", "shape",
+               "n->rows", "m", "us/call", "GFLOP/s", "%peak", "GB/s", "%bw");
     int refused = 0;
     int max_m = 0;
     for (int mi = 0; mi < N_MS; mi++)
@@ -381,6 +435,7 @@ int bench_kernels(int argc, char **argv) {
         for (int si = 0; si < N_SHAPES; si++) {
             if (!o.shape_on[si]) continue;
             const struct shape *sh = &SHAPES[si];
+            if (!row_bytes(type, sh->n) || too_big(type, sh)) continue;
             size_t rb = row_bytes(type, sh->n), wbytes = rb * sh->rows;
             size_t stride = (wbytes + 4095) & ~(size_t)4095;
             int n_copies = o.hot ? 1 : (int)((COLD_BYTES + wbytes - 1) / wbytes);
@@ -388,7 +443,8 @@ int bench_kernels(int argc, char **argv) {
             uint8_t *copies = xalloc(stride * n_copies);
             float *f = xalloc(sizeof(float) * (size_t)sh->n * (sh->rows > max_m ? sh->rows : max_m));
             for (size_t i = 0; i < (size_t)sh->n * sh->rows; i++) f[i] = frand();
-            for (int r = 0; r < sh->rows; r++) kn_quantize_row(type, f + (size_t)r * sh->n, copies + rb * r, sh->n);
+            for (int r = 0; r < sh->rows; r++)
+                fill_row(type, f + (size_t)r * sh->n, copies + rb * r, sh->n);
             for (int k = 1; k < n_copies; k++) memcpy(copies + stride * k, copies, wbytes);
             /* the packed form of the same weights, as many copies */
             uint8_t *pcopies = NULL;
@@ -413,8 +469,15 @@ int bench_kernels(int argc, char **argv) {
                     if (!ops[vi]) continue;
                     if (vi == 0 && MS[mi] > 4 && !o.full_ref) continue;
                     if (vi == V_PACKED && !pcopies) continue;
+                    if (!(vi == V_PACKED ? ops[vi]->matmul_packed[type] : ops[vi]->matmul[type]))
+                        continue; /* no kernel of this family for the type */
                     bool pk = vi == V_PACKED;
                     struct result res, *r = &res;
+                    /* the limits this case is judged against: the variant's
+                     * int8 peak on every thread, the read bandwidth at this
+                     * thread count (measured at 1 and 2) */
+                    double peak = int8_type(type) ? lim.peak[vi] * o.threads : 0.0;
+                    double bw = o.hot ? 0.0 : lim.bw[o.threads < 2 ? 1 : 2];
                     if (!mm_case(&o, pool, ops[vi], vi, ti, si, mi, pk ? pcopies : copies, n_copies,
                                  pk ? pstride : stride, copies, x, xs, y, y_ref, &res)) {
                         refused++;
@@ -439,16 +502,20 @@ int bench_kernels(int argc, char **argv) {
                         bench_json_num(&j, "gflops_sd", r->gflops_sd, 3);
                         bench_json_num(&j, "gbps", r->gbps, 3);
                         bench_json_num(&j, "gbps_sd", r->gbps_sd, 3);
+                        if (peak > 0) bench_json_num(&j, "peak_share", r->gflops / peak, 4);
+                        if (bw > 0) bench_json_num(&j, "bw_share", r->gbps / bw, 4);
                         bench_json_str(&j, "commit", commit);
                         bench_json_str(&j, "cpu", cpu);
                         bench_json_end(&j);
                     }
                     if (!o.json) {
-                        char nr[24], t[40];
+                        char nr[24], t[40], ps[16] = "-", bs[16] = "-";
                         snprintf(nr, sizeof(nr), "%d->%d", sh->n, sh->rows);
                         snprintf(t, sizeof(t), "%.1f +- %.1f", r->us, r->us_sd);
-                        printf("%-7s %-5s %-8s %11s %4d %18s %10.1f %10.2f\n", VARIANTS[vi],
-                               type_name(type), sh->name, nr, MS[mi], t, r->gflops, r->gbps);
+                        if (peak > 0) snprintf(ps, sizeof(ps), "%.0f%%", 100 * r->gflops / peak);
+                        if (bw > 0) snprintf(bs, sizeof(bs), "%.0f%%", 100 * r->gbps / bw);
+                        printf("%-7s %-6s %-10s %12s %4d %18s %10.1f %6s %10.2f %6s\n", VARIANTS[vi],
+                               type_name(type), sh->name, nr, MS[mi], t, r->gflops, ps, r->gbps, bs);
                     }
                     fflush(stdout);
                 }

@@ -2,9 +2,9 @@
  * bench_main.c - `anvil bench`: options, dispatch to the benchmarks, and
  * the single-stream and scenario runs with the scenario chart.
  *
- *   anvil bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]
+ *   anvil bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [--json] [--profile]
  *                                          single stream pp/tg (bench_model.c)
- *   anvil bench -m MODEL --scenario NAME|all [-t T] [--json] [--png FILE]
+ *   anvil bench -m MODEL --scenario NAME|all [-t T] [--json] [--png FILE] [--profile]
  *                                          serving scenarios of SCENARIOS.md
  *   anvil bench -m MODEL --batched [...]  batched decode, llama-batched-bench style
  *                                          (bench_batched.c)
@@ -25,8 +25,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: anvil bench -m MODEL [-p N] [-n N] [-t T[,T...]] [-r REPS] [--json]\n"
-            "       anvil bench -m MODEL --scenario NAME|all [-t T] [--json] [--png FILE]\n"
+            "usage: anvil bench -m MODEL [-p N] [-n N] [-t T[,T...]] [-r REPS] [--json] [--profile]\n"
+            "       anvil bench -m MODEL --scenario NAME|all [-t T] [--json] [--png FILE] [--profile]\n"
             "       anvil bench -m MODEL --batched [--help]   batched decode throughput\n"
             "       anvil bench -m MODEL --spec ngram|draft [--help]   speculative decoding\n"
             "       anvil bench --kernels [--help]     matmul micro-benchmark\n"
@@ -36,6 +36,9 @@ static void usage(FILE *f) {
             "  -t T[,T...]     thread counts (default: online CPUs)\n"
             "  -r REPS         repetitions after one warmup (default 5)\n"
             "  --json          one JSON object per line\n"
+            "  --profile       time by category (matmul, attention, norms and element-wise,\n"
+            "                  decode call, sampling, scheduler); pp/tg also time twice the\n"
+            "                  repetitions, profiling off and on alternately, to show its cost\n"
             "  --scenario S    serving scenario, or 'all':\n");
     for (int i = 0; i < bench_scenario_count(); i++) fprintf(f, "                    %s\n", bench_scenario_name(i));
     fprintf(f, "  --png FILE      with --scenario: throughput and TTFT/ITL distributions\n"
@@ -52,17 +55,23 @@ static bool scenario_known(const char *which) {
 /* The scenarios named by which ("all" or one name) at n_threads, and with
  * png their chart: throughput, TTFT and inter-token latency distributions. */
 static int run_scenarios(const char *model, const char *which, int n_threads, bool json,
-                         const char *png) {
+                         const char *png, bool profile) {
     struct bench_png plot;
     int rc = png ? bench_png_open(&plot, "bench", "scenarios", png, NULL, 0) : 0;
     if (rc) return rc;
     FILE *data = png ? bench_png_data(&plot) : NULL;
+    struct anvil_prof prof[16];
+    const char *names[16];
+    int n_prof = 0;
     for (int i = 0; i < bench_scenario_count() && !rc; i++) {
         const char *name = bench_scenario_name(i);
         if (strcmp(which, "all") && strcmp(which, name)) continue;
         if (!json) fprintf(stderr, "anvil bench: running %s ...\n", name);
-        rc = bench_run_scenario(model, NULL, n_threads, name, json, data);
+        bool p = profile && n_prof < 16;
+        rc = bench_run_scenario(model, NULL, n_threads, name, json, data, p ? &prof[n_prof] : NULL);
+        if (!rc && p) names[n_prof++] = name;
     }
+    if (!rc && !json && n_prof) bench_print_scenario_profiles(names, prof, n_prof);
     if (!rc && png) rc = bench_png_draw(&plot);
     if (png) bench_png_close(&plot);
     return rc;
@@ -77,7 +86,7 @@ int bench_main(int argc, char **argv) {
     }
     const char *model = NULL, *scenario = NULL, *png = NULL, *threads = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5;
-    bool json = false;
+    bool json = false, profile = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -85,6 +94,8 @@ int bench_main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--profile")) {
+            profile = true;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model = cli_value("bench", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--scenario")) {
@@ -120,8 +131,9 @@ int bench_main(int argc, char **argv) {
     if (threads && (nt = cli_int_list("bench", "-t", threads, 1, 256, tl, 16)) < 0) return 2;
     int rc = 0;
     for (int k = 0; k < nt && !rc; k++) {
-        if (scenario) rc = run_scenarios(model, scenario, tl[k], json, png);
-        else rc = bench_single_stream(model, NULL, (int)n_prompt, (int)n_gen, tl[k], (int)reps, json);
+        if (scenario) rc = run_scenarios(model, scenario, tl[k], json, png, profile);
+        else rc = bench_single_stream(model, NULL, (int)n_prompt, (int)n_gen, tl[k], (int)reps, json,
+                                      profile);
     }
     return rc;
 }

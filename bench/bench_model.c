@@ -13,6 +13,14 @@
  *   total_tok_s = (prompt + generated tokens) / wall, prefill_tok_s =
  *   prompt tokens / wall, decode_tok_s = generated tokens / wall.
  *
+ * --profile (both): the share of the time in each category of anvil.h's
+ * anvil_prof_cat (matmul, attention, norms and element-wise ops, the
+ * decode call around the pass, sampling, the scheduler), from the
+ * counters of anvil_ctx_set_profile / anvil_engine_set_profile. pp/tg
+ * also measure what the counters cost: 2x the repetitions, profiling off
+ * and on in ABBA order (the machine's load drifts), reported side by
+ * side with the on/off ratio of each adjacent pair.
+ *
  * Benchmarks never gate tests; they refuse to report when the allocation
  * counter shows mallocs inside the timed decode loop.
  */
@@ -26,36 +34,184 @@
 #include "core/core.h"
 
 /* ---------------------------------------------------------------------- */
+/* profile by category (--profile) */
+
+static const char *const PROF_KEY[ANVIL_PROF_COUNT] = {"prof_matmul", "prof_attn", "prof_norm",
+                                                       "prof_decode", "prof_sample", "prof_sched"};
+
+static void prof_add(struct anvil_prof *acc, const struct anvil_prof *p) {
+    for (int k = 0; k < ANVIL_PROF_COUNT; k++) acc->s[k] += p->s[k];
+    acc->total_s += p->total_s;
+    acc->n_calls += p->n_calls;
+    acc->n_clock_reads += p->n_clock_reads;
+}
+
+/* Nanoseconds of one clock read (the profiler's time_now_s), best of 5
+ * runs of 100k: with anvil_prof.n_clock_reads it bounds what profiling
+ * costs a call, whatever the machine's load does to the A/B timings. */
+static double clock_read_ns(void) {
+    static double best = 0.0;
+    if (best > 0.0) return best;
+    for (int r = 0; r < 5; r++) {
+        double t0 = time_now_s(), sink = 0.0;
+        for (int i = 0; i < 100000; i++) sink += time_now_s();
+        double ns = (time_now_s() - t0) * 1e9 / 100000.0;
+        if (sink != 0.0 && (best == 0.0 || ns < best)) best = ns;
+    }
+    return best;
+}
+
+/* Upper bound of the profiler's share of the profiled time. */
+static double prof_cost_bound(const struct anvil_prof *p) {
+    return p->total_s > 0.0 ? (double)p->n_clock_reads * clock_read_ns() * 1e-9 / p->total_s : 0.0;
+}
+
+static double prof_share(const struct anvil_prof *p, int k) {
+    return p->total_s > 0.0 ? p->s[k] / p->total_s : 0.0;
+}
+
+/* The shares as JSON fields (0..1), plus milliseconds per profiled call. */
+static void prof_json(struct bench_json *j, const struct anvil_prof *p) {
+    for (int k = 0; k < ANVIL_PROF_COUNT; k++) bench_json_num(j, PROF_KEY[k], prof_share(p, k), 4);
+    bench_json_num(j, "prof_ms_per_call", p->n_calls ? 1e3 * p->total_s / (double)p->n_calls : 0.0, 4);
+    bench_json_num(j, "prof_clock_read_ns", clock_read_ns(), 1);
+    bench_json_num(j, "prof_clock_reads_per_call",
+                   p->n_calls ? (double)p->n_clock_reads / (double)p->n_calls : 0.0, 1);
+    bench_json_num(j, "prof_cost_bound", prof_cost_bound(p), 5);
+}
+
+/* "| 71.2% | ..." for the table; categories a benchmark never runs ('-'). */
+static void prof_cells(const struct anvil_prof *p, bool engine) {
+    for (int k = 0; k < ANVIL_PROF_COUNT; k++) {
+        if (!engine && (k == ANVIL_PROF_SAMPLE || k == ANVIL_PROF_SCHED)) printf(" %9s |", "-");
+        else printf(" %8.1f%% |", 100.0 * prof_share(p, k));
+    }
+}
+
+static void prof_header(const char *first, const char *last) {
+    printf("| %-24s | %9s | %9s | %9s | %9s | %9s | %9s |%s\n", first, "matmul", "attention",
+           "norms+elt", "decode", "sampling", "scheduler", last);
+}
+
+/* ---------------------------------------------------------------------- */
 /* single stream: pp / tg */
 
 struct pp_tg_opts {
     const char *model;
     const char *kernels;
     int n_prompt, n_gen, n_threads, reps;
-    bool json;
+    bool json, profile;
+};
+
+/* One test's numbers: tok/s with profiling off; with --profile also on,
+ * the on/off ratio of ABBA-ordered pairs, and the categories. */
+struct pp_tg_res {
+    double mean, sd, mean_on, sd_on, ratio_med, ratio_lo, ratio_hi;
+    struct anvil_prof prof;
 };
 
 static void print_row(const struct pp_tg_opts *o, struct anvil_model *m, const char *test,
-                      double mean, double sd) {
+                      const struct pp_tg_res *r) {
     if (o->json) {
         struct bench_json j;
         bench_json_begin(&j, stdout, NULL);
         bench_json_str(&j, "test", test);
         bench_json_int(&j, "threads", o->n_threads);
-        bench_json_num(&j, "tok_s", mean, 3);
-        bench_json_num(&j, "tok_s_sd", sd, 3);
+        bench_json_num(&j, "tok_s", r->mean, 3);
+        bench_json_num(&j, "tok_s_sd", r->sd, 3);
         bench_json_str(&j, "model", anvil_model_desc(m));
         bench_json_str(&j, "quant", anvil_type_name(anvil_model_type(m)));
         bench_json_str(&j, "kernels", anvil_model_kernels(m));
         bench_json_int(&j, "reps", o->reps);
         bench_json_str(&j, "commit", bench_commit());
+        if (o->profile) {
+            prof_json(&j, &r->prof);
+            bench_json_num(&j, "tok_s_prof_on", r->mean_on, 3);
+            bench_json_num(&j, "tok_s_prof_on_sd", r->sd_on, 3);
+            bench_json_num(&j, "prof_on_off_ratio", r->ratio_med, 4);
+            bench_json_num(&j, "prof_on_off_ratio_min", r->ratio_lo, 4);
+            bench_json_num(&j, "prof_on_off_ratio_max", r->ratio_hi, 4);
+        }
         bench_json_end(&j);
     } else {
         printf("| %-44s | %5s | %7d | %-7s | %6s | %10.2f ± %6.2f |\n", anvil_model_desc(m),
                anvil_type_name(anvil_model_type(m)), o->n_threads, anvil_model_kernels(m), test,
-               mean, sd);
+               r->mean, r->sd);
         fflush(stdout);
     }
+}
+
+/* Print the --profile table of the tests run (after the speed table). */
+static void print_profile(const struct pp_tg_opts *o, const char *const *tests,
+                          const struct pp_tg_res *res, int n) {
+    if (o->json || !o->profile || n == 0) return;
+    printf("\nprofile: share of decode time by category (%d threads, profiled repetitions); "
+           "throughput with profiling off and on, %d repetitions each in ABBA order, and the "
+           "on/off ratio of each pair (median, min-max); bound: clock reads x %.0f ns per read, "
+           "over the time\n\n", o->n_threads, o->reps, clock_read_ns());
+    prof_header("test", " t/s off             | t/s on              | on/off (min-max)       |"
+                        "   bound |");
+    printf("|--------------------------|-----------|-----------|-----------|-----------|-----------|"
+           "-----------|---------------------|---------------------|------------------------|"
+           "---------|\n");
+    for (int i = 0; i < n; i++) {
+        printf("| %-24s |", tests[i]);
+        prof_cells(&res[i].prof, false);
+        printf(" %8.2f ± %7.2f | %8.2f ± %7.2f | %.3f (%.3f-%.3f)    | %6.3f%% |\n", res[i].mean,
+               res[i].sd, res[i].mean_on, res[i].sd_on, res[i].ratio_med, res[i].ratio_lo,
+               res[i].ratio_hi, 100.0 * prof_cost_bound(&res[i].prof));
+    }
+    fflush(stdout);
+}
+
+/* Time reps repetitions of one test (after a warmup), profiling off; with
+ * o->profile, 2*reps in ABBA order (off on on off ...), the counters kept
+ * over the "on" ones. n_tok tokens per repetition; prefill: one batch of
+ * n_tok rows, else n_tok single-row decodes. Returns 0 or an exit status. */
+static int time_test(const struct pp_tg_opts *o, struct anvil_ctx *c, bool prefill, int n_tok,
+                     const anvil_token *tok, const int32_t *pos, const int32_t *seq, double *t,
+                     struct pp_tg_res *res) {
+    int n_rep = o->profile ? 2 * o->reps : o->reps;
+    double *t_on = t + o->reps;
+    int n_off = 0, n_on = 0;
+    memset(res, 0, sizeof(*res));
+    for (int r = -1; r < n_rep; r++) { /* r == -1 is the warmup */
+        bool on = r >= 0 && o->profile && (r % 4 == 1 || r % 4 == 2);
+        anvil_seq_truncate(c, 0, 0);
+        anvil_ctx_set_profile(c, on);
+        uint64_t allocs = anvil_alloc_count();
+        double t0 = bench_wall_s();
+        for (int i = 0; i < (prefill ? 1 : n_tok); i++) {
+            struct anvil_batch b = {.n_tokens = prefill ? n_tok : 1, .token = tok + i,
+                                    .pos = pos + i, .seq_id = seq};
+            if (anvil_decode(c, &b) != ANVIL_OK)
+                return cli_fail("bench", "decode failed: %s", anvil_ctx_errmsg(c));
+        }
+        double tps = n_tok / (bench_wall_s() - t0);
+        if (!prefill && anvil_alloc_count() != allocs)
+            return cli_fail("bench", "the decode loop allocated memory (%llu calls): refusing "
+                            "to report", (unsigned long long)(anvil_alloc_count() - allocs));
+        if (on) {
+            struct anvil_prof p;
+            anvil_ctx_get_profile(c, &p);
+            prof_add(&res->prof, &p);
+            anvil_ctx_set_profile(c, false);
+            t_on[n_on++] = tps;
+        } else if (r >= 0) {
+            t[n_off++] = tps;
+        }
+    }
+    bench_mean_sd(t, n_off, &res->mean, &res->sd);
+    if (o->profile) {
+        bench_mean_sd(t_on, n_on, &res->mean_on, &res->sd_on);
+        /* pairs in time order: the k-th off with the k-th on */
+        double *ratio = t_on + o->reps;
+        for (int k = 0; k < n_on; k++) ratio[k] = t_on[k] / t[k];
+        res->ratio_med = bench_percentile(ratio, n_on, 0.5);
+        res->ratio_lo = ratio[0];
+        res->ratio_hi = ratio[n_on - 1];
+    }
+    return 0;
 }
 
 static int run_pp_tg(const struct pp_tg_opts *o) {
@@ -78,9 +234,12 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
     anvil_token *tok = anvil_malloc((size_t)n_max * sizeof(anvil_token));
     int32_t *pos = anvil_malloc((size_t)n_max * sizeof(int32_t));
     int32_t *seq = anvil_calloc((size_t)n_max, sizeof(int32_t));
-    double *t = anvil_malloc((size_t)(o->reps + 1) * sizeof(double));
+    double *t = anvil_malloc((size_t)(3 * o->reps + 1) * sizeof(double));
     uint64_t rng = 0x9e3779b97f4a7c15ull;
-    int n_vocab = anvil_model_n_vocab(m), rc = 0;
+    int n_vocab = anvil_model_n_vocab(m), rc = 0, n_res = 0;
+    struct pp_tg_res res[2];
+    char names[2][32];
+    const char *tests[2];
     if (!tok || !pos || !seq || !t) {
         fprintf(stderr, "anvil bench: out of memory\n");
         rc = 1;
@@ -97,48 +256,16 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
         printf("|----------------------------------------------|-------|---------|---------|"
                "--------|---------------------|\n");
     }
-    if (o->n_prompt > 0) {
-        for (int r = 0; r <= o->reps; r++) { /* r == 0 is the warmup */
-            anvil_seq_truncate(c, 0, 0);
-            struct anvil_batch b = {.n_tokens = o->n_prompt, .token = tok, .pos = pos, .seq_id = seq};
-            double t0 = bench_wall_s();
-            if (anvil_decode(c, &b) != ANVIL_OK) {
-                rc = cli_fail("bench", "decode failed: %s", anvil_ctx_errmsg(c));
-                goto done;
-            }
-            t[r] = o->n_prompt / (bench_wall_s() - t0);
-        }
-        double mean, sd;
-        bench_mean_sd(t + 1, o->reps, &mean, &sd);
-        char name[32];
-        snprintf(name, sizeof(name), "pp%d", o->n_prompt);
-        print_row(o, m, name, mean, sd);
+    for (int k = 0; k < 2; k++) {
+        int n_tok = k == 0 ? o->n_prompt : o->n_gen;
+        if (n_tok <= 0) continue;
+        snprintf(names[n_res], sizeof(names[n_res]), "%s%d", k == 0 ? "pp" : "tg", n_tok);
+        tests[n_res] = names[n_res];
+        if ((rc = time_test(o, c, k == 0, n_tok, tok, pos, seq, t, &res[n_res]))) goto done;
+        print_row(o, m, names[n_res], &res[n_res]);
+        n_res++;
     }
-    if (o->n_gen > 0) {
-        for (int r = 0; r <= o->reps; r++) {
-            anvil_seq_truncate(c, 0, 0);
-            uint64_t allocs = anvil_alloc_count();
-            double t0 = bench_wall_s();
-            for (int i = 0; i < o->n_gen; i++) {
-                struct anvil_batch b = {.n_tokens = 1, .token = tok + i, .pos = pos + i, .seq_id = seq};
-                if (anvil_decode(c, &b) != ANVIL_OK) {
-                    rc = cli_fail("bench", "decode failed: %s", anvil_ctx_errmsg(c));
-                    goto done;
-                }
-            }
-            t[r] = o->n_gen / (bench_wall_s() - t0);
-            if (anvil_alloc_count() != allocs) {
-                rc = cli_fail("bench", "the decode loop allocated memory (%llu calls): refusing "
-                              "to report", (unsigned long long)(anvil_alloc_count() - allocs));
-                goto done;
-            }
-        }
-        double mean, sd;
-        bench_mean_sd(t + 1, o->reps, &mean, &sd);
-        char name[32];
-        snprintf(name, sizeof(name), "tg%d", o->n_gen);
-        print_row(o, m, name, mean, sd);
-    }
+    print_profile(o, tests, res, n_res);
 done:
     anvil_free(tok);
     anvil_free(pos);
@@ -213,7 +340,8 @@ static void on_event(void *user, const struct anvil_event *ev) {
 /* The scenario's record: one table row, or one JSON line to stdout (json)
  * and/or to the chart's data file (plot). */
 static void print_scenario(const struct scenario *sc, struct anvil_model *m, int n_threads,
-                           const struct scenario_result *r, bool json, FILE *plot) {
+                           const struct scenario_result *r, const struct anvil_prof *prof,
+                           bool json, FILE *plot) {
     if (json || plot) {
         struct bench_json j;
         bench_json_begin(&j, json ? stdout : NULL, plot);
@@ -237,6 +365,7 @@ static void print_scenario(const struct scenario *sc, struct anvil_model *m, int
         bench_json_num(&j, "peak_rss_mb", r->peak_rss_mb, 1);
         bench_json_int(&j, "kv_blocks_used", r->kv_blocks_used);
         bench_json_int(&j, "preemptions", r->preemptions);
+        if (prof) prof_json(&j, prof);
         bench_json_end(&j);
     }
     if (!json) {
@@ -250,7 +379,7 @@ static void print_scenario(const struct scenario *sc, struct anvil_model *m, int
 }
 
 int bench_run_scenario(const char *model_path, const char *kernels, int n_threads,
-                       const char *name, bool json, FILE *plot) {
+                       const char *name, bool json, FILE *plot, struct anvil_prof *prof) {
     const struct scenario *sc = NULL;
     for (int i = 0; i < N_SCENARIOS; i++)
         if (!strcmp(scenarios[i].name, name)) sc = &scenarios[i];
@@ -267,8 +396,8 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
     int max_len = 0, total_in = 0;
     for (int i = 0; i < sc->n_pattern; i++)
         if (sc->prompt_len[i] > max_len) max_len = sc->prompt_len[i];
-    anvil_token ftok[512];
-    int nf = anvil_tokenize(m, FILLER, strlen(FILLER), ftok, 512, false, false);
+    anvil_token ftok[2048]; /* byte-level vocabularies need one token per byte */
+    int nf = anvil_tokenize(m, FILLER, strlen(FILLER), ftok, 2048, false, false);
     if (nf <= 0) {
         anvil_model_free(m);
         return cli_fail("bench", "cannot tokenize the filler text");
@@ -291,6 +420,7 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
         recs[i].cap_gaps = sc->n_gen;
         if (!(recs[i].gaps = anvil_malloc((size_t)sc->n_gen * sizeof(double)))) goto oom;
     }
+    if (prof) anvil_engine_set_profile(e, true);
     double t0 = bench_wall_s();
     for (int i = 0; i < sc->n_req; i++) {
         int len = sc->prompt_len[i % sc->n_pattern];
@@ -346,7 +476,8 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
         .kv_blocks_used = peak_blocks,
         .preemptions = (int)st.n_preemptions,
     };
-    print_scenario(sc, m, n_threads, &r, json, plot);
+    if (prof) anvil_engine_get_profile(e, prof);
+    print_scenario(sc, m, n_threads, &r, prof, json, plot);
     if (plot) {
         struct bench_json j;
         bench_json_begin(&j, plot, NULL);
@@ -371,14 +502,31 @@ done:
     return rc;
 }
 
+void bench_print_scenario_profiles(const char *const *names, const struct anvil_prof *prof, int n) {
+    printf("\nprofile: share of step time by category (engine steps: the forward pass, the "
+           "decode call around it, sampling, the scheduler)\n\n");
+    prof_header("scenario", " ms/step |   bound |");
+    printf("|--------------------------|-----------|-----------|-----------|-----------|-----------|"
+           "-----------|---------|---------|\n");
+    for (int i = 0; i < n; i++) {
+        printf("| %-24s |", names[i]);
+        prof_cells(&prof[i], true);
+        printf(" %7.2f | %6.3f%% |\n",
+               prof[i].n_calls ? 1e3 * prof[i].total_s / (double)prof[i].n_calls : 0.0,
+               100.0 * prof_cost_bound(&prof[i]));
+    }
+    fflush(stdout);
+}
+
 int bench_scenario_count(void) { return N_SCENARIOS; }
 const char *bench_scenario_name(int i) { return scenarios[i].name; }
 
 /* ---------------------------------------------------------------------- */
 
 int bench_single_stream(const char *model, const char *kernels, int n_prompt, int n_gen,
-                        int n_threads, int reps, bool json) {
+                        int n_threads, int reps, bool json, bool profile) {
     struct pp_tg_opts o = {.model = model, .kernels = kernels, .n_prompt = n_prompt,
-                           .n_gen = n_gen, .n_threads = n_threads, .reps = reps, .json = json};
+                           .n_gen = n_gen, .n_threads = n_threads, .reps = reps, .json = json,
+                           .profile = profile};
     return run_pp_tg(&o);
 }

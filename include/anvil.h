@@ -299,6 +299,44 @@ int32_t anvil_seq_reuse_prefix(struct anvil_ctx *c, int32_t seq_id, const anvil_
                                int32_t n);
 
 /* ---------------------------------------------------------------------- */
+/* profiling by category (`anvil bench --profile`)
+ *
+ * When on, every pool thread reads the clock at each phase boundary of the
+ * forward pass, after the barrier that ends the phase (so a phase's time
+ * includes the wait for its slowest thread), and adds the interval to the
+ * phase's category; a category's time is the mean over the threads. The
+ * engine also times its steps around the decode. Off, the forward pass
+ * pays one predictable branch per phase and no clock read. Counters are
+ * read and reset from the thread that decodes (or steps the engine), never
+ * while a decode runs. */
+enum anvil_prof_cat {
+    ANVIL_PROF_MATMUL = 0, /* weight matmuls: Q/K/V, output, gate/up, down, lm_head (argmax fused) */
+    ANVIL_PROF_ATTN,       /* K/V into the cache, the attention plan and kernels (softmax, HP1) */
+    ANVIL_PROF_NORM,       /* norms, RoPE, residual adds, activations and their quantization,
+                              embedding lookup: the element-wise work */
+    ANVIL_PROF_DECODE,     /* anvil_decode around the pass: batch checks, KV reserve and
+                              commit, waking the threads */
+    ANVIL_PROF_SAMPLE,     /* engine: sampling, logprobs, detokenizing, events */
+    ANVIL_PROF_SCHED,      /* engine: the rest of a step: queue, admission, batch building,
+                              preemption, statistics, a draft model's proposals */
+    ANVIL_PROF_COUNT
+};
+
+struct anvil_prof {
+    double s[ANVIL_PROF_COUNT]; /* seconds per category since profiling was turned on */
+    double total_s;             /* wall seconds of the profiled calls (decodes for a ctx,
+                                   steps for an engine): the categories add up to it */
+    uint64_t n_calls;
+    uint64_t n_clock_reads;     /* clock reads the profiling made on the slowest path (one
+                                   thread's in the forward pass, plus the calls' own): what
+                                   it cost is at most this times a clock read */
+};
+
+/* Turn profiling on (counters reset) or off (counters kept). */
+void anvil_ctx_set_profile(struct anvil_ctx *c, bool on);
+void anvil_ctx_get_profile(const struct anvil_ctx *c, struct anvil_prof *out);
+
+/* ---------------------------------------------------------------------- */
 /* sampling */
 
 struct anvil_sampler;
@@ -471,8 +509,16 @@ struct anvil_engine_stats {
      * tokens proposed, proposals accepted, and tokens those rows produced
      * (accepted + one of the model's own each) */
     uint64_t n_spec_verify, n_spec_proposed, n_spec_accepted, n_spec_tokens;
+    /* positions taken from the prefix cache when requests were admitted */
+    uint64_t n_prefix_tokens;
 };
 void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out);
+
+/* Profiling of the engine's steps (see anvil_ctx_set_profile): the model
+ * context's categories plus sampling and the scheduler. From the thread
+ * that steps the engine, between steps. */
+void anvil_engine_set_profile(struct anvil_engine *e, bool on);
+void anvil_engine_get_profile(const struct anvil_engine *e, struct anvil_prof *out);
 
 /* ---------------------------------------------------------------------- */
 /* tools */
@@ -480,10 +526,48 @@ void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *o
 /* Progress callback for long operations: done of total units. */
 typedef void (*anvil_progress_fn)(void *user, uint64_t done, uint64_t total);
 
-/* Write a copy of GGUF `in` with its 2-D weight matrices converted to
- * `type` (Q8_0, Q4_0, Q4_1, F16, BF16). Norms stay F32. */
-anvil_status anvil_quantize(const char *in, const char *out, int type, anvil_progress_fn progress,
-                            void *user, char *err, size_t err_cap);
+/* Progress of anvil_quantize, reported after every chunk of rows. */
+struct anvil_quantize_event {
+    uint64_t tensor, n_tensors; /* 1-based index of the tensor being written */
+    const char *name;           /* its name (valid during the call) */
+    int type_in, type_out;      /* enum anvil_type */
+    uint64_t done, total;       /* elements written so far, in the whole file */
+};
+typedef void (*anvil_quantize_fn)(void *user, const struct anvil_quantize_event *ev);
+
+struct anvil_quantize_params {
+    /* Target: a mix by name as llama-quantize spells it (Q4_K_M, Q5_K_M,
+     * Q6_K, Q3_K_M, Q2_K, Q4_K_S, IQ4_XS, Q5_0, Q8_0, ...), a bare type
+     * (Q3_K, Q4_K, Q5_K: every matrix that type), or F16/BF16/F32.
+     * Case-insensitive. Required. */
+    const char *type;
+    bool pure;              /* every matrix gets the mix's base type (only
+                               the row-shape fallback applies) */
+    int n_threads;          /* 0: every online CPU */
+    anvil_quantize_fn progress; /* optional */
+    void *user;
+};
+
+/* What a finished anvil_quantize wrote. */
+struct anvil_quantize_stats {
+    uint64_t bytes_in, bytes_out; /* tensor data, without the header */
+    uint64_t n_elements;
+    int n_fallback;               /* matrices whose row did not divide into
+                                     the chosen type's blocks */
+    int n_converted, n_copied;    /* tensors requantized / copied as they were */
+};
+
+/* Write a copy of GGUF `in` to `out` with its weight matrices quantized
+ * by the rules of p->type (see src/quant/mix.c and README "Quantize").
+ * Metadata is copied; general.file_type is set to llama.cpp's ftype of
+ * the mix. OUT is written as OUT.tmp and renamed when complete.
+ * ANVIL_ERR_INVALID for an unknown type, or when a tensor to convert is
+ * already quantized with fewer bits per weight than its target (a lossy
+ * file cannot be made better by requantizing it: start from F16/F32);
+ * ANVIL_ERR_FORMAT for a tensor holding NaN or infinity; err names the
+ * tensor. stats (optional) is filled on success. */
+anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_quantize_params *p,
+                            struct anvil_quantize_stats *stats, char *err, size_t err_cap);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,8 @@
  * --serial runs the requests one at a time; otherwise all are submitted at
  * once. --cancel-after K cancels request 0 after its K-th token.
  * After all requests end it checks that the KV cache is empty again and
- * prints "kv_used=<blocks> preemptions=<n>" on stderr.
+ * prints "kv_used=<blocks> preemptions=<n> ..." (the engine stats, with
+ * prefix_tokens: positions reused from the prefix cache) on stderr.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,10 +168,11 @@ int main(int argc, char **argv) {
     struct anvil_engine_stats s;
     anvil_engine_get_stats(e, &s);
     fprintf(stderr, "kv_used=%d preemptions=%llu steps=%llu spec_verify=%llu spec_proposed=%llu "
-            "spec_accepted=%llu spec_tokens=%llu\n",
+            "spec_accepted=%llu spec_tokens=%llu prefix_tokens=%llu\n",
             s.kv_blocks_used, (unsigned long long)s.n_preemptions, (unsigned long long)s.n_steps,
             (unsigned long long)s.n_spec_verify, (unsigned long long)s.n_spec_proposed,
-            (unsigned long long)s.n_spec_accepted, (unsigned long long)s.n_spec_tokens);
+            (unsigned long long)s.n_spec_accepted, (unsigned long long)s.n_spec_tokens,
+            (unsigned long long)s.n_prefix_tokens);
     for (int i = 0; i < n; i++) {
         printf("%d %d", outs[i].finish, outs[i].n_gen);
         for (int k = 0; k < outs[i].n_ids; k++) printf(" %d", outs[i].ids[k]);

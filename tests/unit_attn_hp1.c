@@ -12,6 +12,10 @@
  *     sparse vs dense PV, prefill tiles vs decode rows, block sizes,
  *     and a batch run on a thread pool with random split plans against
  *     each sequence alone;
+ *   - the engine's driver (kv_attn_prepare_hp1): every plan (threads,
+ *     split off/on/auto, parts of the batch) gives each sequence the
+ *     bits of the kernel alone; the policy splits where the model tests
+ *     need it to; bad plans are refused;
  *   - edges: one key, K-1 keys, gamma 0 and all-zero p (exact +0
  *     output), V that is NaN where p == 0 (the sparse walk never reads
  *     it), extreme scores (no NaN out);
@@ -732,6 +736,185 @@ static void test_batch_invariance(void **state) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* the engine's attention driver (kv/kv_attn.c) with HP1 plans */
+
+/* One layer's HP1 attention for sequences order[0, n) of B through
+ * kv_attn_prepare_hp1 + kv_attn_run. */
+static void driver_run(struct kv_cache *kv, const struct kn_hp1_ops *ops,
+                       const struct kn_hp1_params *hp, struct pool *pool, int nt,
+                       enum kv_split split, const struct bseq *B, const int *order, int n,
+                       float *const *q, float *const *out, bool *was_split) {
+    struct kv_attn_seq s[BN];
+    for (int i = 0; i < n; i++) {
+        int k = order[i];
+        s[i] = (struct kv_attn_seq){.seq = k, .pos = B[k].n_kv - B[k].n_tokens,
+                                    .n_tokens = B[k].n_tokens, .q = q[k], .out = out[k]};
+    }
+    struct kv_attn_job *job = NULL;
+    size_t stride = (size_t)BNH * BHD;
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, hp, KN_HP1_PV_SPARSE, 0, s, n, stride, stride, nt,
+                                         split, 0.125f, &job),
+                     ANVIL_OK);
+    *was_split = kv_attn_job_split(job);
+    kv_attn_run(job, pool);
+}
+
+/* The driver's plans (threads 1..3, split off/on/auto, whole batch or
+ * parts of it; decode rows around the chunk edges, prefill rows on a
+ * prefix and from scratch) give every sequence the bits of the kernel
+ * run on it alone, row by row: the FIR history of split pieces and the
+ * plain-sum reduction are the kernel's, the plan only schedules. */
+static void test_driver(void **state) {
+    (void)state;
+    static const struct bseq B[BN] = {{1, 1}, {257, 1}, {300, 1}, {1100, 1}, {300, 20}, {40, 40}};
+    struct pool *pools[4] = {NULL};
+    for (int nt = 2; nt <= 3; nt++) assert_int_equal(pool_create(nt, &pools[nt]), ANVIL_OK);
+    for (int ti = 0; ti < 2; ti++) {
+        int type = ti ? ANVIL_TYPE_Q8_0 : ANVIL_TYPE_F16;
+        struct kv_cache *kv = make_kv(type, BHD, BNH, BNKV, 1200, BN, 3);
+        uint32_t x = 91 + ti;
+        float *q[BN], *ref[BN], *out[BN];
+        for (int s = 0; s < BN; s++) {
+            size_t n = (size_t)B[s].n_tokens * BNH * BHD;
+            q[s] = malloc(n * sizeof(float));
+            ref[s] = malloc(n * sizeof(float));
+            out[s] = malloc(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) q[s][i] = 4.0f * lcg_uniform(&x);
+        }
+        for (int t0 = 0; t0 < 1100; t0 += 16)
+            for (int s = 0; s < BN; s++)
+                if (t0 < B[s].n_kv) {
+                    int nn = B[s].n_kv - t0 < 16 ? B[s].n_kv - t0 : 16;
+                    fill_seq(kv, s, -1, nn, BNKV, BHD, &x, NULL, NULL);
+                }
+        float taps[BNH * 4];
+        for (int i = 0; i < BNH * 4; i++) taps[i] = lcg_uniform(&x);
+        struct kn_hp1_params hp = {.taps = taps, .n_taps = 4, .gamma = 0.5f, .lo = 0.0f,
+                                   .hi = 1.0f, .relu = true};
+        struct bjob j = {.kv = kv, .bs = B, .q = q, .out = ref, .taps = taps, .hp = hp};
+        for (int vi = 0; vi < N_VARIANTS; vi++) {
+            const struct kn_hp1_ops *ops = pick(vi);
+            if (!ops) continue;
+            j.ops = ops;
+            memset(j.split, 0, sizeof(j.split));
+            for (int s = 0; s < BN; s++) { /* alone, row by row, unsplit */
+                bjob_plan(&j, &s, 1, 1, &x);
+                bjob_fn(&j, 0, 1);
+            }
+            int n_split = 0;
+            for (int nt = 1; nt <= 3; nt++)
+                for (int sp = 0; sp < 3; sp++)
+                    for (int sub = 0; sub < 3; sub++) {
+                        if (sub && nt != 2) continue; /* parts on the machine's 2 threads */
+                        int order[BN], n = 0;
+                        for (int i = 0; i < BN; i++) {
+                            int k = sub == 2 ? (i + 3) % BN : i;
+                            if (sub == 1 && B[k].n_tokens != 1) continue;
+                            if (sub == 2 && i >= 4) continue;
+                            order[n++] = k;
+                        }
+                        for (int i = 0; i < n; i++)
+                            memset(out[order[i]], 0xff,
+                                   (size_t)B[order[i]].n_tokens * BNH * BHD * sizeof(float));
+                        bool was_split = false;
+                        driver_run(kv, ops, &hp, pools[nt], nt, (enum kv_split)sp, B, order, n, q,
+                                   out, &was_split);
+                        if (sp == KV_SPLIT_ON) assert_true(was_split);
+                        if (sp == KV_SPLIT_OFF) assert_false(was_split);
+                        n_split += was_split;
+                        for (int i = 0; i < n; i++) {
+                            char what[128];
+                            snprintf(what, sizeof(what), "driver %s type %d threads %d split %d sub %d seq %d",
+                                     ops->name, type, nt, sp, sub, order[i]);
+                            expect_same(out[order[i]], ref[order[i]],
+                                        (size_t)B[order[i]].n_tokens * BNH * BHD, what);
+                        }
+                    }
+            assert_true(n_split > 0);
+        }
+        for (int s = 0; s < BN; s++) {
+            free(q[s]);
+            free(ref[s]);
+            free(out[s]);
+        }
+        kv_free(kv);
+    }
+    for (int nt = 2; nt <= 3; nt++) pool_free(pools[nt]);
+}
+
+/* The split policy (KV_SPLIT_AUTO) does split a long batch-1 decode row
+ * on a one-kv-head shape at 2 threads, the case the model tests use to
+ * reach split-K through the forward pass (tests/py/test_hp1_model.py). */
+static void test_driver_policy_splits(void **state) {
+    (void)state;
+    struct kv_cache *kv = make_kv(ANVIL_TYPE_F16, 32, 4, 1, 600, 1, 2);
+    uint32_t x = 5;
+    fill_seq(kv, 0, -1, 520, 1, 32, &x, NULL, NULL);
+    float q[4 * 32], o[4 * 32], taps[4 * 3];
+    for (int i = 0; i < 4 * 32; i++) q[i] = lcg_uniform(&x);
+    for (int i = 0; i < 4 * 3; i++) taps[i] = lcg_uniform(&x);
+    struct kn_hp1_params hp = {.taps = taps, .n_taps = 3, .gamma = 1.0f, .lo = 0.0f, .hi = 1.0f, .relu = true};
+    struct kv_attn_seq s = {.seq = 0, .pos = 519, .n_tokens = 1, .q = q, .out = o};
+    struct kv_attn_job *job = NULL;
+    assert_int_equal(kv_attn_prepare_hp1(kv, kn_hp1_select("ref"), &hp, KN_HP1_PV_SPARSE, 0, &s, 1,
+                                         128, 128, 2, KV_SPLIT_AUTO, 0.125f, &job),
+                     ANVIL_OK);
+    assert_true(kv_attn_job_split(job));
+    kv_free(kv);
+}
+
+/* Bad plans are refused before anything runs: a windowed cache, bad
+ * parameters, a bad PV mode, the softmax checks (bad layer, threads). */
+static void test_driver_bad_input(void **state) {
+    (void)state;
+    struct kv_cache *kv = make_kv(ANVIL_TYPE_F16, 64, 3, 1, 64, 2, 2);
+    uint32_t x = 1;
+    fill_seq(kv, 0, -1, 20, 1, 64, &x, NULL, NULL);
+    float q[3 * 64], o[3 * 64], taps[3 * 3] = {1, -0.5f, -0.5f, 1, -0.5f, -0.5f, 1, -0.5f, -0.5f};
+    for (int i = 0; i < 3 * 64; i++) q[i] = lcg_uniform(&x);
+    const struct kn_hp1_ops *ops = kn_hp1_select("ref");
+    struct kn_hp1_params hp = {.taps = taps, .n_taps = 3, .gamma = 1.0f, .lo = 0.0f, .hi = 1.0f, .relu = true};
+    struct kv_attn_seq s = {.seq = 0, .pos = 19, .n_tokens = 1, .q = q, .out = o};
+    struct kv_attn_job *job = NULL;
+    struct kn_hp1_params bad = hp;
+    bad.n_taps = 0;
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, &bad, KN_HP1_PV_SPARSE, 0, &s, 1, 192, 192, 1,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_ERR_INVALID);
+    bad.n_taps = KN_HP1_MAX_TAPS + 1;
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, &bad, KN_HP1_PV_SPARSE, 0, &s, 1, 192, 192, 1,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_ERR_INVALID);
+    bad = hp;
+    bad.taps = NULL;
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, &bad, KN_HP1_PV_SPARSE, 0, &s, 1, 192, 192, 1,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_ERR_INVALID);
+    assert_int_equal(kv_attn_prepare_hp1(kv, NULL, &hp, KN_HP1_PV_SPARSE, 0, &s, 1, 192, 192, 1,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_ERR_INVALID);
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, &hp, (enum kn_hp1_pv)7, 0, &s, 1, 192, 192, 1,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_ERR_INVALID);
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, &hp, KN_HP1_PV_SPARSE, 1, &s, 1, 192, 192, 1,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_ERR_INVALID);
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, &hp, KN_HP1_PV_SPARSE, 0, &s, 1, 192, 192, 3,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_ERR_INVALID);
+    s.pos = 40; /* past the sequence */
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, &hp, KN_HP1_PV_SPARSE, 0, &s, 1, 192, 192, 1,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_ERR_INVALID);
+    s.pos = 19;
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, &hp, KN_HP1_PV_SPARSE, 0, &s, 1, 192, 192, 2,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_OK);
+    kv_free(kv);
+    /* a windowed cache */
+    struct kv_params p = {.n_layer = 1, .n_head = 3, .n_head_kv = 1, .head_dim = 64,
+                          .type = ANVIL_TYPE_F16, .block_size = 16, .n_blocks = 8, .n_seq_max = 1,
+                          .n_ctx = 64, .n_threads = 1, .window = 16};
+    char err[256];
+    assert_int_equal(kv_init(&p, &kv, err, sizeof(err)), ANVIL_OK);
+    fill_seq(kv, 0, -1, 20, 1, 64, &x, NULL, NULL);
+    assert_int_equal(kv_attn_prepare_hp1(kv, ops, &hp, KN_HP1_PV_SPARSE, 0, &s, 1, 192, 192, 1,
+                                         KV_SPLIT_AUTO, 0.125f, &job), ANVIL_ERR_INVALID);
+    kv_free(kv);
+}
+
+/* ---------------------------------------------------------------------- */
 /* edges */
 
 /* gamma 0, and lo = hi = 0: every p is zero and the output is exactly +0
@@ -979,6 +1162,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_prefill_variants),
         cmocka_unit_test(test_block_sizes),
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_driver),
+        cmocka_unit_test(test_driver_policy_splits),
+        cmocka_unit_test(test_driver_bad_input),
         cmocka_unit_test(test_all_zero),
         cmocka_unit_test(test_sparse_skips_v),
         cmocka_unit_test(test_extreme_scores),

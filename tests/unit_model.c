@@ -2,7 +2,8 @@
  * unit_model.c - the model/context API on the default model: every bad
  * batch is refused with the right status and leaves the cache as it was;
  * KV exhaustion is recoverable; out-of-memory at every allocation of
- * load, ctx init and decode fails cleanly and leaks nothing.
+ * load, ctx init and decode fails cleanly and leaks nothing (the default
+ * model, and the HP1 micro model of tests/fuzz/corpus/gguf).
  *
  * Needs models/SmolLM2-135M-Instruct.Q4_1.gguf (or ANVIL_MODEL); the test
  * runner fetches it with `make model` first.
@@ -171,12 +172,12 @@ static void drain(void *user, const struct anvil_event *ev) {
 /* One pass through everything a server does at start and on a request:
  * model load, a context and a decode, the engine, a request's submit
  * (admission), and steps until it ends. Returns the first failure. */
-static anvil_status serve_once(void) {
+static anvil_status serve_once(const char *path) {
     char err[ANVIL_ERRMSG_CAP];
     struct anvil_model *m = NULL;
     struct anvil_ctx *c = NULL;
     struct anvil_engine *e = NULL;
-    anvil_status st = anvil_model_load(model_path(), NULL, &m, err, sizeof(err));
+    anvil_status st = anvil_model_load(path, NULL, &m, err, sizeof(err));
     if (st == ANVIL_OK) {
         struct anvil_ctx_params p = anvil_ctx_default_params();
         p.n_ctx = 64;
@@ -223,16 +224,15 @@ static anvil_status serve_once(void) {
  * the default model). Each run must end with NOMEM - or succeed, where a
  * failure is tolerated by design (scratch with a fallback) - and leave no
  * live allocation behind. */
-static void test_oom_walk(void **state) {
-    (void)state;
+static int oom_walk(const char *path) {
     int64_t base = anvil_alloc_live();
     uint64_t a0 = anvil_alloc_count();
-    assert_int_equal(serve_once(), ANVIL_OK);
+    assert_int_equal(serve_once(path), ANVIL_OK);
     uint64_t total = anvil_alloc_count() - a0;
     int n_fail = 0;
     for (uint64_t n = 1; n <= total; n++) {
         anvil_alloc_fail_at(n);
-        anvil_status st = serve_once();
+        anvil_status st = serve_once(path);
         anvil_alloc_fail_at(0);
         assert_int_equal(anvil_alloc_live(), base);
         if (st == ANVIL_OK) {
@@ -242,9 +242,21 @@ static void test_oom_walk(void **state) {
         assert_int_equal(st, ANVIL_ERR_NOMEM);
         n_fail++;
     }
-    printf("oom walk: %llu allocations failed in turn, %d ended in NOMEM, all cleanly\n",
-           (unsigned long long)total, n_fail);
-    assert_true(n_fail > 300);
+    printf("oom walk (%s): %llu allocations failed in turn, %d ended in NOMEM, all cleanly\n",
+           path, (unsigned long long)total, n_fail);
+    return n_fail;
+}
+
+static void test_oom_walk(void **state) {
+    (void)state;
+    assert_true(oom_walk(model_path()) > 300);
+}
+
+/* The same on the one-layer HP1 model of the fuzz corpus: the HP1 taps
+ * the model owns and the HP1 kernel selection at ctx init. */
+static void test_oom_walk_hp1(void **state) {
+    (void)state;
+    assert_true(oom_walk("tests/fuzz/corpus/gguf/micro_llama_hp1.gguf") > 50);
 }
 
 /* Metadata strings and the chat template family (GET /props reads them):
@@ -281,6 +293,7 @@ int main(void) {
         cmocka_unit_test(test_kv_pool_exhaustion),
         cmocka_unit_test(test_params_rejected),
         cmocka_unit_test(test_oom_walk),
+        cmocka_unit_test(test_oom_walk_hp1),
         cmocka_unit_test(test_meta_str),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -121,6 +121,11 @@ struct anvil_engine {
     int32_t text_cap;
     anvil_token top_tok[MAX_TOP_LOGPROBS];
     float top_lp[MAX_TOP_LOGPROBS];
+    /* profiling (anvil_engine_set_profile): the model ctx times its
+     * decodes; the engine, its steps and their sampling */
+    bool prof_on;
+    double prof_step_s, prof_sample_s;
+    uint64_t prof_n_step;
     char errmsg[256];
 };
 
@@ -683,6 +688,7 @@ static void admit(struct anvil_engine *e) {
         r->admit_seq = ++e->admit_counter;
         pthread_mutex_lock(&e->mu);
         e->stats.queued--;
+        e->stats.n_prefix_tokens += (uint64_t)reused;
         pthread_mutex_unlock(&e->mu);
         e->running[slot] = r;
         e->n_running++;
@@ -1019,6 +1025,7 @@ static void publish_stats(struct anvil_engine *e) {
 
 anvil_status anvil_engine_step(struct anvil_engine *e, int32_t *n_active) {
     if (!e) return ANVIL_ERR_INVALID;
+    double t_step = e->prof_on ? time_now_s() : 0.0;
     take_inbox(e);
     drop_cancelled(e);
     admit(e);
@@ -1048,7 +1055,9 @@ anvil_status anvil_engine_step(struct anvil_engine *e, int32_t *n_active) {
             }
             break;
         }
+        double t_sample = e->prof_on ? time_now_s() : 0.0;
         after_decode(e, n, n_out);
+        if (e->prof_on) e->prof_sample_s += time_now_s() - t_sample;
         pthread_mutex_lock(&e->mu);
         e->stats.n_steps++;
         pthread_mutex_unlock(&e->mu);
@@ -1060,7 +1069,30 @@ anvil_status anvil_engine_step(struct anvil_engine *e, int32_t *n_active) {
         *n_active = e->n_inbox + e->n_waiting + e->n_running;
         pthread_mutex_unlock(&e->mu);
     }
+    if (e->prof_on) {
+        e->prof_step_s += time_now_s() - t_step;
+        e->prof_n_step++;
+    }
     return st == ANVIL_ERR_KV_FULL ? ANVIL_OK : st;
+}
+
+void anvil_engine_set_profile(struct anvil_engine *e, bool on) {
+    if (!e) return;
+    if (on && !e->prof_on) e->prof_step_s = e->prof_sample_s = 0.0, e->prof_n_step = 0;
+    e->prof_on = on;
+    anvil_ctx_set_profile(e->ctx, on);
+}
+
+void anvil_engine_get_profile(const struct anvil_engine *e, struct anvil_prof *out) {
+    memset(out, 0, sizeof(*out));
+    if (!e) return;
+    anvil_ctx_get_profile(e->ctx, out); /* matmul, attention, norms, decode */
+    out->s[ANVIL_PROF_SAMPLE] = e->prof_sample_s;
+    double rest = e->prof_step_s - out->total_s - e->prof_sample_s;
+    out->s[ANVIL_PROF_SCHED] = rest > 0.0 ? rest : 0.0;
+    out->total_s = e->prof_step_s;
+    out->n_calls = e->prof_n_step;
+    out->n_clock_reads += 4 * e->prof_n_step; /* a step's own: start, end, sampling */
 }
 
 /* ---------------------------------------------------------------------- */

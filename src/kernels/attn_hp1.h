@@ -86,7 +86,7 @@ struct kn_hp1_params {
 };
 
 /* What PV does. SPARSE is the kernel; the other two exist to measure it
- * (bench/bench_hp1.c): DENSE visits every position and reads every V
+ * (`anvil bench --attention --kind hp1`): DENSE visits every position and reads every V
  * row, adding p_t * v_t even when p_t == 0 (what a kernel without the
  * nonzero list does; equal to SPARSE bit for bit when V is finite, see
  * the tests), NONE skips PV and writes zeros (QK and gate alone). */

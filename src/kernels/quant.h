@@ -18,10 +18,11 @@
  *   Q2_K: 16 sub-blocks of 16. scales[j]: low nibble sc, high nibble m.
  *         x = (d * sc) * q - (dmin * m), q 2-bit: element 128h + 32s + l
  *         (h < 2, s < 4, l < 32) is bits 2s..2s+1 of qs[32h + l].
- *   Q3_K: 16 sub-blocks of 16, 6-bit signed scales sc - 32 (low 4 bits in
- *         scales[0..7], nibble j/8 of byte j%8; high 2 bits are bits
- *         2(j/4).. of scales[8 + j%4]). x = (d * (sc - 32)) * (q - 4 * !h):
- *         q = bits 2s.. of qs[32h' + l] as Q2_K, h = bit e/32 of hmask[e%32].
+ *   Q3_K: 16 sub-blocks of 16, 6-bit scales sc (kn_q3_k_scales: low 4
+ *         bits are nibble j/8 of scales[j%8], high 2 bits are bits 2(j/4)..
+ *         of scales[8 + j%4]), used as sc - 32. x = (d * (sc - 32)) *
+ *         (q - 4 * !hb): q the 2 bits of element e placed as in Q2_K, hb
+ *         bit e/32 of hmask[e%32].
  *   Q4_K: 8 sub-blocks of 32, 6-bit sc and m packed in scales[12]
  *         (kn_k_scale_min). x = (d * sc) * q - (dmin * m), q 4-bit: element
  *         64c + 32s + l (c < 4, s < 2, l < 32) is nibble s of qs[32c + l].
@@ -51,7 +52,9 @@
  *        exact integer sum of sub-block dots times their integer scales
  *        (d * sum_j sc_j * sum(q * qa)), and the weights' offsets and
  *        mins need only the per-16 sums (sum_j m_j * bsums_j): one float
- *        scale per 256 products, nothing per element.
+ *        step per 256 products, nothing per element. (ggml's Q8_K is the
+ *        same idea with d = 1 / (-127 / max): its d can differ from ours in
+ *        the last bit; the layout here is anvil's own.)
  *   Q8A_Q8K (for a matrix whose parts mix both families, e.g. Q4_K rows
  *        stacked with Q5_0 rows): the Q8A row then the Q8K row of the same
  *        n elements, the Q8K part at kn_act_part_offset().
@@ -67,7 +70,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define QK 32 /* elements per block, every quantized type here */
+#define QK 32 /* elements per block of the 32-element types */
 
 typedef uint16_t kn_f16;
 typedef uint16_t kn_bf16;

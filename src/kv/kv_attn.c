@@ -17,6 +17,15 @@
  *
  * The cost model and the split policy are scheduling decisions, not
  * storage: they live in kernels/attn_policy.c. This file only applies them.
+ *
+ * Two kinds of attention share the plan: the softmax (kernels/attn.h) and
+ * HP1 gated attention (kernels/attn_hp1.h). They have the same task, the
+ * same chunk grid and the same partial/reduce split; only the kernel
+ * table, the record size (HP1: acc alone, summed rather than folded) and
+ * the HP1 parameters differ, so the plan is kind-blind and call() picks
+ * the table. The HP1 cost is taken to be the softmax's at the same shape
+ * (no exp, but a gate pass; sparse PV makes it cheaper, by an amount the
+ * plan cannot know), which keeps the split decisions the same.
  */
 #include <math.h>
 #include <string.h>
@@ -51,20 +60,20 @@ static double item_cost(const struct kv_attn_job *job, const struct kv_attn_ent 
     return kn_attn_cost_prefill(e->s.pos, r0, r1, G, hd, job->window);
 }
 
-anvil_status kv_attn_prepare(struct kv_cache *kv, const struct kn_attn_ops *ops, int32_t layer,
-                             const struct kv_attn_seq *seqs, int32_t n_seqs, size_t q_stride,
-                             size_t out_stride, int n_threads, enum kv_split split, float scale,
-                             struct kv_attn_job **out) {
+/* The plan of either kind; the caller has set job->ops or job->hp1 (and
+ * job->rec) and checked them. */
+static anvil_status prepare(struct kv_cache *kv, int32_t layer, const struct kv_attn_seq *seqs,
+                            int32_t n_seqs, size_t q_stride, size_t out_stride, int n_threads,
+                            enum kv_split split, float scale, struct kv_attn_job **out) {
     struct kv_attn_job *job = &kv->job;
-    if (!ops || layer < 0 || layer >= kv->p.n_layer || n_seqs < 0 || n_seqs > kv->p.n_seq_max ||
-        n_threads < 1 || n_threads > kv->p.n_threads || (kv->p.window > 0 && !ops->window))
+    if (layer < 0 || layer >= kv->p.n_layer || n_seqs < 0 || n_seqs > kv->p.n_seq_max ||
+        n_threads < 1 || n_threads > kv->p.n_threads)
         return ANVIL_ERR_INVALID;
     int32_t hd = kv->lay.head_dim, nkv = kv->lay.n_head_kv;
     int32_t G = kv->p.n_head / nkv;
     anvil_status st = ANVIL_OK;
     int32_t i = 0, n_decode = 0;
     double other = 0.0;
-    job->ops = ops;
     job->base = kv_layer_base(kv, layer);
     job->q_stride = q_stride;
     job->out_stride = out_stride;
@@ -160,6 +169,35 @@ anvil_status kv_attn_prepare(struct kv_cache *kv, const struct kn_attn_ops *ops,
     return ANVIL_OK;
 }
 
+anvil_status kv_attn_prepare(struct kv_cache *kv, const struct kn_attn_ops *ops, int32_t layer,
+                             const struct kv_attn_seq *seqs, int32_t n_seqs, size_t q_stride,
+                             size_t out_stride, int n_threads, enum kv_split split, float scale,
+                             struct kv_attn_job **out) {
+    if (!ops || (kv->p.window > 0 && !ops->window)) return ANVIL_ERR_INVALID;
+    kv->job.ops = ops;
+    kv->job.hp1 = NULL;
+    kv->job.rec = kn_attn_rec_floats(kv->p.n_head / kv->lay.n_head_kv, kv->lay.head_dim);
+    return prepare(kv, layer, seqs, n_seqs, q_stride, out_stride, n_threads, split, scale, out);
+}
+
+anvil_status kv_attn_prepare_hp1(struct kv_cache *kv, const struct kn_hp1_ops *ops,
+                                 const struct kn_hp1_params *hp, enum kn_hp1_pv pv, int32_t layer,
+                                 const struct kv_attn_seq *seqs, int32_t n_seqs, size_t q_stride,
+                                 size_t out_stride, int n_threads, enum kv_split split,
+                                 float scale, struct kv_attn_job **out) {
+    if (!ops || !hp || !hp->taps || hp->n_taps < 1 || hp->n_taps > KN_HP1_MAX_TAPS ||
+        kv->p.window > 0 || (pv != KN_HP1_PV_SPARSE && pv != KN_HP1_PV_DENSE && pv != KN_HP1_PV_NONE))
+        return ANVIL_ERR_INVALID;
+    kv->job.ops = NULL;
+    kv->job.hp1 = ops;
+    kv->job.hp = *hp;
+    kv->job.pv = pv;
+    /* an HP1 record (no max, no sum) is smaller than a softmax one, which
+     * sized the scratch */
+    kv->job.rec = kn_hp1_rec_floats(kv->p.n_head / kv->lay.n_head_kv, kv->lay.head_dim);
+    return prepare(kv, layer, seqs, n_seqs, q_stride, out_stride, n_threads, split, scale, out);
+}
+
 bool kv_attn_job_split(const struct kv_attn_job *job) { return job->split; }
 
 /* ---------------------------------------------------------------------- */
@@ -187,8 +225,27 @@ static void task_init(const struct kv_attn_job *job, const struct kv_attn_ent *e
 
 static float *rec_ptr(const struct kv_attn_job *job, const struct kv_attn_ent *e, int32_t h,
                       int32_t c) {
-    size_t rec = kn_attn_rec_floats(job->group, job->kv->lay.head_dim);
-    return job->part + ((size_t)e->part_off + (size_t)h * e->n_chunks + (size_t)c) * rec;
+    return job->part + ((size_t)e->part_off + (size_t)h * e->n_chunks + (size_t)c) * job->rec;
+}
+
+enum call { CALL_ATTN, CALL_PARTIAL, CALL_REDUCE };
+
+/* Run task t (of kv head h) with the job's kernels: the softmax table, or
+ * the HP1 one with the layer's parameters, the taps from the group's
+ * first head on. */
+static void call(const struct kv_attn_job *job, enum call which, int32_t h,
+                 const struct kn_attn_task *t) {
+    if (!job->hp1) {
+        kn_attn_fn f = which == CALL_ATTN ? job->ops->attn
+                       : which == CALL_PARTIAL ? job->ops->partial : job->ops->reduce;
+        f(t);
+        return;
+    }
+    struct kn_hp1_task ht = {.at = *t, .hp = job->hp, .pv = job->pv};
+    ht.hp.taps = job->hp.taps + (size_t)h * job->group * job->hp.n_taps;
+    kn_hp1_fn f = which == CALL_ATTN ? job->hp1->attn
+                  : which == CALL_PARTIAL ? job->hp1->partial : job->hp1->reduce;
+    f(&ht);
 }
 
 void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int nth) {
@@ -217,10 +274,10 @@ void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int
             t.c0 = e->c_lo + u;
             t.c1 = e->c_lo + c1;
             t.part = rec_ptr(job, e, h, u);
-            job->ops->partial(&t);
+            call(job, CALL_PARTIAL, h, &t);
             i += c1 - u;
         } else if (e->decode) {
-            job->ops->attn(&t);
+            call(job, CALL_ATTN, h, &t);
             i++;
         } else {
             int32_t r0 = u * e->rows;
@@ -228,7 +285,7 @@ void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int
             t.pos = e->s.pos + r0;
             t.q += (size_t)r0 * job->q_stride;
             t.out += (size_t)r0 * job->out_stride;
-            job->ops->attn(&t);
+            call(job, CALL_ATTN, h, &t);
             i++;
         }
     }
@@ -243,7 +300,7 @@ void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int
         t.c0 = e->c_lo;
         t.c1 = e->c_lo + e->n_chunks;
         t.part = rec_ptr(job, e, h, 0);
-        job->ops->reduce(&t);
+        call(job, CALL_REDUCE, h, &t);
     }
 }
 

@@ -6,6 +6,7 @@
 #ifndef ANVIL_KV_INTERNAL_H
 #define ANVIL_KV_INTERNAL_H
 
+#include "kernels/attn_hp1.h"
 #include "kv/kv_cache.h"
 
 enum { BLK_FREE = 0, BLK_CACHED = 1, BLK_USED = 2 };
@@ -46,7 +47,11 @@ struct kv_attn_ent {
 
 struct kv_attn_job {
     const struct kv_cache *kv;
-    const struct kn_attn_ops *ops;
+    const struct kn_attn_ops *ops;   /* softmax kernels, or NULL for HP1 */
+    const struct kn_hp1_ops *hp1;    /* HP1 kernels, or NULL for softmax */
+    struct kn_hp1_params hp;         /* HP1: taps (n_head, n_taps) of the layer */
+    enum kn_hp1_pv pv;               /* HP1: PV mode (SPARSE but in benchmarks) */
+    size_t rec;                      /* floats of one split-K record */
     const uint8_t *base;
     size_t q_stride, out_stride;
     float scale;

@@ -86,6 +86,7 @@ void anvil_ctx_free(struct anvil_ctx *c) {
     anvil_free(c->best_v);
     anvil_free(c->best_i);
     anvil_free(c->argmax);
+    anvil_free_aligned(c->prof_th);
     anvil_free(c);
 }
 
@@ -233,6 +234,12 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     ALLOC(c->layer_kv, anvil_calloc(nl, sizeof(int8_t)), "layer table");
     ALLOC(c->layer_idx, anvil_calloc(nl, sizeof(int32_t)), "layer table");
     if ((st = init_kv(c, p)) != ANVIL_OK) goto fail;
+    if (m->n_hp1 > 0 && !(c->hp1_ops = kn_hp1_select(m->ops->name))) {
+        st = ANVIL_ERR_UNSUPPORTED;
+        snprintf(c->errmsg, sizeof(c->errmsg), "ctx: no HP1 attention kernels for family %s",
+                 m->ops->name);
+        goto fail;
+    }
     st = ANVIL_ERR_NOMEM;
     c->act_stride = kn_act_row_size(KN_ACT_F32, c->max_dim); /* the widest format */
     ALLOC(c->seq_next, anvil_calloc(ns, sizeof(int32_t)), "sequence tables");
@@ -256,6 +263,8 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     ALLOC(c->best_v, anvil_calloc(nt * no, sizeof(float)), "output tables");
     ALLOC(c->best_i, anvil_calloc(nt * no, sizeof(int32_t)), "output tables");
     ALLOC(c->argmax, anvil_calloc(no, sizeof(anvil_token)), "output tables");
+    ALLOC(c->prof_th, alloc_array(nt, sizeof(*c->prof_th)), "profile counters");
+    memset(c->prof_th, 0, nt * sizeof(*c->prof_th));
 #undef ALLOC
     if ((st = pool_create(c->n_threads, &c->pool)) != ANVIL_OK) {
         snprintf(c->errmsg, sizeof(c->errmsg), "ctx: cannot start %d threads", c->n_threads);
@@ -377,8 +386,7 @@ static anvil_status reserve(struct anvil_ctx *c) {
     return ANVIL_OK;
 }
 
-anvil_status anvil_decode(struct anvil_ctx *c, const struct anvil_batch *b) {
-    if (!c) return ANVIL_ERR_INVALID;
+static anvil_status decode(struct anvil_ctx *c, const struct anvil_batch *b) {
     c->n_logits = 0;
     anvil_status st = validate(c, b);
     if (st != ANVIL_OK) {
@@ -399,6 +407,49 @@ anvil_status anvil_decode(struct anvil_ctx *c, const struct anvil_batch *b) {
         }
     c->errmsg[0] = '\0';
     return ANVIL_OK;
+}
+
+anvil_status anvil_decode(struct anvil_ctx *c, const struct anvil_batch *b) {
+    if (!c) return ANVIL_ERR_INVALID;
+    if (!c->prof_on) return decode(c, b);
+    double t0 = time_now_s();
+    anvil_status st = decode(c, b);
+    c->prof_decode_s += time_now_s() - t0;
+    c->prof_n_decode++;
+    return st;
+}
+
+/* ---------------------------------------------------------------------- */
+/* profiling */
+
+void anvil_ctx_set_profile(struct anvil_ctx *c, bool on) {
+    if (!c) return;
+    if (on && !c->prof_on) {
+        memset(c->prof_th, 0, (size_t)c->n_threads * sizeof(*c->prof_th));
+        c->prof_decode_s = 0.0;
+        c->prof_n_decode = 0;
+    }
+    c->prof_on = on;
+}
+
+void anvil_ctx_get_profile(const struct anvil_ctx *c, struct anvil_prof *out) {
+    memset(out, 0, sizeof(*out));
+    if (!c) return;
+    static const int cat[CTX_PROF_FWD] = {ANVIL_PROF_MATMUL, ANVIL_PROF_ATTN, ANVIL_PROF_NORM};
+    double fwd = 0.0;
+    for (int k = 0; k < CTX_PROF_FWD; k++) {
+        double sum = 0.0;
+        for (int t = 0; t < c->n_threads; t++) sum += c->prof_th[t].s[k];
+        out->s[cat[k]] = sum / c->n_threads; /* every thread ran every phase */
+        fwd += out->s[cat[k]];
+    }
+    out->s[ANVIL_PROF_DECODE] = c->prof_decode_s > fwd ? c->prof_decode_s - fwd : 0.0;
+    out->total_s = c->prof_decode_s;
+    out->n_calls = c->prof_n_decode;
+    uint64_t reads = 0;
+    for (int t = 0; t < c->n_threads; t++)
+        reads = c->prof_th[t].n_reads > reads ? c->prof_th[t].n_reads : reads;
+    out->n_clock_reads = reads + 2 * c->prof_n_decode; /* + anvil_decode's own two */
 }
 
 const float *anvil_get_logits(struct anvil_ctx *c, int32_t i) {

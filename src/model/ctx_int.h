@@ -16,11 +16,15 @@
 
 #include "core/pool.h"
 #include "kernels/attn.h"
+#include "kernels/attn_hp1.h"
 #include "kv/kv_cache.h"
 #include "model/ctx.h"
 #include "model/model.h"
 
 #define CTX_MAX_KV_GROUPS 2
+
+/* Categories the forward pass times itself: ANVIL_PROF_MATMUL, _ATTN, _NORM. */
+#define CTX_PROF_FWD 3
 
 /* lm_head rows computed per tile: the tile stays in L1 while its argmax is
  * taken, and full-logits rows are copied out of it. */
@@ -35,6 +39,7 @@ struct anvil_ctx {
     int n_kv;                               /* KV groups */
     struct kv_cache *kv[CTX_MAX_KV_GROUPS];
     const struct kn_attn_ops *attn_ops[CTX_MAX_KV_GROUPS];
+    const struct kn_hp1_ops *hp1_ops;       /* HP1 kernels, when a layer has HP1 attention */
     int8_t *layer_kv;                       /* (n_layer) group of each layer */
     int32_t *layer_idx;                     /* (n_layer) its layer index in the group */
     int32_t *seq_next;         /* (n_seq_max) validation scratch */
@@ -60,6 +65,16 @@ struct anvil_ctx {
     int32_t *best_i;  /* (n_threads, n_outputs) its index */
     anvil_token *argmax; /* (n_outputs) */
     int n_logits;
+
+    /* profiling (anvil.h anvil_ctx_set_profile): per-thread seconds of the
+     * forward pass's categories, one cache line per thread */
+    bool prof_on;
+    struct ctx_prof_th {
+        double s[CTX_PROF_FWD];
+        uint64_t n_reads;                    /* clock reads */
+    } __attribute__((aligned(64))) *prof_th; /* (n_threads) */
+    double prof_decode_s;                    /* wall of the profiled decodes */
+    uint64_t prof_n_decode;
 
     const struct anvil_batch *b; /* the batch being decoded */
     char errmsg[256];

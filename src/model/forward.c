@@ -17,7 +17,8 @@
  *   q, k: per-head RMSNorm (Qwen 3, Gemma 3), RoPE (norm or NeoX pairs,
  *         partial rotary, per-layer frequencies); k, v -> cache
  *   attn = softmax(scale * q k^T) v over the row's own sequence, causal,
- *         within the layer's sliding window if it has one
+ *         within the layer's sliding window if it has one; or HP1 gated
+ *         attention (kernels/attn_hp1.h) on layers whose kind is hp1
  *   x  += attn_post_norm(Wo attn); act = rmsnorm(x) * ffn_norm -> act
  *   gu  = Wgu act                   (one matmul over stacked gate, up)
  *   act = silu(gate) * up  or  gelu_tanh(gate) * up -> activation format
@@ -26,6 +27,12 @@
  * then, for the rows that asked for logits only, x += ffn_post_norm(d),
  * the output norm, and lm_head (with the argmax fused into it). No
  * allocation happens here: every buffer was sized in anvil_ctx_init.
+ *
+ * Profiling (anvil_ctx_set_profile): each thread reads the clock at the
+ * phase boundaries above (after the barrier that closes a phase) and
+ * charges the interval to matmul, attention (K/V writes included) or
+ * norms and element-wise ops; off, each boundary costs one branch on a
+ * value loaded once per pass.
  */
 #include <math.h>
 #include <string.h>
@@ -110,6 +117,25 @@ static void qk_prepare(const struct anvil_ctx *c, const struct model_layer *ly, 
     }
 }
 
+/* Profiling (anvil.h, ANVIL_PROF_*): the time since the last mark goes to
+ * category k of this thread's counters. PROF_MARK is one predictable
+ * branch when profiling is off. */
+_Static_assert(ANVIL_PROF_MATMUL == 0 && ANVIL_PROF_ATTN == 1 && ANVIL_PROF_NORM == 2 &&
+                   CTX_PROF_FWD == 3,
+               "the forward pass's categories are the first three of anvil_prof_cat");
+
+static inline void prof_mark(struct ctx_prof_th *th, int k, double *t) {
+    double now = time_now_s();
+    th->s[k] += now - *t;
+    th->n_reads++;
+    *t = now;
+}
+
+#define PROF_MARK(k) \
+    do { \
+        if (prof) prof_mark(prof_th, (k), &prof_t); \
+    } while (0)
+
 static void forward_worker(void *arg, int ith, int nth) {
     struct anvil_ctx *c = arg;
     const struct anvil_model *m = c->m;
@@ -121,6 +147,13 @@ static void forward_worker(void *arg, int ith, int nth) {
     float *nrm = c->nrm + (size_t)ith * c->max_dim;
     int t0, t1;
     pool_split(n, ith, nth, 1, &t0, &t1);
+    const bool prof = c->prof_on;
+    struct ctx_prof_th *prof_th = &c->prof_th[ith];
+    double prof_t = 0.0;
+    if (prof) {
+        prof_t = time_now_s();
+        prof_th->n_reads++;
+    }
 
     for (int t = t0; t < t1; t++) {
         float *x = c->x + (size_t)t * ne;
@@ -148,12 +181,15 @@ static void forward_worker(void *arg, int ith, int nth) {
             }
         }
         pool_barrier(c->pool);
+        PROF_MARK(ANVIL_PROF_NORM);
         matmul_rows(c, &ly->wqkv, c->qkv, (size_t)c->qkv_dim, n, ith, nth);
         pool_barrier(c->pool);
+        PROF_MARK(ANVIL_PROF_MATMUL);
 
         /* bias, Q/K norms, RoPE on this thread's rows, then their K and V
          * into the layer's cache */
         for (int t = t0; t < t1; t++) qk_prepare(c, ly, c->qkv + (size_t)t * c->qkv_dim, b->pos[t]);
+        PROF_MARK(ANVIL_PROF_NORM);
         for (int r = 0; r < c->n_runs; r++) {
             int a0 = c->run_row0[r], a1 = a0 + c->run_n[r];
             int lo = a0 > t0 ? a0 : t0, hi = a1 < t1 ? a1 : t1;
@@ -166,21 +202,30 @@ static void forward_worker(void *arg, int ith, int nth) {
          * only block tables and positions, never the K/V being written),
          * run by all */
         if (ith == 0) {
-            anvil_status ast = kv_attn_prepare(c->kv[g], c->attn_ops[g], li, c->run_attn, c->n_runs,
-                                               (size_t)c->qkv_dim, (size_t)c->q_dim, nth,
-                                               KV_SPLIT_AUTO, hp->attn_scale, &c->job);
+            anvil_status ast =
+                ly->attn == MODEL_ATTN_HP1
+                    ? kv_attn_prepare_hp1(c->kv[g], c->hp1_ops, &ly->hp1, KN_HP1_PV_SPARSE, li,
+                                          c->run_attn, c->n_runs, (size_t)c->qkv_dim,
+                                          (size_t)c->q_dim, nth, KV_SPLIT_AUTO, hp->attn_scale,
+                                          &c->job)
+                    : kv_attn_prepare(c->kv[g], c->attn_ops[g], li, c->run_attn, c->n_runs,
+                                      (size_t)c->qkv_dim, (size_t)c->q_dim, nth, KV_SPLIT_AUTO,
+                                      hp->attn_scale, &c->job);
             ANVIL_ASSERT(ast == ANVIL_OK);
         }
         pool_barrier(c->pool);
         kv_attn_work(c->job, c->pool, ith, nth);
         pool_barrier(c->pool);
+        PROF_MARK(ANVIL_PROF_ATTN);
 
         for (int t = t0; t < t1; t++)
             ops->act[ly->wo.act](c->act + (size_t)t * c->act_stride, c->attn + (size_t)t * c->q_dim,
                                  c->q_dim);
         pool_barrier(c->pool);
+        PROF_MARK(ANVIL_PROF_NORM);
         matmul_rows(c, &ly->wo, c->tmp, (size_t)ne, n, ith, nth);
         pool_barrier(c->pool);
+        PROF_MARK(ANVIL_PROF_MATMUL);
 
         /* x += attention output (post-normed when the layer says); FFN norm */
         for (int t = t0; t < t1; t++) {
@@ -190,8 +235,10 @@ static void forward_worker(void *arg, int ith, int nth) {
             ops->act[ly->wgu.act](c->act + (size_t)t * c->act_stride, nrm, ne);
         }
         pool_barrier(c->pool);
+        PROF_MARK(ANVIL_PROF_NORM);
         matmul_rows(c, &ly->wgu, c->gu, 2 * (size_t)hp->n_ff, n, ith, nth);
         pool_barrier(c->pool);
+        PROF_MARK(ANVIL_PROF_MATMUL);
 
         for (int t = t0; t < t1; t++) {
             const float *gt = c->gu + (size_t)t * 2 * hp->n_ff;
@@ -202,8 +249,10 @@ static void forward_worker(void *arg, int ith, int nth) {
                 ops->silu_mul_act(a, gt, gt + hp->n_ff, hp->n_ff, ly->wdown.act);
         }
         pool_barrier(c->pool);
+        PROF_MARK(ANVIL_PROF_NORM);
         matmul_rows(c, &ly->wdown, c->tmp, (size_t)ne, n, ith, nth);
         pool_barrier(c->pool);
+        PROF_MARK(ANVIL_PROF_MATMUL);
     }
 
     /* final residual add and output norm, for the logits rows only */
@@ -218,7 +267,9 @@ static void forward_worker(void *arg, int ith, int nth) {
         ops->act[m->output.act](c->act + (size_t)o * c->act_stride, nrm, ne);
     }
     pool_barrier(c->pool);
+    PROF_MARK(ANVIL_PROF_NORM);
     lm_head(c, ith, nth);
+    PROF_MARK(ANVIL_PROF_MATMUL);
 }
 
 void forward_run(struct anvil_ctx *c) { pool_run(c->pool, forward_worker, c); }

@@ -544,6 +544,170 @@ fail:
     return st;
 }
 
+/* ---------------------------------------------------------------------- */
+/* attention kinds (README "Attention kinds")
+ *
+ *   <arch>.attention.kind        string "softmax" | "hp1" (every layer), or an
+ *                                array of n_layer such strings; absent = softmax
+ *   <arch>.attention.hp1.fir_k   u32 K, 1..KN_HP1_MAX_TAPS          (required)
+ *   <arch>.attention.hp1.taps    f32 array (n_layer, n_head, K)      (required)
+ *   <arch>.attention.hp1.gamma   f32, default 1
+ *   <arch>.attention.hp1.lo/.hi  f32, default 0 and 1, lo <= hi
+ *   <arch>.attention.hp1.relu    bool, default true
+ * The taps are metadata rather than a tensor per layer: they are a few
+ * hundred numbers that configure the op, not weights of a matrix product,
+ * and one array keeps a model's whole HP1 configuration in one place (for
+ * `anvil inspect`, for converters). Everything is checked here, so the
+ * kernels can rely on finite parameters (attn_hp1.h). */
+
+static bool attn_kind_parse(struct gguf_str s, enum model_attn *out) {
+    if (gguf_str_eq(s, "softmax")) *out = MODEL_ATTN_SOFTMAX;
+    else if (gguf_str_eq(s, "hp1")) *out = MODEL_ATTN_HP1;
+    else return false;
+    return true;
+}
+
+/* Optional finite f32 <arch>.attention.hp1.<name>; false (error set) when
+ * present with another type or not finite. */
+static bool hp1_scalar(struct model_loader *L, const char *name, float *v) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.attention.hp1.%s", L->arch, name);
+    if (!gguf_find(L->f, key)) return true;
+    if (!gguf_get_f32(L->f, key, v)) {
+        loader_error(L, "model: metadata %s must be a float", key);
+        return false;
+    }
+    if (!isfinite(*v)) {
+        loader_error(L, "model: metadata %s = %g is not finite", key, *v);
+        return false;
+    }
+    return true;
+}
+
+static anvil_status load_attn_kinds(struct model_loader *L, struct anvil_model *m, const bool *swa) {
+    const struct model_hparams *hp = &m->hp;
+    char key[128];
+    snprintf(key, sizeof(key), "%s.attention.kind", L->arch);
+    const struct gguf_kv *kv = gguf_find(L->f, key);
+    if (kv && kv->type == GGUF_VT_STRING) {
+        struct gguf_str s = {"", 0};
+        enum model_attn a = MODEL_ATTN_SOFTMAX;
+        if (!gguf_get_str(L->f, key, &s) || !attn_kind_parse(s, &a)) {
+            loader_error(L, "model: metadata %s = '%.*s' is not an attention kind anvil runs "
+                            "(softmax, hp1)", key, (int)(s.len > 32 ? 32 : s.len), s.ptr);
+            return ANVIL_ERR_UNSUPPORTED;
+        }
+        for (int l = 0; l < hp->n_layer; l++) m->layers[l].attn = a;
+    } else if (kv) {
+        if (kv->type != GGUF_VT_ARRAY || kv->arr_type != GGUF_VT_STRING ||
+            kv->n != (uint64_t)hp->n_layer) {
+            loader_error(L, "model: metadata %s must be a string or an array of %d strings (one "
+                            "per layer)", key, hp->n_layer);
+            return ANVIL_ERR_FORMAT;
+        }
+        for (int l = 0; l < hp->n_layer; l++) {
+            if (!attn_kind_parse(kv->strs[l], &m->layers[l].attn)) {
+                struct gguf_str s = kv->strs[l];
+                loader_error(L, "model: metadata %s[%d] = '%.*s' is not an attention kind anvil "
+                                "runs (softmax, hp1)", key, l, (int)(s.len > 32 ? 32 : s.len), s.ptr);
+                return ANVIL_ERR_UNSUPPORTED;
+            }
+        }
+    }
+    m->n_hp1 = 0;
+    for (int l = 0; l < hp->n_layer; l++) m->n_hp1 += m->layers[l].attn == MODEL_ATTN_HP1;
+
+    char prefix[96];
+    int np = snprintf(prefix, sizeof(prefix), "%s.attention.hp1.", L->arch);
+    if (m->n_hp1 == 0) {
+        /* HP1 parameters with no HP1 layer: most likely a converter that
+         * forgot the kind; running softmax would be silently wrong */
+        for (uint64_t i = 0; i < L->f->n_kv; i++) {
+            struct gguf_str k = L->f->kv[i].key;
+            if (k.len >= (uint64_t)np && !memcmp(k.ptr, prefix, (size_t)np)) {
+                loader_error(L, "model: metadata %.*s is set but %s names no hp1 layer",
+                             (int)(k.len > 96 ? 96 : k.len), k.ptr, key);
+                return ANVIL_ERR_FORMAT;
+            }
+        }
+        return ANVIL_OK;
+    }
+    for (int l = 0; l < hp->n_layer; l++) {
+        if (m->layers[l].attn == MODEL_ATTN_HP1 && swa[l]) {
+            loader_error(L, "model: layer %d is both hp1 (%s) and sliding-window: HP1 attention "
+                            "with a sliding window is not supported", l, key);
+            return ANVIL_ERR_UNSUPPORTED;
+        }
+    }
+
+    struct kn_hp1_params p = {.gamma = 1.0f, .lo = 0.0f, .hi = 1.0f, .relu = true};
+    uint32_t k32 = 0;
+    snprintf(key, sizeof(key), "%sfir_k", prefix);
+    if (!gguf_find(L->f, key)) {
+        loader_error(L, "model: required metadata %s is missing (hp1 layers)", key);
+        return ANVIL_ERR_FORMAT;
+    }
+    if (!gguf_get_u32(L->f, key, &k32) || k32 < 1 || k32 > KN_HP1_MAX_TAPS) {
+        loader_error(L, "model: metadata %s must be an integer in [1, %d]", key, KN_HP1_MAX_TAPS);
+        return ANVIL_ERR_FORMAT;
+    }
+    p.n_taps = (int)k32;
+    if (!hp1_scalar(L, "gamma", &p.gamma) || !hp1_scalar(L, "lo", &p.lo) ||
+        !hp1_scalar(L, "hi", &p.hi))
+        return ANVIL_ERR_FORMAT;
+    if (p.lo > p.hi) {
+        loader_error(L, "model: metadata %slo = %g is above %shi = %g", prefix, p.lo, prefix, p.hi);
+        return ANVIL_ERR_FORMAT;
+    }
+    snprintf(key, sizeof(key), "%srelu", prefix);
+    if (gguf_find(L->f, key) && !gguf_get_bool(L->f, key, &p.relu)) {
+        loader_error(L, "model: metadata %s must be a bool", key);
+        return ANVIL_ERR_FORMAT;
+    }
+
+    /* taps: (n_layer, n_head, K), f32 (or f64, converted) */
+    snprintf(key, sizeof(key), "%staps", prefix);
+    kv = gguf_find(L->f, key);
+    uint64_t want = (uint64_t)hp->n_layer * (uint64_t)hp->n_head * (uint64_t)p.n_taps;
+    if (!kv) {
+        loader_error(L, "model: required metadata %s is missing (hp1 layers)", key);
+        return ANVIL_ERR_FORMAT;
+    }
+    if (kv->type != GGUF_VT_ARRAY ||
+        (kv->arr_type != GGUF_VT_FLOAT32 && kv->arr_type != GGUF_VT_FLOAT64) || kv->n != want) {
+        loader_error(L, "model: metadata %s must be an array of %llu floats (n_layer %d x n_head "
+                        "%d x fir_k %d)", key, (unsigned long long)want, hp->n_layer, hp->n_head,
+                     p.n_taps);
+        return ANVIL_ERR_FORMAT;
+    }
+    m->hp1_taps = anvil_malloc((size_t)want * sizeof(float));
+    if (!m->hp1_taps) return ANVIL_ERR_NOMEM;
+    for (uint64_t i = 0; i < want; i++) {
+        float v;
+        if (kv->arr_type == GGUF_VT_FLOAT32) {
+            memcpy(&v, kv->data + i * 4, 4); /* the mapping need not align it */
+        } else {
+            double d;
+            memcpy(&d, kv->data + i * 8, 8);
+            v = (float)d;
+        }
+        if (!isfinite(v)) {
+            int per_layer = hp->n_head * p.n_taps;
+            loader_error(L, "model: metadata %s[%llu] (layer %d, head %d, tap %d) = %g is not "
+                            "finite", key, (unsigned long long)i, (int)(i / (uint64_t)per_layer),
+                         (int)(i % (uint64_t)per_layer) / p.n_taps, (int)(i % (uint64_t)p.n_taps), v);
+            return ANVIL_ERR_FORMAT;
+        }
+        m->hp1_taps[i] = v;
+    }
+    for (int l = 0; l < hp->n_layer; l++) {
+        if (m->layers[l].attn != MODEL_ATTN_HP1) continue;
+        m->layers[l].hp1 = p;
+        m->layers[l].hp1.taps = m->hp1_taps + (size_t)l * hp->n_head * p.n_taps;
+    }
+    return ANVIL_OK;
+}
+
 /* Copy w into the kernels' packed layout, if they have one for its type. */
 static anvil_status pack_wmat(const struct kn_ops *ops, struct gguf_file *f, struct wmat *w) {
     if (!ops->pack_size) return ANVIL_OK;
@@ -634,6 +798,7 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     TRY(tok_load(m->gguf, &m->vocab, err, err_cap));
     TRY(load_hparams(&L, m->arch, &m->hp, m->vocab, &swa));
     TRY(load_weights(&L, m, swa));
+    TRY(load_attn_kinds(&L, m, swa));
     TRY(pack_weights(m));
     anvil_free(swa);
     swa = NULL;
@@ -643,6 +808,9 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     char swa_desc[48] = "";
     if (n_local)
         snprintf(swa_desc, sizeof(swa_desc), " swa%d/%dL", m->hp.n_swa, n_local);
+    if (m->n_hp1)
+        snprintf(swa_desc + strlen(swa_desc), sizeof(swa_desc) - strlen(swa_desc), " hp1/%dL",
+                 m->n_hp1);
     snprintf(m->desc, sizeof(m->desc), "%s %dL %dd %dh/%dkv hd%d ff%d%s %s (%.0fM params)",
              m->arch->name, m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
              m->hp.head_dim, m->hp.n_ff, swa_desc, anvil_type_name(m->wtype),
@@ -660,6 +828,7 @@ void anvil_model_free(struct anvil_model *m) {
     if (!m) return;
     anvil_free(m->inv_freq);
     anvil_free(m->inv_freq_swa);
+    anvil_free(m->hp1_taps);
     anvil_free_aligned(m->output.packed);
     for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
         anvil_free(m->layers[l].qkv_bias);

@@ -22,6 +22,7 @@
 #include "anvil.h"
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "kernels/attn_hp1.h"
 #include "kernels/ops.h"
 #include "tok/tok.h"
 
@@ -51,6 +52,14 @@ struct wmat {
 enum model_act {
     MODEL_ACT_SILU = 0,  /* SwiGLU: silu(gate) * up */
     MODEL_ACT_GELU_TANH, /* GeGLU: gelu_tanh(gate) * up */
+};
+
+/* A layer's attention (README "Attention kinds"): the softmax, or HP1 gated
+ * attention (kernels/attn_hp1.h: ReLU, a causal FIR over the key positions,
+ * a clamp, no normalisation). */
+enum model_attn {
+    MODEL_ATTN_SOFTMAX = 0,
+    MODEL_ATTN_HP1,
 };
 
 enum model_rope {
@@ -86,6 +95,9 @@ struct model_layer {
     struct wmat wdown;           /* (n_embd, n_ff) */
     int n_swa;                   /* this layer's window (hp.n_swa), or 0 = global */
     const float *inv_freq;       /* (n_rot/2): this layer's RoPE frequencies */
+    enum model_attn attn;        /* this layer's attention kind */
+    struct kn_hp1_params hp1;    /* MODEL_ATTN_HP1: taps (n_head, n_taps) point into the
+                                  * model's hp1_taps; never windowed (n_swa == 0) */
 };
 
 struct arch_desc;
@@ -105,6 +117,9 @@ struct anvil_model {
     struct model_layer *layers; /* (n_layer) */
     float *inv_freq;           /* (n_rot / 2): RoPE frequencies of global layers */
     float *inv_freq_swa;       /* (n_rot / 2): of windowed layers, or NULL */
+    float *hp1_taps;           /* (n_layer, n_head, K): HP1 taps of every layer, or NULL
+                                * when no layer is HP1 (softmax layers' rows unused) */
+    int n_hp1;                 /* layers with HP1 attention */
     uint64_t n_params;
     char desc[128];
 };

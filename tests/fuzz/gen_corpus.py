@@ -6,8 +6,8 @@
 gguf/     small GGUF files written byte by byte with tests/py/gguf_synth.py
           (independent of anvil's reader): an empty header, one key of
           every value type with two tensors, a tokenizer-only file, a
-          one-layer micro Llama that anvil_model_load accepts, and cut-down
-          copies of them.
+          one-layer micro Llama that anvil_model_load accepts (and its HP1
+          attention variant), and cut-down copies of them.
 tok/      strings: ASCII, accents, CJK, emoji, digits, whitespace runs,
           special-token text, invalid UTF-8; the space marker U+2581 and
           <0xNN> texts (SentencePiece), non-ASCII spaces and CJK ranges
@@ -97,8 +97,9 @@ def tokenizer_kvs(pre="smollm"):
     ], len(toks)
 
 
-def micro_llama():
-    """One layer, n_embd 32, one head of 32, tied embeddings."""
+def micro_llama(hp1=False):
+    """One layer, n_embd 32, one head of 32, tied embeddings; with hp1,
+    HP1 gated attention (README "Attention kinds")."""
     kvs, n_vocab = tokenizer_kvs()
     hp = [
         ("general.architecture", g.STR, "llama"),
@@ -112,6 +113,16 @@ def micro_llama():
         ("llama.rope.freq_base", g.F32, 10000.0),
         ("llama.attention.layer_norm_rms_epsilon", g.F32, 1e-5),
     ]
+    if hp1:
+        hp += [
+            ("llama.attention.kind", g.ARR, (g.STR, ["hp1"])),
+            ("llama.attention.hp1.fir_k", g.U32, 3),
+            ("llama.attention.hp1.taps", g.ARR, (g.F32, [1.0, -0.5, -0.5])),
+            ("llama.attention.hp1.gamma", g.F32, 0.5),
+            ("llama.attention.hp1.lo", g.F32, 0.0),
+            ("llama.attention.hp1.hi", g.F32, 1.0),
+            ("llama.attention.hp1.relu", g.BOOL, 1),
+        ]
     e = 32
     tensors = [
         ("token_embd.weight", [e, n_vocab], g.T_Q4_0),
@@ -212,6 +223,7 @@ def gguf_seeds():
     t = lay.tensor("blk.0.attn_q.weight")
     struct.pack_into("<I", mq, t["type"], g.T_Q5_0)
     put("gguf", "micro_llama_size_mismatch.gguf", bytes(mq))
+    put("gguf", "micro_llama_hp1.gguf", micro_llama(hp1=True))
 
 
 def tok_seeds():

@@ -11,10 +11,19 @@ CONFIGS names one small model per architecture feature set:
            window on 5 of 6 layers with a different RoPE base, tied output
   phi3     fused attn_qkv and gate/up (ffn_up of 2*n_ff rows), partial
            rotary (rope.dimension_count = head_dim / 2)
+  hp1      llama with HP1 gated attention on every layer (README "Attention
+           kinds"): one kv head for 4 query heads, K = 3 taps (1, -a, -a)
+           per head with the ReLU, lo 0, hi 1: about 70% of the p are zero
+  hp1mix   qwen2 with layers hp1, softmax, hp1: K = 5 random taps, no ReLU,
+           lo < 0 (mostly nonzero p), gamma and hi of their own
 
 make_gguf(path, name, wtype) writes the file and returns the weights as
 stored (dequantized, float64); forward(name, w, tokens) gives the logits of
 every position. K and V are rounded to float16 like the engine's cache.
+HP1 taps are drawn by make_gguf (hp1_taps) and returned with the weights
+as "hp1.taps" (n_layer, n_head, K); forward() runs the HP1 formula of
+src/kernels/attn_hp1.h in float64 and, given a stats dict, counts the
+share of p that are exactly zero.
 The vocabulary is the byte-level BPE of tiny_llama.py (300 tokens), which
 both anvil and llama.cpp load for every architecture. Nothing here is
 checked in as data.
@@ -33,7 +42,12 @@ N_VOCAB = tiny_llama.N_VOCAB
 BASE = dict(n_embd=128, n_ff=192, n_head=4, n_head_kv=2, head_dim=None, n_layer=2, n_rot=None,
             rope_base=10000.0, eps=1e-5, rope="norm", act="silu", bias=False, qk_norm=False,
             post_norms=False, embd_scale=False, fused=False, tied=False, rope_freqs=False,
-            swa=0, swa_layers=None, rope_base_swa=10000.0)
+            swa=0, swa_layers=None, rope_base_swa=10000.0, attn=None, hp1=None)
+
+# HP1 parameters: K taps, gamma, lo, hi, relu; taps "gate" = (1, -a, -a) with
+# a per head in [a_lo, a_hi), "random" = normal(0, 0.5) with c_0 made positive
+HP1_GATE = dict(k=3, gamma=0.05, lo=0.0, hi=1.0, relu=True, taps="gate", a_lo=0.45, a_hi=0.9)
+HP1_RAND = dict(k=5, gamma=0.02, lo=-0.25, hi=0.75, relu=False, taps="random")
 
 CONFIGS = {
     "llama3": dict(BASE, arch="llama", rope_freqs=True, rope_base=500000.0),
@@ -45,6 +59,9 @@ CONFIGS = {
                    n_ff=160, tied=True, swa=16, rope_base=1000000.0, rope_base_swa=10000.0,
                    eps=1e-6),
     "phi3": dict(BASE, arch="phi3", rope="neox", fused=True, n_rot=16),
+    "hp1": dict(BASE, arch="llama", n_head=4, n_head_kv=1, attn="hp1", hp1=HP1_GATE),
+    "hp1mix": dict(BASE, arch="qwen2", rope="neox", bias=True, tied=True, rope_base=1000000.0,
+                   n_layer=3, attn=["hp1", "softmax", "hp1"], hp1=HP1_RAND),
 }
 
 
@@ -54,6 +71,10 @@ def cfg_of(name, **changes):
         c["head_dim"] = c["n_embd"] // c["n_head"]
     if c["n_rot"] is None:
         c["n_rot"] = c["head_dim"]
+    if isinstance(c["attn"], list):
+        c["attn_layers"] = list(c["attn"])
+    else:
+        c["attn_layers"] = [c["attn"] or "softmax"] * c["n_layer"]
     if c["swa_layers"] is None:
         if c["swa"] and c["arch"] == "gemma3":
             c["swa_layers"] = [l % 6 < 5 for l in range(c["n_layer"])]
@@ -108,15 +129,74 @@ def weights(c, seed):
     return w
 
 
+def hp1_taps(c, seed):
+    """Taps (n_layer, n_head, K) float32; zero rows on softmax layers."""
+    h = c["hp1"]
+    rng = np.random.default_rng(seed + 1000)
+    t = np.zeros((c["n_layer"], c["n_head"], h["k"]), np.float32)
+    for l, kind in enumerate(c["attn_layers"]):
+        if kind != "hp1":
+            continue
+        if h["taps"] == "gate":
+            a = rng.uniform(h["a_lo"], h["a_hi"], c["n_head"])
+            t[l, :, 0] = 1.0
+            t[l, :, 1:] = -a[:, None]
+        else:
+            t[l] = rng.normal(0, 0.5, (c["n_head"], h["k"]))
+            t[l, :, 0] = np.abs(t[l, :, 0]) + 0.25
+    return t
+
+
+def hp1_meta(c, taps):
+    """The HP1 metadata of README "Attention kinds": suffix -> value."""
+    if not c["hp1"]:
+        return {}
+    h = c["hp1"]
+    kinds = c["attn_layers"]
+    return {"attention.kind": kinds[0] if len(set(kinds)) == 1 else kinds,
+            "attention.hp1.fir_k": h["k"], "attention.hp1.taps": [float(x) for x in taps.ravel()],
+            "attention.hp1.gamma": h["gamma"], "attention.hp1.lo": h["lo"],
+            "attention.hp1.hi": h["hi"], "attention.hp1.relu": h["relu"]}
+
+
+def add_meta(wr, key, val):
+    """One metadata value by Python type: bool, int (u32), float (f32), str,
+    list of str/float/int, or ("f64", x) / ("i32", x) / ("f64s", [...])
+    for the other types the bad-input tests need."""
+    if isinstance(val, tuple):
+        kind, v = val
+        if kind == "f64":
+            wr.add_float64(key, v)
+        elif kind == "i32":
+            wr.add_int32(key, v)
+        elif kind == "f64s":
+            wr.add_key_value(key, list(v), gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.FLOAT64)
+        else:
+            raise ValueError(kind)
+    elif isinstance(val, bool):
+        wr.add_bool(key, val)
+    elif isinstance(val, int):
+        wr.add_uint32(key, val)
+    elif isinstance(val, float):
+        wr.add_float32(key, val)
+    elif isinstance(val, str):
+        wr.add_string(key, val)
+    elif isinstance(val, list):
+        wr.add_array(key, val)
+    else:
+        raise TypeError(type(val))
+
+
 QTYPES = dict(tiny_llama.QTYPES)
 
 
 def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None, extra_u32=None,
-              cfg=None):
+              cfg=None, meta=None):
     """Write the model; returns the weights as the file holds them (float64).
     For bad-input tests: drop omits tensors by name, override replaces
     tensors (name -> array), extra_u32 adds u32 metadata, cfg changes the
-    configuration (e.g. head counts)."""
+    configuration (e.g. head counts), meta changes the HP1 metadata
+    (suffix after "<arch>." -> value for add_meta, None = left out)."""
     c = cfg_of(name, **(cfg or {}))
     w = weights(c, seed)
     for tname in drop:
@@ -147,6 +227,11 @@ def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None
             wr.add_float32(f"{arch}.rope.freq_base_swa", c["rope_base_swa"])
     for key, val in extra_u32.items():
         wr.add_uint32(key, val)
+    taps = hp1_taps(c, seed) if c["hp1"] else None
+    hmeta = dict(hp1_meta(c, taps), **(meta or {}))
+    for suffix, val in hmeta.items():
+        if val is not None:
+            add_meta(wr, f"{arch}.{suffix}", val)
     toks, types, merges = tiny_llama.vocab()
     wr.add_tokenizer_model("gpt2")
     wr.add_tokenizer_pre("smollm")
@@ -171,6 +256,8 @@ def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None
     wr.close()
     if c["tied"]:
         held["output.weight"] = held["token_embd.weight"]
+    if taps is not None:
+        held["hp1.taps"] = taps.astype(np.float64)
     return held
 
 
@@ -211,9 +298,28 @@ def gelu_tanh(g):
     return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
 
 
-def forward(name, w, tokens):
-    """Logits (n_tokens, n_vocab) for one sequence at positions 0..n-1."""
-    c = cfg_of(name)
+def hp1_attention(s, c, taps, visible):
+    """HP1 gated attention weights p (n, n) of one head from its scores s
+    (n, n) (scale applied), taps (K,), and the causal mask: r = ReLU(s),
+    z_t = sum_j c_j r_{t-j} (0 before the first key), p = gamma *
+    clip(z, lo, hi), zero where a key is not visible."""
+    h = c["hp1"]
+    r = np.maximum(s, 0.0) if h["relu"] else s.copy()
+    r = np.where(visible, r, 0.0)
+    z = np.zeros_like(r)
+    for j, cj in enumerate(taps):
+        z[:, j:] += float(cj) * r[:, :r.shape[1] - j]
+    p = h["gamma"] * np.clip(z, h["lo"], h["hi"])
+    return np.where(visible, p, 0.0)
+
+
+def forward(name, w, tokens, stats=None, cfg=None):
+    """Logits (n_tokens, n_vocab) for one sequence at positions 0..n-1.
+    stats (a dict), when given, gets "hp1_zero" and "hp1_gate": the number
+    of HP1 weights p_t (query row, head, visible key) that are exactly 0,
+    and of all of them. cfg changes the configuration (the tests' power
+    checks: the same weights with another attention)."""
+    c = cfg_of(name, **(cfg or {}))
     n = len(tokens)
     ne, hd, nh, nkv, nf = c["n_embd"], c["head_dim"], c["n_head"], c["n_head_kv"], c["n_ff"]
     eps = c["eps"]
@@ -253,6 +359,17 @@ def forward(name, w, tokens):
         mask = np.where(visible, 0.0, -np.inf)
         for hh in range(nh):
             kv = hh // group
+            if c["attn_layers"][l] == "hp1":
+                # float32 parameters, as the file stores them
+                hc = dict(c, hp1={**c["hp1"], **{x: float(np.float32(c["hp1"][x]))
+                                                 for x in ("gamma", "lo", "hi")}})
+                p_ = hp1_attention(q[:, hh, :] @ k[:, kv, :].T * scale, hc, w["hp1.taps"][l, hh],
+                                   visible)
+                if stats is not None:
+                    stats["hp1_zero"] = stats.get("hp1_zero", 0) + int(np.sum((p_ == 0) & visible))
+                    stats["hp1_gate"] = stats.get("hp1_gate", 0) + int(np.sum(visible))
+                out[:, hh, :] = p_ @ v[:, kv, :]
+                continue
             sc = q[:, hh, :] @ k[:, kv, :].T * scale + mask
             sc = np.exp(sc - sc.max(axis=1, keepdims=True))
             sc /= sc.sum(axis=1, keepdims=True)

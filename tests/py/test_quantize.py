@@ -1,16 +1,23 @@
-"""`bin/anvil quantize IN OUT TYPE` on the default model, checked three ways:
+"""`bin/anvil quantize IN OUT TYPE` with the reference types on the default
+model, checked three ways:
 
   1. our own GGUF reader accepts every output (`anvil inspect`, exit 0);
   2. against the gguf package: metadata copied (general.file_type set to the
-     llama.cpp ftype), tensor types as documented (2-D -> TYPE, 1-D -> F32),
-     and the bytes of converted tensors equal
-     gguf.quants.quantize(gguf.quants.dequantize(src), TYPE) exactly;
+     llama.cpp ftype), tensor types as documented (2-D -> TYPE, 1-D -> F32,
+     the tied lm_head Q8_0 as llama.cpp's rule gives for 576-wide rows), and
+     the bytes of converted tensors equal
+     gguf.quants.quantize(gguf.quants.dequantize(src), TYPE) exactly (Q8_0,
+     Q4_0 and Q4_1 use ggml's reference conversion);
   3. llama-cpp-python loads each output and generates; its first greedy
      token is among the original model's top 5, so the weights still mean
      the same thing.
-Plus the error paths: bad type, unreadable input, unwritable output, a
-write failing half way (file size limit) - exit 2, one line on stderr, and
-neither OUT nor OUT.tmp left behind.
+The shipped file is Q4_1: F16 is made from it first, and the other types
+from that F16 file (quantizing the Q4_1 file to a type with more bits is
+refused). Plus the error paths: bad type, a source already quantized
+below the target, unreadable input, unwritable output, a write failing
+half way (file size limit) - exit 2, one line on stderr, and neither OUT
+nor OUT.tmp left behind. The searched types and the mixes are in
+test_quantizers.py and test_quantize_mix.py.
 """
 import os
 import resource
@@ -50,15 +57,21 @@ def run(args, timeout=300, **kw):
 def outputs(tmp_path_factory):
     d = tmp_path_factory.mktemp("quant")
     out = {}
-    for name in TYPES:
+    for name in ["F16"] + [t for t in TYPES if t != "F16"]:
         path = str(d / f"model.{name}.gguf")
-        p = run([ANVIL, "quantize", MODEL, path, name])
+        src = MODEL if name == "F16" else out["F16"]
+        p = run([ANVIL, "quantize", src, path, name])
         assert p.returncode == 0, p.stderr
         assert "tensor 272/272" in p.stderr  # progress, on stderr
+        assert "anvil quantize: wrote " in p.stderr.splitlines()[-1]
         assert p.stdout == ""
         assert not os.path.exists(path + ".tmp")
         out[name] = path
     return out
+
+
+def source_of(outputs, name):
+    return MODEL if name == "F16" else outputs["F16"]
 
 
 @pytest.mark.parametrize("name", list(TYPES))
@@ -72,11 +85,6 @@ def header(path):
     with open(path, "rb") as f:
         head = f.read(4 << 20)
     return head, G.Layout(head)
-
-
-@pytest.fixture(scope="module")
-def src():
-    return header(MODEL)
 
 
 BLOCK = {QT.F32: (1, 4), QT.F16: (1, 2), QT.BF16: (1, 2), QT.Q8_0: (32, 34), QT.Q4_0: (32, 18),
@@ -102,10 +110,11 @@ def tensor_bytes(path, lay, ne, ty, off, rows=None):
 
 
 @pytest.mark.parametrize("name", list(TYPES))
-def test_layout_and_bytes(outputs, src, name):
+def test_layout_and_bytes(outputs, name):
     """Header parsed with tests/py/gguf_synth.py; tensor bytes compared with
     gguf.quants.quantize(gguf.quants.dequantize(source rows))."""
-    shead, slay = src
+    src_path = source_of(outputs, name)
+    shead, slay = header(src_path)
     dhead, dlay = header(outputs[name])
     # metadata: byte-identical, except the 4 value bytes of general.file_type
     ft = slay.kv["general.file_type"]["value"]
@@ -124,14 +133,14 @@ def test_layout_and_bytes(outputs, src, name):
         assert dne == sne, st["name"]
         want = TYPES[name] if len(sne) >= 2 and sne[1] > 1 else QT.F32
         if st["name"] == "token_embd.weight" and name in ("Q4_0", "Q4_1"):
-            want = QT.Q8_0  # the tied lm_head stays 8-bit for 4-bit targets
+            want = QT.Q8_0  # the tied lm_head: Q6_K, which 576 does not divide -> Q8_0
         assert dty == want, (st["name"], dty, want)
         assert doff % dlay.alignment == 0
         nm = st["name"]
         if not (nm.startswith("blk.0.") or nm.startswith("blk.29.")
                 or nm in ("token_embd.weight", "output_norm.weight")):
             continue
-        sb = tensor_bytes(MODEL, slay, sne, sty, soff, rows=2048)
+        sb = tensor_bytes(src_path, slay, sne, sty, soff, rows=2048)
         db = tensor_bytes(outputs[name], dlay, dne, dty, doff, rows=2048)
         if sty == dty:
             assert np.array_equal(sb, db), nm
@@ -192,11 +201,17 @@ def test_anvil_runs_output(outputs, name):
 
 @pytest.mark.skipif(not os.path.exists(ANVIL_ASAN), reason="bin/anvil-asan not built")
 def test_asan_quantize(tmp_path):
+    """ASan+UBSan over a real file: Q3_K_S from the Q4_1 file takes Q3_K
+    (ffn_down, 1536 wide) and the Q4_0 fallback (576 wide) without any
+    tensor going up in bits."""
     out = str(tmp_path / "asan.gguf")
-    p = run([ANVIL_ASAN, "quantize", "-q", MODEL, out, "Q4_1"], timeout=600)
+    p = run([ANVIL_ASAN, "quantize", "-q", "-t", "2", MODEL, out, "Q3_K_S"], timeout=1200)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stderr == ""
-    assert run([ANVIL_ASAN, "inspect", out]).returncode == 0
+    r = gguf.GGUFReader(out)
+    types = {t.name: t.tensor_type for t in r.tensors}
+    assert types["blk.0.ffn_down.weight"] == QT.Q3_K
+    assert types["blk.0.ffn_up.weight"] == QT.Q4_0
 
 
 # ----------------------------------------------------------------------------
@@ -211,9 +226,21 @@ def assert_one_line_error(p, frag):
 
 def test_bad_type(tmp_path):
     out = str(tmp_path / "o.gguf")
-    for t in ("Q4_K", "q5_0", "", "F32x"):
+    for t in ("Q4_K_X", "q9_0", "", "F32x", "Q2_K_S", "IQ2_XXS"):
         p = run([ANVIL, "quantize", MODEL, out, t])
         assert_one_line_error(p, "unknown type")
+        assert "Q4_K_M" in p.stderr  # the message lists the choices
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("target", ["Q8_0", "Q4_K_M", "Q6_K", "Q5_1"])
+def test_already_quantized_below_target(tmp_path, target):
+    """The shipped file is Q4_1 (5 bits per weight): a target with more bits
+    for any of its tensors is refused, naming the tensor."""
+    out = str(tmp_path / "o.gguf")
+    p = run([ANVIL, "quantize", MODEL, out, target])
+    assert_one_line_error(p, "already quantized to Q4_1")
+    assert "from an F16 or F32 file" in p.stderr
     assert os.listdir(tmp_path) == []
 
 
@@ -225,7 +252,7 @@ def test_usage():
 
 def test_unreadable_input(tmp_path):
     out = str(tmp_path / "o.gguf")
-    assert_one_line_error(run([ANVIL, "quantize", str(tmp_path / "missing.gguf"), out, "Q8_0"]),
+    assert_one_line_error(run([ANVIL, "quantize", str(tmp_path / "missing.gguf"), out, "F16"]),
                           "No such file")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
@@ -234,12 +261,12 @@ def test_unreadable_input(tmp_path):
 
 
 def test_unwritable_output(tmp_path):
-    assert_one_line_error(run([ANVIL, "quantize", MODEL, str(tmp_path / "no" / "dir.gguf"), "Q8_0"]),
+    assert_one_line_error(run([ANVIL, "quantize", MODEL, str(tmp_path / "no" / "dir.gguf"), "F16"]),
                           "cannot create")
     if os.geteuid() != 0:  # root ignores permissions
         ro = tmp_path / "ro"
         ro.mkdir(mode=0o500)
-        assert_one_line_error(run([ANVIL, "quantize", MODEL, str(ro / "o.gguf"), "Q8_0"]),
+        assert_one_line_error(run([ANVIL, "quantize", MODEL, str(ro / "o.gguf"), "F16"]),
                               "cannot create")
 
 
@@ -253,7 +280,7 @@ def test_write_failure_leaves_nothing(tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of a signal
         resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 20, 8 << 20))
 
-    p = run([ANVIL, "quantize", "-q", MODEL, str(out), "Q8_0"], preexec_fn=limit)
+    p = run([ANVIL, "quantize", "-q", MODEL, str(out), "F16"], preexec_fn=limit)
     assert_one_line_error(p, "cannot write")
     assert out.read_bytes() == b"previous contents"
     assert sorted(os.listdir(tmp_path)) == ["o.gguf"]

@@ -17,6 +17,7 @@ int cmd_chat(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ static const struct {
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"quantize", cmd_quantize, "convert a GGUF's weights to another type"},
+    {"perplexity", cmd_perplexity, "perplexity and KL divergence over a text"},
     {"bench", bench_main, "measure prefill/decode speed and kernels"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
 };
