@@ -770,7 +770,7 @@ static int parse(int argc, char **argv, struct opts *o) {
         }
     }
     if (o->hp1) {
-        /* issue 15's grid: every shape, batch 1/16/64, 512..8192, split off and on */
+        /* the HP1 grid: every shape, batch 1/16/64, 512..8192, split off and on */
         static const int HB[] = {1, 16, 64}, HC[] = {512, 1024, 2048, 4096, 8192};
         if (!given_shape) o->shape_on[0] = o->shape_on[1] = o->shape_on[2] = true;
         if (!given_batch) memcpy(o->batch, HB, sizeof(HB)), o->n_batch = 3;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HP1 variants of a real model for the serving benchmarks (issue 15), and
+"""HP1 variants of a real model for the serving benchmarks, and
 the serving scenarios of HP1 and softmax side by side.
 
     python3 bench/hp1_model.py convert [--model M] [--out F] [--zeros 0.7]

@@ -6,7 +6,7 @@ is quantized to every mix by `anvil quantize` and by llama-quantize (same
 F16 file), and each file is scored on the same text against the F16
 model: file size, perplexity, KL divergence (mean, p99), the share of
 positions whose top token is the same, and the RMS change of the next
-token's probability. Goal (issue 12): anvil's mean KL divergence is never
+token's probability. Goal: anvil's mean KL divergence is never
 worse than llama.cpp's by more than 2%, for every type.
 
 Scoring engine (--engine):

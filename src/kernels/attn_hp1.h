@@ -1,5 +1,5 @@
 /*
- * attn_hp1.h - HP1 gated attention over the paged KV cache (issue 15): the
+ * attn_hp1.h - HP1 gated attention over the paged KV cache: the
  * non-softmax attention of ../shared/seeds/hp1-attention-vllm-kernels.zh.md.
  * For a query vector q at position P (keys [0, P]) with taps c_0..c_{K-1}:
  *

@@ -52,7 +52,7 @@ def anvil_bins():
 @pytest.fixture(scope="session")
 def llama_ref(model_path):
     """llama-cpp-python on the same GGUF, 2 threads, f16 KV cache."""
-    llama_cpp = pytest.importorskip("llama_cpp")
+    import llama_cpp
     llm = llama_cpp.Llama(model_path=model_path, n_ctx=1024, n_batch=512, n_threads=2,
                           seed=0, verbose=False)
     return llm

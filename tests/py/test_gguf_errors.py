@@ -1,4 +1,4 @@
-"""Malformed GGUF files (issue 2, item 10): `anvil inspect` - release and
+"""Malformed GGUF files: `anvil inspect` - release and
 ASan/UBSan builds - must answer each with exit status 2 and exactly one
 line on stderr, never a crash, a sanitizer report or a hang.
 

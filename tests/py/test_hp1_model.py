@@ -1,4 +1,4 @@
-"""HP1 gated attention end to end (issue 15): tiny random-weight GGUF
+"""HP1 gated attention end to end: tiny random-weight GGUF
 files with HP1 layers, written by tests/gen/tiny_arch.py ("hp1": llama, every
 layer HP1, one kv head, taps (1, -a, -a) with the ReLU, about 70% of the
 p exactly zero; "hp1mix": qwen2 with layers hp1, softmax, hp1, five random

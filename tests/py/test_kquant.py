@@ -1,4 +1,4 @@
-"""The 5-bit, K-quant and IQ4 formats (issue 12) against the `gguf` package
+"""The 5-bit, K-quant and IQ4 formats against the `gguf` package
 and numpy, through tests/tool_dequant.c:
 
   - dequantization of random blocks (random payload bytes, random finite

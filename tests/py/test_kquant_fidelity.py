@@ -1,5 +1,5 @@
-"""Fidelity of the 5-bit, K-quant and IQ4 types end to end (issue 12, item
-5): SmolLM2 requantized to each type by llama.cpp's own quantizer
+"""Fidelity of the 5-bit, K-quant and IQ4 types end to end:
+SmolLM2 requantized to each type by llama.cpp's own quantizer
 (llama-cpp-python's llama_model_quantize, pure: every matrix the type, the
 576-wide ones falling back as this llama.cpp does: Q4_K -> Q5_0, Q5_K ->
 Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0, IQ4_XS -> IQ4_NL; only ffn_down,

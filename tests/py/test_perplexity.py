@@ -62,7 +62,7 @@ def read_kld(path):
 def llama_logprobs(path, tokens, n_chunk, ctx):
     """log-softmax rows of llama-cpp-python for positions ctx/2 .. ctx-2 of
     each window (the rows anvil scores), float64."""
-    llama_cpp = pytest.importorskip("llama_cpp")
+    import llama_cpp
     llm = llama_cpp.Llama(model_path=path, n_ctx=ctx, n_batch=ctx, logits_all=True,
                           n_threads=2, verbose=False)
     out = []

@@ -24,8 +24,8 @@ import subprocess
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-llama_cpp = pytest.importorskip("llama_cpp")
+import gguf
+import llama_cpp
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf import quants  # noqa: E402
 
