@@ -1,4 +1,4 @@
-"""Replicas of `anvil serve` behind nginx, on loopback (issue 16).
+"""Replicas of `anvil serve` behind nginx, on loopback.
 
 Each test starts its own replicas (one engine thread each, a small
 context) and a private nginx: the configuration is deploy/nginx/anvil.conf
@@ -15,8 +15,7 @@ requests while its in-flight stream finishes; nginx's own errors in
 OpenAI's shape; deploy/run-local.sh; the Kubernetes manifests (parsed
 with PyYAML, cross-checked, and their `anvil serve` arguments run).
 
-Skipped only where nginx cannot be installed (no apt candidate); an
-installable but missing nginx is a failure: run `make deps`.
+A missing nginx or haproxy is a failure (`make deps` installs them).
 """
 import concurrent.futures as cf
 import glob
@@ -42,7 +41,7 @@ K8S = os.path.join(ROOT, "deploy", "k8s")
 REPLICA_ARGS = ("--ctx", "512", "--parallel", "8", "--kv-mem", "64M", "--drain-timeout", "30")
 
 
-def nginx_or_skip():
+def nginx_or_fail():
     n = shutil.which("nginx") or (os.path.exists("/usr/sbin/nginx") and "/usr/sbin/nginx")
     if n:
         return n
@@ -50,7 +49,7 @@ def nginx_or_skip():
         p = subprocess.run(["apt-cache", "policy", "nginx"], capture_output=True, text=True)
         if "Candidate:" in p.stdout and "Candidate: (none)" not in p.stdout:
             pytest.fail("nginx is installable but not installed: run `make deps`")
-    pytest.skip("deploy test skipped: nginx cannot be installed here (no apt candidate)")
+    pytest.fail("nginx is missing and apt has no candidate for it (install nginx on the PATH)")
 
 
 def free_port():
@@ -63,7 +62,7 @@ class Cluster:
     """n replicas (r1..rn) behind a private nginx on a free port."""
 
     def __init__(self, n=2, extra=REPLICA_ARGS):
-        self.nginx_bin = nginx_or_skip()
+        self.nginx_bin = nginx_or_fail()
         self.replicas = []
         self.nginx = None
         self.prefix = tempfile.mkdtemp(prefix="anvil-nginx-")
@@ -202,7 +201,7 @@ class Stream:
 
 
 def test_render_script_arguments():
-    nginx = nginx_or_skip()
+    nginx = nginx_or_fail()
     for args in ([], ["127.0.0.1:1"], ["a", "127.0.0.1:2"], ["-p"], ["-p", "", "a:1", "b:2"]):
         p = subprocess.run([RENDER, *args], capture_output=True, text=True)
         assert p.returncode == 2, args
@@ -367,7 +366,7 @@ def test_mixed_load_with_a_replica_killed(cluster):
 
 
 def test_replica_killed_mid_stream_is_an_error_for_the_client(cluster):
-    openai = pytest.importorskip("openai")
+    import openai
     key = keys_for(cluster, "r2")[0]
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{cluster.port}/v1", api_key="x",
                            max_retries=0, timeout=30, default_headers={"X-Session-Id": key})
@@ -446,7 +445,7 @@ def test_body_over_the_limit_is_a_json_413(cluster):
 
 
 def test_run_local_script():
-    nginx_or_skip()
+    nginx_or_fail()
     port = free_port()
     p = subprocess.Popen([os.path.join(ROOT, "deploy", "run-local.sh"), "-p", str(port), "-n", "2",
                           "-m", model_or_fail(), "--", "--ctx", "256", "--kv-mem", "32M"],
@@ -496,7 +495,7 @@ def test_run_local_bad_arguments():
 
 
 def k8s_docs():
-    yaml = pytest.importorskip("yaml")
+    import yaml
     docs = {}
     files = sorted(glob.glob(os.path.join(K8S, "*.yaml")))
     assert files
@@ -590,7 +589,7 @@ def test_k8s_container_args_run():
 HAPROXY_CFG = os.path.join(ROOT, "deploy", "haproxy", "anvil.cfg")
 
 
-def haproxy_or_skip():
+def haproxy_or_fail():
     h = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
     if h:
         return h
@@ -598,7 +597,7 @@ def haproxy_or_skip():
         p = subprocess.run(["apt-cache", "policy", "haproxy"], capture_output=True, text=True)
         if "Candidate:" in p.stdout and "Candidate: (none)" not in p.stdout:
             pytest.fail("haproxy is installable but not installed: run `make deps`")
-    pytest.skip("HAProxy test skipped: haproxy cannot be installed here (no apt candidate)")
+    pytest.fail("haproxy is missing and apt has no candidate for it (install haproxy on the PATH)")
 
 
 def render_haproxy(listen, replicas, sock=None):
@@ -641,7 +640,7 @@ def haproxy_state(sock):
 
 
 def test_haproxy_config_is_valid():
-    h = haproxy_or_skip()
+    h = haproxy_or_fail()
     p = subprocess.run([h, "-c", "-f", HAPROXY_CFG], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     with tempfile.TemporaryDirectory() as d:
@@ -655,7 +654,7 @@ def test_haproxy_config_is_valid():
 
 
 def test_haproxy_active_check_takes_a_draining_replica_out():
-    h = haproxy_or_skip()
+    h = haproxy_or_fail()
     # a stream long enough (1000 tokens, seconds even on a fast machine)
     # to outlive the check interval, so the replica is still up and
     # serving when the check takes it out

@@ -1,4 +1,4 @@
-"""`anvil serve` around the OpenAI API (issue 16): the embedded chat page
+"""`anvil serve` around the OpenAI API: the embedded chat page
 and its path handling, POST /tokenize and /detokenize (against
 llama-cpp-python on the same GGUF), GET /props and the /v1/models facts
 (against the `gguf` package), X-Anvil-Replica, --no-webui, and the
@@ -290,7 +290,7 @@ def test_tokenize_limit():
 
 
 def test_props_match_the_gguf(srv):
-    gguf = pytest.importorskip("gguf")
+    import gguf
     r = gguf.GGUFReader(model_or_fail())
     st, h, data = srv.request("GET", "/props")
     assert st == 200 and h["content-type"] == "application/json"
@@ -333,7 +333,7 @@ def test_models_entry_carries_the_facts(srv):
 
 
 def test_openai_client_reads_the_models_entry(srv):
-    openai = pytest.importorskip("openai")
+    import openai
     c = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="x", max_retries=0)
     models = c.models.list().data
     assert [m.id for m in models] == ["SmolLM2-135M-Instruct.Q4_1"]

@@ -11,8 +11,8 @@ sees the cancel); model output and stored conversations holding
 error is shown; with --api-key the page asks for the key; screenshots
 (light and dark) are saved to build/webui/ and must not be blank.
 
-Skipped only where Chromium cannot be installed (no apt candidate for
-chromium); installed-but-missing is a failure: run `make deps`.
+A missing Chromium or chromedriver is a failure (`make deps` installs
+Debian's chromium and chromium-driver).
 """
 import io
 import json
@@ -29,7 +29,7 @@ from serve_util import ROOT, Server, http_request, wait_until
 SHOTS = os.path.join(ROOT, "build", "webui")
 
 
-def chromium_or_skip():
+def chromium_or_fail():
     chrome, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if chrome and driver:
         return chrome, driver
@@ -40,13 +40,13 @@ def chromium_or_skip():
         installable = "Candidate:" in p.stdout and "Candidate: (none)" not in p.stdout
     if installable:
         pytest.fail("chromium/chromium-driver are installable but not installed: run `make deps`")
-    pytest.skip("browser test skipped: Chromium cannot be installed here (no apt candidate "
-                "for Debian's chromium and chromium-driver)")
+    pytest.fail("chromium and chromium-driver are missing and apt has no candidate for them "
+                "(Debian's packages; install a Chromium and its chromedriver on the PATH)")
 
 
 @pytest.fixture(scope="module")
 def browser():
-    chrome, driver = chromium_or_skip()
+    chrome, driver = chromium_or_fail()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     opts = webdriver.ChromeOptions()
