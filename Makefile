@@ -62,7 +62,13 @@ LIB_SRC    := $(sort $(shell find src -name '*.c' -not -path 'src/server/*'))
 SERVER_SRC := $(sort $(wildcard src/server/*.c))
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 OPENAPI_O  := $(BUILD)/gen/openapi_json.o
-SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(OPENAPI_O)
+# The chat page (src/server/webui/) is compiled into the binary as byte
+# arrays by tools/embed/embed.c (plain C: no xxd or JS tool chain needed).
+WEBUI_SRC  := $(sort $(wildcard src/server/webui/*))
+WEBUI_GEN  := $(BUILD)/gen/webui_assets.c
+EMBED_BIN  := $(BUILD)/host/embed
+WEBUI_O    := $(BUILD)/gen/webui_assets.o
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(OPENAPI_O) $(WEBUI_O)
 CLI_SRC    := $(sort $(wildcard tools/cli/*.c tools/args/*.c))
 # standalone micro-benchmarks with their own main (never run by make test)
 BENCH_MAIN := bench/bench_constrain.c
@@ -132,6 +138,15 @@ $(BUILD)/gen/openapi_json.c: src/server/openapi.json
 $(OPENAPI_O): $(BUILD)/gen/openapi_json.c
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+$(EMBED_BIN): tools/embed/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 $(WARN) -o $@ $<
+$(WEBUI_GEN): $(EMBED_BIN) $(WEBUI_SRC)
+	@mkdir -p $(dir $@)
+	$(EMBED_BIN) $@ $(WEBUI_SRC)
+$(WEBUI_O): $(WEBUI_GEN)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
 $(LIBA): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -179,7 +194,7 @@ build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o $(SERVER_OBJ) $(LIBA)
 # ---------------------------------------------------------------------------
 # dependencies: Debian packages, the Python venv, the model
 
-APT_PKGS := gcc make pkg-config python3-pip libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev python3-matplotlib cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev fortunes
+APT_PKGS := gcc make pkg-config python3-pip libpcre2-dev libcjson-dev libmicrohttpd-dev libcmocka-dev python3-matplotlib cmake g++ python3-venv unzip clang-14 libclang-rt-14-dev nginx haproxy chromium chromium-driver fortunes
 deps:
 	@scripts/install_deps.sh $(APT_PKGS)
 

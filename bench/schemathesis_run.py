@@ -100,7 +100,7 @@ def main():
            "--parallel", "8", "--kv-mem", "64M", "--api-key", KEY]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
     line = p.stdout.readline().decode()
-    m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)$", line.strip())
+    m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)(?: |$)", line.strip())
     if not m:
         p.kill()
         sys.exit(f"server did not start: {line!r}")

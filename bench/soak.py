@@ -536,7 +536,7 @@ def soak(minutes, binary, model, seed=1, rss_tol=0.05, scale=1.0, log=print):
            "--header-timeout", str(HEADER_TIMEOUT), "--timeout", "60"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
     line = p.stdout.readline().decode()
-    m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)$", line.strip())
+    m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)(?: |$)", line.strip())
     if not m:
         p.kill()
         err.seek(0)

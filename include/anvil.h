@@ -125,6 +125,13 @@ int64_t anvil_model_kv_bytes(const struct anvil_model *m, int kv_type, int32_t n
 const char *anvil_model_kernels(const struct anvil_model *m);
 /* Short human description: "llama 30L 576d 9h/3kv Q4_1 (135M params)". */
 const char *anvil_model_desc(const struct anvil_model *m);
+/* Copy the string metadata value under `key` ("general.name",
+ * "general.architecture", "tokenizer.chat_template", ...) into buf, NUL
+ * terminated and cut to cap - 1 bytes as snprintf does. Returns the
+ * value's full length in bytes, or -1 when the key is missing or its value
+ * is not a string (buf then holds ""). buf may be NULL when cap is 0. */
+int32_t anvil_model_meta_str(const struct anvil_model *m, const char *key, char *buf,
+                             size_t cap);
 anvil_token anvil_token_bos(const struct anvil_model *m); /* -1 if none */
 anvil_token anvil_token_eos(const struct anvil_model *m); /* -1 if none */
 /* Whether two models share one vocabulary (same size, same bytes for every

@@ -259,6 +259,33 @@ static void test_oom_walk_hp1(void **state) {
     assert_true(oom_walk("tests/fuzz/corpus/gguf/micro_llama_hp1.gguf") > 50);
 }
 
+/* Metadata strings and the chat template family (GET /props reads them):
+ * snprintf-style cutting, -1 for a missing key and for a non-string one. */
+static void test_meta_str(void **state) {
+    (void)state;
+    char buf[64];
+    assert_int_equal(anvil_model_meta_str(model, "general.architecture", buf, sizeof(buf)), 5);
+    assert_string_equal(buf, "llama");
+    memset(buf, 'x', sizeof(buf));
+    assert_int_equal(anvil_model_meta_str(model, "general.architecture", buf, 3), 5);
+    assert_string_equal(buf, "ll");
+    assert_int_equal(anvil_model_meta_str(model, "general.architecture", NULL, 0), 5);
+    memset(buf, 'x', sizeof(buf));
+    assert_int_equal(anvil_model_meta_str(model, "no.such.key", buf, sizeof(buf)), -1);
+    assert_string_equal(buf, "");
+    assert_int_equal(anvil_model_meta_str(model, "llama.block_count", buf, sizeof(buf)), -1);
+    assert_string_equal(buf, "");
+    int32_t n = anvil_model_meta_str(model, "tokenizer.chat_template", NULL, 0);
+    assert_true(n > 0);
+    char *t = malloc((size_t)n + 1);
+    assert_non_null(t);
+    assert_int_equal(anvil_model_meta_str(model, "tokenizer.chat_template", t, (size_t)n + 1), n);
+    assert_int_equal(strlen(t), (size_t)n);
+    assert_non_null(strstr(t, "<|im_start|>"));
+    free(t);
+    assert_string_equal(anvil_chat_template_name(model), "chatml");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_batches),
@@ -267,6 +294,7 @@ int main(void) {
         cmocka_unit_test(test_params_rejected),
         cmocka_unit_test(test_oom_walk),
         cmocka_unit_test(test_oom_walk_hp1),
+        cmocka_unit_test(test_meta_str),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

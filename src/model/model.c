@@ -854,6 +854,20 @@ int anvil_model_type(const struct anvil_model *m) { return m->wtype; }
 const char *anvil_model_kernels(const struct anvil_model *m) { return m->ops->name; }
 const char *anvil_model_desc(const struct anvil_model *m) { return m->desc; }
 const char *anvil_model_arch(const struct anvil_model *m) { return m->arch->name; }
+
+int32_t anvil_model_meta_str(const struct anvil_model *m, const char *key, char *buf,
+                             size_t cap) {
+    struct gguf_str v;
+    if (buf && cap) buf[0] = '\0';
+    if (!m || !key || !gguf_get_str(m->gguf, key, &v)) return -1;
+    if (v.len > INT32_MAX) return -1; /* gguf caps strings far below this */
+    if (buf && cap) {
+        size_t n = v.len < cap - 1 ? v.len : cap - 1;
+        memcpy(buf, v.ptr, n);
+        buf[n] = '\0';
+    }
+    return (int32_t)v.len;
+}
 anvil_token anvil_token_bos(const struct anvil_model *m) { return tok_bos(m->vocab); }
 anvil_token anvil_token_eos(const struct anvil_model *m) { return tok_eos(m->vocab); }
 bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t) {

@@ -28,7 +28,9 @@
  * never emits more), text into a pending buffer that the HTTP side empties
  * on every drain, so a job holds at most one request's output. A job is
  * reference counted: the connection, the streaming response and the
- * engine (until DONE) each hold one.
+ * engine (until DONE) each hold one. srv->n_live counts the jobs not yet
+ * freed: a drain (srv_n_active) waits for it, so an answer is not cut
+ * between DONE and its last byte.
  */
 #include <errno.h>
 #include <poll.h>
@@ -90,6 +92,7 @@ struct job {
 // jobs
 
 static void job_free(struct job *j) {
+    struct srv *s = j->srv;
     srv_req_free(&j->req);
     free(j->ev_len);
     free(j->ev_tok);
@@ -101,6 +104,7 @@ static void job_free(struct job *j) {
     sb_free(&j->full);
     pthread_mutex_destroy(&j->mu);
     free(j);
+    atomic_fetch_sub(&s->n_live, 1);
 }
 
 static void job_ref(struct job *j) {
@@ -124,6 +128,7 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
     if (!j) return NULL;
     pthread_mutex_init(&j->mu, NULL);
     j->srv = s;
+    atomic_fetch_add(&s->n_live, 1);
     j->refs = 1;
     j->conn = c;
     const union MHD_ConnectionInfo *ci =
@@ -481,10 +486,9 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
         job_ref(j); /* the response's, dropped by job_unref_cb */
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        srv_metrics_status(&s->metrics, 200);
-        return ret;
+        /* nginx: pass the stream through even where proxy_buffering is on */
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        return srv_queue(s, c, MHD_HTTP_OK, r);
     }
     return srv_generate_resume(s, c, k);
 }
@@ -608,10 +612,9 @@ void srv_jobs_wake_all(struct srv *s) {
 }
 
 int srv_n_active(struct srv *s) {
-    pthread_mutex_lock(&s->mu);
-    int n = s->n_jobs;
-    pthread_mutex_unlock(&s->mu);
-    return n;
+    /* not n_jobs: a job leaves that list at DONE, while its last bytes may
+     * still be on their way to the client, and srv_stop would cut them */
+    return atomic_load(&s->n_live);
 }
 
 void srv_cancel_all(struct srv *s) {

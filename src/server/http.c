@@ -1,7 +1,9 @@
 /*
  * http.c - libmicrohttpd glue: connections and their limits, routing,
- * request bodies, auth, responses, the small GET routes, and the daemon's
- * life cycle. The generation routes are in generate.c.
+ * request bodies, auth, responses, the small GET routes, draining, and
+ * the daemon's life cycle. The generation routes are in generate.c; the
+ * chat page's files and /tokenize, /detokenize, /props in webui.c and
+ * extra.c (srv_web.h), which know nothing of connections.
  *
  * Threading: HTTP_WORKERS threads, each with its own epoll loop over its
  * share of the connections (MHD_USE_EPOLL_INTERNAL_THREAD with a thread
@@ -49,6 +51,19 @@
  * sees the request (a request line or header it cannot parse: 400; a
  * head over HEADER_MEM: 431; an HTTP version it does not speak: 505),
  * carry its short HTML body, not the OpenAI JSON error shape.
+ *
+ * Draining (srv_quiesce, on SIGTERM), what a replica behind a load
+ * balancer must do: /health answers 503 {"status":"draining"}, every
+ * other new request but /metrics gets 503 server_draining with
+ * Retry-After before its auth or body is looked at, and every response
+ * carries Connection: close, so that clients and balancers go to another
+ * replica. The listening socket stays open and served: a closed one would
+ * leave connections already in its backlog hanging, and a balancer's
+ * probe would time out instead of reading the 503. In-flight requests go
+ * on; srv_n_active counts them until their last byte is out.
+ *
+ * URLs are unescaped by srv_url_unescape (webui.c): "%00" stays literal,
+ * where libmicrohttpd's own decoder would cut the path at the NUL.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -63,6 +78,7 @@
 
 #include "server/server.h"
 #include "server/srv_int.h"
+#include "server/srv_web.h"
 
 #define SWEEP_MS 100
 #define HTTP_WORKERS 4
@@ -178,6 +194,20 @@ static void *watcher_main(void *arg) {
 // ----------------------------------------------------------------------------
 // responses
 
+enum MHD_Result srv_queue(struct srv *s, struct MHD_Connection *c, unsigned status,
+                          struct MHD_Response *r) {
+    if (s->replica_id) MHD_add_response_header(r, "X-Anvil-Replica", s->replica_id);
+    /* a 503 (overloaded, too many connections, draining) also frees the
+     * connection; while draining every answer does */
+    if ((status == 503 || atomic_load(&s->draining)) &&
+        !MHD_get_response_header(r, MHD_HTTP_HEADER_CONNECTION))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    srv_metrics_status(&s->metrics, (int)status);
+    return ret;
+}
+
 enum MHD_Result srv_send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
                               const char *ctype, struct sbuf *b, const char *hdr,
                               const char *val) {
@@ -200,14 +230,7 @@ enum MHD_Result srv_send_sbuf(struct srv *s, struct MHD_Connection *c, int statu
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (hdr) MHD_add_response_header(r, hdr, val);
-    /* a 503 (overloaded, too many connections, shutting down) also frees
-     * the connection */
-    if (status == 503 || atomic_load(&s->draining))
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    srv_metrics_status(&s->metrics, status);
-    return ret;
+    return srv_queue(s, c, (unsigned)status, r);
 }
 
 enum MHD_Result srv_send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e,
@@ -236,8 +259,8 @@ static enum MHD_Result get_health(struct srv *s, struct MHD_Connection *c, struc
     struct sbuf b;
     sb_init(&b);
     if (atomic_load(&s->draining)) {
-        sb_puts(&b, "{\"status\":\"shutting down\"}");
-        return srv_send_sbuf(s, c, 503, "application/json", &b, NULL, NULL);
+        sb_puts(&b, "{\"status\":\"draining\"}");
+        return srv_send_sbuf(s, c, 503, "application/json", &b, "Retry-After", "1");
     }
     sb_puts(&b, "{\"status\":\"ok\"}");
     return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
@@ -264,10 +287,7 @@ static enum MHD_Result get_openapi(struct srv *s, struct MHD_Connection *c, stru
         srv_openapi_json_len, (void *)srv_openapi_json, MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    srv_metrics_status(&s->metrics, 200);
-    return ret;
+    return srv_queue(s, c, MHD_HTTP_OK, r);
 }
 
 static enum MHD_Result get_models(struct srv *s, struct MHD_Connection *c, struct conn *k,
@@ -276,7 +296,7 @@ static enum MHD_Result get_models(struct srv *s, struct MHD_Connection *c, struc
     (void)url;
     struct sbuf b;
     sb_init(&b);
-    srv_fmt_models(&b, s->model_id, s->created, false);
+    srv_fmt_model_entry(&b, &s->info, false);
     return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
 }
 
@@ -293,30 +313,102 @@ static enum MHD_Result get_model(struct srv *s, struct MHD_Connection *c, struct
     }
     struct sbuf b;
     sb_init(&b);
-    srv_fmt_models(&b, s->model_id, s->created, true);
+    srv_fmt_model_entry(&b, &s->info, true);
     return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
+}
+
+static enum MHD_Result get_props(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                 const char *url) {
+    (void)k;
+    (void)url;
+    struct sbuf b;
+    sb_init(&b);
+    srv_fmt_props(&b, &s->info);
+    return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
+}
+
+/* The chat page's files (webui.c): "/" and each asset's exact path. */
+static enum MHD_Result get_asset(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                 const char *url) {
+    (void)k;
+    const struct srv_asset *a = srv_asset_find(url);
+    if (!a) { /* a route row without its file in src/server/webui/ */
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Invalid URL (GET %.100s)", url);
+        return srv_send_errf(s, c, 404, "invalid_request_error", NULL, NULL, NULL, msg);
+    }
+    unsigned status = 0;
+    struct MHD_Response *r = srv_asset_response(
+        a, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH),
+        &status);
+    if (!r) return MHD_NO;
+    return srv_queue(s, c, status, r);
+}
+
+// ----------------------------------------------------------------------------
+// POST /tokenize and /detokenize: answered on the HTTP worker (a pure
+// function of the model, no engine)
+
+static enum MHD_Result post_tok(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                bool detok) {
+    struct sbuf b;
+    struct srv_err err;
+    sb_init(&b);
+    bool ok = (detok ? srv_detokenize : srv_tokenize)(&s->info, k->body ? k->body : "",
+                                                      k->body_len, &b, &err);
+    if (!ok) {
+        sb_free(&b);
+        return srv_send_err(s, c, &err, NULL, NULL);
+    }
+    return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
+}
+
+static enum MHD_Result post_tokenize(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                     const char *url) {
+    (void)url;
+    return post_tok(s, c, k, false);
+}
+
+static enum MHD_Result post_detokenize(struct srv *s, struct MHD_Connection *c,
+                                       struct conn *k, const char *url) {
+    (void)url;
+    return post_tok(s, c, k, true);
 }
 
 // ----------------------------------------------------------------------------
 // routing
 
 /* Every endpoint, one row each; src/server/openapi.json documents the
- * same list (tests/py/test_server_openapi.py checks that they agree). */
+ * same list (tests/py/test_server_openapi.py checks that they agree, and
+ * that the page rows are the files of src/server/webui/). The page is
+ * public: it asks for the API key itself and sends it with its API
+ * calls. */
 static const struct srv_route routes[] = {
-    {"/health", SRV_GET, true, get_health},
-    {"/openapi.json", SRV_GET, true, get_openapi},
-    {"/metrics", SRV_GET, false, get_metrics},
-    {"/v1/models", SRV_GET, false, get_models},
-    {"/v1/models/", SRV_GET, false, get_model},
-    {"/v1/completions", SRV_POST, false, srv_post_completions},
-    {"/v1/chat/completions", SRV_POST, false, srv_post_chat},
+    {"/health", SRV_GET, true, get_health, false},
+    {"/openapi.json", SRV_GET, true, get_openapi, false},
+    {"/metrics", SRV_GET, false, get_metrics, false},
+    {"/props", SRV_GET, false, get_props, false},
+    {"/v1/models", SRV_GET, false, get_models, false},
+    {"/v1/models/", SRV_GET, false, get_model, false},
+    {"/v1/completions", SRV_POST, false, srv_post_completions, false},
+    {"/v1/chat/completions", SRV_POST, false, srv_post_chat, false},
+    {"/tokenize", SRV_POST, false, post_tokenize, false},
+    {"/detokenize", SRV_POST, false, post_detokenize, false},
+    {"/", SRV_GET, true, get_asset, true},
+    {"/index.html", SRV_GET, true, get_asset, true},
+    {"/app.js", SRV_GET, true, get_asset, true},
+    {"/style.css", SRV_GET, true, get_asset, true},
+    {"/favicon.svg", SRV_GET, true, get_asset, true},
 };
 
-static const struct srv_route *route_of(const char *url) {
+static const struct srv_route *route_of(const struct srv *s, const char *url) {
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         const char *p = routes[i].path;
         size_t n = strlen(p);
-        if (p[n - 1] == '/' ? !strncmp(url, p, n) && url[n] != '\0' : !strcmp(url, p))
+        if (routes[i].page && !s->cfg.webui) continue;
+        /* "/" is the page, not a prefix */
+        bool prefix = n > 1 && p[n - 1] == '/';
+        if (prefix ? !strncmp(url, p, n) && url[n] != '\0' : !strcmp(url, p))
             return &routes[i];
     }
     return NULL;
@@ -358,7 +450,7 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
     }
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
-    k->rt = route_of(url);
+    k->rt = route_of(s, url);
     if (!k->rt) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Invalid URL (%.16s %.100s)", method, url);
@@ -371,6 +463,11 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         return srv_send_errf(s, c, 405, "invalid_request_error", NULL, MHD_HTTP_HEADER_ALLOW,
                              want_post ? "POST" : "GET, HEAD", msg);
     }
+    /* while draining only the probes answer: everything else is refused
+     * before auth or body, so that a load balancer retries it elsewhere */
+    if (atomic_load(&s->draining) && k->rt->fn != get_health && k->rt->fn != get_metrics)
+        return srv_send_errf(s, c, 503, "server_error", "server_draining", "Retry-After", "1",
+                             "The server is shutting down: retry on another replica.");
     if (!k->rt->open && !auth_ok(s, c))
         return srv_send_errf(s, c, 401, "invalid_request_error", "invalid_api_key",
                              MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
@@ -389,9 +486,6 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         k->responded = false;
         return MHD_YES;
     }
-    if (atomic_load(&s->draining))
-        return srv_send_errf(s, c, 503, "server_error", NULL, NULL, NULL,
-                             "The server is shutting down.");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
@@ -552,14 +646,15 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_mutex_init(&s->watch_mu, NULL);
     pthread_cond_init(&s->watch_cv, NULL);
-    s->quiesced_fd = MHD_INVALID_SOCKET;
     s->model = m;
     s->engine = e;
     s->cfg = *cfg;
     s->host = strdup(cfg->host);
     s->model_id = strdup(cfg->model_id);
     s->api_key = cfg->api_key && cfg->api_key[0] ? strdup(cfg->api_key) : NULL;
-    if (!s->host || !s->model_id || (cfg->api_key && cfg->api_key[0] && !s->api_key)) {
+    s->replica_id = cfg->replica_id && cfg->replica_id[0] ? strdup(cfg->replica_id) : NULL;
+    if (!s->host || !s->model_id || (cfg->api_key && cfg->api_key[0] && !s->api_key) ||
+        (cfg->replica_id && cfg->replica_id[0] && !s->replica_id)) {
         snprintf(err, err_cap, "out of memory");
         srv_free(s);
         return -1;
@@ -567,9 +662,19 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
     s->cfg.host = s->host;
     s->cfg.model_id = s->model_id;
     s->cfg.api_key = s->api_key;
+    s->cfg.replica_id = s->replica_id;
     s->created = (long long)time(NULL);
     s->salt = (uint32_t)((uint64_t)s->created * 2654435761u ^ (uint64_t)getpid());
     srv_metrics_init(&s->metrics);
+    s->info = (struct srv_info){
+        .model = m,
+        .model_id = s->model_id,
+        .replica_id = s->replica_id ? s->replica_id : "",
+        .n_ctx = cfg->n_ctx,
+        .parallel = cfg->parallel,
+        .webui = cfg->webui,
+        .created = s->created,
+    };
 
     struct anvil_engine_stats st;
     memset(&st, 0, sizeof(st));
@@ -593,7 +698,8 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
             (unsigned)cfg->timeout_s, MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(cfg->max_conn + spare), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
             (size_t)HEADER_MEM, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
+            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_UNESCAPE_CALLBACK,
+            srv_url_unescape, NULL, MHD_OPTION_END);
     else
         s->d = MHD_start_daemon(
             flags | MHD_USE_EPOLL_INTERNAL_THREAD | (v6 ? MHD_USE_IPv6 : 0), (uint16_t)cfg->port,
@@ -602,7 +708,8 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
             (unsigned)HTTP_WORKERS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
             MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conn + spare),
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM, MHD_OPTION_NOTIFY_COMPLETED,
-            on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
+            on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+            MHD_OPTION_UNESCAPE_CALLBACK, srv_url_unescape, NULL, MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, err_cap, "cannot listen on %s port %d: %s", cfg->host, cfg->port,
                  strerror(errno));
@@ -626,9 +733,10 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
 int srv_port(const struct srv *s) { return s->port; }
 
 void srv_quiesce(struct srv *s) {
-    if (!s || !s->d || atomic_load(&s->draining)) return;
+    if (!s || !s->d) return;
+    /* the listening socket stays open on purpose (no MHD_quiesce_daemon):
+     * see "Draining" in the header */
     atomic_store(&s->draining, true);
-    if (!s->cfg.external) s->quiesced_fd = MHD_quiesce_daemon(s->d);
 }
 
 int srv_add_conn(struct srv *s, int fd) {
@@ -678,8 +786,6 @@ void srv_stop(struct srv *s) {
     }
     MHD_stop_daemon(s->d);
     s->d = NULL;
-    if (s->quiesced_fd != MHD_INVALID_SOCKET) close(s->quiesced_fd);
-    s->quiesced_fd = MHD_INVALID_SOCKET;
 }
 
 void srv_free(struct srv *s) {
@@ -688,6 +794,7 @@ void srv_free(struct srv *s) {
     free(s->host);
     free(s->model_id);
     free(s->api_key);
+    free(s->replica_id);
     pthread_cond_destroy(&s->watch_cv);
     pthread_mutex_destroy(&s->watch_mu);
     pthread_mutex_destroy(&s->conn_mu);

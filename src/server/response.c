@@ -237,11 +237,3 @@ void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *te
     usage(b, n_prompt, n_gen);
     sb_puts(b, "}");
 }
-
-void srv_fmt_models(struct sbuf *b, const char *model_id, long long created, bool single) {
-    if (!single) sb_puts(b, "{\"object\":\"list\",\"data\":[");
-    sb_puts(b, "{\"id\":");
-    sb_json_str(b, model_id, strlen(model_id));
-    sb_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"anvil\"}", created);
-    if (!single) sb_puts(b, "]}");
-}

@@ -48,6 +48,9 @@ struct srv_config {
     /* Seed of a request that gives none; 0 (the default) draws a fresh
      * one per request. A fixed seed makes the fuzz harness repeatable. */
     uint64_t default_seed;
+    bool webui;           /* serve the chat page at / (else / is a 404) */
+    const char *replica_id; /* NULL or "" = none; else sent as X-Anvil-Replica */
+    int32_t parallel;     /* the engine's max_running (reported by /props) */
 };
 
 /* Start the HTTP daemon on its own threads (none with cfg->external).
@@ -58,10 +61,13 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
               struct srv **out, char *err, size_t err_cap);
 /* The port actually bound (useful with port 0). */
 int srv_port(const struct srv *s);
-/* Stop accepting connections; requests that arrive on open keep-alive
- * connections get 503. In-flight requests continue. */
+/* Start draining: /health answers 503 {"status":"draining"}, every new
+ * request other than /health and /metrics gets 503 with Retry-After and
+ * "Connection: close", in-flight requests continue. The socket keeps
+ * accepting, so load balancers see the 503s instead of hanging. */
 void srv_quiesce(struct srv *s);
-/* Generation requests submitted and not yet finished. */
+/* Generation requests not yet over: submitted and not finished, or
+ * finished with their answer still being sent. */
 int srv_n_active(struct srv *s);
 /* Cancel every in-flight generation (anvil_engine_cancel): streams end
  * with an error event and [DONE], waiting clients get 503. */

@@ -9,7 +9,9 @@
  * and SSE shapes), metrics.c (counters, histograms, text format),
  * http.c (libmicrohttpd glue: connections and their limits, routing,
  * bodies, auth, the small GET routes), generate.c (the two generation
- * routes: jobs, engine events, parked connections, streaming).
+ * routes: jobs, engine events, parked connections, streaming); webui.c
+ * and extra.c (the chat page, /tokenize, /detokenize, /props, the model
+ * entry) declare theirs in srv_web.h.
  */
 #ifndef ANVIL_SRV_INT_H
 #define ANVIL_SRV_INT_H
@@ -96,6 +98,19 @@ struct srv_limits {
     uint64_t default_seed; /* seed of a request that gives none; 0 = a fresh random one */
 };
 
+/* What the server knows about itself, for /props, /v1/models and the
+ * tokenizer endpoints (extra.c). All strings are borrowed and outlive the
+ * server. */
+struct srv_info {
+    const struct anvil_model *model;
+    const char *model_id;
+    const char *replica_id; /* "" = none */
+    int32_t n_ctx;          /* prompt + completion tokens per request */
+    int32_t parallel;       /* sequences the engine decodes at once */
+    bool webui;             /* the chat page is served at / */
+    long long created;      /* unix seconds, the models' "created" */
+};
+
 /* A request after validation: everything the engine submit needs, plus
  * the response options. Owned by whoever called srv_parse_request; free
  * with srv_req_free. */
@@ -162,8 +177,6 @@ void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t
 void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
                   const struct srv_tok *toks, int32_t n_toks, const char *finish,
                   int32_t n_prompt, int32_t n_gen);
-/* GET /v1/models and /v1/models/{id}. */
-void srv_fmt_models(struct sbuf *b, const char *model_id, long long created, bool single);
 /* finish_reason string for an engine finish (NULL for NONE). */
 const char *srv_finish_str(enum anvil_finish f);
 
@@ -209,24 +222,28 @@ struct sconn; /* one TCP connection (http.c) */
 
 struct srv {
     struct MHD_Daemon *d;
-    MHD_socket quiesced_fd;
     struct anvil_model *model;
     struct anvil_engine *engine;
     struct srv_config cfg;
-    char *host, *api_key, *model_id; /* owned copies of cfg strings */
+    char *host, *api_key, *model_id, *replica_id; /* owned copies of cfg strings */
+    struct srv_info info; /* for /props, /v1/models, /tokenize */
     struct srv_limits lim;
     struct srv_metrics metrics;
     int port;
     long long created;
     uint32_t salt;
     _Atomic uint64_t next_seq;
-    atomic_bool draining; /* quiesced: new requests get 503 */
+    atomic_bool draining; /* srv_quiesce: new requests get 503 */
     atomic_bool stopping; /* srv_stop: nothing parks any more */
 
     /* generation requests submitted and not yet DONE (generate.c) */
     pthread_mutex_t mu;
     struct job *jobs;
     int n_jobs;
+    /* jobs not yet freed: a job leaves `jobs` at DONE while its answer may
+     * still be on its way out; srv_n_active counts these, so a drain waits
+     * for the last byte (generate.c) */
+    atomic_int n_live;
     /* connections suspended for a parked job, plus resumed ones whose
      * handler has not run again yet: srv_stop waits for 0 before it stops
      * MHD, which must not hold a suspended connection then */
@@ -271,11 +288,16 @@ struct srv_route {
     unsigned methods;   /* SRV_GET (GET and HEAD) or SRV_POST */
     bool open;          /* served without the API key */
     srv_handler_fn fn;
+    bool page;          /* part of the chat page: routed only with cfg.webui */
 };
 
-/* Responses (http.c). Each counts its status in the metrics and adds
- * Connection: close to a 503 and while the server drains. b is
- * consumed. */
+/* Queue r on c with the headers every response of the server carries
+ * (X-Anvil-Replica; Connection: close on a 503 and while the server
+ * drains, so that a load balancer reconnects elsewhere), count its status
+ * in the metrics, and destroy our reference to r. */
+enum MHD_Result srv_queue(struct srv *s, struct MHD_Connection *c, unsigned status,
+                          struct MHD_Response *r);
+/* Responses (http.c), through srv_queue. b is consumed. */
 enum MHD_Result srv_send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
                               const char *ctype, struct sbuf *b, const char *hdr,
                               const char *val);

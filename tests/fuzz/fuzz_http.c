@@ -28,9 +28,14 @@
  * "Bearer", also on one that requires the key "fuzz-key"):
  *   - what the server wrote parses as HTTP/1.1 responses; a response cut
  *     off is allowed only as the last one (the harness hung up);
- *   - the status is one the server documents (200, 400, 401, 404, 405,
- *     413, 503) or one libmicrohttpd writes itself with its HTML body
+ *   - the status is one the server documents (200, 304, 400, 401, 404,
+ *     405, 413, 503) or one libmicrohttpd writes itself with its HTML body
  *     (400, 413, 414, 431, 501, 505), or 100 Continue; never a 500;
+ *   - every answer of the server (not libmicrohttpd's own) names the
+ *     replica (X-Anvil-Replica);
+ *   - the chat page's files: a 200 of an asset's type, or a 304, carries
+ *     the ETag of one embedded asset, a 200 that asset's length and
+ *     bytes, a 304 no body;
  *   - application/json bodies are valid UTF-8 and valid JSON; an error
  *     status carries OpenAI's error shape; a stream is `data: JSON` events
  *     (each valid UTF-8 and JSON) that end with `data: [DONE]` when whole;
@@ -53,6 +58,7 @@
 
 #include "anvil.h"
 #include "server/server.h"
+#include "server/srv_web.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -64,6 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_DRAIN 20000      /* rounds after the hang-up to close everything */
 #define IDLE_ROUNDS 3        /* rounds without progress that end the exchange */
 #define MAX_RESP (4u << 20)  /* response bytes kept */
+#define REPLICA "fuzz-r"
 
 static struct anvil_model *g_model;
 static struct anvil_engine *g_engine;
@@ -98,6 +105,9 @@ static struct srv *start(const char *key) {
         .external = true,
         .quiet = true,
         .default_seed = 1234,
+        .webui = true,
+        .replica_id = REPLICA,
+        .parallel = 2,
     };
     struct srv *s = NULL;
     char err[256] = "";
@@ -290,13 +300,35 @@ static size_t dechunk(const char *p, size_t n, struct buf *out) {
 }
 
 static bool status_ok(int st, bool ours) {
-    static const int mine[] = {200, 400, 401, 404, 405, 413, 503};
+    static const int mine[] = {200, 304, 400, 401, 404, 405, 413, 503};
     static const int mhd[] = {400, 413, 414, 431, 501, 505};
     const int *set = ours ? mine : mhd;
-    int n = ours ? 7 : 6;
+    int n = ours ? 8 : 6;
     for (int i = 0; i < n; i++)
         if (set[i] == st) return true;
     return false;
+}
+
+/* A response of the chat page (an asset's type, or a 304): the ETag names
+ * an embedded asset, whose length and (when the body is here) bytes it
+ * carries; a 304 has none. */
+static void check_asset(int st, const char *head, size_t hlen, const struct buf *body,
+                        bool whole, bool has_len, const char *clen) {
+    char etag[64] = "";
+    check(header(head, hlen, "ETag", etag, sizeof(etag)), "a page response has an ETag");
+    const struct srv_asset *a = NULL;
+    for (size_t i = 0; i < srv_n_assets && !a; i++)
+        if (!strcmp(srv_assets[i].etag, etag)) a = &srv_assets[i];
+    check(a != NULL, "the ETag is an embedded asset's");
+    if (st == 304) {
+        check(body->len == 0, "a 304 has no body");
+        return;
+    }
+    check(st == 200, "a page file is a 200 or a 304");
+    check(has_len && strtoull(clen, NULL, 10) == a->len, "Content-Length is the asset's");
+    /* no body at all is a HEAD answer */
+    if (whole && body->len) check(body->len == a->len && !memcmp(body->p, a->data, a->len),
+                                  "the body is the asset's bytes");
 }
 
 static void check_responses(const char *p, size_t n) {
@@ -321,7 +353,9 @@ static void check_responses(const char *p, size_t n) {
         body.len = 0;
         size_t used;
         bool whole = true;
-        if (chunked) {
+        if (st == 304) {
+            used = 0; /* never a body (RFC 9110 15.4.5), whatever the headers say */
+        } else if (chunked) {
             used = dechunk(p + pos, n - pos, &body);
             if (used == 0) {
                 whole = false;
@@ -344,7 +378,11 @@ static void check_responses(const char *p, size_t n) {
         }
         /* libmicrohttpd's own answers have no Content-Type and an HTML body
          * (none to a HEAD); every answer of the server names its type */
-        bool mhd = !ctype[0];
+        bool mhd = !ctype[0] && st != 304;
+        char replica[32] = "";
+        if (!mhd)
+            check(header(p, hlen, "X-Anvil-Replica", replica, sizeof(replica)) &&
+                      !strcmp(replica, REPLICA), "the server's answers name the replica");
         check(st != 500, "no 500: nothing here fails inside the server");
         check(status_ok(st, !mhd), "a documented status");
         if (mhd) check(body.len == 0 || (body.len >= 6 && !memcmp(body.p, "<html>", 6)),
@@ -356,6 +394,10 @@ static void check_responses(const char *p, size_t n) {
             check_sse(body.p ? body.p : "", body.len, whole && chunked);
         } else if (!strncmp(ctype, "text/plain", 10)) {
             check(valid_utf8((const uint8_t *)body.p, body.len), "metrics text is UTF-8");
+        } else if (st == 304 || !strncmp(ctype, "text/html", 9) ||
+                   !strncmp(ctype, "text/javascript", 15) || !strncmp(ctype, "text/css", 8) ||
+                   !strncmp(ctype, "image/svg+xml", 13)) {
+            check_asset(st, p, hlen, &body, whole, has_len, clen);
         } else {
             check(mhd, "a known content type");
         }

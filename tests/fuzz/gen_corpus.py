@@ -20,6 +20,8 @@ http/     whole client byte streams for fuzz_http: every route and method,
           bodies by Content-Length and chunked, Expect: 100-continue,
           pipelined requests, API keys, bodies over fuzz_http's 8 KiB
           limit, a stream, malformed request lines.
+web/      bodies of /tokenize and /detokenize, and request paths (the
+          same bytes are tried as each).
 
 Deterministic: running it again rewrites the same bytes. Needs only the
 Python standard library (no numpy, no gguf package).
@@ -377,9 +379,42 @@ def http_seeds():
         "bad_request_line": b"GET\r\n\r\n",
         "http2_preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
         "half_head": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
+        # the chat page and the tokenizer endpoints (fuzz_web covers their
+        # parsers alone; here they go through the whole server)
+        "get_page": http_req("GET", "/") + http_req("HEAD", "/style.css")
+        + http_req("GET", "/app.js", headers=['If-None-Match: "0000000000000000", *']),
+        "get_page_tricks": http_req("GET", "/app.js%00.png") + http_req("GET", "/%2e%2e/app.js")
+        + http_req("GET", "//index.html") + http_req("POST", "/favicon.svg", {}),
+        "get_props": http_req("GET", "/props", headers=[key]),
+        "post_tokenize": http_req("POST", "/tokenize", {"content": "Hi <|im_start|>",
+                                                        "with_pieces": True}, headers=[key]),
+        "post_detokenize": http_req("POST", "/detokenize", {"tokens": [19556, 905, 1]})
+        + http_req("POST", "/detokenize", {"tokens": [-1]}),
     }
     for name, data in seeds.items():
         put("http", name + ".http", data)
+
+
+def web_seeds():
+    bodies = {
+        "tok_plain.json": {"content": "Hello world"},
+        "tok_special_pieces.json": {"content": "<|im_start|>user\nhi<|im_end|>",
+                                    "with_pieces": True},
+        "tok_unicode.json": {"content": "caf\u00e9 \U0001f642", "add_special": True,
+                             "parse_special": False, "with_pieces": True},
+        "tok_bad.json": {"content": 1, "extra": True},
+        "detok.json": {"tokens": [19556, 905, 1, 2, 0]},
+        "detok_empty.json": {"tokens": []},
+        "detok_bad.json": {"tokens": [1.5, -1, "x", None]},
+    }
+    for name, b in bodies.items():
+        put("web", name, json.dumps(b))
+    put("web", "tok_lone_surrogate.json", '{"content": "a\\ud800b", "with_pieces": true}')
+    for name, path in [("path_root.txt", "/"), ("path_index.txt", "/index.html"),
+                       ("path_dotdot.txt", "/%2e%2e/app.js"), ("path_nul.txt", "/app.js%00.png"),
+                       ("path_double.txt", "/%252e%252e%252fapp.js"),
+                       ("path_slashes.txt", "//app.js/..//style.css")]:
+        put("web", name, path)
 
 
 if __name__ == "__main__":
@@ -388,3 +423,4 @@ if __name__ == "__main__":
     request_seeds()
     constrain_seeds()
     http_seeds()
+    web_seeds()

@@ -69,7 +69,7 @@ class Server:
         t = threading.Thread(target=read, daemon=True)
         t.start()
         t.join(120)
-        m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)$", (line[0] or "").strip())
+        m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)(?: |$)", (line[0] or "").strip())
         if not m:
             self.p.kill()
             self.p.wait()

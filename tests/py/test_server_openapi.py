@@ -4,15 +4,18 @@
   Schema 2020-12 and whose every $ref resolves; GET /openapi.json serves
   exactly the file of the repository (compiled in by the Makefile).
 - It names the routes of src/server/http.c's table, no more and no less,
-  and every documented path and method is routed (no 404/405).
+  and every documented path and method is routed (no 404/405); the chat
+  page's routes are exactly the files of src/server/webui/ (plus "/").
 - Real responses of every endpoint, success and error, have a documented
   status and content type, and their bodies validate against the
   documented schema (jsonschema); each event of the two streams validates
-  against its chunk schema.
+  against its chunk schema. The chat page's files (200 and 304), /props,
+  /tokenize, /detokenize, and the answers of a draining server too.
 """
 import json
 import os
 import re
+import signal
 import socket
 import time
 
@@ -108,10 +111,22 @@ def route_table():
 
 def test_document_names_every_route(doc):
     routes = route_table()
-    assert len(routes) >= 7, routes
+    assert len(routes) >= 15, routes
     documented = sorted(
         (re.sub(r"\{[^}]+\}$", "", p), m.upper()) for p, ops in doc["paths"].items() for m in ops)
     assert documented == sorted(routes), (documented, routes)
+
+
+def test_page_routes_are_the_webui_files():
+    """Each file of src/server/webui/ has its row (and "/" is index.html);
+    a file added there without a row would be embedded and never served."""
+    src = open(os.path.join(ROOT, "src", "server", "http.c")).read()
+    table = src[src.index("static const struct srv_route routes[] = {"):]
+    table = table[:table.index("};")]
+    page = sorted(re.findall(r'\{"(/[^"]*)", SRV_GET, true, get_asset, true\}', table))
+    files = sorted(["/"] + ["/" + f for f in os.listdir(os.path.join(ROOT, "src", "server",
+                                                                     "webui"))])
+    assert page == files
 
 
 def test_every_documented_operation_is_routed(srv, doc, model_id):
@@ -134,10 +149,13 @@ def check(doc, path, method, status, headers, data):
     resp = op["responses"][str(status)]
     ctype = headers.get("Content-Type", "").split(";")[0].strip()
     content = resp.get("content", {})
-    assert ctype in content, f"{method} {path} {status}: content type {ctype!r} not in {list(content)}"
     for name, h in resp.get("headers", {}).items():
         if h.get("required"):
             assert name in headers, (path, status, name)
+    if not content:  # 304: no body, no type
+        assert data == b"", (method, path, status)
+        return None
+    assert ctype in content, f"{method} {path} {status}: content type {ctype!r} not in {list(content)}"
     if ctype == "application/json":
         ptr = pointer("paths", path, method, "responses", status, "content", ctype, "schema")
         validator(doc, ptr).validate(json.loads(data))
@@ -168,9 +186,52 @@ def test_get_routes_match(srv, doc, model_id):
                             ("/v1/models/{model}", f"/v1/models/{model_id}", AUTH),
                             ("/v1/models/{model}", "/v1/models/nope", AUTH),
                             ("/v1/models", "/v1/models", {}),
-                            ("/metrics", "/metrics", {"Authorization": "Bearer wrong"})]:
+                            ("/metrics", "/metrics", {"Authorization": "Bearer wrong"}),
+                            ("/props", "/props", AUTH),
+                            ("/props", "/props", {})]:
         st, h, data = srv.request("GET", url, headers=hdrs)
         check(doc, path, "get", st, h, data)
+
+
+def test_page_matches(srv, doc):
+    for path in ("/", "/index.html", "/app.js", "/style.css", "/favicon.svg"):
+        st, h, data = srv.request("GET", path)  # no key needed
+        assert st == 200 and data
+        check(doc, path, "get", st, h, data)
+        st, h, data = srv.request("GET", path, headers={"If-None-Match": h["ETag"]})
+        assert st == 304
+        check(doc, path, "get", st, h, data)
+
+
+def test_props_and_models_facts_match(srv, doc, model_id):
+    _, _, data = srv.request("GET", "/props", headers=AUTH)
+    p = json.loads(data)
+    assert p["chat_template_name"] == "chatml" and p["chat_template_source"] == "file"
+    _, _, data = srv.request("GET", f"/v1/models/{model_id}", headers=AUTH)
+    meta = json.loads(data)["meta"]
+    assert {k: p[k] for k in meta} == meta
+
+
+TOK = [
+    ("/tokenize", {"content": "Hello world"}, 200),
+    ("/tokenize", {"content": "caf\u00e9 \U0001f642", "with_pieces": True, "add_special": True}, 200),
+    ("/tokenize", {"content": 1}, 400),
+    ("/tokenize", {"content": "a", "extra": True}, 400),
+    ("/detokenize", {"tokens": [19556, 905]}, 200),
+    ("/detokenize", {"tokens": []}, 200),
+    ("/detokenize", {"tokens": [-1]}, 400),
+    ("/detokenize", b"{", 400),
+]
+
+
+@pytest.mark.parametrize("path,body,want", TOK, ids=[f"{p} {i}" for i, (p, _, _) in enumerate(TOK)])
+def test_tokenizer_endpoints_match(srv, doc, path, body, want):
+    st, h, data = srv.post(path, body, headers=AUTH)
+    assert st == want, data
+    check(doc, path, "post", st, h, data)
+    st, h, data = srv.post(path, body)
+    assert st == 401
+    check(doc, path, "post", st, h, data)
 
 
 GEN = [
@@ -253,4 +314,47 @@ def test_too_many_connections_matches(doc, model_path):
             check(doc, path, method.lower(), st, h, data)
     finally:
         idle.close()
+        assert s.stop() == 0, s.stderr()
+
+
+def test_draining_matches(doc, model_path):
+    """SIGTERM with a stream in flight: /health's 503, the 503s of every
+    other route (server_draining) and /metrics' 200 are documented."""
+    s = Server(serve_bin(), model_path, "--ctx", "512", "--parallel", "2", "--kv-mem", "32M")
+    k = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    try:
+        body = json.dumps({"prompt": "Count:", "max_tokens": 400, "ignore_eos": True,
+                           "stream": True, "temperature": 0}).encode()
+        k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        got = b""
+        while got.count(b"data: ") < 2:
+            chunk = k.recv(4096)
+            assert chunk, got
+            got += chunk
+        s.p.send_signal(signal.SIGTERM)
+        for _ in range(100):
+            st, h, data = s.request("GET", "/health")
+            if st == 503:
+                break
+            time.sleep(0.05)
+        assert st == 503
+        check(doc, "/health", "get", st, h, data)
+        assert json.loads(data) == {"status": "draining"}
+        for path, method, body in [("/v1/completions", "post", {"prompt": "x"}),
+                                   ("/v1/chat/completions", "post", {"messages": []}),
+                                   ("/tokenize", "post", {"content": "x"}),
+                                   ("/detokenize", "post", {"tokens": [1]}),
+                                   ("/props", "get", None), ("/", "get", None),
+                                   ("/app.js", "get", None), ("/openapi.json", "get", None),
+                                   ("/v1/models", "get", None)]:
+            st, h, data = s.request(method.upper(), path, body)
+            assert st == 503 and json.loads(data)["error"]["code"] == "server_draining", data
+            assert h["Connection"] == "close" and h["Retry-After"] == "1"
+            check(doc, path, method, st, h, data)
+        st, h, data = s.request("GET", "/metrics")
+        assert st == 200
+        check(doc, "/metrics", "get", st, h, data)
+    finally:
+        k.close()  # the stream is cancelled; the server then exits
         assert s.stop() == 0, s.stderr()

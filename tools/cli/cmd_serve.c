@@ -3,9 +3,12 @@
  *
  * Thin: parse argv strictly, load the model, start the engine's driver
  * thread and the HTTP daemon (src/server), then wait for SIGINT/SIGTERM.
- * Shutdown: stop accepting, let in-flight requests finish for a grace
- * period (a second signal cuts it short), cancel the rest, stop HTTP,
- * free the engine, the server and the model. Exit 0 after a clean stop.
+ * Shutdown on SIGTERM or SIGINT is a drain, what a load balancer or
+ * Kubernetes expects of a replica: /health turns 503 {"status":
+ * "draining"}, new requests get 503 with Retry-After, in-flight requests
+ * run to their end for up to --drain-timeout seconds (a second signal
+ * cuts it short), then the rest are cancelled, HTTP stops, and the
+ * engine, the server and the model are freed. Exit 0 after a clean stop.
  *
  * Signals are blocked in every thread (the mask is set before any thread
  * starts) and taken synchronously with sigwait, so no handler runs in
@@ -34,13 +37,15 @@
 #define DEFAULT_HEADER_TIMEOUT 30
 #define DEFAULT_MAX_CONN 4096
 #define FD_RESERVE 64
+#define DEFAULT_DRAIN 30 /* seconds; Kubernetes' default grace period is 30 s too */
 #define MAX_BODY (4u << 20) /* 4 MiB: a full 8k-token prompt as text or ids fits many times */
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: anvil serve -m MODEL [options]\n\n"
             "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
-            "GET /v1/models, /health, /metrics, /openapi.json.\n\n"
+            "/tokenize, /detokenize; GET /v1/models, /props, /health, /metrics,\n"
+            "/openapi.json; and a chat page at / (open http://HOST:PORT/ in a browser).\n\n"
             "  -m, --model FILE      GGUF model (required)\n"
             "      --host ADDR       address to bind (default 127.0.0.1; numeric or localhost)\n"
             "      --port N          TCP port, 0 = any free port (default 8080)\n"
@@ -62,8 +67,17 @@ static void usage(FILE *f) {
             "      --spec-k K        most proposed tokens per step, 1..16 (default 8)\n"
             "  -c, --ctx N           max tokens per request, prompt + completion\n"
             "                        (default: min(train ctx, 8192))\n"
-            "      --kernels K       auto, ref, avx2 or avx512\n",
-            DEFAULT_MAX_QUEUE, DEFAULT_MAX_CONN, DEFAULT_HEADER_TIMEOUT, DEFAULT_TIMEOUT);
+            "      --kernels K       auto, ref, avx2 or avx512\n"
+            "      --chat-template NAME  chat template family instead of the file's:\n"
+            "                        %s\n"
+            "      --no-webui        do not serve the chat page (GET / is a 404)\n"
+            "      --replica-id ID   name sent in an X-Anvil-Replica header on every\n"
+            "                        response (behind a load balancer)\n"
+            "      --drain-timeout S on SIGTERM/SIGINT, let in-flight requests run this\n"
+            "                        long before cancelling them (default %d; a second\n"
+            "                        signal cancels at once)\n",
+            DEFAULT_MAX_QUEUE, DEFAULT_MAX_CONN, DEFAULT_HEADER_TIMEOUT, DEFAULT_TIMEOUT,
+            anvil_chat_template_names(), DEFAULT_DRAIN);
 }
 
 /* "512M", "2G", "1048576", "64k": bytes, binary suffixes. */
@@ -161,11 +175,15 @@ static bool drain(struct srv *s, const sigset_t *set, double secs) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *kernels = NULL;
+    const char *replica_id = NULL;
+    bool webui = true;
     long port = 8080, parallel = 0, max_queue = DEFAULT_MAX_QUEUE, timeout = DEFAULT_TIMEOUT;
     long header_timeout = DEFAULT_HEADER_TIMEOUT, max_conn = DEFAULT_MAX_CONN;
     bool explicit_max_conn = false;
     long threads = 0, ctx = 0, spec_k = 0;
     const char *spec = NULL, *draft_path = NULL;
+    long drain_timeout = DEFAULT_DRAIN;
+    const char *chat_template = NULL;
     long long kv_mem = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -232,6 +250,23 @@ int cmd_serve(int argc, char **argv) {
             if (strcmp(v, "auto") && strcmp(v, "ref") && strcmp(v, "avx2") && strcmp(v, "avx512"))
                 return cli_fail(CMD, "--kernels must be auto, ref, avx2 or avx512, got '%s'", v);
             kernels = v;
+        } else if (!strcmp(a, "--chat-template")) {
+            VAL();
+            chat_template = v; /* checked against the model's once it is loaded */
+        } else if (!strcmp(a, "--no-webui")) {
+            webui = false;
+        } else if (!strcmp(a, "--replica-id")) {
+            VAL();
+            /* it goes into a header: printable ASCII, no separators */
+            size_t n = strlen(v);
+            if (n == 0 || n > 64 || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                              "0123456789.-_:") != n)
+                return cli_fail(CMD, "--replica-id must be 1-64 characters of A-Z a-z 0-9 . - _ :"
+                                " (the value is not echoed: it may hold control characters)");
+            replica_id = v;
+        } else if (!strcmp(a, "--drain-timeout")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 0, 86400, &drain_timeout)) return 2;
         } else {
             return cli_fail(CMD, "unknown option '%s' (see anvil serve --help)", a);
         }
@@ -265,6 +300,18 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "anvil serve: %s\n", err[0] ? err : anvil_status_str(st));
         return st == ANVIL_ERR_IO || st == ANVIL_ERR_FORMAT || st == ANVIL_ERR_UNSUPPORTED ? 2 : 1;
     }
+    /* before the engine and the HTTP threads share the model */
+    if (chat_template && anvil_chat_template_set(m, chat_template) != ANVIL_OK) {
+        anvil_model_free(m);
+        return cli_fail(CMD, "unknown chat template '%s' (known: %s)", chat_template,
+                        anvil_chat_template_names());
+    }
+    enum anvil_chat_source chat_src = anvil_chat_template_source(m);
+    if (chat_src == ANVIL_CHAT_FALLBACK)
+        fprintf(stderr,
+                "anvil serve: warning: the model's chat template is missing or not one anvil "
+                "recognises; using ChatML (choose another with --chat-template NAME: %s)\n",
+                anvil_chat_template_names());
     struct anvil_model *dm = NULL;
     if (draft_path) {
         st = anvil_model_load(draft_path, &mp, &dm, err, sizeof(err));
@@ -319,6 +366,9 @@ int cmd_serve(int argc, char **argv) {
         .max_conn = (int)max_conn,
         .n_ctx = n_ctx,
         .max_body = MAX_BODY,
+        .webui = webui,
+        .replica_id = replica_id,
+        .parallel = parallel ? (int32_t)parallel : 64, /* the engine's default */
     };
     struct srv *s = NULL;
     if (srv_start(m, e, &cfg, &s, err, sizeof(err)) != 0) {
@@ -330,19 +380,24 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *shown = host;
     bool v6 = strchr(host, ':') != NULL;
-    printf("anvil serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", shown, v6 ? "]" : "",
-           srv_port(s));
+    static const char *const src_text[] = {"from the file", "inferred from the vocabulary",
+                                           "not recognised: ChatML", "from --chat-template"};
+    printf("anvil serve: listening on http://%s%s%s:%d (chat template: %s, %s)\n",
+           v6 ? "[" : "", shown, v6 ? "]" : "", srv_port(s), anvil_chat_template_name(m),
+           src_text[(int)chat_src & 3]);
     fflush(stdout);
 
     int sig = 0;
     while (sigwait(&set, &sig) != 0) {
     }
-    fprintf(stderr, "anvil serve: %s: stopping (in-flight requests: %d)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", srv_n_active(s));
+    fprintf(stderr, "anvil serve: %s: draining (in-flight requests: %d, up to %ld s)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", srv_n_active(s), drain_timeout);
     srv_quiesce(s);
-    /* finish what is running for a while; a second signal cancels at once */
-    double grace = timeout < 10 ? (double)timeout : 10.0;
-    if (!drain(s, &set, grace)) fprintf(stderr, "anvil serve: second signal: cancelling\n");
+    /* finish what is running; a second signal cancels at once */
+    if (!drain(s, &set, (double)drain_timeout))
+        fprintf(stderr, "anvil serve: second signal: cancelling\n");
+    else if (srv_n_active(s) > 0)
+        fprintf(stderr, "anvil serve: drain timeout: cancelling %d requests\n", srv_n_active(s));
     srv_cancel_all(s);
     drain(s, &set, 2.0); /* let cancelled streams send their last event */
     srv_stop(s);
