@@ -22,9 +22,16 @@ also carries the in-process numbers of `anvil bench --scenario
 balanced_b32`, run just before it, and the HTTP/in-process throughput
 ratio) written to --out.
 
+--scenario NAME|all runs the shapes of SCENARIOS.md instead (requests,
+prompt lengths, new tokens; as many clients as requests); --default-flags
+starts `anvil serve` with no sizing flags at all (only -m, -t, --port), as a
+user would: the inter-token latency a streaming client sees under the
+defaults, with its maximum (itl_max_ms) next to the percentiles.
+
 Usage:
   bench/bench_serve.py [-m MODEL] [-t THREADS] [--clients 1,8,32]
                        [--requests 32] [--prompt 256] [--gen 128]
+                       [--scenario NAME|all] [--default-flags]
                        [--out bench_serve.json] [--no-compare]
 Never run by `make test`.
 """
@@ -81,10 +88,24 @@ def commit():
         return ""
 
 
+# SCENARIOS.md: requests, prompt tokens (repeating), new tokens
+SCENARIOS = {
+    "decode_heavy_b32": (32, [64], 256),
+    "large_batch_short_b128": (128, [48], 64),
+    "balanced_b32": (32, [256], 128),
+    "prefill_heavy_b16": (16, [1024], 16),
+    "long_prefill_b4": (4, [2048], 8),
+    "mixed_prefill_b32": (32, [32, 64, 96, 128, 192, 256, 384, 512], 64),
+    "long_decode_b32": (32, [512], 1024),
+    "single_stream": (1, [512], 128),
+}
+
+
 class Server:
     def __init__(self, anvil, model, threads, n_ctx, parallel):
-        cmd = [anvil, "serve", "-m", model, "--port", "0", "-t", str(threads), "--ctx",
-               str(n_ctx), "--parallel", str(parallel), "--max-queue", "4096"]
+        cmd = [anvil, "serve", "-m", model, "--port", "0", "-t", str(threads)]
+        if n_ctx:  # None: the server's defaults, as a user starts it
+            cmd += ["--ctx", str(n_ctx), "--parallel", str(parallel), "--max-queue", "4096"]
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         line = self.p.stdout.readline().decode()
         m = re.search(r":(\d+)\s*$", line)
@@ -205,6 +226,74 @@ def in_process(anvil, model, threads):
     return None
 
 
+def run_shape(a, name, n_req, plens, gen, clients):
+    """One workload: n_req requests with prompt lengths plens, gen new
+    tokens each, at each client count; returns the records."""
+    ftok = filler_ids(a.bin, a.model)
+    prompts = [[ftok[(i * 37 + k) % len(ftok)] for k in range(plens[i])] for i in range(n_req)]
+    ref = None
+    base = {
+        "scenario": name,
+        "model": os.path.basename(a.model),
+        "quant": re.sub(r".*\.", "", os.path.basename(a.model).removesuffix(".gguf")),
+        "threads": a.threads,
+        "commit": commit(),
+        "transport": "http+sse",
+        "server_flags": "defaults" if a.default_flags else "sized",
+    }
+    records = []
+    print(f"{name}: {'clients':>7} {'wall_s':>8} {'req/s':>7} {'tok/s':>8} {'dec tok/s':>9} "
+          f"{'ttft p50':>9} {'ttft p99':>9} {'itl p50':>8} {'itl p99':>8} {'itl max':>8}  (ms)")
+    for c in clients:
+        if c == n_req and not a.no_compare and name == "balanced_b32":
+            # right before the HTTP run it is compared with: on a shared
+            # machine the load drifts over minutes
+            ref = in_process(a.bin, a.model, a.threads)
+        n_ctx = None if a.default_flags else max(plens) + gen + 8
+        srv = Server(a.bin, a.model, a.threads, n_ctx, max(c, 1))
+        try:
+            stream_one(srv.port, prompts[0][:16], 4)  # warm up
+            wall, res, peak_kv = run_clients(srv, prompts, gen, c)
+            rss = srv.peak_rss_mb()
+        finally:
+            srv.stop()
+        ttft = [r[0] * 1e3 for r in res]
+        itl = [g * 1e3 for r in res for g in r[1]]
+        n_in = sum(plens[:len(res)])
+        n_out = sum(r[2] for r in res)
+        rec = dict(base, clients=c, requests=len(res), wall_s=wall,
+                   req_s=len(res) / wall,
+                   total_tok_s=(n_in + n_out) / wall, prefill_tok_s=n_in / wall,
+                   decode_tok_s=n_out / wall,
+                   ttft_p50_ms=percentile(ttft, 0.5), ttft_p99_ms=percentile(ttft, 0.99),
+                   itl_p50_ms=percentile(itl, 0.5), itl_p99_ms=percentile(itl, 0.99),
+                   itl_max_ms=max(itl) if itl else float("nan"),
+                   peak_rss_mb=rss, kv_blocks_used=peak_kv, out_tokens=n_out)
+        if ref and c == n_req:
+            rec["in_process_total_tok_s"] = ref.get("total_tok_s")
+            rec["in_process_wall_s"] = ref.get("wall_s")
+            if ref.get("total_tok_s"):
+                rec["http_vs_in_process"] = rec["total_tok_s"] / ref["total_tok_s"]
+        records.append(rec)
+        print(f"{name}: {c:>7} {wall:>8.2f} {rec['req_s']:>7.2f} {rec['total_tok_s']:>8.1f} "
+              f"{rec['decode_tok_s']:>9.1f} {rec['ttft_p50_ms']:>9.1f} {rec['ttft_p99_ms']:>9.1f} "
+              f"{rec['itl_p50_ms']:>8.1f} {rec['itl_p99_ms']:>8.1f} {rec['itl_max_ms']:>8.1f}",
+              flush=True)
+        if n_out != gen * len(res):
+            print(f"bench_serve: warning: {n_out} tokens generated, expected "
+                  f"{gen * len(res)}", file=sys.stderr)
+    if ref:
+        print(f"in-process balanced_b32: wall {ref.get('wall_s', float('nan')):.2f} s, "
+              f"{ref.get('total_tok_s', float('nan')):.1f} tok/s, ttft p50 "
+              f"{ref.get('ttft_p50_ms', float('nan')):.1f} ms, itl p50 "
+              f"{ref.get('itl_p50_ms', float('nan')):.1f} ms")
+        for r in records:
+            if "http_vs_in_process" in r:
+                print(f"HTTP / in-process throughput at {r['clients']} clients: "
+                      f"{r['http_vs_in_process']:.3f}")
+    return records
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-m", "--model", default=os.path.join(ROOT, "models",
@@ -216,73 +305,28 @@ def main():
     ap.add_argument("--prompt", type=int, default=256)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--out", default="bench_serve.json")
+    ap.add_argument("--scenario", help="a SCENARIOS.md shape or 'all' (clients = requests)")
+    ap.add_argument("--default-flags", action="store_true",
+                    help="start the server with no --ctx/--parallel/--max-queue")
     ap.add_argument("--no-compare", action="store_true",
                     help="skip the in-process `anvil bench --scenario balanced_b32` run")
     a = ap.parse_args()
-    clients = [int(x) for x in a.clients.split(",")]
-    if a.requests < 1 or a.prompt < 1 or a.gen < 1 or min(clients) < 1:
-        ap.error("--requests, --prompt, --gen and --clients must be >= 1")
-
-    ftok = filler_ids(a.bin, a.model)
-    prompts = [[ftok[(i * 37 + k) % len(ftok)] for k in range(a.prompt)]
-               for i in range(a.requests)]
-    ref = None
-    base = {
-        "scenario": "balanced_b32" if (a.requests, a.prompt, a.gen) == (32, 256, 128)
-        else f"custom_r{a.requests}_p{a.prompt}_g{a.gen}",
-        "model": os.path.basename(a.model),
-        "quant": re.sub(r".*\.", "", os.path.basename(a.model).removesuffix(".gguf")),
-        "threads": a.threads,
-        "commit": commit(),
-        "transport": "http+sse",
-    }
-    records = []
-    print(f"{'clients':>7} {'wall_s':>8} {'req/s':>7} {'tok/s':>8} {'dec tok/s':>9} "
-          f"{'ttft p50':>9} {'ttft p99':>9} {'itl p50':>8} {'itl p99':>8}  (ms)")
-    for c in clients:
-        if c == a.requests and not a.no_compare and base["scenario"] == "balanced_b32":
-            # right before the HTTP run it is compared with: on a shared
-            # machine the load drifts over minutes
-            ref = in_process(a.bin, a.model, a.threads)
-        srv = Server(a.bin, a.model, a.threads, a.prompt + a.gen + 8, max(c, 1))
-        try:
-            stream_one(srv.port, prompts[0][:16], 4)  # warm up
-            wall, res, peak_kv = run_clients(srv, prompts, a.gen, c)
-            rss = srv.peak_rss_mb()
-        finally:
-            srv.stop()
-        ttft = [r[0] * 1e3 for r in res]
-        itl = [g * 1e3 for r in res for g in r[1]]
-        n_in = a.prompt * len(res)
-        n_out = sum(r[2] for r in res)
-        rec = dict(base, clients=c, requests=len(res), wall_s=wall,
-                   req_s=len(res) / wall,
-                   total_tok_s=(n_in + n_out) / wall, prefill_tok_s=n_in / wall,
-                   decode_tok_s=n_out / wall,
-                   ttft_p50_ms=percentile(ttft, 0.5), ttft_p99_ms=percentile(ttft, 0.99),
-                   itl_p50_ms=percentile(itl, 0.5), itl_p99_ms=percentile(itl, 0.99),
-                   peak_rss_mb=rss, kv_blocks_used=peak_kv, out_tokens=n_out)
-        if ref and c == a.requests:
-            rec["in_process_total_tok_s"] = ref.get("total_tok_s")
-            rec["in_process_wall_s"] = ref.get("wall_s")
-            if ref.get("total_tok_s"):
-                rec["http_vs_in_process"] = rec["total_tok_s"] / ref["total_tok_s"]
-        records.append(rec)
-        print(f"{c:>7} {wall:>8.2f} {rec['req_s']:>7.2f} {rec['total_tok_s']:>8.1f} "
-              f"{rec['decode_tok_s']:>9.1f} {rec['ttft_p50_ms']:>9.1f} {rec['ttft_p99_ms']:>9.1f} "
-              f"{rec['itl_p50_ms']:>8.1f} {rec['itl_p99_ms']:>8.1f}")
-        if n_out != a.gen * len(res):
-            print(f"bench_serve: warning: {n_out} tokens generated, expected "
-                  f"{a.gen * len(res)}", file=sys.stderr)
-    if ref:
-        print(f"in-process balanced_b32: wall {ref.get('wall_s', float('nan')):.2f} s, "
-              f"{ref.get('total_tok_s', float('nan')):.1f} tok/s, ttft p50 "
-              f"{ref.get('ttft_p50_ms', float('nan')):.1f} ms, itl p50 "
-              f"{ref.get('itl_p50_ms', float('nan')):.1f} ms")
-        for r in records:
-            if "http_vs_in_process" in r:
-                print(f"HTTP / in-process throughput at {r['clients']} clients: "
-                      f"{r['http_vs_in_process']:.3f}")
+    if a.scenario:
+        names = list(SCENARIOS) if a.scenario == "all" else [a.scenario]
+        if any(n not in SCENARIOS for n in names):
+            ap.error(f"--scenario: one of {', '.join(SCENARIOS)} or all")
+        records = []
+        for n in names:
+            req, plens, gen = SCENARIOS[n]
+            records += run_shape(a, n, req, [plens[i % len(plens)] for i in range(req)], gen,
+                                 [req])
+    else:
+        clients = [int(x) for x in a.clients.split(",")]
+        if a.requests < 1 or a.prompt < 1 or a.gen < 1 or min(clients) < 1:
+            ap.error("--requests, --prompt, --gen and --clients must be >= 1")
+        name = "balanced_b32" if (a.requests, a.prompt, a.gen) == (32, 256, 128) \
+            else f"custom_r{a.requests}_p{a.prompt}_g{a.gen}"
+        records = run_shape(a, name, a.requests, [a.prompt] * a.requests, a.gen, clients)
     with open(a.out, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
