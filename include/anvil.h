@@ -416,7 +416,11 @@ anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_co
                                       const char *text, size_t len,
                                       const struct anvil_constraint_params *p,
                                       struct anvil_constraint **out, char *err, size_t err_cap);
-/* Drop the caller's reference. NULL is a no-op. */
+/* Take another reference (a cache of compiled constraints hands out
+ * one per user); returns c. Each reference is dropped with
+ * anvil_constraint_free. */
+struct anvil_constraint *anvil_constraint_retain(struct anvil_constraint *c);
+/* Drop a reference; the last one frees. NULL is a no-op. */
 void anvil_constraint_free(struct anvil_constraint *c);
 /* Whether `len` bytes of text are a complete output of c (for tests and
  * for callers that check text they did not decode). */

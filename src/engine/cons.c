@@ -54,6 +54,11 @@ anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_co
 
 void cons_ref(struct anvil_constraint *c) { atomic_fetch_add(&c->refs, 1); }
 
+struct anvil_constraint *anvil_constraint_retain(struct anvil_constraint *c) {
+    if (c) cons_ref(c);
+    return c;
+}
+
 void anvil_constraint_free(struct anvil_constraint *c) {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
     cn_program_free(c->prog);
