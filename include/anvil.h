@@ -522,6 +522,7 @@ struct anvil_event {
     const float *top_logprobs;
     enum anvil_finish finish; /* DONE */
     int32_t n_prompt, n_gen;  /* DONE: token counts */
+    int32_t n_reused;         /* DONE: prompt tokens taken from the prefix cache (last admission) */
     double ttft_s;            /* DONE: submit to first token */
     const char *error;        /* DONE with ANVIL_FINISH_ERROR */
 };

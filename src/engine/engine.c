@@ -60,6 +60,7 @@ struct request {
     anvil_token *tokens; /* (n_prompt + max_tokens) prompt then generated */
     int32_t n_prompt, n_tokens, max_tokens, n_gen;
     int32_t n_cached;    /* tokens in the KV cache */
+    int32_t n_reused;    /* prompt tokens the last admission found in the prefix cache */
     int32_t slot;        /* sequence id in the ctx, -1 while waiting */
     struct anvil_sampler *smp;
     bool ignore_eos;
@@ -200,6 +201,7 @@ static void finish(struct anvil_engine *e, struct request *r, enum anvil_finish 
         .finish = why,
         .n_prompt = r->n_prompt,
         .n_gen = r->n_gen,
+        .n_reused = r->n_reused,
         .ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : 0.0,
         .error = error,
     };
@@ -715,6 +717,7 @@ static void admit(struct anvil_engine *e) {
         r->next = NULL;
         r->slot = slot;
         r->n_cached = reused;
+        r->n_reused = reused;
         r->admit_seq = ++e->admit_counter;
         pthread_mutex_lock(&e->mu);
         e->stats.queued--;
