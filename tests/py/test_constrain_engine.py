@@ -233,8 +233,11 @@ def test_preemption_and_prefix_cache(model_path, mixed, alone):
     copy reuses the first one's prompt blocks): a preempted request keeps
     its constraint state (its generated tokens do not change) and
     recomputes only the cache."""
+    # 12 blocks of 16 tokens: room for the largest request (a short
+    # prompt and 96 tokens) but not for eight at once, even with the
+    # prompts' shared blocks
     block = 30 * 3 * 4096
-    got, stats, _ = engine(model_path, mixed + mixed, "-r", "8", "--kv-mem", str(40 * block))
+    got, stats, _ = engine(model_path, mixed + mixed, "-r", "8", "--kv-mem", str(12 * block))
     assert stats["preemptions"] > 0, stats
     same(alone + alone, got)
     assert stats["kv_used"] == 0
@@ -254,11 +257,19 @@ def test_ends_when_complete(model_path, llama_vocab, tmp_path):
 
 def test_or_text_either_branch(model_path, llama_vocab):
     """or_text (tool_choice auto): a JSON object under the schema, or any
-    text that does not start with '{'."""
+    text that does not start with '{'. A few-shot prompt makes the model
+    open an object, a code prompt makes it write text; sampled requests
+    may go either way and must be valid in the branch they take."""
     path = schema_path("person")
-    lines = [line(64, 0, 1, chat(llama_vocab, "Give me a person as JSON."), f"schema+text:{path}"),
-             line(24, 0, 2, chat(llama_vocab, "Say hello."), f"schema+text:{path}")]
-    lines += [line(48, 1, 3 + i, chat(llama_vocab, "Hi!"), f"schema+text:{path}") for i in range(6)]
+
+    def raw(t):
+        return " ".join(map(str, llama_vocab.tokenize(t.encode(), add_bos=False, special=True)))
+    shot = raw("<|im_start|>user\nA person<|im_end|>\n<|im_start|>assistant\n"
+               '{"name": "Bo", "age": 3}<|im_end|>\n<|im_start|>user\nAnother person<|im_end|>\n'
+               "<|im_start|>assistant\n")
+    lines = [line(40, 0, 1, shot, f"schema+text:{path}"),
+             line(24, 0, 2, raw("const person = "), f"schema+text:{path}")]
+    lines += [line(40, 1, 3 + i, shot, f"schema+text:{path}") for i in range(6)]
     outs, _, errors = engine(model_path, lines, "-r", "8")
     assert not errors
     person = json.load(open(path))
@@ -266,8 +277,8 @@ def test_or_text_either_branch(model_path, llama_vocab):
         t = o["text"].decode("utf-8")
         if t.startswith("{") and o["finish"] == STOP:
             validator(person).validate(json.loads(t))
-    assert outs[0]["text"].startswith(b"{"), outs[0]
-    assert not outs[1]["text"].startswith(b"{"), outs[1]
+    assert outs[0]["text"].startswith(b"{") and outs[0]["finish"] == STOP, outs[0]
+    assert outs[1]["text"] and not outs[1]["text"].startswith(b"{"), outs[1]
 
 
 @pytest.mark.parametrize("spec,msg", [
