@@ -8,6 +8,8 @@
  *   bench_kernels.c  quantized matmul micro-benchmark
  *   bench_attn.c     decode attention micro-benchmark
  *   bench_spec.c     speculative decoding on shipped prompt sets
+ *   bench_constrained.c  structured output: constrained against free
+ *                    decode, schema compile, the vocabulary index
  *   bench_util.c     clocks, statistics, JSON lines, read bandwidth
  *   bench_png.c      --png: records to bench/plot.py (matplotlib)
  *
@@ -35,6 +37,8 @@ int bench_attention(int argc, char **argv);
 int bench_batched(int argc, char **argv);
 /* `anvil bench -m MODEL --spec ngram|draft ...` (bench_spec.c). */
 int bench_spec(int argc, char **argv);
+/* `anvil bench -m MODEL --constrained ...` (bench_constrained.c). */
+int bench_constrained(int argc, char **argv);
 
 /* ---------------------------------------------------------------------- */
 /* bench_model.c */

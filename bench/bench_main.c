@@ -9,6 +9,8 @@
  *   anvil bench -m MODEL --batched [...]  batched decode, llama-batched-bench style
  *                                          (bench_batched.c)
  *   anvil bench -m MODEL --spec ngram|draft  speculative decoding (bench_spec.c)
+ *   anvil bench -m MODEL --constrained     structured output: constrained against
+ *                                          free decode, schema compile (bench_constrained.c)
  *   anvil bench --kernels [...]            matmul micro-benchmark (bench_kernels.c)
  *   anvil bench --attention [...]          decode attention micro-benchmark (bench_attn.c)
  *
@@ -29,6 +31,7 @@ static void usage(FILE *f) {
             "       anvil bench -m MODEL --scenario NAME|all [-t T] [--json] [--png FILE] [--profile]\n"
             "       anvil bench -m MODEL --batched [--help]   batched decode throughput\n"
             "       anvil bench -m MODEL --spec ngram|draft [--help]   speculative decoding\n"
+            "       anvil bench -m MODEL --constrained [--help]   structured output cost\n"
             "       anvil bench --kernels [--help]     matmul micro-benchmark\n"
             "       anvil bench --attention [--help]   decode attention micro-benchmark\n\n"
             "  -p N            prompt tokens for pp (default 512; 0 = skip)\n"
@@ -83,6 +86,7 @@ int bench_main(int argc, char **argv) {
         if (!strcmp(argv[i], "--attention")) return bench_attention(argc, argv);
         if (!strcmp(argv[i], "--batched")) return bench_batched(argc, argv);
         if (!strcmp(argv[i], "--spec")) return bench_spec(argc, argv);
+        if (!strcmp(argv[i], "--constrained")) return bench_constrained(argc, argv);
     }
     const char *model = NULL, *scenario = NULL, *png = NULL, *threads = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5;

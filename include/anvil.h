@@ -379,6 +379,54 @@ void anvil_sampler_accept(struct anvil_sampler *s, anvil_token t);
 void anvil_sampler_reset(struct anvil_sampler *s);
 
 /* ---------------------------------------------------------------------- */
+/* structured output: constraints
+ *
+ * A constraint restricts a request's output to a language: a regular
+ * expression, a GBNF grammar, a JSON Schema, or any JSON object. It is
+ * enforced while decoding: at each step only tokens whose bytes continue
+ * a valid output may be drawn, and end-of-generation only when the output
+ * is complete. The supported syntax and keywords (and what is refused)
+ * are written in src/constrain/constrain.h and the README. */
+
+enum anvil_constraint_kind {
+    ANVIL_CONSTRAINT_REGEX = 1,       /* the whole output matches (Python re syntax, a subset) */
+    ANVIL_CONSTRAINT_GBNF = 2,        /* llama.cpp's grammar syntax, start rule `root` */
+    ANVIL_CONSTRAINT_JSON_SCHEMA = 3, /* one JSON value valid under the schema */
+    ANVIL_CONSTRAINT_JSON = 4,        /* any JSON object (text is ignored) */
+};
+
+struct anvil_constraint_params {
+    bool compact; /* JSON: no whitespace (default: bounded optional whitespace) */
+    bool or_text; /* also any text whose first character is not '{' (see README,
+                     tool_choice "auto") */
+};
+
+struct anvil_constraint;
+
+/* Compile `len` bytes of `text` as `kind` for model m (p may be NULL).
+ * Compilation is bounded in time and memory. On failure *out is unchanged
+ * and err gets a one-line message naming the problem: ANVIL_ERR_INVALID
+ * (syntax, undefined rule, left recursion, invalid schema, a language with
+ * no string), ANVIL_ERR_UNSUPPORTED (an unsupported keyword or feature, a
+ * size bound), ANVIL_ERR_NOMEM. The result is read-only and may be used by
+ * any number of requests and threads at once; it borrows m (free it before
+ * the model). Reference counted: a request holds its own reference from
+ * submit to DONE, so the caller may free it right after submitting. */
+anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_constraint_kind kind,
+                                      const char *text, size_t len,
+                                      const struct anvil_constraint_params *p,
+                                      struct anvil_constraint **out, char *err, size_t err_cap);
+/* Take another reference (a cache of compiled constraints hands out
+ * one per user); returns c. Each reference is dropped with
+ * anvil_constraint_free. */
+struct anvil_constraint *anvil_constraint_retain(struct anvil_constraint *c);
+/* Drop a reference; the last one frees. NULL is a no-op. */
+void anvil_constraint_free(struct anvil_constraint *c);
+/* Whether `len` bytes of text are a complete output of c (for tests and
+ * for callers that check text they did not decode). */
+bool anvil_constraint_matches(const struct anvil_constraint *c, const char *text, size_t len);
+
+/* ---------------------------------------------------------------------- */
 /* serving engine: continuous batching over many requests
  *
  * One driver thread calls anvil_engine_step (or anvil_engine_start runs
@@ -445,6 +493,15 @@ struct anvil_request_params {
     int32_t top_logprobs;      /* 0 = no logprobs; else report this many alternatives (<= 20) */
     enum anvil_spec spec;      /* DEFAULT: the engine's; DRAFT needs an engine with a draft */
     int32_t spec_k;            /* 0 = the engine's; else 1..ANVIL_SPEC_K_MAX */
+    /* Structured output (NULL: none). The request takes its own reference.
+     * The output is then always a prefix of a valid output, complete when
+     * the request ends with ANVIL_FINISH_STOP by end of generation (a stop
+     * string may cut it short; ANVIL_FINISH_LENGTH leaves it unfinished).
+     * The request ends as soon as the output is complete and nothing may
+     * follow. When no token of the vocabulary can continue the output, it
+     * ends with ANVIL_FINISH_ERROR and a message saying so. Not with
+     * ignore_eos (the end of the output is the constraint's to decide). */
+    struct anvil_constraint *constraint;
 };
 
 enum anvil_event_type {
@@ -465,6 +522,7 @@ struct anvil_event {
     const float *top_logprobs;
     enum anvil_finish finish; /* DONE */
     int32_t n_prompt, n_gen;  /* DONE: token counts */
+    int32_t n_reused;         /* DONE: prompt tokens taken from the prefix cache (last admission) */
     double ttft_s;            /* DONE: submit to first token */
     const char *error;        /* DONE with ANVIL_FINISH_ERROR */
 };
@@ -511,6 +569,10 @@ struct anvil_engine_stats {
     uint64_t n_spec_verify, n_spec_proposed, n_spec_accepted, n_spec_tokens;
     /* positions taken from the prefix cache when requests were admitted */
     uint64_t n_prefix_tokens;
+    /* constraints: tokens drawn under a constraint, and how many of those
+     * needed the full allowed-token mask (the rest were settled by testing
+     * the model's top candidate) */
+    uint64_t n_cons_tokens, n_cons_masks;
 };
 void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out);
 

@@ -4,8 +4,12 @@
  * usage: tool_engine MODEL [-r MAX_RUNNING] [-s STEP_TOKENS] [-c PREFILL_CHUNK]
  *                          [-x N_CTX] [-t THREADS] [--serial] [--cancel-after K]
  *                          [--kv-mem BYTES] [--thread]
- * stdin: one request per line: "max_tokens temp seed stop|- id id id ..."
- *        (stop: a stop string with '_' for spaces, or '-' for none)
+ * stdin: one request per line: "max_tokens temp seed stop|- [c=KIND:FILE] id id id ..."
+ *        (stop: a stop string with '_' for spaces, or '-' for none; c=
+ *        constrains the output: KIND regex, gbnf, schema, json, or
+ *        schema+text (or_text), FILE its source; a compile error prints
+ *        "tool_engine: compile N: MESSAGE" and exits 2; a request that
+ *        ends with an error prints "tool_engine: error N: MESSAGE")
  * stdout: one line per request, in input order:
  *        "<finish> <n_gen> <ids...> | <text as hex>"
  * --spec ngram|draft [--spec-k K] [--draft MODEL] turns speculation on
@@ -29,6 +33,7 @@
 
 struct out {
     int finish, n_gen, done, n_ids;
+    char error[512];
     anvil_token ids[4096];
     char text[65536];
     int n_text;
@@ -50,6 +55,7 @@ static void on_event(void *user, const struct anvil_event *ev) {
         o->finish = ev->finish;
         o->n_gen = ev->n_gen;
         o->done = 1;
+        if (ev->error) snprintf(o->error, sizeof(o->error), "%s", ev->error);
     }
 }
 
@@ -58,6 +64,61 @@ static struct anvil_request_params reqs[MAX_REQ];
 static anvil_token prompts[MAX_REQ][2048];
 static char stops[MAX_REQ][64];
 static const char *stop_ptr[MAX_REQ][1];
+static char cons_spec[MAX_REQ][1024];
+
+static char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* c=KIND:FILE -> a compiled constraint (exits 2 on a compile error) */
+static struct anvil_constraint *compile_spec(struct anvil_model *m, int i, const char *spec) {
+    char kind[32];
+    const char *colon = strchr(spec, ':');
+    if (!colon || colon - spec >= (long)sizeof(kind)) {
+        fprintf(stderr, "tool_engine: bad constraint '%s'\n", spec);
+        exit(2);
+    }
+    memcpy(kind, spec, (size_t)(colon - spec));
+    kind[colon - spec] = 0;
+    struct anvil_constraint_params cp = {0};
+    enum anvil_constraint_kind k;
+    if (!strcmp(kind, "regex")) k = ANVIL_CONSTRAINT_REGEX;
+    else if (!strcmp(kind, "gbnf")) k = ANVIL_CONSTRAINT_GBNF;
+    else if (!strcmp(kind, "schema")) k = ANVIL_CONSTRAINT_JSON_SCHEMA;
+    else if (!strcmp(kind, "schema+text")) {
+        k = ANVIL_CONSTRAINT_JSON_SCHEMA;
+        cp.or_text = true;
+    } else if (!strcmp(kind, "json")) k = ANVIL_CONSTRAINT_JSON;
+    else {
+        fprintf(stderr, "tool_engine: bad constraint kind '%s'\n", kind);
+        exit(2);
+    }
+    size_t n = 0;
+    char *text = read_file(colon + 1, &n);
+    if (!text) {
+        fprintf(stderr, "tool_engine: cannot read %s\n", colon + 1);
+        exit(2);
+    }
+    /* regex files hold one pattern: drop the final newline */
+    if (k == ANVIL_CONSTRAINT_REGEX && n > 0 && text[n - 1] == '\n') n--;
+    char err[512];
+    struct anvil_constraint *c = NULL;
+    if (anvil_constraint_compile(m, k, text, n, &cp, &c, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, "tool_engine: compile %d: %s\n", i, err);
+        exit(2);
+    }
+    free(text);
+    return c;
+}
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
@@ -118,7 +179,14 @@ int main(int argc, char **argv) {
             r->n_stop = 1;
         }
         int k = 0;
-        while ((tok = strtok_r(NULL, " \n", &save)) && k < 2048) prompts[n][k++] = atoi(tok);
+        cons_spec[n][0] = 0;
+        while ((tok = strtok_r(NULL, " \n", &save)) && k < 2048) {
+            if (!strncmp(tok, "c=", 2)) {
+                snprintf(cons_spec[n], sizeof(cons_spec[n]), "%s", tok + 2);
+                continue;
+            }
+            prompts[n][k++] = atoi(tok);
+        }
         r->prompt = prompts[n];
         r->n_prompt = k;
         n++;
@@ -137,6 +205,8 @@ int main(int argc, char **argv) {
         }
         ep.draft = dm;
     }
+    for (int i = 0; i < n; i++)
+        if (cons_spec[i][0]) reqs[i].constraint = compile_spec(m, i, cons_spec[i]);
     struct anvil_engine *e;
     if (anvil_engine_init(m, &ep, &e, err, sizeof(err)) != ANVIL_OK) {
         fprintf(stderr, "tool_engine: engine init failed: %s\n", err);
@@ -155,6 +225,9 @@ int main(int argc, char **argv) {
                 outs[i].done = 1;
                 outs[i].finish = -1;
             }
+            /* the request holds its own reference */
+            anvil_constraint_free(reqs[i].constraint);
+            reqs[i].constraint = NULL;
         }
         for (;;) {
             int all = 1;
@@ -167,12 +240,16 @@ int main(int argc, char **argv) {
     }
     struct anvil_engine_stats s;
     anvil_engine_get_stats(e, &s);
+    for (int i = 0; i < n; i++)
+        if (outs[i].error[0]) fprintf(stderr, "tool_engine: error %d: %s\n", i, outs[i].error);
     fprintf(stderr, "kv_used=%d preemptions=%llu steps=%llu spec_verify=%llu spec_proposed=%llu "
-            "spec_accepted=%llu spec_tokens=%llu prefix_tokens=%llu\n",
+            "spec_accepted=%llu spec_tokens=%llu prefix_tokens=%llu cons_tokens=%llu "
+            "cons_masks=%llu\n",
             s.kv_blocks_used, (unsigned long long)s.n_preemptions, (unsigned long long)s.n_steps,
             (unsigned long long)s.n_spec_verify, (unsigned long long)s.n_spec_proposed,
             (unsigned long long)s.n_spec_accepted, (unsigned long long)s.n_spec_tokens,
-            (unsigned long long)s.n_prefix_tokens);
+            (unsigned long long)s.n_prefix_tokens, (unsigned long long)s.n_cons_tokens,
+            (unsigned long long)s.n_cons_masks);
     for (int i = 0; i < n; i++) {
         printf("%d %d", outs[i].finish, outs[i].n_gen);
         for (int k = 0; k < outs[i].n_ids; k++) printf(" %d", outs[i].ids[k]);

@@ -193,6 +193,12 @@ struct cn_limits {
 
 struct cn_options {
     enum cn_ws ws; /* JSON whitespace (CN_JSON_SCHEMA, CN_JSON) */
+    /* Also accept free text: the output is either a string of the
+     * constraint's language or any UTF-8 text (the empty one included)
+     * whose first character is not '{'. With a language of JSON objects
+     * the first byte decides which (tool_choice "auto": a call or an
+     * answer in words). */
+    bool or_text;
     struct cn_limits limits;
 };
 

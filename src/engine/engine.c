@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "engine/cons.h"
 #include "engine/spec.h"
 #include "model/ctx.h"
 #include "sample/sample.h"
@@ -59,6 +60,7 @@ struct request {
     anvil_token *tokens; /* (n_prompt + max_tokens) prompt then generated */
     int32_t n_prompt, n_tokens, max_tokens, n_gen;
     int32_t n_cached;    /* tokens in the KV cache */
+    int32_t n_reused;    /* prompt tokens the last admission found in the prefix cache */
     int32_t slot;        /* sequence id in the ctx, -1 while waiting */
     struct anvil_sampler *smp;
     bool ignore_eos;
@@ -77,6 +79,8 @@ struct request {
     int32_t n_draft;          /* proposals in this step's batch */
     anvil_token draft[ANVIL_SPEC_K_MAX];
     int32_t draft_cached;     /* positions in the draft model's cache */
+    bool constrained;         /* cq holds a constraint state */
+    struct cons_req cq;       /* structured output (cons.h) */
     struct request *next;      /* inbox / waiting list */
     struct request *live_prev, *live_next; /* live list, under mu */
 };
@@ -117,6 +121,7 @@ struct anvil_engine {
     int32_t *d_pos, *d_seq;
     int8_t *d_out;
     int32_t *d_take;          /* (max_running) draft catch-up rows per request */
+    struct cons_index cix;    /* the model's vocabulary index for constraints (built on first use) */
     char *text;               /* (text_cap) event text scratch */
     int32_t text_cap;
     anvil_token top_tok[MAX_TOP_LOGPROBS];
@@ -143,6 +148,7 @@ int32_t anvil_engine_n_ctx(const struct anvil_engine *e) { return e->n_ctx; }
 static void request_free(struct request *r) {
     if (!r) return;
     anvil_sampler_free(r->smp);
+    cons_req_free(&r->cq);
     for (int i = 0; i < r->n_stop; i++) anvil_free(r->stop[i]);
     anvil_free(r->tokens);
     anvil_free(r->held);
@@ -195,6 +201,7 @@ static void finish(struct anvil_engine *e, struct request *r, enum anvil_finish 
         .finish = why,
         .n_prompt = r->n_prompt,
         .n_gen = r->n_gen,
+        .n_reused = r->n_reused,
         .ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : 0.0,
         .error = error,
     };
@@ -205,6 +212,8 @@ static void finish(struct anvil_engine *e, struct request *r, enum anvil_finish 
     e->stats.n_requests_done++;
     e->stats.n_prompt_tokens += (uint64_t)r->n_prompt;
     e->stats.n_gen_tokens += (uint64_t)r->n_gen;
+    e->stats.n_cons_tokens += r->cq.n_tokens;
+    e->stats.n_cons_masks += r->cq.n_masks;
     pthread_mutex_unlock(&e->mu);
     request_free(r);
 }
@@ -312,6 +321,7 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    cons_index_init(&e->cix);
 
     anvil_status st = ANVIL_ERR_NOMEM;
     struct anvil_ctx_params cp = anvil_ctx_default_params();
@@ -402,6 +412,7 @@ void anvil_engine_free(struct anvil_engine *e) {
     anvil_free(e->b_req);
     anvil_free(e->out_req);
     anvil_free(e->text);
+    cons_index_free(&e->cix);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     anvil_free(e);
@@ -466,6 +477,21 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
         errmsg_set(err, err_cap, "draft speculation needs a server started with a draft model");
         return ANVIL_ERR_INVALID;
     }
+    const struct cn_vocab *cv = NULL;
+    if (rp->constraint) {
+        if (rp->constraint->m != e->m) {
+            errmsg_set(err, err_cap, "the constraint was compiled for another model");
+            return ANVIL_ERR_INVALID;
+        }
+        if (rp->ignore_eos) {
+            errmsg_set(err, err_cap, "ignore_eos cannot be combined with a constraint (the "
+                       "constraint decides where the output ends)");
+            return ANVIL_ERR_INVALID;
+        }
+        /* the index is built once, by the first constrained request */
+        anvil_status ist = cons_index_get(&e->cix, e->m, &cv, err, err_cap);
+        if (ist != ANVIL_OK) return ist;
+    }
 
     struct request *r = anvil_calloc(1, sizeof(*r));
     if (!r) return ANVIL_ERR_NOMEM;
@@ -476,9 +502,11 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     r->max_tokens = rp->max_tokens;
     r->ignore_eos = rp->ignore_eos;
     r->top_logprobs = rp->top_logprobs;
+    /* a constrained request needs its logits when the argmax is refused */
     r->argmax_only = rp->sampling.temperature == 0.0f && rp->sampling.repeat_penalty == 1.0f &&
                      rp->sampling.presence_penalty == 0.0f &&
-                     rp->sampling.frequency_penalty == 0.0f && rp->top_logprobs == 0;
+                     rp->sampling.frequency_penalty == 0.0f && rp->top_logprobs == 0 &&
+                     !rp->constraint;
     r->t_submit = time_now_s();
     r->spec = rp->spec != ANVIL_SPEC_DEFAULT ? rp->spec
               : e->p.spec != ANVIL_SPEC_DEFAULT ? e->p.spec
@@ -508,6 +536,10 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     if (!(r->held = anvil_malloc((size_t)r->held_cap))) goto fail;
     if ((st = anvil_sampler_init(&rp->sampling, e->n_vocab, &r->smp)) != ANVIL_OK) goto fail;
     for (int i = 0; i < r->n_prompt; i++) anvil_sampler_accept(r->smp, r->tokens[i]);
+    if (rp->constraint) {
+        if ((st = cons_req_init(&r->cq, rp->constraint, cv, err, err_cap)) != ANVIL_OK) goto fail;
+        r->constrained = true;
+    }
 
     pthread_mutex_lock(&e->mu);
     if (e->stop || e->stats.queued >= e->p.max_queue) {
@@ -685,6 +717,7 @@ static void admit(struct anvil_engine *e) {
         r->next = NULL;
         r->slot = slot;
         r->n_cached = reused;
+        r->n_reused = reused;
         r->admit_seq = ++e->admit_counter;
         pthread_mutex_lock(&e->mu);
         e->stats.queued--;
@@ -883,6 +916,9 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
                 r->n_draft = 0;
             if (r->n_draft > budget) r->n_draft = budget;
             if (r->n_draft > e->n_out_max - no) r->n_draft = e->n_out_max - no;
+            /* a proposal the constraint refuses could never be accepted:
+             * cut there (a prefix, so a draft model's cache stays right) */
+            if (r->constrained) r->n_draft = cons_cut(&r->cq, r->draft, r->n_draft);
             for (int32_t j = 0; j < r->n_draft; j++) {
                 e->b_token[n] = r->draft[j];
                 e->b_pos[n] = r->n_tokens + j;
@@ -899,18 +935,42 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
     return n;
 }
 
+/* The token of output row o for request r: the fused argmax for
+ * argmax-only rows, else a draw from the row's logits (under the
+ * constraint when there is one: cons.h), preferring the proposal `draft`
+ * when it is >= 0. -1 with *why when no token can be drawn. */
+static anvil_token draw(struct anvil_engine *e, struct request *r, int32_t o,
+                        const float *logits, anvil_token draft, const char **why) {
+    *why = "the logits are not finite";
+    if (r->argmax_only) return anvil_get_argmax(e->ctx, o);
+    if (!logits) return -1;
+    if (r->constrained) {
+        bool greedy = r->smp->p.temperature == 0.0f;
+        return cons_choose(&r->cq, r->smp, greedy, sample_penalties_on(r->smp), logits,
+                           anvil_get_argmax(e->ctx, o), draft, why);
+    }
+    return draft >= 0 ? anvil_sampler_sample_spec(r->smp, logits, NULL, draft)
+                      : anvil_sampler_sample(r->smp, logits, NULL);
+}
+
 /* One drawn token t of request r (logits: its row, or NULL for argmax-only
- * rows): end of generation, penalties, logprobs, text release with stop
- * strings, limits. Returns false when the request finished (it is freed). */
+ * rows; why: the reason when t is -1): end of generation, the constraint,
+ * penalties, logprobs, text release with stop strings, limits. Returns
+ * false when the request finished (it is freed). */
 static bool take_token(struct anvil_engine *e, struct request *r, anvil_token t,
-                       const float *logits, double now) {
+                       const float *logits, double now, const char *why) {
     if (t < 0) {
-        finish(e, r, ANVIL_FINISH_ERROR, "the logits are not finite", true);
+        finish(e, r, ANVIL_FINISH_ERROR, why, true);
         return false;
     }
     if (r->t_first == 0) r->t_first = now;
     if (!r->ignore_eos && anvil_token_is_eog(e->m, t)) {
         finish(e, r, ANVIL_FINISH_STOP, NULL, true);
+        return false;
+    }
+    if (r->constrained && cons_advance(&r->cq, t) != ANVIL_OK) {
+        /* the token was chosen under the constraint: only memory can fail */
+        finish(e, r, ANVIL_FINISH_ERROR, "out of memory (constraint state)", true);
         return false;
     }
     anvil_sampler_accept(r->smp, t);
@@ -940,6 +1000,12 @@ static bool take_token(struct anvil_engine *e, struct request *r, anvil_token t,
         finish(e, r, ANVIL_FINISH_STOP, NULL, false);
         return false;
     }
+    if (r->constrained && cons_complete(&r->cq)) {
+        /* complete, and no byte may follow: only end of generation is
+         * allowed, so end now instead of spending a step to draw it */
+        finish(e, r, ANVIL_FINISH_STOP, NULL, true);
+        return false;
+    }
     if (r->n_gen >= r->max_tokens || r->n_tokens >= e->n_ctx) {
         finish(e, r, ANVIL_FINISH_LENGTH, NULL, true);
         return false;
@@ -956,12 +1022,9 @@ static int32_t verify(struct anvil_engine *e, struct request *r, int32_t o, doub
     bool alive = true;
     for (int32_t i = 0; i <= k && alive; i++) {
         const float *logits = anvil_get_logits(e->ctx, o + i);
-        anvil_token t;
-        if (r->argmax_only) t = anvil_get_argmax(e->ctx, o + i);
-        else if (!logits) t = -1;
-        else if (i < k) t = anvil_sampler_sample_spec(r->smp, logits, NULL, r->draft[i]);
-        else t = anvil_sampler_sample(r->smp, logits, NULL);
-        alive = take_token(e, r, t, logits, now);
+        const char *why;
+        anvil_token t = draw(e, r, o + i, logits, i < k ? r->draft[i] : -1, &why);
+        alive = take_token(e, r, t, logits, now, why);
         if (i == k || t != r->draft[i]) break;
         acc++;
     }
@@ -1004,10 +1067,9 @@ static void after_decode(struct anvil_engine *e, int32_t n_rows, int32_t n_out) 
             continue;
         }
         const float *logits = anvil_get_logits(e->ctx, o);
-        anvil_token t = r->argmax_only ? anvil_get_argmax(e->ctx, o)
-                        : logits       ? anvil_sampler_sample(r->smp, logits, NULL)
-                                       : -1;
-        take_token(e, r, t, logits, now);
+        const char *why;
+        anvil_token t = draw(e, r, o, logits, -1, &why);
+        take_token(e, r, t, logits, now, why);
         o++;
     }
 }

@@ -24,6 +24,12 @@
  * parked is read and written by MHD, which notices a dead peer itself and
  * reports the request complete (srv_job_closed cancels it).
  *
+ * Tool calls (tools.c): when the output may be a call, its text goes
+ * through a splitter that tells content from the call's arguments; a
+ * stream sends the call as tool_calls deltas (the first with its id and
+ * name) and ends with finish_reason "tool_calls" when the call is
+ * complete (the whole output matches the call's constraint).
+ *
  * Storage: token records go into arrays of max_tokens slots (the engine
  * never emits more), text into a pending buffer that the HTTP side empties
  * on every drain, so a job holds at most one request's output. A job is
@@ -84,8 +90,13 @@ struct job {
     struct sbuf out;  /* formatted bytes for the wire */
     size_t out_pos;
     size_t text_sent; /* completion text bytes so far */
-    struct sbuf full; /* non-streaming: whole text */
+    struct sbuf full; /* non-streaming, or a possible tool call: whole text */
     bool sent_first, sent_done;
+    /* tool calls (req.tools != SRV_TOOLS_NONE) */
+    struct srv_call call;
+    char call_id[40];
+    bool call_sent;   /* the first tool_calls delta (id, name) went out */
+    struct sbuf cpart, apart; /* scratch: content and arguments of one feed */
 };
 
 // ----------------------------------------------------------------------------
@@ -102,6 +113,9 @@ static void job_free(struct job *j) {
     sb_free(&j->rx);
     sb_free(&j->out);
     sb_free(&j->full);
+    srv_call_free(&j->call);
+    sb_free(&j->cpart);
+    sb_free(&j->apart);
     pthread_mutex_destroy(&j->mu);
     free(j);
     atomic_fetch_sub(&s->n_live, 1);
@@ -136,6 +150,10 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
     j->fd = ci ? ci->connect_fd : -1;
     j->req = *req;
     memset(req, 0, sizeof(*req));
+    srv_call_init(&j->call, j->req.tools == SRV_TOOLS_REQUIRED || j->req.tools == SRV_TOOLS_NAMED);
+    srv_call_id(j->call_id, sizeof(j->call_id),
+                ((uint64_t)s->salt << 32) ^ (uint64_t)atomic_load(&s->next_seq) ^
+                    (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull);
     j->cap = j->req.max_tokens;
     j->ev_len = calloc((size_t)j->cap, sizeof(*j->ev_len));
     bool ok = j->ev_len && sb_reserve(&j->pend, 1024);
@@ -340,6 +358,44 @@ static void stream_error(struct job *j, int status, const char *type, const char
     sb_puts(&j->out, "\n\n");
 }
 
+/* Whether the output is a complete call (finish_reason "tool_calls"). */
+static bool call_complete(const struct job *j) {
+    return j->call.named && j->finish == ANVIL_FINISH_STOP &&
+           anvil_constraint_matches(j->req.constraint, j->full.p ? j->full.p : "", j->full.len);
+}
+
+/* Content text and call arguments of one piece of output as chunks; the
+ * logprobs of toks ride on the first chunk written. Returns whether a
+ * chunk was written. */
+static bool stream_pieces(struct job *j, const char *c, size_t nc, const char *a, size_t na,
+                          const struct srv_tok *toks, int32_t nt) {
+    bool wrote = false;
+    if (nc) {
+        srv_fmt_chunk(&j->out, &j->ri, c, nc, toks, nt, false, NULL, j->text_sent);
+        j->text_sent += nc;
+        wrote = true;
+    }
+    if (na || (j->call.named && !j->call_sent)) {
+        srv_fmt_tool_chunk(&j->out, &j->ri, j->call_id, j->call_sent ? NULL : j->call.name, a, na,
+                           wrote ? NULL : toks, wrote ? 0 : nt);
+        j->call_sent = true;
+        wrote = true;
+    }
+    return wrote;
+}
+
+/* One piece of output: straight to a content chunk, or through the call
+ * splitter when the output may be a tool call. */
+static bool stream_text(struct job *j, const char *s, size_t n, const struct srv_tok *toks,
+                        int32_t nt) {
+    if (j->req.tools == SRV_TOOLS_NONE) return stream_pieces(j, s, n, NULL, 0, toks, nt);
+    sb_put(&j->full, s, n);
+    sb_clear(&j->cpart);
+    sb_clear(&j->apart);
+    srv_call_feed(&j->call, s, n, &j->cpart, &j->apart);
+    return stream_pieces(j, j->cpart.p, j->cpart.len, j->apart.p, j->apart.len, toks, nt);
+}
+
 /* Format what the last drain brought into j->out. */
 static void stream_format(struct job *j, int32_t n_ev, bool done) {
     size_t pos = 0;
@@ -349,28 +405,37 @@ static void stream_format(struct job *j, int32_t n_ev, bool done) {
         if (len > j->rx.len - pos) len = j->rx.len - pos;
         if (len == 0) continue; /* held text: its logprobs ride with the next chunk */
         int32_t nt = j->ev_tok ? i + 1 - lp_from : 0;
-        srv_fmt_chunk(&j->out, &j->ri, j->rx.p + pos, len, toks_at(j, lp_from), nt, false, NULL,
-                      j->text_sent);
+        if (stream_text(j, j->rx.p + pos, len, toks_at(j, lp_from), nt)) lp_from = i + 1;
         pos += len;
-        j->text_sent += len;
-        lp_from = i + 1;
     }
     j->consumed = n_ev;
     if (!done) return;
     size_t tail = j->rx.len - pos;
     int32_t nt = j->ev_tok ? n_ev - lp_from : 0;
-    if (tail || nt > 0)
-        srv_fmt_chunk(&j->out, &j->ri, j->rx.p + pos, tail, toks_at(j, lp_from), nt, false, NULL,
-                      j->text_sent);
-    j->text_sent += tail;
+    if (tail && stream_text(j, j->rx.p + pos, tail, toks_at(j, lp_from), nt)) {
+        lp_from = n_ev;
+        nt = 0;
+    }
+    const char *finish = srv_finish_str(j->finish);
+    if (j->req.tools != SRV_TOOLS_NONE) {
+        bool complete = call_complete(j);
+        sb_clear(&j->cpart);
+        sb_clear(&j->apart);
+        srv_call_end(&j->call, complete, &j->cpart, &j->apart);
+        if (stream_pieces(j, j->cpart.p, j->cpart.len, j->apart.p, j->apart.len,
+                          toks_at(j, lp_from), nt))
+            nt = 0;
+        if (complete) finish = "tool_calls";
+    }
+    if (nt > 0) /* logprobs of tokens whose text was all held back */
+        srv_fmt_chunk(&j->out, &j->ri, "", 0, toks_at(j, lp_from), nt, false, NULL, j->text_sent);
     if (j->finish == ANVIL_FINISH_ERROR)
         stream_error(j, 500, "server_error", j->errmsg[0] ? j->errmsg : "generation failed");
     else if (j->finish == ANVIL_FINISH_CANCELLED)
         stream_error(j, 503, "server_error", "the request was cancelled: the server is "
                      "shutting down");
     else
-        srv_fmt_chunk(&j->out, &j->ri, "", 0, NULL, 0, false, srv_finish_str(j->finish),
-                      j->text_sent);
+        srv_fmt_chunk(&j->out, &j->ri, "", 0, NULL, 0, false, finish, j->text_sent);
     if (j->req.include_usage) srv_fmt_usage_chunk(&j->out, &j->ri, j->n_prompt, j->n_gen);
     sb_puts(&j->out, "data: [DONE]\n\n");
     j->sent_done = true;
@@ -457,6 +522,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     rp.stop = (const char *const *)j->req.stop;
     rp.n_stop = j->req.n_stop;
     rp.top_logprobs = j->req.logprobs ? j->k : 0;
+    rp.constraint = j->req.constraint; /* the request takes its own reference */
 
     job_ref(j); /* the engine's, dropped at DONE */
     job_list(s, j);
@@ -537,8 +603,23 @@ enum MHD_Result srv_generate_resume(struct srv *s, struct MHD_Connection *c, str
                              "the request was cancelled: the server is shutting down");
     struct sbuf b;
     sb_init(&b);
+    const char *finish = srv_finish_str(j->finish);
+    struct srv_tool_call tc = {.id = j->call_id, .name = j->call.name};
+    bool is_call = false;
+    if (j->req.tools != SRV_TOOLS_NONE) {
+        srv_call_feed(&j->call, j->full.p ? j->full.p : "", j->full.len, &j->cpart, &j->apart);
+        bool complete = call_complete(j);
+        srv_call_end(&j->call, complete, &j->cpart, &j->apart);
+        if (j->call.named) { /* a call, complete or cut short by max_tokens */
+            is_call = true;
+            tc.args = j->apart.p ? j->apart.p : "";
+            tc.n_args = j->apart.len;
+            if (complete) finish = "tool_calls";
+        }
+    }
     srv_fmt_full(&b, &j->ri, j->full.p ? j->full.p : "", j->full.len, toks_at(j, 0),
-                 j->ev_tok ? j->consumed : 0, srv_finish_str(j->finish), j->n_prompt, j->n_gen);
+                 j->ev_tok ? j->consumed : 0, finish, j->n_prompt, j->n_gen,
+                 is_call ? &tc : NULL);
     return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
 }
 

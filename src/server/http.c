@@ -686,6 +686,7 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
         .n_ctx = cfg->n_ctx,
         .kv_tokens = (int64_t)st.kv_blocks_total * st.kv_block_tokens,
         .default_seed = cfg->default_seed,
+        .cc = srv_ccache_new(), /* NULL (out of memory) only means no cache */
     };
 
     /* accepted beyond max_conn only to be told 503 (file header) */
@@ -791,6 +792,7 @@ void srv_stop(struct srv *s) {
 void srv_free(struct srv *s) {
     if (!s) return;
     srv_stop(s);
+    srv_ccache_free(s->lim.cc);
     free(s->host);
     free(s->model_id);
     free(s->api_key);

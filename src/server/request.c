@@ -9,8 +9,15 @@
  *     bug llama-server b4748 had), integers must be integral;
  *   - unknown top-level fields are rejected (OpenAI answers "Unrecognized
  *     request argument supplied"), and known fields anvil cannot honour
- *     (tools, logit_bias, echo, best_of > 1, n > 1, ...) get a clear 400
- *     instead of being ignored silently;
+ *     (logit_bias, echo, best_of > 1, n > 1, the deprecated functions,
+ *     ...) get a clear 400 instead of being ignored silently;
+ *   - structured output: response_format (text, json_object,
+ *     json_schema), the extensions grammar (GBNF) and regex, and tool
+ *     calls (tools.c) are compiled here, before anything is queued, so a
+ *     schema anvil cannot enforce is a 400 that names the problem; at
+ *     most one of them per request. Compiled constraints are kept in a
+ *     small cache keyed by their source (srv_ccache), so a schema sent
+ *     with every request is compiled once and its masks are shared;
  *   - the prompt (after the chat template) plus max_tokens must fit in the
  *     context and in the KV cache, or the request is a 400 here rather
  *     than a request the engine can never run;
@@ -59,6 +66,7 @@ static bool bad(struct srv_err *e, const char *param, const char *fmt, ...) {
 
 void srv_req_free(struct srv_req *r) {
     if (!r) return;
+    anvil_constraint_free(r->constraint);
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof(*r));
@@ -160,7 +168,9 @@ static const struct fld fields[] = {
     {"spec", CH | CO, FLD_USED},
     {"spec_k", CH | CO, FLD_USED},
     {"logit_bias", CH | CO, FLD_USED},
-    {"response_format", CH, FLD_USED},
+    {"response_format", CH | CO, FLD_USED},
+    {"grammar", CH | CO, FLD_USED},
+    {"regex", CH | CO, FLD_USED},
     {"tools", CH, FLD_USED},
     {"tool_choice", CH, FLD_USED},
     {"functions", CH, FLD_USED},
@@ -201,20 +211,11 @@ static bool check_unsupported(const cJSON *root, enum srv_kind kind, struct srv_
         if (v->child) return bad(e, "logit_bias", "'logit_bias' is not supported by anvil");
     }
     if (kind == SRV_KIND_CHAT) {
-        static const char *const tools[] = {"tools", "tool_choice", "functions", "function_call"};
-        for (int i = 0; i < 4; i++)
-            if ((v = field(root, tools[i])) != NULL && !(cJSON_IsArray(v) && !v->child))
-                return bad(e, tools[i], "'%s': tool calling is not supported by anvil", tools[i]);
-        if ((v = field(root, "response_format")) != NULL) {
-            const cJSON *t = cJSON_IsObject(v) ? field(v, "type") : NULL;
-            if (!cJSON_IsObject(v) || !cJSON_IsString(t))
-                return bad(e, "response_format",
-                           "'response_format' must be an object with a string 'type'");
-            if (strcmp(t->valuestring, "text") != 0)
-                return bad(e, "response_format",
-                           "response_format type '%.40s' is not supported by anvil (only 'text')",
-                           t->valuestring);
-        }
+        static const char *const old[] = {"functions", "function_call"};
+        for (int i = 0; i < 2; i++)
+            if ((v = field(root, old[i])) != NULL && !(cJSON_IsArray(v) && !v->child))
+                return bad(e, old[i], "'%s' is deprecated and not supported by anvil: use "
+                           "'tools' and 'tool_choice'", old[i]);
     } else {
         bool echo = false;
         if (!get_bool(root, "echo", &echo, NULL, e)) return false;
@@ -343,16 +344,81 @@ static char *msg_content(const cJSON *msg, int idx, bool assistant, struct srv_e
     return sb_take(&b, NULL);
 }
 
-static bool parse_messages(const struct srv_limits *lim, const cJSON *root, struct srv_req *r,
-                           struct srv_err *e) {
+/* An assistant turn's tool_calls, shown to the model the way it is asked
+ * to write a call ({"name", "arguments"}, tools.c), one per line after
+ * the turn's text. Returns malloc'd text, NULL with e set on error. */
+static char *calls_text(const cJSON *calls, int idx, char *content, struct srv_err *e) {
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%d].tool_calls", idx);
+    struct sbuf b;
+    sb_init(&b);
+    sb_puts(&b, content);
+    int k = 0;
+    for (const cJSON *c = calls->child; c; c = c->next, k++) {
+        const cJSON *fn = cJSON_IsObject(c) ? field(c, "function") : NULL;
+        const cJSON *name = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
+        const cJSON *args = cJSON_IsObject(fn) ? field(fn, "arguments") : NULL;
+        if (!cJSON_IsString(name) || (args && !cJSON_IsString(args))) {
+            sb_free(&b);
+            bad(e, param, "'%s[%d]' must be {\"id\", \"type\": \"function\", \"function\": "
+                "{\"name\": string, \"arguments\": string}}", param, k);
+            return NULL;
+        }
+        if (b.len) sb_puts(&b, "\n");
+        sb_puts(&b, "{\"name\": ");
+        sb_json_str(&b, name->valuestring, strlen(name->valuestring));
+        sb_puts(&b, ", \"arguments\": ");
+        /* arguments are JSON text in OpenAI's shape: kept as they are
+         * when they parse, quoted otherwise */
+        cJSON *parsed = args ? cJSON_Parse(args->valuestring) : NULL;
+        if (parsed) sb_puts(&b, args->valuestring);
+        else if (args) sb_json_str(&b, args->valuestring, strlen(args->valuestring));
+        else sb_puts(&b, "{}");
+        cJSON_Delete(parsed);
+        sb_puts(&b, "}");
+    }
+    if (b.oom) {
+        sb_free(&b);
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    sb_reserve(&b, 1);
+    return sb_take(&b, NULL);
+}
+
+/* A tool result, shown to the model as a user turn that says which call
+ * it answers (the native templates have no tool turns). */
+static char *tool_result_text(const cJSON *m, int idx, char *content, struct srv_err *e) {
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%d].tool_call_id", idx);
+    const cJSON *id = field(m, "tool_call_id");
+    if (!cJSON_IsString(id)) {
+        bad(e, param, "'%s' must be a string (the id of the call this result answers)", param);
+        return NULL;
+    }
+    struct sbuf b;
+    sb_init(&b);
+    sb_printf(&b, "Result of the function call %.64s:\n%s", id->valuestring, content);
+    if (b.oom) {
+        sb_free(&b);
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    return sb_take(&b, NULL);
+}
+
+static bool parse_messages(const struct srv_limits *lim, const cJSON *root,
+                           const struct srv_tools *tools, struct srv_req *r, struct srv_err *e) {
     const cJSON *msgs = field(root, "messages");
     if (!msgs) return bad(e, "messages", "'messages' is required");
     if (!cJSON_IsArray(msgs))
         return bad(e, "messages", "'messages' must be an array, got %s", type_name(msgs));
     int n = cJSON_GetArraySize(msgs);
     if (n == 0) return bad(e, "messages", "'messages' must not be empty");
-    struct anvil_chat_msg *cm = calloc((size_t)n, sizeof(*cm));
-    char **texts = calloc((size_t)n, sizeof(*texts));
+    /* one more slot: the tools' system turn when there is no system message */
+    int n_msgs = n;
+    struct anvil_chat_msg *cm = calloc((size_t)n + 1, sizeof(*cm));
+    char **texts = calloc((size_t)n + 1, sizeof(*texts));
     bool ok = false;
     if (!cm || !texts) {
         srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -366,27 +432,33 @@ static bool parse_messages(const struct srv_limits *lim, const cJSON *root, stru
             bad(e, param, "'%s' must be an object, got %s", param, type_name(m));
             goto fail;
         }
-        for (const cJSON *k = m->child; k; k = k->next) {
-            if (!strcmp(k->string, "role") || !strcmp(k->string, "content") ||
-                !strcmp(k->string, "name") || !strcmp(k->string, "refusal"))
-                continue;
-            if (!strcmp(k->string, "tool_calls") &&
-                (cJSON_IsNull(k) || (cJSON_IsArray(k) && !k->child)))
-                continue;
-            bad(e, param, "'%s': field '%.40s' is not supported", param, k->string);
-            goto fail;
-        }
         const cJSON *role = field(m, "role");
         if (!cJSON_IsString(role)) {
             snprintf(param, sizeof(param), "messages[%d].role", i);
             bad(e, param, "'%s' must be a string", param);
             goto fail;
         }
-        cm[i].role = msg_role(role->valuestring);
+        bool is_tool = !strcmp(role->valuestring, "tool");
+        cm[i].role = is_tool ? "user" : msg_role(role->valuestring);
         if (!cm[i].role) {
             snprintf(param, sizeof(param), "messages[%d].role", i);
-            bad(e, param, "'%s' must be one of system, user, assistant, developer; got '%.40s'",
-                param, role->valuestring);
+            bad(e, param, "'%s' must be one of system, user, assistant, tool, developer; got "
+                "'%.40s'", param, role->valuestring);
+            goto fail;
+        }
+        bool assistant = !strcmp(cm[i].role, "assistant");
+        const cJSON *calls = NULL;
+        for (const cJSON *k = m->child; k; k = k->next) {
+            if (!strcmp(k->string, "role") || !strcmp(k->string, "content") ||
+                !strcmp(k->string, "name") || !strcmp(k->string, "refusal"))
+                continue;
+            if (!strcmp(k->string, "tool_calls") && assistant &&
+                (cJSON_IsNull(k) || cJSON_IsArray(k))) {
+                calls = cJSON_IsArray(k) && k->child ? k : NULL;
+                continue;
+            }
+            if (!strcmp(k->string, "tool_call_id") && is_tool) continue;
+            bad(e, param, "'%s': field '%.40s' is not supported", param, k->string);
             goto fail;
         }
         const cJSON *name = field(m, "name");
@@ -395,12 +467,49 @@ static bool parse_messages(const struct srv_limits *lim, const cJSON *root, stru
             bad(e, param, "'%s' must be a string", param);
             goto fail;
         }
-        texts[i] = msg_content(m, i, !strcmp(cm[i].role, "assistant"), e);
+        texts[i] = msg_content(m, i, assistant, e);
+        if (texts[i] && (calls || is_tool)) {
+            char *t = calls ? calls_text(calls, i, texts[i], e) : tool_result_text(m, i, texts[i], e);
+            free(texts[i]);
+            texts[i] = t;
+        }
         if (!texts[i]) {
             if (e->status == 0) srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
             goto fail;
         }
         cm[i].content = texts[i];
+    }
+    if (tools->mode != SRV_TOOLS_NONE) {
+        /* the functions go into the system turn: appended to the caller's,
+         * or a system turn of their own in front */
+        char *tt = srv_tools_prompt(tools);
+        if (!tt) {
+            srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+            goto fail;
+        }
+        if (!strcmp(cm[0].role, "system")) {
+            size_t la = strlen(texts[0]), lb = strlen(tt);
+            char *joined = malloc(la + lb + 3);
+            if (joined) {
+                memcpy(joined, texts[0], la);
+                memcpy(joined + la, "\n\n", 2);
+                memcpy(joined + la + 2, tt, lb + 1);
+            }
+            free(tt);
+            if (!joined) {
+                srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+                goto fail;
+            }
+            free(texts[0]);
+            texts[0] = joined;
+            cm[0].content = joined;
+        } else {
+            memmove(cm + 1, cm, (size_t)n * sizeof(*cm));
+            memmove(texts + 1, texts, (size_t)n * sizeof(*texts));
+            texts[0] = tt;
+            cm[0] = (struct anvil_chat_msg){"system", tt};
+            n_msgs++;
+        }
     }
     /* render and tokenize in one call: the template's markers become
      * control tokens, the messages' text stays text (a user typing
@@ -410,7 +519,7 @@ static bool parse_messages(const struct srv_limits *lim, const cJSON *root, stru
         srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
-    int32_t nt = anvil_chat_tokenize(lim->model, cm, (size_t)n, true, r->prompt, lim->n_ctx);
+    int32_t nt = anvil_chat_tokenize(lim->model, cm, (size_t)n_msgs, true, r->prompt, lim->n_ctx);
     if (nt == INT32_MIN) {
         srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
@@ -426,7 +535,7 @@ static bool parse_messages(const struct srv_limits *lim, const cJSON *root, stru
     ok = true;
 fail:
     if (texts)
-        for (int j = 0; j < n; j++) free(texts[j]);
+        for (int j = 0; j < n + 1; j++) free(texts[j]);
     free(texts);
     free(cm);
     return ok;
@@ -555,6 +664,232 @@ static bool parse_logprobs(const cJSON *root, enum srv_kind kind, struct srv_req
         return bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     r->top_logprobs = (int32_t)v;
     return true;
+}
+
+// ----------------------------------------------------------------------------
+// structured output: response_format, grammar, regex, tool calls
+
+struct cc_ent {
+    enum anvil_constraint_kind kind;
+    struct anvil_constraint_params p;
+    char *text;
+    size_t len;
+    uint64_t age;
+    struct anvil_constraint *c; /* the cache's reference */
+};
+
+struct srv_ccache {
+    pthread_mutex_t mu;
+    struct cc_ent e[SRV_CCACHE_N];
+    uint64_t clock;
+};
+
+struct srv_ccache *srv_ccache_new(void) {
+    struct srv_ccache *c = calloc(1, sizeof(*c));
+    if (c) pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+void srv_ccache_free(struct srv_ccache *c) {
+    if (!c) return;
+    for (int i = 0; i < SRV_CCACHE_N; i++) {
+        free(c->e[i].text);
+        anvil_constraint_free(c->e[i].c);
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static bool cc_same(const struct cc_ent *x, enum anvil_constraint_kind kind,
+                    const struct anvil_constraint_params *p, const char *text, size_t len) {
+    return x->c && x->kind == kind && x->p.compact == p->compact && x->p.or_text == p->or_text &&
+           x->len == len && !memcmp(x->text, text, len);
+}
+
+/* A compiled constraint (a new reference) from the cache or compiled now.
+ * Compilation runs outside the lock: two requests with the same new
+ * schema may both compile it, and the second copy is simply dropped. */
+static anvil_status cc_get(struct srv_ccache *cc, const struct anvil_model *m,
+                           enum anvil_constraint_kind kind,
+                           const struct anvil_constraint_params *p, const char *text,
+                           size_t len, struct anvil_constraint **out, char *err, size_t err_cap) {
+    if (cc) {
+        pthread_mutex_lock(&cc->mu);
+        for (int i = 0; i < SRV_CCACHE_N; i++)
+            if (cc_same(&cc->e[i], kind, p, text, len)) {
+                cc->e[i].age = ++cc->clock;
+                *out = anvil_constraint_retain(cc->e[i].c);
+                pthread_mutex_unlock(&cc->mu);
+                return ANVIL_OK;
+            }
+        pthread_mutex_unlock(&cc->mu);
+    }
+    struct anvil_constraint *c = NULL;
+    anvil_status st = anvil_constraint_compile(m, kind, text, len, p, &c, err, err_cap);
+    if (st != ANVIL_OK) return st;
+    *out = c;
+    char *copy = cc ? malloc(len + 1) : NULL;
+    if (!copy) return ANVIL_OK; /* not cached */
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    pthread_mutex_lock(&cc->mu);
+    struct cc_ent *lru = &cc->e[0];
+    for (int i = 0; i < SRV_CCACHE_N; i++) {
+        if (cc_same(&cc->e[i], kind, p, text, len)) { /* compiled meanwhile */
+            lru = NULL;
+            break;
+        }
+        if (!cc->e[i].c || cc->e[i].age < lru->age) lru = &cc->e[i];
+    }
+    struct anvil_constraint *old = NULL;
+    if (lru) {
+        free(lru->text);
+        old = lru->c;
+        *lru = (struct cc_ent){kind, *p, copy, len, ++cc->clock, anvil_constraint_retain(c)};
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&cc->mu);
+    free(copy);
+    anvil_constraint_free(old);
+    return ANVIL_OK;
+}
+
+/* response_format {"type": "json_schema", "json_schema": {...}}: the
+ * schema's text (malloc'd; "{}", any JSON value, when it has none) */
+static char *json_schema_text(const cJSON *js, struct srv_err *e) {
+    const char *P = "response_format.json_schema";
+    if (!cJSON_IsObject(js)) {
+        bad(e, P, "'%s' must be an object with 'name' and 'schema'", P);
+        return NULL;
+    }
+    for (const cJSON *k = js->child; k; k = k->next)
+        if (strcmp(k->string, "name") && strcmp(k->string, "schema") &&
+            strcmp(k->string, "strict") && strcmp(k->string, "description")) {
+            bad(e, P, "'%s': unknown field '%.40s'", P, k->string);
+            return NULL;
+        }
+    const cJSON *name = field(js, "name");
+    if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 64) {
+        bad(e, "response_format.json_schema.name",
+            "'response_format.json_schema.name' must be a string of 1 to 64 characters");
+        return NULL;
+    }
+    const cJSON *d = field(js, "description");
+    if (d && !cJSON_IsString(d)) {
+        bad(e, "response_format.json_schema.description",
+            "'response_format.json_schema.description' must be a string");
+        return NULL;
+    }
+    bool strict = false;
+    if (!get_bool(js, "strict", &strict, NULL, e)) return NULL;
+    const cJSON *schema = field(js, "schema");
+    if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema)) {
+        bad(e, "response_format.json_schema.schema",
+            "'response_format.json_schema.schema' must be a JSON Schema (an object)");
+        return NULL;
+    }
+    char *t = schema ? cJSON_PrintUnformatted(schema) : strdup("{}");
+    if (!t) srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return t;
+}
+
+static bool parse_constraint(const struct srv_limits *lim, const cJSON *root,
+                             const struct srv_tools *tools, struct srv_req *r,
+                             struct srv_err *e) {
+    const cJSON *rf = field(root, "response_format");
+    const cJSON *gr = field(root, "grammar"), *rx = field(root, "regex");
+    enum anvil_constraint_kind kind = 0;
+    struct anvil_constraint_params cp = {0};
+    const char *param = NULL, *src = NULL;
+    char *owned = NULL;
+    int n_src = 0;
+    if (rf) {
+        const cJSON *t = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
+        if (!cJSON_IsString(t))
+            return bad(e, "response_format",
+                       "'response_format' must be an object with a string 'type'");
+        for (const cJSON *k = rf->child; k; k = k->next)
+            if (strcmp(k->string, "type") && strcmp(k->string, "json_schema"))
+                return bad(e, "response_format", "'response_format': unknown field '%.40s'",
+                           k->string);
+        if (!strcmp(t->valuestring, "json_object")) {
+            kind = ANVIL_CONSTRAINT_JSON;
+            src = "";
+        } else if (!strcmp(t->valuestring, "json_schema")) {
+            if (!(owned = json_schema_text(field(rf, "json_schema"), e))) return false;
+            kind = ANVIL_CONSTRAINT_JSON_SCHEMA;
+            src = owned;
+        } else if (strcmp(t->valuestring, "text") != 0) {
+            return bad(e, "response_format", "'response_format.type' must be 'text', "
+                       "'json_object' or 'json_schema', got '%.40s'", t->valuestring);
+        }
+        if (kind) {
+            param = "response_format";
+            n_src++;
+        }
+    }
+    static const char *const ext[2] = {"grammar", "regex"};
+    const cJSON *ev[2] = {gr, rx};
+    for (int i = 0; i < 2; i++) {
+        if (!ev[i]) continue;
+        if (!cJSON_IsString(ev[i]))
+            return bad(e, ext[i], "'%s' must be a string, got %s", ext[i], type_name(ev[i]));
+        kind = i == 0 ? ANVIL_CONSTRAINT_GBNF : ANVIL_CONSTRAINT_REGEX;
+        src = ev[i]->valuestring;
+        param = ext[i];
+        n_src++;
+    }
+    bool ok = false;
+    if (n_src > 1) {
+        bad(e, param, "a request takes at most one of 'response_format' (json_object, "
+            "json_schema), 'grammar' and 'regex'");
+        goto out;
+    }
+    if (tools->mode != SRV_TOOLS_NONE) {
+        if (gr || rx) {
+            bad(e, gr ? "grammar" : "regex", "'%s' cannot be combined with tool calls "
+                "(tool_choice 'none' turns them off)", gr ? "grammar" : "regex");
+            goto out;
+        }
+        if (kind && tools->mode == SRV_TOOLS_AUTO) {
+            bad(e, "response_format", "a JSON 'response_format' with tools needs tool_choice "
+                "'none', 'required' or a named function ('auto' decides between a call and "
+                "free text)");
+            goto out;
+        }
+        /* required / named: the answer is the call, so response_format
+         * (which shapes a content answer) has nothing to apply to */
+        free(owned);
+        if (!(owned = srv_tools_schema(tools))) {
+            srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+            goto out;
+        }
+        kind = ANVIL_CONSTRAINT_JSON_SCHEMA;
+        src = owned;
+        param = "tools";
+        cp.or_text = tools->mode == SRV_TOOLS_AUTO;
+    }
+    if (!kind) {
+        ok = true;
+        goto out;
+    }
+    char msg[400];
+    anvil_status st = cc_get(lim->cc, lim->model, kind, &cp, src, strlen(src), &r->constraint,
+                             msg, sizeof(msg));
+    if (st == ANVIL_ERR_NOMEM) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    } else if (st != ANVIL_OK && !strcmp(param, "tools")) {
+        /* the call schema keeps each function's parameters as $defs/t<i> */
+        bad(e, "tools", "a function's parameters cannot be enforced (#/$defs/t<i> is "
+            "tools[i].function.parameters): %s", msg);
+    } else if (st != ANVIL_OK) {
+        bad(e, param, "'%s' cannot be enforced: %s", param, msg);
+    }
+    ok = st == ANVIL_OK;
+    if (ok) r->tools = tools->mode;
+out:
+    free(owned);
+    return ok;
 }
 
 // ----------------------------------------------------------------------------
@@ -727,8 +1062,11 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
     if (!parse_sampling(lim, root, r, e)) goto out;
     if (!parse_logprobs(root, kind, r, e)) goto out;
     if (!parse_stop(root, r, e)) goto out;
+    struct srv_tools tools = {.mode = SRV_TOOLS_NONE};
+    if (kind == SRV_KIND_CHAT && !srv_tools_parse(root, &tools, e)) goto out;
 
-    if (kind == SRV_KIND_CHAT ? !parse_messages(lim, root, r, e) : !parse_prompt(lim, root, r, e))
+    if (kind == SRV_KIND_CHAT ? !parse_messages(lim, root, &tools, r, e)
+                              : !parse_prompt(lim, root, r, e))
         goto out;
     const char *pname = kind == SRV_KIND_CHAT ? "messages" : "prompt";
     if (r->n_prompt == 0) {
@@ -761,6 +1099,9 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
         int64_t rest = limit - r->n_prompt;
         r->max_tokens = (int32_t)(kind == SRV_KIND_COMPLETION && rest > 16 ? 16 : rest);
     }
+    /* last: a compile error is only worth the time for a request that is
+     * otherwise fine */
+    if (!parse_constraint(lim, root, &tools, r, e)) goto out;
     ok = true;
 out:
     cJSON_Delete(root);

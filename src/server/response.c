@@ -217,13 +217,48 @@ void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t
     sb_puts(b, "}\n\n");
 }
 
+void srv_fmt_tool_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *call_id,
+                        const char *name, const char *args, size_t n,
+                        const struct srv_tok *toks, int32_t n_toks) {
+    sb_puts(b, "data: ");
+    head(b, ri, "chat.completion.chunk");
+    sb_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,");
+    if (name) {
+        sb_puts(b, "\"id\":");
+        sb_json_str(b, call_id, strlen(call_id));
+        sb_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        sb_json_str(b, name, strlen(name));
+        sb_puts(b, ",\"arguments\":");
+    } else {
+        sb_puts(b, "\"function\":{\"arguments\":");
+    }
+    sb_json_str(b, args, n);
+    sb_puts(b, "}}]},\"logprobs\":");
+    if (n_toks)
+        logprobs(b, ri, toks, n_toks, 0);
+    else
+        sb_puts(b, "null");
+    finish_field(b, NULL);
+    sb_puts(b, "}]}\n\n");
+}
+
 void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
                   const struct srv_tok *toks, int32_t n_toks, const char *finish,
-                  int32_t n_prompt, int32_t n_gen) {
+                  int32_t n_prompt, int32_t n_gen, const struct srv_tool_call *call) {
     if (ri->kind == SRV_KIND_CHAT) {
         head(b, ri, "chat.completion");
         sb_puts(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-        sb_json_str(b, text, n);
+        if (call) {
+            sb_puts(b, "null,\"tool_calls\":[{\"id\":");
+            sb_json_str(b, call->id, strlen(call->id));
+            sb_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+            sb_json_str(b, call->name, strlen(call->name));
+            sb_puts(b, ",\"arguments\":");
+            sb_json_str(b, call->args, call->n_args);
+            sb_puts(b, "}}]");
+        } else {
+            sb_json_str(b, text, n);
+        }
         sb_puts(b, ",\"refusal\":null},\"logprobs\":");
     } else {
         head(b, ri, "text_completion");

@@ -5,8 +5,10 @@
  * formatters and the Prometheus metrics.
  *
  * Files: sbuf.c (buffer, JSON escaping), request.c (JSON body -> struct
- * srv_req, every field type- and range-checked), response.c (OpenAI JSON
- * and SSE shapes), metrics.c (counters, histograms, text format),
+ * srv_req, every field type- and range-checked; response_format, grammar
+ * and regex compiled to a constraint), tools.c (tool calling: tools and
+ * tool_choice -> the call's constraint and prompt text, output -> tool
+ * calls), response.c (OpenAI JSON and SSE shapes), metrics.c (counters, histograms, text format),
  * http.c (libmicrohttpd glue: connections and their limits, routing,
  * bodies, auth, the small GET routes), generate.c (the two generation
  * routes: jobs, engine events, parked connections, streaming); webui.c
@@ -88,6 +90,13 @@ struct srv_err {
 void srv_err_set(struct srv_err *e, int status, const char *type, const char *code,
                  const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
+/* Compiled constraints by source (request.c): a schema sent with every
+ * request is compiled once and its masks are shared. Thread-safe. */
+#define SRV_CCACHE_N 8
+struct srv_ccache;
+struct srv_ccache *srv_ccache_new(void); /* NULL when out of memory: no cache */
+void srv_ccache_free(struct srv_ccache *c);
+
 /* What the parser needs to know about the serving side. */
 struct srv_limits {
     const struct anvil_model *model;
@@ -96,6 +105,15 @@ struct srv_limits {
     int32_t n_ctx;       /* prompt + max_tokens must fit */
     int64_t kv_tokens;   /* total KV capacity in tokens (0 = unknown) */
     uint64_t default_seed; /* seed of a request that gives none; 0 = a fresh random one */
+    struct srv_ccache *cc; /* compiled constraints, or NULL (compile every time) */
+};
+
+/* tool_choice, resolved (tools.c) */
+enum srv_tools_mode {
+    SRV_TOOLS_NONE = 0, /* no tools, or "none": nothing constrained, tools not shown */
+    SRV_TOOLS_AUTO,     /* a call or words, decided by the first character */
+    SRV_TOOLS_REQUIRED, /* a call to one of the tools */
+    SRV_TOOLS_NAMED,    /* a call to the named tool */
 };
 
 /* What the server knows about itself, for /props, /v1/models and the
@@ -129,6 +147,10 @@ struct srv_req {
     int32_t top_logprobs; /* alternatives to report (0..20) */
     bool stream;
     bool include_usage; /* stream_options.include_usage */
+    /* structured output: response_format (json_object, json_schema), the
+     * extensions grammar / regex, or the tool call; NULL = free text */
+    struct anvil_constraint *constraint;
+    enum srv_tools_mode tools; /* the output may be (or must be) a tool call */
 };
 
 /* Parse and validate a JSON body. On failure fills err (400 and the
@@ -138,6 +160,60 @@ struct srv_req {
 bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
                        size_t len, struct srv_req *out, struct srv_err *err);
 void srv_req_free(struct srv_req *r);
+
+/* ---------------------------------------------------------------------- */
+/* tool calling (tools.c) */
+
+#define SRV_MAX_TOOLS 128
+#define SRV_TOOL_NAME_MAX 64
+
+struct cJSON;
+
+/* tools and tool_choice of a chat body (borrowed from the parsed JSON) */
+struct srv_tools {
+    enum srv_tools_mode mode;
+    int n;
+    const struct cJSON *fn[SRV_MAX_TOOLS]; /* each tool's "function" object */
+    const char *name[SRV_MAX_TOOLS];
+    int named; /* SRV_TOOLS_NAMED: index into fn */
+};
+
+/* Check tools/tool_choice (400 naming the field on error). */
+bool srv_tools_parse(const struct cJSON *root, struct srv_tools *t, struct srv_err *e);
+/* The JSON Schema of a call ({"name", "arguments"}) under tool_choice:
+ * malloc'd text, NULL when out of memory. */
+char *srv_tools_schema(const struct srv_tools *t);
+/* System-prompt text listing the functions and how to call them
+ * (malloc'd; NULL when out of memory). */
+char *srv_tools_prompt(const struct srv_tools *t);
+
+/* Splits a streamed output into content text and a call's arguments. */
+enum srv_call_state {
+    SRV_CALL_UNDECIDED = 0, /* "auto": nothing seen yet */
+    SRV_CALL_TEXT,          /* an answer in words: everything is content */
+    SRV_CALL_HEAD,          /* reading {"name": "...", "arguments": */
+    SRV_CALL_ARGS,          /* inside the arguments */
+};
+struct srv_call {
+    enum srv_call_state state;
+    bool named;                          /* the name is known (ARGS reached) */
+    char name[SRV_TOOL_NAME_MAX + 1];
+    struct sbuf head;                    /* the call so far, until the arguments */
+    struct sbuf tail;                    /* held: trailing whitespace and '}' */
+};
+/* forced: the output is a call (required, named); else "auto". */
+void srv_call_init(struct srv_call *c, bool forced);
+void srv_call_free(struct srv_call *c);
+/* Feed the next n bytes of output: content text goes to content, the
+ * arguments' text to args (a trailing run of '}' and whitespace is held:
+ * the call's closing brace may be among it). */
+void srv_call_feed(struct srv_call *c, const char *s, size_t n, struct sbuf *content,
+                   struct sbuf *args);
+/* End of output: complete (the call is whole) drops the call's closing
+ * brace from what is held; the rest is released. */
+void srv_call_end(struct srv_call *c, bool complete, struct sbuf *content, struct sbuf *args);
+/* "call_" and 24 letters and digits from seed. */
+void srv_call_id(char *out, size_t cap, uint64_t seed);
 
 /* ---------------------------------------------------------------------- */
 /* response formatting (response.c) */
@@ -173,10 +249,22 @@ void srv_fmt_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *t
 /* "data: {usage chunk}\n\n" (stream_options.include_usage). */
 void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t n_prompt,
                          int32_t n_gen);
-/* Whole non-streaming response. */
+/* "data: {chunk}\n\n" of a tool-call delta: with name (the first
+ * delta of the call) the id, type and name, then arguments text. */
+void srv_fmt_tool_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *call_id,
+                        const char *name, const char *args, size_t n,
+                        const struct srv_tok *toks, int32_t n_toks);
+/* A tool call of a whole response. */
+struct srv_tool_call {
+    const char *id, *name;
+    const char *args; /* arguments JSON text */
+    size_t n_args;
+};
+/* Whole non-streaming response: call NULL for content text, else the
+ * message carries the call (content null). */
 void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
                   const struct srv_tok *toks, int32_t n_toks, const char *finish,
-                  int32_t n_prompt, int32_t n_gen);
+                  int32_t n_prompt, int32_t n_gen, const struct srv_tool_call *call);
 /* finish_reason string for an engine finish (NULL for NONE). */
 const char *srv_finish_str(enum anvil_finish f);
 

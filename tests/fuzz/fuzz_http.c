@@ -64,7 +64,7 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define N_CTX 64
+#define N_CTX 128 /* room for a tool-calling prompt (the tools are in it) */
 #define MAX_STEPS 8          /* engine steps before the harness hangs up */
 #define MAX_ROUNDS 4000      /* rounds of the exchange before hanging up */
 #define MAX_DRAIN 20000      /* rounds after the hang-up to close everything */

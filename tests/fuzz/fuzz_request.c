@@ -14,10 +14,15 @@
  *     and the OpenAI error body the server would send is valid JSON
  *     (cJSON) and valid UTF-8 with the four fields;
  *   - either way srv_req_free leaves nothing behind (ASan's leak check).
+ * Structured output (response_format, grammar, regex, tools and
+ * tool_choice) is compiled by the parser, so its errors are checked the
+ * same way; an accepted tool_choice required or named carries a
+ * constraint.
  * The same bytes are also the generated text (and, read as token ids and
  * floats, the logprobs) of every response shape (src/server/response.c):
  * each is valid JSON and valid UTF-8, and a valid UTF-8 text without NUL
- * comes back unchanged from the JSON string.
+ * comes back unchanged from the JSON string; the same holds for a tool
+ * call's arguments, whole and streamed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +110,8 @@ static void check_request(const struct srv_req *r, enum srv_kind kind) {
     }
     check(r->top_logprobs >= 0 && r->top_logprobs <= SRV_MAX_TOP_LOGPROBS, "top_logprobs");
     check(!r->include_usage || r->stream, "include_usage only with stream");
+    check((r->tools != SRV_TOOLS_REQUIRED && r->tools != SRV_TOOLS_NAMED) || r->constraint,
+          "a required or named tool call is constrained");
     char msg[160];
     check(anvil_sampler_params_check(&r->sampling, msg, sizeof(msg)) == ANVIL_OK,
           "sampler parameters accepted");
@@ -168,7 +175,7 @@ static void fuzz_response(const char *text, size_t size) {
                           kind == SRV_KIND_CHAT, "stop", 7);
         else
             srv_fmt_full(&b, &ri, text, size, toks, lp ? n_toks : 0, "length", 3,
-                         n_toks);
+                         n_toks, NULL);
         check(!b.oom && b.len > 0, "response formatted");
         check(valid_utf8((const unsigned char *)b.p, b.len), "response is valid UTF-8");
         const char *json = b.p;
@@ -186,6 +193,53 @@ static void fuzz_response(const char *text, size_t size) {
         check(got != NULL, "response holds the text");
         if (plain) check(strlen(got) == size && !memcmp(got, text, size),
                          "valid UTF-8 text comes back unchanged");
+        cJSON_Delete(root);
+        sb_free(&b);
+    }
+}
+
+/* The same bytes as a tool call's arguments: the whole message's
+ * tool_calls[0].function and a streamed tool-call delta are valid JSON and
+ * UTF-8, and valid UTF-8 arguments come back unchanged. */
+static void fuzz_tool_call(const char *text, size_t size) {
+    bool plain = valid_utf8((const unsigned char *)text, size) && !memchr(text, 0, size);
+    struct srv_resp_info ri = {
+        .kind = SRV_KIND_CHAT,
+        .id = "chatcmpl-fuzz",
+        .created = 1,
+        .model_id = g_lim.model_id,
+        .model = g_model,
+    };
+    const struct srv_tool_call call = {"call_fuzz", "get_weather", text, size};
+    for (int chunk = 0; chunk < 2; chunk++) {
+        struct sbuf b;
+        sb_init(&b);
+        if (chunk)
+            srv_fmt_tool_chunk(&b, &ri, call.id, call.name, text, size, NULL, 0);
+        else
+            srv_fmt_full(&b, &ri, NULL, 0, NULL, 0, "tool_calls", 3, 1, &call);
+        check(!b.oom && b.len > 0, "tool call formatted");
+        check(valid_utf8((const unsigned char *)b.p, b.len), "tool call is valid UTF-8");
+        const char *json = b.p;
+        size_t len = b.len;
+        if (chunk) {
+            check(len > 8 && !memcmp(json, "data: ", 6) && !memcmp(json + len - 2, "\n\n", 2),
+                  "tool chunk SSE framing");
+            json += 6;
+            len -= 8;
+        }
+        cJSON *root = cJSON_ParseWithLength(json, len);
+        check(root != NULL, "tool call is valid JSON");
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0);
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(ch, chunk ? "delta" : "message");
+        const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), 0);
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
+        check(name && !strcmp(name, call.name), "tool call holds the name");
+        const char *got = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "arguments"));
+        check(got != NULL, "tool call holds the arguments");
+        if (plain) check(strlen(got) == size && !memcmp(got, text, size),
+                         "valid UTF-8 arguments come back unchanged");
         cJSON_Delete(root);
         sb_free(&b);
     }
@@ -210,6 +264,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         srv_req_free(&r);
     }
     fuzz_response(body, size);
+    fuzz_tool_call(body, size);
     free(body);
     return 0;
 }

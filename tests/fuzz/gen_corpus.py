@@ -301,6 +301,57 @@ def request_seeds():
     put("request", "unicode.json", '{"messages": [{"role": "user", "content": "caf\\u00e9 '
         '\\ud83d\\ude42 \\ud800 lone"}]}')
     put("request", "malformed.json", '{"prompt": "x", "max_tokens": 1e400, ')
+    # structured output: response_format, the grammar / regex extensions,
+    # tools and tool_choice; accepted shapes and refused ones (unsupported
+    # keyword, grammar and regex errors, conflicting fields)
+    u = [{"role": "user", "content": "x"}]
+    person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                               "age": {"type": "integer", "minimum": 0}},
+              "required": ["name"], "additionalProperties": False}
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "d",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                        "unit": {"enum": ["c", "f"]}},
+                       "required": ["city"]}}}
+    tree = {"$defs": {"n": {"type": "object", "properties": {
+        "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/n"},
+                                           "maxItems": 2}}, "required": ["v"]}},
+        "$ref": "#/$defs/n"}
+    structured = {
+        "rf_json_object": {"messages": u, "response_format": {"type": "json_object"}},
+        "rf_json_schema": {"messages": u, "max_tokens": 8, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "p", "schema": person,
+                                                   "strict": True}}},
+        "rf_recursive": {"prompt": "x", "response_format": {
+            "type": "json_schema", "json_schema": {"name": "t", "schema": tree}}},
+        "rf_unsupported": {"messages": u, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "p", "schema": {
+                "type": "object", "propertyNames": {"pattern": "a"}}}}},
+        "rf_bad_type": {"messages": u, "response_format": {"type": "xml"}},
+        "grammar": {"prompt": "x", "grammar": 'root ::= "yes" | "no" | [0-9]+ ("." [0-9])?'},
+        "grammar_undefined": {"messages": u, "grammar": "root ::= item+\n"},
+        "grammar_left": {"messages": u, "grammar": 'root ::= root "a" | "b"'},
+        "regex": {"prompt": "x", "regex": "[0-9]{4}-(0[1-9]|1[0-2])-[0-3][0-9]"},
+        "regex_bad": {"messages": u, "regex": "(a|b"},
+        "regex_and_grammar": {"messages": u, "regex": "a", "grammar": 'root ::= "a"'},
+        "tools_auto": {"messages": u, "tools": [weather], "tool_choice": "auto"},
+        "tools_required": {"messages": u, "tools": [weather], "tool_choice": "required",
+                           "stream": True},
+        "tools_named": {"messages": u, "tools": [weather], "tool_choice": {
+            "type": "function", "function": {"name": "get_weather"}}},
+        "tools_unknown": {"messages": u, "tools": [weather], "tool_choice": {
+            "type": "function", "function": {"name": "nope"}}},
+        "tools_none_regex": {"messages": u, "tools": [weather], "tool_choice": "none",
+                             "regex": "[a-z]+"},
+        "tool_history": {"messages": u + [
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "12 C"}],
+            "tools": [weather]},
+    }
+    for name, b in structured.items():
+        put("request", f"{name}.json", json.dumps(b))
 
 
 def constrain_seeds():
@@ -359,6 +410,17 @@ def http_seeds():
         "post_completion_text": http_req("POST", "/v1/completions",
                                          {"prompt": "The sky is", "max_tokens": 3, "logprobs": 1}),
         "post_chat_stream": http_req("POST", "/v1/chat/completions", chat, headers=[key]),
+        "post_json_schema": http_req("POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "response_format": {
+                "type": "json_schema", "json_schema": {"name": "n", "schema": {
+                    "type": "object", "properties": {"n": {"type": "integer"}}}}}}),
+        "post_tool_stream": http_req("POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True,
+            "tool_choice": "required", "tools": [{"type": "function", "function": {
+                "name": "f", "parameters": {"type": "object", "properties": {
+                    "a": {"enum": [1, 2]}}}}}]}),
+        "post_regex": http_req("POST", "/v1/completions",
+                               {"prompt": [300], "max_tokens": 3, "regex": "[0-9]{2}"}),
         "post_chunked": http_req("POST", "/v1/completions",
                                  chunks=[b'{"prompt": [300, 301], ', b'"max_tokens": 1}']),
         "post_expect": http_req("POST", "/v1/completions", comp,

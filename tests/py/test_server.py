@@ -394,7 +394,7 @@ BAD_CHAT = [
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"model": 3}, "model"),
     ({"bogus_field": 1}, "bogus_field"),
-    ({"tools": [{"type": "function"}]}, "tools"),
+    ({"tools": [{"type": "function"}]}, "tools[0]"),
     ({"logit_bias": {"1": 5}}, "logit_bias"),
     ({"messages": []}, "messages"),
     ({"messages": "hi"}, "messages"),

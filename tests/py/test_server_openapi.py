@@ -243,6 +243,22 @@ GEN = [
                                            {"role": "user", "content": [{"type": "text",
                                                                          "text": "Hi"}]}],
                               "max_tokens": 3, "logprobs": True, "top_logprobs": 2}),
+    # structured output: a regex, a JSON schema, a forced tool call
+    ("/v1/completions", {"prompt": "The year is", "max_tokens": 8, "temperature": 0,
+                         "regex": " [0-9]{4}"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "A number as JSON"}],
+                              "max_tokens": 24, "temperature": 0,
+                              "response_format": {"type": "json_schema", "json_schema": {
+                                  "name": "n", "strict": True, "schema": {
+                                      "type": "object", "properties": {"n": {"type": "integer"}},
+                                      "required": ["n"], "additionalProperties": False}}}}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Weather in Oslo?"}],
+                              "max_tokens": 32, "temperature": 0, "tool_choice": "required",
+                              "tools": [{"type": "function", "function": {
+                                  "name": "weather", "parameters": {
+                                      "type": "object", "properties": {"city": {"type": "string",
+                                                                               "maxLength": 12}},
+                                      "required": ["city"]}}}]}),
 ]
 
 

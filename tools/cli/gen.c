@@ -1,5 +1,8 @@
 /*
- * gen.c - the generation loop shared by `anvil run` and `anvil chat`.
+ * gen.c - the generation loop shared by `anvil run` and `anvil chat`: one
+ * request at a time through the serving engine (stepped on this thread),
+ * so the CLI and the server share one code path - stop handling, prefix
+ * caching across chat turns, speculation and constraints.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +45,13 @@ void gen_print_opts_help(FILE *f) {
             "      --chat-template NAME  chat template family instead of the model's: chatml,\n"
             "                        llama3, gemma, mistral-v1, mistral-v3, mistral-v7, phi3\n"
             "      --ignore-eos      keep generating past end-of-generation tokens\n"
+            "      --json-schema FILE  the output is one JSON value valid under the schema\n"
+            "      --grammar FILE    the output follows the GBNF grammar (start rule root)\n"
+            "      --regex RE        the whole output matches the regular expression\n"
+            "                        (one of the three; see README, Structured output)\n"
+            "      --spec ngram|draft  speculative decoding: prompt lookup, or --draft\n"
+            "      --draft FILE      draft model (same vocabulary) for --spec draft\n"
+            "      --spec-k K        most tokens proposed per step (1..16, default 8)\n"
             "      --kernels K       auto, ref, avx2 or avx512\n"
             "  -v, --verbose         print the model, kernels and seed\n");
 }
@@ -128,11 +138,92 @@ int gen_parse_opt(const char *cmd, struct gen_opts *o, int argc, char **argv, in
         o->verbose = true;
     } else if (!strcmp(a, "--ignore-eos")) {
         o->ignore_eos = true;
+    } else if (!strcmp(a, "--json-schema")) {
+        VAL();
+        o->json_schema_file = v;
+    } else if (!strcmp(a, "--grammar")) {
+        VAL();
+        o->grammar_file = v;
+    } else if (!strcmp(a, "--regex")) {
+        VAL();
+        o->regex = v;
+    } else if (!strcmp(a, "--spec")) {
+        VAL();
+        if (!strcmp(v, "ngram")) o->spec = ANVIL_SPEC_NGRAM;
+        else if (!strcmp(v, "draft")) o->spec = ANVIL_SPEC_DRAFT;
+        else if (!strcmp(v, "off")) o->spec = ANVIL_SPEC_OFF;
+        else {
+            cli_fail(cmd, "--spec must be ngram, draft or off, got '%s'", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--draft")) {
+        VAL();
+        o->draft_path = v;
+    } else if (!strcmp(a, "--spec-k")) {
+        VAL();
+        if (!cli_int(cmd, a, v, 1, ANVIL_SPEC_K_MAX, &iv)) return -1;
+        o->spec_k = (int)iv;
     } else {
         return 0;
     }
 #undef VAL
     return 1;
+}
+
+/* The whole of a file (malloc'd), or NULL with errno. */
+static char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0;
+    char *b = malloc(cap);
+    while (b) {
+        len += fread(b + len, 1, cap - len, f);
+        if (len < cap) break;
+        char *nb = realloc(b, cap *= 2);
+        if (!nb) free(b);
+        b = nb;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(b);
+        return NULL;
+    }
+    *n = len;
+    return b;
+}
+
+/* --json-schema / --grammar / --regex: compile (exit 2 with the message
+ * on error). */
+static int open_constraint(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
+    int n_src = !!o->json_schema_file + !!o->grammar_file + !!o->regex;
+    if (n_src == 0) return 0;
+    if (n_src > 1) return cli_fail(cmd, "--json-schema, --grammar and --regex exclude each other");
+    if (o->ignore_eos)
+        return cli_fail(cmd, "--ignore-eos cannot be combined with a constraint (the constraint "
+                        "decides where the output ends)");
+    enum anvil_constraint_kind kind = o->regex          ? ANVIL_CONSTRAINT_REGEX
+                                      : o->grammar_file ? ANVIL_CONSTRAINT_GBNF
+                                                        : ANVIL_CONSTRAINT_JSON_SCHEMA;
+    const char *path = o->grammar_file ? o->grammar_file : o->json_schema_file;
+    const char *opt = o->regex ? "--regex" : o->grammar_file ? "--grammar" : "--json-schema";
+    size_t n = 0;
+    char *text = NULL;
+    if (o->regex) {
+        n = strlen(o->regex);
+    } else if (!(text = read_file(path, &n))) {
+        return cli_fail(cmd, "%s: cannot read '%s'", opt, path);
+    }
+    char err[512];
+    anvil_status st = anvil_constraint_compile(s->model, kind, o->regex ? o->regex : text, n, NULL,
+                                               &s->constraint, err, sizeof(err));
+    free(text);
+    if (st == ANVIL_ERR_NOMEM) {
+        fprintf(stderr, "anvil %s: %s: out of memory\n", cmd, opt);
+        return 1;
+    }
+    if (st != ANVIL_OK) return cli_fail(cmd, "%s: %s", opt, err);
+    return 0;
 }
 
 int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
@@ -143,10 +234,13 @@ int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
     if (!o->seed_set) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     if (anvil_sampler_params_check(&sp, err, sizeof(err)) != ANVIL_OK)
         return cli_fail(cmd, "%s", err);
+    if (o->spec == ANVIL_SPEC_DRAFT && !o->draft_path)
+        return cli_fail(cmd, "--spec draft needs --draft FILE");
     struct anvil_model_params mp = anvil_model_default_params();
     mp.kernels = o->kernels;
     anvil_status st = anvil_model_load(o->model_path, &mp, &s->model, err, sizeof(err));
     if (st != ANVIL_OK) return cli_fail(cmd, "%s", err);
+    int rc;
     if (o->chat_template) {
         if (anvil_chat_template_set(s->model, o->chat_template) != ANVIL_OK) {
             gen_close(s);
@@ -159,23 +253,41 @@ int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
                 "recognises; using ChatML (choose another with --chat-template NAME: %s)\n",
                 cmd, anvil_chat_template_names());
     }
-    struct anvil_ctx_params cp = anvil_ctx_default_params();
-    cp.n_ctx = o->n_ctx;
-    cp.n_threads = o->n_threads;
-    if ((st = anvil_ctx_init(s->model, &cp, &s->ctx, err, sizeof(err))) != ANVIL_OK) {
+    if (o->draft_path &&
+        (st = anvil_model_load(o->draft_path, &mp, &s->draft, err, sizeof(err))) != ANVIL_OK) {
         gen_close(s);
-        return cli_fail(cmd, "cannot create a context: %s", err);
+        return cli_fail(cmd, "--draft: %s", err);
     }
-    if ((st = anvil_sampler_init(&sp, anvil_model_n_vocab(s->model), &s->smp)) != ANVIL_OK) {
+    if ((rc = open_constraint(cmd, o, s)) != 0) {
         gen_close(s);
-        return cli_fail(cmd, "cannot create the sampler: %s", anvil_status_str(st));
+        return rc;
     }
-    s->n_ctx = anvil_ctx_n_ctx(s->ctx);
-    s->cached = malloc((size_t)s->n_ctx * sizeof(anvil_token));
+    /* one request at a time: one sequence, the CLI's context default
+     * (min(train, 4096)), prompt chunks as large as a step */
+    struct anvil_engine_params ep = anvil_engine_default_params();
+    int32_t train = anvil_model_n_ctx_train(s->model);
+    ep.n_ctx = o->n_ctx ? o->n_ctx : train < 4096 ? train : 4096;
+    ep.n_threads = o->n_threads;
+    ep.max_running = 1;
+    ep.max_queue = 1;
+    ep.step_tokens = 512;
+    ep.prefill_chunk = 512;
+    ep.spec = o->spec;
+    ep.spec_k = o->spec_k;
+    ep.draft = o->spec == ANVIL_SPEC_DRAFT ? s->draft : NULL;
+    if ((st = anvil_engine_init(s->model, &ep, &s->engine, err, sizeof(err))) != ANVIL_OK) {
+        gen_close(s);
+        if (st == ANVIL_ERR_INVALID || st == ANVIL_ERR_UNSUPPORTED || st == ANVIL_ERR_FORMAT)
+            return cli_fail(cmd, "%s", err);
+        fprintf(stderr, "anvil %s: cannot start the engine: %s\n", cmd, err);
+        return 1;
+    }
+    s->n_ctx = anvil_engine_n_ctx(s->engine);
     s->buf = malloc((size_t)s->n_ctx * sizeof(anvil_token));
-    if (!s->cached || !s->buf) {
+    if (!s->buf) {
         gen_close(s);
-        return cli_fail(cmd, "out of memory");
+        fprintf(stderr, "anvil %s: out of memory\n", cmd);
+        return 1;
     }
     s->seed = sp.seed;
     if (o->verbose)
@@ -186,124 +298,124 @@ int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
 }
 
 void gen_close(struct gen_session *s) {
-    anvil_sampler_free(s->smp);
-    anvil_ctx_free(s->ctx);
+    anvil_engine_free(s->engine);
+    anvil_constraint_free(s->constraint);
+    anvil_model_free(s->draft);
     anvil_model_free(s->model);
-    free(s->cached);
     free(s->buf);
     memset(s, 0, sizeof(*s));
 }
 
-/* Decode tokens [from, n) of s->buf for sequence 0 in n_batch chunks;
- * the last chunk asks for logits of its last row. */
-static anvil_status prefill(struct gen_session *s, int from, int n) {
-    enum { CHUNK = 512 };
-    static int32_t pos[CHUNK], seq[CHUNK];
-    for (int i = from; i < n; i += CHUNK) {
-        int k = n - i < CHUNK ? n - i : CHUNK;
-        for (int j = 0; j < k; j++) {
-            pos[j] = i + j;
-            seq[j] = 0;
+/* What the engine's events leave for the stats line and the caller. */
+struct run_state {
+    FILE *out;
+    char *reply; /* NULL when the caller wants none */
+    size_t len, cap;
+    bool oom;
+    bool done;
+    enum anvil_finish finish;
+    int32_t n_gen, n_reused;
+    double t_first, t_done;
+    char error[256];
+};
+
+static void put_text(struct run_state *rs, const char *t, int32_t n) {
+    if (n <= 0) return;
+    fwrite(t, 1, (size_t)n, rs->out);
+    fflush(rs->out);
+    if (!rs->reply || rs->oom) return;
+    if (rs->len + (size_t)n + 1 > rs->cap) {
+        size_t cap = rs->cap;
+        while (rs->len + (size_t)n + 1 > cap) cap *= 2;
+        char *r = realloc(rs->reply, cap);
+        if (!r) {
+            rs->oom = true;
+            return;
         }
-        struct anvil_batch b = {.n_tokens = k, .token = s->buf + i, .pos = pos, .seq_id = seq};
-        anvil_status st = anvil_decode(s->ctx, &b);
-        if (st != ANVIL_OK) return st;
+        rs->reply = r;
+        rs->cap = cap;
     }
-    return ANVIL_OK;
+    memcpy(rs->reply + rs->len, t, (size_t)n);
+    rs->len += (size_t)n;
+    rs->reply[rs->len] = '\0';
+}
+
+static void on_event(void *user, const struct anvil_event *ev) {
+    struct run_state *rs = user;
+    put_text(rs, ev->text, ev->text_len);
+    if (ev->type == ANVIL_EVENT_TOKEN) {
+        if (rs->t_first == 0) rs->t_first = now_s();
+        return;
+    }
+    rs->done = true;
+    rs->t_done = now_s();
+    rs->finish = ev->finish;
+    rs->n_gen = ev->n_gen;
+    rs->n_reused = ev->n_reused;
+    if (ev->error) snprintf(rs->error, sizeof(rs->error), "%s", ev->error);
 }
 
 /* Generate after the n prompt tokens in s->buf. */
 static int generate(const char *cmd, const struct gen_opts *o, struct gen_session *s, int n,
                     FILE *out, char **reply) {
-    anvil_status st;
     if (n == 0) return cli_fail(cmd, "the prompt is empty after tokenization");
     if (n >= s->n_ctx)
         return cli_fail(cmd, "the prompt (%d tokens) leaves no room in the context (%d)", n,
                         s->n_ctx);
-
-    /* reuse the longest cached prefix, but always recompute at least the
-     * last prompt token so that we get its logits */
-    int keep = 0;
-    while (keep < s->n_cached && keep < n - 1 && s->cached[keep] == s->buf[keep]) keep++;
-    if (anvil_seq_truncate(s->ctx, 0, keep) != ANVIL_OK) {
-        /* sliding-window layers no longer hold the window at `keep`:
-         * recompute the whole prompt */
-        keep = 0;
-        anvil_seq_truncate(s->ctx, 0, 0);
+    /* the context bounds the answer, as it always did: "context full" */
+    int room = s->n_ctx - n;
+    int max_tokens = o->n_predict < room ? o->n_predict : room;
+    struct anvil_request_params rp = {
+        .prompt = s->buf,
+        .n_prompt = n,
+        .max_tokens = max_tokens,
+        .sampling = o->sp,
+        .ignore_eos = o->ignore_eos,
+        .constraint = s->constraint,
+    };
+    rp.sampling.seed = s->seed;
+    /* each turn of a chat draws on from where the seed leaves it */
+    s->seed = s->seed * 6364136223846793005ull + 1442695040888963407ull;
+    struct run_state rs = {.out = out};
+    if (reply) {
+        rs.cap = 256;
+        rs.reply = malloc(rs.cap);
+        if (rs.reply) rs.reply[0] = '\0';
     }
-    anvil_sampler_reset(s->smp);
-    for (int i = 0; i < n; i++) anvil_sampler_accept(s->smp, s->buf[i]);
-
+    char err[256];
     double t0 = now_s();
-    st = prefill(s, keep, n);
-    if (st != ANVIL_OK) return cli_fail(cmd, "prefill failed: %s", anvil_ctx_errmsg(s->ctx));
-    double t1 = now_s();
-    memcpy(s->cached, s->buf, (size_t)n * sizeof(anvil_token));
-    s->n_cached = n;
-
-    struct anvil_detok dt;
-    anvil_detok_reset(&dt);
-    char piece[512];
-    size_t rlen = 0, rcap = 256;
-    char *r = reply ? malloc(rcap) : NULL;
-    int n_gen = 0;
-    const char *stop_reason = "length";
-    while (n_gen < o->n_predict) {
-        const float *logits = anvil_get_logits(s->ctx, 0);
-        anvil_token t = anvil_sampler_sample(s->smp, logits, NULL);
-        if (t < 0) {
-            stop_reason = "no token";
-            break;
-        }
-        if (!o->ignore_eos && anvil_token_is_eog(s->model, t)) {
-            stop_reason = "eos";
-            break;
-        }
-        anvil_sampler_accept(s->smp, t);
-        n_gen++;
-        int k = anvil_detok_push(s->model, &dt, t, piece, sizeof(piece));
-        if (k > 0) {
-            fwrite(piece, 1, (size_t)k, out);
-            fflush(out);
-            if (r) {
-                while (rlen + (size_t)k + 1 > rcap) r = realloc(r, rcap *= 2);
-                memcpy(r + rlen, piece, (size_t)k);
-                rlen += (size_t)k;
-            }
-        }
-        if (s->n_cached >= s->n_ctx) {
-            stop_reason = "context full";
-            break;
-        }
-        if (n_gen == o->n_predict) break;
-        int32_t pos = s->n_cached, seq = 0;
-        struct anvil_batch b = {.n_tokens = 1, .token = &t, .pos = &pos, .seq_id = &seq};
-        if ((st = anvil_decode(s->ctx, &b)) != ANVIL_OK) {
-            stop_reason = "context full";
-            break;
-        }
-        s->cached[s->n_cached++] = t;
+    anvil_status st = anvil_engine_submit(s->engine, &rp, on_event, &rs, NULL, err, sizeof(err));
+    if (st != ANVIL_OK) {
+        free(rs.reply);
+        return cli_fail(cmd, "%s", err);
     }
-    int k = anvil_detok_flush(&dt, piece, sizeof(piece));
-    if (k > 0) {
-        fwrite(piece, 1, (size_t)k, out);
-        if (r) {
-            while (rlen + (size_t)k + 1 > rcap) r = realloc(r, rcap *= 2);
-            memcpy(r + rlen, piece, (size_t)k);
-            rlen += (size_t)k;
+    while (!rs.done) {
+        st = anvil_engine_step(s->engine, NULL);
+        if (st != ANVIL_OK && !rs.done) {
+            fprintf(stderr, "anvil %s: %s\n", cmd, anvil_engine_errmsg(s->engine));
+            break;
         }
     }
     fflush(out);
-    double t2 = now_s();
-    int n_pre = n - keep;
+    const char *why = rs.finish == ANVIL_FINISH_STOP     ? "eos"
+                      : rs.finish == ANVIL_FINISH_LENGTH ? (rs.n_gen < o->n_predict ? "context full"
+                                                                                    : "length")
+                      : rs.finish == ANVIL_FINISH_ERROR  ? "error"
+                                                         : "cancelled";
+    if (rs.finish == ANVIL_FINISH_STOP && s->constraint) why = "eos (output complete)";
+    double t1 = rs.t_first > 0 ? rs.t_first : rs.t_done;
+    int n_pre = n - rs.n_reused;
     fprintf(stderr,
             "\n[prompt %d tok (%d reused), prefill %.1f tok/s | generated %d tok, decode %.1f "
             "tok/s | stop: %s]\n",
-            n, keep, n_pre / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
-            n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, stop_reason);
-    if (r) {
-        r[rlen] = '\0';
-        *reply = r;
+            n, rs.n_reused, n_pre / (t1 - t0 > 0 ? t1 - t0 : 1e-9), rs.n_gen,
+            rs.n_gen > 1 ? (rs.n_gen - 1) / (rs.t_done - t1 > 0 ? rs.t_done - t1 : 1e-9) : 0.0,
+            why);
+    if (reply) *reply = rs.reply;
+    else free(rs.reply);
+    if (rs.finish == ANVIL_FINISH_ERROR || !rs.done) {
+        fprintf(stderr, "anvil %s: %s\n", cmd, rs.error[0] ? rs.error : "generation failed");
+        return 1;
     }
     return 0;
 }

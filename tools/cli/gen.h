@@ -1,6 +1,7 @@
 /*
- * gen.h - shared generation loop for `run` and `chat`: options, model and
- * context setup, prefill in n_batch chunks with KV prefix reuse, sampling,
+ * gen.h - the generation loop of `run` and `chat`: options, model and
+ * engine setup, one request at a time through the serving engine (the
+ * code path of `anvil serve`: prefix caching, speculation, constraints),
  * streaming UTF-8-safe output and the stats line.
  */
 #ifndef ANVIL_CLI_GEN_H
@@ -24,15 +25,22 @@ struct gen_opts {
     const char *kernels;
     const char *chat_template; /* --chat-template NAME, or NULL: the model's */
     struct anvil_sampler_params sp;
+    /* structured output: at most one of these */
+    const char *json_schema_file; /* --json-schema FILE */
+    const char *grammar_file;     /* --grammar FILE */
+    const char *regex;            /* --regex RE */
+    /* speculative decoding */
+    enum anvil_spec spec;   /* --spec ngram|draft (DEFAULT: off) */
+    const char *draft_path; /* --draft FILE */
+    int spec_k;             /* --spec-k K (0: the engine's default) */
 };
 
 struct gen_session {
     struct anvil_model *model;
-    struct anvil_ctx *ctx;
-    struct anvil_sampler *smp;
-    anvil_token *cached;  /* tokens currently in the KV cache (seq 0) */
-    int n_cached;
-    anvil_token *buf;     /* (n_ctx) scratch for tokenization */
+    struct anvil_model *draft;
+    struct anvil_engine *engine;
+    struct anvil_constraint *constraint; /* NULL: free text */
+    anvil_token *buf;  /* (n_ctx) scratch for tokenization */
     int n_ctx;
     uint64_t seed;
 };
@@ -44,13 +52,15 @@ int gen_parse_opt(const char *cmd, struct gen_opts *o, int argc, char **argv, in
 void gen_opts_default(struct gen_opts *o);
 void gen_print_opts_help(FILE *f);
 
-/* Load model, ctx, sampler. Returns 0 or an exit status (error printed). */
+/* Load the model (and draft), compile the constraint, start the engine.
+ * Returns 0 or an exit status (error printed: 2 for bad input). */
 int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s);
 void gen_close(struct gen_session *s);
 
-/* Tokenize text, reuse the cached prefix, prefill the rest, then generate
- * up to o->n_predict tokens, streaming text to out. Appends the generated
- * tokens to the cache record. Returns 0 or an exit status. */
+/* Tokenize text, then generate up to o->n_predict tokens (fewer when the
+ * context is full), streaming text to out; a cached prefix of an earlier
+ * request is reused. *reply (optional) gets the text (malloc'd). Returns 0
+ * or an exit status. */
 int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, const char *text,
             FILE *out, char **reply);
 /* The same for a conversation: rendered with the model's chat template

@@ -1,0 +1,232 @@
+/*
+ * cons.c - constraints in the engine: the compiled-constraint handle of
+ * the public API, the per-model vocabulary index, and the per-request
+ * choice of tokens under a constraint. cons.h says how a token is chosen
+ * and why that is exact; src/constrain does the automata.
+ */
+#include <string.h>
+
+#include "core/core.h"
+#include "engine/cons.h"
+
+/* ---------------------------------------------------------------------- */
+/* the public handle */
+
+anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_constraint_kind kind,
+                                      const char *text, size_t len,
+                                      const struct anvil_constraint_params *p,
+                                      struct anvil_constraint **out, char *err, size_t err_cap) {
+    if (err && err_cap) err[0] = '\0';
+    if (!m || !out || (!text && len)) {
+        errmsg_set(err, err_cap, "constraint: model and out are required");
+        return ANVIL_ERR_INVALID;
+    }
+    enum cn_kind ck;
+    switch (kind) {
+    case ANVIL_CONSTRAINT_REGEX: ck = CN_REGEX; break;
+    case ANVIL_CONSTRAINT_GBNF: ck = CN_GBNF; break;
+    case ANVIL_CONSTRAINT_JSON_SCHEMA: ck = CN_JSON_SCHEMA; break;
+    case ANVIL_CONSTRAINT_JSON: ck = CN_JSON; break;
+    default:
+        errmsg_set(err, err_cap, "constraint: unknown kind %d", (int)kind);
+        return ANVIL_ERR_INVALID;
+    }
+    struct cn_options o = cn_default_options();
+    if (p) {
+        o.ws = p->compact ? CN_WS_COMPACT : CN_WS_FLEX;
+        o.or_text = p->or_text;
+    }
+    struct anvil_constraint *c = anvil_calloc(1, sizeof(*c));
+    if (!c) {
+        errmsg_set(err, err_cap, "out of memory");
+        return ANVIL_ERR_NOMEM;
+    }
+    anvil_status st = cn_compile(ck, text ? text : "", len, &o, &c->prog, err, err_cap);
+    if (st != ANVIL_OK) {
+        anvil_free(c);
+        return st;
+    }
+    atomic_init(&c->refs, 1);
+    c->m = m;
+    *out = c;
+    return ANVIL_OK;
+}
+
+void cons_ref(struct anvil_constraint *c) { atomic_fetch_add(&c->refs, 1); }
+
+struct anvil_constraint *anvil_constraint_retain(struct anvil_constraint *c) {
+    if (c) cons_ref(c);
+    return c;
+}
+
+void anvil_constraint_free(struct anvil_constraint *c) {
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+    cn_program_free(c->prog);
+    anvil_free(c);
+}
+
+bool anvil_constraint_matches(const struct anvil_constraint *c, const char *text, size_t len) {
+    struct cn_state *s = NULL;
+    if (!c || (!text && len) || cn_state_init(c->prog, NULL, &s) != ANVIL_OK) return false;
+    bool ok = cn_advance_bytes(s, (const uint8_t *)text, len) == ANVIL_OK && cn_accepts(s);
+    cn_state_free(s);
+    return ok;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the vocabulary index */
+
+void cons_index_init(struct cons_index *ix) {
+    pthread_mutex_init(&ix->mu, NULL);
+    atomic_init(&ix->v, NULL);
+}
+
+void cons_index_free(struct cons_index *ix) {
+    cn_vocab_free(atomic_load(&ix->v));
+    pthread_mutex_destroy(&ix->mu);
+}
+
+/* Every token's bytes as the model writes them (control tokens without
+ * their text: they never spell output), end-of-generation tokens marked. */
+static anvil_status build_index(const struct anvil_model *m, struct cn_vocab **out, char *err,
+                                size_t err_cap) {
+    int32_t n = anvil_model_n_vocab(m);
+    anvil_status st = ANVIL_ERR_NOMEM;
+    const uint8_t **bytes = anvil_calloc((size_t)n, sizeof(*bytes));
+    int32_t *lens = anvil_calloc((size_t)n, sizeof(*lens));
+    uint32_t *off = anvil_calloc((size_t)n + 1, sizeof(*off));
+    uint8_t *kinds = anvil_calloc((size_t)n, 1);
+    size_t cap = (size_t)1 << 16, len = 0;
+    uint8_t *data = anvil_malloc(cap);
+    if (!bytes || !lens || !off || !kinds || !data) goto fail;
+    for (int32_t t = 0; t < n; t++) {
+        for (;;) { /* grow until the piece fits */
+            int32_t k = anvil_token_to_piece(m, t, (char *)data + len, (int32_t)(cap - len),
+                                             false);
+            if (k >= 0) {
+                lens[t] = k;
+                break;
+            }
+            size_t need = len + (size_t)-k, nc = cap;
+            while (nc < need) nc *= 2;
+            uint8_t *d = anvil_realloc(data, nc);
+            if (!d) goto fail;
+            data = d;
+            cap = nc;
+        }
+        off[t] = (uint32_t)len;
+        len += (size_t)lens[t];
+        kinds[t] = anvil_token_is_eog(m, t) ? CN_TOK_EOG : lens[t] == 0 ? CN_TOK_NEVER : CN_TOK_TEXT;
+    }
+    for (int32_t t = 0; t < n; t++) bytes[t] = data + off[t];
+    st = cn_vocab_build(n, bytes, lens, kinds, out, err, err_cap);
+fail:
+    if (st == ANVIL_ERR_NOMEM && err && err_cap && !err[0])
+        errmsg_set(err, err_cap, "out of memory (vocabulary index)");
+    anvil_free(bytes);
+    anvil_free(lens);
+    anvil_free(off);
+    anvil_free(kinds);
+    anvil_free(data);
+    return st;
+}
+
+anvil_status cons_index_get(struct cons_index *ix, const struct anvil_model *m,
+                            const struct cn_vocab **out, char *err, size_t err_cap) {
+    struct cn_vocab *v = atomic_load_explicit(&ix->v, memory_order_acquire);
+    if (v) {
+        *out = v;
+        return ANVIL_OK;
+    }
+    pthread_mutex_lock(&ix->mu);
+    anvil_status st = ANVIL_OK;
+    v = atomic_load_explicit(&ix->v, memory_order_relaxed);
+    if (!v && (st = build_index(m, &v, err, err_cap)) == ANVIL_OK)
+        atomic_store_explicit(&ix->v, v, memory_order_release);
+    pthread_mutex_unlock(&ix->mu);
+    if (st == ANVIL_OK) *out = v;
+    return st;
+}
+
+/* ---------------------------------------------------------------------- */
+/* per request */
+
+anvil_status cons_req_init(struct cons_req *q, struct anvil_constraint *c,
+                           const struct cn_vocab *v, char *err, size_t err_cap) {
+    memset(q, 0, sizeof(*q));
+    anvil_status st = cn_state_init(c->prog, v, &q->st);
+    if (st == ANVIL_ERR_UNSUPPORTED) {
+        errmsg_set(err, err_cap, "constraint: too ambiguous to start (more than the run-time "
+                   "bound of simultaneous parses)");
+        return st;
+    }
+    if (st == ANVIL_OK && !(q->mask = anvil_malloc(((size_t)cn_vocab_n_vocab(v) + 7) / 8)))
+        st = ANVIL_ERR_NOMEM;
+    if (st != ANVIL_OK) {
+        if (st == ANVIL_ERR_NOMEM) errmsg_set(err, err_cap, "out of memory");
+        cn_state_free(q->st);
+        memset(q, 0, sizeof(*q));
+        return st;
+    }
+    cons_ref(c);
+    q->c = c;
+    q->v = v;
+    return ANVIL_OK;
+}
+
+void cons_req_free(struct cons_req *q) {
+    if (!q->c) return;
+    cn_state_free(q->st);
+    cn_state_free(q->scratch);
+    anvil_free(q->mask);
+    anvil_constraint_free(q->c);
+    memset(q, 0, sizeof(*q));
+}
+
+anvil_token cons_choose(struct cons_req *q, struct anvil_sampler *smp, bool greedy, bool penalized,
+                        const float *logits, anvil_token argmax, anvil_token draft,
+                        const char **why) {
+    q->n_tokens++;
+    if (greedy) {
+        /* the model's own choice first: when allowed it is the answer */
+        anvil_token t = penalized && logits ? anvil_sampler_sample(smp, logits, NULL) : argmax;
+        if (t >= 0 && cn_allowed(q->st, t)) return t;
+    }
+    if (!logits) {
+        *why = "the logits are not finite";
+        return -1;
+    }
+    q->n_masks++;
+    int32_t n = cn_fill_mask(q->st, q->mask);
+    if (n < 0) {
+        *why = "out of memory (constraint mask)";
+        return -1;
+    }
+    if (n == 0) {
+        *why = "constraint: no token of the vocabulary can continue the output here (the "
+               "grammar needs text the model cannot spell, or a run-time bound of the "
+               "constraint was reached)";
+        return -1;
+    }
+    anvil_token t = draft >= 0 ? anvil_sampler_sample_spec(smp, logits, q->mask, draft)
+                               : anvil_sampler_sample(smp, logits, q->mask);
+    if (t < 0) *why = "the logits of every allowed token are not finite";
+    return t;
+}
+
+int32_t cons_cut(struct cons_req *q, const anvil_token *d, int32_t n) {
+    if (n <= 0) return 0;
+    if (!q->scratch && cn_state_init(q->c->prog, q->v, &q->scratch) != ANVIL_OK) return 0;
+    if (cn_state_copy(q->scratch, q->st) != ANVIL_OK) return 0;
+    int32_t i = 0;
+    /* an end-of-generation proposal is allowed only when the output is
+     * complete, and nothing is allowed after it */
+    while (i < n && cn_advance(q->scratch, d[i]) == ANVIL_OK) i++;
+    return i;
+}
+
+anvil_status cons_advance(struct cons_req *q, anvil_token t) { return cn_advance(q->st, t); }
+
+bool cons_complete(const struct cons_req *q) {
+    return cn_accepts(q->st) && !cn_can_continue(q->st);
+}
