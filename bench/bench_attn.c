@@ -249,11 +249,11 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
     }
     kv_fill_random(kv, 0x1234567ULL + (uint64_t)batch * 977 + (uint64_t)ctx);
     size_t row = (size_t)sh->n_head * sh->head_dim;
-    float *q = anvil_malloc_aligned((size_t)batch * row * sizeof(float));
-    float *out = anvil_malloc_aligned((size_t)batch * row * sizeof(float));
-    float *ref = anvil_malloc_aligned(row * sizeof(float));
-    struct kv_attn_seq *seqs = anvil_malloc((size_t)batch * sizeof(*seqs));
-    double *t_us = anvil_malloc((size_t)o->reps * sizeof(double));
+    float *q = core_malloc_aligned((size_t)batch * row * sizeof(float));
+    float *out = core_malloc_aligned((size_t)batch * row * sizeof(float));
+    float *ref = core_malloc_aligned(row * sizeof(float));
+    struct kv_attn_seq *seqs = core_malloc((size_t)batch * sizeof(*seqs));
+    double *t_us = core_malloc((size_t)o->reps * sizeof(double));
     int rc = 0;
     if (!q || !out || !ref || !seqs || !t_us) {
         rc = -1;
@@ -288,7 +288,7 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
             kv_attn_prepare(kv, ops, l, seqs, batch, row, row, o->threads, SPLIT_MODE[m], 1.0f / sqrtf((float)sh->head_dim), &job);
             kv_attn_run(job, pool);
         }
-        uint64_t allocs = anvil_alloc_count();
+        uint64_t allocs = core_alloc_count();
         for (int r = 0; r < o->reps; r++) {
             int l = (warm + r) % n_layer;
             double t0 = bench_wall_s(), c0 = bench_thread_cpu_s();
@@ -301,7 +301,7 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
             if (o->cpu_time)
                 t_us[r] = (prep + bench_max(ta.cpu, o->threads < 64 ? o->threads : 64)) * 1e6;
         }
-        if (anvil_alloc_count() != allocs) {
+        if (core_alloc_count() != allocs) {
             fprintf(stderr, "anvil %s: the attention path allocated memory\n", CMD);
             rc = -1;
             goto done;
@@ -314,11 +314,11 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
         res->ran[m] = true;
     }
 done:
-    anvil_free_aligned(q);
-    anvil_free_aligned(out);
-    anvil_free_aligned(ref);
-    anvil_free(seqs);
-    anvil_free(t_us);
+    core_free_aligned(q);
+    core_free_aligned(out);
+    core_free_aligned(ref);
+    core_free(seqs);
+    core_free(t_us);
     kv_free(kv);
     return rc;
 }
@@ -336,8 +336,8 @@ static float lcg_uniform(uint32_t *x) {
 static int fill_gate_kv(struct kv_cache *kv, const struct shape *sh, int batch, int ctx,
                         int n_layer, int bs, bool shared) {
     size_t row = (size_t)sh->n_head_kv * sh->head_dim;
-    float *k = anvil_malloc((size_t)bs * row * sizeof(float));
-    float *v = anvil_malloc((size_t)bs * row * sizeof(float));
+    float *k = core_malloc((size_t)bs * row * sizeof(float));
+    float *v = core_malloc((size_t)bs * row * sizeof(float));
     int rc = k && v ? 0 : -1;
     uint32_t x = 0x5eed;
     for (int t0 = 0; t0 < ctx && !rc; t0 += bs) {
@@ -357,8 +357,8 @@ static int fill_gate_kv(struct kv_cache *kv, const struct shape *sh, int batch, 
             if (kv_seq_commit(kv, s, n, NULL) != ANVIL_OK) rc = -1;
         }
     }
-    anvil_free(k);
-    anvil_free(v);
+    core_free(k);
+    core_free(v);
     return rc;
 }
 
@@ -394,7 +394,7 @@ static int time_hp1(struct hp1_case *hc, enum kv_split split, int pv, struct tim
     int warm = hc->n_layer < 4 ? hc->n_layer : 4;
     uint64_t allocs = 0;
     for (int r = -warm; r < o->reps; r++) {
-        if (r == 0) allocs = anvil_alloc_count();
+        if (r == 0) allocs = core_alloc_count();
         int l = (r + warm) % hc->n_layer;
         struct kv_attn_job *job = NULL;
         double t0 = bench_wall_s(), c0 = bench_thread_cpu_s();
@@ -413,7 +413,7 @@ static int time_hp1(struct hp1_case *hc, enum kv_split split, int pv, struct tim
         if (o->cpu_time) hc->t_us[r] = (prep + bench_max(ta.cpu, o->threads < 64 ? o->threads : 64)) * 1e6;
         *was_split = kv_attn_job_split(job);
     }
-    if (anvil_alloc_count() != allocs) {
+    if (core_alloc_count() != allocs) {
         fprintf(stderr, "anvil %s: the attention path allocated memory\n", CMD);
         return -1;
     }
@@ -572,15 +572,15 @@ static int run_case_hp1(const struct opts *o, const struct shape *sh, struct poo
         fprintf(stderr, "anvil %s: %s\n", CMD, err);
         return -1;
     }
-    float *q_rand = anvil_malloc((size_t)batch * hc.row * sizeof(float));
+    float *q_rand = core_malloc((size_t)batch * hc.row * sizeof(float));
     hc.q_rand = q_rand;
-    hc.q = anvil_malloc_aligned((size_t)batch * hc.row * sizeof(float));
-    hc.out = anvil_malloc_aligned((size_t)batch * hc.row * sizeof(float));
-    hc.ref = anvil_malloc_aligned(hc.row * sizeof(float));
-    hc.scores = anvil_malloc((size_t)2 * sh->n_head * ctx * sizeof(float));
-    hc.taps = anvil_malloc((size_t)sh->n_head * 3 * sizeof(float));
-    hc.seqs = anvil_malloc((size_t)batch * sizeof(*hc.seqs));
-    hc.t_us = anvil_malloc((size_t)o->reps * sizeof(double));
+    hc.q = core_malloc_aligned((size_t)batch * hc.row * sizeof(float));
+    hc.out = core_malloc_aligned((size_t)batch * hc.row * sizeof(float));
+    hc.ref = core_malloc_aligned(hc.row * sizeof(float));
+    hc.scores = core_malloc((size_t)2 * sh->n_head * ctx * sizeof(float));
+    hc.taps = core_malloc((size_t)sh->n_head * 3 * sizeof(float));
+    hc.seqs = core_malloc((size_t)batch * sizeof(*hc.seqs));
+    hc.t_us = core_malloc((size_t)o->reps * sizeof(double));
     int rc = 0;
     if (!q_rand || !hc.q || !hc.out || !hc.ref || !hc.scores || !hc.taps || !hc.seqs || !hc.t_us ||
         fill_gate_kv(hc.kv, sh, batch, ctx, n_layer, bs, o->shared)) {
@@ -619,14 +619,14 @@ static int run_case_hp1(const struct opts *o, const struct shape *sh, struct poo
         }
     }
 done:
-    anvil_free(q_rand);
-    anvil_free_aligned(hc.q);
-    anvil_free_aligned(hc.out);
-    anvil_free_aligned(hc.ref);
-    anvil_free(hc.scores);
-    anvil_free(hc.taps);
-    anvil_free(hc.seqs);
-    anvil_free(hc.t_us);
+    core_free(q_rand);
+    core_free_aligned(hc.q);
+    core_free_aligned(hc.out);
+    core_free_aligned(hc.ref);
+    core_free(hc.scores);
+    core_free(hc.taps);
+    core_free(hc.seqs);
+    core_free(hc.t_us);
     kv_free(hc.kv);
     return rc;
 }

@@ -288,15 +288,15 @@ static int run_one(const struct bopts *o, struct anvil_model *m, int B, const an
     }
     size_t rows = (size_t)B * (size_t)o->npp;
     struct bufs b = {
-        .tok = anvil_malloc(rows * sizeof(anvil_token)),
-        .pos = anvil_malloc(rows * sizeof(int32_t)),
-        .seq = anvil_malloc(rows * sizeof(int32_t)),
-        .out = anvil_malloc(rows),
-        .cur = anvil_malloc((size_t)B * sizeof(anvil_token)),
-        .gen = anvil_calloc((size_t)B * (size_t)(o->ntg + 1), sizeof(anvil_token)),
+        .tok = core_malloc(rows * sizeof(anvil_token)),
+        .pos = core_malloc(rows * sizeof(int32_t)),
+        .seq = core_malloc(rows * sizeof(int32_t)),
+        .out = core_malloc(rows),
+        .cur = core_malloc((size_t)B * sizeof(anvil_token)),
+        .gen = core_calloc((size_t)B * (size_t)(o->ntg + 1), sizeof(anvil_token)),
     };
-    double *spp = anvil_malloc((size_t)o->reps * sizeof(double));
-    double *stg = anvil_malloc((size_t)o->reps * sizeof(double));
+    double *spp = core_malloc((size_t)o->reps * sizeof(double));
+    double *stg = core_malloc((size_t)o->reps * sizeof(double));
     double tpp = 0, ttg = 0;
     int rc = 0;
     if (!b.tok || !b.pos || !b.seq || !b.out || !b.cur || !b.gen || !spp || !stg) {
@@ -312,13 +312,13 @@ static int run_one(const struct bopts *o, struct anvil_model *m, int B, const an
         double t0 = bench_wall_s();
         if ((st = prefill(c, o, B, n_batch, ftok, nf, &b)) != ANVIL_OK) break;
         double t1 = bench_wall_s();
-        uint64_t allocs = anvil_alloc_count();
+        uint64_t allocs = core_alloc_count();
         double t2 = bench_wall_s();
         if ((st = decode(c, o, B, r ? o->ntg : 2, &b)) != ANVIL_OK) break;
         double t3 = bench_wall_s();
-        if (anvil_alloc_count() != allocs) {
+        if (core_alloc_count() != allocs) {
             fprintf(stderr, "anvil bench: the decode loop allocated memory (%llu calls): refusing "
-                    "to report\n", (unsigned long long)(anvil_alloc_count() - allocs));
+                    "to report\n", (unsigned long long)(core_alloc_count() - allocs));
             rc = 1;
             goto done;
         }
@@ -348,14 +348,14 @@ static int run_one(const struct bopts *o, struct anvil_model *m, int B, const an
         fflush(stdout);
     }
 done:
-    anvil_free(b.tok);
-    anvil_free(b.pos);
-    anvil_free(b.seq);
-    anvil_free(b.out);
-    anvil_free(b.cur);
-    anvil_free(b.gen);
-    anvil_free(spp);
-    anvil_free(stg);
+    core_free(b.tok);
+    core_free(b.pos);
+    core_free(b.seq);
+    core_free(b.out);
+    core_free(b.cur);
+    core_free(b.gen);
+    core_free(spp);
+    core_free(stg);
     anvil_ctx_free(c);
     return rc;
 }

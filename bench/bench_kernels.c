@@ -127,7 +127,7 @@ static float frand(void) {
 }
 
 static void *xalloc(size_t n) {
-    void *p = anvil_malloc_aligned(n ? n : 64);
+    void *p = core_malloc_aligned(n ? n : 64);
     if (!p) {
         fprintf(stderr, "anvil %s: out of memory (%zu bytes)\n", CMD, n);
         exit(1); /* tools may exit */
@@ -520,12 +520,12 @@ int bench_kernels(int argc, char **argv) {
                     fflush(stdout);
                 }
             }
-            anvil_free_aligned(y_ref);
-            anvil_free_aligned(y);
-            anvil_free_aligned(x);
-            anvil_free_aligned(f);
-            anvil_free_aligned(copies);
-            if (pcopies) anvil_free_aligned(pcopies);
+            core_free_aligned(y_ref);
+            core_free_aligned(y);
+            core_free_aligned(x);
+            core_free_aligned(f);
+            core_free_aligned(copies);
+            if (pcopies) core_free_aligned(pcopies);
         }
     }
     pool_free(pool);

@@ -179,7 +179,7 @@ static int time_test(const struct pp_tg_opts *o, struct anvil_ctx *c, bool prefi
         bool on = r >= 0 && o->profile && (r % 4 == 1 || r % 4 == 2);
         anvil_seq_truncate(c, 0, 0);
         anvil_ctx_set_profile(c, on);
-        uint64_t allocs = anvil_alloc_count();
+        uint64_t allocs = core_alloc_count();
         double t0 = bench_wall_s();
         for (int i = 0; i < (prefill ? 1 : n_tok); i++) {
             struct anvil_batch b = {.n_tokens = prefill ? n_tok : 1, .token = tok + i,
@@ -188,9 +188,9 @@ static int time_test(const struct pp_tg_opts *o, struct anvil_ctx *c, bool prefi
                 return cli_fail("bench", "decode failed: %s", anvil_ctx_errmsg(c));
         }
         double tps = n_tok / (bench_wall_s() - t0);
-        if (!prefill && anvil_alloc_count() != allocs)
+        if (!prefill && core_alloc_count() != allocs)
             return cli_fail("bench", "the decode loop allocated memory (%llu calls): refusing "
-                            "to report", (unsigned long long)(anvil_alloc_count() - allocs));
+                            "to report", (unsigned long long)(core_alloc_count() - allocs));
         if (on) {
             struct anvil_prof p;
             anvil_ctx_get_profile(c, &p);
@@ -231,10 +231,10 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
         return cli_fail("bench", "cannot create a context: %s", err);
     }
     int n_max = o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen;
-    anvil_token *tok = anvil_malloc((size_t)n_max * sizeof(anvil_token));
-    int32_t *pos = anvil_malloc((size_t)n_max * sizeof(int32_t));
-    int32_t *seq = anvil_calloc((size_t)n_max, sizeof(int32_t));
-    double *t = anvil_malloc((size_t)(3 * o->reps + 1) * sizeof(double));
+    anvil_token *tok = core_malloc((size_t)n_max * sizeof(anvil_token));
+    int32_t *pos = core_malloc((size_t)n_max * sizeof(int32_t));
+    int32_t *seq = core_calloc((size_t)n_max, sizeof(int32_t));
+    double *t = core_malloc((size_t)(3 * o->reps + 1) * sizeof(double));
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     int n_vocab = anvil_model_n_vocab(m), rc = 0, n_res = 0;
     struct pp_tg_res res[2];
@@ -267,10 +267,10 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
     }
     print_profile(o, tests, res, n_res);
 done:
-    anvil_free(tok);
-    anvil_free(pos);
-    anvil_free(seq);
-    anvil_free(t);
+    core_free(tok);
+    core_free(pos);
+    core_free(seq);
+    core_free(t);
     anvil_ctx_free(c);
     anvil_model_free(m);
     return rc;
@@ -411,14 +411,14 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
         anvil_model_free(m);
         return cli_fail("bench", "cannot create the engine: %s", err);
     }
-    struct req_rec *recs = anvil_calloc((size_t)sc->n_req, sizeof(*recs));
-    anvil_token *prompt = anvil_malloc((size_t)max_len * sizeof(anvil_token));
+    struct req_rec *recs = core_calloc((size_t)sc->n_req, sizeof(*recs));
+    anvil_token *prompt = core_malloc((size_t)max_len * sizeof(anvil_token));
     double *ttft = NULL, *itl = NULL;
     int rc = 0;
     if (!recs || !prompt) goto oom;
     for (int i = 0; i < sc->n_req; i++) {
         recs[i].cap_gaps = sc->n_gen;
-        if (!(recs[i].gaps = anvil_malloc((size_t)sc->n_gen * sizeof(double)))) goto oom;
+        if (!(recs[i].gaps = core_malloc((size_t)sc->n_gen * sizeof(double)))) goto oom;
     }
     if (prof) anvil_engine_set_profile(e, true);
     double t0 = bench_wall_s();
@@ -451,8 +451,8 @@ int bench_run_scenario(const char *model_path, const char *kernels, int n_thread
         total_out += recs[i].n_gen;
         n_gaps += recs[i].n_gaps;
     }
-    ttft = anvil_malloc((size_t)sc->n_req * sizeof(double));
-    itl = anvil_malloc((size_t)(n_gaps > 0 ? n_gaps : 1) * sizeof(double));
+    ttft = core_malloc((size_t)sc->n_req * sizeof(double));
+    itl = core_malloc((size_t)(n_gaps > 0 ? n_gaps : 1) * sizeof(double));
     if (!ttft || !itl) goto oom;
     int k = 0;
     for (int i = 0; i < sc->n_req; i++) {
@@ -492,11 +492,11 @@ oom:
     fprintf(stderr, "anvil bench: out of memory\n");
     rc = 1;
 done:
-    for (int i = 0; recs && i < sc->n_req; i++) anvil_free(recs[i].gaps);
-    anvil_free(recs);
-    anvil_free(prompt);
-    anvil_free(ttft);
-    anvil_free(itl);
+    for (int i = 0; recs && i < sc->n_req; i++) core_free(recs[i].gaps);
+    core_free(recs);
+    core_free(prompt);
+    core_free(ttft);
+    core_free(itl);
     anvil_engine_free(e);
     anvil_model_free(m);
     return rc;

@@ -246,7 +246,7 @@ int bench_read_bw(struct pool *pool, size_t bytes, int passes, bool cpu_time, do
     int nth = pool_size(pool);
     struct bw_job j = {.per = bytes / (size_t)nth / 4096 * 4096};
     if (j.per == 0 || passes < 1) return 0;
-    uint8_t *buf = anvil_malloc_aligned(j.per * (size_t)nth);
+    uint8_t *buf = core_malloc_aligned(j.per * (size_t)nth);
     if (!buf) return 0;
     for (size_t i = 0; i < j.per * (size_t)nth; i++) buf[i] = (uint8_t)(i * 131);
     j.buf = buf;
@@ -259,6 +259,6 @@ int bench_read_bw(struct pool *pool, size_t bytes, int passes, bool cpu_time, do
         if (cpu_time) dt = bench_max(j.cpu, nth < 64 ? nth : 64);
         gbs[r] = total / dt / 1e9;
     }
-    anvil_free_aligned(buf);
+    core_free_aligned(buf);
     return passes;
 }

@@ -227,7 +227,7 @@ static int cmd_dump(enum cn_kind kind, const char *t, size_t n, const struct opt
     }
     char *s = ir_to_gbnf(g);
     fputs(s ? s : "(out of memory)\n", stdout);
-    anvil_free(s);
+    core_free(s);
     ir_free(g);
     return 0;
 }

@@ -221,8 +221,8 @@ static void do_chat(const struct tok_vocab *v, bool with_bos) {
             wr_u32(sp[i].start);
             wr_u32(sp[i].len);
         }
-        anvil_free(s);
-        anvil_free(sp);
+        core_free(s);
+        core_free(sp);
         free_chat(m, n);
         fflush(stdout);
     }
@@ -304,8 +304,8 @@ int main(int argc, char **argv) {
         die("unknown mode");
     }
     tok_free(v);
-    if (anvil_alloc_live() != 0) {
-        fprintf(stderr, "tool_tok: %lld blocks leaked\n", (long long)anvil_alloc_live());
+    if (core_alloc_live() != 0) {
+        fprintf(stderr, "tool_tok: %lld blocks leaked\n", (long long)core_alloc_live());
         return 3;
     }
     return 0;

@@ -1017,19 +1017,19 @@ static void oom_walk(enum cn_kind kind, const char *text, const char *input) {
     char err[256];
     struct cn_program *p = NULL;
     struct cn_state *s = NULL;
-    uint64_t c0 = anvil_alloc_count();
+    uint64_t c0 = core_alloc_count();
     assert_int_equal(cn_compile(kind, text, strlen(text), NULL, &p, err, sizeof err), ANVIL_OK);
     assert_int_equal(cn_state_init(p, NULL, &s), ANVIL_OK);
     assert_int_equal(cn_advance_bytes(s, (const uint8_t *)input, strlen(input)), ANVIL_OK);
     assert_true(cn_accepts(s));
-    uint64_t total = anvil_alloc_count() - c0;
+    uint64_t total = core_alloc_count() - c0;
     cn_state_free(s);
     cn_program_free(p);
     for (uint64_t n = 1; n <= total; n++) {
-        int64_t live0 = anvil_alloc_live();
+        int64_t live0 = core_alloc_live();
         p = NULL;
         s = NULL;
-        anvil_alloc_fail_at(n);
+        core_alloc_fail_at(n);
         anvil_status st = cn_compile(kind, text, strlen(text), NULL, &p, err, sizeof err);
         if (st == ANVIL_OK) {
             st = cn_state_init(p, NULL, &s);
@@ -1038,14 +1038,14 @@ static void oom_walk(enum cn_kind kind, const char *text, const char *input) {
                 if (st != ANVIL_OK) assert_false(cn_accepts(s)); /* unchanged: at the start */
             }
         }
-        anvil_alloc_fail_at(0);
+        core_alloc_fail_at(0);
         if (st != ANVIL_ERR_NOMEM)
             fail_msg("allocation %llu of %llu failed: status %d, want out of memory (%s)",
                      (unsigned long long)n, (unsigned long long)total, st,
                      st == ANVIL_OK ? "" : err);
         cn_state_free(s);
         cn_program_free(p);
-        assert_int_equal(anvil_alloc_live(), live0);
+        assert_int_equal(core_alloc_live(), live0);
     }
 }
 
@@ -1065,21 +1065,21 @@ static void test_oom(void **state) {
     const uint8_t *bytes[] = {a, b, c, NULL};
     int32_t lens[] = {2, 3, 1, 0};
     uint8_t kinds[] = {0, 0, 0, CN_TOK_EOG};
-    uint64_t c0 = anvil_alloc_count();
+    uint64_t c0 = core_alloc_count();
     struct cn_vocab *v = NULL;
     char err[256];
     assert_int_equal(cn_vocab_build(4, bytes, lens, kinds, &v, err, sizeof err), ANVIL_OK);
-    uint64_t total = anvil_alloc_count() - c0;
+    uint64_t total = core_alloc_count() - c0;
     cn_vocab_free(v);
     for (uint64_t n = 1; n <= total; n++) {
-        int64_t live0 = anvil_alloc_live();
+        int64_t live0 = core_alloc_live();
         v = NULL;
-        anvil_alloc_fail_at(n);
+        core_alloc_fail_at(n);
         anvil_status st = cn_vocab_build(4, bytes, lens, kinds, &v, err, sizeof err);
-        anvil_alloc_fail_at(0);
+        core_alloc_fail_at(0);
         assert_int_equal(st, ANVIL_ERR_NOMEM);
         assert_null(v);
-        assert_int_equal(anvil_alloc_live(), live0);
+        assert_int_equal(core_alloc_live(), live0);
     }
     assert_int_equal(cn_vocab_build(4, bytes, lens, kinds, &v, err, sizeof err), ANVIL_OK);
     const char *g = "root ::= \"(\" root \")\" | \"ab\"";
@@ -1092,9 +1092,9 @@ static void test_oom(void **state) {
         cn_state_free(s);
         s = NULL;
         assert_int_equal(cn_state_init(p, v, &s), ANVIL_OK);
-        anvil_alloc_fail_at(n);
+        core_alloc_fail_at(n);
         int32_t cnt = cn_fill_mask(s, mask);
-        anvil_alloc_fail_at(0);
+        core_alloc_fail_at(0);
         if (cnt >= 0) {
             assert_int_equal(cnt, 1); /* "ab" */
             assert_int_equal(mask[0], 1);

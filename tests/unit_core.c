@@ -142,18 +142,18 @@ static void test_pool_split(void **state) {
 
 static void test_alloc_fault_injection(void **state) {
     (void)state;
-    int64_t live = anvil_alloc_live();
-    anvil_alloc_fail_at(2);
-    void *a = anvil_malloc(16);
-    void *b = anvil_malloc(16);
-    void *c = anvil_malloc(16);
+    int64_t live = core_alloc_live();
+    core_alloc_fail_at(2);
+    void *a = core_malloc(16);
+    void *b = core_malloc(16);
+    void *c = core_malloc(16);
     assert_non_null(a);
     assert_null(b);
     assert_non_null(c);
-    anvil_alloc_fail_at(0);
-    anvil_free(a);
-    anvil_free(c);
-    assert_int_equal(anvil_alloc_live(), live);
+    core_alloc_fail_at(0);
+    core_free(a);
+    core_free(c);
+    assert_int_equal(core_alloc_live(), live);
 }
 
 int main(void) {

@@ -68,7 +68,7 @@ static struct cn_vocab *small_vocab(const char *alpha, int32_t n) {
 
 /* A constraint handle without a model (cons.c only reads prog). */
 static struct anvil_constraint *handle(enum cn_kind kind, const char *text) {
-    struct anvil_constraint *c = anvil_calloc(1, sizeof(*c));
+    struct anvil_constraint *c = core_calloc(1, sizeof(*c));
     char err[256] = "";
     if (cn_compile(kind, text, strlen(text), NULL, &c->prog, err, sizeof err) != ANVIL_OK) {
         print_error("compile <<%s>>: %s\n", text, err);

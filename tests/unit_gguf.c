@@ -105,12 +105,12 @@ static anvil_status open_img(const void *p, size_t n, struct gguf_file **out) {
 /* Expect failure with the given status and a message containing `frag`. */
 static void expect_fail(struct buf *b, anvil_status want, const char *frag) {
     struct gguf_file *f = NULL;
-    int64_t live = anvil_alloc_live();
+    int64_t live = core_alloc_live();
     anvil_status st = open_img(b->p, b->n, &f);
     if (st != want || !strstr(err, frag))
         fail_msg("want status %d with '%s', got %d: %s", want, frag, st, err);
     assert_null(f);
-    assert_int_equal(anvil_alloc_live(), live);
+    assert_int_equal(core_alloc_live(), live);
     free(b->p);
     *b = (struct buf){0};
 }
@@ -584,20 +584,20 @@ static void test_oom_walk(void **state) {
     write_file(b.p, b.n);
     int n_fail = 0;
     for (uint64_t k = 1; k < 100; k++) {
-        int64_t live = anvil_alloc_live();
+        int64_t live = core_alloc_live();
         struct gguf_file *f = NULL;
-        anvil_alloc_fail_at(k);
+        core_alloc_fail_at(k);
         anvil_status st = gguf_open(tmp_path, &f, err, sizeof(err));
-        anvil_alloc_fail_at(0);
+        core_alloc_fail_at(0);
         if (st == ANVIL_OK) {
             check_good(f, 3, 32);
             gguf_close(f);
-            assert_int_equal(anvil_alloc_live(), live);
+            assert_int_equal(core_alloc_live(), live);
             break;
         }
         assert_int_equal(st, ANVIL_ERR_NOMEM);
         assert_null(f);
-        assert_int_equal(anvil_alloc_live(), live);
+        assert_int_equal(core_alloc_live(), live);
         n_fail++;
     }
     unlink(tmp_path);

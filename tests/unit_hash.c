@@ -95,18 +95,18 @@ static void test_index_oom(void **state) {
     enum { N = 200 };
     struct keys ks = {calloc(N, 24), calloc(N, sizeof(size_t)), N};
     for (uint32_t i = 0; i < N; i++) ks.len[i] = (size_t)snprintf(ks.k[i], 24, "key-%u", i);
-    int64_t live0 = anvil_alloc_live();
+    int64_t live0 = core_alloc_live();
     int n_failed = 0;
     for (uint64_t k = 1; k < 64; k++) {
         struct hash_index ix;
-        anvil_alloc_fail_at(k);
+        core_alloc_fail_at(k);
         anvil_status st = hash_index_init(&ix, 0);
         uint32_t added = 0;
         for (uint32_t i = 0; st == ANVIL_OK && i < N; i++) {
             st = hash_index_add(&ix, i, ks.k[i], ks.len[i], key_of, &ks, NULL);
             if (st == ANVIL_OK) added++;
         }
-        anvil_alloc_fail_at(0);
+        core_alloc_fail_at(0);
         if (st != ANVIL_OK) {
             assert_int_equal(st, ANVIL_ERR_NOMEM);
             n_failed++;
@@ -115,7 +115,7 @@ static void test_index_oom(void **state) {
         for (uint32_t i = 0; i < added; i++)
             assert_int_equal(hash_index_find(&ix, ks.k[i], ks.len[i], key_of, &ks), i);
         hash_index_free(&ix);
-        assert_int_equal(anvil_alloc_live(), live0);
+        assert_int_equal(core_alloc_live(), live0);
     }
     assert_true(n_failed >= 5); /* init and four growths at least */
     free(ks.k);

@@ -138,15 +138,15 @@ static void test_init_params(void **state) {
 
 static void test_init_oom(void **state) {
     (void)state;
-    int64_t live = anvil_alloc_live();
+    int64_t live = core_alloc_live();
     struct kv_params p = {.n_layer = 2, .n_head = 4, .n_head_kv = 2, .head_dim = 32,
                           .n_seq_max = 4, .n_ctx = 64, .n_blocks = 8};
     struct kv_cache *kv = NULL;
-    anvil_alloc_fail_at(1);
+    core_alloc_fail_at(1);
     assert_int_equal(kv_init(&p, &kv, NULL, 0), ANVIL_ERR_NOMEM);
-    anvil_alloc_fail_at(0);
+    core_alloc_fail_at(0);
     assert_null(kv);
-    assert_int_equal(anvil_alloc_live(), live);
+    assert_int_equal(core_alloc_live(), live);
 }
 
 static void test_append_truncate_free(void **state) {

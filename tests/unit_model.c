@@ -225,16 +225,16 @@ static anvil_status serve_once(const char *path) {
  * failure is tolerated by design (scratch with a fallback) - and leave no
  * live allocation behind. */
 static int oom_walk(const char *path) {
-    int64_t base = anvil_alloc_live();
-    uint64_t a0 = anvil_alloc_count();
+    int64_t base = core_alloc_live();
+    uint64_t a0 = core_alloc_count();
     assert_int_equal(serve_once(path), ANVIL_OK);
-    uint64_t total = anvil_alloc_count() - a0;
+    uint64_t total = core_alloc_count() - a0;
     int n_fail = 0;
     for (uint64_t n = 1; n <= total; n++) {
-        anvil_alloc_fail_at(n);
+        core_alloc_fail_at(n);
         anvil_status st = serve_once(path);
-        anvil_alloc_fail_at(0);
-        assert_int_equal(anvil_alloc_live(), base);
+        core_alloc_fail_at(0);
+        assert_int_equal(core_alloc_live(), base);
         if (st == ANVIL_OK) {
             if (getenv("ANVIL_OOM_VERBOSE")) printf("allocation %llu: tolerated\n", (unsigned long long)n);
             continue;

@@ -329,10 +329,10 @@ static void quantize_ok(const char *type, bool pure, int threads) {
     char err[ANVIL_ERRMSG_CAP] = "";
     struct anvil_quantize_params p = {.type = type, .pure = pure, .n_threads = threads};
     struct anvil_quantize_stats s;
-    int64_t live = anvil_alloc_live();
+    int64_t live = core_alloc_live();
     if (anvil_quantize(in_path, out_path, &p, &s, err, sizeof(err)) != ANVIL_OK)
         fail_msg("quantize %s: %s", type, err);
-    assert_int_equal(anvil_alloc_live(), live);
+    assert_int_equal(core_alloc_live(), live);
     assert_int_equal(access(tmp_path, F_OK), -1);
     assert_true(s.n_converted > 0 && s.bytes_out > 0);
 }
@@ -525,7 +525,7 @@ static void test_quantize_errors(void **state) {
     struct tdesc td[256];
     char err[ANVIL_ERRMSG_CAP];
     struct anvil_quantize_params p = {.type = "Q4_K_M"};
-    int64_t live = anvil_alloc_live();
+    int64_t live = core_alloc_live();
 
     /* already quantized below the target: Q4_0 -> Q8_0, -> Q6_K, and the
      * Q4_0 mix too (its tied lm_head is Q6_K) refused; -> pure Q4_0
@@ -580,7 +580,7 @@ static void test_quantize_errors(void **state) {
         assert_int_equal(access(out_path, F_OK), -1);
         assert_int_equal(access(tmp_path, F_OK), -1);
     }
-    assert_int_equal(anvil_alloc_live(), live);
+    assert_int_equal(core_alloc_live(), live);
     unlink(in_path);
 }
 
@@ -591,14 +591,14 @@ static void test_quantize_oom(void **state) {
     char err[ANVIL_ERRMSG_CAP];
     make_model(in_path, 1, 256, 256, true, ANVIL_TYPE_F16, false, td);
     unlink(out_path);
-    int64_t live = anvil_alloc_live();
+    int64_t live = core_alloc_live();
     struct anvil_quantize_params p = {.type = "Q4_K_M", .n_threads = 2};
     uint64_t k;
     for (k = 1; k < 200; k++) {
-        anvil_alloc_fail_at(k);
+        core_alloc_fail_at(k);
         anvil_status st = anvil_quantize(in_path, out_path, &p, NULL, err, sizeof(err));
-        anvil_alloc_fail_at(0);
-        assert_int_equal(anvil_alloc_live(), live);
+        core_alloc_fail_at(0);
+        assert_int_equal(core_alloc_live(), live);
         if (st == ANVIL_OK) break;
         assert_int_equal(st, ANVIL_ERR_NOMEM);
         assert_int_equal(access(out_path, F_OK), -1);

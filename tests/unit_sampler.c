@@ -169,13 +169,13 @@ static void test_init_oom(void **state) {
     (void)state;
     struct anvil_sampler_params d = anvil_sampler_default_params();
     d.repeat_penalty = 1.1f;
-    int64_t live = anvil_alloc_live();
+    int64_t live = core_alloc_live();
     struct anvil_sampler *s = NULL;
-    anvil_alloc_fail_at(1);
+    core_alloc_fail_at(1);
     assert_int_equal(anvil_sampler_init(&d, 1000, &s), ANVIL_ERR_NOMEM);
-    anvil_alloc_fail_at(0);
+    core_alloc_fail_at(0);
     assert_null(s);
-    assert_int_equal(anvil_alloc_live(), live);
+    assert_int_equal(core_alloc_live(), live);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -520,7 +520,7 @@ static void test_allowed_mask(void **state) {
     for (int i = 0; i < NV; i++) logits[i] = 3.0f * trng_normal();
     struct anvil_sampler *s[3] = {mk(1.0f, 0, 1.0f, 0.0f, 1, NV), mk(0.7f, 20, 0.9f, 0.02f, 2, NV),
                                   mk(0.0f, 0, 1.0f, 0.0f, 3, NV)};
-    uint64_t allocs = anvil_alloc_count();
+    uint64_t allocs = core_alloc_count();
     for (int rep = 0; rep < 200; rep++) {
         memset(mask, 0, sizeof mask);
         int n_on = 1 + (int)(trng() % 40);
@@ -535,7 +535,7 @@ static void test_allowed_mask(void **state) {
                 assert_true(mask[t / 8] >> (t % 8) & 1);
             }
     }
-    assert_true(anvil_alloc_count() == allocs); /* no allocation per sample */
+    assert_true(core_alloc_count() == allocs); /* no allocation per sample */
     for (int k = 0; k < 3; k++) anvil_sampler_free(s[k]);
 }
 

@@ -1404,17 +1404,17 @@ static void test_oom_walk(void **state) {
     toy_tok_s(&c.u, SP "ab", TOK_TYPE_NORMAL, -1.0f);
     toy_tok_s(&c.u, SP "a", TOK_TYPE_NORMAL, -2.0f);
     toy_tok_s(&c.u, "b", TOK_TYPE_NORMAL, -2.0f);
-    int64_t live0 = anvil_alloc_live();
-    uint64_t c0 = anvil_alloc_count();
+    int64_t live0 = core_alloc_live();
+    uint64_t c0 = core_alloc_count();
     assert_true(oom_round(&c));
-    uint64_t n_alloc = anvil_alloc_count() - c0;
-    assert_int_equal(anvil_alloc_live(), live0);
+    uint64_t n_alloc = core_alloc_count() - c0;
+    assert_int_equal(core_alloc_live(), live0);
     int n_fail = 0;
     for (uint64_t k = 1; k <= n_alloc; k++) {
-        anvil_alloc_fail_at(k);
+        core_alloc_fail_at(k);
         if (!oom_round(&c)) n_fail++;
-        anvil_alloc_fail_at(0);
-        assert_int_equal(anvil_alloc_live(), live0);
+        core_alloc_fail_at(0);
+        assert_int_equal(core_alloc_live(), live0);
     }
     print_message("OOM walk: %llu allocations, %d of them reported as failures\n",
                   (unsigned long long)n_alloc, n_fail);

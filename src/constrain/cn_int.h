@@ -175,7 +175,7 @@ int cn_utf8_encode(uint32_t cp, uint8_t out[4]);
 int cn_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
 
 /* Write the IR as GBNF text (for debugging and the tool's `dump`).
- * Returns a string owned by the caller (anvil_free), NULL on OOM. */
+ * Returns a string owned by the caller (core_free), NULL on OOM. */
 char *ir_to_gbnf(const struct cn_ir *g);
 
 /* ---------------------------------------------------------------------- */

@@ -124,9 +124,9 @@ static anvil_status horn(const struct an *a, bool productive, uint8_t *out) {
     const struct cn_ir *g = a->g;
     uint32_t V = a->V;
     anvil_status st = ANVIL_ERR_NOMEM;
-    uint32_t *need = anvil_malloc((size_t)V * sizeof *need);
-    uint32_t *poff = anvil_calloc((size_t)V + 1, sizeof *poff);
-    uint32_t *par = NULL, *queue = anvil_malloc((size_t)V * sizeof *queue);
+    uint32_t *need = core_malloc((size_t)V * sizeof *need);
+    uint32_t *poff = core_calloc((size_t)V + 1, sizeof *poff);
+    uint32_t *par = NULL, *queue = core_malloc((size_t)V * sizeof *queue);
     if (!need || !poff || !queue) goto done;
     /* parents (one entry per occurrence) */
     for (uint32_t v = 0; v < V; v++) {
@@ -136,10 +136,10 @@ static anvil_status horn(const struct an *a, bool productive, uint8_t *out) {
             if (horn_needed(a, v, i)) poff[k[i] + 1]++;
     }
     for (uint32_t v = 0; v < V; v++) poff[v + 1] += poff[v];
-    par = anvil_malloc((size_t)(poff[V] ? poff[V] : 1) * sizeof *par);
-    uint32_t *fill = anvil_malloc((size_t)V * sizeof *fill);
+    par = core_malloc((size_t)(poff[V] ? poff[V] : 1) * sizeof *par);
+    uint32_t *fill = core_malloc((size_t)V * sizeof *fill);
     if (!par || !fill) {
-        anvil_free(fill);
+        core_free(fill);
         goto done;
     }
     memcpy(fill, poff, (size_t)V * sizeof *fill);
@@ -149,7 +149,7 @@ static anvil_status horn(const struct an *a, bool productive, uint8_t *out) {
         for (uint32_t i = 0; i < nk; i++)
             if (horn_needed(a, v, i)) par[fill[k[i]]++] = v;
     }
-    anvil_free(fill);
+    core_free(fill);
     uint32_t qn = 0;
     memset(out, 0, V);
     for (uint32_t v = 0; v < V; v++) {
@@ -195,10 +195,10 @@ static anvil_status horn(const struct an *a, bool productive, uint8_t *out) {
     }
     st = ANVIL_OK;
 done:
-    anvil_free(need);
-    anvil_free(poff);
-    anvil_free(par);
-    anvil_free(queue);
+    core_free(need);
+    core_free(poff);
+    core_free(par);
+    core_free(queue);
     return st;
 }
 
@@ -222,9 +222,9 @@ static uint32_t first_kids(const struct an *a, uint32_t v, const uint32_t **list
 static anvil_status check_left_rec(const struct an *a, char *err, size_t err_cap) {
     const struct cn_ir *g = a->g;
     uint32_t V = a->V;
-    uint8_t *col = anvil_calloc(V, 1); /* 0 white, 1 on stack, 2 done */
-    uint32_t *stk = anvil_malloc((size_t)V * sizeof *stk);
-    uint32_t *it = anvil_malloc((size_t)V * sizeof *it);
+    uint8_t *col = core_calloc(V, 1); /* 0 white, 1 on stack, 2 done */
+    uint32_t *stk = core_malloc((size_t)V * sizeof *stk);
+    uint32_t *it = core_malloc((size_t)V * sizeof *it);
     anvil_status st = ANVIL_OK;
     if (!col || !stk || !it) {
         st = ANVIL_ERR_NOMEM;
@@ -277,9 +277,9 @@ static anvil_status check_left_rec(const struct an *a, char *err, size_t err_cap
         }
     }
 done:
-    anvil_free(col);
-    anvil_free(stk);
-    anvil_free(it);
+    core_free(col);
+    core_free(stk);
+    core_free(it);
     return st;
 }
 
@@ -299,8 +299,8 @@ static anvil_status an_init(struct an *a, const struct cn_ir *g, char *err, size
             return ANVIL_ERR_INVALID;
         }
     }
-    a->nullable = anvil_malloc(a->V ? a->V : 1);
-    a->productive = anvil_malloc(a->V ? a->V : 1);
+    a->nullable = core_malloc(a->V ? a->V : 1);
+    a->productive = core_malloc(a->V ? a->V : 1);
     if (!a->nullable || !a->productive || horn(a, false, a->nullable) != ANVIL_OK ||
         horn(a, true, a->productive) != ANVIL_OK) {
         errmsg_set(err, err_cap, "out of memory");
@@ -310,8 +310,8 @@ static anvil_status an_init(struct an *a, const struct cn_ir *g, char *err, size
 }
 
 static void an_free(struct an *a) {
-    anvil_free(a->nullable);
-    anvil_free(a->productive);
+    core_free(a->nullable);
+    core_free(a->productive);
 }
 
 anvil_status ir_check(const struct cn_ir *g, char *err, size_t err_cap) {
@@ -334,12 +334,12 @@ anvil_status ir_check(const struct cn_ir *g, char *err, size_t err_cap) {
 static anvil_status find_sccs(const struct an *a, uint8_t *rec, uint32_t *order, uint32_t *n_order) {
     uint32_t V = a->V;
     anvil_status st = ANVIL_ERR_NOMEM;
-    uint32_t *idx = anvil_malloc((size_t)V * sizeof *idx);
-    uint32_t *low = anvil_malloc((size_t)V * sizeof *low);
-    uint32_t *cstk = anvil_malloc((size_t)V * sizeof *cstk); /* call stack */
-    uint32_t *it = anvil_malloc((size_t)V * sizeof *it);
-    uint32_t *sstk = anvil_malloc((size_t)V * sizeof *sstk); /* Tarjan stack */
-    uint8_t *on = anvil_calloc(V, 1);
+    uint32_t *idx = core_malloc((size_t)V * sizeof *idx);
+    uint32_t *low = core_malloc((size_t)V * sizeof *low);
+    uint32_t *cstk = core_malloc((size_t)V * sizeof *cstk); /* call stack */
+    uint32_t *it = core_malloc((size_t)V * sizeof *it);
+    uint32_t *sstk = core_malloc((size_t)V * sizeof *sstk); /* Tarjan stack */
+    uint8_t *on = core_calloc(V, 1);
     if (!idx || !low || !cstk || !it || !sstk || !on) goto done;
     for (uint32_t v = 0; v < V; v++) idx[v] = UINT32_MAX;
     uint32_t next = 0, csp = 0, ssp = 0;
@@ -389,12 +389,12 @@ static anvil_status find_sccs(const struct an *a, uint8_t *rec, uint32_t *order,
     }
     st = ANVIL_OK;
 done:
-    anvil_free(idx);
-    anvil_free(low);
-    anvil_free(cstk);
-    anvil_free(it);
-    anvil_free(sstk);
-    anvil_free(on);
+    core_free(idx);
+    core_free(low);
+    core_free(cstk);
+    core_free(it);
+    core_free(sstk);
+    core_free(on);
     return st;
 }
 
@@ -510,7 +510,7 @@ static void contributions(struct cc *c, uint32_t id, uint64_t mult, uint64_t *co
  * huge enum stays one DFA: only the bounds can refuse it). */
 static anvil_status shrink(struct cc *c, const struct an *a, char *err, size_t err_cap) {
     const struct cn_ir *g = c->g;
-    uint64_t *contrib = anvil_malloc((size_t)(a->R ? a->R : 1) * sizeof *contrib);
+    uint64_t *contrib = core_malloc((size_t)(a->R ? a->R : 1) * sizeof *contrib);
     if (!contrib) {
         errmsg_set(err, err_cap, "out of memory");
         return ANVIL_ERR_NOMEM;
@@ -532,7 +532,7 @@ static anvil_status shrink(struct cc *c, const struct an *a, char *err, size_t e
             c->nfa.cr_rule[c->nfa.n_crules++] = best;
         }
     }
-    anvil_free(contrib);
+    core_free(contrib);
     return ANVIL_OK;
 }
 
@@ -567,7 +567,7 @@ static void add_edge(struct cc *c, uint32_t from, uint8_t kind, uint32_t label, 
     }
     if (c->n_e == c->cap_e) {
         uint32_t nc = c->cap_e ? c->cap_e * 2 : 1024;
-        void *q = anvil_realloc(c->e, (size_t)nc * sizeof *c->e);
+        void *q = core_realloc(c->e, (size_t)nc * sizeof *c->e);
         if (!q) {
             cc_fail(c, ANVIL_ERR_NOMEM, "out of memory");
             return;
@@ -669,11 +669,11 @@ static void build(struct cc *c, uint32_t id, uint32_t from, uint32_t to, int dep
 }
 
 void nfa_free(struct cn_nfa *a) {
-    anvil_free(a->off);
-    anvil_free(a->out);
-    anvil_free(a->cr_start);
-    anvil_free(a->cr_final);
-    anvil_free(a->cr_rule);
+    core_free(a->off);
+    core_free(a->out);
+    core_free(a->cr_start);
+    core_free(a->cr_final);
+    core_free(a->cr_rule);
     memset(a, 0, sizeof *a);
 }
 
@@ -681,15 +681,15 @@ void nfa_free(struct cn_nfa *a) {
 static void finish_nfa(struct cc *c) {
     if (cc_failed(c)) return;
     struct cn_nfa *a = &c->nfa;
-    a->off = anvil_calloc((size_t)a->n_states + 1, sizeof *a->off);
-    a->out = anvil_malloc((size_t)(c->n_e ? c->n_e : 1) * sizeof *a->out);
+    a->off = core_calloc((size_t)a->n_states + 1, sizeof *a->off);
+    a->out = core_malloc((size_t)(c->n_e ? c->n_e : 1) * sizeof *a->out);
     if (!a->off || !a->out) {
         cc_fail(c, ANVIL_ERR_NOMEM, "out of memory");
         return;
     }
     for (uint32_t i = 0; i < c->n_e; i++) a->off[c->e[i].from + 1]++;
     for (uint32_t s = 0; s < a->n_states; s++) a->off[s + 1] += a->off[s];
-    uint32_t *fill = anvil_malloc((size_t)(a->n_states ? a->n_states : 1) * sizeof *fill);
+    uint32_t *fill = core_malloc((size_t)(a->n_states ? a->n_states : 1) * sizeof *fill);
     if (!fill) {
         cc_fail(c, ANVIL_ERR_NOMEM, "out of memory");
         return;
@@ -702,7 +702,7 @@ static void finish_nfa(struct cc *c) {
         e->kind = c->e[i].kind;
     }
     a->n_edges = c->n_e;
-    anvil_free(fill);
+    core_free(fill);
 }
 
 anvil_status cn_compile_ir(const struct cn_ir *g, const struct cn_options *opt,
@@ -722,16 +722,16 @@ anvil_status cn_compile_ir(const struct cn_ir *g, const struct cn_options *opt,
         st = ANVIL_ERR_INVALID;
         goto done;
     }
-    rec = anvil_calloc(a.R ? a.R : 1, 1);
-    order = anvil_malloc((size_t)(a.R ? a.R : 1) * sizeof *order);
+    rec = core_calloc(a.R ? a.R : 1, 1);
+    order = core_malloc((size_t)(a.R ? a.R : 1) * sizeof *order);
     c.g = g;
     c.lim = &lim;
-    c.crule = anvil_malloc((size_t)(a.R ? a.R : 1) * sizeof *c.crule);
-    c.size = anvil_malloc((size_t)(a.N ? a.N : 1) * sizeof *c.size);
-    c.idepth = anvil_calloc(a.N ? a.N : 1, sizeof *c.idepth);
-    c.nfa.cr_start = anvil_malloc((size_t)(a.R ? a.R : 1) * sizeof(uint32_t));
-    c.nfa.cr_final = anvil_malloc((size_t)(a.R ? a.R : 1) * sizeof(uint32_t));
-    c.nfa.cr_rule = anvil_malloc((size_t)(a.R ? a.R : 1) * sizeof(uint32_t));
+    c.crule = core_malloc((size_t)(a.R ? a.R : 1) * sizeof *c.crule);
+    c.size = core_malloc((size_t)(a.N ? a.N : 1) * sizeof *c.size);
+    c.idepth = core_calloc(a.N ? a.N : 1, sizeof *c.idepth);
+    c.nfa.cr_start = core_malloc((size_t)(a.R ? a.R : 1) * sizeof(uint32_t));
+    c.nfa.cr_final = core_malloc((size_t)(a.R ? a.R : 1) * sizeof(uint32_t));
+    c.nfa.cr_rule = core_malloc((size_t)(a.R ? a.R : 1) * sizeof(uint32_t));
     if (!rec || !order || !c.crule || !c.size || !c.idepth || !c.nfa.cr_start ||
         !c.nfa.cr_final || !c.nfa.cr_rule) {
         st = ANVIL_ERR_NOMEM;
@@ -790,12 +790,12 @@ anvil_status cn_compile_ir(const struct cn_ir *g, const struct cn_options *opt,
     st = dfa_build(g, &c.nfa, &lim, out, err, err_cap);
 done:
     an_free(&a);
-    anvil_free(rec);
-    anvil_free(order);
-    anvil_free(c.crule);
-    anvil_free(c.size);
-    anvil_free(c.idepth);
-    anvil_free(c.e);
+    core_free(rec);
+    core_free(order);
+    core_free(c.crule);
+    core_free(c.size);
+    core_free(c.idepth);
+    core_free(c.e);
     nfa_free(&c.nfa);
     return st;
 }

@@ -94,7 +94,7 @@ static bool grow(void **p, uint32_t *cap, uint32_t need, size_t sz) {
     uint64_t nc = *cap ? (uint64_t)*cap * 2 : 64;
     while (nc < need) nc *= 2;
     if (nc > UINT32_MAX / 2) return false;
-    void *q = anvil_realloc(*p, (size_t)nc * sz);
+    void *q = core_realloc(*p, (size_t)nc * sz);
     if (!q) return false;
     *p = q;
     *cap = (uint32_t)nc;
@@ -107,7 +107,7 @@ static bool grow(void **p, uint32_t *cap, uint32_t need, size_t sz) {
 static bool make_classes(struct dfab *b) {
     const struct cn_ir *g = b->g;
     const struct cn_nfa *a = b->a;
-    uint8_t *used = anvil_calloc(g->n_sets ? g->n_sets : 1, 1);
+    uint8_t *used = core_calloc(g->n_sets ? g->n_sets : 1, 1);
     if (!used) return false;
     for (uint32_t i = 0; i < a->n_edges; i++)
         if (a->out[i].kind == NFA_SET) used[a->out[i].label] = 1;
@@ -126,9 +126,9 @@ static bool make_classes(struct dfab *b) {
         n = nn;
     }
     b->nc = n;
-    b->set_cls_off = anvil_calloc((size_t)g->n_sets + 1, sizeof *b->set_cls_off);
+    b->set_cls_off = core_calloc((size_t)g->n_sets + 1, sizeof *b->set_cls_off);
     if (!b->set_cls_off) {
-        anvil_free(used);
+        core_free(used);
         return false;
     }
     /* a class is in a set iff its first byte is */
@@ -141,9 +141,9 @@ static bool make_classes(struct dfab *b) {
         }
         b->set_cls_off[s + 1] = b->set_cls_off[s] + cnt;
     }
-    b->set_cls = anvil_malloc(b->set_cls_off[g->n_sets] ? b->set_cls_off[g->n_sets] : 1);
+    b->set_cls = core_malloc(b->set_cls_off[g->n_sets] ? b->set_cls_off[g->n_sets] : 1);
     if (!b->set_cls) {
-        anvil_free(used);
+        core_free(used);
         return false;
     }
     for (uint32_t s = 0; s < g->n_sets; s++) {
@@ -156,7 +156,7 @@ static bool make_classes(struct dfab *b) {
                 b->set_cls[w++] = b->cls[c];
             }
     }
-    anvil_free(used);
+    core_free(used);
     return true;
 }
 
@@ -220,7 +220,7 @@ static uint64_t key_hash(const uint32_t *k, uint32_t n) {
 
 static bool rehash(struct dfab *b) {
     uint32_t nc = b->cap_hash ? b->cap_hash * 2 : 1024;
-    uint32_t *h = anvil_malloc((size_t)nc * sizeof *h);
+    uint32_t *h = core_malloc((size_t)nc * sizeof *h);
     if (!h) return false;
     for (uint32_t i = 0; i < nc; i++) h[i] = CN_NIL;
     for (uint32_t d = 0; d < b->n; d++) {
@@ -228,7 +228,7 @@ static bool rehash(struct dfab *b) {
         while (h[j] != CN_NIL) j = (j + 1) & (nc - 1);
         h[j] = d;
     }
-    anvil_free(b->hash);
+    core_free(b->hash);
     b->hash = h;
     b->cap_hash = nc;
     return true;
@@ -261,15 +261,15 @@ static uint32_t intern(struct dfab *b, uint32_t k) {
     uint32_t cap = b->cap;
     if (d >= cap) {
         uint32_t nc = cap ? cap * 2 : 256;
-        uint32_t *ko = anvil_realloc(b->key_off, (size_t)nc * sizeof *ko);
+        uint32_t *ko = core_realloc(b->key_off, (size_t)nc * sizeof *ko);
         if (ko) b->key_off = ko;
-        uint32_t *kl = anvil_realloc(b->key_len, (size_t)nc * sizeof *kl);
+        uint32_t *kl = core_realloc(b->key_len, (size_t)nc * sizeof *kl);
         if (kl) b->key_len = kl;
-        uint32_t *ro = anvil_realloc(b->rule_of, (size_t)nc * sizeof *ro);
+        uint32_t *ro = core_realloc(b->rule_of, (size_t)nc * sizeof *ro);
         if (ro) b->rule_of = ro;
-        uint8_t *fi = anvil_realloc(b->final, nc);
+        uint8_t *fi = core_realloc(b->final, nc);
         if (fi) b->final = fi;
-        int32_t *tr = anvil_realloc(b->trans, (size_t)nc * b->nc * sizeof *tr);
+        int32_t *tr = core_realloc(b->trans, (size_t)nc * b->nc * sizeof *tr);
         if (tr) b->trans = tr;
         if (!ko || !kl || !ro || !fi || !tr) {
             fail(b, ANVIL_ERR_NOMEM, "out of memory");
@@ -312,8 +312,8 @@ struct bucket_memo {
 static void determinize(struct dfab *b) {
     const struct cn_nfa *a = b->a;
     uint32_t nc = b->nc;
-    uint32_t *cnt = anvil_calloc((size_t)nc + 1, sizeof *cnt);
-    uint32_t *fillp = anvil_malloc((size_t)nc * sizeof *fillp);
+    uint32_t *cnt = core_calloc((size_t)nc + 1, sizeof *cnt);
+    uint32_t *fillp = core_malloc((size_t)nc * sizeof *fillp);
     uint32_t *bk = NULL, cap_bk = 0;
     struct bucket_memo memo[512];
     uint32_t memo_stamp = 0;
@@ -427,10 +427,10 @@ static void determinize(struct dfab *b) {
         }
     }
 done:
-    anvil_free(cnt);
-    anvil_free(fillp);
-    anvil_free(bk);
-    anvil_free(pend);
+    core_free(cnt);
+    core_free(fillp);
+    core_free(bk);
+    core_free(pend);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -474,13 +474,13 @@ static bool distances(struct dfab *b, int64_t *dist) {
     uint32_t n = b->n, nc = b->nc;
     bool ok = false;
     /* distinct byte successors per state, reversed (CSR) */
-    uint32_t *roff = anvil_calloc((size_t)n + 1, sizeof *roff);
+    uint32_t *roff = core_calloc((size_t)n + 1, sizeof *roff);
     uint32_t *rsrc = NULL;
-    uint32_t *seen = anvil_malloc((size_t)(n ? n : 1) * sizeof *seen);
-    uint32_t *coff_t = anvil_calloc((size_t)n + 1, sizeof *coff_t); /* calls by target */
-    uint32_t *coff_s = anvil_calloc((size_t)n + 1, sizeof *coff_s); /* calls by callee start */
+    uint32_t *seen = core_malloc((size_t)(n ? n : 1) * sizeof *seen);
+    uint32_t *coff_t = core_calloc((size_t)n + 1, sizeof *coff_t); /* calls by target */
+    uint32_t *coff_s = core_calloc((size_t)n + 1, sizeof *coff_s); /* calls by callee start */
     uint32_t *cby_t = NULL, *cby_s = NULL;
-    uint8_t *done = anvil_calloc(n ? n : 1, 1);
+    uint8_t *done = core_calloc(n ? n : 1, 1);
     uint32_t hcap = n + b->n_calls + 1, hn = 0;
     struct heap_ent *heap = NULL;
     if (!roff || !seen || !coff_t || !coff_s || !done) goto out;
@@ -495,10 +495,10 @@ static bool distances(struct dfab *b, int64_t *dist) {
         }
     }
     for (uint32_t s = 0; s < n; s++) roff[s + 1] += roff[s];
-    rsrc = anvil_malloc((size_t)(roff[n] ? roff[n] : 1) * sizeof *rsrc);
-    uint32_t *fill = anvil_malloc((size_t)(n ? n : 1) * sizeof *fill);
+    rsrc = core_malloc((size_t)(roff[n] ? roff[n] : 1) * sizeof *rsrc);
+    uint32_t *fill = core_malloc((size_t)(n ? n : 1) * sizeof *fill);
     if (!rsrc || !fill) {
-        anvil_free(fill);
+        core_free(fill);
         goto out;
     }
     memcpy(fill, roff, (size_t)n * sizeof *fill);
@@ -512,7 +512,7 @@ static bool distances(struct dfab *b, int64_t *dist) {
             }
         }
     }
-    anvil_free(fill);
+    core_free(fill);
     for (uint32_t i = 0; i < b->n_calls; i++) {
         coff_t[b->calls[i].to + 1]++;
         uint32_t st = b->cr_start[b->calls[i].crule];
@@ -522,13 +522,13 @@ static bool distances(struct dfab *b, int64_t *dist) {
         coff_t[s + 1] += coff_t[s];
         coff_s[s + 1] += coff_s[s];
     }
-    cby_t = anvil_malloc((size_t)(b->n_calls ? b->n_calls : 1) * sizeof *cby_t);
-    cby_s = anvil_malloc((size_t)(b->n_calls ? b->n_calls : 1) * sizeof *cby_s);
-    uint32_t *ft = anvil_malloc((size_t)(n ? n : 1) * sizeof *ft);
-    uint32_t *fs = anvil_malloc((size_t)(n ? n : 1) * sizeof *fs);
+    cby_t = core_malloc((size_t)(b->n_calls ? b->n_calls : 1) * sizeof *cby_t);
+    cby_s = core_malloc((size_t)(b->n_calls ? b->n_calls : 1) * sizeof *cby_s);
+    uint32_t *ft = core_malloc((size_t)(n ? n : 1) * sizeof *ft);
+    uint32_t *fs = core_malloc((size_t)(n ? n : 1) * sizeof *fs);
     if (!cby_t || !cby_s || !ft || !fs) {
-        anvil_free(ft);
-        anvil_free(fs);
+        core_free(ft);
+        core_free(fs);
         goto out;
     }
     memcpy(ft, coff_t, (size_t)n * sizeof *ft);
@@ -538,11 +538,11 @@ static bool distances(struct dfab *b, int64_t *dist) {
         uint32_t st = b->cr_start[b->calls[i].crule];
         if (st != CN_NIL) cby_s[fs[st]++] = i;
     }
-    anvil_free(ft);
-    anvil_free(fs);
+    core_free(ft);
+    core_free(fs);
     /* each state is pushed at most once per incoming relaxation */
     hcap = roff[n] + 2 * b->n_calls + n + 1;
-    heap = anvil_malloc((size_t)hcap * sizeof *heap);
+    heap = core_malloc((size_t)hcap * sizeof *heap);
     if (!heap) goto out;
     for (uint32_t s = 0; s < n; s++) {
         dist[s] = DIST_INF;
@@ -581,15 +581,15 @@ static bool distances(struct dfab *b, int64_t *dist) {
     }
     ok = true;
 out:
-    anvil_free(roff);
-    anvil_free(rsrc);
-    anvil_free(seen);
-    anvil_free(coff_t);
-    anvil_free(coff_s);
-    anvil_free(cby_t);
-    anvil_free(cby_s);
-    anvil_free(done);
-    anvil_free(heap);
+    core_free(roff);
+    core_free(rsrc);
+    core_free(seen);
+    core_free(coff_t);
+    core_free(coff_s);
+    core_free(cby_t);
+    core_free(cby_s);
+    core_free(done);
+    core_free(heap);
     return ok;
 }
 
@@ -597,10 +597,10 @@ static anvil_status make_program(struct dfab *b, const int64_t *dist, struct cn_
     uint32_t n = b->n, nc = b->nc;
     const struct cn_nfa *a = b->a;
     uint32_t root = b->cr_start[0];
-    uint32_t *map = anvil_malloc((size_t)(n ? n : 1) * sizeof *map);
-    uint32_t *q = anvil_malloc((size_t)(n ? n : 1) * sizeof *q);
-    uint32_t *coff = anvil_calloc((size_t)n + 1, sizeof *coff);
-    struct cn_program *p = anvil_calloc(1, sizeof *p);
+    uint32_t *map = core_malloc((size_t)(n ? n : 1) * sizeof *map);
+    uint32_t *q = core_malloc((size_t)(n ? n : 1) * sizeof *q);
+    uint32_t *coff = core_calloc((size_t)n + 1, sizeof *coff);
+    struct cn_program *p = core_calloc(1, sizeof *p);
     anvil_status st = ANVIL_ERR_NOMEM;
     if (!map || !q || !coff || !p) goto fail;
     /* calls of each state (b->calls is grouped by source in order) */
@@ -637,10 +637,10 @@ static anvil_status make_program(struct dfab *b, const int64_t *dist, struct cn_
     p->n_states = (int32_t)kept;
     p->n_classes = (int32_t)nc;
     memcpy(p->class_of, b->cls, 256);
-    p->trans = anvil_malloc((size_t)kept * nc * sizeof *p->trans);
-    p->flags = anvil_calloc(kept, 1);
-    p->call_off = anvil_calloc((size_t)kept + 1, sizeof *p->call_off);
-    p->dist = anvil_malloc((size_t)kept * sizeof *p->dist);
+    p->trans = core_malloc((size_t)kept * nc * sizeof *p->trans);
+    p->flags = core_calloc(kept, 1);
+    p->call_off = core_calloc((size_t)kept + 1, sizeof *p->call_off);
+    p->dist = core_malloc((size_t)kept * sizeof *p->dist);
     if (!p->trans || !p->flags || !p->call_off || !p->dist) goto fail;
     uint32_t n_calls = 0;
     for (uint32_t s = 0; s < n; s++) {
@@ -651,7 +651,7 @@ static anvil_status make_program(struct dfab *b, const int64_t *dist, struct cn_
             if (cs != CN_NIL && map[cs] != CN_NIL && map[cl->to] != CN_NIL) n_calls++;
         }
     }
-    p->calls = anvil_malloc((size_t)(n_calls ? n_calls : 1) * sizeof *p->calls);
+    p->calls = core_malloc((size_t)(n_calls ? n_calls : 1) * sizeof *p->calls);
     if (!p->calls) goto fail;
     /* states in new order (q holds them in BFS = new-id order) */
     uint32_t w = 0;
@@ -680,7 +680,7 @@ static anvil_status make_program(struct dfab *b, const int64_t *dist, struct cn_
     }
     p->call_off[kept] = w;
     /* loop signatures: bucket k loops on s when every class of its bytes does */
-    p->loopsig = anvil_malloc((size_t)kept * sizeof *p->loopsig);
+    p->loopsig = core_malloc((size_t)kept * sizeof *p->loopsig);
     if (!p->loopsig) goto fail;
     {
         uint8_t bucket_cls[64][256];
@@ -713,9 +713,9 @@ static anvil_status make_program(struct dfab *b, const int64_t *dist, struct cn_
     p->max_stack = b->lim->max_stack;
     p->max_stacks = b->lim->max_stacks;
     if (p->pure) {
-        p->cache = anvil_calloc(1, sizeof *p->cache);
+        p->cache = core_calloc(1, sizeof *p->cache);
         if (!p->cache) goto fail;
-        p->cache->slot = anvil_calloc(kept, sizeof *p->cache->slot);
+        p->cache->slot = core_calloc(kept, sizeof *p->cache->slot);
         if (!p->cache->slot) goto fail;
         atomic_init(&p->cache->vocab, NULL);
         atomic_init(&p->cache->budget, CN_MASK_CACHE_BYTES);
@@ -723,15 +723,15 @@ static anvil_status make_program(struct dfab *b, const int64_t *dist, struct cn_
     p->bytes = sizeof *p + (size_t)kept * nc * sizeof *p->trans + kept +
                ((size_t)kept + 1) * sizeof *p->call_off + (size_t)w * sizeof *p->calls +
                (size_t)kept * sizeof *p->dist + (size_t)kept * sizeof *p->loopsig;
-    anvil_free(map);
-    anvil_free(q);
-    anvil_free(coff);
+    core_free(map);
+    core_free(q);
+    core_free(coff);
     *out = p;
     return ANVIL_OK;
 fail:
-    anvil_free(map);
-    anvil_free(q);
-    anvil_free(coff);
+    core_free(map);
+    core_free(q);
+    core_free(coff);
     cn_program_free(p);
     return st;
 }
@@ -740,17 +740,17 @@ void cn_program_free(struct cn_program *p) {
     if (!p) return;
     if (p->cache) {
         if (p->cache->slot)
-            for (int32_t i = 0; i < p->n_states; i++) anvil_free(atomic_load(&p->cache->slot[i]));
-        anvil_free(p->cache->slot);
-        anvil_free(p->cache);
+            for (int32_t i = 0; i < p->n_states; i++) core_free(atomic_load(&p->cache->slot[i]));
+        core_free(p->cache->slot);
+        core_free(p->cache);
     }
-    anvil_free(p->trans);
-    anvil_free(p->flags);
-    anvil_free(p->call_off);
-    anvil_free(p->calls);
-    anvil_free(p->dist);
-    anvil_free(p->loopsig);
-    anvil_free(p);
+    core_free(p->trans);
+    core_free(p->flags);
+    core_free(p->call_off);
+    core_free(p->calls);
+    core_free(p->dist);
+    core_free(p->loopsig);
+    core_free(p);
 }
 
 anvil_status dfa_build(const struct cn_ir *g, const struct cn_nfa *a, const struct cn_limits *lim,
@@ -762,10 +762,10 @@ anvil_status dfa_build(const struct cn_ir *g, const struct cn_nfa *a, const stru
     b.lim = lim;
     int64_t *dist = NULL;
     anvil_status st;
-    b.mark = anvil_calloc(a->n_states ? a->n_states : 1, sizeof *b.mark);
-    b.stk = anvil_malloc((size_t)(a->n_states ? a->n_states : 1) * sizeof *b.stk);
-    b.clo = anvil_malloc((size_t)(a->n_states ? a->n_states : 1) * sizeof *b.clo);
-    b.cr_start = anvil_malloc((size_t)(a->n_crules ? a->n_crules : 1) * sizeof *b.cr_start);
+    b.mark = core_calloc(a->n_states ? a->n_states : 1, sizeof *b.mark);
+    b.stk = core_malloc((size_t)(a->n_states ? a->n_states : 1) * sizeof *b.stk);
+    b.clo = core_malloc((size_t)(a->n_states ? a->n_states : 1) * sizeof *b.clo);
+    b.cr_start = core_malloc((size_t)(a->n_crules ? a->n_crules : 1) * sizeof *b.cr_start);
     if (!b.mark || !b.stk || !b.clo || !b.cr_start || !make_classes(&b)) {
         fail(&b, ANVIL_ERR_NOMEM, "out of memory");
         goto done;
@@ -776,7 +776,7 @@ anvil_status dfa_build(const struct cn_ir *g, const struct cn_nfa *a, const stru
         fail(&b, ANVIL_ERR_INVALID, "the constraint matches no string at all");
         goto done;
     }
-    dist = anvil_malloc((size_t)(b.n ? b.n : 1) * sizeof *dist);
+    dist = core_malloc((size_t)(b.n ? b.n : 1) * sizeof *dist);
     if (!dist || !distances(&b, dist)) {
         fail(&b, ANVIL_ERR_NOMEM, "out of memory");
         goto done;
@@ -790,20 +790,20 @@ anvil_status dfa_build(const struct cn_ir *g, const struct cn_nfa *a, const stru
 done:
     st = b.st;
     if (st != ANVIL_OK) errmsg_set(err, err_cap, "%s", b.err);
-    anvil_free(dist);
-    anvil_free(b.set_cls_off);
-    anvil_free(b.set_cls);
-    anvil_free(b.key_off);
-    anvil_free(b.key_len);
-    anvil_free(b.keys);
-    anvil_free(b.rule_of);
-    anvil_free(b.final);
-    anvil_free(b.trans);
-    anvil_free(b.hash);
-    anvil_free(b.calls);
-    anvil_free(b.cr_start);
-    anvil_free(b.mark);
-    anvil_free(b.stk);
-    anvil_free(b.clo);
+    core_free(dist);
+    core_free(b.set_cls_off);
+    core_free(b.set_cls);
+    core_free(b.key_off);
+    core_free(b.key_len);
+    core_free(b.keys);
+    core_free(b.rule_of);
+    core_free(b.final);
+    core_free(b.trans);
+    core_free(b.hash);
+    core_free(b.calls);
+    core_free(b.cr_start);
+    core_free(b.mark);
+    core_free(b.stk);
+    core_free(b.clo);
     return st;
 }

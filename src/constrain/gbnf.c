@@ -87,7 +87,7 @@ static uint32_t rule_for(struct gp *p, const uint8_t *s, size_t n) {
     struct cn_ir *g = p->g;
     if ((uint64_t)(g->n_rules + 1) * 2 > p->cap_map) {
         uint32_t nc = p->cap_map ? p->cap_map * 2 : 64;
-        uint32_t *m = anvil_malloc((size_t)nc * sizeof *m);
+        uint32_t *m = core_malloc((size_t)nc * sizeof *m);
         if (!m) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
         for (uint32_t k = 0; k < nc; k++) m[k] = CN_NIL;
         for (uint32_t r = 0; r < g->n_rules; r++) {
@@ -96,7 +96,7 @@ static uint32_t rule_for(struct gp *p, const uint8_t *s, size_t n) {
             while (m[j] != CN_NIL) j = (j + 1) & (nc - 1);
             m[j] = r;
         }
-        anvil_free(p->map);
+        core_free(p->map);
         p->map = m;
         p->cap_map = nc;
     }
@@ -398,7 +398,7 @@ static bool parse_rule(struct gp *p) {
     if (r >= p->cap_def) {
         uint32_t nc = p->cap_def ? p->cap_def : 64;
         while (nc <= r) nc *= 2;
-        uint8_t *d = anvil_realloc(p->defined, nc);
+        uint8_t *d = core_realloc(p->defined, nc);
         if (!d) {
             ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
             return false;
@@ -465,8 +465,8 @@ anvil_status cn_parse_gbnf(const char *text, size_t len, const struct cn_options
             if (!strcmp(g->rules[r].name, "root")) g->root = r;
         if (g->root == CN_NIL) ir_fail(g, ANVIL_ERR_INVALID, "grammar: no 'root' rule");
     }
-    anvil_free(p.map);
-    anvil_free(p.defined);
+    core_free(p.map);
+    core_free(p.defined);
     if (!ir_ok(g)) {
         errmsg_set(err, err_cap, "%s", g->err);
         st = g->st;

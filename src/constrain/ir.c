@@ -22,7 +22,7 @@
 /* lifetime and errors */
 
 anvil_status ir_init(struct cn_ir **out, uint32_t max_nodes) {
-    struct cn_ir *g = anvil_calloc(1, sizeof *g);
+    struct cn_ir *g = core_calloc(1, sizeof *g);
     if (!g) return ANVIL_ERR_NOMEM;
     g->root = CN_NIL;
     g->max_nodes = max_nodes ? max_nodes : CN_DEF_MAX_NFA;
@@ -32,14 +32,14 @@ anvil_status ir_init(struct cn_ir **out, uint32_t max_nodes) {
 
 void ir_free(struct cn_ir *g) {
     if (!g) return;
-    for (uint32_t i = 0; i < g->n_rules; i++) anvil_free(g->rules[i].name);
-    anvil_free(g->rules);
-    anvil_free(g->nodes);
-    anvil_free(g->kids);
-    anvil_free(g->kreq);
-    anvil_free(g->sets);
-    anvil_free(g->set_hash);
-    anvil_free(g);
+    for (uint32_t i = 0; i < g->n_rules; i++) core_free(g->rules[i].name);
+    core_free(g->rules);
+    core_free(g->nodes);
+    core_free(g->kids);
+    core_free(g->kreq);
+    core_free(g->sets);
+    core_free(g->set_hash);
+    core_free(g);
 }
 
 uint32_t ir_fail(struct cn_ir *g, anvil_status st, const char *fmt, ...) {
@@ -67,7 +67,7 @@ static bool grow(void **p, uint32_t *cap, uint32_t need, size_t sz) {
     if (nc < need) return false;
     size_t bytes;
     if (!size_mul((size_t)nc, sz, &bytes)) return false;
-    void *q = anvil_realloc(*p, bytes);
+    void *q = core_realloc(*p, bytes);
     if (!q) return false;
     *p = q;
     *cap = (uint32_t)nc;
@@ -106,7 +106,7 @@ static uint64_t set_hash(const struct cn_bset *s) {
 static uint32_t set_id(struct cn_ir *g, const struct cn_bset *s) {
     if ((uint64_t)(g->n_sets + 1) * 2 > g->cap_hash) {
         uint32_t nc = g->cap_hash ? g->cap_hash * 2 : 64;
-        uint32_t *h = anvil_malloc((size_t)nc * sizeof *h);
+        uint32_t *h = core_malloc((size_t)nc * sizeof *h);
         if (!h) return oom(g);
         for (uint32_t i = 0; i < nc; i++) h[i] = CN_NIL;
         for (uint32_t i = 0; i < g->n_sets; i++) {
@@ -114,7 +114,7 @@ static uint32_t set_id(struct cn_ir *g, const struct cn_bset *s) {
             while (h[j] != CN_NIL) j = (j + 1) & (nc - 1);
             h[j] = i;
         }
-        anvil_free(g->set_hash);
+        core_free(g->set_hash);
         g->set_hash = h;
         g->cap_hash = nc;
     }
@@ -167,7 +167,7 @@ static bool grow_kids(struct cn_ir *g, uint32_t need) {
     uint32_t cap = g->cap_kids;
     if (!grow((void **)&g->kids, &cap, need, sizeof *g->kids)) return false;
     if (cap != g->cap_kids) {
-        uint8_t *r = anvil_realloc(g->kreq, cap);
+        uint8_t *r = core_realloc(g->kreq, cap);
         if (!r) return false; /* kids grew, kreq did not: cap_kids stays, retried next time */
         g->kreq = r;
         g->cap_kids = cap;
@@ -270,7 +270,7 @@ uint32_t ir_rule_add(struct cn_ir *g, const char *name, size_t len) {
     if (g->n_rules >= g->max_nodes)
         return ir_fail(g, ANVIL_ERR_UNSUPPORTED, "constraint too large: too many rules");
     if (!grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return oom(g);
-    char *nm = anvil_malloc(len + 1);
+    char *nm = core_malloc(len + 1);
     if (!nm) return oom(g);
     memcpy(nm, name, len);
     nm[len] = 0;
@@ -297,7 +297,7 @@ void ir_list_push(struct cn_ir *g, struct ir_list *l, uint32_t x) {
 }
 
 void ir_list_free(struct ir_list *l) {
-    anvil_free(l->v);
+    core_free(l->v);
     l->v = NULL;
     l->n = l->cap = 0;
 }
@@ -409,7 +409,7 @@ void cps_negate(struct cn_ir *g, struct cp_set *s) {
 }
 
 void cps_free(struct cp_set *s) {
-    anvil_free(s->r);
+    core_free(s->r);
     s->r = NULL;
     s->n = s->cap = 0;
 }
@@ -520,7 +520,7 @@ static void sb_put(struct sbuf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap * 2 : 256;
         while (nc < b->n + n + 1) nc *= 2;
-        char *q = anvil_realloc(b->p, nc);
+        char *q = core_realloc(b->p, nc);
         if (!q) {
             b->oom = true;
             return;
@@ -624,7 +624,7 @@ char *ir_to_gbnf(const struct cn_ir *g) {
         sb_put(&b, "\n", 1);
     }
     if (b.oom) {
-        anvil_free(b.p);
+        core_free(b.p);
         return NULL;
     }
     return b.p;

@@ -59,9 +59,9 @@ static void bnf_prod(struct bnf *b, uint32_t lhs, const int32_t *rhs, uint32_t n
     if (b->oom) return;
     if (b->n_prod + 2 > b->cap_prod) {
         size_t nc = b->cap_prod ? b->cap_prod * 2 : 256;
-        uint32_t *l = anvil_realloc(b->lhs, nc * sizeof *l);
+        uint32_t *l = core_realloc(b->lhs, nc * sizeof *l);
         if (l) b->lhs = l;
-        uint32_t *o = anvil_realloc(b->off, (nc + 1) * sizeof *o);
+        uint32_t *o = core_realloc(b->off, (nc + 1) * sizeof *o);
         if (o) b->off = o;
         if (!l || !o) {
             b->oom = true;
@@ -72,7 +72,7 @@ static void bnf_prod(struct bnf *b, uint32_t lhs, const int32_t *rhs, uint32_t n
     if (b->n_syms + n > b->cap_syms) {
         size_t nc = b->cap_syms ? b->cap_syms * 2 : 1024;
         while (nc < b->n_syms + n) nc *= 2;
-        int32_t *s = anvil_realloc(b->syms, nc * sizeof *s);
+        int32_t *s = core_realloc(b->syms, nc * sizeof *s);
         if (!s) {
             b->oom = true;
             return;
@@ -107,8 +107,8 @@ anvil_status cn_ref_init(const struct cn_ir *g, struct cn_ref **out) {
         }
         case IR_SEQ:
             if (cap_rhs < n->n) {
-                anvil_free(rhs);
-                rhs = anvil_malloc(n->n * sizeof *rhs);
+                core_free(rhs);
+                rhs = core_malloc(n->n * sizeof *rhs);
                 cap_rhs = rhs ? n->n : 0;
                 if (!rhs) {
                     b.oom = true;
@@ -128,8 +128,8 @@ anvil_status cn_ref_init(const struct cn_ir *g, struct cn_ref **out) {
             /* id -> x^min T;  T = ε | x T (unbounded)  or a chain of max-min optionals */
             uint32_t need = (uint32_t)n->min + 1;
             if (cap_rhs < need) {
-                anvil_free(rhs);
-                rhs = anvil_malloc(need * sizeof *rhs);
+                core_free(rhs);
+                rhs = core_malloc(need * sizeof *rhs);
                 cap_rhs = rhs ? need : 0;
                 if (!rhs) {
                     b.oom = true;
@@ -196,7 +196,7 @@ anvil_status cn_ref_init(const struct cn_ir *g, struct cn_ref **out) {
         }
         }
     }
-    anvil_free(rhs);
+    core_free(rhs);
     for (uint32_t r = 0; r < R && !b.oom; r++) {
         if (g->rules[r].body == CN_NIL) continue;
         int32_t body = (int32_t)g->rules[r].body;
@@ -207,16 +207,16 @@ anvil_status cn_ref_init(const struct cn_ir *g, struct cn_ref **out) {
         int32_t root = (int32_t)(N + g->root);
         bnf_prod(&b, start, &root, 1);
     }
-    struct cn_ref *r = anvil_calloc(1, sizeof *r);
+    struct cn_ref *r = core_calloc(1, sizeof *r);
     uint8_t *prod_ok = NULL, *productive = NULL;
     if (b.oom || !r) goto oom;
     r->g = g;
     r->n_nt = b.n_nt;
     r->start = start;
     /* productive: fixpoint (test grammars are small) */
-    productive = anvil_calloc(b.n_nt, 1);
-    prod_ok = anvil_calloc(b.n_prod ? b.n_prod : 1, 1);
-    r->nullable = anvil_calloc(b.n_nt, 1);
+    productive = core_calloc(b.n_nt, 1);
+    prod_ok = core_calloc(b.n_prod ? b.n_prod : 1, 1);
+    r->nullable = core_calloc(b.n_nt, 1);
     if (!productive || !prod_ok || !r->nullable) goto oom;
     for (bool ch = true; ch;) {
         ch = false;
@@ -248,11 +248,11 @@ anvil_status cn_ref_init(const struct cn_ir *g, struct cn_ref **out) {
     }
     /* kept productions, and each nonterminal's list */
     r->n_prod = (uint32_t)kept;
-    r->prod_lhs = anvil_malloc((kept ? kept : 1) * sizeof *r->prod_lhs);
-    r->prod_off = anvil_malloc((kept + 1) * sizeof *r->prod_off);
-    r->syms = anvil_malloc((b.n_syms ? b.n_syms : 1) * sizeof *r->syms);
-    r->nt_off = anvil_calloc((size_t)b.n_nt + 1, sizeof *r->nt_off);
-    r->nt_prods = anvil_malloc((kept ? kept : 1) * sizeof *r->nt_prods);
+    r->prod_lhs = core_malloc((kept ? kept : 1) * sizeof *r->prod_lhs);
+    r->prod_off = core_malloc((kept + 1) * sizeof *r->prod_off);
+    r->syms = core_malloc((b.n_syms ? b.n_syms : 1) * sizeof *r->syms);
+    r->nt_off = core_calloc((size_t)b.n_nt + 1, sizeof *r->nt_off);
+    r->nt_prods = core_malloc((kept ? kept : 1) * sizeof *r->nt_prods);
     if (!r->prod_lhs || !r->prod_off || !r->syms || !r->nt_off || !r->nt_prods) goto oom;
     uint32_t w = 0, ws = 0;
     r->prod_off[0] = 0;
@@ -264,16 +264,16 @@ anvil_status cn_ref_init(const struct cn_ir *g, struct cn_ref **out) {
         r->nt_off[b.lhs[p] + 1]++;
     }
     for (uint32_t nt = 0; nt < b.n_nt; nt++) r->nt_off[nt + 1] += r->nt_off[nt];
-    uint32_t *fill = anvil_malloc((size_t)b.n_nt * sizeof *fill);
+    uint32_t *fill = core_malloc((size_t)b.n_nt * sizeof *fill);
     if (!fill) goto oom;
     memcpy(fill, r->nt_off, (size_t)b.n_nt * sizeof *fill);
     for (uint32_t p = 0; p < w; p++) r->nt_prods[fill[r->prod_lhs[p]]++] = p;
-    anvil_free(fill);
-    anvil_free(productive);
-    anvil_free(prod_ok);
-    anvil_free(b.lhs);
-    anvil_free(b.off);
-    anvil_free(b.syms);
+    core_free(fill);
+    core_free(productive);
+    core_free(prod_ok);
+    core_free(b.lhs);
+    core_free(b.off);
+    core_free(b.syms);
     cn_ref_reset(r);
     if (r->oom) {
         cn_ref_free(r);
@@ -282,27 +282,27 @@ anvil_status cn_ref_init(const struct cn_ir *g, struct cn_ref **out) {
     *out = r;
     return ANVIL_OK;
 oom:
-    anvil_free(productive);
-    anvil_free(prod_ok);
-    anvil_free(b.lhs);
-    anvil_free(b.off);
-    anvil_free(b.syms);
+    core_free(productive);
+    core_free(prod_ok);
+    core_free(b.lhs);
+    core_free(b.off);
+    core_free(b.syms);
     cn_ref_free(r);
     return ANVIL_ERR_NOMEM;
 }
 
 void cn_ref_free(struct cn_ref *r) {
     if (!r) return;
-    anvil_free(r->prod_lhs);
-    anvil_free(r->prod_off);
-    anvil_free(r->syms);
-    anvil_free(r->nt_off);
-    anvil_free(r->nt_prods);
-    anvil_free(r->nullable);
-    anvil_free(r->items);
-    anvil_free(r->set_off);
-    anvil_free(r->hkeys);
-    anvil_free(r);
+    core_free(r->prod_lhs);
+    core_free(r->prod_off);
+    core_free(r->syms);
+    core_free(r->nt_off);
+    core_free(r->nt_prods);
+    core_free(r->nullable);
+    core_free(r->items);
+    core_free(r->set_off);
+    core_free(r->hkeys);
+    core_free(r);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -320,13 +320,13 @@ static void add_item(struct cn_ref *r, struct ref_item it) {
     size_t n = r->n_items - lo;
     if ((n + 1) * 2 > r->cap_h) {
         uint32_t nc = r->cap_h ? r->cap_h * 2 : 256;
-        uint64_t *h = anvil_malloc((size_t)nc * sizeof *h);
+        uint64_t *h = core_malloc((size_t)nc * sizeof *h);
         if (!h) {
             r->oom = true;
             return;
         }
         for (uint32_t i = 0; i < nc; i++) h[i] = UINT64_MAX;
-        anvil_free(r->hkeys);
+        core_free(r->hkeys);
         r->hkeys = h;
         r->cap_h = nc;
         for (size_t i = lo; i < r->n_items; i++) {
@@ -345,7 +345,7 @@ static void add_item(struct cn_ref *r, struct ref_item it) {
     }
     if (r->n_items == r->cap_items) {
         size_t nc = r->cap_items ? r->cap_items * 2 : 1024;
-        struct ref_item *q = anvil_realloc(r->items, nc * sizeof *q);
+        struct ref_item *q = core_realloc(r->items, nc * sizeof *q);
         if (!q) {
             r->oom = true;
             return;
@@ -360,7 +360,7 @@ static void add_item(struct cn_ref *r, struct ref_item it) {
 static void new_set(struct cn_ref *r) {
     if (r->n_sets + 2 > r->cap_sets) {
         size_t nc = r->cap_sets ? r->cap_sets * 2 : 64;
-        size_t *q = anvil_realloc(r->set_off, nc * sizeof *q);
+        size_t *q = core_realloc(r->set_off, nc * sizeof *q);
         if (!q) {
             r->oom = true;
             return;

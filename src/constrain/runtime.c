@@ -41,7 +41,7 @@ static bool grow(void **p, uint32_t *cap, uint64_t need, size_t sz) {
     uint64_t nc = *cap ? (uint64_t)*cap * 2 : 16;
     while (nc < need) nc *= 2;
     if (nc > UINT32_MAX / 2) return false;
-    void *q = anvil_realloc(*p, (size_t)nc * sz);
+    void *q = core_realloc(*p, (size_t)nc * sz);
     if (!q) return false;
     *p = q;
     *cap = (uint32_t)nc;
@@ -69,11 +69,11 @@ static bool vis_ready(struct cn_state *s) {
     if (sc->vis) return true;
     uint32_t cap = 64;
     while (cap < 2 * visit_max(s->p)) cap *= 2;
-    sc->vis = anvil_malloc((size_t)cap * sizeof *sc->vis);
-    sc->vis_gen = anvil_calloc(cap, sizeof *sc->vis_gen);
+    sc->vis = core_malloc((size_t)cap * sizeof *sc->vis);
+    sc->vis_gen = core_calloc(cap, sizeof *sc->vis_gen);
     if (!sc->vis || !sc->vis_gen) {
-        anvil_free(sc->vis);
-        anvil_free(sc->vis_gen);
+        core_free(sc->vis);
+        core_free(sc->vis_gen);
         sc->vis = NULL;
         sc->vis_gen = NULL;
         sc->oom = true;
@@ -345,12 +345,12 @@ void cn_state_reset(struct cn_state *s) {
 anvil_status cn_state_init(const struct cn_program *p, const struct cn_vocab *v,
                            struct cn_state **out) {
     if (!p || !out) return ANVIL_ERR_INVALID;
-    struct cn_state *s = anvil_calloc(1, sizeof *s);
+    struct cn_state *s = core_calloc(1, sizeof *s);
     if (!s) return ANVIL_ERR_NOMEM;
     s->p = p;
     s->v = v;
-    s->cfg = anvil_malloc(4 * sizeof *s->cfg);
-    s->fr = anvil_malloc(16 * sizeof *s->fr);
+    s->cfg = core_malloc(4 * sizeof *s->cfg);
+    s->fr = core_malloc(16 * sizeof *s->fr);
     if (!s->cfg || !s->fr) {
         cn_state_free(s);
         return ANVIL_ERR_NOMEM;
@@ -370,25 +370,25 @@ anvil_status cn_state_init(const struct cn_program *p, const struct cn_vocab *v,
 
 void cn_state_free(struct cn_state *s) {
     if (!s) return;
-    anvil_free(s->cfg);
-    anvil_free(s->fr);
-    anvil_free(s->sc.cfg);
-    anvil_free(s->sc.work);
-    anvil_free(s->sc.vis);
-    anvil_free(s->sc.vis_gen);
-    anvil_free(s->sc.dstate);
-    anvil_free(s->sc.lev);
-    anvil_free(s->sc.map);
-    anvil_free(s->sc.hash);
-    anvil_free(s->sc.chain);
-    anvil_free(s->fr2);
-    anvil_free(s->cfg2);
+    core_free(s->cfg);
+    core_free(s->fr);
+    core_free(s->sc.cfg);
+    core_free(s->sc.work);
+    core_free(s->sc.vis);
+    core_free(s->sc.vis_gen);
+    core_free(s->sc.dstate);
+    core_free(s->sc.lev);
+    core_free(s->sc.map);
+    core_free(s->sc.hash);
+    core_free(s->sc.chain);
+    core_free(s->fr2);
+    core_free(s->cfg2);
     for (int e = 0; e < 4; e++) {
-        anvil_free(s->sc.mc[e].key);
-        anvil_free(s->sc.mc[e].mask);
+        core_free(s->sc.mc[e].key);
+        core_free(s->sc.mc[e].mask);
     }
-    anvil_free(s->sc.key);
-    anvil_free(s);
+    core_free(s->sc.key);
+    core_free(s);
 }
 
 anvil_status cn_state_copy(struct cn_state *dst, const struct cn_state *src) {

@@ -245,7 +245,7 @@ static void jb_put(struct jbuf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap * 2 : 64;
         while (nc < b->n + n + 1) nc *= 2;
-        char *q = anvil_realloc(b->p, nc);
+        char *q = core_realloc(b->p, nc);
         if (!q) {
             b->bad = b->oom = true;
             return;
@@ -408,11 +408,11 @@ static uint32_t regex_string(struct sc *c, const char *re, bool search) {
         return sc_fail(c, st, "pattern: %s", msg);
     }
     uint32_t n_memo = g->n_nodes;
-    uint32_t *full = anvil_malloc((size_t)n_memo * sizeof *full);
+    uint32_t *full = core_malloc((size_t)n_memo * sizeof *full);
     if (!full) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
     for (uint32_t i = 0; i < n_memo; i++) full[i] = CN_NIL;
     uint32_t e = escape_json(g, r, full, n_memo, 0);
-    anvil_free(full);
+    core_free(full);
     return quoted(g, e);
 }
 
@@ -497,7 +497,7 @@ static uint32_t sub_rule(struct sc *c, const cJSON *s, int depth) {
     uint64_t h = json_hash(s, 0);
     if ((uint64_t)(c->n_subs + 1) * 2 > c->cap_subs) {
         uint32_t nc = c->cap_subs ? c->cap_subs * 2 : 64;
-        struct sub_memo *t = anvil_calloc(nc, sizeof *t);
+        struct sub_memo *t = core_calloc(nc, sizeof *t);
         if (!t) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
         for (uint32_t i = 0; i < c->cap_subs; i++) {
             if (!c->subs[i].s) continue;
@@ -505,7 +505,7 @@ static uint32_t sub_rule(struct sc *c, const cJSON *s, int depth) {
             while (t[j].s) j = (j + 1) & (nc - 1);
             t[j] = c->subs[i];
         }
-        anvil_free(c->subs);
+        core_free(c->subs);
         c->subs = t;
         c->cap_subs = nc;
     }
@@ -587,7 +587,7 @@ static uint32_t ref_node(struct sc *c, const cJSON *refv, int depth) {
         if (c->refs[i].target == t) return ir_ref(g, c->refs[i].rule);
     if (c->n_refs == c->cap_refs) {
         uint32_t nc = c->cap_refs ? c->cap_refs * 2 : 16;
-        void *q = anvil_realloc(c->refs, (size_t)nc * sizeof *c->refs);
+        void *q = core_realloc(c->refs, (size_t)nc * sizeof *c->refs);
         if (!q) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
         c->refs = q;
         c->cap_refs = nc;
@@ -812,7 +812,7 @@ static uint32_t extra_name(struct sc *c, const cJSON *props) {
     struct cn_ir *g = c->g;
     if (!props || !props->child) return any_string(g);
     uint32_t cap = 64, n = 1;
-    struct ktrie *t = anvil_calloc(cap, sizeof *t);
+    struct ktrie *t = core_calloc(cap, sizeof *t);
     if (!t) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
     for (const cJSON *p = props->child; p; p = p->next) {
         const uint8_t *s = (const uint8_t *)p->string;
@@ -825,7 +825,7 @@ static uint32_t extra_name(struct sc *c, const cJSON *props) {
             uint32_t cp;
             int m = cn_utf8_decode(s + i, len - i, &cp);
             if (m == 0) {
-                anvil_free(t);
+                core_free(t);
                 return sc_fail(c, ANVIL_ERR_INVALID, "property name is not valid UTF-8");
             }
             i += (size_t)m;
@@ -833,9 +833,9 @@ static uint32_t extra_name(struct sc *c, const cJSON *props) {
             while (k && t[k].cp != cp) k = t[k].next;
             if (!k) {
                 if (n == cap) {
-                    struct ktrie *q = anvil_realloc(t, (size_t)cap * 2 * sizeof *t);
+                    struct ktrie *q = core_realloc(t, (size_t)cap * 2 * sizeof *t);
                     if (!q) {
-                        anvil_free(t);
+                        core_free(t);
                         return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
                     }
                     t = q;
@@ -852,7 +852,7 @@ static uint32_t extra_name(struct sc *c, const cJSON *props) {
         t[node].end = true;
     }
     uint32_t r = quoted(g, not_in(c, t, 0, 0));
-    anvil_free(t);
+    core_free(t);
     return r;
 }
 
@@ -881,15 +881,15 @@ static uint32_t object_node(struct sc *c, const struct kws *k, int depth) {
     bool *rq = NULL;
     uint32_t n_props = 0;
     for (const cJSON *p = props ? props->child : NULL; p; p = p->next) n_props++;
-    rq = anvil_calloc(n_props + 1, sizeof *rq);
+    rq = core_calloc(n_props + 1, sizeof *rq);
     if (!rq) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
     uint32_t i = 0;
     for (const cJSON *p = props ? props->child : NULL; p && ir_ok(g); p = p->next, i++) {
         struct jbuf kb = {0};
         jb_string(&kb, p->string);
         if (kb.bad) {
-            anvil_free(kb.p);
-            anvil_free(rq);
+            core_free(kb.p);
+            core_free(rq);
             ir_list_free(&m);
             return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
         }
@@ -897,7 +897,7 @@ static uint32_t object_node(struct sc *c, const struct kws *k, int depth) {
         uint32_t val = sub_rule(c, p, depth + 1);
         path_pop(c, save);
         ir_list_push(g, &m, ir_seq3(g, ir_lit(g, kb.p, kb.n), colon(c), val));
-        anvil_free(kb.p);
+        core_free(kb.p);
         if (req)
             for (const cJSON *r = req->child; r; r = r->next)
                 if (!strcmp(r->valuestring, p->string)) rq[i] = true;
@@ -924,7 +924,7 @@ static uint32_t object_node(struct sc *c, const struct kws *k, int depth) {
         if (!any_req) body = ir_opt(g, body);
     }
     ir_list_free(&m);
-    anvil_free(rq);
+    core_free(rq);
     return ir_seq(g, (uint32_t[]){ir_byte(g, '{'), ws(c), body, ir_byte(g, '}')}, 4);
 }
 
@@ -1042,12 +1042,12 @@ static uint32_t literal_ir(struct sc *c, const cJSON *v, int depth) {
                 struct jbuf kb = {0};
                 jb_string(&kb, k->string);
                 if (kb.bad) {
-                    anvil_free(kb.p);
+                    core_free(kb.p);
                     ir_list_free(&l);
                     return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
                 }
                 item = ir_seq3(g, ir_lit(g, kb.p, kb.n), colon(c), item);
-                anvil_free(kb.p);
+                core_free(kb.p);
             }
             if (l.n) item = ir_seq2(g, sep(c), item);
             ir_list_push(g, &l, item);
@@ -1060,12 +1060,12 @@ static uint32_t literal_ir(struct sc *c, const cJSON *v, int depth) {
     struct jbuf b = {0};
     jb_value(&b, v, 0);
     if (b.bad) {
-        anvil_free(b.p);
+        core_free(b.p);
         if (b.oom) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
         return sc_fail(c, ANVIL_ERR_INVALID, "a value of 'enum'/'const' cannot be written as JSON");
     }
     uint32_t r = ir_lit(g, b.p, b.n);
-    anvil_free(b.p);
+    core_free(b.p);
     return r;
 }
 
@@ -1216,8 +1216,8 @@ static anvil_status finish(struct sc *c, uint32_t body, struct cn_ir **out, char
     struct cn_ir *g = c->g;
     uint32_t root = ir_rule_add(g, "root", 4);
     ir_rule_define(g, root, body);
-    anvil_free(c->refs);
-    anvil_free(c->subs);
+    core_free(c->refs);
+    core_free(c->subs);
     if (!ir_ok(g) || body == CN_NIL) {
         if (ir_ok(g)) ir_fail(g, ANVIL_ERR_INVALID, "JSON Schema: internal error");
         errmsg_set(err, err_cap, "%s", g->err);

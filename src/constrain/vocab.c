@@ -45,14 +45,14 @@ static int cmp_tok(const void *x, const void *y) {
 
 void cn_vocab_free(struct cn_vocab *v) {
     if (!v) return;
-    anvil_free(v->kind);
-    anvil_free(v->off);
-    anvil_free(v->data);
-    anvil_free(v->nodes);
-    anvil_free(v->sig);
-    anvil_free(v->end_ids);
-    anvil_free(v->eog);
-    anvil_free(v);
+    core_free(v->kind);
+    core_free(v->off);
+    core_free(v->data);
+    core_free(v->nodes);
+    core_free(v->sig);
+    core_free(v->end_ids);
+    core_free(v->eog);
+    core_free(v);
 }
 
 int32_t cn_vocab_n_vocab(const struct cn_vocab *v) { return v->n_vocab; }
@@ -82,17 +82,17 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
         errmsg_set(err, err_cap, "vocabulary: too many bytes");
         return ANVIL_ERR_INVALID;
     }
-    struct cn_vocab *v = anvil_calloc(1, sizeof *v);
+    struct cn_vocab *v = core_calloc(1, sizeof *v);
     int32_t *sorted = NULL;
     struct sort_ent *ent = NULL;
     uint32_t *parent = NULL; /* (n_nodes) build only */
     uint32_t *path = NULL;
     if (!v) goto oom;
     v->n_vocab = n_vocab;
-    v->kind = anvil_malloc((size_t)n_vocab);
-    v->off = anvil_malloc(((size_t)n_vocab + 1) * sizeof *v->off);
-    v->data = anvil_malloc(total ? (size_t)total : 1);
-    sorted = anvil_malloc((size_t)n_vocab * sizeof *sorted);
+    v->kind = core_malloc((size_t)n_vocab);
+    v->off = core_malloc(((size_t)n_vocab + 1) * sizeof *v->off);
+    v->data = core_malloc(total ? (size_t)total : 1);
+    sorted = core_malloc((size_t)n_vocab * sizeof *sorted);
     if (!v->kind || !v->off || !v->data || !sorted) goto oom;
     uint32_t pos = 0, n_text = 0;
     int32_t n_eog = 0;
@@ -110,13 +110,13 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
         if (k == CN_TOK_EOG) n_eog++;
     }
     v->off[n_vocab] = pos;
-    v->eog = anvil_malloc((size_t)(n_eog ? n_eog : 1) * sizeof *v->eog);
-    v->end_ids = anvil_malloc((size_t)(n_text ? n_text : 1) * sizeof *v->end_ids);
-    path = anvil_malloc(((size_t)v->max_len + 1) * sizeof *path);
+    v->eog = core_malloc((size_t)(n_eog ? n_eog : 1) * sizeof *v->eog);
+    v->end_ids = core_malloc((size_t)(n_text ? n_text : 1) * sizeof *v->end_ids);
+    path = core_malloc(((size_t)v->max_len + 1) * sizeof *path);
     if (!v->eog || !v->end_ids || !path) goto oom;
     for (int32_t t = 0; t < n_vocab; t++)
         if (v->kind[t] == CN_TOK_EOG) v->eog[v->n_eog++] = t;
-    ent = anvil_malloc((size_t)(n_text ? n_text : 1) * sizeof *ent);
+    ent = core_malloc((size_t)(n_text ? n_text : 1) * sizeof *ent);
     if (!ent) goto oom;
     for (uint32_t i = 0; i < n_text; i++) {
         int32_t t = sorted[i];
@@ -124,7 +124,7 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
     }
     qsort(ent, n_text, sizeof *ent, cmp_tok);
     for (uint32_t i = 0; i < n_text; i++) sorted[i] = ent[i].id;
-    anvil_free(ent);
+    core_free(ent);
     ent = NULL;
     /* node count: bytes beyond the common prefix with the previous token */
     uint64_t n_nodes = 0;
@@ -139,9 +139,9 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
         }
         n_nodes += len - lcp;
     }
-    v->nodes = anvil_malloc((size_t)(n_nodes + 1) * sizeof *v->nodes);
-    v->sig = anvil_calloc(n_nodes ? n_nodes : 1, sizeof *v->sig);
-    parent = anvil_malloc((size_t)(n_nodes ? n_nodes : 1) * sizeof *parent);
+    v->nodes = core_malloc((size_t)(n_nodes + 1) * sizeof *v->nodes);
+    v->sig = core_calloc(n_nodes ? n_nodes : 1, sizeof *v->sig);
+    parent = core_malloc((size_t)(n_nodes ? n_nodes : 1) * sizeof *parent);
     if (!v->nodes || !v->sig || !parent) goto oom;
     uint32_t nn = 0, depth = 0; /* path[1..depth]: open nodes of the current branch */
     for (uint32_t i = 0; i < n_text; i++) {
@@ -168,9 +168,9 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
         struct cn_trie_node *end = &v->nodes[path[len]];
         if (end->ntok == UINT16_MAX) {
             errmsg_set(err, err_cap, "vocabulary: more than 65535 tokens with the same bytes");
-            anvil_free(sorted);
-            anvil_free(path);
-            anvil_free(parent);
+            core_free(sorted);
+            core_free(path);
+            core_free(parent);
             cn_vocab_free(v);
             return ANVIL_ERR_INVALID;
         }
@@ -188,16 +188,16 @@ anvil_status cn_vocab_build(int32_t n_vocab, const uint8_t *const *bytes, const 
     v->bytes = sizeof *v + (size_t)n_vocab * (1 + sizeof *v->off) + pos +
                (size_t)(nn + 1) * sizeof *v->nodes + (size_t)nn * sizeof *v->sig +
                (size_t)n_text * sizeof *v->end_ids;
-    anvil_free(sorted);
-    anvil_free(path);
-    anvil_free(parent);
+    core_free(sorted);
+    core_free(path);
+    core_free(parent);
     *out = v;
     return ANVIL_OK;
 oom:
-    anvil_free(sorted);
-    anvil_free(ent);
-    anvil_free(path);
-    anvil_free(parent);
+    core_free(sorted);
+    core_free(ent);
+    core_free(path);
+    core_free(parent);
     cn_vocab_free(v);
     errmsg_set(err, err_cap, "out of memory");
     return ANVIL_ERR_NOMEM;
@@ -229,7 +229,7 @@ static int32_t walk_pure(struct cn_state *s, uint8_t *mask) {
     const struct cn_vocab *v = s->v;
     struct cn_scratch *sc = &s->sc;
     if (sc->cap_dstate < v->max_len + 1) {
-        void *d = anvil_realloc(sc->dstate, ((size_t)v->max_len + 1) * 2 * sizeof(uint64_t));
+        void *d = core_realloc(sc->dstate, ((size_t)v->max_len + 1) * 2 * sizeof(uint64_t));
         if (!d) return ANVIL_ERR_NOMEM;
         sc->dstate = d;
         sc->cap_dstate = v->max_len + 1;
@@ -273,7 +273,7 @@ static int32_t walk_gen(struct cn_state *s, uint8_t *mask) {
     const struct cn_vocab *v = s->v;
     struct cn_scratch *sc = &s->sc;
     if (sc->cap_lev < v->max_len + 1) {
-        struct cn_level *l = anvil_realloc(sc->lev, ((size_t)v->max_len + 1) * sizeof *l);
+        struct cn_level *l = core_realloc(sc->lev, ((size_t)v->max_len + 1) * sizeof *l);
         if (!l) return ANVIL_ERR_NOMEM;
         sc->lev = l;
         sc->cap_lev = v->max_len + 1;
@@ -281,7 +281,7 @@ static int32_t walk_gen(struct cn_state *s, uint8_t *mask) {
     /* room for a chain of single configurations at every depth, so that
      * the fast path below never grows the scratch */
     if (sc->cap_cfg < v->max_len + 2) {
-        struct cn_cfg *c = anvil_realloc(sc->cfg, ((size_t)v->max_len + 2) * sizeof *c);
+        struct cn_cfg *c = core_realloc(sc->cfg, ((size_t)v->max_len + 2) * sizeof *c);
         if (!c) return ANVIL_ERR_NOMEM;
         sc->cfg = c;
         sc->cap_cfg = v->max_len + 2;
@@ -389,7 +389,7 @@ static int32_t fill_pure_cached(struct cn_state *s, uint8_t *mask) {
         atomic_fetch_add(&c->budget, need); /* over budget: not cached */
         return count;
     }
-    uint8_t *copy = anvil_malloc(nb + sizeof count);
+    uint8_t *copy = core_malloc(nb + sizeof count);
     if (!copy) {
         atomic_fetch_add(&c->budget, need);
         return count;
@@ -399,7 +399,7 @@ static int32_t fill_pure_cached(struct cn_state *s, uint8_t *mask) {
     uint8_t *expect = NULL;
     if (!atomic_compare_exchange_strong_explicit(&c->slot[st], &expect, copy, memory_order_release,
                                                  memory_order_relaxed)) {
-        anvil_free(copy); /* another thread published the same mask */
+        core_free(copy); /* another thread published the same mask */
         atomic_fetch_add(&c->budget, need);
     }
     return count;
@@ -417,7 +417,7 @@ static int32_t fill_gen_cached(struct cn_state *s, uint8_t *mask) {
     for (uint32_t i = 0; i < s->n_cfg; i++) n += 2 + s->fr[s->cfg[i].stk].depth;
     if (n > KEY_MAX) return cn_fill_mask_walk(s, mask);
     if (sc->cap_key < n) {
-        uint32_t *k = anvil_realloc(sc->key, (size_t)KEY_MAX * sizeof *k);
+        uint32_t *k = core_realloc(sc->key, (size_t)KEY_MAX * sizeof *k);
         if (!k) return cn_fill_mask_walk(s, mask);
         sc->key = k;
         sc->cap_key = KEY_MAX;
@@ -445,9 +445,9 @@ static int32_t fill_gen_cached(struct cn_state *s, uint8_t *mask) {
     int32_t count = cn_fill_mask_walk(s, mask);
     if (count < 0) return count;
     /* remember it (a failed allocation just skips caching) */
-    if (!lru->mask) lru->mask = anvil_malloc(nb);
+    if (!lru->mask) lru->mask = core_malloc(nb);
     if (lru->cap_key < w) {
-        uint32_t *k = anvil_realloc(lru->key, (size_t)w * sizeof *k);
+        uint32_t *k = core_realloc(lru->key, (size_t)w * sizeof *k);
         if (k) {
             lru->key = k;
             lru->cap_key = w;

@@ -2,7 +2,7 @@
  * alloc.c - the only place the library calls malloc.
  *
  * Counters make "no allocation on the hot path" checkable (bench reads
- * anvil_alloc_count before and after the timed loop), and fault injection
+ * core_alloc_count before and after the timed loop), and fault injection
  * lets tests/unit_model.c (test_oom_walk) fail every allocation of model
  * load, context and engine init and request admission in turn, and check that
  * each failure is handled cleanly (sqlite's OOM discipline).
@@ -17,11 +17,11 @@ static _Atomic uint64_t n_calls;
 static _Atomic int64_t n_live;
 static _Atomic uint64_t fail_at; /* absolute call number that fails; 0 = never */
 
-void anvil_alloc_fail_at(uint64_t n) {
+void core_alloc_fail_at(uint64_t n) {
     atomic_store(&fail_at, n ? atomic_load(&n_calls) + n : 0);
 }
-uint64_t anvil_alloc_count(void) { return atomic_load(&n_calls); }
-int64_t anvil_alloc_live(void) { return atomic_load(&n_live); }
+uint64_t core_alloc_count(void) { return atomic_load(&n_calls); }
+int64_t core_alloc_live(void) { return atomic_load(&n_live); }
 
 static bool should_fail(void) {
     uint64_t k = atomic_fetch_add(&n_calls, 1) + 1;
@@ -29,28 +29,28 @@ static bool should_fail(void) {
     return f != 0 && k == f;
 }
 
-void *anvil_malloc(size_t n) {
+void *core_malloc(size_t n) {
     if (should_fail()) return NULL;
     void *p = malloc(n ? n : 1);
     if (p) atomic_fetch_add(&n_live, 1);
     return p;
 }
 
-void *anvil_calloc(size_t n, size_t size) {
+void *core_calloc(size_t n, size_t size) {
     if (should_fail()) return NULL;
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (p) atomic_fetch_add(&n_live, 1);
     return p;
 }
 
-void *anvil_realloc(void *p, size_t n) {
+void *core_realloc(void *p, size_t n) {
     if (should_fail()) return NULL;
     void *q = realloc(p, n ? n : 1);
     if (q && !p) atomic_fetch_add(&n_live, 1);
     return q;
 }
 
-void *anvil_malloc_aligned(size_t n) {
+void *core_malloc_aligned(size_t n) {
     if (should_fail()) return NULL;
     void *p = NULL;
     size_t sz = (n + 63) & ~(size_t)63;
@@ -59,17 +59,17 @@ void *anvil_malloc_aligned(size_t n) {
     return p;
 }
 
-void anvil_free(void *p) {
+void core_free(void *p) {
     if (!p) return;
     atomic_fetch_sub(&n_live, 1);
     free(p);
 }
 
-void anvil_free_aligned(void *p) { anvil_free(p); }
+void core_free_aligned(void *p) { core_free(p); }
 
-char *anvil_strdup(const char *s) {
+char *core_strdup(const char *s) {
     size_t n = strlen(s) + 1;
-    char *d = anvil_malloc(n);
+    char *d = core_malloc(n);
     if (d) memcpy(d, s, n);
     return d;
 }

@@ -17,11 +17,11 @@
 /* ---------------------------------------------------------------------- */
 /* assertions: ANVIL_ASSERT stays on in release, ANVIL_DASSERT is debug only */
 
-void anvil_abort(const char *file, int line, const char *expr);
+void core_abort(const char *file, int line, const char *expr);
 
 #define ANVIL_ASSERT(x) \
     do { \
-        if (!(x)) anvil_abort(__FILE__, __LINE__, #x); \
+        if (!(x)) core_abort(__FILE__, __LINE__, #x); \
     } while (0)
 
 #ifdef ANVIL_DEBUG
@@ -33,9 +33,9 @@ void anvil_abort(const char *file, int line, const char *expr);
 /* ---------------------------------------------------------------------- */
 /* logging: level from ANVIL_LOG (0 quiet .. 3 debug); default 1 (errors) */
 
-enum { ANVIL_LOG_ERROR = 1, ANVIL_LOG_INFO = 2, ANVIL_LOG_DEBUG = 3 };
-void anvil_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int anvil_log_level(void);
+enum { CORE_LOG_ERROR = 1, CORE_LOG_INFO = 2, CORE_LOG_DEBUG = 3 };
+void core_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int core_log_level(void);
 
 /* Forward a non-OK status, logging the site at debug level. Needs a local
  * `anvil_status st` and a `fail:` label. */
@@ -43,8 +43,8 @@ int anvil_log_level(void);
     do { \
         st = (expr); \
         if (st != ANVIL_OK) { \
-            if (anvil_log_level() >= ANVIL_LOG_DEBUG) \
-                anvil_log(ANVIL_LOG_DEBUG, "%s:%d: %s -> %s", __FILE__, __LINE__, #expr, \
+            if (core_log_level() >= CORE_LOG_DEBUG) \
+                core_log(CORE_LOG_DEBUG, "%s:%d: %s -> %s", __FILE__, __LINE__, #expr, \
                           anvil_status_str(st)); \
             goto fail; \
         } \
@@ -56,20 +56,20 @@ void errmsg_set(char *err, size_t cap, const char *fmt, ...) __attribute__((form
 /* ---------------------------------------------------------------------- */
 /* allocation: every heap allocation of the library goes through these */
 
-void *anvil_malloc(size_t n);
-void *anvil_calloc(size_t n, size_t size);
-void *anvil_realloc(void *p, size_t n);
-/* 64-byte aligned; free with anvil_free_aligned. */
-void *anvil_malloc_aligned(size_t n);
-void anvil_free(void *p);
-void anvil_free_aligned(void *p);
-char *anvil_strdup(const char *s);
+void *core_malloc(size_t n);
+void *core_calloc(size_t n, size_t size);
+void *core_realloc(void *p, size_t n);
+/* 64-byte aligned; free with core_free_aligned. */
+void *core_malloc_aligned(size_t n);
+void core_free(void *p);
+void core_free_aligned(void *p);
+char *core_strdup(const char *s);
 
 /* Test hooks: make the Nth allocation from now fail (0 = never), and read
  * the counters (allocations made, live blocks). */
-void anvil_alloc_fail_at(uint64_t n);
-uint64_t anvil_alloc_count(void);
-int64_t anvil_alloc_live(void);
+void core_alloc_fail_at(uint64_t n);
+uint64_t core_alloc_count(void);
+int64_t core_alloc_live(void);
 
 /* ---------------------------------------------------------------------- */
 /* overflow-checked size arithmetic: return false on overflow */

@@ -20,7 +20,7 @@ static inline uint32_t slot_of(uint64_t h, uint32_t mask) {
 }
 
 static anvil_status table_alloc(uint32_t **slot, size_t size) {
-    *slot = anvil_calloc(size, sizeof(uint32_t));
+    *slot = core_calloc(size, sizeof(uint32_t));
     return *slot ? ANVIL_OK : ANVIL_ERR_NOMEM;
 }
 
@@ -36,7 +36,7 @@ anvil_status hash_index_init(struct hash_index *ix, size_t n_hint) {
 }
 
 void hash_index_free(struct hash_index *ix) {
-    anvil_free(ix->slot);
+    core_free(ix->slot);
     memset(ix, 0, sizeof(*ix));
 }
 
@@ -75,7 +75,7 @@ static anvil_status grow(struct hash_index *ix, hash_key_fn key_of, const void *
         key_of(ctx, s - 1, &k, &n);
         place(ns, nmask, hash_fnv1a(k, n), s - 1);
     }
-    anvil_free(ix->slot);
+    core_free(ix->slot);
     ix->slot = ns;
     ix->mask = nmask;
     return ANVIL_OK;

@@ -119,11 +119,11 @@ static void *worker_main(void *v) {
 
 anvil_status pool_create(int n_threads, struct pool **out) {
     if (n_threads < 1) n_threads = 1;
-    struct pool *p = anvil_calloc(1, sizeof(*p));
+    struct pool *p = core_calloc(1, sizeof(*p));
     if (!p) return ANVIL_ERR_NOMEM;
     p->n = n_threads;
     if (n_threads > 1) {
-        p->workers = anvil_calloc((size_t)n_threads - 1, sizeof(*p->workers));
+        p->workers = core_calloc((size_t)n_threads - 1, sizeof(*p->workers));
         if (!p->workers) {
             pool_free(p);
             return ANVIL_ERR_NOMEM;
@@ -149,9 +149,9 @@ void pool_free(struct pool *p) {
         atomic_fetch_add(&p->gen, 1);
         word_wake_all(&p->gen);
         for (int i = 0; i < p->n - 1; i++) pthread_join(p->workers[i].tid, NULL);
-        anvil_free(p->workers);
+        core_free(p->workers);
     }
-    anvil_free(p);
+    core_free(p);
 }
 
 int pool_size(const struct pool *p) { return p->n; }

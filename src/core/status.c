@@ -23,22 +23,22 @@ const char *anvil_status_str(anvil_status s) {
     return "unknown status";
 }
 
-void anvil_abort(const char *file, int line, const char *expr) {
+void core_abort(const char *file, int line, const char *expr) {
     fprintf(stderr, "anvil: assertion failed at %s:%d: %s\n", file, line, expr);
     abort();
 }
 
-int anvil_log_level(void) {
+int core_log_level(void) {
     static int level = -1; /* benign race: every thread computes the same value */
     if (level < 0) {
         const char *e = getenv("ANVIL_LOG");
-        level = e ? atoi(e) : ANVIL_LOG_ERROR;
+        level = e ? atoi(e) : CORE_LOG_ERROR;
     }
     return level;
 }
 
-void anvil_log(int level, const char *fmt, ...) {
-    if (level > anvil_log_level()) return;
+void core_log(int level, const char *fmt, ...) {
+    if (level > core_log_level()) return;
     va_list ap;
     va_start(ap, fmt);
     fputs("anvil: ", stderr);

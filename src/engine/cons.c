@@ -36,14 +36,14 @@ anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_co
         o.ws = p->compact ? CN_WS_COMPACT : CN_WS_FLEX;
         o.or_text = p->or_text;
     }
-    struct anvil_constraint *c = anvil_calloc(1, sizeof(*c));
+    struct anvil_constraint *c = core_calloc(1, sizeof(*c));
     if (!c) {
         errmsg_set(err, err_cap, "out of memory");
         return ANVIL_ERR_NOMEM;
     }
     anvil_status st = cn_compile(ck, text ? text : "", len, &o, &c->prog, err, err_cap);
     if (st != ANVIL_OK) {
-        anvil_free(c);
+        core_free(c);
         return st;
     }
     atomic_init(&c->refs, 1);
@@ -62,7 +62,7 @@ struct anvil_constraint *anvil_constraint_retain(struct anvil_constraint *c) {
 void anvil_constraint_free(struct anvil_constraint *c) {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
     cn_program_free(c->prog);
-    anvil_free(c);
+    core_free(c);
 }
 
 bool anvil_constraint_matches(const struct anvil_constraint *c, const char *text, size_t len) {
@@ -92,12 +92,12 @@ static anvil_status build_index(const struct anvil_model *m, struct cn_vocab **o
                                 size_t err_cap) {
     int32_t n = anvil_model_n_vocab(m);
     anvil_status st = ANVIL_ERR_NOMEM;
-    const uint8_t **bytes = anvil_calloc((size_t)n, sizeof(*bytes));
-    int32_t *lens = anvil_calloc((size_t)n, sizeof(*lens));
-    uint32_t *off = anvil_calloc((size_t)n + 1, sizeof(*off));
-    uint8_t *kinds = anvil_calloc((size_t)n, 1);
+    const uint8_t **bytes = core_calloc((size_t)n, sizeof(*bytes));
+    int32_t *lens = core_calloc((size_t)n, sizeof(*lens));
+    uint32_t *off = core_calloc((size_t)n + 1, sizeof(*off));
+    uint8_t *kinds = core_calloc((size_t)n, 1);
     size_t cap = (size_t)1 << 16, len = 0;
-    uint8_t *data = anvil_malloc(cap);
+    uint8_t *data = core_malloc(cap);
     if (!bytes || !lens || !off || !kinds || !data) goto fail;
     for (int32_t t = 0; t < n; t++) {
         for (;;) { /* grow until the piece fits */
@@ -109,7 +109,7 @@ static anvil_status build_index(const struct anvil_model *m, struct cn_vocab **o
             }
             size_t need = len + (size_t)-k, nc = cap;
             while (nc < need) nc *= 2;
-            uint8_t *d = anvil_realloc(data, nc);
+            uint8_t *d = core_realloc(data, nc);
             if (!d) goto fail;
             data = d;
             cap = nc;
@@ -123,11 +123,11 @@ static anvil_status build_index(const struct anvil_model *m, struct cn_vocab **o
 fail:
     if (st == ANVIL_ERR_NOMEM && err && err_cap && !err[0])
         errmsg_set(err, err_cap, "out of memory (vocabulary index)");
-    anvil_free(bytes);
-    anvil_free(lens);
-    anvil_free(off);
-    anvil_free(kinds);
-    anvil_free(data);
+    core_free(bytes);
+    core_free(lens);
+    core_free(off);
+    core_free(kinds);
+    core_free(data);
     return st;
 }
 
@@ -160,7 +160,7 @@ anvil_status cons_req_init(struct cons_req *q, struct anvil_constraint *c,
                    "bound of simultaneous parses)");
         return st;
     }
-    if (st == ANVIL_OK && !(q->mask = anvil_malloc(((size_t)cn_vocab_n_vocab(v) + 7) / 8)))
+    if (st == ANVIL_OK && !(q->mask = core_malloc(((size_t)cn_vocab_n_vocab(v) + 7) / 8)))
         st = ANVIL_ERR_NOMEM;
     if (st != ANVIL_OK) {
         if (st == ANVIL_ERR_NOMEM) errmsg_set(err, err_cap, "out of memory");
@@ -178,7 +178,7 @@ void cons_req_free(struct cons_req *q) {
     if (!q->c) return;
     cn_state_free(q->st);
     cn_state_free(q->scratch);
-    anvil_free(q->mask);
+    core_free(q->mask);
     anvil_constraint_free(q->c);
     memset(q, 0, sizeof(*q));
 }

@@ -149,10 +149,10 @@ static void request_free(struct request *r) {
     if (!r) return;
     anvil_sampler_free(r->smp);
     cons_req_free(&r->cq);
-    for (int i = 0; i < r->n_stop; i++) anvil_free(r->stop[i]);
-    anvil_free(r->tokens);
-    anvil_free(r->held);
-    anvil_free(r);
+    for (int i = 0; i < r->n_stop; i++) core_free(r->stop[i]);
+    core_free(r->tokens);
+    core_free(r->held);
+    core_free(r);
 }
 
 static void live_remove(struct anvil_engine *e, struct request *r) {
@@ -223,7 +223,7 @@ static void finish(struct anvil_engine *e, struct request *r, enum anvil_finish 
 
 static void *alloc_n(size_t n, size_t size) {
     size_t b;
-    return size_mul(n, size, &b) ? anvil_malloc(b) : NULL;
+    return size_mul(n, size, &b) ? core_malloc(b) : NULL;
 }
 
 /* Bytes of memory the system has available now (MemAvailable), or 0 when
@@ -296,7 +296,7 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
         anvil_status vst = anvil_vocab_compatible(m, p->draft, err, err_cap);
         if (vst != ANVIL_OK) return vst;
     }
-    struct anvil_engine *e = anvil_calloc(1, sizeof(*e));
+    struct anvil_engine *e = core_calloc(1, sizeof(*e));
     if (!e) {
         errmsg_set(err, err_cap, "engine: out of memory");
         return ANVIL_ERR_NOMEM;
@@ -351,7 +351,7 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     }
     st = ANVIL_ERR_NOMEM;
     size_t nb = (size_t)e->p.step_tokens, nr = (size_t)e->p.max_running;
-    if (!(e->running = anvil_calloc(nr, sizeof(*e->running)))) goto fail;
+    if (!(e->running = core_calloc(nr, sizeof(*e->running)))) goto fail;
     if (!(e->b_token = alloc_n(nb, sizeof(anvil_token)))) goto fail;
     if (!(e->b_pos = alloc_n(nb, sizeof(int32_t)))) goto fail;
     if (!(e->b_seq = alloc_n(nb, sizeof(int32_t)))) goto fail;
@@ -367,7 +367,7 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
         if (!(e->d_take = alloc_n(nr, sizeof(int32_t)))) goto fail;
     }
     e->text_cap = 4096;
-    if (!(e->text = anvil_malloc((size_t)e->text_cap))) goto fail;
+    if (!(e->text = core_malloc((size_t)e->text_cap))) goto fail;
     *out = e;
     return ANVIL_OK;
 fail:
@@ -398,24 +398,24 @@ void anvil_engine_free(struct anvil_engine *e) {
     }
     anvil_ctx_free(e->ctx);
     anvil_ctx_free(e->dctx);
-    anvil_free(e->order);
-    anvil_free(e->d_tok);
-    anvil_free(e->d_pos);
-    anvil_free(e->d_seq);
-    anvil_free(e->d_out);
-    anvil_free(e->d_take);
-    anvil_free(e->running);
-    anvil_free(e->b_token);
-    anvil_free(e->b_pos);
-    anvil_free(e->b_seq);
-    anvil_free(e->b_logits);
-    anvil_free(e->b_req);
-    anvil_free(e->out_req);
-    anvil_free(e->text);
+    core_free(e->order);
+    core_free(e->d_tok);
+    core_free(e->d_pos);
+    core_free(e->d_seq);
+    core_free(e->d_out);
+    core_free(e->d_take);
+    core_free(e->running);
+    core_free(e->b_token);
+    core_free(e->b_pos);
+    core_free(e->b_seq);
+    core_free(e->b_logits);
+    core_free(e->b_req);
+    core_free(e->out_req);
+    core_free(e->text);
     cons_index_free(&e->cix);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
-    anvil_free(e);
+    core_free(e);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -493,7 +493,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
         if (ist != ANVIL_OK) return ist;
     }
 
-    struct request *r = anvil_calloc(1, sizeof(*r));
+    struct request *r = core_calloc(1, sizeof(*r));
     if (!r) return ANVIL_ERR_NOMEM;
     r->slot = -1;
     r->cb = cb;
@@ -522,7 +522,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
             st = ANVIL_ERR_INVALID;
             goto fail;
         }
-        if (!(r->stop[i] = anvil_strdup(rp->stop[i]))) goto fail;
+        if (!(r->stop[i] = core_strdup(rp->stop[i]))) goto fail;
         r->n_stop = i + 1;
         int32_t len = (int32_t)strlen(rp->stop[i]);
         if (len > 256) {
@@ -533,7 +533,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
         if (len > r->stop_max_len) r->stop_max_len = len;
     }
     r->held_cap = 512 + 2 * r->stop_max_len;
-    if (!(r->held = anvil_malloc((size_t)r->held_cap))) goto fail;
+    if (!(r->held = core_malloc((size_t)r->held_cap))) goto fail;
     if ((st = anvil_sampler_init(&rp->sampling, e->n_vocab, &r->smp)) != ANVIL_OK) goto fail;
     for (int i = 0; i < r->n_prompt; i++) anvil_sampler_accept(r->smp, r->tokens[i]);
     if (rp->constraint) {

@@ -159,7 +159,7 @@ static void tensor_key(const void *ctx, uint32_t id, const void **key, size_t *l
 static anvil_status grow(void **arr, uint64_t *cap, uint64_t n, size_t elem) {
     if (n < *cap) return ANVIL_OK;
     uint64_t nc = *cap ? *cap * 2 : 64; /* n is bounded by the file size */
-    uint8_t *p = anvil_realloc(*arr, (size_t)nc * elem);
+    uint8_t *p = core_realloc(*arr, (size_t)nc * elem);
     if (!p) return ANVIL_ERR_NOMEM;
     memset(p + (size_t)*cap * elem, 0, (size_t)(nc - *cap) * elem);
     *arr = p;
@@ -306,7 +306,7 @@ static anvil_status parse_kv(struct rd *r, struct gguf_kv *kv, uint64_t i) {
         return ANVIL_OK;
     }
     /* n * 8 <= bytes left, so this allocation is bounded by the file size */
-    struct gguf_str *strs = anvil_calloc(kv->n ? (size_t)kv->n : 1, sizeof(*strs));
+    struct gguf_str *strs = core_calloc(kv->n ? (size_t)kv->n : 1, sizeof(*strs));
     if (!strs) {
         errmsg_set(r->err, r->err_cap, "gguf: key '%s': out of memory for %llu strings", kb,
                    (unsigned long long)kv->n);
@@ -385,7 +385,7 @@ static anvil_status parse_tensor(struct rd *r, struct gguf_tensor *t, uint64_t i
                    (unsigned long long)i, nb);
         return ANVIL_ERR_FORMAT;
     }
-    t->name = anvil_malloc((size_t)name.len + 1);
+    t->name = core_malloc((size_t)name.len + 1);
     if (!t->name) {
         errmsg_set(r->err, r->err_cap, "gguf: out of memory");
         return ANVIL_ERR_NOMEM;
@@ -469,7 +469,7 @@ static int cmp_extent(const void *a, const void *b) {
 static anvil_status check_overlap(struct gguf_file *f, char *err, size_t cap) {
     anvil_status st = ANVIL_OK;
     if (f->n_tensors < 2) return ANVIL_OK;
-    struct extent *e = anvil_malloc((size_t)f->n_tensors * sizeof(*e));
+    struct extent *e = core_malloc((size_t)f->n_tensors * sizeof(*e));
     if (!e) {
         errmsg_set(err, cap, "gguf: out of memory");
         return ANVIL_ERR_NOMEM;
@@ -492,7 +492,7 @@ static anvil_status check_overlap(struct gguf_file *f, char *err, size_t cap) {
             break;
         }
     }
-    anvil_free(e);
+    core_free(e);
     return st;
 }
 
@@ -502,15 +502,15 @@ static anvil_status check_overlap(struct gguf_file *f, char *err, size_t cap) {
 static void free_impl(struct gguf_impl *g) {
     struct gguf_file *f = &g->f;
     if (f->kv)
-        for (uint64_t i = 0; i < f->n_kv; i++) anvil_free((void *)f->kv[i].strs);
+        for (uint64_t i = 0; i < f->n_kv; i++) core_free((void *)f->kv[i].strs);
     if (f->tensors)
-        for (uint64_t i = 0; i < f->n_tensors; i++) anvil_free(f->tensors[i].name);
-    anvil_free(f->kv);
-    anvil_free(f->tensors);
+        for (uint64_t i = 0; i < f->n_tensors; i++) core_free(f->tensors[i].name);
+    core_free(f->kv);
+    core_free(f->tensors);
     hash_index_free(&g->kv_index);
     hash_index_free(&g->tensor_index);
     if (f->map) munmap((void *)f->map, f->map_size);
-    anvil_free(g);
+    core_free(g);
 }
 
 void gguf_release(struct gguf_file *f, const void *p, size_t len) {
@@ -700,7 +700,7 @@ anvil_status gguf_open(const char *path, struct gguf_file **out, char *err, size
         st = ANVIL_ERR_IO;
         goto fail;
     }
-    g = anvil_calloc(1, sizeof(*g));
+    g = core_calloc(1, sizeof(*g));
     if (!g) {
         errmsg_set(err, err_cap, "gguf: out of memory");
         st = ANVIL_ERR_NOMEM;

@@ -134,7 +134,7 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
         errmsg_set(err, err_cap, "kv: size overflow");
         return ANVIL_ERR_INVALID;
     }
-    uint8_t *mem = anvil_malloc(total);
+    uint8_t *mem = core_malloc(total);
     if (!mem) {
         errmsg_set(err, err_cap, "kv: cannot allocate %zu bytes", total);
         return ANVIL_ERR_NOMEM;
@@ -191,7 +191,7 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
 }
 
 void kv_free(struct kv_cache *kv) {
-    if (kv) anvil_free(kv->mem);
+    if (kv) core_free(kv->mem);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -666,8 +666,8 @@ anvil_status kv_check(const struct kv_cache *kv, char *err, size_t err_cap) {
     anvil_status st = ANVIL_OK;
     int32_t nb = kv->n_blocks;
     /* per block: table references (low 30 bits) and list membership */
-    int32_t *cnt = anvil_calloc((size_t)nb, sizeof(int32_t));
-    uint8_t *seen = anvil_calloc((size_t)nb, 1);
+    int32_t *cnt = core_calloc((size_t)nb, sizeof(int32_t));
+    uint8_t *seen = core_calloc((size_t)nb, 1);
     if (!cnt || !seen) {
         st = ANVIL_ERR_NOMEM;
         goto fail;
@@ -759,7 +759,7 @@ anvil_status kv_check(const struct kv_cache *kv, char *err, size_t err_cap) {
     for (int32_t i = 0; i < nb; i++) n_hashed += kv->blk[i].hashed;
     CHECK(n == n_hashed, "hash table holds %d blocks, %d are hashed", n, n_hashed);
 fail:
-    anvil_free(cnt);
-    anvil_free(seen);
+    core_free(cnt);
+    core_free(seen);
     return st;
 }

@@ -64,37 +64,37 @@ void anvil_ctx_free(struct anvil_ctx *c) {
     if (!c) return;
     pool_free(c->pool);
     for (int g = 0; g < CTX_MAX_KV_GROUPS; g++) kv_free(c->kv[g]);
-    anvil_free(c->layer_kv);
-    anvil_free(c->layer_idx);
-    anvil_free(c->seq_next);
-    anvil_free(c->run_seq);
-    anvil_free(c->run_n);
-    anvil_free(c->run_row0);
-    anvil_free(c->run_pos0);
-    anvil_free(c->run_attn);
-    anvil_free_aligned(c->x);
-    anvil_free_aligned(c->qkv);
-    anvil_free_aligned(c->attn);
-    anvil_free_aligned(c->tmp);
-    anvil_free_aligned(c->gu);
-    anvil_free_aligned(c->nrm);
-    anvil_free_aligned(c->act);
-    anvil_free_aligned(c->logits);
-    anvil_free(c->out_row);
-    anvil_free(c->out_full);
-    anvil_free_aligned(c->tile);
-    anvil_free(c->best_v);
-    anvil_free(c->best_i);
-    anvil_free(c->argmax);
-    anvil_free_aligned(c->prof_th);
-    anvil_free(c);
+    core_free(c->layer_kv);
+    core_free(c->layer_idx);
+    core_free(c->seq_next);
+    core_free(c->run_seq);
+    core_free(c->run_n);
+    core_free(c->run_row0);
+    core_free(c->run_pos0);
+    core_free(c->run_attn);
+    core_free_aligned(c->x);
+    core_free_aligned(c->qkv);
+    core_free_aligned(c->attn);
+    core_free_aligned(c->tmp);
+    core_free_aligned(c->gu);
+    core_free_aligned(c->nrm);
+    core_free_aligned(c->act);
+    core_free_aligned(c->logits);
+    core_free(c->out_row);
+    core_free(c->out_full);
+    core_free_aligned(c->tile);
+    core_free(c->best_v);
+    core_free(c->best_i);
+    core_free(c->argmax);
+    core_free_aligned(c->prof_th);
+    core_free(c);
 }
 
 /* Allocate count*elem bytes, 64-aligned, failing on overflow. */
 static void *alloc_array(size_t count, size_t elem) {
     size_t n;
     if (!size_mul(count, elem, &n)) return NULL;
-    return anvil_malloc_aligned(n);
+    return core_malloc_aligned(n);
 }
 
 /* Split the layers into KV groups (ctx_int.h) and create the caches. The
@@ -197,7 +197,7 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
         return ANVIL_ERR_INVALID;
     }
     const struct model_hparams *hp = &m->hp;
-    struct anvil_ctx *c = anvil_calloc(1, sizeof(*c));
+    struct anvil_ctx *c = core_calloc(1, sizeof(*c));
     if (!c) {
         errmsg_set(err, err_cap, "ctx: out of memory (the context struct)");
         return ANVIL_ERR_NOMEM;
@@ -231,8 +231,8 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
             goto nomem; \
         } \
     } while (0)
-    ALLOC(c->layer_kv, anvil_calloc(nl, sizeof(int8_t)), "layer table");
-    ALLOC(c->layer_idx, anvil_calloc(nl, sizeof(int32_t)), "layer table");
+    ALLOC(c->layer_kv, core_calloc(nl, sizeof(int8_t)), "layer table");
+    ALLOC(c->layer_idx, core_calloc(nl, sizeof(int32_t)), "layer table");
     if ((st = init_kv(c, p)) != ANVIL_OK) goto fail;
     if (m->n_hp1 > 0 && !(c->hp1_ops = kn_hp1_select(m->ops->name))) {
         st = ANVIL_ERR_UNSUPPORTED;
@@ -242,12 +242,12 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     }
     st = ANVIL_ERR_NOMEM;
     c->act_stride = kn_act_row_size(KN_ACT_F32, c->max_dim); /* the widest format */
-    ALLOC(c->seq_next, anvil_calloc(ns, sizeof(int32_t)), "sequence tables");
-    ALLOC(c->run_seq, anvil_calloc(ns, sizeof(int32_t)), "sequence tables");
-    ALLOC(c->run_n, anvil_calloc(ns, sizeof(int32_t)), "sequence tables");
-    ALLOC(c->run_row0, anvil_calloc(ns, sizeof(int32_t)), "sequence tables");
-    ALLOC(c->run_pos0, anvil_calloc(ns, sizeof(int32_t)), "sequence tables");
-    ALLOC(c->run_attn, anvil_calloc(ns, sizeof(*c->run_attn)), "sequence tables");
+    ALLOC(c->seq_next, core_calloc(ns, sizeof(int32_t)), "sequence tables");
+    ALLOC(c->run_seq, core_calloc(ns, sizeof(int32_t)), "sequence tables");
+    ALLOC(c->run_n, core_calloc(ns, sizeof(int32_t)), "sequence tables");
+    ALLOC(c->run_row0, core_calloc(ns, sizeof(int32_t)), "sequence tables");
+    ALLOC(c->run_pos0, core_calloc(ns, sizeof(int32_t)), "sequence tables");
+    ALLOC(c->run_attn, core_calloc(ns, sizeof(*c->run_attn)), "sequence tables");
     ALLOC(c->x, alloc_array(nb * hp->n_embd, sizeof(float)), "activations");
     ALLOC(c->qkv, alloc_array(nb * c->qkv_dim, sizeof(float)), "activations");
     ALLOC(c->attn, alloc_array(nb * c->q_dim, sizeof(float)), "activations");
@@ -257,12 +257,12 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     ALLOC(c->act, alloc_array(nb, c->act_stride), "activations");
     ALLOC(c->logits, alloc_array((size_t)c->n_outputs * hp->n_vocab, sizeof(float)), "logits");
     size_t no = (size_t)c->n_outputs, nt = (size_t)c->n_threads;
-    ALLOC(c->out_row, anvil_calloc(no, sizeof(int32_t)), "output tables");
-    ALLOC(c->out_full, anvil_calloc(no, sizeof(int8_t)), "output tables");
+    ALLOC(c->out_row, core_calloc(no, sizeof(int32_t)), "output tables");
+    ALLOC(c->out_full, core_calloc(no, sizeof(int8_t)), "output tables");
     ALLOC(c->tile, alloc_array(nt * no * LM_TILE, sizeof(float)), "lm_head tiles");
-    ALLOC(c->best_v, anvil_calloc(nt * no, sizeof(float)), "output tables");
-    ALLOC(c->best_i, anvil_calloc(nt * no, sizeof(int32_t)), "output tables");
-    ALLOC(c->argmax, anvil_calloc(no, sizeof(anvil_token)), "output tables");
+    ALLOC(c->best_v, core_calloc(nt * no, sizeof(float)), "output tables");
+    ALLOC(c->best_i, core_calloc(nt * no, sizeof(int32_t)), "output tables");
+    ALLOC(c->argmax, core_calloc(no, sizeof(anvil_token)), "output tables");
     ALLOC(c->prof_th, alloc_array(nt, sizeof(*c->prof_th)), "profile counters");
     memset(c->prof_th, 0, nt * sizeof(*c->prof_th));
 #undef ALLOC

@@ -340,7 +340,7 @@ static anvil_status load_hparams(struct model_loader *L, const struct arch_desc 
     hp->rope_base_swa = hp->rope_base;
     hp->rope_scale_swa = hp->rope_scale;
 
-    bool *swa = anvil_calloc((size_t)hp->n_layer, sizeof(bool));
+    bool *swa = core_calloc((size_t)hp->n_layer, sizeof(bool));
     if (!swa) return ANVIL_ERR_NOMEM;
     *swa_out = swa;
     if (arch->hparams && (st = arch->hparams(L, hp, swa)) != ANVIL_OK) return st;
@@ -388,7 +388,7 @@ static anvil_status load_qkv_bias(struct model_loader *L, struct model_layer *ly
             return ANVIL_ERR_FORMAT;
         }
     }
-    ly->qkv_bias = anvil_malloc((size_t)(q_dim + 2 * kv_dim) * sizeof(float));
+    ly->qkv_bias = core_malloc((size_t)(q_dim + 2 * kv_dim) * sizeof(float));
     if (!ly->qkv_bias) return ANVIL_ERR_NOMEM;
     int off = 0;
     for (int i = 0; i < n_parts; i++) {
@@ -482,7 +482,7 @@ static anvil_status load_layer(struct model_loader *L, struct anvil_model *m, in
 static anvil_status rope_freqs(struct model_loader *L, const struct model_hparams *hp, float base,
                                float scale, bool factors, float **out) {
     int half = hp->n_rot / 2;
-    float *f = anvil_malloc((size_t)half * sizeof(float));
+    float *f = core_malloc((size_t)half * sizeof(float));
     if (!f) return ANVIL_ERR_NOMEM;
     *out = f;
     const struct gguf_tensor *rf = factors ? gguf_find_tensor(L->f, "rope_freqs.weight") : NULL;
@@ -535,7 +535,7 @@ static anvil_status load_weights(struct model_loader *L, struct anvil_model *m, 
         L->n_params = saved;
     }
 
-    m->layers = anvil_calloc((size_t)hp->n_layer, sizeof(*m->layers));
+    m->layers = core_calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers) return ANVIL_ERR_NOMEM;
     for (int l = 0; l < hp->n_layer; l++) TRY(load_layer(L, m, l, swa[l]));
     m->wtype = m->layers[0].wgu.part[0].type;
@@ -680,7 +680,7 @@ static anvil_status load_attn_kinds(struct model_loader *L, struct anvil_model *
                      p.n_taps);
         return ANVIL_ERR_FORMAT;
     }
-    m->hp1_taps = anvil_malloc((size_t)want * sizeof(float));
+    m->hp1_taps = core_malloc((size_t)want * sizeof(float));
     if (!m->hp1_taps) return ANVIL_ERR_NOMEM;
     for (uint64_t i = 0; i < want; i++) {
         float v;
@@ -716,7 +716,7 @@ static anvil_status pack_wmat(const struct kn_ops *ops, struct gguf_file *f, str
         if (w->part[p].type != type) return ANVIL_OK;
     size_t sz = ops->pack_size(type, w->n_out, w->n_in);
     if (sz == 0) return ANVIL_OK;
-    uint8_t *dst = anvil_malloc_aligned(sz);
+    uint8_t *dst = core_malloc_aligned(sz);
     if (!dst) return ANVIL_ERR_NOMEM;
     memset(dst, 0, sz);
     int row0 = 0;
@@ -761,7 +761,7 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
         errmsg_set(err, err_cap, "model: path and out are required");
         return ANVIL_ERR_INVALID;
     }
-    struct anvil_model *m = anvil_calloc(1, sizeof(*m));
+    struct anvil_model *m = core_calloc(1, sizeof(*m));
     if (!m) {
         errmsg_set(err, err_cap, "model: out of memory");
         return ANVIL_ERR_NOMEM;
@@ -800,7 +800,7 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     TRY(load_weights(&L, m, swa));
     TRY(load_attn_kinds(&L, m, swa));
     TRY(pack_weights(m));
-    anvil_free(swa);
+    core_free(swa);
     swa = NULL;
     m->n_params = L.n_params;
     int n_local = 0;
@@ -819,28 +819,28 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     return ANVIL_OK;
 fail:
     if (st == ANVIL_ERR_NOMEM && err && err_cap && !err[0]) errmsg_set(err, err_cap, "out of memory");
-    anvil_free(swa);
+    core_free(swa);
     anvil_model_free(m);
     return st;
 }
 
 void anvil_model_free(struct anvil_model *m) {
     if (!m) return;
-    anvil_free(m->inv_freq);
-    anvil_free(m->inv_freq_swa);
-    anvil_free(m->hp1_taps);
-    anvil_free_aligned(m->output.packed);
+    core_free(m->inv_freq);
+    core_free(m->inv_freq_swa);
+    core_free(m->hp1_taps);
+    core_free_aligned(m->output.packed);
     for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
-        anvil_free(m->layers[l].qkv_bias);
-        anvil_free_aligned(m->layers[l].wqkv.packed);
-        anvil_free_aligned(m->layers[l].wo.packed);
-        anvil_free_aligned(m->layers[l].wgu.packed);
-        anvil_free_aligned(m->layers[l].wdown.packed);
+        core_free(m->layers[l].qkv_bias);
+        core_free_aligned(m->layers[l].wqkv.packed);
+        core_free_aligned(m->layers[l].wo.packed);
+        core_free_aligned(m->layers[l].wgu.packed);
+        core_free_aligned(m->layers[l].wdown.packed);
     }
-    anvil_free(m->layers);
+    core_free(m->layers);
     tok_free(m->vocab);
     gguf_close(m->gguf);
-    anvil_free(m);
+    core_free(m);
 }
 
 /* ---------------------------------------------------------------------- */

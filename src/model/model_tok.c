@@ -40,7 +40,7 @@ anvil_status anvil_model_load_vocab(const char *path, struct anvil_model **out, 
         errmsg_set(err, err_cap, "model: path and out are required");
         return ANVIL_ERR_INVALID;
     }
-    struct anvil_model *m = anvil_calloc(1, sizeof(*m));
+    struct anvil_model *m = core_calloc(1, sizeof(*m));
     if (!m) {
         errmsg_set(err, err_cap, "model: out of memory");
         return ANVIL_ERR_NOMEM;

@@ -370,7 +370,7 @@ anvil_status qt_mix_plan(const struct gguf_file *f, const struct qt_mix *mix, bo
         if (is_attn_v(c)) s.n_attn_v++;
         if (c == CAT_OUTPUT) s.tied = false;
     }
-    struct ord *order = anvil_malloc((n ? (size_t)n : 1) * sizeof(*order));
+    struct ord *order = core_malloc((n ? (size_t)n : 1) * sizeof(*order));
     if (!order) {
         errmsg_set(err, err_cap, "quantize: out of memory");
         return ANVIL_ERR_NOMEM;
@@ -396,6 +396,6 @@ anvil_status qt_mix_plan(const struct gguf_file *f, const struct qt_mix *mix, bo
         }
         types[order[k].index] = ty;
     }
-    anvil_free(order);
+    core_free(order);
     return bad ? ANVIL_ERR_FORMAT : ANVIL_OK;
 }

@@ -127,8 +127,8 @@ anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_
 
     /* plan: output type and offset of every tensor, largest row, totals */
     const uint64_t n = f->n_tensors;
-    types = anvil_calloc(n ? (size_t)n : 1, sizeof(*types));
-    offs = anvil_calloc(n ? (size_t)n : 1, sizeof(*offs));
+    types = core_calloc(n ? (size_t)n : 1, sizeof(*types));
+    offs = core_calloc(n ? (size_t)n : 1, sizeof(*offs));
     if (!types || !offs) goto nomem;
     TRY(qt_mix_plan(f, mix, p->pure, types, &sx.n_fallback, err, err_cap));
     uint64_t off = 0, max_ne0 = 0, max_chunk = 0;
@@ -180,15 +180,15 @@ anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_
         errmsg_set(err, err_cap, "quantize: cannot start %d threads", nth);
         goto fail;
     }
-    scratch = anvil_calloc((size_t)nth, sizeof(*scratch));
-    bad_row = anvil_calloc((size_t)nth, sizeof(*bad_row));
+    scratch = core_calloc((size_t)nth, sizeof(*scratch));
+    bad_row = core_calloc((size_t)nth, sizeof(*bad_row));
     if (!scratch || !bad_row) goto nomem;
     for (int t = 0; t < nth && max_ne0; t++)
-        if (!(scratch[t] = anvil_malloc_aligned((size_t)max_ne0 * sizeof(float)))) goto nomem;
-    if (max_chunk && !(chunk = anvil_malloc_aligned((size_t)max_chunk))) goto nomem;
+        if (!(scratch[t] = core_malloc_aligned((size_t)max_ne0 * sizeof(float)))) goto nomem;
+    if (max_chunk && !(chunk = core_malloc_aligned((size_t)max_chunk))) goto nomem;
 
     size_t olen = strlen(out);
-    tmp = anvil_malloc(olen + 5);
+    tmp = core_malloc(olen + 5);
     if (!tmp) goto nomem;
     memcpy(tmp, out, olen);
     memcpy(tmp + olen, ".tmp", 5);
@@ -278,13 +278,13 @@ fail:
     if (tmp_made) remove(tmp);
 done:
     pool_free(pool);
-    for (int t = 0; scratch && t < nth; t++) anvil_free_aligned(scratch[t]);
-    anvil_free(scratch);
-    anvil_free(bad_row);
-    anvil_free(tmp);
-    anvil_free(types);
-    anvil_free(offs);
-    anvil_free_aligned(chunk);
+    for (int t = 0; scratch && t < nth; t++) core_free_aligned(scratch[t]);
+    core_free(scratch);
+    core_free(bad_row);
+    core_free(tmp);
+    core_free(types);
+    core_free(offs);
+    core_free_aligned(chunk);
     gguf_close(f);
     return st;
 }

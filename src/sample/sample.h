@@ -170,7 +170,7 @@ anvil_token sample_draw_prefer(struct anvil_sampler *s, const float *logits,
 
 /* Slow twin of sample_draw: the definition above, written plainly (full
  * penalized copy, full qsort). For tests; allocates its scratch with
- * anvil_malloc and returns -2 when that fails. */
+ * core_malloc and returns -2 when that fails. */
 anvil_token sample_draw_ref(const struct anvil_sampler *s, const float *logits,
                             const uint8_t *allowed, uint64_t rand64);
 

@@ -183,7 +183,7 @@ anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_
     if (!out || n_vocab <= 0 || n_vocab > SAMPLE_MAX_VOCAB) return ANVIL_ERR_INVALID;
     char msg[128];
     if (anvil_sampler_params_check(p, msg, sizeof msg) != ANVIL_OK) {
-        anvil_log(ANVIL_LOG_DEBUG, "anvil_sampler_init: %s", msg);
+        core_log(CORE_LOG_DEBUG, "anvil_sampler_init: %s", msg);
         return ANVIL_ERR_INVALID;
     }
     /* penalties that change nothing keep no window (llama.cpp does the same) */
@@ -198,7 +198,7 @@ anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_
     size_t sz_cand = need_cand ? (size_t)n_vocab * sizeof(struct sample_cand) : 0;
     size_t off_ring = off_cand + sz_cand;
     size_t total = off_ring + 4 * (size_t)last_n * sizeof(int32_t);
-    char *mem = anvil_malloc(total);
+    char *mem = core_malloc(total);
     if (!mem) return ANVIL_ERR_NOMEM;
     struct anvil_sampler *s = (struct anvil_sampler *)mem;
     memset(s, 0, sizeof *s);
@@ -218,7 +218,7 @@ anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_
 }
 
 void anvil_sampler_free(struct anvil_sampler *s) {
-    anvil_free(s);
+    core_free(s);
 }
 
 void anvil_sampler_reset(struct anvil_sampler *s) {

@@ -25,8 +25,8 @@ anvil_token sample_draw_ref(const struct anvil_sampler *s, const float *logits,
                             const uint8_t *allowed, uint64_t rand64) {
     const struct anvil_sampler_params *p = &s->p;
     int32_t nv = s->n_vocab;
-    float *l = anvil_malloc((size_t)nv * sizeof *l);
-    struct sample_cand *c = anvil_malloc((size_t)nv * sizeof *c);
+    float *l = core_malloc((size_t)nv * sizeof *l);
+    struct sample_cand *c = core_malloc((size_t)nv * sizeof *c);
     anvil_token result = -2;
     if (!l || !c) goto done;
 
@@ -114,7 +114,7 @@ anvil_token sample_draw_ref(const struct anvil_sampler *s, const float *logits,
     result = -3; /* unreachable: r < z */
 
 done:
-    anvil_free(l);
-    anvil_free(c);
+    core_free(l);
+    core_free(c);
     return result;
 }

@@ -2,7 +2,7 @@
  * sbuf.c - growable byte buffer and JSON output helpers for the server.
  *
  * The server lives outside libanvil (it is linked into the CLI only), so it
- * uses plain malloc; the library's anvil_malloc is internal. Allocation
+ * uses plain malloc; the library's core_malloc is internal. Allocation
  * failure is sticky (`oom`) so formatters check once at the end.
  *
  * JSON strings: RFC 8259 section 7. Output is always valid UTF-8: a byte

@@ -51,7 +51,7 @@ bool bpe_merge_find(const struct tok_bpe *b, int32_t l, int32_t r, int32_t *rank
 
 void bpe_free(struct tok_bpe *b) {
     map64_free(&b->merges);
-    anvil_free(b->merge_res);
+    core_free(b->merge_res);
     memset(b, 0, sizeof(*b));
 }
 
@@ -64,7 +64,7 @@ anvil_status bpe_init(struct tok_bpe *b, struct tok_strtab *syms, int32_t n_voca
     b->raw = raw;
     if (n_merges < 0 || (n_merges > 0 && !merges)) return ANVIL_ERR_INVALID;
     if ((st = map64_init(&b->merges, (size_t)n_merges)) != ANVIL_OK) return st;
-    b->merge_res = anvil_malloc(sizeof(int32_t) * (size_t)(n_merges ? n_merges : 1));
+    b->merge_res = core_malloc(sizeof(int32_t) * (size_t)(n_merges ? n_merges : 1));
     if (!b->merge_res) return ANVIL_ERR_NOMEM;
     b->n_merges = n_merges;
 
@@ -94,7 +94,7 @@ anvil_status bpe_init(struct tok_bpe *b, struct tok_strtab *syms, int32_t n_voca
             goto done;
     }
 done:
-    anvil_free(cat);
+    core_free(cat);
     if (st == ANVIL_ERR_FORMAT) errmsg_set(err, err_cap, "tokenizer merges too large");
     return st;
 }

@@ -439,8 +439,8 @@ anvil_status chat_render(const struct tok_vocab *v, const struct anvil_chat_msg 
     case TOK_CHAT_PHI3: render_phi3(v, msgs, n_msgs, add_assistant, &b); break;
     }
     if (b.st != ANVIL_OK) {
-        anvil_free(b.p);
-        anvil_free(b.sp);
+        core_free(b.p);
+        core_free(b.sp);
         return b.st;
     }
     b.p[b.len] = '\0';
@@ -467,7 +467,7 @@ int32_t tok_chat_render_text(const struct tok_vocab *v, const struct anvil_chat_
     struct tok_span *sp;
     if (chat_render(v, msgs, n_msgs, add_assistant, with_bos, &s, &len, &sp, &n_sp) != ANVIL_OK)
         return INT32_MIN;
-    anvil_free(sp);
+    core_free(sp);
     int32_t r;
     if (len >= INT32_MAX) {
         r = INT32_MIN;
@@ -477,7 +477,7 @@ int32_t tok_chat_render_text(const struct tok_vocab *v, const struct anvil_chat_
         memcpy(buf, s, len + 1);
         r = (int32_t)len;
     }
-    anvil_free(s);
+    core_free(s);
     return r;
 }
 
@@ -495,8 +495,8 @@ int32_t tok_chat_tokenize(const struct tok_vocab *v, const struct anvil_chat_msg
     if (chat_render(v, msgs, n_msgs, add_assistant, false, &s, &len, &sp, &n_sp) != ANVIL_OK)
         return INT32_MIN;
     int32_t r = tok_encode_protected(v, s, len, sp, n_sp, out, cap, true);
-    anvil_free(s);
-    anvil_free(sp);
+    core_free(s);
+    core_free(sp);
     return r;
 }
 

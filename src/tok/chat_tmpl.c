@@ -61,8 +61,8 @@ const char *chat_kind_names(void) {
 }
 
 void chat_free(struct tok_chat *c) {
-    anvil_free(c->default_system);
-    anvil_free(c->date);
+    core_free(c->default_system);
+    core_free(c->date);
     memset(c, 0, sizeof(*c));
 }
 
@@ -79,7 +79,7 @@ static char *parse_literal(const char *s, size_t n, size_t i, size_t *end, anvil
     size_t j = i, len = 0;
     while (j < n && s[j] != q) j += s[j] == '\\' && j + 1 < n ? 2 : 1;
     if (j >= n) return NULL;
-    char *out = anvil_malloc(j - i + 1);
+    char *out = core_malloc(j - i + 1);
     if (!out) {
         *st = ANVIL_ERR_NOMEM;
         return NULL;
@@ -133,7 +133,7 @@ static char *date_variable(struct gguf_str t, const char *name, size_t name_len,
         char *fmt = parse_literal(t.ptr, t.len, skip_ws(t.ptr, t.len, i + 1), &end, st);
         if (!fmt) return NULL;
         size_t fl = strlen(fmt);
-        char *out = anvil_malloc(fl + 3);
+        char *out = core_malloc(fl + 3);
         if (!out) *st = ANVIL_ERR_NOMEM;
         if (out) {
             out[0] = '\x01';
@@ -141,7 +141,7 @@ static char *date_variable(struct gguf_str t, const char *name, size_t name_len,
             out[fl + 1] = '\x02';
             out[fl + 2] = '\0';
         }
-        anvil_free(fmt);
+        core_free(fmt);
         return out;
     }
     return NULL;
@@ -171,16 +171,16 @@ static char *set_literal(struct gguf_str t, const char *name, anvil_status *st) 
                 end = j;
             }
             size_t vl = strlen(v);
-            char *g = anvil_realloc(acc, acc_len + vl + 1);
+            char *g = core_realloc(acc, acc_len + vl + 1);
             if (!g) {
-                anvil_free(v);
+                core_free(v);
                 *st = ANVIL_ERR_NOMEM;
                 break;
             }
             acc = g;
             memcpy(acc + acc_len, v, vl + 1);
             acc_len += vl;
-            anvil_free(v);
+            core_free(v);
             i = skip_ws(t.ptr, t.len, end);
             if (i < t.len && t.ptr[i] == '+') {
                 i = skip_ws(t.ptr, t.len, i + 1);
@@ -191,7 +191,7 @@ static char *set_literal(struct gguf_str t, const char *name, anvil_status *st) 
             break;
         }
         if (ok) return acc;
-        anvil_free(acc);
+        core_free(acc);
         return NULL;
     }
     return NULL;
@@ -225,7 +225,7 @@ static anvil_status find_default_system(struct tok_chat *c, struct gguf_str t) {
         if (memchr(s + i, '\'', len) || memchr(s + i, '"', len) || memchr(s + i, '\\', len) ||
             memchr(s + i, '{', len) || memchr(s + i, '}', len))
             continue; /* an expression, not a plain literal */
-        c->default_system = anvil_malloc(len + 1);
+        c->default_system = core_malloc(len + 1);
         if (!c->default_system) return ANVIL_ERR_NOMEM;
         memcpy(c->default_system, s + i, len);
         c->default_system[len] = '\0';

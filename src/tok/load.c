@@ -127,14 +127,14 @@ anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *e
     float *sc = NULL;
     /* the arrays lie in the mapping, maybe unaligned: copy them */
     if (types) {
-        tt = anvil_malloc(sizeof(int32_t) * toks->n);
+        tt = core_malloc(sizeof(int32_t) * toks->n);
         if (!tt) return ANVIL_ERR_NOMEM;
         memcpy(tt, types->data, sizeof(int32_t) * toks->n);
     }
     if (scores && s.kind == TOK_KIND_SPM) {
-        sc = anvil_malloc(sizeof(float) * toks->n);
+        sc = core_malloc(sizeof(float) * toks->n);
         if (!sc) {
-            anvil_free(tt);
+            core_free(tt);
             return ANVIL_ERR_NOMEM;
         }
         for (uint64_t i = 0; i < toks->n; i++) {
@@ -171,7 +171,7 @@ anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *e
     if (!gguf_get_str(f, "tokenizer.chat_template", &s.chat_template))
         s.chat_template = (struct gguf_str){NULL, 0};
     st = tok_build(&s, out, err, err_cap);
-    anvil_free(tt);
-    anvil_free(sc);
+    core_free(tt);
+    core_free(sc);
     return st;
 }

@@ -171,11 +171,11 @@ static bool name_in_list(const char *list, struct gguf_str name) {
 
 static void *rx_malloc(PCRE2_SIZE n, void *u) {
     (void)u;
-    return anvil_malloc(n);
+    return core_malloc(n);
 }
 static void rx_free(void *p, void *u) {
     (void)u;
-    anvil_free(p);
+    core_free(p);
 }
 
 anvil_status pretok_init(struct tok_pretok *p, struct gguf_str pre, char *err, size_t err_cap) {

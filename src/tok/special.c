@@ -46,8 +46,8 @@ static bool ascii_space(char c) {
 
 void special_free(struct tok_specials *sp) {
     map64_free(&sp->edge);
-    anvil_free(sp->node_tok);
-    anvil_free(sp->rank);
+    core_free(sp->node_tok);
+    core_free(sp->rank);
     memset(sp, 0, sizeof(*sp));
 }
 
@@ -75,9 +75,9 @@ anvil_status special_init(struct tok_specials *sp, const struct tok_strtab *syms
             total += len;
             n++;
         }
-    sp->rank = anvil_malloc(sizeof(int32_t) * (size_t)(n_vocab > 0 ? n_vocab : 1));
-    struct by_len *order = anvil_malloc(sizeof(struct by_len) * (size_t)(n ? n : 1));
-    sp->node_tok = anvil_malloc(sizeof(int32_t) * (total + 1));
+    sp->rank = core_malloc(sizeof(int32_t) * (size_t)(n_vocab > 0 ? n_vocab : 1));
+    struct by_len *order = core_malloc(sizeof(struct by_len) * (size_t)(n ? n : 1));
+    sp->node_tok = core_malloc(sizeof(int32_t) * (total + 1));
     if (!sp->rank || !order || !sp->node_tok) {
         st = ANVIL_ERR_NOMEM;
         goto fail;
@@ -119,10 +119,10 @@ anvil_status special_init(struct tok_specials *sp, const struct tok_strtab *syms
         }
         sp->node_tok[node] = order[k].id; /* texts are distinct: one token per node */
     }
-    anvil_free(order);
+    core_free(order);
     return ANVIL_OK;
 fail:
-    anvil_free(order);
+    core_free(order);
     special_free(sp);
     return st;
 }

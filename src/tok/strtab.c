@@ -16,7 +16,7 @@ anvil_status tok_grow(void **p, size_t *cap, size_t n, size_t sz) {
     size_t nc = *cap * 2 > n ? *cap * 2 : n;
     size_t bytes;
     if (!size_mul(nc, sz, &bytes)) return ANVIL_ERR_NOMEM;
-    void *q = anvil_realloc(*p, bytes);
+    void *q = core_realloc(*p, bytes);
     if (!q) return ANVIL_ERR_NOMEM;
     *p = q;
     *cap = nc;
@@ -49,8 +49,8 @@ anvil_status strtab_init(struct tok_strtab *t, int32_t n_hint, size_t blob_hint)
 }
 
 void strtab_free(struct tok_strtab *t) {
-    anvil_free(t->blob);
-    anvil_free(t->off);
+    core_free(t->blob);
+    core_free(t->off);
     hash_index_free(&t->ix);
     memset(t, 0, sizeof(*t));
 }
@@ -95,11 +95,11 @@ static inline uint32_t mix64(uint64_t k) {
 }
 
 static anvil_status map64_alloc(struct tok_map64 *m, size_t size) {
-    m->key = anvil_malloc(sizeof(uint64_t) * size);
-    m->val = anvil_malloc(sizeof(int32_t) * size);
+    m->key = core_malloc(sizeof(uint64_t) * size);
+    m->val = core_malloc(sizeof(int32_t) * size);
     if (!m->key || !m->val) {
-        anvil_free(m->key);
-        anvil_free(m->val);
+        core_free(m->key);
+        core_free(m->val);
         m->key = NULL;
         m->val = NULL;
         return ANVIL_ERR_NOMEM;
@@ -118,8 +118,8 @@ anvil_status map64_init(struct tok_map64 *m, size_t n_hint) {
 }
 
 void map64_free(struct tok_map64 *m) {
-    anvil_free(m->key);
-    anvil_free(m->val);
+    core_free(m->key);
+    core_free(m->val);
     memset(m, 0, sizeof(*m));
 }
 

@@ -231,7 +231,7 @@ int utf8_cp_to_byte(uint32_t cp);
 struct tok_pretok {
     int n_rx;
     pcre2_code *rx[TOK_MAX_RX]; /* applied in order, each to the previous pieces */
-    pcre2_general_context *gctx; /* routes PCRE2's allocations to anvil_malloc */
+    pcre2_general_context *gctx; /* routes PCRE2's allocations to core_malloc */
     bool ignore_merges; /* a whole word found in the vocab is one token (llama3) */
     bool add_bos;       /* default of add_bos for this pre-tokenizer */
     const char *name;   /* canonical name (static string) */
@@ -400,7 +400,7 @@ const char *chat_kind_names(void);
 
 /* Render messages (chat.c): the template's own text, and the spans of the
  * result that came from the caller (message content and roles).
- * *out is allocated (anvil_malloc), NUL-terminated, *out_len bytes
+ * *out is allocated (core_malloc), NUL-terminated, *out_len bytes
  * without the NUL; *spans (allocated, *n_spans) are sorted and disjoint.
  * with_bos writes the BOS text where the template has bos_token (tests
  * compare with Jinja that way); without it BOS is left to the tokenizer,

@@ -26,17 +26,17 @@
 // per-call scratch
 
 void tok_work_free(struct tok_work *w) {
-    anvil_free(w->norm);
-    anvil_free(w->rx);
-    anvil_free(w->spans);
-    anvil_free(w->spans2);
-    anvil_free(w->sym);
-    anvil_free(w->heap);
-    anvil_free(w->ssym);
-    anvil_free(w->sheap);
-    anvil_free(w->enc);
-    anvil_free(w->hits);
-    anvil_free(w->owner);
+    core_free(w->norm);
+    core_free(w->rx);
+    core_free(w->spans);
+    core_free(w->spans2);
+    core_free(w->sym);
+    core_free(w->heap);
+    core_free(w->ssym);
+    core_free(w->sheap);
+    core_free(w->enc);
+    core_free(w->hits);
+    core_free(w->owner);
     if (w->md) pcre2_match_data_free(w->md);
     memset(w, 0, sizeof(*w));
 }
@@ -146,7 +146,7 @@ static int32_t encode(const struct tok_vocab *v, const char *text, size_t len,
     if (add_special && v->add_eos) tok_out_push(&o, v->eos);
 fail:
     tok_work_free(&w);
-    anvil_free(frags);
+    core_free(frags);
     if (st != ANVIL_OK || o.n > INT32_MAX) return INT32_MIN;
     return o.n > cap ? (int32_t)-o.n : (int32_t)o.n;
 }

@@ -221,7 +221,7 @@ static anvil_status add_byte_decoded(struct piece_buf *b, const char *t, size_t 
 static anvil_status pieces_build(struct tok_vocab *v) {
     anvil_status st = ANVIL_OK;
     struct piece_buf b = {NULL, 0, 0};
-    v->piece_off = anvil_malloc(sizeof(uint32_t) * ((size_t)v->n_vocab + 1));
+    v->piece_off = core_malloc(sizeof(uint32_t) * ((size_t)v->n_vocab + 1));
     if (!v->piece_off) return ANVIL_ERR_NOMEM;
     TRY(tok_grow((void **)&b.p, &b.cap, v->syms.off[v->n_vocab] + 16, 1));
     for (int32_t id = 0; id < v->n_vocab; id++) {
@@ -249,7 +249,7 @@ static anvil_status pieces_build(struct tok_vocab *v) {
     v->piece = b.p;
     return ANVIL_OK;
 fail:
-    anvil_free(b.p);
+    core_free(b.p);
     return st;
 }
 
@@ -259,16 +259,16 @@ fail:
 void tok_free(struct tok_vocab *v) {
     if (!v) return;
     strtab_free(&v->syms);
-    anvil_free(v->attr);
-    anvil_free(v->score);
-    anvil_free(v->eog);
-    anvil_free(v->piece);
-    anvil_free(v->piece_off);
+    core_free(v->attr);
+    core_free(v->score);
+    core_free(v->eog);
+    core_free(v->piece);
+    core_free(v->piece_off);
     bpe_free(&v->bpe);
     special_free(&v->specials);
     pretok_free(&v->pre);
     chat_free(&v->chat);
-    anvil_free(v);
+    core_free(v);
 }
 
 static anvil_token check_id(const struct tok_spec *s, int32_t id) {
@@ -304,7 +304,7 @@ static anvil_status bpe_setup(struct tok_vocab *v, const struct tok_spec *s, cha
 
 /* SPM: scores, byte tokens. */
 static anvil_status spm_setup(struct tok_vocab *v, const struct tok_spec *s) {
-    v->score = anvil_malloc(sizeof(float) * (size_t)v->n_vocab);
+    v->score = core_malloc(sizeof(float) * (size_t)v->n_vocab);
     if (!v->score) return ANVIL_ERR_NOMEM;
     for (int32_t i = 0; i < v->n_vocab; i++) {
         float f = s->scores ? s->scores[i] : 0.0f;
@@ -343,7 +343,7 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
         errmsg_set(err, err_cap, "tokenizer has no tokens");
         return ANVIL_ERR_FORMAT;
     }
-    struct tok_vocab *v = anvil_calloc(1, sizeof(*v));
+    struct tok_vocab *v = core_calloc(1, sizeof(*v));
     if (!v) return ANVIL_ERR_NOMEM;
     v->kind = s->kind;
     v->n_vocab = s->n_tokens;
@@ -383,8 +383,8 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
         }
     }
 
-    v->attr = anvil_malloc(sizeof(uint16_t) * (size_t)s->n_tokens);
-    v->eog = anvil_calloc(((size_t)s->n_tokens + 7) / 8, 1);
+    v->attr = core_malloc(sizeof(uint16_t) * (size_t)s->n_tokens);
+    v->eog = core_calloc(((size_t)s->n_tokens + 7) / 8, 1);
     if (!v->attr || !v->eog) {
         st = ANVIL_ERR_NOMEM;
         goto fail;

@@ -161,13 +161,13 @@ static void walk_tensor(const struct gguf_file *f, const struct gguf_tensor *t) 
                                     gguf_row_size(t->type, t->ne[0]));
     check(bad >= -1 && bad < (int64_t)(nel / blck), "bad scale index inside the tensor");
     if (t->ne[0] <= 65536) {
-        float *row = anvil_malloc((size_t)t->ne[0] * sizeof(float));
+        float *row = core_malloc((size_t)t->ne[0] * sizeof(float));
         if (row) {
             size_t rb = gguf_row_size(t->type, t->ne[0]);
             kn_dequantize_row(t->type, t->data, row, (int64_t)t->ne[0]);
             kn_dequantize_row(t->type, (const uint8_t *)t->data + (rows - 1) * rb, row, (int64_t)t->ne[0]);
             touch(row, (uint64_t)t->ne[0] * sizeof(float));
-            anvil_free(row);
+            core_free(row);
         }
     }
 }
@@ -206,7 +206,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     write_input(data, size);
     char err[256] = "";
     struct gguf_file *f = NULL;
-    int64_t live0 = anvil_alloc_live();
+    int64_t live0 = core_alloc_live();
     anvil_status st = gguf_open(g_path, &f, err, sizeof(err));
     if (st != ANVIL_OK) {
         check(f == NULL, "out untouched on failure");
@@ -214,7 +214,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check(st == ANVIL_ERR_FORMAT || st == ANVIL_ERR_UNSUPPORTED || st == ANVIL_ERR_NOMEM ||
                   st == ANVIL_ERR_IO,
               "failure status");
-        check(anvil_alloc_live() == live0, "nothing left allocated after a failed open");
+        check(core_alloc_live() == live0, "nothing left allocated after a failed open");
         return 0;
     }
     check(f->version == 2 || f->version == 3, "version");
@@ -247,6 +247,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         run_model(m, n_vocab);
         anvil_model_free(m);
     }
-    check(anvil_alloc_live() == live0, "nothing left allocated");
+    check(core_alloc_live() == live0, "nothing left allocated");
     return 0;
 }

@@ -508,7 +508,7 @@ static void fuzz_chat(const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 1 << 16) return 0; /* long inputs add time, not coverage */
-    int64_t live0 = anvil_alloc_live();
+    int64_t live0 = core_alloc_live();
     fuzz_roundtrip(g_vocab, data, size, RT_BYTE_LEVEL);
     if (size > 0) fuzz_roundtrip(g_pre_vocab[data[0] % N_PRE], data, size, RT_BYTE_LEVEL);
     fuzz_roundtrip(g_spm[0], data, size, RT_SPACE_MARK);
@@ -516,6 +516,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_roundtrip(g_raw, data, size, RT_SPACE_MARK);
     fuzz_ids(data, size);
     fuzz_chat(data, size);
-    check(anvil_alloc_live() == live0, "tokenizer calls free their scratch");
+    check(core_alloc_live() == live0, "tokenizer calls free their scratch");
     return 0;
 }
