@@ -1,7 +1,7 @@
 /*
- * matmul_k.c (avx2) - matmuls of the 5-bit, K-quant and IQ4 types with
- * AVX2 (vpmaddubsw + vpmaddwd): Q5_0, Q5_1, IQ4_NL against Q8A activations,
- * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS against Q8K. The specification is
+ * matmul_k.c (avx2) - matmuls of every quantized weight type with AVX2
+ * (vpmaddubsw + vpmaddwd): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL against
+ * Q8A activations, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS against Q8K. The specification is
  * cpu/ref/matmul.c; the kernels are bit-exact with it.
  *
  * Units. A weight row is a sequence of units: the 32-element block of the
@@ -13,8 +13,9 @@
  * float step, operation for operation (fstep below):
  *   Q4_K, Q5_K, Q2_K: acc + ((d * da) * S1 - (dmin * da) * S2)
  *   Q6_K, Q3_K, IQ4_XS: acc + (d * da) * (S1 - S2)
- *   Q5_0: acc + d * (da * S1 - 16 * sa)    Q5_1: acc + ((d * da) * S1 + m * sa)
- *   IQ4_NL: acc + (d * da) * S1
+ *   Q4_0: acc + d * (da * S1 - 8 * sa)     Q5_0: acc + d * (da * S1 - 16 * sa)
+ *   Q4_1, Q5_1: acc + ((d * da) * S1 + m * sa)
+ *   Q8_0, IQ4_NL: acc + (d * da) * S1
  * Integer sums are exact in any order (bounds in cpu/ref/matmul.c), and
  * the float step of each (row, token) runs unit by unit in row order with
  * separate mul/add intrinsics (no FMA: these files are built with -std=c11,
@@ -41,11 +42,13 @@
  *     accumulated over KF groups (KF = the most that cannot overflow) before
  *     one vpmaddwd applies the sub-block scale. The float step runs with
  *     lane = token. Three operand forms, by type:
- *       unsigned weights x signed activations (Q4_K, Q5_K, Q2_K, Q5_0,
- *         Q5_1): 2 * KF * 127 * max w <= 32767; S2 from the activation
- *         sums (4 or 8 vpmaddwd per unit);
- *       signed weights, the sign trick |w| * sign(a, w) (IQ4_NL, IQ4_XS):
- *         KF = 1; no S2;
+ *       unsigned weights x signed activations (Q4_K, Q5_K, Q2_K, Q4_0,
+ *         Q4_1, Q5_0, Q5_1): 2 * KF * 127 * max w <= 32767; S2 from the
+ *         activation sums (4 or 8 vpmaddwd per unit; none for the Q8A
+ *         types, whose sa terms are in the float step);
+ *       signed weights, the sign trick |w| * sign(a, w) (Q8_0, IQ4_NL,
+ *         IQ4_XS): KF = 1; no S2. (Q8_0 cannot take the biased form: a
+ *         pair of 255 * |-128| products overflows int16 even at KF = 1);
  *       biased activations a + 128 (unsigned) x signed weights q - 32
  *         (Q6_K) or q - 4 * !h (Q3_K): 2 * KF * 255 * max|w| <= 32767,
  *         and the bias is removed with a weight-only term, 128 * sum_j sc_j
@@ -63,7 +66,7 @@
 
 #include "kernels/cpu/avx2/avx2.h"
 
-enum { T_Q5_0, T_Q5_1, T_IQ4_NL, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS };
+enum { T_Q4_0, T_Q4_1, T_Q8_0, T_Q5_0, T_Q5_1, T_IQ4_NL, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS };
 
 enum {
     GR = 3,              /* rows per register tile (tiled) */
@@ -78,11 +81,13 @@ enum {
 static inline int is_k(int t) { return t >= T_Q2_K; }
 static inline int unit_len(int t) { return is_k(t) ? QK_K : QK; }
 static inline int unit_bytes(int t) {
-    static const int b[] = {22, 24, 18, 84, 110, 144, 176, 210, 136};
+    static const int b[] = {18, 20, 34, 22, 24, 18, 84, 110, 144, 176, 210, 136};
     return b[t];
 }
 /* operand forms of the tiled shape (see the header) */
-static inline int sign_trick(int t) { return t == T_IQ4_NL || t == T_IQ4_XS; }
+static inline int sign_trick(int t) { return t == T_Q8_0 || t == T_IQ4_NL || t == T_IQ4_XS; }
+/* Q8A types with a min term m * sa (Q4_1, Q5_1) */
+static inline int has_m(int t) { return t == T_Q4_1 || t == T_Q5_1; }
 static inline int biased(int t) { return t == T_Q6_K || t == T_Q3_K; }
 /* S2 of the tiled shape from activation sums: over 32 (Q4_K, Q5_K) or 16
  * (Q2_K) elements */
@@ -91,12 +96,22 @@ static inline int mins16(int t) { return t == T_Q2_K; }
 /* 4-element groups per int16 flush */
 static inline int kflush(int t) {
     switch (t) {
+    case T_Q4_0:
+    case T_Q4_1:
     case T_Q4_K: return 8;  /* 2 * 8 * 127 * 15 = 30480 */
     case T_Q6_K: return 2;  /* 2 * 2 * 255 * 32 = 32640 */
+    case T_Q8_0:             /* 2 * 128 * 127 = 32512 (|-128| = 128) */
     case T_IQ4_NL:
     case T_IQ4_XS: return 1; /* 2 * 127 * 127 = 32258 */
     default: return 4;      /* Q5: 2 * 4 * 127 * 31 = 31496; Q3_K, Q2_K: their 16-element sub-blocks */
     }
+}
+
+/* The activation-sum operand of the float step: the reference's 8 * sa
+ * (Q4_0) or 16 * sa (Q5_0), computed once per token and block; sa itself
+ * for the types that use it bare. */
+static inline float sa_scaled(int t, float sa) {
+    return t == T_Q4_0 ? 8.0f * sa : t == T_Q5_0 ? 16.0f * sa : sa;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -264,6 +279,9 @@ static inline __m256i scale_pair(__m256i sch, int k) {
  * quant (Q6_K 0..63, Q3_K q + 4h, ...) or, for IQ4, the signed kv. */
 static inline __attribute__((always_inline)) __m256i mv_w32(int t, const uint8_t *b, int k) {
     switch (t) {
+    case T_Q4_0: return nib_split(b + 2);
+    case T_Q4_1: return nib_split(b + 4);
+    case T_Q8_0: return _mm256_loadu_si256((const __m256i *)(b + 2));
     case T_Q5_0: return _mm256_or_si256(nib_split(b + 6), bits_to_16(b + 2));
     case T_Q5_1: return _mm256_or_si256(nib_split(b + 8), bits_to_16(b + 4));
     case T_IQ4_NL: return kv_lookup(nib_split(b + 2));
@@ -319,7 +337,7 @@ static inline __attribute__((always_inline)) void tl_decode(int t, const uint8_t
         _mm256_store_si256((__m256i *)u->sc, sc);
     } else {
         u->d1 = h2f(b);
-        u->d2 = t == T_Q5_1 ? h2f(b + 2) : 0.0f;
+        u->d2 = has_m(t) ? h2f(b + 2) : 0.0f;
     }
     __m256i wsum = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -365,12 +383,14 @@ static inline __attribute__((always_inline)) __m256 fstep(int t, __m256 acc, __m
     case T_IQ4_XS:
         return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d1, da),
                                                 _mm256_cvtepi32_ps(_mm256_sub_epi32(s1, s2))));
-    case T_Q5_0: /* sa holds 16 * sa here (exact) */
+    case T_Q4_0: /* sa holds 8 * sa here, Q5_0 16 * sa: the reference's product */
+    case T_Q5_0:
         return _mm256_add_ps(acc, _mm256_mul_ps(d1, _mm256_sub_ps(_mm256_mul_ps(da, _mm256_cvtepi32_ps(s1)), sa)));
+    case T_Q4_1:
     case T_Q5_1:
         return _mm256_add_ps(acc, _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d1, da), _mm256_cvtepi32_ps(s1)),
                                                 _mm256_mul_ps(d2, sa)));
-    default: /* T_IQ4_NL */
+    default: /* T_Q8_0, T_IQ4_NL */
         return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d1, da), _mm256_cvtepi32_ps(s1)));
     }
 }
@@ -397,7 +417,7 @@ static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *
         *s1 = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
         *s2 = _mm256_setzero_si256();
         *d1 = h2f(b);
-        *d2 = t == T_Q5_1 ? h2f(b + 2) : 0.0f;
+        *d2 = has_m(t) ? h2f(b + 2) : 0.0f;
         return;
     }
     __m256i sc, c;
@@ -455,7 +475,7 @@ matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uin
             __m256i s1 = is_k(t) ? _mm256_load_si256((const __m256i *)i1) : tree8(p1);
             __m256i s2 = is_k(t) ? _mm256_load_si256((const __m256i *)i2) : _mm256_setzero_si256();
             __m256 vs = is_k(t) ? _mm256_setzero_ps()
-                                : _mm256_set1_ps(t == T_Q5_0 ? 16.0f * sa[k] : sa[k]);
+                                : _mm256_set1_ps(sa_scaled(t, sa[k]));
             acc = fstep(t, acc, s1, s2, _mm256_load_ps(d1), _mm256_load_ps(d2), _mm256_set1_ps(da[k]), vs);
         }
         _Alignas(32) float out[MV_ROWS];
@@ -473,7 +493,7 @@ struct tiles {
     int n_tiles, kn;
     int8_t *q;        /* [tile][kn/4][8 tokens][4 bytes]; biased types: a + 128 */
     float *d;         /* [tile][unit][8]: da */
-    float *s;         /* Q8A: [tile][block][8]: sa (16 * sa for Q5_0) */
+    float *s;         /* Q8A: [tile][block][8]: sa_scaled(sa) */
     int32_t *b;       /* Q2_K: [tile][unit][8 pairs][8 tokens]: bsums 2p, 2p + 1;
                          Q4_K, Q5_K: [tile][unit][4 pairs][8 tokens]: sums of 32 */
 };
@@ -524,7 +544,7 @@ static inline __attribute__((always_inline)) void tiles_fill(int t, struct tiles
                 tl->d[at] = valid[i] ? d[u0 + k] : 0.0f;
                 if (!is_k(t)) {
                     float sv = valid[i] ? d[nu_row + u0 + k] : 0.0f;
-                    tl->s[at] = t == T_Q5_0 ? 16.0f * sv : sv;
+                    tl->s[at] = sa_scaled(t, sv);
                 } else if (mins16(t) || mins32(t)) {
                     const int16_t *bs = (const int16_t *)(d + nu_row) + 16 * (u0 + k);
                     int np = mins16(t) ? 8 : 4;
@@ -740,6 +760,9 @@ matmul_k(int t, float *restrict y, size_t ldy, const void *restrict w, size_t ws
         matmul_k(T, y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1); \
     }
 
+DEFINE_MATMUL_K(kn_matmul_q4_0_avx2, T_Q4_0)
+DEFINE_MATMUL_K(kn_matmul_q4_1_avx2, T_Q4_1)
+DEFINE_MATMUL_K(kn_matmul_q8_0_avx2, T_Q8_0)
 DEFINE_MATMUL_K(kn_matmul_q5_0_avx2, T_Q5_0)
 DEFINE_MATMUL_K(kn_matmul_q5_1_avx2, T_Q5_1)
 DEFINE_MATMUL_K(kn_matmul_iq4_nl_avx2, T_IQ4_NL)
