@@ -320,25 +320,37 @@ static inline __attribute__((always_inline)) __m256i mv_w32(int t, const uint8_t
 /* A unit decoded for the tiled shape: one byte per element in the type's
  * operand form, the scale of each 16 elements, the S2 coefficient pairs
  * (int16 c_2i | c_2i+1 << 16, against the tiles' bsum pairs), the
- * weight-only term of the biased form, the float scales. */
+ * weight-only term of the biased form, the float scales. The Q8A types
+ * decode QB blocks at a time into one dunit (a 32-element unit alone would
+ * leave the register tile too little work per decode and per load and
+ * store of its float sums); d1[j], d2[j] are block j's scales. */
+enum { QB = QK_K / QK };
 struct dunit {
     _Alignas(32) uint8_t w[QK_K];
     _Alignas(32) int16_t sc[16];
     int32_t cp[8];
     int32_t corr;
-    float d1, d2;
+    float d1[QB], d2[QB];
 };
 
+/* Q8A types: nb <= QB consecutive blocks from b */
+static inline __attribute__((always_inline)) void tl_decode_q8a(int t, const uint8_t *b, int nb,
+                                                                struct dunit *u) {
+    const int ub = unit_bytes(t);
+    for (int j = 0; j < nb; j++) {
+        const uint8_t *bj = b + (size_t)j * ub;
+        _mm256_store_si256((__m256i *)(u->w + 32 * j), mv_w32(t, bj, 0));
+        u->d1[j] = h2f(bj);
+        u->d2[j] = has_m(t) ? h2f(bj + 2) : 0.0f;
+    }
+}
+
+/* K types: one super-block */
 static inline __attribute__((always_inline)) void tl_decode(int t, const uint8_t *b, struct dunit *u) {
     const int nk = unit_len(t) / 32;
     __m256i sc = _mm256_set1_epi16(1), c = _mm256_setzero_si256();
-    if (is_k(t)) {
-        k_scales(t, b, &sc, &c, &u->d1, &u->d2);
-        _mm256_store_si256((__m256i *)u->sc, sc);
-    } else {
-        u->d1 = h2f(b);
-        u->d2 = has_m(t) ? h2f(b + 2) : 0.0f;
-    }
+    k_scales(t, b, &sc, &c, &u->d1[0], &u->d2[0]);
+    _mm256_store_si256((__m256i *)u->sc, sc);
     __m256i wsum = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int k = 0; k < nk; k++) {
@@ -570,7 +582,7 @@ static inline __attribute__((always_inline)) __m256i tl_mul(int t, __m256i wb, _
 /* S2 (the activation-sum terms) and the float step of row u against tile
  * lane vectors da, sa and the tile's bsum pairs bp. */
 static inline __attribute__((always_inline)) __m256 tile_fstep(int t, __m256 acc, __m256i s1,
-                                                               const struct dunit *u, __m256 da,
+                                                               const struct dunit *u, int j, __m256 da,
                                                                __m256 sa, const int32_t *bp) {
     __m256i s2 = _mm256_setzero_si256();
     if (biased(t)) {
@@ -582,23 +594,24 @@ static inline __attribute__((always_inline)) __m256 tile_fstep(int t, __m256 acc
             s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(bp + 8 * p)),
                                                         _mm256_set1_epi32(u->cp[p])));
     }
-    return fstep(t, acc, s1, s2, _mm256_set1_ps(u->d1), _mm256_set1_ps(u->d2), da, sa);
+    return fstep(t, acc, s1, s2, _mm256_set1_ps(u->d1[j]), _mm256_set1_ps(u->d2[j]), da, sa);
 }
 
 static inline size_t bsum_stride(int t) { return mins16(t) ? 64 : mins32(t) ? 32 : 0; }
 
-/* Three rows u[0..2] (one decoded unit each, local unit k of the chunk)
- * against two tiles [tile0, tile0 + 2): the register tile. Straight-line
- * code with one variable per accumulator, so that they stay in registers:
- * 6 int16 flush sums, 2 tile vectors and the broadcast weights (the 6 int32
- * unit sums are touched once per flush). */
+/* Three rows u[0..2] against two tiles [tile0, tile0 + 2), local unit k
+ * of the chunk (j: its index in the decoded units, nonzero for the Q8A
+ * types only): the register tile. Straight-line code with one variable per
+ * accumulator, so that they stay in registers: 6 int16 flush sums, 2 tile
+ * vectors and the broadcast weights (the 6 int32 unit sums are touched once
+ * per flush). */
 static inline __attribute__((always_inline)) void
-tile_unit_32(int t, const struct dunit *u, const struct tiles *tl, int k, int tile0,
+tile_unit_32(int t, const struct dunit *u, const struct tiles *tl, int k, int j, int tile0,
              __m256 facc[GR][GT]) {
     const int ul = unit_len(t), ng = tl->kn / 4, kf = kflush(t), nu = tl->kn / ul;
     const int8_t *q0 = tl->q + ((size_t)tile0 * ng + (size_t)k * (ul / 4)) * 32;
     const int8_t *q1 = q0 + (size_t)ng * 32;
-    const uint8_t *w0 = u[0].w, *w1 = u[1].w, *w2 = u[2].w;
+    const uint8_t *w0 = u[0].w + ul * j, *w1 = u[1].w + ul * j, *w2 = u[2].w + ul * j;
     __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00;
     for (int e = 0; e < ul; e += 4 * kf) {
         /* pointers at this flush's first group: constant offsets below */
@@ -641,24 +654,24 @@ tile_unit_32(int t, const struct dunit *u, const struct tiles *tl, int k, int ti
     __m256 sa1 = is_k(t) ? _mm256_setzero_ps() : _mm256_load_ps(tl->s + ku1);
     const size_t bst = bsum_stride(t);
     const int32_t *bp0 = bst ? tl->b + ku0 / 8 * bst : NULL, *bp1 = bst ? tl->b + ku1 / 8 * bst : NULL;
-    facc[0][0] = tile_fstep(t, facc[0][0], s00, &u[0], da0, sa0, bp0);
-    facc[0][1] = tile_fstep(t, facc[0][1], s01, &u[0], da1, sa1, bp1);
-    facc[1][0] = tile_fstep(t, facc[1][0], s10, &u[1], da0, sa0, bp0);
-    facc[1][1] = tile_fstep(t, facc[1][1], s11, &u[1], da1, sa1, bp1);
-    facc[2][0] = tile_fstep(t, facc[2][0], s20, &u[2], da0, sa0, bp0);
-    facc[2][1] = tile_fstep(t, facc[2][1], s21, &u[2], da1, sa1, bp1);
+    facc[0][0] = tile_fstep(t, facc[0][0], s00, &u[0], j, da0, sa0, bp0);
+    facc[0][1] = tile_fstep(t, facc[0][1], s01, &u[0], j, da1, sa1, bp1);
+    facc[1][0] = tile_fstep(t, facc[1][0], s10, &u[1], j, da0, sa0, bp0);
+    facc[1][1] = tile_fstep(t, facc[1][1], s11, &u[1], j, da1, sa1, bp1);
+    facc[2][0] = tile_fstep(t, facc[2][0], s20, &u[2], j, da0, sa0, bp0);
+    facc[2][1] = tile_fstep(t, facc[2][1], s21, &u[2], j, da1, sa1, bp1);
 }
 
 /* One row against one tile: the same sums, for the edges of the row and
  * tile ranges. */
 static inline __attribute__((always_inline)) __m256
-tile_unit_11(int t, const struct dunit *u, const struct tiles *tl, int k, int tile, __m256 acc) {
+tile_unit_11(int t, const struct dunit *u, const struct tiles *tl, int k, int j, int tile, __m256 acc) {
     const int ul = unit_len(t), ng = tl->kn / 4, kf = kflush(t), nu = tl->kn / ul;
     const int8_t *q = tl->q + ((size_t)tile * ng + (size_t)k * (ul / 4)) * 32;
     __m256i s1 = _mm256_setzero_si256();
     for (int e = 0; e < ul; e += 4 * kf) {
         const int8_t *qa = q + (size_t)e * 8;
-        const uint8_t *wp = u->w + e;
+        const uint8_t *wp = u->w + ul * j + e;
         __m256i c = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int f = 0; f < kf; f++) {
@@ -671,7 +684,7 @@ tile_unit_11(int t, const struct dunit *u, const struct tiles *tl, int k, int ti
     size_t ku = ((size_t)tile * nu + k) * 8;
     __m256 sa = is_k(t) ? _mm256_setzero_ps() : _mm256_load_ps(tl->s + ku);
     const size_t bst = bsum_stride(t);
-    return tile_fstep(t, acc, s1, u, _mm256_load_ps(tl->d + ku), sa, bst ? tl->b + ku / 8 * bst : NULL);
+    return tile_fstep(t, acc, s1, u, j, _mm256_load_ps(tl->d + ku), sa, bst ? tl->b + ku / 8 * bst : NULL);
 }
 
 /* Rows rows[0..nr) (output rows r_out[]) times the chunk's tokens, over its
@@ -688,21 +701,33 @@ tiled_rows(int t, int nr, float *restrict y, size_t ldy, const uint8_t *const ro
     if (k0 > 0)
         for (int tok = 0; tok < nt; tok++)
             for (int r = 0; r < nr; r++) acc[r][tok / 8][tok % 8] = y[(size_t)tok * ldy + r_out[r]];
-    for (int k = 0; k < nu; k++) {
-        for (int r = 0; r < nr; r++) tl_decode(t, rows[r] + (size_t)(u0 + k) * ub, &u[r]);
+    /* units decoded at a time (see struct dunit) */
+    const int step = is_k(t) ? 1 : QB;
+    for (int k = 0; k < nu; k += step) {
+        const int nb = nu - k < step ? nu - k : step;
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *b = rows[r] + (size_t)(u0 + k) * ub;
+            if (is_k(t))
+                tl_decode(t, b, &u[r]);
+            else
+                tl_decode_q8a(t, b, nb, &u[r]);
+        }
         int i = 0;
         if (nr == GR)
             for (; i + GT <= ntiles; i += GT) {
                 __m256 f[GR][GT];
                 for (int r = 0; r < GR; r++)
-                    for (int j = 0; j < GT; j++) f[r][j] = _mm256_load_ps(acc[r][i + j]);
-                tile_unit_32(t, u, tl, k, i, f);
+                    for (int g = 0; g < GT; g++) f[r][g] = _mm256_load_ps(acc[r][i + g]);
+                for (int j = 0; j < nb; j++) tile_unit_32(t, u, tl, k + j, j, i, f);
                 for (int r = 0; r < GR; r++)
-                    for (int j = 0; j < GT; j++) _mm256_store_ps(acc[r][i + j], f[r][j]);
+                    for (int g = 0; g < GT; g++) _mm256_store_ps(acc[r][i + g], f[r][g]);
             }
         for (; i < ntiles; i++)
-            for (int r = 0; r < nr; r++)
-                _mm256_store_ps(acc[r][i], tile_unit_11(t, &u[r], tl, k, i, _mm256_load_ps(acc[r][i])));
+            for (int r = 0; r < nr; r++) {
+                __m256 f = _mm256_load_ps(acc[r][i]);
+                for (int j = 0; j < nb; j++) f = tile_unit_11(t, &u[r], tl, k + j, j, i, f);
+                _mm256_store_ps(acc[r][i], f);
+            }
     }
     for (int tok = 0; tok < nt; tok++)
         for (int r = 0; r < nr; r++) y[(size_t)tok * ldy + r_out[r]] = acc[r][tok / 8][tok % 8];
