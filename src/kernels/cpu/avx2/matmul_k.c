@@ -410,8 +410,6 @@ static inline __attribute__((always_inline)) __m256 fstep(int t, __m256 acc, __m
 /* ---------------------------------------------------------------------- */
 /* matvec: 8 rows in lockstep, one token */
 
-
-
 /* w (unsigned, or for IQ4 signed by the sign trick) x a: 16 int16 sums of
  * adjacent pairs */
 static inline __attribute__((always_inline)) __m256i mul_pairs(int t, __m256i w, __m256i a) {
@@ -420,7 +418,8 @@ static inline __attribute__((always_inline)) __m256i mul_pairs(int t, __m256i w,
 }
 
 /* S1, S2 partial dwords of one weight unit b against one activation unit
- * (qa: its int8 values, bs: its 16 bsums for K types); d1, d2 its scales. */
+ * (qa: its int8 values, bs: its 16 bsums for K types); d1, d2 its scales
+ * (K types only). */
 static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *b, const int8_t *qa,
                                                           const int16_t *bs, __m256i *s1,
                                                           __m256i *s2, float *d1, float *d2) {
@@ -428,9 +427,7 @@ static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *
         __m256i p = mul_pairs(t, mv_w32(t, b, 0), _mm256_loadu_si256((const __m256i *)qa));
         *s1 = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
         *s2 = _mm256_setzero_si256();
-        *d1 = h2f(b);
-        *d2 = has_m(t) ? h2f(b + 2) : 0.0f;
-        return;
+        return; /* d1, d2: matvec gathers the 8 rows' at once */
     }
     __m256i sc, c;
     k_scales(t, b, &sc, &c, d1, d2);
@@ -445,53 +442,112 @@ static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *
     *s2 = _mm256_madd_epi16(c, _mm256_loadu_si256((const __m256i *)bs));
 }
 
+/* The 8 rows row[0..8) (row[i] - row[0] = offs lane i, in bytes) against
+ * one activation row: out[i] = row i's dot, lane = row. */
 static inline __attribute__((always_inline)) void
-matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uint8_t *restrict xa,
-       int n, int r0, int r1) {
+mv_rows(int t, const uint8_t *const row[MV_ROWS], __m256i offs, bool gather, const uint8_t *restrict xa,
+        int n, float out[MV_ROWS]) {
     const int ul = unit_len(t), ub = unit_bytes(t), nu = n / ul;
     const int8_t *qa = (const int8_t *)xa;
     /* Q8A: d[n/32] then s[n/32]; Q8K: d[n/256] then bsums[n/16] */
     const float *da = (const float *)(xa + n);
     const float *sa = da + nu;
     const int16_t *bs = is_k(t) ? (const int16_t *)(da + nu) : NULL;
-    for (int ra = r0; ra < r1; ra += MV_ROWS) {
-        int nr = r1 - ra < MV_ROWS ? r1 - ra : MV_ROWS;
-        const uint8_t *row[MV_ROWS];
-        /* missing rows of a short group recompute row ra, never stored */
-        for (int i = 0; i < MV_ROWS; i++) row[i] = w + (size_t)(ra + (i < nr ? i : 0)) * ws;
-        __m256 acc = _mm256_setzero_ps();
-        for (int k = 0; k < nu; k++) {
-            _Alignas(32) int32_t i1[MV_ROWS], i2[MV_ROWS];
-            _Alignas(32) float d1[MV_ROWS], d2[MV_ROWS];
-            __m256i p1[MV_ROWS];
+    __m256 acc = _mm256_setzero_ps();
+    for (int k = 0; k < nu; k++) {
+        _Alignas(32) int32_t i1[MV_ROWS], i2[MV_ROWS];
+        _Alignas(32) float d1[MV_ROWS], d2[MV_ROWS];
+        __m256i p1[MV_ROWS];
 #pragma GCC unroll 8
-            for (int i = 0; i < MV_ROWS; i++) {
-                const uint8_t *b = row[i] + (size_t)k * ub;
-                _mm_prefetch((const char *)b + PF_DIST, _MM_HINT_T0);
-                if (ub > 64) _mm_prefetch((const char *)b + PF_DIST + 64, _MM_HINT_T0);
-                if (ub > 128) _mm_prefetch((const char *)b + PF_DIST + 128, _MM_HINT_T0);
-                __m256i p2;
-                mv_unit(t, b, qa + (size_t)k * ul, is_k(t) ? bs + (size_t)k * 16 : NULL, &p1[i], &p2, &d1[i],
-                        &d2[i]);
-                if (is_k(t)) {
-                    /* each row's two sums reduced at once ([S1, S2, S1, S2]):
-                     * 16 partial vectors kept for a tree would spill */
-                    __m256i h = _mm256_hadd_epi32(p1[i], p2);
-                    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-                    q = _mm_hadd_epi32(q, q);
-                    i1[i] = _mm_cvtsi128_si32(q);
-                    i2[i] = _mm_extract_epi32(q, 1);
-                }
+        for (int i = 0; i < MV_ROWS; i++) {
+            const uint8_t *b = row[i] + (size_t)k * ub;
+            _mm_prefetch((const char *)b + PF_DIST, _MM_HINT_T0);
+            if (ub > 64) _mm_prefetch((const char *)b + PF_DIST + 64, _MM_HINT_T0);
+            if (ub > 128) _mm_prefetch((const char *)b + PF_DIST + 128, _MM_HINT_T0);
+            __m256i p2;
+            mv_unit(t, b, qa + (size_t)k * ul, is_k(t) ? bs + (size_t)k * 16 : NULL, &p1[i], &p2, &d1[i],
+                    &d2[i]);
+            if (is_k(t)) {
+                /* each row's two sums reduced at once ([S1, S2, S1, S2]):
+                 * 16 partial vectors kept for a tree would spill */
+                __m256i h = _mm256_hadd_epi32(p1[i], p2);
+                __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                q = _mm_hadd_epi32(q, q);
+                i1[i] = _mm_cvtsi128_si32(q);
+                i2[i] = _mm_extract_epi32(q, 1);
             }
-            /* Q8A types: one partial vector per row, summed by a tree */
-            __m256i s1 = is_k(t) ? _mm256_load_si256((const __m256i *)i1) : tree8(p1);
-            __m256i s2 = is_k(t) ? _mm256_load_si256((const __m256i *)i2) : _mm256_setzero_si256();
-            __m256 vs = is_k(t) ? _mm256_setzero_ps()
-                                : _mm256_set1_ps(sa_scaled(t, sa[k]));
-            acc = fstep(t, acc, s1, s2, _mm256_load_ps(d1), _mm256_load_ps(d2), _mm256_set1_ps(da[k]), vs);
         }
-        _Alignas(32) float out[MV_ROWS];
-        _mm256_store_ps(out, acc);
+        /* Q8A types: one partial vector per row, summed by a tree */
+        __m256i s1 = is_k(t) ? _mm256_load_si256((const __m256i *)i1) : tree8(p1);
+        __m256i s2 = is_k(t) ? _mm256_load_si256((const __m256i *)i2) : _mm256_setzero_si256();
+        __m256 vs = is_k(t) ? _mm256_setzero_ps() : _mm256_set1_ps(sa_scaled(t, sa[k]));
+        __m256 vd1, vd2;
+        if (is_k(t)) {
+            vd1 = _mm256_load_ps(d1);
+            vd2 = _mm256_load_ps(d2);
+        } else if (!gather) {
+            for (int i = 0; i < MV_ROWS; i++) {
+                d1[i] = h2f(row[i] + (size_t)k * ub);
+                d2[i] = has_m(t) ? h2f(row[i] + (size_t)k * ub + 2) : 0.0f;
+            }
+            vd1 = _mm256_load_ps(d1);
+            vd2 = _mm256_load_ps(d2);
+        } else {
+            /* the 8 rows' d (and m) in one gather of the 4 bytes at each
+             * block's start (8 scalar conversions stored and reloaded as a
+             * vector would stall store forwarding) */
+            __m256i dm = _mm256_i32gather_epi32((const int *)(row[0] + (size_t)k * ub), offs, 1);
+            __m128i lo = _mm256_castsi256_si128(dm), hi = _mm256_extracti128_si256(dm, 1);
+            const __m128i m16 = _mm_set1_epi32(0xffff);
+            vd1 = _mm256_cvtph_ps(_mm_packus_epi32(_mm_and_si128(lo, m16), _mm_and_si128(hi, m16)));
+            vd2 = has_m(t) ? _mm256_cvtph_ps(_mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16)))
+                           : _mm256_setzero_ps();
+        }
+        acc = fstep(t, acc, s1, s2, vd1, vd2, _mm256_set1_ps(da[k]), vs);
+    }
+    _mm256_store_ps(out, acc);
+}
+
+/* Rows [r0, r1) against one activation row. The 8 lanes take 8 contiguous
+ * segments of the range, each walked row after row: 8 long sequential
+ * streams, so the prefetch PF_DIST ahead lands on rows about to be read
+ * whatever the row length (8 adjacent rows at a time would make short rows'
+ * prefetches fall on rows of the same group). Lane s starts s rows into its
+ * segment (and wraps): segments of a power-of-two row count are often a
+ * multiple of 4 KB apart, and 8 streams at the same address mod 4 KB
+ * would fight over one L1 set. The last r % 8 rows form one short group. */
+static inline __attribute__((always_inline)) void
+matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uint8_t *restrict xa,
+       int n, int r0, int r1) {
+    /* gather offsets (Q8A types) must fit int32: rows of < 2^28 bytes */
+    const bool gather = ws <= (size_t)INT32_MAX / (size_t)(r1 - r0);
+    const int q = (r1 - r0) / MV_ROWS;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _Alignas(32) float out[MV_ROWS];
+    const uint8_t *row[MV_ROWS];
+    if (q > 0) {
+        for (int i = 0; i < q; i++) {
+            int ro[MV_ROWS];
+            for (int s = 0; s < MV_ROWS; s++) {
+                ro[s] = r0 + s * q + (i + s) % q;
+                row[s] = w + (size_t)ro[s] * ws;
+            }
+            __m256i offs = gather ? _mm256_mullo_epi32(_mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)ro),
+                                                                        _mm256_set1_epi32(ro[0])),
+                                                       _mm256_set1_epi32((int)ws))
+                                  : _mm256_setzero_si256();
+            mv_rows(t, row, offs, gather, xa, n, out);
+            for (int s = 0; s < MV_ROWS; s++) y[ro[s]] = out[s];
+        }
+    }
+    const int ra = r0 + MV_ROWS * q, nr = r1 - ra;
+    if (nr > 0) {
+        /* missing rows recompute row ra, never stored */
+        for (int i = 0; i < MV_ROWS; i++) row[i] = w + (size_t)(ra + (i < nr ? i : 0)) * ws;
+        __m256i offs = gather ? _mm256_mullo_epi32(_mm256_and_si256(lane, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane)),
+                                                   _mm256_set1_epi32((int)ws))
+                              : _mm256_setzero_si256();
+        mv_rows(t, row, offs, gather, xa, n, out);
         for (int i = 0; i < nr; i++) y[ra + i] = out[i];
     }
 }
