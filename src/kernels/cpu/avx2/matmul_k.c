@@ -25,14 +25,15 @@
  *
  * Shapes:
  *   - matvec (one token at a time): 8 rows in lockstep, each its own
- *     memory stream with a software prefetch. A row's unit is decoded 32
+ *     memory stream with a software prefetch (lane s walks the s-th eighth
+ *     of the row range, see matvec()). A row's unit is decoded 32
  *     elements at a time straight into a register (mv_w32) and dotted
  *     horizontally: one vpmaddubsw per 32 elements, the sub-block scales per
  *     int16 lane through vpmaddwd, S2 as one vpmaddwd of the 16 coefficients
  *     with the activation's 16 bsums. Each row's sums are reduced to
  *     scalars (K types) or the 8 rows' partial vectors by an unpack tree
  *     (Q8A types), and the float step runs on the 8 rows at once, lane =
- *     row.
+ *     row (the Q8A types' scales gathered for the 8 rows in one go).
  *   - tiled (several tokens): the token rows are transposed into tiles of 8
  *     tokens (dword lane t = 4 consecutive activations of token t), a group
  *     of GR rows is decoded one unit at a time into bytes (tl_decode), and
@@ -41,7 +42,9 @@
  *     the tokens of the chunk, no horizontal sums. int16 partial sums are
  *     accumulated over KF groups (KF = the most that cannot overflow) before
  *     one vpmaddwd applies the sub-block scale. The float step runs with
- *     lane = token. Three operand forms, by type:
+ *     lane = token; the Q8A types decode 8 blocks per row at a time and
+ *     run their per-block float steps with the sums in registers. Three
+ *     operand forms, by type:
  *       unsigned weights x signed activations (Q4_K, Q5_K, Q2_K, Q4_0,
  *         Q4_1, Q5_0, Q5_1): 2 * KF * 127 * max w <= 32767; S2 from the
  *         activation sums (4 or 8 vpmaddwd per unit; none for the Q8A
