@@ -12,13 +12,13 @@
 #define DECLARE_MATMUL_AVX2(NAME) \
     void NAME(float *restrict y, size_t ldy, const void *restrict w, size_t w_stride, \
               const void *restrict x, size_t x_stride, int n, int n_tokens, int r0, int r1);
-DECLARE_MATMUL_AVX2(kn_matmul_q8_0_avx2)
-DECLARE_MATMUL_AVX2(kn_matmul_q4_0_avx2)
-DECLARE_MATMUL_AVX2(kn_matmul_q4_1_avx2)
 DECLARE_MATMUL_AVX2(kn_matmul_f16_avx2)
 DECLARE_MATMUL_AVX2(kn_matmul_f32_avx2)
 DECLARE_MATMUL_AVX2(kn_matmul_bf16_avx2)
-/* matmul_k.c: 5-bit, K-quant and IQ4 types, bit-exact with the reference */
+/* matmul_k.c: the quantized types, bit-exact with the reference */
+DECLARE_MATMUL_AVX2(kn_matmul_q8_0_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_q4_0_avx2)
+DECLARE_MATMUL_AVX2(kn_matmul_q4_1_avx2)
 DECLARE_MATMUL_AVX2(kn_matmul_q5_0_avx2)
 DECLARE_MATMUL_AVX2(kn_matmul_q5_1_avx2)
 DECLARE_MATMUL_AVX2(kn_matmul_iq4_nl_avx2)

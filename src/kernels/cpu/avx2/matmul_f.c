@@ -15,7 +15,7 @@
 #include "kernels/cpu/avx2/avx2.h"
 
 /* Prefetch distance along each weight row in the one-token path: 8 rows
- * are read in parallel, so a shorter distance than matmul_q.c's. */
+ * are read in parallel, so a shorter distance than matmul_k.c's. */
 enum { PF_DIST = 1024 };
 
 enum { F_F32, F_F16, F_BF16 };

@@ -1,7 +1,7 @@
 /*
- * matmul_k.c (avx2) - matmuls of the 5-bit, K-quant and IQ4 types with
- * AVX2 (vpmaddubsw + vpmaddwd): Q5_0, Q5_1, IQ4_NL against Q8A activations,
- * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS against Q8K. The specification is
+ * matmul_k.c (avx2) - matmuls of every quantized weight type with AVX2
+ * (vpmaddubsw + vpmaddwd): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL against
+ * Q8A activations, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS against Q8K. The specification is
  * cpu/ref/matmul.c; the kernels are bit-exact with it.
  *
  * Units. A weight row is a sequence of units: the 32-element block of the
@@ -13,8 +13,9 @@
  * float step, operation for operation (fstep below):
  *   Q4_K, Q5_K, Q2_K: acc + ((d * da) * S1 - (dmin * da) * S2)
  *   Q6_K, Q3_K, IQ4_XS: acc + (d * da) * (S1 - S2)
- *   Q5_0: acc + d * (da * S1 - 16 * sa)    Q5_1: acc + ((d * da) * S1 + m * sa)
- *   IQ4_NL: acc + (d * da) * S1
+ *   Q4_0: acc + d * (da * S1 - 8 * sa)     Q5_0: acc + d * (da * S1 - 16 * sa)
+ *   Q4_1, Q5_1: acc + ((d * da) * S1 + m * sa)
+ *   Q8_0, IQ4_NL: acc + (d * da) * S1
  * Integer sums are exact in any order (bounds in cpu/ref/matmul.c), and
  * the float step of each (row, token) runs unit by unit in row order with
  * separate mul/add intrinsics (no FMA: these files are built with -std=c11,
@@ -24,14 +25,15 @@
  *
  * Shapes:
  *   - matvec (one token at a time): 8 rows in lockstep, each its own
- *     memory stream with a software prefetch. A row's unit is decoded 32
+ *     memory stream with a software prefetch (lane s walks the s-th eighth
+ *     of the row range, see matvec()). A row's unit is decoded 32
  *     elements at a time straight into a register (mv_w32) and dotted
  *     horizontally: one vpmaddubsw per 32 elements, the sub-block scales per
  *     int16 lane through vpmaddwd, S2 as one vpmaddwd of the 16 coefficients
  *     with the activation's 16 bsums. Each row's sums are reduced to
  *     scalars (K types) or the 8 rows' partial vectors by an unpack tree
  *     (Q8A types), and the float step runs on the 8 rows at once, lane =
- *     row.
+ *     row (the Q8A types' scales gathered for the 8 rows in one go).
  *   - tiled (several tokens): the token rows are transposed into tiles of 8
  *     tokens (dword lane t = 4 consecutive activations of token t), a group
  *     of GR rows is decoded one unit at a time into bytes (tl_decode), and
@@ -40,12 +42,16 @@
  *     the tokens of the chunk, no horizontal sums. int16 partial sums are
  *     accumulated over KF groups (KF = the most that cannot overflow) before
  *     one vpmaddwd applies the sub-block scale. The float step runs with
- *     lane = token. Three operand forms, by type:
- *       unsigned weights x signed activations (Q4_K, Q5_K, Q2_K, Q5_0,
- *         Q5_1): 2 * KF * 127 * max w <= 32767; S2 from the activation
- *         sums (4 or 8 vpmaddwd per unit);
- *       signed weights, the sign trick |w| * sign(a, w) (IQ4_NL, IQ4_XS):
- *         KF = 1; no S2;
+ *     lane = token; the Q8A types decode 8 blocks per row at a time and
+ *     run their per-block float steps with the sums in registers. Three
+ *     operand forms, by type:
+ *       unsigned weights x signed activations (Q4_K, Q5_K, Q2_K, Q4_0,
+ *         Q4_1, Q5_0, Q5_1): 2 * KF * 127 * max w <= 32767; S2 from the
+ *         activation sums (4 or 8 vpmaddwd per unit; none for the Q8A
+ *         types, whose sa terms are in the float step);
+ *       signed weights, the sign trick |w| * sign(a, w) (Q8_0, IQ4_NL,
+ *         IQ4_XS): KF = 1; no S2. (Q8_0 cannot take the biased form: a
+ *         pair of 255 * |-128| products overflows int16 even at KF = 1);
  *       biased activations a + 128 (unsigned) x signed weights q - 32
  *         (Q6_K) or q - 4 * !h (Q3_K): 2 * KF * 255 * max|w| <= 32767,
  *         and the bias is removed with a weight-only term, 128 * sum_j sc_j
@@ -63,7 +69,7 @@
 
 #include "kernels/cpu/avx2/avx2.h"
 
-enum { T_Q5_0, T_Q5_1, T_IQ4_NL, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS };
+enum { T_Q4_0, T_Q4_1, T_Q8_0, T_Q5_0, T_Q5_1, T_IQ4_NL, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS };
 
 enum {
     GR = 3,              /* rows per register tile (tiled) */
@@ -78,11 +84,13 @@ enum {
 static inline int is_k(int t) { return t >= T_Q2_K; }
 static inline int unit_len(int t) { return is_k(t) ? QK_K : QK; }
 static inline int unit_bytes(int t) {
-    static const int b[] = {22, 24, 18, 84, 110, 144, 176, 210, 136};
+    static const int b[] = {18, 20, 34, 22, 24, 18, 84, 110, 144, 176, 210, 136};
     return b[t];
 }
 /* operand forms of the tiled shape (see the header) */
-static inline int sign_trick(int t) { return t == T_IQ4_NL || t == T_IQ4_XS; }
+static inline int sign_trick(int t) { return t == T_Q8_0 || t == T_IQ4_NL || t == T_IQ4_XS; }
+/* Q8A types with a min term m * sa (Q4_1, Q5_1) */
+static inline int has_m(int t) { return t == T_Q4_1 || t == T_Q5_1; }
 static inline int biased(int t) { return t == T_Q6_K || t == T_Q3_K; }
 /* S2 of the tiled shape from activation sums: over 32 (Q4_K, Q5_K) or 16
  * (Q2_K) elements */
@@ -91,12 +99,22 @@ static inline int mins16(int t) { return t == T_Q2_K; }
 /* 4-element groups per int16 flush */
 static inline int kflush(int t) {
     switch (t) {
+    case T_Q4_0:
+    case T_Q4_1:
     case T_Q4_K: return 8;  /* 2 * 8 * 127 * 15 = 30480 */
     case T_Q6_K: return 2;  /* 2 * 2 * 255 * 32 = 32640 */
+    case T_Q8_0:             /* 2 * 128 * 127 = 32512 (|-128| = 128) */
     case T_IQ4_NL:
     case T_IQ4_XS: return 1; /* 2 * 127 * 127 = 32258 */
     default: return 4;      /* Q5: 2 * 4 * 127 * 31 = 31496; Q3_K, Q2_K: their 16-element sub-blocks */
     }
+}
+
+/* The activation-sum operand of the float step: the reference's 8 * sa
+ * (Q4_0) or 16 * sa (Q5_0), computed once per token and block; sa itself
+ * for the types that use it bare. */
+static inline float sa_scaled(int t, float sa) {
+    return t == T_Q4_0 ? 8.0f * sa : t == T_Q5_0 ? 16.0f * sa : sa;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -264,6 +282,9 @@ static inline __m256i scale_pair(__m256i sch, int k) {
  * quant (Q6_K 0..63, Q3_K q + 4h, ...) or, for IQ4, the signed kv. */
 static inline __attribute__((always_inline)) __m256i mv_w32(int t, const uint8_t *b, int k) {
     switch (t) {
+    case T_Q4_0: return nib_split(b + 2);
+    case T_Q4_1: return nib_split(b + 4);
+    case T_Q8_0: return _mm256_loadu_si256((const __m256i *)(b + 2));
     case T_Q5_0: return _mm256_or_si256(nib_split(b + 6), bits_to_16(b + 2));
     case T_Q5_1: return _mm256_or_si256(nib_split(b + 8), bits_to_16(b + 4));
     case T_IQ4_NL: return kv_lookup(nib_split(b + 2));
@@ -302,25 +323,37 @@ static inline __attribute__((always_inline)) __m256i mv_w32(int t, const uint8_t
 /* A unit decoded for the tiled shape: one byte per element in the type's
  * operand form, the scale of each 16 elements, the S2 coefficient pairs
  * (int16 c_2i | c_2i+1 << 16, against the tiles' bsum pairs), the
- * weight-only term of the biased form, the float scales. */
+ * weight-only term of the biased form, the float scales. The Q8A types
+ * decode QB blocks at a time into one dunit (a 32-element unit alone would
+ * leave the register tile too little work per decode and per load and
+ * store of its float sums); d1[j], d2[j] are block j's scales. */
+enum { QB = QK_K / QK };
 struct dunit {
     _Alignas(32) uint8_t w[QK_K];
     _Alignas(32) int16_t sc[16];
     int32_t cp[8];
     int32_t corr;
-    float d1, d2;
+    float d1[QB], d2[QB];
 };
 
+/* Q8A types: nb <= QB consecutive blocks from b */
+static inline __attribute__((always_inline)) void tl_decode_q8a(int t, const uint8_t *b, int nb,
+                                                                struct dunit *u) {
+    const int ub = unit_bytes(t);
+    for (int j = 0; j < nb; j++) {
+        const uint8_t *bj = b + (size_t)j * ub;
+        _mm256_store_si256((__m256i *)(u->w + 32 * j), mv_w32(t, bj, 0));
+        u->d1[j] = h2f(bj);
+        u->d2[j] = has_m(t) ? h2f(bj + 2) : 0.0f;
+    }
+}
+
+/* K types: one super-block */
 static inline __attribute__((always_inline)) void tl_decode(int t, const uint8_t *b, struct dunit *u) {
     const int nk = unit_len(t) / 32;
     __m256i sc = _mm256_set1_epi16(1), c = _mm256_setzero_si256();
-    if (is_k(t)) {
-        k_scales(t, b, &sc, &c, &u->d1, &u->d2);
-        _mm256_store_si256((__m256i *)u->sc, sc);
-    } else {
-        u->d1 = h2f(b);
-        u->d2 = t == T_Q5_1 ? h2f(b + 2) : 0.0f;
-    }
+    k_scales(t, b, &sc, &c, &u->d1[0], &u->d2[0]);
+    _mm256_store_si256((__m256i *)u->sc, sc);
     __m256i wsum = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int k = 0; k < nk; k++) {
@@ -365,20 +398,20 @@ static inline __attribute__((always_inline)) __m256 fstep(int t, __m256 acc, __m
     case T_IQ4_XS:
         return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d1, da),
                                                 _mm256_cvtepi32_ps(_mm256_sub_epi32(s1, s2))));
-    case T_Q5_0: /* sa holds 16 * sa here (exact) */
+    case T_Q4_0: /* sa holds 8 * sa here, Q5_0 16 * sa: the reference's product */
+    case T_Q5_0:
         return _mm256_add_ps(acc, _mm256_mul_ps(d1, _mm256_sub_ps(_mm256_mul_ps(da, _mm256_cvtepi32_ps(s1)), sa)));
+    case T_Q4_1:
     case T_Q5_1:
         return _mm256_add_ps(acc, _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d1, da), _mm256_cvtepi32_ps(s1)),
                                                 _mm256_mul_ps(d2, sa)));
-    default: /* T_IQ4_NL */
+    default: /* T_Q8_0, T_IQ4_NL */
         return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d1, da), _mm256_cvtepi32_ps(s1)));
     }
 }
 
 /* ---------------------------------------------------------------------- */
 /* matvec: 8 rows in lockstep, one token */
-
-
 
 /* w (unsigned, or for IQ4 signed by the sign trick) x a: 16 int16 sums of
  * adjacent pairs */
@@ -388,7 +421,8 @@ static inline __attribute__((always_inline)) __m256i mul_pairs(int t, __m256i w,
 }
 
 /* S1, S2 partial dwords of one weight unit b against one activation unit
- * (qa: its int8 values, bs: its 16 bsums for K types); d1, d2 its scales. */
+ * (qa: its int8 values, bs: its 16 bsums for K types); d1, d2 its scales
+ * (K types only). */
 static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *b, const int8_t *qa,
                                                           const int16_t *bs, __m256i *s1,
                                                           __m256i *s2, float *d1, float *d2) {
@@ -396,9 +430,7 @@ static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *
         __m256i p = mul_pairs(t, mv_w32(t, b, 0), _mm256_loadu_si256((const __m256i *)qa));
         *s1 = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
         *s2 = _mm256_setzero_si256();
-        *d1 = h2f(b);
-        *d2 = t == T_Q5_1 ? h2f(b + 2) : 0.0f;
-        return;
+        return; /* d1, d2: matvec gathers the 8 rows' at once */
     }
     __m256i sc, c;
     k_scales(t, b, &sc, &c, d1, d2);
@@ -413,53 +445,112 @@ static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *
     *s2 = _mm256_madd_epi16(c, _mm256_loadu_si256((const __m256i *)bs));
 }
 
+/* The 8 rows row[0..8) (row[i] - row[0] = offs lane i, in bytes) against
+ * one activation row: out[i] = row i's dot, lane = row. */
 static inline __attribute__((always_inline)) void
-matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uint8_t *restrict xa,
-       int n, int r0, int r1) {
+mv_rows(int t, const uint8_t *const row[MV_ROWS], __m256i offs, bool gather, const uint8_t *restrict xa,
+        int n, float out[MV_ROWS]) {
     const int ul = unit_len(t), ub = unit_bytes(t), nu = n / ul;
     const int8_t *qa = (const int8_t *)xa;
     /* Q8A: d[n/32] then s[n/32]; Q8K: d[n/256] then bsums[n/16] */
     const float *da = (const float *)(xa + n);
     const float *sa = da + nu;
     const int16_t *bs = is_k(t) ? (const int16_t *)(da + nu) : NULL;
-    for (int ra = r0; ra < r1; ra += MV_ROWS) {
-        int nr = r1 - ra < MV_ROWS ? r1 - ra : MV_ROWS;
-        const uint8_t *row[MV_ROWS];
-        /* missing rows of a short group recompute row ra, never stored */
-        for (int i = 0; i < MV_ROWS; i++) row[i] = w + (size_t)(ra + (i < nr ? i : 0)) * ws;
-        __m256 acc = _mm256_setzero_ps();
-        for (int k = 0; k < nu; k++) {
-            _Alignas(32) int32_t i1[MV_ROWS], i2[MV_ROWS];
-            _Alignas(32) float d1[MV_ROWS], d2[MV_ROWS];
-            __m256i p1[MV_ROWS];
+    __m256 acc = _mm256_setzero_ps();
+    for (int k = 0; k < nu; k++) {
+        _Alignas(32) int32_t i1[MV_ROWS], i2[MV_ROWS];
+        _Alignas(32) float d1[MV_ROWS], d2[MV_ROWS];
+        __m256i p1[MV_ROWS];
 #pragma GCC unroll 8
-            for (int i = 0; i < MV_ROWS; i++) {
-                const uint8_t *b = row[i] + (size_t)k * ub;
-                _mm_prefetch((const char *)b + PF_DIST, _MM_HINT_T0);
-                if (ub > 64) _mm_prefetch((const char *)b + PF_DIST + 64, _MM_HINT_T0);
-                if (ub > 128) _mm_prefetch((const char *)b + PF_DIST + 128, _MM_HINT_T0);
-                __m256i p2;
-                mv_unit(t, b, qa + (size_t)k * ul, is_k(t) ? bs + (size_t)k * 16 : NULL, &p1[i], &p2, &d1[i],
-                        &d2[i]);
-                if (is_k(t)) {
-                    /* each row's two sums reduced at once ([S1, S2, S1, S2]):
-                     * 16 partial vectors kept for a tree would spill */
-                    __m256i h = _mm256_hadd_epi32(p1[i], p2);
-                    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-                    q = _mm_hadd_epi32(q, q);
-                    i1[i] = _mm_cvtsi128_si32(q);
-                    i2[i] = _mm_extract_epi32(q, 1);
-                }
+        for (int i = 0; i < MV_ROWS; i++) {
+            const uint8_t *b = row[i] + (size_t)k * ub;
+            _mm_prefetch((const char *)b + PF_DIST, _MM_HINT_T0);
+            if (ub > 64) _mm_prefetch((const char *)b + PF_DIST + 64, _MM_HINT_T0);
+            if (ub > 128) _mm_prefetch((const char *)b + PF_DIST + 128, _MM_HINT_T0);
+            __m256i p2;
+            mv_unit(t, b, qa + (size_t)k * ul, is_k(t) ? bs + (size_t)k * 16 : NULL, &p1[i], &p2, &d1[i],
+                    &d2[i]);
+            if (is_k(t)) {
+                /* each row's two sums reduced at once ([S1, S2, S1, S2]):
+                 * 16 partial vectors kept for a tree would spill */
+                __m256i h = _mm256_hadd_epi32(p1[i], p2);
+                __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                q = _mm_hadd_epi32(q, q);
+                i1[i] = _mm_cvtsi128_si32(q);
+                i2[i] = _mm_extract_epi32(q, 1);
             }
-            /* Q8A types: one partial vector per row, summed by a tree */
-            __m256i s1 = is_k(t) ? _mm256_load_si256((const __m256i *)i1) : tree8(p1);
-            __m256i s2 = is_k(t) ? _mm256_load_si256((const __m256i *)i2) : _mm256_setzero_si256();
-            __m256 vs = is_k(t) ? _mm256_setzero_ps()
-                                : _mm256_set1_ps(t == T_Q5_0 ? 16.0f * sa[k] : sa[k]);
-            acc = fstep(t, acc, s1, s2, _mm256_load_ps(d1), _mm256_load_ps(d2), _mm256_set1_ps(da[k]), vs);
         }
-        _Alignas(32) float out[MV_ROWS];
-        _mm256_store_ps(out, acc);
+        /* Q8A types: one partial vector per row, summed by a tree */
+        __m256i s1 = is_k(t) ? _mm256_load_si256((const __m256i *)i1) : tree8(p1);
+        __m256i s2 = is_k(t) ? _mm256_load_si256((const __m256i *)i2) : _mm256_setzero_si256();
+        __m256 vs = is_k(t) ? _mm256_setzero_ps() : _mm256_set1_ps(sa_scaled(t, sa[k]));
+        __m256 vd1, vd2;
+        if (is_k(t)) {
+            vd1 = _mm256_load_ps(d1);
+            vd2 = _mm256_load_ps(d2);
+        } else if (!gather) {
+            for (int i = 0; i < MV_ROWS; i++) {
+                d1[i] = h2f(row[i] + (size_t)k * ub);
+                d2[i] = has_m(t) ? h2f(row[i] + (size_t)k * ub + 2) : 0.0f;
+            }
+            vd1 = _mm256_load_ps(d1);
+            vd2 = _mm256_load_ps(d2);
+        } else {
+            /* the 8 rows' d (and m) in one gather of the 4 bytes at each
+             * block's start (8 scalar conversions stored and reloaded as a
+             * vector would stall store forwarding) */
+            __m256i dm = _mm256_i32gather_epi32((const int *)(row[0] + (size_t)k * ub), offs, 1);
+            __m128i lo = _mm256_castsi256_si128(dm), hi = _mm256_extracti128_si256(dm, 1);
+            const __m128i m16 = _mm_set1_epi32(0xffff);
+            vd1 = _mm256_cvtph_ps(_mm_packus_epi32(_mm_and_si128(lo, m16), _mm_and_si128(hi, m16)));
+            vd2 = has_m(t) ? _mm256_cvtph_ps(_mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16)))
+                           : _mm256_setzero_ps();
+        }
+        acc = fstep(t, acc, s1, s2, vd1, vd2, _mm256_set1_ps(da[k]), vs);
+    }
+    _mm256_store_ps(out, acc);
+}
+
+/* Rows [r0, r1) against one activation row. The 8 lanes take 8 contiguous
+ * segments of the range, each walked row after row: 8 long sequential
+ * streams, so the prefetch PF_DIST ahead lands on rows about to be read
+ * whatever the row length (8 adjacent rows at a time would make short rows'
+ * prefetches fall on rows of the same group). Lane s starts s rows into its
+ * segment (and wraps): segments of a power-of-two row count are often a
+ * multiple of 4 KB apart, and 8 streams at the same address mod 4 KB
+ * would fight over one L1 set. The last r % 8 rows form one short group. */
+static inline __attribute__((always_inline)) void
+matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uint8_t *restrict xa,
+       int n, int r0, int r1) {
+    /* gather offsets (Q8A types) must fit int32: rows of < 2^28 bytes */
+    const bool gather = ws <= (size_t)INT32_MAX / (size_t)(r1 - r0);
+    const int q = (r1 - r0) / MV_ROWS;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _Alignas(32) float out[MV_ROWS];
+    const uint8_t *row[MV_ROWS];
+    if (q > 0) {
+        for (int i = 0; i < q; i++) {
+            int ro[MV_ROWS];
+            for (int s = 0; s < MV_ROWS; s++) {
+                ro[s] = r0 + s * q + (i + s) % q;
+                row[s] = w + (size_t)ro[s] * ws;
+            }
+            __m256i offs = gather ? _mm256_mullo_epi32(_mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)ro),
+                                                                        _mm256_set1_epi32(ro[0])),
+                                                       _mm256_set1_epi32((int)ws))
+                                  : _mm256_setzero_si256();
+            mv_rows(t, row, offs, gather, xa, n, out);
+            for (int s = 0; s < MV_ROWS; s++) y[ro[s]] = out[s];
+        }
+    }
+    const int ra = r0 + MV_ROWS * q, nr = r1 - ra;
+    if (nr > 0) {
+        /* missing rows recompute row ra, never stored */
+        for (int i = 0; i < MV_ROWS; i++) row[i] = w + (size_t)(ra + (i < nr ? i : 0)) * ws;
+        __m256i offs = gather ? _mm256_mullo_epi32(_mm256_and_si256(lane, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane)),
+                                                   _mm256_set1_epi32((int)ws))
+                              : _mm256_setzero_si256();
+        mv_rows(t, row, offs, gather, xa, n, out);
         for (int i = 0; i < nr; i++) y[ra + i] = out[i];
     }
 }
@@ -473,7 +564,7 @@ struct tiles {
     int n_tiles, kn;
     int8_t *q;        /* [tile][kn/4][8 tokens][4 bytes]; biased types: a + 128 */
     float *d;         /* [tile][unit][8]: da */
-    float *s;         /* Q8A: [tile][block][8]: sa (16 * sa for Q5_0) */
+    float *s;         /* Q8A: [tile][block][8]: sa_scaled(sa) */
     int32_t *b;       /* Q2_K: [tile][unit][8 pairs][8 tokens]: bsums 2p, 2p + 1;
                          Q4_K, Q5_K: [tile][unit][4 pairs][8 tokens]: sums of 32 */
 };
@@ -524,7 +615,7 @@ static inline __attribute__((always_inline)) void tiles_fill(int t, struct tiles
                 tl->d[at] = valid[i] ? d[u0 + k] : 0.0f;
                 if (!is_k(t)) {
                     float sv = valid[i] ? d[nu_row + u0 + k] : 0.0f;
-                    tl->s[at] = t == T_Q5_0 ? 16.0f * sv : sv;
+                    tl->s[at] = sa_scaled(t, sv);
                 } else if (mins16(t) || mins32(t)) {
                     const int16_t *bs = (const int16_t *)(d + nu_row) + 16 * (u0 + k);
                     int np = mins16(t) ? 8 : 4;
@@ -550,7 +641,7 @@ static inline __attribute__((always_inline)) __m256i tl_mul(int t, __m256i wb, _
 /* S2 (the activation-sum terms) and the float step of row u against tile
  * lane vectors da, sa and the tile's bsum pairs bp. */
 static inline __attribute__((always_inline)) __m256 tile_fstep(int t, __m256 acc, __m256i s1,
-                                                               const struct dunit *u, __m256 da,
+                                                               const struct dunit *u, int j, __m256 da,
                                                                __m256 sa, const int32_t *bp) {
     __m256i s2 = _mm256_setzero_si256();
     if (biased(t)) {
@@ -562,23 +653,24 @@ static inline __attribute__((always_inline)) __m256 tile_fstep(int t, __m256 acc
             s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(bp + 8 * p)),
                                                         _mm256_set1_epi32(u->cp[p])));
     }
-    return fstep(t, acc, s1, s2, _mm256_set1_ps(u->d1), _mm256_set1_ps(u->d2), da, sa);
+    return fstep(t, acc, s1, s2, _mm256_set1_ps(u->d1[j]), _mm256_set1_ps(u->d2[j]), da, sa);
 }
 
 static inline size_t bsum_stride(int t) { return mins16(t) ? 64 : mins32(t) ? 32 : 0; }
 
-/* Three rows u[0..2] (one decoded unit each, local unit k of the chunk)
- * against two tiles [tile0, tile0 + 2): the register tile. Straight-line
- * code with one variable per accumulator, so that they stay in registers:
- * 6 int16 flush sums, 2 tile vectors and the broadcast weights (the 6 int32
- * unit sums are touched once per flush). */
+/* Three rows u[0..2] against two tiles [tile0, tile0 + 2), local unit k
+ * of the chunk (j: its index in the decoded units, nonzero for the Q8A
+ * types only): the register tile. Straight-line code with one variable per
+ * accumulator, so that they stay in registers: 6 int16 flush sums, 2 tile
+ * vectors and the broadcast weights (the 6 int32 unit sums are touched once
+ * per flush). */
 static inline __attribute__((always_inline)) void
-tile_unit_32(int t, const struct dunit *u, const struct tiles *tl, int k, int tile0,
+tile_unit_32(int t, const struct dunit *u, const struct tiles *tl, int k, int j, int tile0,
              __m256 facc[GR][GT]) {
     const int ul = unit_len(t), ng = tl->kn / 4, kf = kflush(t), nu = tl->kn / ul;
     const int8_t *q0 = tl->q + ((size_t)tile0 * ng + (size_t)k * (ul / 4)) * 32;
     const int8_t *q1 = q0 + (size_t)ng * 32;
-    const uint8_t *w0 = u[0].w, *w1 = u[1].w, *w2 = u[2].w;
+    const uint8_t *w0 = u[0].w + ul * j, *w1 = u[1].w + ul * j, *w2 = u[2].w + ul * j;
     __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00;
     for (int e = 0; e < ul; e += 4 * kf) {
         /* pointers at this flush's first group: constant offsets below */
@@ -621,24 +713,24 @@ tile_unit_32(int t, const struct dunit *u, const struct tiles *tl, int k, int ti
     __m256 sa1 = is_k(t) ? _mm256_setzero_ps() : _mm256_load_ps(tl->s + ku1);
     const size_t bst = bsum_stride(t);
     const int32_t *bp0 = bst ? tl->b + ku0 / 8 * bst : NULL, *bp1 = bst ? tl->b + ku1 / 8 * bst : NULL;
-    facc[0][0] = tile_fstep(t, facc[0][0], s00, &u[0], da0, sa0, bp0);
-    facc[0][1] = tile_fstep(t, facc[0][1], s01, &u[0], da1, sa1, bp1);
-    facc[1][0] = tile_fstep(t, facc[1][0], s10, &u[1], da0, sa0, bp0);
-    facc[1][1] = tile_fstep(t, facc[1][1], s11, &u[1], da1, sa1, bp1);
-    facc[2][0] = tile_fstep(t, facc[2][0], s20, &u[2], da0, sa0, bp0);
-    facc[2][1] = tile_fstep(t, facc[2][1], s21, &u[2], da1, sa1, bp1);
+    facc[0][0] = tile_fstep(t, facc[0][0], s00, &u[0], j, da0, sa0, bp0);
+    facc[0][1] = tile_fstep(t, facc[0][1], s01, &u[0], j, da1, sa1, bp1);
+    facc[1][0] = tile_fstep(t, facc[1][0], s10, &u[1], j, da0, sa0, bp0);
+    facc[1][1] = tile_fstep(t, facc[1][1], s11, &u[1], j, da1, sa1, bp1);
+    facc[2][0] = tile_fstep(t, facc[2][0], s20, &u[2], j, da0, sa0, bp0);
+    facc[2][1] = tile_fstep(t, facc[2][1], s21, &u[2], j, da1, sa1, bp1);
 }
 
 /* One row against one tile: the same sums, for the edges of the row and
  * tile ranges. */
 static inline __attribute__((always_inline)) __m256
-tile_unit_11(int t, const struct dunit *u, const struct tiles *tl, int k, int tile, __m256 acc) {
+tile_unit_11(int t, const struct dunit *u, const struct tiles *tl, int k, int j, int tile, __m256 acc) {
     const int ul = unit_len(t), ng = tl->kn / 4, kf = kflush(t), nu = tl->kn / ul;
     const int8_t *q = tl->q + ((size_t)tile * ng + (size_t)k * (ul / 4)) * 32;
     __m256i s1 = _mm256_setzero_si256();
     for (int e = 0; e < ul; e += 4 * kf) {
         const int8_t *qa = q + (size_t)e * 8;
-        const uint8_t *wp = u->w + e;
+        const uint8_t *wp = u->w + ul * j + e;
         __m256i c = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int f = 0; f < kf; f++) {
@@ -651,7 +743,7 @@ tile_unit_11(int t, const struct dunit *u, const struct tiles *tl, int k, int ti
     size_t ku = ((size_t)tile * nu + k) * 8;
     __m256 sa = is_k(t) ? _mm256_setzero_ps() : _mm256_load_ps(tl->s + ku);
     const size_t bst = bsum_stride(t);
-    return tile_fstep(t, acc, s1, u, _mm256_load_ps(tl->d + ku), sa, bst ? tl->b + ku / 8 * bst : NULL);
+    return tile_fstep(t, acc, s1, u, j, _mm256_load_ps(tl->d + ku), sa, bst ? tl->b + ku / 8 * bst : NULL);
 }
 
 /* Rows rows[0..nr) (output rows r_out[]) times the chunk's tokens, over its
@@ -668,21 +760,33 @@ tiled_rows(int t, int nr, float *restrict y, size_t ldy, const uint8_t *const ro
     if (k0 > 0)
         for (int tok = 0; tok < nt; tok++)
             for (int r = 0; r < nr; r++) acc[r][tok / 8][tok % 8] = y[(size_t)tok * ldy + r_out[r]];
-    for (int k = 0; k < nu; k++) {
-        for (int r = 0; r < nr; r++) tl_decode(t, rows[r] + (size_t)(u0 + k) * ub, &u[r]);
+    /* units decoded at a time (see struct dunit) */
+    const int step = is_k(t) ? 1 : QB;
+    for (int k = 0; k < nu; k += step) {
+        const int nb = nu - k < step ? nu - k : step;
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *b = rows[r] + (size_t)(u0 + k) * ub;
+            if (is_k(t))
+                tl_decode(t, b, &u[r]);
+            else
+                tl_decode_q8a(t, b, nb, &u[r]);
+        }
         int i = 0;
         if (nr == GR)
             for (; i + GT <= ntiles; i += GT) {
                 __m256 f[GR][GT];
                 for (int r = 0; r < GR; r++)
-                    for (int j = 0; j < GT; j++) f[r][j] = _mm256_load_ps(acc[r][i + j]);
-                tile_unit_32(t, u, tl, k, i, f);
+                    for (int g = 0; g < GT; g++) f[r][g] = _mm256_load_ps(acc[r][i + g]);
+                for (int j = 0; j < nb; j++) tile_unit_32(t, u, tl, k + j, j, i, f);
                 for (int r = 0; r < GR; r++)
-                    for (int j = 0; j < GT; j++) _mm256_store_ps(acc[r][i + j], f[r][j]);
+                    for (int g = 0; g < GT; g++) _mm256_store_ps(acc[r][i + g], f[r][g]);
             }
         for (; i < ntiles; i++)
-            for (int r = 0; r < nr; r++)
-                _mm256_store_ps(acc[r][i], tile_unit_11(t, &u[r], tl, k, i, _mm256_load_ps(acc[r][i])));
+            for (int r = 0; r < nr; r++) {
+                __m256 f = _mm256_load_ps(acc[r][i]);
+                for (int j = 0; j < nb; j++) f = tile_unit_11(t, &u[r], tl, k + j, j, i, f);
+                _mm256_store_ps(acc[r][i], f);
+            }
     }
     for (int tok = 0; tok < nt; tok++)
         for (int r = 0; r < nr; r++) y[(size_t)tok * ldy + r_out[r]] = acc[r][tok / 8][tok % 8];
@@ -740,6 +844,9 @@ matmul_k(int t, float *restrict y, size_t ldy, const void *restrict w, size_t ws
         matmul_k(T, y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1); \
     }
 
+DEFINE_MATMUL_K(kn_matmul_q4_0_avx2, T_Q4_0)
+DEFINE_MATMUL_K(kn_matmul_q4_1_avx2, T_Q4_1)
+DEFINE_MATMUL_K(kn_matmul_q8_0_avx2, T_Q8_0)
 DEFINE_MATMUL_K(kn_matmul_q5_0_avx2, T_Q5_0)
 DEFINE_MATMUL_K(kn_matmul_q5_1_avx2, T_Q5_1)
 DEFINE_MATMUL_K(kn_matmul_iq4_nl_avx2, T_IQ4_NL)
