@@ -20,6 +20,10 @@ code). llama.cpp tokenizes it with special tokens parsed, as anvil does;
 the prompt token count it prints is checked against anvil's. Both sides
 use the same -n, -t, n_ctx 4096 and at most K proposed tokens per step.
 
+Draft mode is not like for like at small -n: anvil's draft model reads
+the prompt at the first decode step, inside anvil's decode time, while
+llama-speculative prefills the draft before its decode clock starts.
+
 Decode tok/s on both sides counts the tokens after each request's first
 one over the time from the end of the prefill to the end of the request,
 summed over the set's prompts (llama.cpp's own printed speed counts the
@@ -238,12 +242,18 @@ def llama_set(a, tool, name, prompts, k, label):
 def same_greedy(plain, spec):
     """Speculating must not change greedy output: one text is a prefix of
     the other (llama-lookup and llama-speculative may overshoot -n by the
-    tokens accepted in the last step)."""
-    x, y = plain["output"], spec["output"]
+    tokens accepted in the last step; both end with blank lines)."""
+    x, y = plain["output"].rstrip("\n"), spec["output"].rstrip("\n")
     return x.startswith(y) or y.startswith(x)
 
 
 # ---------------------------------------------------------------- main
+
+def save(path, doc):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump(doc, fh, indent=1)
+
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -339,8 +349,8 @@ def main():
                     for mode in a.modes:
                         say(f"[pass {rep + 1}/{a.r}] anvil bench --spec {mode}")
                         for s, rec in run_anvil(a, mode).items():
-                            doc["runs"].append({"pass": rep, "side": "anvil", "set": s,
-                                                "spec": mode, **rec})
+                            doc["runs"].append({**rec, "pass": rep, "side": "anvil", "set": s,
+                                                "set_file": rec["set"], "spec": mode})
                     continue
                 for s in a.sets:
                     say(f"[pass {rep + 1}/{a.r}] llama.cpp {s}")
@@ -360,6 +370,7 @@ def main():
         say(f"compare_spec_llamacpp: {e}")
         return 1
     doc["load_after"] = os.getloadavg()
+    save(a.json_out, doc)  # the runs are kept even if the summary below fails
 
     def mean(side, s, spec, key):
         xs = [r[key] for r in doc["runs"] if r["side"] == side and r["set"] == s and r["spec"] == spec]
@@ -413,9 +424,7 @@ def main():
     table = "\n".join(lines)
     doc["markdown"] = table
 
-    os.makedirs(os.path.dirname(os.path.abspath(a.json_out)), exist_ok=True)
-    with open(a.json_out, "w") as fh:
-        json.dump(doc, fh, indent=1)
+    save(a.json_out, doc)
     if a.md:
         with open(a.md, "w") as fh:
             fh.write(table + "\n")
