@@ -85,7 +85,7 @@ class Replica:
                "--kv-mem", f"{kv_mb}M", "--replica-id", rid]
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         line = self.p.stdout.readline().decode()
-        m = re.search(r":(\d+)\s*$", line)
+        m = re.search(r"listening on http://[^ ]*:(\d+)", line)
         if not m:
             self.p.kill()
             sys.exit(f"bench_deploy: replica did not start: {line!r}")

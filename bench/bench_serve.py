@@ -108,7 +108,7 @@ class Server:
             cmd += ["--ctx", str(n_ctx), "--parallel", str(parallel), "--max-queue", "4096"]
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         line = self.p.stdout.readline().decode()
-        m = re.search(r":(\d+)\s*$", line)
+        m = re.search(r"listening on http://[^ ]*:(\d+)", line)
         if not m:
             self.p.kill()
             sys.exit(f"bench_serve: server did not start: {line!r}")
