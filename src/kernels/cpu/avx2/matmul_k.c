@@ -33,8 +33,10 @@
  *     horizontally: one vpmaddubsw per 32 elements, the sub-block scales per
  *     int16 lane through vpmaddwd, S2 as one vpmaddwd of the 16 coefficients
  *     with the activation's 16 bsums. Each row's sums are reduced to
- *     scalars (K types) or the 8 rows' partial vectors by an unpack tree
- *     (Q8A types), and the float step runs on the 8 rows at once, lane =
+ *     scalars (K types, one token per pass: cheaper than a tree of 16
+ *     partial vectors) or the 8 rows' partial vectors by an unpack tree
+ *     (Q8A types; K types with several tokens, whose per-row horizontal
+ *     reductions would cost more than the trees' spills), and the float step runs on the 8 rows at once, lane =
  *     row (the Q8A types' scales gathered for the 8 rows in one go), for
  *     each token in turn.
  *   - tiled (more tokens): the token rows are transposed into tiles of 8
@@ -499,7 +501,7 @@ mv_rows(int t, int nt, const uint8_t *const row[MV_ROWS], __m256i offs, bool gat
     for (int k = 0; k < nu; k++) {
         _Alignas(32) int32_t i1[MV_TOKENS][MV_ROWS], i2[MV_TOKENS][MV_ROWS];
         _Alignas(32) float d1[MV_ROWS], d2[MV_ROWS];
-        __m256i p1[MV_TOKENS][MV_ROWS];
+        __m256i p1[MV_TOKENS][MV_ROWS], p2[MV_TOKENS][MV_ROWS];
         const int8_t *qk[MV_TOKENS];
         const int16_t *bk[MV_TOKENS];
         #pragma GCC unroll 4
@@ -517,7 +519,11 @@ mv_rows(int t, int nt, const uint8_t *const row[MV_ROWS], __m256i offs, bool gat
             mv_unit(t, nt, b, qk, bk, q1, q2, &d1[i], &d2[i]);
             #pragma GCC unroll 4
             for (int j = 0; j < nt; j++) {
-                if (is_k(t)) {
+                if (is_k(t) && nt > 1) {
+                    /* several tokens: the partial vectors summed by trees */
+                    p1[j][i] = q1[j];
+                    p2[j][i] = q2[j];
+                } else if (is_k(t)) {
                     /* each row's two sums reduced at once ([S1, S2, S1, S2]):
                      * 16 partial vectors kept for a tree would spill */
                     __m256i h = _mm256_hadd_epi32(q1[j], q2[j]);
@@ -555,8 +561,10 @@ mv_rows(int t, int nt, const uint8_t *const row[MV_ROWS], __m256i offs, bool gat
         #pragma GCC unroll 4
         for (int j = 0; j < nt; j++) {
             /* Q8A types: one partial vector per row, summed by a tree */
-            __m256i s1 = is_k(t) ? _mm256_load_si256((const __m256i *)i1[j]) : tree8(p1[j]);
-            __m256i s2 = is_k(t) ? _mm256_load_si256((const __m256i *)i2[j]) : _mm256_setzero_si256();
+            __m256i s1 = is_k(t) && nt == 1 ? _mm256_load_si256((const __m256i *)i1[j]) : tree8(p1[j]);
+            __m256i s2 = !is_k(t)  ? _mm256_setzero_si256()
+                         : nt == 1 ? _mm256_load_si256((const __m256i *)i2[j])
+                                   : tree8(p2[j]);
             __m256 vs = is_k(t) ? _mm256_setzero_ps() : _mm256_set1_ps(sa_scaled(t, sa[j][k]));
             acc[j] = fstep(t, acc[j], s1, s2, vd1, vd2, _mm256_set1_ps(da[j][k]), vs);
         }
@@ -620,9 +628,9 @@ matvec_n(int t, int nt, float *restrict y, size_t ldy, const uint8_t *restrict w
          const uint8_t *restrict xa, size_t xs, int n, int r0, int r1) {
     switch (nt) {
     case 1: matvec(t, 1, y, ldy, w, ws, xa, xs, n, r0, r1); break;
-    case 2: matvec(t, 2, y, ldy, w, ws, xa, xs, n, r0, r1); break;
-    case 3: matvec(t, 3, y, ldy, w, ws, xa, xs, n, r0, r1); break;
-    default: matvec(t, 4, y, ldy, w, ws, xa, xs, n, r0, r1); break;
+    case 2: matvec(t, 2 < MV_TOKENS ? 2 : MV_TOKENS, y, ldy, w, ws, xa, xs, n, r0, r1); break;
+    case 3: matvec(t, 3 < MV_TOKENS ? 3 : MV_TOKENS, y, ldy, w, ws, xa, xs, n, r0, r1); break;
+    default: matvec(t, 4 < MV_TOKENS ? 4 : MV_TOKENS, y, ldy, w, ws, xa, xs, n, r0, r1); break;
     }
 }
 
