@@ -218,8 +218,8 @@ struct shape {
     int n, rows;
     const int *tokens; /* 0-terminated */
 };
-static const int TOK_ALL[] = {1, 2, 3, 7, 8, 9, 16, 33, 0};
-static const int TOK_FEW[] = {1, 5, 0};
+static const int TOK_ALL[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 0};
+static const int TOK_FEW[] = {1, 4, 5, 0};
 static const int TOK_LONG[] = {70, 0};
 /* n: one unit, a few, SmolLM2 / Gemma widths, 1B widths; rows around the
  * kernels' row groups (3, 8); token counts around their tiles (8, 32) */

@@ -24,17 +24,22 @@
  * kernels/ops.h).
  *
  * Shapes:
- *   - matvec (one token at a time): 8 rows in lockstep, each its own
+ *   - matvec (few tokens: fewer than tiled_min(), up to MV_TOKENS = 4 per
+ *     pass over the weights): 8 rows in lockstep, each its own
  *     memory stream with a software prefetch (lane s walks the s-th eighth
  *     of the row range, see matvec()). A row's unit is decoded 32
- *     elements at a time straight into a register (mv_w32) and dotted
+ *     elements at a time straight into a register (mv_w32), once for all
+ *     the pass's tokens, and dotted with each token's activations
  *     horizontally: one vpmaddubsw per 32 elements, the sub-block scales per
  *     int16 lane through vpmaddwd, S2 as one vpmaddwd of the 16 coefficients
  *     with the activation's 16 bsums. Each row's sums are reduced to
- *     scalars (K types) or the 8 rows' partial vectors by an unpack tree
- *     (Q8A types), and the float step runs on the 8 rows at once, lane =
- *     row (the Q8A types' scales gathered for the 8 rows in one go).
- *   - tiled (several tokens): the token rows are transposed into tiles of 8
+ *     scalars (K types, one token per pass: cheaper than a tree of 16
+ *     partial vectors) or the 8 rows' partial vectors by an unpack tree
+ *     (Q8A types; K types with several tokens, whose per-row horizontal
+ *     reductions would cost more than the trees' spills), and the float step runs on the 8 rows at once, lane =
+ *     row (the Q8A types' scales gathered for the 8 rows in one go), for
+ *     each token in turn.
+ *   - tiled (more tokens): the token rows are transposed into tiles of 8
  *     tokens (dword lane t = 4 consecutive activations of token t), a group
  *     of GR rows is decoded one unit at a time into bytes (tl_decode), and
  *     each 4-byte group of a decoded row is broadcast against GT tiles: one
@@ -75,7 +80,7 @@ enum {
     GR = 3,              /* rows per register tile (tiled) */
     GT = 2,              /* token tiles of 8 per register tile (tiled) */
     MV_ROWS = 8,         /* rows in lockstep (matvec) */
-    TILED_MIN = 2,       /* fewest tokens for the tiled shape */
+    MV_TOKENS = 4,       /* tokens per weight pass (matvec) */
     MAX_TILES = 4,       /* token tiles per chunk */
     XQ_BYTES = 64 << 10, /* transposed activation bytes per pass */
     PF_DIST = 4096,      /* software prefetch distance of the weight streams */
@@ -96,6 +101,17 @@ static inline int biased(int t) { return t == T_Q6_K || t == T_Q3_K; }
  * (Q2_K) elements */
 static inline int mins32(int t) { return t == T_Q4_K || t == T_Q5_K; }
 static inline int mins16(int t) { return t == T_Q2_K; }
+/* Fewest tokens for the tiled shape, by operand form: below, the matvec
+ * (MV_TOKENS tokens per pass) is faster. The tiled shape pays for a whole
+ * 8-token tile and a decode through memory whatever the token count, the
+ * sign trick (KF = 1) most; crossovers measured single-threaded on Zen 3,
+ * SmolLM2 gate_up / down shapes, hot weights (Q4_K, Q4_1, Q4_0: between 4
+ * and 5 tokens; Q6_K: 5 and 6; Q8_0: 8 and 9). */
+static inline int tiled_min(int t) {
+    if (sign_trick(t)) return 9;
+    if (biased(t)) return 6;
+    return 5;
+}
 /* 4-element groups per int16 flush */
 static inline int kflush(int t) {
     switch (t) {
@@ -420,70 +436,106 @@ static inline __attribute__((always_inline)) __m256i mul_pairs(int t, __m256i w,
     return _mm256_maddubs_epi16(w, a);
 }
 
-/* S1, S2 partial dwords of one weight unit b against one activation unit
- * (qa: its int8 values, bs: its 16 bsums for K types); d1, d2 its scales
- * (K types only). */
-static inline __attribute__((always_inline)) void mv_unit(int t, const uint8_t *b, const int8_t *qa,
-                                                          const int16_t *bs, __m256i *s1,
-                                                          __m256i *s2, float *d1, float *d2) {
+/* S1, S2 partial dwords of one weight unit b against the units of NT
+ * tokens (qa[j]: token j's int8 values, bs[j]: its 16 bsums for K types);
+ * d1, d2 the unit's scales (K types only). The weights are decoded once
+ * and serve every token. */
+static inline __attribute__((always_inline)) void mv_unit(int t, int nt, const uint8_t *b,
+                                                          const int8_t *const qa[MV_TOKENS],
+                                                          const int16_t *const bs[MV_TOKENS],
+                                                          __m256i s1[MV_TOKENS], __m256i s2[MV_TOKENS],
+                                                          float *d1, float *d2) {
     if (!is_k(t)) {
-        __m256i p = mul_pairs(t, mv_w32(t, b, 0), _mm256_loadu_si256((const __m256i *)qa));
-        *s1 = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-        *s2 = _mm256_setzero_si256();
+        __m256i w = mv_w32(t, b, 0);
+        #pragma GCC unroll 4
+        for (int j = 0; j < nt; j++) {
+            __m256i p = mul_pairs(t, w, _mm256_loadu_si256((const __m256i *)qa[j]));
+            s1[j] = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+            s2[j] = _mm256_setzero_si256();
+        }
         return; /* d1, d2: matvec gathers the 8 rows' at once */
     }
     __m256i sc, c;
     k_scales(t, b, &sc, &c, d1, d2);
     const __m256i lo = _mm256_permute2x128_si256(sc, sc, 0x00), hi = _mm256_permute2x128_si256(sc, sc, 0x11);
-    __m256i acc = _mm256_setzero_si256();
+    __m256i acc[MV_TOKENS];
+    #pragma GCC unroll 4
+    for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int k = 0; k < QK_K / 32; k++) {
-        __m256i p = mul_pairs(t, mv_w32(t, b, k), _mm256_loadu_si256((const __m256i *)(qa + 32 * k)));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair(k < 4 ? lo : hi, k)));
+        __m256i w = mv_w32(t, b, k), sp = scale_pair(k < 4 ? lo : hi, k);
+        #pragma GCC unroll 4
+        for (int j = 0; j < nt; j++) {
+            __m256i p = mul_pairs(t, w, _mm256_loadu_si256((const __m256i *)(qa[j] + 32 * k)));
+            acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(p, sp));
+        }
     }
-    *s1 = acc;
-    *s2 = _mm256_madd_epi16(c, _mm256_loadu_si256((const __m256i *)bs));
+    #pragma GCC unroll 4
+    for (int j = 0; j < nt; j++) {
+        s1[j] = acc[j];
+        s2[j] = _mm256_madd_epi16(c, _mm256_loadu_si256((const __m256i *)bs[j]));
+    }
 }
 
 /* The 8 rows row[0..8) (row[i] - row[0] = offs lane i, in bytes) against
- * one activation row: out[i] = row i's dot, lane = row. */
+ * nt <= MV_TOKENS activation rows xa + j * xs: out[j][i] = row i's dot
+ * with token j, lane = row. Each (row, token) runs the one-token float
+ * step, so nt changes nothing in the result. */
 static inline __attribute__((always_inline)) void
-mv_rows(int t, const uint8_t *const row[MV_ROWS], __m256i offs, bool gather, const uint8_t *restrict xa,
-        int n, float out[MV_ROWS]) {
+mv_rows(int t, int nt, const uint8_t *const row[MV_ROWS], __m256i offs, bool gather,
+        const uint8_t *restrict xa, size_t xs, int n, float out[MV_TOKENS][MV_ROWS]) {
     const int ul = unit_len(t), ub = unit_bytes(t), nu = n / ul;
-    const int8_t *qa = (const int8_t *)xa;
+    const int8_t *qa[MV_TOKENS];
     /* Q8A: d[n/32] then s[n/32]; Q8K: d[n/256] then bsums[n/16] */
-    const float *da = (const float *)(xa + n);
-    const float *sa = da + nu;
-    const int16_t *bs = is_k(t) ? (const int16_t *)(da + nu) : NULL;
-    __m256 acc = _mm256_setzero_ps();
+    const float *da[MV_TOKENS], *sa[MV_TOKENS];
+    const int16_t *bs[MV_TOKENS];
+    __m256 acc[MV_TOKENS];
+    #pragma GCC unroll 4
+    for (int j = 0; j < nt; j++) {
+        qa[j] = (const int8_t *)(xa + (size_t)j * xs);
+        da[j] = (const float *)(xa + (size_t)j * xs + n);
+        sa[j] = da[j] + nu;
+        bs[j] = is_k(t) ? (const int16_t *)(da[j] + nu) : NULL;
+        acc[j] = _mm256_setzero_ps();
+    }
     for (int k = 0; k < nu; k++) {
-        _Alignas(32) int32_t i1[MV_ROWS], i2[MV_ROWS];
+        _Alignas(32) int32_t i1[MV_TOKENS][MV_ROWS], i2[MV_TOKENS][MV_ROWS];
         _Alignas(32) float d1[MV_ROWS], d2[MV_ROWS];
-        __m256i p1[MV_ROWS];
+        __m256i p1[MV_TOKENS][MV_ROWS], p2[MV_TOKENS][MV_ROWS];
+        const int8_t *qk[MV_TOKENS];
+        const int16_t *bk[MV_TOKENS];
+        #pragma GCC unroll 4
+        for (int j = 0; j < nt; j++) {
+            qk[j] = qa[j] + (size_t)k * ul;
+            bk[j] = is_k(t) ? bs[j] + (size_t)k * 16 : NULL;
+        }
 #pragma GCC unroll 8
         for (int i = 0; i < MV_ROWS; i++) {
             const uint8_t *b = row[i] + (size_t)k * ub;
             _mm_prefetch((const char *)b + PF_DIST, _MM_HINT_T0);
             if (ub > 64) _mm_prefetch((const char *)b + PF_DIST + 64, _MM_HINT_T0);
             if (ub > 128) _mm_prefetch((const char *)b + PF_DIST + 128, _MM_HINT_T0);
-            __m256i p2;
-            mv_unit(t, b, qa + (size_t)k * ul, is_k(t) ? bs + (size_t)k * 16 : NULL, &p1[i], &p2, &d1[i],
-                    &d2[i]);
-            if (is_k(t)) {
-                /* each row's two sums reduced at once ([S1, S2, S1, S2]):
-                 * 16 partial vectors kept for a tree would spill */
-                __m256i h = _mm256_hadd_epi32(p1[i], p2);
-                __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-                q = _mm_hadd_epi32(q, q);
-                i1[i] = _mm_cvtsi128_si32(q);
-                i2[i] = _mm_extract_epi32(q, 1);
+            __m256i q1[MV_TOKENS], q2[MV_TOKENS];
+            mv_unit(t, nt, b, qk, bk, q1, q2, &d1[i], &d2[i]);
+            #pragma GCC unroll 4
+            for (int j = 0; j < nt; j++) {
+                if (is_k(t) && nt > 1) {
+                    /* several tokens: the partial vectors summed by trees */
+                    p1[j][i] = q1[j];
+                    p2[j][i] = q2[j];
+                } else if (is_k(t)) {
+                    /* each row's two sums reduced at once ([S1, S2, S1, S2]):
+                     * 16 partial vectors kept for a tree would spill */
+                    __m256i h = _mm256_hadd_epi32(q1[j], q2[j]);
+                    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                    q = _mm_hadd_epi32(q, q);
+                    i1[j][i] = _mm_cvtsi128_si32(q);
+                    i2[j][i] = _mm_extract_epi32(q, 1);
+                } else {
+                    p1[j][i] = q1[j];
+                }
             }
         }
-        /* Q8A types: one partial vector per row, summed by a tree */
-        __m256i s1 = is_k(t) ? _mm256_load_si256((const __m256i *)i1) : tree8(p1);
-        __m256i s2 = is_k(t) ? _mm256_load_si256((const __m256i *)i2) : _mm256_setzero_si256();
-        __m256 vs = is_k(t) ? _mm256_setzero_ps() : _mm256_set1_ps(sa_scaled(t, sa[k]));
         __m256 vd1, vd2;
         if (is_k(t)) {
             vd1 = _mm256_load_ps(d1);
@@ -506,12 +558,23 @@ mv_rows(int t, const uint8_t *const row[MV_ROWS], __m256i offs, bool gather, con
             vd2 = has_m(t) ? _mm256_cvtph_ps(_mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16)))
                            : _mm256_setzero_ps();
         }
-        acc = fstep(t, acc, s1, s2, vd1, vd2, _mm256_set1_ps(da[k]), vs);
+        #pragma GCC unroll 4
+        for (int j = 0; j < nt; j++) {
+            /* Q8A types: one partial vector per row, summed by a tree */
+            __m256i s1 = is_k(t) && nt == 1 ? _mm256_load_si256((const __m256i *)i1[j]) : tree8(p1[j]);
+            __m256i s2 = !is_k(t)  ? _mm256_setzero_si256()
+                         : nt == 1 ? _mm256_load_si256((const __m256i *)i2[j])
+                                   : tree8(p2[j]);
+            __m256 vs = is_k(t) ? _mm256_setzero_ps() : _mm256_set1_ps(sa_scaled(t, sa[j][k]));
+            acc[j] = fstep(t, acc[j], s1, s2, vd1, vd2, _mm256_set1_ps(da[j][k]), vs);
+        }
     }
-    _mm256_store_ps(out, acc);
+    #pragma GCC unroll 4
+    for (int j = 0; j < nt; j++) _mm256_store_ps(out[j], acc[j]);
 }
 
-/* Rows [r0, r1) against one activation row. The 8 lanes take 8 contiguous
+/* Rows [r0, r1) against nt <= MV_TOKENS activation rows (xa + j * xs into
+ * y + j * ldy). The 8 lanes take 8 contiguous
  * segments of the range, each walked row after row: 8 long sequential
  * streams, so the prefetch PF_DIST ahead lands on rows about to be read
  * whatever the row length (8 adjacent rows at a time would make short rows'
@@ -520,13 +583,13 @@ mv_rows(int t, const uint8_t *const row[MV_ROWS], __m256i offs, bool gather, con
  * multiple of 4 KB apart, and 8 streams at the same address mod 4 KB
  * would fight over one L1 set. The last r % 8 rows form one short group. */
 static inline __attribute__((always_inline)) void
-matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uint8_t *restrict xa,
-       int n, int r0, int r1) {
+matvec(int t, int nt, float *restrict y, size_t ldy, const uint8_t *restrict w, size_t ws,
+       const uint8_t *restrict xa, size_t xs, int n, int r0, int r1) {
     /* gather offsets (Q8A types) must fit int32: rows of < 2^28 bytes */
     const bool gather = ws <= (size_t)INT32_MAX / (size_t)(r1 - r0);
     const int q = (r1 - r0) / MV_ROWS;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    _Alignas(32) float out[MV_ROWS];
+    _Alignas(32) float out[MV_TOKENS][MV_ROWS];
     const uint8_t *row[MV_ROWS];
     if (q > 0) {
         for (int i = 0; i < q; i++) {
@@ -539,8 +602,10 @@ matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uin
                                                                         _mm256_set1_epi32(ro[0])),
                                                        _mm256_set1_epi32((int)ws))
                                   : _mm256_setzero_si256();
-            mv_rows(t, row, offs, gather, xa, n, out);
-            for (int s = 0; s < MV_ROWS; s++) y[ro[s]] = out[s];
+            mv_rows(t, nt, row, offs, gather, xa, xs, n, out);
+            #pragma GCC unroll 4
+            for (int j = 0; j < nt; j++)
+                for (int s = 0; s < MV_ROWS; s++) y[(size_t)j * ldy + ro[s]] = out[j][s];
         }
     }
     const int ra = r0 + MV_ROWS * q, nr = r1 - ra;
@@ -550,8 +615,22 @@ matvec(int t, float *restrict y, const uint8_t *restrict w, size_t ws, const uin
         __m256i offs = gather ? _mm256_mullo_epi32(_mm256_and_si256(lane, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane)),
                                                    _mm256_set1_epi32((int)ws))
                               : _mm256_setzero_si256();
-        mv_rows(t, row, offs, gather, xa, n, out);
-        for (int i = 0; i < nr; i++) y[ra + i] = out[i];
+        mv_rows(t, nt, row, offs, gather, xa, xs, n, out);
+        #pragma GCC unroll 4
+        for (int j = 0; j < nt; j++)
+            for (int i = 0; i < nr; i++) y[(size_t)j * ldy + ra + i] = out[j][i];
+    }
+}
+
+/* matvec with nt a constant in each instance (1..MV_TOKENS) */
+static inline __attribute__((always_inline)) void
+matvec_n(int t, int nt, float *restrict y, size_t ldy, const uint8_t *restrict w, size_t ws,
+         const uint8_t *restrict xa, size_t xs, int n, int r0, int r1) {
+    switch (nt) {
+    case 1: matvec(t, 1, y, ldy, w, ws, xa, xs, n, r0, r1); break;
+    case 2: matvec(t, 2 < MV_TOKENS ? 2 : MV_TOKENS, y, ldy, w, ws, xa, xs, n, r0, r1); break;
+    case 3: matvec(t, 3 < MV_TOKENS ? 3 : MV_TOKENS, y, ldy, w, ws, xa, xs, n, r0, r1); break;
+    default: matvec(t, 4 < MV_TOKENS ? 4 : MV_TOKENS, y, ldy, w, ws, xa, xs, n, r0, r1); break;
     }
 }
 
@@ -797,9 +876,13 @@ matmul_k(int t, float *restrict y, size_t ldy, const void *restrict w, size_t ws
          const void *restrict x, size_t xs, int n, int n_tokens, int r0, int r1) {
     const uint8_t *wb = w, *xb = x;
     if (r0 >= r1 || n_tokens <= 0) return;
-    if (n_tokens < TILED_MIN) {
-        for (int tok = 0; tok < n_tokens; tok++)
-            matvec(t, y + (size_t)tok * ldy, wb, ws, xb + (size_t)tok * xs, n, r0, r1);
+    if (n_tokens < tiled_min(t)) {
+        /* groups of up to MV_TOKENS tokens, each one pass over the weights */
+        for (int tok = 0; tok < n_tokens;) {
+            int g = n_tokens - tok < MV_TOKENS ? n_tokens - tok : MV_TOKENS;
+            matvec_n(t, g, y + (size_t)tok * ldy, ldy, wb, ws, xb + (size_t)tok * xs, xs, n, r0, r1);
+            tok += g;
+        }
         return;
     }
     _Alignas(32) int8_t qbuf[XQ_BYTES];
