@@ -78,6 +78,9 @@ UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
+# the test objects are kept: make would otherwise delete them as
+# intermediates after every build (and rebuild them the next time)
+.SECONDARY: $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%.o) $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%.o)
 LIBA       := $(BUILD)/libanvil.a
 BENCH_BIN  := $(BENCH_MAIN:bench/%.c=$(BUILD)/bench/%)
 CLI_BIN    := bin/anvil$(SUFFIX)
