@@ -34,7 +34,6 @@ Never run by `make test`.
 import argparse
 import concurrent.futures as cf
 import datetime
-import http.client
 import json
 import os
 import re
@@ -49,19 +48,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from bench_serve import commit, filler_ids, percentile  # noqa: E402
+from bench_serve import SCENARIOS, commit, filler_ids, percentile, stream_one  # noqa: E402
 
 # name: (requests, prompt lengths (cycled), new tokens)
-SCENARIOS = {
-    "decode_heavy_b32": (32, [64], 256),
-    "large_batch_short_b128": (128, [48], 64),
-    "balanced_b32": (32, [256], 128),
-    "prefill_heavy_b16": (16, [1024], 16),
-    "long_prefill_b4": (4, [2048], 8),
-    "mixed_prefill_b32": (32, [32, 64, 96, 128, 192, 256, 384, 512], 64),
-    "long_decode_b32": (32, [512], 1024),
-    "single_stream": (1, [512], 128),
-}
 # (replicas, threads each, through nginx)
 CONFIGS = {
     "direct_1x2": (1, 2, False),
@@ -122,43 +111,6 @@ class Nginx:
         self.p.send_signal(signal.SIGQUIT)
         self.p.wait(60)
         shutil.rmtree(self.prefix, ignore_errors=True)
-
-
-def stream_one(port, prompt, n_gen):
-    """One streaming request: (ttft_s, [itl_s], n_tokens, replica)."""
-    body = json.dumps({"prompt": prompt, "max_tokens": n_gen, "temperature": 0,
-                       "ignore_eos": True, "stream": True,
-                       "stream_options": {"include_usage": True}})
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
-    t0 = time.perf_counter()
-    c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    if r.status != 200:
-        raise RuntimeError(f"status {r.status}: {r.read()[:200]!r}")
-    replica = r.getheader("X-Anvil-Replica")
-    t_first = t_last = None
-    gaps, n_tok = [], 0
-    while True:
-        line = r.readline()
-        if not line:
-            break
-        if not line.startswith(b"data: "):
-            continue
-        payload = line[6:].strip()
-        if payload == b"[DONE]":
-            break
-        d = json.loads(payload)
-        if d.get("usage"):
-            n_tok = d["usage"]["completion_tokens"]
-        if d["choices"] and d["choices"][0]["text"]:
-            now = time.perf_counter()
-            if t_first is None:
-                t_first = now
-            else:
-                gaps.append(now - t_last)
-            t_last = now
-    c.close()
-    return (t_first - t0) if t_first else float("nan"), gaps, n_tok, replica
 
 
 def run(anvil, model, ftok, scen, cfg):

@@ -142,7 +142,8 @@ class Server:
 
 
 def stream_one(port, prompt, n_gen):
-    """One streaming request; returns (ttft_s, [itl_s], n_tokens)."""
+    """One streaming request; returns (ttft_s, [itl_s], n_tokens, replica):
+    replica is the X-Anvil-Replica header (None without --replica-id)."""
     body = json.dumps({"prompt": prompt, "max_tokens": n_gen, "temperature": 0,
                        "ignore_eos": True, "stream": True,
                        "stream_options": {"include_usage": True}})
@@ -152,6 +153,7 @@ def stream_one(port, prompt, n_gen):
     r = c.getresponse()
     if r.status != 200:
         raise RuntimeError(f"status {r.status}: {r.read()[:200]!r}")
+    replica = r.getheader("X-Anvil-Replica")
     t_first = t_last = None
     gaps = []
     n_tok = 0
@@ -175,7 +177,7 @@ def stream_one(port, prompt, n_gen):
                 gaps.append(now - t_last)
             t_last = now
     c.close()
-    return (t_first - t0) if t_first else float("nan"), gaps, n_tok
+    return (t_first - t0) if t_first else float("nan"), gaps, n_tok, replica
 
 
 def run_clients(srv, prompts, n_gen, n_clients):
