@@ -60,13 +60,14 @@ def run_unit(mode):
     return passed, failed
 
 
-def run_pytest(model, extra):
+def run_pytest(model, modes, extra):
     env = dict(os.environ)
     env["ANVIL_ROOT"] = ROOT
+    env["ANVIL_TEST_MODES"] = modes
     if model:
         env["ANVIL_MODEL"] = os.path.abspath(model)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           os.path.join(ROOT, "tests", "py")] + extra
+           "--durations=40", os.path.join(ROOT, "tests", "py")] + extra
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     out = p.stdout + p.stderr
     sys.stdout.write(out[-20000:])
@@ -99,7 +100,7 @@ def main():
         tp += p
         tf += f
     if not a.unit_only:
-        p, f, s = run_pytest(a.model, a.pytest_args)
+        p, f, s = run_pytest(a.model, a.modes, a.pytest_args)
         tp += p
         tf += f
         ts += s

@@ -133,11 +133,13 @@ static void test_gelu_mul(void **state) {
                 if (fails++ < 5) printf("ref gelu_mul n %d [%d]: g %g: %g vs %g\n", n, i, g[i], yr[i], want);
             }
         }
-        for (size_t f = 1; f < 3; f++) {
+        /* the reference too: its fused op once cut Q8K rows into 32-wide
+         * blocks, and Gemma's ref logits were garbage */
+        for (size_t f = 0; f < 3; f++) {
             const struct kn_ops *ops = kn_select(families[f]);
             if (!ops) continue;
             ops->gelu_mul(y, g, u, n);
-            for (int i = 0; i < n; i++)
+            for (int i = 0; f > 0 && i < n; i++)
                 if (fabsf(y[i] - yr[i]) > 4e-6f * fabsf(g[i] * u[i]) + 1e-30f) {
                     if (fails++ < 5)
                         printf("%s gelu_mul n %d [%d]: %g vs %g\n", families[f], n, i, y[i], yr[i]);

@@ -33,6 +33,34 @@ GEMMA = os.environ.get("ANVIL_GEMMA") or make_default("GEMMA")
 os.environ.setdefault("ANVIL_PYTHON", sys.executable)
 
 
+# The builds under test: tests/run_all.py passes its --modes (the
+# Makefile's TEST_MODES) as ANVIL_TEST_MODES. The ASan+UBSan binaries run
+# only when "asan" is among them (.ci/run's forced-kernel passes are
+# release only); tests that exist only to run them are then deselected,
+# never skipped.
+MODES = [m for m in os.environ.get("ANVIL_TEST_MODES", "release,asan").split(",") if m]
+ASAN = "asan" in MODES
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "asan: runs the ASan+UBSan build only (deselected "
+                            "when ANVIL_TEST_MODES has no asan)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if ASAN:
+        return
+    drop = [it for it in items if it.get_closest_marker("asan")]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [it for it in items if not it.get_closest_marker("asan")]
+
+
+def mode_paths(fmt):
+    """fmt % mode for each build under test whose file exists."""
+    return [fmt % m for m in MODES if os.path.exists(fmt % m)]
+
+
 def build_path(mode, name):
     return os.path.join(ROOT, "build", mode, "tests", name)
 
@@ -59,7 +87,7 @@ def anvil_bins():
     """The release binary, plus the ASan+UBSan one when it is built."""
     bins = [os.path.join(ROOT, "bin", "anvil")]
     asan = os.path.join(ROOT, "bin", "anvil-asan")
-    if os.path.exists(asan):
+    if ASAN and os.path.exists(asan):
         bins.append(asan)
     return bins
 

@@ -23,7 +23,7 @@ ROOT = os.environ.get("ANVIL_ROOT", os.path.dirname(os.path.dirname(os.path.dirn
     os.path.abspath(__file__)))))
 MODEL = conftest.MODEL
 BINS = [b for b in (os.path.join(ROOT, "bin", "anvil"), os.path.join(ROOT, "bin", "anvil-asan"))
-        if os.path.exists(b)]
+        if os.path.exists(b) and (conftest.ASAN or not b.endswith("-asan"))]
 pytestmark = pytest.mark.skipif(not BINS, reason="bin/anvil not built")
 
 

@@ -54,7 +54,7 @@ Q8A_TYPES = {"Q5_0", "Q5_1", "IQ4_NL"}
 
 def tools():
     out = []
-    for mode in ("release", "asan"):
+    for mode in conftest.MODES:
         p = os.path.join(ROOT, "build", mode, "tests", "tool_dequant")
         if os.path.exists(p):
             out.append(p)

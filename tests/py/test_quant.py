@@ -33,7 +33,7 @@ BLOCK = {"F16": (1, 2), "BF16": (1, 2), "Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_
 
 def tools():
     out = []
-    for mode in ("release", "asan"):
+    for mode in conftest.MODES:
         p = os.path.join(ROOT, "build", mode, "tests", "tool_dequant")
         if os.path.exists(p):
             out.append(p)

@@ -205,7 +205,7 @@ def test_llama_cpp_runs_output(outputs, reference_top, name):
     assert int(ids.stdout.split()[0]) in top[:3], (name, p.stdout, top)
 
 
-@pytest.mark.skipif(not os.path.exists(ANVIL_ASAN), reason="bin/anvil-asan not built")
+@pytest.mark.asan
 def test_asan_quantize(tmp_path):
     """ASan+UBSan over a real file: Q3_K_S from the Q4_1 file takes Q3_K
     (ffn_down, 1536 wide) and the Q4_0 fallback (576 wide) without any

@@ -803,6 +803,7 @@ def test_sigterm_finishes_in_flight(model_path):
     assert s.stop() == 0, s.stderr()
 
 
+@pytest.mark.asan
 def test_asan_server_clean_shutdown(model_path):
     env = asan_env()
     s = Server(asan_bin(), model_path, "--ctx", "256", "--parallel", "4", "--kv-mem", "32M", env=env)

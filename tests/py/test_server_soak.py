@@ -14,6 +14,8 @@ import importlib.util
 import json
 import os
 
+import pytest
+
 from anvil_server import ROOT, asan_bin
 
 
@@ -24,6 +26,7 @@ def load_soak():
     return mod
 
 
+@pytest.mark.asan
 def test_short_soak(model_path):
     soak = load_soak()
     r = soak.soak(0.5, asan_bin(), model_path, seed=3, rss_tol=0.10)

@@ -525,6 +525,7 @@ def test_cli_help_lists_new_flags():
         assert flag in p.stdout
 
 
+@pytest.mark.asan
 def test_asan_build_through_the_new_endpoints():
     """The ASan+UBSan binary through the page, the tokenizer endpoints
     (good and bad bodies), /props and a drain with a request in flight:

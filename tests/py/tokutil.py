@@ -48,7 +48,7 @@ def vocab_file(name):
 
 def tools():
     out = []
-    for mode in ("release", "asan"):
+    for mode in conftest.MODES:
         p = os.path.join(ROOT, "build", mode, "tests", "tool_tok")
         if os.path.exists(p):
             out.append(p)

@@ -99,10 +99,11 @@ void kn_gelu_mul_ref(float *y, const float *g, const float *u, int n) {
 /* gelu_mul then the activation conversion, block by block (any n). */
 void kn_gelu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
                          int n, int act) {
-    float blk[QK];
-    for (int b = 0; b * QK < n; b++) {
-        int k = n - b * QK < QK ? n - b * QK : QK;
-        kn_gelu_mul_ref(blk, g + (size_t)b * QK, u + (size_t)b * QK, k);
+    float blk[QK_K];
+    int L = kn_act_block_len(act);
+    for (int b = 0; b * L < n; b++) {
+        int k = n - b * L < L ? n - b * L : L;
+        kn_gelu_mul_ref(blk, g + (size_t)b * L, u + (size_t)b * L, k);
         kn_act_block_ref(dst, blk, n, b, k, act);
     }
 }
