@@ -237,12 +237,14 @@ vocabs: venv
 # TEST_MODES: the builds whose unit tests run (release,asan by default);
 # ANVIL_KERNELS=ref|avx2|avx512 in the environment forces a kernel family
 # for everything that picks automatically (.ci/run runs the suite so).
+# PYTEST_ARGS: extra pytest arguments (.ci/run's forced-kernel passes: -m kernels).
 TEST_MODES ?= release,asan
+PYTEST_ARGS ?=
 test: deps venv vocabs
 	@$(MAKE) --no-print-directory MODE=release all
 	@if echo "$(TEST_MODES)" | grep -q asan; then $(MAKE) --no-print-directory MODE=asan all; fi
 	@$(MAKE) --no-print-directory $(MODEL) $(GEMMA)
-	@$(VENV)/bin/python tests/run_all.py --modes $(TEST_MODES) --model $(MODEL)
+	@$(VENV)/bin/python tests/run_all.py --modes $(TEST_MODES) --model $(MODEL) -- $(PYTEST_ARGS)
 
 clean:
 	rm -rf build bin

@@ -236,7 +236,21 @@ int64_t kn_find_bad_scale(int type, const void *data, int64_t nrows, int64_t n,
 /* ---------------------------------------------------------------------- */
 /* scalar conversions (IEEE half, bfloat16) */
 
-float kn_f16_to_f32(kn_f16 h);
+/* inline: the reference kernels convert a scale per 32 weights, and a
+ * call for each was a quarter of their time */
+static inline float kn_f16_to_f32(kn_f16 h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    float f;
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24, exact in float */
+        f = (float)man * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    u = exp == 31 ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
 kn_f16 kn_f32_to_f16(float f);   /* round to nearest even, like ggml/numpy */
 float kn_bf16_to_f32(kn_bf16 h);
 kn_bf16 kn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */

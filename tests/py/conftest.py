@@ -45,6 +45,9 @@ ASAN = "asan" in MODES
 def pytest_configure(config):
     config.addinivalue_line("markers", "asan: runs the ASan+UBSan build only (deselected "
                             "when ANVIL_TEST_MODES has no asan)")
+    config.addinivalue_line("markers", "kernels: its results depend on the kernel family; "
+                            ".ci/run runs these again (-m kernels) with ANVIL_KERNELS=avx2 "
+                            "and =ref forced")
 
 
 def pytest_collection_modifyitems(config, items):

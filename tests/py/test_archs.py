@@ -32,6 +32,9 @@ from conftest import ROOT, build_path, run
 sys.path.insert(0, os.path.join(ROOT, "tests", "gen"))
 import tiny_arch  # noqa: E402
 
+# model-level numerics: .ci/run runs them again with each kernel family forced
+pytestmark = pytest.mark.kernels
+
 # HP1 variants have their own tests (test_hp1_model.py): llama.cpp cannot run them
 ARCHS = [n for n, c in tiny_arch.CONFIGS.items() if not c["hp1"]]
 TOKS = [int(x) for x in np.random.default_rng(11).integers(0, 256, 120)]

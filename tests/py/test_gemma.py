@@ -21,6 +21,9 @@ import pytest
 
 from conftest import GEMMA, ROOT, build_path, run
 
+# model-level numerics: .ci/run runs them again with each kernel family forced
+pytestmark = pytest.mark.kernels
+
 NEAR_TIE = 0.5
 PROMPTS = [
     "The capital of France is",

@@ -42,6 +42,9 @@ from conftest import ROOT, build_path, run
 sys.path.insert(0, os.path.join(ROOT, "tests", "gen"))
 import tiny_arch  # noqa: E402
 
+# model-level numerics: .ci/run runs them again with each kernel family forced
+pytestmark = pytest.mark.kernels
+
 NAMES = ["hp1", "hp1mix"]
 TOKS = [int(x) for x in np.random.default_rng(12).integers(0, 256, 520)]
 TOL = {"F32": 1e-3, "Q8_0": 4e-2}

@@ -21,6 +21,9 @@ import pytest
 
 from conftest import assert_chart
 
+# model-level numerics: .ci/run runs them again with each kernel family forced
+pytestmark = pytest.mark.kernels
+
 
 def read_kernel_records(buf):
     """Parse kernels_golden.bin (format in tests/gen/gen_kernels.py)."""

@@ -37,6 +37,9 @@ import pytest
 
 from conftest import ROOT, build_path, run
 
+# model-level numerics: .ci/run runs them again with each kernel family forced
+pytestmark = pytest.mark.kernels
+
 # name -> (llama_ftype, the types the pure file must hold)
 TYPES = {
     "Q5_0": (8, {"Q5_0"}),

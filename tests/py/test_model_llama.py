@@ -23,6 +23,9 @@ import pytest
 
 from conftest import build_path, run
 
+# model-level numerics: .ci/run runs them again with each kernel family forced
+pytestmark = pytest.mark.kernels
+
 PROMPTS = [
     "The capital of France is",
     "Once upon a time, in a small village by the sea,",

@@ -21,6 +21,9 @@ from conftest import ROOT, build_path, run
 sys.path.insert(0, os.path.join(ROOT, "tests", "gen"))
 import tiny_llama  # noqa: E402
 
+# model-level numerics: .ci/run runs them again with each kernel family forced
+pytestmark = pytest.mark.kernels
+
 TOL = {"F32": 1e-3, "F16": 2e-3, "BF16": 2e-2, "Q8_0": 3e-2, "Q4_0": 3e-2, "Q4_1": 3e-2}
 TOKENS = [5, 77, 123, 299, 42, 7, 256, 1, 200, 150, 3, 99, 100, 101, 250, 18]
 

@@ -35,18 +35,6 @@ static inline float bits_f32(uint32_t u) {
     return f;
 }
 
-float kn_f16_to_f32(kn_f16 h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    if (exp == 0) {
-        /* zero or subnormal: man * 2^-24, exact in float */
-        float v = (float)man * 5.9604644775390625e-8f;
-        return sign ? -v : v;
-    }
-    if (exp == 31) return bits_f32(sign | 0x7f800000u | (man << 13));
-    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
-}
-
 kn_f16 kn_f32_to_f16(float f) {
     uint32_t u = f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
