@@ -240,9 +240,12 @@ vocabs: venv
 # PYTEST_ARGS: extra pytest arguments (.ci/run's forced-kernel passes: -m kernels).
 TEST_MODES ?= release,asan
 PYTEST_ARGS ?=
+# the builds use every core (-j): serial, the release and ASan builds took
+# minutes of CI's budget
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 test: deps venv vocabs
-	@$(MAKE) --no-print-directory MODE=release all
-	@if echo "$(TEST_MODES)" | grep -q asan; then $(MAKE) --no-print-directory MODE=asan all; fi
+	@$(MAKE) --no-print-directory -j$(NPROC) MODE=release all
+	@if echo "$(TEST_MODES)" | grep -q asan; then $(MAKE) --no-print-directory -j$(NPROC) MODE=asan all; fi
 	@$(MAKE) --no-print-directory $(MODEL) $(GEMMA)
 	@$(VENV)/bin/python tests/run_all.py --modes $(TEST_MODES) --model $(MODEL) -- $(PYTEST_ARGS)
 

@@ -143,11 +143,12 @@ def test_pretokenizer(tmp_path, smollm_vocab, pre):
 
 
 def timed_encode(path, n_bytes, rng):
-    text = b""
     pool = [t for t in TEXTS if len(t) < 2000]
-    while len(text) < n_bytes:
-        text += rng.choice(pool) + b" "
-    text = text[:n_bytes]
+    parts, size = [], 0
+    while size < n_bytes:  # a list and one join: appending to bytes is quadratic
+        parts.append(rng.choice(pool) + b" ")
+        size += len(parts[-1])
+    text = b"".join(parts)[:n_bytes]
     out = run_tool(tools()[0], path, "time", struct.pack("<I", len(text)) + text).decode()
     f = out.split()
     assert f[0] == "bytes" and int(f[1]) == len(text)
