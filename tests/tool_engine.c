@@ -238,6 +238,11 @@ int main(int argc, char **argv) {
         }
         first = last;
     }
+    /* the stats are published at the end of a step, and the last DONE
+     * comes from inside one: with the driver thread, join it first (the
+     * step finishes), or kv_used may still count the last request's
+     * blocks */
+    if (use_thread) anvil_engine_stop(e);
     struct anvil_engine_stats s;
     anvil_engine_get_stats(e, &s);
     for (int i = 0; i < n; i++)
