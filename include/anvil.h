@@ -480,6 +480,8 @@ enum anvil_finish {
     ANVIL_FINISH_STOP,      /* EOS / end-of-generation token or a stop string */
     ANVIL_FINISH_CANCELLED,
     ANVIL_FINISH_ERROR,
+    ANVIL_FINISH_CONSTRAINT, /* structured output: no token of the vocabulary can
+                                continue the output (error says why) */
 };
 
 struct anvil_request_params {
@@ -499,7 +501,7 @@ struct anvil_request_params {
      * string may cut it short; ANVIL_FINISH_LENGTH leaves it unfinished).
      * The request ends as soon as the output is complete and nothing may
      * follow. When no token of the vocabulary can continue the output, it
-     * ends with ANVIL_FINISH_ERROR and a message saying so. Not with
+     * ends with ANVIL_FINISH_CONSTRAINT and a message saying so. Not with
      * ignore_eos (the end of the output is the constraint's to decide). */
     struct anvil_constraint *constraint;
 };
@@ -524,7 +526,7 @@ struct anvil_event {
     int32_t n_prompt, n_gen;  /* DONE: token counts */
     int32_t n_reused;         /* DONE: prompt tokens taken from the prefix cache (last admission) */
     double ttft_s;            /* DONE: submit to first token */
-    const char *error;        /* DONE with ANVIL_FINISH_ERROR */
+    const char *error;        /* DONE with ANVIL_FINISH_ERROR or _CONSTRAINT */
 };
 
 typedef void (*anvil_event_fn)(void *user, const struct anvil_event *ev);

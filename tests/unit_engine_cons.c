@@ -302,7 +302,7 @@ static void test_dead_end(void **st) {
     assert_int_equal(cons_choose(&q, smp, true, false, l, 2, -1, &why), 0);
     assert_int_equal(cons_advance(&q, 0), ANVIL_OK);
     why = NULL;
-    assert_int_equal(cons_choose(&q, smp, true, false, l, 2, -1, &why), -1);
+    assert_int_equal(cons_choose(&q, smp, true, false, l, 2, -1, &why), CONS_DEAD_END);
     assert_non_null(why);
     assert_non_null(strstr(why, "no token of the vocabulary"));
     anvil_sampler_free(smp);

@@ -206,7 +206,7 @@ anvil_token cons_choose(struct cons_req *q, struct anvil_sampler *smp, bool gree
         *why = "constraint: no token of the vocabulary can continue the output here (the "
                "grammar needs text the model cannot spell, or a run-time bound of the "
                "constraint was reached)";
-        return -1;
+        return CONS_DEAD_END;
     }
     anvil_token t = draft >= 0 ? anvil_sampler_sample_spec(smp, logits, q->mask, draft)
                                : anvil_sampler_sample(smp, logits, q->mask);

@@ -82,7 +82,9 @@ void cons_req_free(struct cons_req *q); /* zeroed or initialised */
  * temperature 0; penalized: its penalties change the logits; argmax: the
  * row's argmax from the forward pass (used when greedy and not
  * penalized); draft: the proposal to prefer, or -1. Returns -1 with *why
- * set when no token can be drawn. */
+ * set when no token can be drawn, CONS_DEAD_END (with *why) when that is
+ * because no token of the vocabulary can continue the output. */
+#define CONS_DEAD_END (-2)
 anvil_token cons_choose(struct cons_req *q, struct anvil_sampler *smp, bool greedy, bool penalized,
                         const float *logits, anvil_token argmax, anvil_token draft,
                         const char **why);

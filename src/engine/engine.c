@@ -960,7 +960,8 @@ static anvil_token draw(struct anvil_engine *e, struct request *r, int32_t o,
 static bool take_token(struct anvil_engine *e, struct request *r, anvil_token t,
                        const float *logits, double now, const char *why) {
     if (t < 0) {
-        finish(e, r, ANVIL_FINISH_ERROR, why, true);
+        finish(e, r, t == CONS_DEAD_END ? ANVIL_FINISH_CONSTRAINT : ANVIL_FINISH_ERROR, why,
+               true);
         return false;
     }
     if (r->t_first == 0) r->t_first = now;

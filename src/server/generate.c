@@ -333,7 +333,7 @@ static void on_event(void *user, const struct anvil_event *ev) {
     pthread_mutex_unlock(&j->mu);
     if (done) {
         if (ev->n_gen > 0 && ev->ttft_s >= 0) srv_hist_observe(&s->metrics.ttft, ev->ttft_s);
-        int f = ev->finish >= 0 && ev->finish < 5 ? (int)ev->finish : 4;
+        int f = ev->finish >= 0 && ev->finish < SRV_N_FINISH ? (int)ev->finish : ANVIL_FINISH_ERROR;
         atomic_fetch_add(&s->metrics.finished[f], 1);
         atomic_fetch_sub(&s->metrics.in_flight, 1);
         job_unlist(s, j);
@@ -350,9 +350,10 @@ static const struct srv_tok *toks_at(const struct job *j, int32_t from) {
     return j->ev_tok ? j->ev_tok + from : NULL;
 }
 
-static void stream_error(struct job *j, int status, const char *type, const char *msg) {
+static void stream_error(struct job *j, int status, const char *type, const char *code,
+                         const char *msg) {
     struct srv_err e;
-    srv_err_set(&e, status, type, NULL, NULL, "%s", msg);
+    srv_err_set(&e, status, type, code, NULL, "%s", msg);
     sb_puts(&j->out, "data: ");
     srv_fmt_error(&j->out, &e);
     sb_puts(&j->out, "\n\n");
@@ -430,9 +431,12 @@ static void stream_format(struct job *j, int32_t n_ev, bool done) {
     if (nt > 0) /* logprobs of tokens whose text was all held back */
         srv_fmt_chunk(&j->out, &j->ri, "", 0, toks_at(j, lp_from), nt, false, NULL, j->text_sent);
     if (j->finish == ANVIL_FINISH_ERROR)
-        stream_error(j, 500, "server_error", j->errmsg[0] ? j->errmsg : "generation failed");
+        stream_error(j, 500, "server_error", NULL,
+                     j->errmsg[0] ? j->errmsg : "generation failed");
+    else if (j->finish == ANVIL_FINISH_CONSTRAINT)
+        stream_error(j, 400, "invalid_request_error", "constraint_unsatisfiable", j->errmsg);
     else if (j->finish == ANVIL_FINISH_CANCELLED)
-        stream_error(j, 503, "server_error", "the request was cancelled: the server is "
+        stream_error(j, 503, "server_error", NULL, "the request was cancelled: the server is "
                      "shutting down");
     else
         srv_fmt_chunk(&j->out, &j->ri, "", 0, NULL, 0, false, finish, j->text_sent);
@@ -598,6 +602,9 @@ enum MHD_Result srv_generate_resume(struct srv *s, struct MHD_Connection *c, str
     if (j->finish == ANVIL_FINISH_ERROR)
         return srv_send_errf(s, c, 500, "server_error", NULL, NULL, NULL,
                              j->errmsg[0] ? j->errmsg : "generation failed");
+    if (j->finish == ANVIL_FINISH_CONSTRAINT) /* the request asked for text the model cannot spell */
+        return srv_send_errf(s, c, 400, "invalid_request_error", "constraint_unsatisfiable", NULL,
+                             NULL, j->errmsg);
     if (j->finish == ANVIL_FINISH_CANCELLED)
         return srv_send_errf(s, c, 503, "server_error", NULL, NULL, NULL,
                              "the request was cancelled: the server is shutting down");

@@ -86,8 +86,9 @@ void srv_fmt_metrics(struct sbuf *b, struct srv_metrics *m, const struct anvil_e
     }
     sb_puts(b, "# HELP anvil_requests_finished_total Generation requests finished, by reason.\n"
                "# TYPE anvil_requests_finished_total counter\n");
-    static const char *const reasons[5] = {"none", "length", "stop", "cancelled", "error"};
-    for (int i = 1; i < 5; i++)
+    static const char *const reasons[SRV_N_FINISH] = {"none",      "length", "stop",
+                                                      "cancelled", "error",  "constraint"};
+    for (int i = 1; i < SRV_N_FINISH; i++)
         sb_printf(b, "anvil_requests_finished_total{reason=\"%s\"} %llu\n", reasons[i],
                   (unsigned long long)atomic_load(&m->finished[i]));
     gauge(b, "anvil_requests_in_flight", "Generation requests submitted and not finished.",

@@ -21,6 +21,7 @@ const char *srv_finish_str(enum anvil_finish f) {
      * cancelled request's client is gone, an error becomes an error body */
     case ANVIL_FINISH_CANCELLED: return "cancelled";
     case ANVIL_FINISH_ERROR: return "error";
+    case ANVIL_FINISH_CONSTRAINT: return "constraint";
     default: return NULL;
     }
 }

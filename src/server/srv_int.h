@@ -267,6 +267,7 @@ void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *te
                   int32_t n_prompt, int32_t n_gen, const struct srv_tool_call *call);
 /* finish_reason string for an engine finish (NULL for NONE). */
 const char *srv_finish_str(enum anvil_finish f);
+#define SRV_N_FINISH (ANVIL_FINISH_CONSTRAINT + 1) /* values of enum anvil_finish */
 
 /* ---------------------------------------------------------------------- */
 /* metrics (metrics.c): lock-free counters written from HTTP threads and
@@ -286,7 +287,7 @@ enum { SRV_N_CODES = 11 };
 
 struct srv_metrics {
     _Atomic uint64_t by_code[SRV_N_CODES]; /* indexed by srv_code_index */
-    _Atomic uint64_t finished[5];          /* by enum anvil_finish */
+    _Atomic uint64_t finished[SRV_N_FINISH]; /* by enum anvil_finish */
     _Atomic int64_t in_flight;             /* generation requests submitted, not done */
     _Atomic int64_t conns_open;            /* connections accepted, not yet closed */
     _Atomic uint64_t conns_total;          /* connections accepted */

@@ -57,6 +57,17 @@ def test_regex(anvil_bin, model_path):
         assert re.fullmatch(DATE, out, re.ASCII), out
 
 
+def test_dead_end(anvil_bin, model_path):
+    """A regex whose second byte (0x13) no token of SmolLM2 spells: "x" is
+    printed, then the run stops with exit 2 and says why."""
+    p = run([anvil_bin, "run", "-m", model_path, "-t", "2", "-p", "hi", "--regex", "x\x13",
+             "-n", "8"], text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == "x", p.stdout
+    assert "stop: constraint dead end" in p.stderr and "no token of the vocabulary" in p.stderr, \
+        p.stderr
+
+
 def test_grammar(anvil_bin, model_path):
     path = os.path.join(DATA, "grammars", "arithmetic.gbnf")
     earley, _ = grammar(path)

@@ -364,6 +364,37 @@ def test_bad_input(srv, model_id, patch, param, word):
     assert word.lower() in e["message"].lower(), e
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_dead_end(srv, model_id, stream):
+    """A regex that needs a byte no token spells (SmolLM2's vocabulary has
+    no 0x13): the output "x" is drawn, then nothing can follow. The request
+    ends with a 400 (in the stream: an error event after the text sent)
+    saying why, never a hang or a 500, and the counter of such ends moves."""
+    def dead_ends():
+        return srv.metrics()['anvil_requests_finished_total{reason="constraint"}']
+    before = dead_ends()
+    body = chat(model_id, regex="x\x13", max_tokens=8, stream=stream)
+    st, _, data = srv.post("/v1/chat/completions", body)
+    if not stream:
+        e = check_error(st, data, 400, code="constraint_unsatisfiable")
+        assert e["type"] == "invalid_request_error"
+    else:
+        assert st == 200, data
+        ev = sse_events(data)
+        text = "".join(c["choices"][0]["delta"].get("content") or ""
+                       for c in ev if c.get("choices"))
+        assert text == "x", ev
+        assert "error" in ev[-1] and ev[-1]["error"]["code"] == "constraint_unsatisfiable", ev
+        e = ev[-1]["error"]
+    assert "no token of the vocabulary" in e["message"], e
+    t0 = time.time()  # counted just after the answer is released
+    while dead_ends() == before and time.time() - t0 < 10:
+        time.sleep(0.02)
+    assert dead_ends() == before + 1
+    st, _, data = srv.post("/v1/chat/completions", chat(model_id))
+    assert st == 200, data
+
+
 def test_pathological_bounded(srv, model_id):
     """Past a bound: a 400 saying so, quickly; the server answers after."""
     big_enum = {"enum": [f"value-{i:05d}-{'x' * (i % 7)}" for i in range(10000)]}

@@ -401,6 +401,7 @@ static int generate(const char *cmd, const struct gen_opts *o, struct gen_sessio
                       : rs.finish == ANVIL_FINISH_LENGTH ? (rs.n_gen < o->n_predict ? "context full"
                                                                                     : "length")
                       : rs.finish == ANVIL_FINISH_ERROR  ? "error"
+                      : rs.finish == ANVIL_FINISH_CONSTRAINT ? "constraint dead end"
                                                          : "cancelled";
     if (rs.finish == ANVIL_FINISH_STOP && s->constraint) why = "eos (output complete)";
     double t1 = rs.t_first > 0 ? rs.t_first : rs.t_done;
@@ -413,6 +414,10 @@ static int generate(const char *cmd, const struct gen_opts *o, struct gen_sessio
             why);
     if (reply) *reply = rs.reply;
     else free(rs.reply);
+    if (rs.finish == ANVIL_FINISH_CONSTRAINT) { /* the constraint asks what cannot be spelled */
+        fprintf(stderr, "anvil %s: %s\n", cmd, rs.error);
+        return 2;
+    }
     if (rs.finish == ANVIL_FINISH_ERROR || !rs.done) {
         fprintf(stderr, "anvil %s: %s\n", cmd, rs.error[0] ? rs.error : "generation failed");
         return 1;
