@@ -573,8 +573,11 @@ struct anvil_engine_stats {
     uint64_t n_prefix_tokens;
     /* constraints: tokens drawn under a constraint, and how many of those
      * needed the full allowed-token mask (the rest were settled by testing
-     * the model's top candidate) */
+     * the model's top candidate); seconds spent choosing those tokens and
+     * advancing the constraints' states (the constraint's own cost, wall
+     * time on the thread that steps the engine) */
     uint64_t n_cons_tokens, n_cons_masks;
+    double cons_s;
 };
 void anvil_engine_get_stats(struct anvil_engine *e, struct anvil_engine_stats *out);
 

@@ -183,10 +183,9 @@ void cons_req_free(struct cons_req *q) {
     memset(q, 0, sizeof(*q));
 }
 
-anvil_token cons_choose(struct cons_req *q, struct anvil_sampler *smp, bool greedy, bool penalized,
-                        const float *logits, anvil_token argmax, anvil_token draft,
-                        const char **why) {
-    q->n_tokens++;
+static anvil_token choose(struct cons_req *q, struct anvil_sampler *smp, bool greedy,
+                          bool penalized, const float *logits, anvil_token argmax,
+                          anvil_token draft, const char **why) {
     if (greedy) {
         /* the model's own choice first: when allowed it is the answer */
         anvil_token t = penalized && logits ? anvil_sampler_sample(smp, logits, NULL) : argmax;
@@ -214,8 +213,17 @@ anvil_token cons_choose(struct cons_req *q, struct anvil_sampler *smp, bool gree
     return t;
 }
 
-int32_t cons_cut(struct cons_req *q, const anvil_token *d, int32_t n) {
-    if (n <= 0) return 0;
+anvil_token cons_choose(struct cons_req *q, struct anvil_sampler *smp, bool greedy, bool penalized,
+                        const float *logits, anvil_token argmax, anvil_token draft,
+                        const char **why) {
+    double t0 = time_now_s();
+    q->n_tokens++;
+    anvil_token t = choose(q, smp, greedy, penalized, logits, argmax, draft, why);
+    q->secs += time_now_s() - t0;
+    return t;
+}
+
+static int32_t cut(struct cons_req *q, const anvil_token *d, int32_t n) {
     if (!q->scratch && cn_state_init(q->c->prog, q->v, &q->scratch) != ANVIL_OK) return 0;
     if (cn_state_copy(q->scratch, q->st) != ANVIL_OK) return 0;
     int32_t i = 0;
@@ -225,7 +233,20 @@ int32_t cons_cut(struct cons_req *q, const anvil_token *d, int32_t n) {
     return i;
 }
 
-anvil_status cons_advance(struct cons_req *q, anvil_token t) { return cn_advance(q->st, t); }
+int32_t cons_cut(struct cons_req *q, const anvil_token *d, int32_t n) {
+    if (n <= 0) return 0;
+    double t0 = time_now_s();
+    int32_t k = cut(q, d, n);
+    q->secs += time_now_s() - t0;
+    return k;
+}
+
+anvil_status cons_advance(struct cons_req *q, anvil_token t) {
+    double t0 = time_now_s();
+    anvil_status st = cn_advance(q->st, t);
+    q->secs += time_now_s() - t0;
+    return st;
+}
 
 bool cons_complete(const struct cons_req *q) {
     return cn_accepts(q->st) && !cn_can_continue(q->st);

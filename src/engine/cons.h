@@ -70,6 +70,7 @@ struct cons_req {
     struct cn_state *scratch;   /* proposals are tried here (made on first use) */
     uint8_t *mask;              /* ((n_vocab + 7) / 8) allowed-token bitmask */
     uint64_t n_tokens, n_masks; /* tokens chosen, masks built (stats) */
+    double secs;                /* in cons_choose, cons_cut and cons_advance (stats) */
 };
 
 /* Start a state at the beginning of the output; takes a reference to c.

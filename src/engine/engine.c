@@ -214,6 +214,7 @@ static void finish(struct anvil_engine *e, struct request *r, enum anvil_finish 
     e->stats.n_gen_tokens += (uint64_t)r->n_gen;
     e->stats.n_cons_tokens += r->cq.n_tokens;
     e->stats.n_cons_masks += r->cq.n_masks;
+    e->stats.cons_s += r->cq.secs;
     pthread_mutex_unlock(&e->mu);
     request_free(r);
 }
