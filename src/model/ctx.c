@@ -50,6 +50,19 @@ int64_t ctx_model_kv_bytes(const struct anvil_model *m, int kv_type, int64_t n_c
     return total * n_seq;
 }
 
+double ctx_model_row_cost(const struct anvil_model *m, int32_t pos) {
+    const struct model_hparams *hp = &m->hp;
+    double w = 0.0, a = 0.0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *ly = &m->layers[l];
+        w += (double)ly->wqkv.n_in * ly->wqkv.n_out + (double)ly->wo.n_in * ly->wo.n_out +
+             (double)ly->wgu.n_in * ly->wgu.n_out + (double)ly->wdown.n_in * ly->wdown.n_out;
+        int32_t keys = ly->n_swa > 0 && ly->n_swa < pos + 1 ? ly->n_swa : pos + 1;
+        a += 2.0 * keys * hp->n_head * hp->head_dim;
+    }
+    return w + 2.0 * a;
+}
+
 int64_t anvil_model_kv_bytes(const struct anvil_model *m, int kv_type, int32_t n_ctx, bool windowed) {
     if (!m || n_ctx < 0) return 0;
     if (kv_type != ANVIL_TYPE_Q8_0) kv_type = ANVIL_TYPE_F16;

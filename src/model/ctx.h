@@ -31,4 +31,11 @@ int64_t ctx_kv_seq_capacity(const struct anvil_ctx *c);
 int64_t ctx_model_kv_bytes(const struct anvil_model *m, int kv_type, int64_t n_ctx, int64_t n_seq,
                            int64_t step);
 
+/* The work of one batch row at position pos, in multiply-accumulates: the
+ * layers' weights (the lm_head left out: only output rows run it) plus
+ * attention over the pos + 1 keys it sees (QK and PV, a windowed layer at
+ * most its window), the attention counted twice because it runs at about
+ * half the matmul rate on the CPU. For the scheduler's step budget. */
+double ctx_model_row_cost(const struct anvil_model *m, int32_t pos);
+
 #endif
