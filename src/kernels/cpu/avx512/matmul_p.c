@@ -1,6 +1,6 @@
 /*
- * matmul_p.c (avx512) - Q4_0, Q4_1 and Q8_0 weights repacked at load time
- * into 16-row tiles, times Q8A activations, with AVX-512 VNNI.
+ * matmul_p.c (avx512) - Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights repacked at
+ * load time into 16-row tiles, times Q8A activations, with AVX-512 VNNI.
  * The specification is cpu/ref/matmul.c; the GGUF-layout kernels
  * (matmul_q.c) serve matrices that are not packed.
  *
@@ -10,10 +10,16 @@
  * chunk c lane l holding 4 bytes of row l:
  *   Q4_0, Q4_1 (CH = 4): byte i of chunk c is GGUF qs byte 4c+i, i.e. its
  *     low nibble is element 4c+i and its high nibble element 16+4c+i;
- *   Q8_0 (CH = 8): elements 4c..4c+3, biased by 128 (unsigned).
- * A tile is [qs of blocks 0..nb-1][d of blocks 0..nb-1, 16 f16 each]
- * [Q4_1: m likewise], rounded up to 64 bytes. Same bytes as GGUF, so
- * packing costs no memory beyond the copy itself.
+ *   Q8_0 (CH = 8): elements 4c..4c+3, biased by 128 (unsigned);
+ *   Q5_0, Q5_1 (CH = 5): chunks 0..3 as Q4_0, then chunk 4 holds each
+ *     row's 32 high bits rearranged: bit c of byte i is the high bit of
+ *     element 4c+i, bit 4+c that of element 16+4c+i (c, i < 4). Chunk c's
+ *     high bits are then one shift and one mask away, for all 64 bytes:
+ *     (h << (4 - c)) & 0x10 for the low nibbles, (h >> c) & 0x10 for the
+ *     high ones.
+ * A tile is [qs (and qh) of blocks 0..nb-1][d of blocks 0..nb-1, 16 f16
+ * each][Q4_1, Q5_1: m likewise], rounded up to 64 bytes. Same bytes as
+ * GGUF, so packing costs no memory beyond the copy itself.
  *
  * Why: one vpdpbusd takes a chunk (16 rows x 4 weights) against 4 bytes of
  * one token broadcast to every lane, so the 16 lanes are 16 independent
@@ -27,7 +33,11 @@
  *   acc  = fma(float(isum), dw * da, acc)
  *   Q4_1: acc = fma(mw, sa, acc)
  * and y = acc. It differs from the reference's per-block sum by rounding
- * only. Every shape of the kernel (matvec over several tiles, tiles of MT
+ * only. Q5_0 and Q5_1 run the reference's own float step instead, unfused
+ * (one or two operations more per block and token), so they are
+ * bit-exact with it:
+ *   Q5_0: acc = acc + dw * (da * float(isum) - 16 * sa)
+ *   Q5_1: acc = acc + ((dw * da) * float(isum) + mw * sa) Every shape of the kernel (matvec over several tiles, tiles of MT
  * tokens) runs exactly these operations per lane, so y(t, r) is
  * bit-identical whatever n_tokens, r0 and r1 are (kernels/ops.h). The file
  * is built with -ffp-contract=off semantics (-std=c11): no extra fusing.
@@ -37,7 +47,7 @@
 
 #include "kernels/cpu/avx512/avx512.h"
 
-enum { T_Q8_0, T_Q4_0, T_Q4_1 };
+enum { T_Q8_0, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1 };
 enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
 
 enum {
@@ -54,17 +64,21 @@ static int ptype(int type) {
     case ANVIL_TYPE_Q8_0: return T_Q8_0;
     case ANVIL_TYPE_Q4_0: return T_Q4_0;
     case ANVIL_TYPE_Q4_1: return T_Q4_1;
+    case ANVIL_TYPE_Q5_0: return T_Q5_0;
+    case ANVIL_TYPE_Q5_1: return T_Q5_1;
     default: return -1;
     }
 }
 
-static inline int chunks(int pt) { return pt == T_Q8_0 ? 8 : 4; }
+static inline int chunks(int pt) { return pt == T_Q8_0 ? 8 : pt >= T_Q5_0 ? 5 : 4; }
+static inline int has_m(int pt) { return pt == T_Q4_1 || pt == T_Q5_1; }
+static inline int is_q5(int pt) { return pt >= T_Q5_0; }
 
 /* byte offsets inside a tile of nb blocks */
 static inline size_t d_off(int pt, int nb) { return (size_t)nb * chunks(pt) * 64; }
 static inline size_t m_off(int pt, int nb) { return d_off(pt, nb) + (size_t)nb * 32; }
 static inline size_t tile_size(int pt, int nb) {
-    size_t s = m_off(pt, nb) + (pt == T_Q4_1 ? (size_t)nb * 32 : 0);
+    size_t s = m_off(pt, nb) + (has_m(pt) ? (size_t)nb * 32 : 0);
     return (s + 63) & ~(size_t)63;
 }
 
@@ -94,11 +108,36 @@ void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const 
                 const struct blk_q4_0 *blk = (const struct blk_q4_0 *)row + b;
                 for (int c = 0; c < 4; c++) memcpy(q + 64 * c, blk->qs + 4 * c, 4);
                 memcpy(d, &blk->d, 2);
-            } else {
+            } else if (pt == T_Q4_1) {
                 const struct blk_q4_1 *blk = (const struct blk_q4_1 *)row + b;
                 for (int c = 0; c < 4; c++) memcpy(q + 64 * c, blk->qs + 4 * c, 4);
                 memcpy(d, &blk->d, 2);
                 memcpy(tile + m_off(pt, nb) + (size_t)b * 32 + 2 * l, &blk->m, 2);
+            } else {
+                /* Q5_0 and Q5_1 share the layout of qh and qs */
+                const uint8_t *qh, *qs;
+                if (pt == T_Q5_0) {
+                    const struct blk_q5_0 *blk = (const struct blk_q5_0 *)row + b;
+                    qh = blk->qh;
+                    qs = blk->qs;
+                    memcpy(d, &blk->d, 2);
+                } else {
+                    const struct blk_q5_1 *blk = (const struct blk_q5_1 *)row + b;
+                    qh = blk->qh;
+                    qs = blk->qs;
+                    memcpy(d, &blk->d, 2);
+                    memcpy(tile + m_off(pt, nb) + (size_t)b * 32 + 2 * l, &blk->m, 2);
+                }
+                uint32_t h;
+                memcpy(&h, qh, 4);
+                for (int c = 0; c < 4; c++) memcpy(q + 64 * c, qs + 4 * c, 4);
+                for (int e = 0; e < 4; e++) {
+                    uint8_t v = 0;
+                    for (int c = 0; c < 4; c++)
+                        v |= (uint8_t)(((h >> (4 * c + e)) & 1) << c |
+                                       ((h >> (16 + 4 * c + e)) & 1) << (4 + c));
+                    q[64 * 4 + e] = v;
+                }
             }
         }
     }
@@ -135,20 +174,21 @@ static inline __m512i bcast32(const int8_t *p) {
 static inline __attribute__((always_inline)) void
 pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const struct pk_act *a,
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
-    const int ch = chunks(pt);
+    const int ch = chunks(pt), cq = is_q5(pt) ? 4 : ch; /* chunks of quants */
     const size_t doff = d_off(pt, nb), moff = m_off(pt, nb);
-    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const __m512i nib = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
     __m512 acc[NT][MT];
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
 #pragma GCC unroll 8
         for (int t = 0; t < mt; t++) acc[i][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        __m512i is[NT][MT];
+        __m512i is[NT][MT], hx[NT];
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) is[i][t] = _mm512_setzero_si512();
+            if (is_q5(pt)) hx[i] = _mm512_load_si512(tp[i] + ((size_t)b * 5 + 4) * 64);
             if (pf) {
                 const uint8_t *q = tp[i] + (size_t)b * ch * 64;
 #pragma GCC unroll 8
@@ -158,7 +198,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
             }
         }
 #pragma GCC unroll 8
-        for (int c = 0; c < ch; c++) {
+        for (int c = 0; c < cq; c++) {
             if (pt == T_Q8_0) {
                 __m512i w[NT];
 #pragma GCC unroll 4
@@ -173,9 +213,16 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
                 __m512i lo[NT], hi[NT];
 #pragma GCC unroll 4
                 for (int i = 0; i < nt; i++) {
-                    __m512i v = _mm512_load_si512(tp[i] + ((size_t)b * 4 + c) * 64);
-                    lo[i] = _mm512_and_si512(v, nib);
-                    hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                    __m512i v = _mm512_load_si512(tp[i] + ((size_t)b * ch + c) * 64);
+                    if (is_q5(pt)) { /* (nibble & 0x0f) | high bit: ternary logic A & B | C */
+                        __m512i hl = _mm512_and_si512(_mm512_slli_epi32(hx[i], 4 - c), b4);
+                        __m512i hh = _mm512_and_si512(_mm512_srli_epi32(hx[i], c), b4);
+                        lo[i] = _mm512_ternarylogic_epi32(v, nib, hl, 0xEA);
+                        hi[i] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nib, hh, 0xEA);
+                    } else {
+                        lo[i] = _mm512_and_si512(v, nib);
+                        hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                    }
                 }
 #pragma GCC unroll 8
                 for (int t = 0; t < mt; t++) {
@@ -192,11 +239,24 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
             __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(tp[i] + doff + (size_t)b * 32)));
-            __m512 mw = pt == T_Q4_1
+            __m512 mw = has_m(pt)
                             ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(tp[i] + moff + (size_t)b * 32)))
                             : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
+                if (pt == T_Q5_0) { /* the reference's operations, in its order */
+                    __m512 u = _mm512_mul_ps(_mm512_set1_ps(a->d[t0 + t][b]), _mm512_cvtepi32_ps(is[i][t]));
+                    u = _mm512_sub_ps(u, _mm512_set1_ps(16.0f * a->s[t0 + t][b]));
+                    acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(dw, u));
+                    continue;
+                }
+                if (pt == T_Q5_1) {
+                    __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
+                    __m512 u = _mm512_add_ps(_mm512_mul_ps(sc, _mm512_cvtepi32_ps(is[i][t])),
+                                             _mm512_mul_ps(mw, _mm512_set1_ps(a->s[t0 + t][b])));
+                    acc[i][t] = _mm512_add_ps(acc[i][t], u);
+                    continue;
+                }
                 __m512i s = is[i][t];
                 if (pt != T_Q4_1) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a->c[t0 + t][b]));
                 __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
@@ -265,7 +325,8 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
             a.d[t] = (const float *)(row + n);
             a.s[t] = a.d[t] + nb;
             a.c[t] = corr + (size_t)t * nb;
-            if (pt != T_Q4_1) block_corr(corr + (size_t)t * nb, a.q[t], nb, pt == T_Q8_0 ? 128 : 8);
+            if (pt == T_Q4_0 || pt == T_Q8_0)
+                block_corr(corr + (size_t)t * nb, a.q[t], nb, pt == T_Q8_0 ? 128 : 8);
         }
         float *yc = y + (size_t)c0 * ldy;
         if (nt == 1) {
@@ -322,3 +383,5 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
 DEFINE_MATMUL_P(kn_matmul_p_q8_0_avx512, T_Q8_0)
 DEFINE_MATMUL_P(kn_matmul_p_q4_0_avx512, T_Q4_0)
 DEFINE_MATMUL_P(kn_matmul_p_q4_1_avx512, T_Q4_1)
+DEFINE_MATMUL_P(kn_matmul_p_q5_0_avx512, T_Q5_0)
+DEFINE_MATMUL_P(kn_matmul_p_q5_1_avx512, T_Q5_1)
