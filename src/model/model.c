@@ -59,10 +59,13 @@ void wmat_matmul(const struct kn_ops *ops, const struct wmat *w, float *y, size_
     for (int p = 0; p < w->n_parts; p++) {
         int rows = w->part[p].rows;
         int a = r0 > off ? r0 : off, b = r1 < off + rows ? r1 : off + rows;
-        if (a < b)
-            ops->matmul[w->part[p].type](y + off, ldy, w->part[p].data, w->part[p].row_bytes,
-                                         (const uint8_t *)x + w->part[p].act_off, x_stride, w->n_in,
-                                         n_tokens, a - off, b - off);
+        const uint8_t *xp = (const uint8_t *)x + w->part[p].act_off;
+        if (a < b && w->part[p].packed)
+            ops->matmul_packed[w->part[p].type](y + off, ldy, w->part[p].packed, 0, xp, x_stride,
+                                                w->n_in, n_tokens, a - off, b - off);
+        else if (a < b)
+            ops->matmul[w->part[p].type](y + off, ldy, w->part[p].data, w->part[p].row_bytes, xp,
+                                         x_stride, w->n_in, n_tokens, a - off, b - off);
         off += rows;
     }
 }
@@ -79,11 +82,17 @@ void wmat_matmul_tile(const struct kn_ops *ops, const struct wmat *w, float *y, 
     for (int p = 0; p < w->n_parts; p++) {
         int rows = w->part[p].rows;
         int lo = a > off ? a : off, hi = b < off + rows ? b : off + rows;
-        if (lo < hi)
-            ops->matmul[w->part[p].type](y + (lo - a), ldy,
-                                         w->part[p].data + (size_t)(lo - off) * w->part[p].row_bytes,
-                                         w->part[p].row_bytes, (const uint8_t *)x + w->part[p].act_off,
-                                         x_stride, w->n_in, n_tokens, 0, hi - lo);
+        const uint8_t *xp = (const uint8_t *)x + w->part[p].act_off;
+        int type = w->part[p].type;
+        if (lo < hi && w->part[p].packed) { /* parts start on tile boundaries */
+            size_t at = (size_t)((lo - off) / KN_PACK_ROWS) * w->part[p].packed_tile;
+            ops->matmul_packed[type](y + (lo - a), ldy, w->part[p].packed + at, 0, xp, x_stride,
+                                     w->n_in, n_tokens, 0, hi - lo);
+        } else if (lo < hi) {
+            ops->matmul[type](y + (lo - a), ldy,
+                              w->part[p].data + (size_t)(lo - off) * w->part[p].row_bytes,
+                              w->part[p].row_bytes, xp, x_stride, w->n_in, n_tokens, 0, hi - lo);
+        }
         off += rows;
     }
 }
@@ -708,12 +717,32 @@ static anvil_status load_attn_kinds(struct model_loader *L, struct anvil_model *
     return ANVIL_OK;
 }
 
+/* Parts of different types: each part whose type the kernels pack, on its
+ * own (when every part starts on a tile boundary, as tile windows need). */
+static anvil_status pack_parts(const struct kn_ops *ops, struct gguf_file *f, struct wmat *w) {
+    for (int p = 0; p < w->n_parts; p++)
+        if (w->part[p].rows % KN_PACK_ROWS) return ANVIL_OK;
+    for (int p = 0; p < w->n_parts; p++) {
+        int type = w->part[p].type, rows = w->part[p].rows;
+        size_t sz = ops->pack_size(type, rows, w->n_in);
+        if (sz == 0) continue;
+        uint8_t *dst = core_malloc_aligned(sz);
+        if (!dst) return ANVIL_ERR_NOMEM;
+        memset(dst, 0, sz);
+        ops->pack_rows(type, dst, w->n_in, 0, rows, w->part[p].data, w->part[p].row_bytes);
+        gguf_release(f, w->part[p].data, (size_t)rows * w->part[p].row_bytes);
+        w->part[p].packed = dst;
+        w->part[p].packed_tile = ops->pack_size(type, KN_PACK_ROWS, w->n_in);
+    }
+    return ANVIL_OK;
+}
+
 /* Copy w into the kernels' packed layout, if they have one for its type. */
 static anvil_status pack_wmat(const struct kn_ops *ops, struct gguf_file *f, struct wmat *w) {
     if (!ops->pack_size) return ANVIL_OK;
     int type = w->part[0].type;
     for (int p = 1; p < w->n_parts; p++)
-        if (w->part[p].type != type) return ANVIL_OK;
+        if (w->part[p].type != type) return pack_parts(ops, f, w);
     size_t sz = ops->pack_size(type, w->n_out, w->n_in);
     if (sz == 0) return ANVIL_OK;
     uint8_t *dst = core_malloc_aligned(sz);
@@ -836,6 +865,10 @@ void anvil_model_free(struct anvil_model *m) {
         core_free_aligned(m->layers[l].wo.packed);
         core_free_aligned(m->layers[l].wgu.packed);
         core_free_aligned(m->layers[l].wdown.packed);
+        for (int p = 0; p < WMAT_MAX_PARTS; p++) {
+            core_free_aligned(m->layers[l].wqkv.part[p].packed);
+            core_free_aligned(m->layers[l].wgu.part[p].packed);
+        }
     }
     core_free(m->layers);
     tok_free(m->vocab);

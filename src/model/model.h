@@ -13,8 +13,9 @@
  * they share one activation quantization and one thread split. When the
  * kernel table has a packed layout for the weight type (AVX-512: 16-row
  * interleaved tiles), every matrix is copied once into it at load time,
- * parts stacked, and the mapping's pages are released; otherwise the parts
- * are used in place in the read-only mapping.
+ * parts stacked (parts of different types: each part packed on its own, if
+ * its type can be), and the mapping's pages are released; otherwise the
+ * parts are used in place in the read-only mapping.
  */
 #ifndef ANVIL_MODEL_H
 #define ANVIL_MODEL_H
@@ -41,9 +42,14 @@ struct wmat {
         int rows;
         size_t row_bytes;
         size_t act_off;      /* this part's format inside an `act` row */
+        uint8_t *packed;     /* parts of different types: this part's packed
+                                copy, or NULL (then data in place) */
+        size_t packed_tile;
     } part[WMAT_MAX_PARTS];
-    /* The kernels' packed copy of all parts (kernels/ops.h pack_size), or
-     * NULL: then the parts are used in place. Owned by the model. */
+    /* The kernels' packed copy of all parts (kernels/ops.h pack_size) when
+     * they have one type, or NULL: then the parts are used in place, or
+     * packed one by one (a Q4_K_M file's Q/K/V mixes types). Owned by the
+     * model. */
     uint8_t *packed;
     int packed_type;
     size_t packed_tile; /* bytes per KN_PACK_ROWS rows */
