@@ -17,10 +17,11 @@
  *     super-block, once for all the tokens of a register tile), then d
  *     (16 f16) and dmin (16 f16);
  *   Q6_K (3328 bytes): ql in 32 chunks, qh in 16, the 16 int8 scales in 4;
- *     the d of all super-blocks (16 f16 each) follow the last body, so
- *     that every body stays 64-byte aligned.
- * The tile is rounded up to 64 bytes: the packed matrix is the GGUF bytes
- * plus at most 63 bytes per tile (and the padding rows of the last tile).
+ *     the d of all super-blocks (16 f16 each) come first in the tile,
+ *     rounded up to 64 bytes, so that every body stays 64-byte aligned
+ *     and a tile is still read front to back (one memory stream).
+ * So the packed matrix is the GGUF bytes plus at most 32 bytes per tile
+ * (and the padding rows of the last tile).
  *
  * Why: one vpdpbusd takes a chunk of unsigned weights (16 rows x 4
  * elements, decoded from nibbles and 2-bit fields with a few logic ops)
@@ -78,10 +79,11 @@ enum {
 static inline size_t body_size(int pt) { return pt == T_Q4_K ? Q4K_BODY : Q6K_BODY; }
 static inline int nsub(int pt) { return pt == T_Q4_K ? 8 : 16; }     /* sub-blocks */
 static inline int npairs(int pt) { return pt == T_Q4_K ? 4 : 8; }    /* vpdpwssd per S2 */
-static inline size_t tile_size(int pt, int nsb) {
-    size_t s = (size_t)nsb * body_size(pt) + (pt == T_Q6_K ? (size_t)nsb * 32 : 0);
-    return (s + 63) & ~(size_t)63;
+/* offset of the first body in a tile: Q6_K's d array comes first */
+static inline size_t body0(int pt, int nsb) {
+    return pt == T_Q6_K ? ((size_t)nsb * 32 + 63) & ~(size_t)63 : 0;
 }
+static inline size_t tile_size(int pt, int nsb) { return body0(pt, nsb) + (size_t)nsb * body_size(pt); }
 
 size_t kn_pack_size_pk_avx512(int type, int rows, int n) {
     int pt = ptype(type);
@@ -98,7 +100,7 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
         uint8_t *tile = (uint8_t *)dst + (size_t)(r / R) * ts;
         const uint8_t *row = (const uint8_t *)src + (size_t)i * src_stride;
         for (int b = 0; b < nsb; b++) {
-            uint8_t *body = tile + (size_t)b * body_size(pt) + 4 * l;
+            uint8_t *body = tile + body0(pt, nsb) + (size_t)b * body_size(pt) + 4 * l;
             if (pt == T_Q4_K) {
                 const struct blk_q4_k *blk = (const struct blk_q4_k *)row + b;
                 for (int c = 0; c < 32; c++) memcpy(body + 64 * c, blk->qs + 4 * c, 4);
@@ -110,7 +112,7 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                 for (int c = 0; c < 32; c++) memcpy(body + 64 * c, blk->ql + 4 * c, 4);
                 for (int c = 0; c < 16; c++) memcpy(body + Q6K_QH + 64 * c, blk->qh + 4 * c, 4);
                 for (int c = 0; c < 4; c++) memcpy(body + Q6K_SC + 64 * c, blk->scales + 4 * c, 4);
-                memcpy(tile + (size_t)nsb * Q6K_BODY + (size_t)b * 32 + 2 * l, &blk->d, 2);
+                memcpy(tile + (size_t)b * 32 + 2 * l, &blk->d, 2);
             }
         }
     }
@@ -218,7 +220,6 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
     const int ns = nsub(pt), kc = pt == T_Q4_K ? 8 : 4, ju = pt == T_Q4_K ? 2 : 8, np = npairs(pt);
     const size_t bs = body_size(pt);
-    const int lpj = (int)(bs / 64 + ns - 1) / ns; /* body lines to prefetch per sub-block */
     __m512 acc[NT][MT];
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
@@ -230,7 +231,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
         __m512i s1[NT][MT];
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
-            body[i] = tp[i] + (size_t)b * bs;
+            body[i] = tp[i] + body0(pt, nsb) + (size_t)b * bs;
             decode_scales(pt, body[i], &sc[i]);
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) s1[i][t] = _mm512_setzero_si512();
@@ -244,15 +245,16 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
                 for (int i = 0; i < nt; i++) {
 #pragma GCC unroll 8
                     for (int t = 0; t < mt; t++) is[i][t] = _mm512_setzero_si512();
-                    if (pf) {
-#pragma GCC unroll 8
-                        for (int u = 0; u < lpj; u++)
-                            _mm_prefetch((const char *)body[i] + PF_DIST + 64 * (j * lpj + u), _MM_HINT_T0);
-                    }
                 }
 #pragma GCC unroll 8
                 for (int k = 0; k < kc; k++) {
                     __m512i w[NT];
+                    /* one line of the body PF_DIST ahead per chunk step
+                     * (Q4_K: 64 steps, 36 lines; Q6_K: 64 steps, 52) */
+                    if (pf && j * kc + k < (int)(bs / 64))
+#pragma GCC unroll 4
+                        for (int i = 0; i < nt; i++)
+                            _mm_prefetch((const char *)body[i] + PF_DIST + 64 * (j * kc + k), _MM_HINT_T0);
 #pragma GCC unroll 4
                     for (int i = 0; i < nt; i++) w[i] = wchunk(pt, body[i], j0, jj, k);
 #pragma GCC unroll 8
@@ -277,7 +279,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
                 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + Q4K_DMIN)));
             } else {
                 dw = _mm512_cvtph_ps(
-                    _mm256_load_si256((const __m256i *)(tp[i] + (size_t)nsb * Q6K_BODY + (size_t)b * 32)));
+                    _mm256_load_si256((const __m256i *)(tp[i] + (size_t)b * 32)));
             }
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
