@@ -16,7 +16,16 @@
  *     bytes in 3 chunks (still 6-bit packed: decoded per tile and
  *     super-block, once for all the tokens of a register tile), then d
  *     (16 f16) and dmin (16 f16);
- *   Q6_K (3328 bytes): ql in 32 chunks, qh in 16, the 16 int8 scales in 4;
+ *   Q6_K (3328 bytes): the 6-bit quants regrouped (same 192 bytes per
+ *     row): group g = 8h + c (h < 2, c < 8) is 3 chunks B0, B1, B2, byte i
+ *     of lane l of B_s holding q(128h + 32s + 4c + i) in bits 0..5 and bits
+ *     2s, 2s+1 of q(128h + 96 + 4c + i) in bits 6..7. Three of four
+ *     quants are then one AND, the fourth (s = 3) comes out as 4q with two
+ *     shifts (GGUF's ql/qh split would take five shifts per four chunks,
+ *     and shifts share port 0 with vpdpbusd); its sub-blocks' partial sums
+ *     are 4x, so the other sub-blocks' scales are taken 4x too and S1 is
+ *     shifted back by 2 at the end (exact: every term is a multiple of 4;
+ *     |4 S1| < 2^31). Then the 16 int8 scales in 4 chunks;
  *     the d of all super-blocks (16 f16 each) come first in the tile,
  *     rounded up to 64 bytes, so that every body stays 64-byte aligned
  *     and a tile is still read front to back (one memory stream).
@@ -74,7 +83,7 @@ static int ptype(int type) {
 /* geometry of a super-block body (bytes), see the header */
 enum {
     Q4K_BODY = 2304, Q4K_SC = 2048, Q4K_D = 2240, Q4K_DMIN = 2272,
-    Q6K_BODY = 3328, Q6K_QH = 2048, Q6K_SC = 3072,
+    Q6K_BODY = 3328, Q6K_SC = 3072,
 };
 static inline size_t body_size(int pt) { return pt == T_Q4_K ? Q4K_BODY : Q6K_BODY; }
 static inline int nsub(int pt) { return pt == T_Q4_K ? 8 : 16; }     /* sub-blocks */
@@ -109,8 +118,16 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                 memcpy(body - 4 * l + Q4K_DMIN + 2 * l, &blk->dmin, 2);
             } else {
                 const struct blk_q6_k *blk = (const struct blk_q6_k *)row + b;
-                for (int c = 0; c < 32; c++) memcpy(body + 64 * c, blk->ql + 4 * c, 4);
-                for (int c = 0; c < 16; c++) memcpy(body + Q6K_QH + 64 * c, blk->qh + 4 * c, 4);
+                /* group g = 8h + c: elements 128h + 32s + 4c + i, s < 4, i < 4 */
+                for (int g = 0; g < 16; g++)
+                    for (int e = 0; e < 4; e++) {
+                        int h = g / 8, o = 4 * (g % 8) + e, q[4];
+                        for (int t = 0; t < 4; t++)
+                            q[t] = ((blk->ql[64 * h + 32 * (t % 2) + o] >> (4 * (t / 2))) & 0x0f) |
+                                   ((blk->qh[32 * h + o] >> (2 * t)) & 3) << 4;
+                        for (int t = 0; t < 3; t++)
+                            body[64 * (3 * g + t) + e] = (uint8_t)(q[t] | ((q[3] >> (2 * t)) & 3) << 6);
+                    }
                 for (int c = 0; c < 4; c++) memcpy(body + Q6K_SC + 64 * c, blk->scales + 4 * c, 4);
                 memcpy(tile + (size_t)b * 32 + 2 * l, &blk->d, 2);
             }
@@ -172,10 +189,16 @@ static inline __attribute__((always_inline)) void decode_scales(int pt, const ui
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
             __m512i x = _mm512_load_si512(body + Q6K_SC + 64 * v);
-            s->sc[4 * v + 0] = _mm512_srai_epi32(_mm512_slli_epi32(x, 24), 24);
-            s->sc[4 * v + 1] = _mm512_srai_epi32(_mm512_slli_epi32(x, 16), 24);
-            s->sc[4 * v + 2] = _mm512_srai_epi32(_mm512_slli_epi32(x, 8), 24);
-            s->sc[4 * v + 3] = _mm512_srai_epi32(x, 24);
+            /* x4 except for s = 3 (j % 8 >= 6), whose weights come 4x
+             * (see wchunk) */
+            __m512i b0 = _mm512_srai_epi32(_mm512_slli_epi32(x, 24), 24);
+            __m512i b1 = _mm512_srai_epi32(_mm512_slli_epi32(x, 16), 24);
+            __m512i b2 = _mm512_srai_epi32(_mm512_slli_epi32(x, 8), 24);
+            __m512i b3 = _mm512_srai_epi32(x, 24);
+            s->sc[4 * v + 0] = _mm512_slli_epi32(b0, 2);
+            s->sc[4 * v + 1] = _mm512_slli_epi32(b1, 2);
+            s->sc[4 * v + 2] = v % 2 ? b2 : _mm512_slli_epi32(b2, 2);
+            s->sc[4 * v + 3] = v % 2 ? b3 : _mm512_slli_epi32(b3, 2);
             s->pr[2 * v] = _mm512_srai_epi16(_mm512_slli_epi16(x, 8), 8);
             s->pr[2 * v + 1] = _mm512_srai_epi16(x, 8);
         }
@@ -193,18 +216,18 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
         __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
         return (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
     }
-    /* Q6_K: j = 8h + 2s + e holds elements 128h + 32s + 16e + 4k + i: ql
-     * chunk 16h + 8(s%2) + 4e + k nibble s/2, qh chunk 8h + 4e + k bits 2s */
-    const int s = jj / 2, l4 = 4 * (jj % 2) + k;
-    __m512i ql = _mm512_load_si512(body + 64 * (2 * j0 + 8 * (s % 2) + l4));
-    __m512i qh = _mm512_load_si512(body + Q6K_QH + 64 * (j0 + l4));
-    __m512i lo = s / 2 ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), nib) : _mm512_and_si512(ql, nib);
-    /* bits 2s, 2s+1 of qh to bits 4, 5 */
-    __m512i hi = s == 0 ? _mm512_slli_epi16(qh, 4)
-                 : s == 1 ? _mm512_slli_epi16(qh, 2)
-                 : s == 2 ? qh
-                          : _mm512_srli_epi16(qh, 2);
-    return _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi8(0x30), 0xF8); /* lo | (hi & 0x30) */
+    /* Q6_K: j = 8h + 2s + e holds elements 128h + 32s + 16e + 4k + i, in
+     * group g = 8h + 4e + k, byte s of the group's 3 chunks B0..B2 (s < 3:
+     * q in bits 0..5) or their bits 6..7 (s = 3: bits 2s' of q in B_s'),
+     * which give 4q with two shifts and no more */
+    const int s = jj / 2, g = j0 + 4 * (jj % 2) + k;
+    const uint8_t *c = body + 64 * 3 * g;
+    if (s < 3) return _mm512_and_si512(_mm512_load_si512(c + 64 * s), _mm512_set1_epi8(0x3f));
+    __m512i b0 = _mm512_srli_epi16(_mm512_load_si512(c), 4);       /* q bits 0,1 at 2,3 */
+    __m512i b1 = _mm512_srli_epi16(_mm512_load_si512(c + 64), 2);  /* q bits 2,3 at 4,5 */
+    __m512i b2 = _mm512_and_si512(_mm512_load_si512(c + 128), _mm512_set1_epi8((char)0xc0));
+    __m512i u = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0c), b0, b1, 0xCA); /* A ? B : C */
+    return _mm512_ternarylogic_epi32(u, b2, _mm512_set1_epi8(0x3c), 0xEC);     /* (A & C) | B */
 }
 /* offset in the super-block of the 4 activations chunk k of sub-block j meets */
 static inline int act_off(int pt, int j, int k) { return (pt == T_Q4_K ? 32 : 16) * j + 4 * k; }
@@ -293,7 +316,8 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
                                       _mm512_mul_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(s2)));
                 else
                     v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
-                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(s1[i][t], _mm512_slli_epi32(s2, 5))));
+                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srai_epi32(s1[i][t], 2),
+                                                                          _mm512_slli_epi32(s2, 5))));
                 acc[i][t] = _mm512_add_ps(acc[i][t], v);
             }
         }
