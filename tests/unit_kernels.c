@@ -77,6 +77,8 @@ static void packed_matmul(int type, float *restrict y, size_t ldy, const void *r
 PACKED_MM(Q4_0)
 PACKED_MM(Q4_1)
 PACKED_MM(Q8_0)
+PACKED_MM(Q4_K)
+PACKED_MM(Q6_K)
 
 static const struct kn_ops *packed_table(const struct kn_ops *base) {
     packed_base = base;
@@ -86,6 +88,8 @@ static const struct kn_ops *packed_table(const struct kn_ops *base) {
     packed_ops.matmul[ANVIL_TYPE_Q4_0] = packed_mm_Q4_0;
     packed_ops.matmul[ANVIL_TYPE_Q4_1] = packed_mm_Q4_1;
     packed_ops.matmul[ANVIL_TYPE_Q8_0] = packed_mm_Q8_0;
+    packed_ops.matmul[ANVIL_TYPE_Q4_K] = packed_mm_Q4_K;
+    packed_ops.matmul[ANVIL_TYPE_Q6_K] = packed_mm_Q6_K;
     return &packed_ops;
 }
 
@@ -943,9 +947,10 @@ static void test_packed_parts(void **state) {
     (void)state;
     const struct kn_ops *ops = kn_select("avx512");
     if (!ops || !ops->pack_size) skip();
-    static const int types[] = {ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0};
-    for (size_t ti = 0; ti < 3; ti++) {
-        int type = types[ti], n = 576, rows = 40, nt = 9;
+    static const int types[] = {ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0, ANVIL_TYPE_Q4_K,
+                                ANVIL_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        int type = types[ti], n = ti < 3 ? 576 : 768, rows = 40, nt = 9;
         struct mm_case c;
         mm_case_make(&c, type, n, rows, nt, 11);
         size_t sz = ops->pack_size(type, rows, n), tsz = ops->pack_size(type, KN_PACK_ROWS, n);
