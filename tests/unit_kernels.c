@@ -220,6 +220,7 @@ static size_t row_bytes(int type, int n) {
     case ANVIL_TYPE_Q4_0: return (size_t)(n / QK) * sizeof(struct blk_q4_0);
     case ANVIL_TYPE_Q4_1: return (size_t)(n / QK) * sizeof(struct blk_q4_1);
     case ANVIL_TYPE_Q4_K: return (size_t)(n / QK_K) * sizeof(struct blk_q4_k);
+    case ANVIL_TYPE_Q5_K: return (size_t)(n / QK_K) * sizeof(struct blk_q5_k);
     case ANVIL_TYPE_Q6_K: return (size_t)(n / QK_K) * sizeof(struct blk_q6_k);
     default: return 0;
     }
@@ -968,7 +969,7 @@ static void test_packed_parts(void **state) {
     const struct kn_ops *ops = kn_select("avx512");
     if (!ops || !ops->pack_size) skip();
     static const int types[] = {ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0, ANVIL_TYPE_Q4_K,
-                                ANVIL_TYPE_Q6_K};
+                                ANVIL_TYPE_Q5_K, ANVIL_TYPE_Q6_K};
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         int type = types[ti], n = ti < 3 ? 576 : 768, rows = 40, nt = 9;
         struct parts_case c;

@@ -83,6 +83,7 @@ static void packed_matmul(int type, float *restrict y, size_t ldy, const void *r
         packed_matmul(ANVIL_TYPE_##T, y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1); \
     }
 PACKED_MM(Q4_K)
+PACKED_MM(Q5_K)
 PACKED_MM(Q6_K)
 
 static const struct kn_ops *packed_table(const struct kn_ops *base) {
@@ -91,6 +92,7 @@ static const struct kn_ops *packed_table(const struct kn_ops *base) {
     packed_ops.name = "avx512-packed";
     if (!base->pack_size) return NULL;
     packed_ops.matmul[ANVIL_TYPE_Q4_K] = packed_mm_Q4_K;
+    packed_ops.matmul[ANVIL_TYPE_Q5_K] = packed_mm_Q5_K;
     packed_ops.matmul[ANVIL_TYPE_Q6_K] = packed_mm_Q6_K;
     return &packed_ops;
 }

@@ -1,5 +1,5 @@
 /*
- * matmul_pk.c (avx512) - Q4_K and Q6_K weights repacked at load time into
+ * matmul_pk.c (avx512) - Q4_K, Q5_K and Q6_K weights repacked at load time into
  * 16-row tiles, times Q8K activations, with AVX-512 VNNI. The
  * specification is cpu/ref/matmul.c; the GGUF-layout kernels
  * (cpu/avx2/matmul_k.c) serve matrices that are not packed. The 32-element
@@ -16,6 +16,9 @@
  *     bytes in 3 chunks (still 6-bit packed: decoded per tile and
  *     super-block, once for all the tokens of a register tile), then d
  *     (16 f16) and dmin (16 f16);
+ *   Q5_K (2816 bytes = 16 x 176): as Q4_K with the 32 qh bytes in 8
+ *     chunks after qs (chunk c: bit j of byte i is bit 4 of element
+ *     32j + 4c + i);
  *   Q6_K (3328 bytes): the 6-bit quants regrouped (same 192 bytes per
  *     row): group g = 8h + c (h < 2, c < 8) is 3 chunks B0, B1, B2, byte i
  *     of lane l of B_s holding q(128h + 32s + 4c + i) in bits 0..5 and bits
@@ -44,9 +47,9 @@
  * contracting), so y(t, r) equals the reference bit for bit in every shape
  * and whatever n_tokens, r0 and r1 are (batch invariance, kernels/ops.h):
  *   isum_j = sum(q * qa) over sub-block j (vpdpbusd, q unsigned: Q4_K
- *     0..15, Q6_K 0..63; |isum_j| <= 32 * 15 * 128 or 16 * 63 * 128);
+ *     0..15, Q5_K 0..31, Q6_K 0..63; |isum_j| <= 16 * 63 * 128 at most);
  *   S1 = sum_j sc_j * isum_j (vpmulld by the lane's decoded scale);
- *   Q4_K: S2 = sum_j m_j * bsum32_j, by vpdpwssd of (m_2p, m_2p+1) int16
+ *   Q4_K, Q5_K: S2 = sum_j m_j * bsum32_j, by vpdpwssd of (m_2p, m_2p+1) int16
  *     pairs against the token's (bsum32_2p, bsum32_2p+1) (bsum32 = sum of
  *     32 qa, |.| <= 4064, fits int16), then
  *     acc + ((d * da) * S1 - (dmin * da) * S2);
@@ -60,7 +63,7 @@
 
 #include "kernels/cpu/avx512/avx512.h"
 
-enum { T_Q4_K, T_Q6_K };
+enum { T_Q4_K, T_Q5_K, T_Q6_K };
 enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
 
 enum {
@@ -75,6 +78,7 @@ enum {
 static int ptype(int type) {
     switch (type) {
     case ANVIL_TYPE_Q4_K: return T_Q4_K;
+    case ANVIL_TYPE_Q5_K: return T_Q5_K;
     case ANVIL_TYPE_Q6_K: return T_Q6_K;
     default: return -1;
     }
@@ -83,11 +87,19 @@ static int ptype(int type) {
 /* geometry of a super-block body (bytes), see the header */
 enum {
     Q4K_BODY = 2304, Q4K_SC = 2048, Q4K_D = 2240, Q4K_DMIN = 2272,
+    Q5K_BODY = 2816, Q5K_QH = 2048, Q5K_SC = 2560, Q5K_D = 2752, Q5K_DMIN = 2784,
     Q6K_BODY = 3328, Q6K_SC = 3072,
 };
-static inline size_t body_size(int pt) { return pt == T_Q4_K ? Q4K_BODY : Q6K_BODY; }
-static inline int nsub(int pt) { return pt == T_Q4_K ? 8 : 16; }     /* sub-blocks */
-static inline int npairs(int pt) { return pt == T_Q4_K ? 4 : 8; }    /* vpdpwssd per S2 */
+/* Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins */
+static inline int is_q45(int pt) { return pt != T_Q6_K; }
+static inline size_t body_size(int pt) {
+    return pt == T_Q4_K ? Q4K_BODY : pt == T_Q5_K ? Q5K_BODY : Q6K_BODY;
+}
+static inline size_t sc_off(int pt) { return pt == T_Q4_K ? Q4K_SC : pt == T_Q5_K ? Q5K_SC : Q6K_SC; }
+static inline size_t d_off(int pt) { return pt == T_Q4_K ? Q4K_D : Q5K_D; }       /* Q4_K, Q5_K */
+static inline size_t dmin_off(int pt) { return pt == T_Q4_K ? Q4K_DMIN : Q5K_DMIN; }
+static inline int nsub(int pt) { return is_q45(pt) ? 8 : 16; }     /* sub-blocks */
+static inline int npairs(int pt) { return is_q45(pt) ? 4 : 8; }    /* vpdpwssd per S2 */
 /* offset of the first body in a tile: Q6_K's d array comes first */
 static inline size_t body0(int pt, int nsb) {
     return pt == T_Q6_K ? ((size_t)nsb * 32 + 63) & ~(size_t)63 : 0;
@@ -116,6 +128,13 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                 for (int c = 0; c < 3; c++) memcpy(body + Q4K_SC + 64 * c, blk->scales + 4 * c, 4);
                 memcpy(body - 4 * l + Q4K_D + 2 * l, &blk->d, 2);
                 memcpy(body - 4 * l + Q4K_DMIN + 2 * l, &blk->dmin, 2);
+            } else if (pt == T_Q5_K) {
+                const struct blk_q5_k *blk = (const struct blk_q5_k *)row + b;
+                for (int c = 0; c < 32; c++) memcpy(body + 64 * c, blk->qs + 4 * c, 4);
+                for (int c = 0; c < 8; c++) memcpy(body + Q5K_QH + 64 * c, blk->qh + 4 * c, 4);
+                for (int c = 0; c < 3; c++) memcpy(body + Q5K_SC + 64 * c, blk->scales + 4 * c, 4);
+                memcpy(body - 4 * l + Q5K_D + 2 * l, &blk->d, 2);
+                memcpy(body - 4 * l + Q5K_DMIN + 2 * l, &blk->dmin, 2);
             } else {
                 const struct blk_q6_k *blk = (const struct blk_q6_k *)row + b;
                 /* group g = 8h + c: elements 128h + 32s + 4c + i, s < 4, i < 4 */
@@ -162,10 +181,10 @@ struct pk_scales {
 
 static inline __attribute__((always_inline)) void decode_scales(int pt, const uint8_t *body,
                                                                 struct pk_scales *s) {
-    if (pt == T_Q4_K) {
+    if (is_q45(pt)) {
         const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
-        __m512i d0 = _mm512_load_si512(body + Q4K_SC), d1 = _mm512_load_si512(body + Q4K_SC + 64),
-                d2 = _mm512_load_si512(body + Q4K_SC + 128), m[8];
+        __m512i d0 = _mm512_load_si512(body + sc_off(pt)), d1 = _mm512_load_si512(body + sc_off(pt) + 64),
+                d2 = _mm512_load_si512(body + sc_off(pt) + 128), m[8];
         s->sc[0] = _mm512_and_si512(d0, m6);
         s->sc[1] = _mm512_and_si512(_mm512_srli_epi32(d0, 8), m6);
         s->sc[2] = _mm512_and_si512(_mm512_srli_epi32(d0, 16), m6);
@@ -216,6 +235,14 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
         __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
         return (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
     }
+    if (pt == T_Q5_K) { /* as Q4_K (j0 = 0: j = jj), bit 4 = bit j of qh chunk k */
+        const int j = j0 + jj;
+        __m512i v = _mm512_load_si512(body + 64 * (8 * (j / 2) + k));
+        __m512i qh = _mm512_load_si512(body + Q5K_QH + 64 * k);
+        __m512i lo = (j & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
+        __m512i hi = j < 4 ? _mm512_slli_epi16(qh, 4 - j) : j == 4 ? qh : _mm512_srli_epi16(qh, j - 4);
+        return _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi8(0x10), 0xF8); /* lo | (hi & 0x10) */
+    }
     /* Q6_K: j = 8h + 2s + e holds elements 128h + 32s + 16e + 4k + i, in
      * group g = 8h + 4e + k, byte s of the group's 3 chunks B0..B2 (s < 3:
      * q in bits 0..5) or their bits 6..7 (s = 3: bits 2s' of q in B_s'),
@@ -230,7 +257,7 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
     return _mm512_ternarylogic_epi32(u, b2, _mm512_set1_epi8(0x3c), 0xEC);     /* (A & C) | B */
 }
 /* offset in the super-block of the 4 activations chunk k of sub-block j meets */
-static inline int act_off(int pt, int j, int k) { return (pt == T_Q4_K ? 32 : 16) * j + 4 * k; }
+static inline int act_off(int pt, int j, int k) { return (is_q45(pt) ? 32 : 16) * j + 4 * k; }
 
 /* Tiles tp[0..nt) times tokens [t0, t0 + mt) of a; lane mask sm[i] of
  * which rows of tile i to store at y + t*ldy + rb[i]. Per super-block:
@@ -241,7 +268,8 @@ static inline int act_off(int pt, int j, int k) { return (pt == T_Q4_K ? 32 : 16
 static inline __attribute__((always_inline)) void
 pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const struct pk_act *a,
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
-    const int ns = nsub(pt), kc = pt == T_Q4_K ? 8 : 4, ju = pt == T_Q4_K ? 2 : 8, np = npairs(pt);
+    /* ju: sub-blocks unrolled, so that the decode's shifts are constants */
+    const int ns = nsub(pt), kc = is_q45(pt) ? 8 : 4, ju = pt == T_Q4_K ? 2 : 8, np = npairs(pt);
     const size_t bs = body_size(pt);
     __m512 acc[NT][MT];
 #pragma GCC unroll 4
@@ -297,9 +325,9 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
             __m512 dw, dm = _mm512_setzero_ps();
-            if (pt == T_Q4_K) {
-                dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + Q4K_D)));
-                dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + Q4K_DMIN)));
+            if (is_q45(pt)) {
+                dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + d_off(pt))));
+                dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + dmin_off(pt))));
             } else {
                 dw = _mm512_cvtph_ps(
                     _mm256_load_si256((const __m256i *)(tp[i] + (size_t)b * 32)));
@@ -311,7 +339,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
 #pragma GCC unroll 8
                 for (int p = 0; p < np; p++) s2 = _mm512_dpwssd_epi32(s2, sc[i].pr[p], _mm512_set1_epi32(pp[p]));
                 __m512 da = _mm512_set1_ps(a->d[t0 + t][b]), v;
-                if (pt == T_Q4_K)
+                if (is_q45(pt))
                     v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s1[i][t])),
                                       _mm512_mul_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(s2)));
                 else
@@ -357,7 +385,7 @@ static inline uint32_t pair16(int lo, int hi) { return (uint32_t)(uint16_t)lo | 
  * order of pk_scales.pr. */
 static void pk_pairs(int pt, int32_t *p, const int16_t *bsums, int nsb) {
     for (int b = 0; b < nsb; b++, bsums += 16) {
-        if (pt == T_Q4_K) {
+        if (is_q45(pt)) {
             for (int q = 0; q < 4; q++)
                 p[4 * b + q] = (int32_t)pair16(bsums[4 * q] + bsums[4 * q + 1], bsums[4 * q + 2] + bsums[4 * q + 3]);
         } else {
@@ -442,4 +470,5 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
     }
 
 DEFINE_MATMUL_PK(kn_matmul_p_q4_k_avx512, T_Q4_K)
+DEFINE_MATMUL_PK(kn_matmul_p_q5_k_avx512, T_Q5_K)
 DEFINE_MATMUL_PK(kn_matmul_p_q6_k_avx512, T_Q6_K)
