@@ -13,7 +13,9 @@
  * exception: the AVX-512 kernels of Q4_0, Q4_1 and Q8_0
  * (cpu/avx512/matmul_q.c) sum blocks in another order, so their matmuls
  * are compared with a tolerance in unit_kernels.c and only their batch
- * invariance is checked here. The reference
+ * invariance is checked here. The "avx512-packed" variant runs the
+ * K-quants through the packed kernels (cpu/avx512/matmul_pk.c), which are
+ * bit-exact too. The reference
  * itself is checked against numpy and the gguf package in
  * tests/py/test_kquant.py.
  *
