@@ -235,13 +235,12 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
         __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
         return (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
     }
-    if (pt == T_Q5_K) { /* as Q4_K (j0 = 0: j = jj), bit 4 = bit j of qh chunk k */
-        const int j = j0 + jj;
-        __m512i v = _mm512_load_si512(body + 64 * (8 * (j / 2) + k));
-        __m512i qh = _mm512_load_si512(body + Q5K_QH + 64 * k);
-        __m512i lo = (j & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
-        __m512i hi = j < 4 ? _mm512_slli_epi16(qh, 4 - j) : j == 4 ? qh : _mm512_srli_epi16(qh, j - 4);
-        return _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi8(0x10), 0xF8); /* lo | (hi & 0x10) */
+    if (pt == T_Q5_K) { /* as Q4_K, plus 16 where bit j of qh chunk k is set */
+        __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
+        __m512i lo = (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
+        __mmask64 h = _mm512_test_epi8_mask(_mm512_load_si512(body + Q5K_QH + 64 * k),
+                                            _mm512_set1_epi8((char)(1 << (j0 + jj))));
+        return _mm512_mask_add_epi8(lo, h, lo, _mm512_set1_epi8(0x10)); /* no shift: port 0 is busy */
     }
     /* Q6_K: j = 8h + 2s + e holds elements 128h + 32s + 16e + 4k + i, in
      * group g = 8h + 4e + k, byte s of the group's 3 chunks B0..B2 (s < 3:
@@ -269,7 +268,7 @@ static inline __attribute__((always_inline)) void
 pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const struct pk_act *a,
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
     /* ju: sub-blocks unrolled, so that the decode's shifts are constants */
-    const int ns = nsub(pt), kc = is_q45(pt) ? 8 : 4, ju = pt == T_Q4_K ? 2 : 8, np = npairs(pt);
+    const int ns = nsub(pt), kc = is_q45(pt) ? 8 : 4, ju = is_q45(pt) ? 2 : 8, np = npairs(pt);
     const size_t bs = body_size(pt);
     __m512 acc[NT][MT];
 #pragma GCC unroll 4
