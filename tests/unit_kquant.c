@@ -13,7 +13,9 @@
  * exception: the AVX-512 kernels of Q4_0, Q4_1 and Q8_0
  * (cpu/avx512/matmul_q.c) sum blocks in another order, so their matmuls
  * are compared with a tolerance in unit_kernels.c and only their batch
- * invariance is checked here. The reference
+ * invariance is checked here. The "avx512-packed" variant runs the
+ * K-quants, Q5_0 and Q5_1 through the packed kernels
+ * (cpu/avx512/matmul_pk.c, matmul_p.c), which are bit-exact too. The reference
  * itself is checked against numpy and the gguf package in
  * tests/py/test_kquant.py.
  *
@@ -45,14 +47,68 @@ struct variant {
     const char *name;
     const struct kn_ops *ops; /* NULL: this CPU cannot run it */
 };
-static struct variant variants[] = {{"ref", NULL}, {"avx2", NULL}, {"avx512", NULL}, {"avx512-nobf16", NULL}};
+static struct variant variants[] = {{"ref", NULL},
+                                    {"avx2", NULL},
+                                    {"avx512", NULL},
+                                    {"avx512-nobf16", NULL},
+                                    {"avx512-packed", NULL}};
 enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
+
+/* The "-packed" variant (as in unit_kernels.c): the avx512 table whose
+ * K-quant, Q5_0 and Q5_1 matmuls pack rows [0, r1) of the GGUF weights into the packed
+ * layout on every call (ops.h: pack_size, pack_rows) and run
+ * matmul_packed (cpu/avx512/matmul_pk.c), so every test below, the exact
+ * comparisons included, covers packing and the packed kernels. Types the
+ * variant does not pack run the table's own kernel. */
+static const struct kn_ops *packed_base;
+static struct kn_ops packed_ops;
+
+static void packed_matmul(int type, float *restrict y, size_t ldy, const void *restrict w,
+                          size_t w_stride, const void *restrict x, size_t x_stride, int n,
+                          int n_tokens, int r0, int r1) {
+    size_t sz = packed_base->pack_size(type, r1, n);
+    if (sz == 0) { /* not packable: the table's own kernel */
+        packed_base->matmul[type](y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1);
+        return;
+    }
+    void *pw = aligned_alloc(64, (sz + 63) & ~(size_t)63);
+    assert_non_null(pw);
+    memset(pw, 0, sz);
+    packed_base->pack_rows(type, pw, n, 0, r1, w, w_stride);
+    packed_base->matmul_packed[type](y, ldy, pw, 0, x, x_stride, n, n_tokens, r0, r1);
+    free(pw);
+}
+#define PACKED_MM(T) \
+    static void packed_mm_##T(float *restrict y, size_t ldy, const void *restrict w, \
+                              size_t w_stride, const void *restrict x, size_t x_stride, int n, \
+                              int n_tokens, int r0, int r1) { \
+        packed_matmul(ANVIL_TYPE_##T, y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1); \
+    }
+PACKED_MM(Q4_K)
+PACKED_MM(Q5_K)
+PACKED_MM(Q6_K)
+PACKED_MM(Q5_0)
+PACKED_MM(Q5_1)
+
+static const struct kn_ops *packed_table(const struct kn_ops *base) {
+    packed_base = base;
+    packed_ops = *base;
+    packed_ops.name = "avx512-packed";
+    if (!base->pack_size) return NULL;
+    packed_ops.matmul[ANVIL_TYPE_Q4_K] = packed_mm_Q4_K;
+    packed_ops.matmul[ANVIL_TYPE_Q5_K] = packed_mm_Q5_K;
+    packed_ops.matmul[ANVIL_TYPE_Q6_K] = packed_mm_Q6_K;
+    packed_ops.matmul[ANVIL_TYPE_Q5_0] = packed_mm_Q5_0;
+    packed_ops.matmul[ANVIL_TYPE_Q5_1] = packed_mm_Q5_1;
+    return &packed_ops;
+}
 
 static void variants_init(void) {
     variants[0].ops = &kn_ops_ref;
     variants[1].ops = kn_select("avx2");
     variants[2].ops = kn_select("avx512");
     variants[3].ops = variants[2].ops ? &kn_ops_avx512_nobf16 : NULL;
+    variants[4].ops = variants[2].ops ? packed_table(variants[2].ops) : NULL;
 }
 
 static const struct variant *case_variant(void **state, bool *skip) {

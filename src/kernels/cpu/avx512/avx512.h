@@ -26,6 +26,14 @@ DECLARE_MATMUL_AVX512(kn_matmul_p_q4_0_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_p_q4_1_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_p_q5_0_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_p_q5_1_avx512)
+/* packed K-quant layouts (P16K), matmul_pk.c; kn_pack_*_avx512 route the
+ * K types to these */
+DECLARE_MATMUL_AVX512(kn_matmul_p_q4_k_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_p_q5_k_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_p_q6_k_avx512)
+size_t kn_pack_size_pk_avx512(int type, int rows, int n);
+void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, const void *src,
+                            size_t src_stride);
 size_t kn_pack_size_avx512(int type, int rows, int n);
 void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const void *src,
                          size_t src_stride);

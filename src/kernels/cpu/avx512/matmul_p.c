@@ -84,6 +84,7 @@ static inline size_t tile_size(int pt, int nb) {
 
 size_t kn_pack_size_avx512(int type, int rows, int n) {
     int pt = ptype(type);
+    if (pt < 0) return kn_pack_size_pk_avx512(type, rows, n); /* the K types: matmul_pk.c */
     if (pt < 0 || rows <= 0 || n <= 0 || n % QK || n / QK > CORR_MAX) return 0;
     return (size_t)((rows + R - 1) / R) * tile_size(pt, n / QK);
 }
@@ -91,6 +92,10 @@ size_t kn_pack_size_avx512(int type, int rows, int n) {
 void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const void *src,
                          size_t src_stride) {
     int pt = ptype(type), nb = n / QK;
+    if (pt < 0) {
+        kn_pack_rows_pk_avx512(type, dst, n, row0, count, src, src_stride);
+        return;
+    }
     size_t ts = tile_size(pt, nb);
     for (int i = 0; i < count; i++) {
         int r = row0 + i, l = r % R;

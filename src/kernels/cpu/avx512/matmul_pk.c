@@ -1,0 +1,473 @@
+/*
+ * matmul_pk.c (avx512) - Q4_K, Q5_K and Q6_K weights repacked at load time into
+ * 16-row tiles, times Q8K activations, with AVX-512 VNNI. The
+ * specification is cpu/ref/matmul.c; the GGUF-layout kernels
+ * (cpu/avx2/matmul_k.c) serve matrices that are not packed. The 32-element
+ * types' tiles are in matmul_p.c; this file follows the same plan.
+ *
+ * Layout ("P16K"). Rows are grouped in tiles of KN_PACK_ROWS = 16; the
+ * last tile is padded with zero rows. In a tile, zmm dword lane l is row l,
+ * and a 64-byte chunk holds 4 bytes of each of the 16 rows (lane l = bytes
+ * 4c..4c+3 of that row's field, c the chunk's index in the field). A tile
+ * is the super-blocks 0..nsb-1 of its 16 rows one after the other ("body"),
+ * each body the GGUF block fields transposed into chunks:
+ *   Q4_K (2304 bytes = 16 x 144): qs in 32 chunks (chunk c: nibble h of
+ *     byte i is element 64(c/8) + 32h + 4(c%8) + i), then the 12 scale
+ *     bytes in 3 chunks (still 6-bit packed: decoded per tile and
+ *     super-block, once for all the tokens of a register tile), then d
+ *     (16 f16) and dmin (16 f16);
+ *   Q5_K (2816 bytes = 16 x 176): as Q4_K with the 32 qh bytes in 8
+ *     chunks after qs (chunk c: bit j of byte i is bit 4 of element
+ *     32j + 4c + i);
+ *   Q6_K (3328 bytes): the 6-bit quants regrouped (same 192 bytes per
+ *     row): group g = 8h + c (h < 2, c < 8) is 3 chunks B0, B1, B2, byte i
+ *     of lane l of B_s holding q(128h + 32s + 4c + i) in bits 0..5 and bits
+ *     2s, 2s+1 of q(128h + 96 + 4c + i) in bits 6..7. Three of four
+ *     quants are then one AND, the fourth (s = 3) comes out as 4q with two
+ *     shifts (GGUF's ql/qh split would take five shifts per four chunks,
+ *     and shifts share port 0 with vpdpbusd); its sub-blocks' partial sums
+ *     are 4x, so the other sub-blocks' scales are taken 4x too and S1 is
+ *     shifted back by 2 at the end (exact: every term is a multiple of 4;
+ *     |4 S1| < 2^31). Then the 16 int8 scales in 4 chunks;
+ *     the d of all super-blocks (16 f16 each) come first in the tile,
+ *     rounded up to 64 bytes, so that every body stays 64-byte aligned
+ *     and a tile is still read front to back (one memory stream).
+ * So the packed matrix is the GGUF bytes plus at most 32 bytes per tile
+ * (and the padding rows of the last tile).
+ *
+ * Why: one vpdpbusd takes a chunk of unsigned weights (16 rows x 4
+ * elements, decoded from nibbles and 2-bit fields with a few logic ops)
+ * against 4 activation bytes of one token broadcast to every lane, so the
+ * 16 lanes are 16 independent output rows: no horizontal sums, and a
+ * decoded chunk serves GM tokens from registers.
+ *
+ * Numerics, per lane (row r, token t) and super-block in order: the
+ * reference's exact integer sums, then its float step, operation for
+ * operation with separate mul/add/sub (no FMA; -std=c11 keeps GCC from
+ * contracting), so y(t, r) equals the reference bit for bit in every shape
+ * and whatever n_tokens, r0 and r1 are (batch invariance, kernels/ops.h):
+ *   isum_j = sum(q * qa) over sub-block j (vpdpbusd, q unsigned: Q4_K
+ *     0..15, Q5_K 0..31, Q6_K 0..63; |isum_j| <= 16 * 63 * 128 at most);
+ *   S1 = sum_j sc_j * isum_j (vpmulld by the lane's decoded scale);
+ *   Q4_K, Q5_K: S2 = sum_j m_j * bsum32_j, by vpdpwssd of (m_2p, m_2p+1) int16
+ *     pairs against the token's (bsum32_2p, bsum32_2p+1) (bsum32 = sum of
+ *     32 qa, |.| <= 4064, fits int16), then
+ *     acc + ((d * da) * S1 - (dmin * da) * S2);
+ *   Q6_K: T = sum_j sc_j * bsum16_j likewise (pairs of int8 scales), and
+ *     acc + (d * da) * (S1 - 32 * T), S1 - 32 * T being the reference's
+ *     S = sum_j sc_j * (isum_j - 32 * bsum16_j) exactly.
+ * All bounded well inside int32 (cpu/ref/matmul.c: |S| < 4e8).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/avx512/avx512.h"
+
+enum { T_Q4_K, T_Q5_K, T_Q6_K };
+enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
+
+enum {
+    GT = 2, GM = 6,    /* several tokens: register tiles of GT tiles x GM tokens */
+    MT = GM,           /* most tokens per register tile */
+    NT = 4,            /* tiles in lockstep for one token (memory streams) */
+    PF_DIST = 4096,    /* software prefetch distance (see matmul_q.c) */
+    SCR_MAX = 8192,    /* int32 bsum pairs per call chunk (32 KB of stack) */
+    TOK_CHUNK = 64,    /* tokens per call chunk */
+};
+
+static int ptype(int type) {
+    switch (type) {
+    case ANVIL_TYPE_Q4_K: return T_Q4_K;
+    case ANVIL_TYPE_Q5_K: return T_Q5_K;
+    case ANVIL_TYPE_Q6_K: return T_Q6_K;
+    default: return -1;
+    }
+}
+
+/* geometry of a super-block body (bytes), see the header */
+enum {
+    Q4K_BODY = 2304, Q4K_SC = 2048, Q4K_D = 2240, Q4K_DMIN = 2272,
+    Q5K_BODY = 2816, Q5K_QH = 2048, Q5K_SC = 2560, Q5K_D = 2752, Q5K_DMIN = 2784,
+    Q6K_BODY = 3328, Q6K_SC = 3072,
+};
+/* Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins */
+static inline int is_q45(int pt) { return pt != T_Q6_K; }
+static inline size_t body_size(int pt) {
+    return pt == T_Q4_K ? Q4K_BODY : pt == T_Q5_K ? Q5K_BODY : Q6K_BODY;
+}
+static inline size_t sc_off(int pt) { return pt == T_Q4_K ? Q4K_SC : pt == T_Q5_K ? Q5K_SC : Q6K_SC; }
+static inline size_t d_off(int pt) { return pt == T_Q4_K ? Q4K_D : Q5K_D; }       /* Q4_K, Q5_K */
+static inline size_t dmin_off(int pt) { return pt == T_Q4_K ? Q4K_DMIN : Q5K_DMIN; }
+static inline int nsub(int pt) { return is_q45(pt) ? 8 : 16; }     /* sub-blocks */
+static inline int npairs(int pt) { return is_q45(pt) ? 4 : 8; }    /* vpdpwssd per S2 */
+/* offset of the first body in a tile: Q6_K's d array comes first */
+static inline size_t body0(int pt, int nsb) {
+    return pt == T_Q6_K ? ((size_t)nsb * 32 + 63) & ~(size_t)63 : 0;
+}
+static inline size_t tile_size(int pt, int nsb) { return body0(pt, nsb) + (size_t)nsb * body_size(pt); }
+
+size_t kn_pack_size_pk_avx512(int type, int rows, int n) {
+    int pt = ptype(type);
+    if (pt < 0 || rows <= 0 || n <= 0 || n % QK_K || n / QK_K * npairs(pt) > SCR_MAX) return 0;
+    return (size_t)((rows + R - 1) / R) * tile_size(pt, n / QK_K);
+}
+
+void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, const void *src,
+                            size_t src_stride) {
+    int pt = ptype(type), nsb = n / QK_K;
+    size_t ts = tile_size(pt, nsb);
+    for (int i = 0; i < count; i++) {
+        int r = row0 + i, l = r % R;
+        uint8_t *tile = (uint8_t *)dst + (size_t)(r / R) * ts;
+        const uint8_t *row = (const uint8_t *)src + (size_t)i * src_stride;
+        for (int b = 0; b < nsb; b++) {
+            uint8_t *body = tile + body0(pt, nsb) + (size_t)b * body_size(pt) + 4 * l;
+            if (pt == T_Q4_K) {
+                const struct blk_q4_k *blk = (const struct blk_q4_k *)row + b;
+                for (int c = 0; c < 32; c++) memcpy(body + 64 * c, blk->qs + 4 * c, 4);
+                for (int c = 0; c < 3; c++) memcpy(body + Q4K_SC + 64 * c, blk->scales + 4 * c, 4);
+                memcpy(body - 4 * l + Q4K_D + 2 * l, &blk->d, 2);
+                memcpy(body - 4 * l + Q4K_DMIN + 2 * l, &blk->dmin, 2);
+            } else if (pt == T_Q5_K) {
+                const struct blk_q5_k *blk = (const struct blk_q5_k *)row + b;
+                for (int c = 0; c < 32; c++) memcpy(body + 64 * c, blk->qs + 4 * c, 4);
+                for (int c = 0; c < 8; c++) memcpy(body + Q5K_QH + 64 * c, blk->qh + 4 * c, 4);
+                for (int c = 0; c < 3; c++) memcpy(body + Q5K_SC + 64 * c, blk->scales + 4 * c, 4);
+                memcpy(body - 4 * l + Q5K_D + 2 * l, &blk->d, 2);
+                memcpy(body - 4 * l + Q5K_DMIN + 2 * l, &blk->dmin, 2);
+            } else {
+                const struct blk_q6_k *blk = (const struct blk_q6_k *)row + b;
+                /* group g = 8h + c: elements 128h + 32s + 4c + i, s < 4, i < 4 */
+                for (int g = 0; g < 16; g++)
+                    for (int e = 0; e < 4; e++) {
+                        int h = g / 8, o = 4 * (g % 8) + e, q[4];
+                        for (int t = 0; t < 4; t++)
+                            q[t] = ((blk->ql[64 * h + 32 * (t % 2) + o] >> (4 * (t / 2))) & 0x0f) |
+                                   ((blk->qh[32 * h + o] >> (2 * t)) & 3) << 4;
+                        for (int t = 0; t < 3; t++)
+                            body[64 * (3 * g + t) + e] = (uint8_t)(q[t] | ((q[3] >> (2 * t)) & 3) << 6);
+                    }
+                for (int c = 0; c < 4; c++) memcpy(body + Q6K_SC + 64 * c, blk->scales + 4 * c, 4);
+                memcpy(tile + (size_t)b * 32 + 2 * l, &blk->d, 2);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* the tile kernel */
+
+/* One call chunk of activation rows, as the kernel reads them. */
+struct pk_act {
+    const int8_t *q[TOK_CHUNK];  /* qs of each token row (Q8K) */
+    const float *d[TOK_CHUNK];   /* da per super-block */
+    const int32_t *p[TOK_CHUNK]; /* npairs int16 pairs of bsums per super-block */
+};
+
+static inline __m512i bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Decoded scales of one tile's super-block: sc[j] the int32 scale of
+ * sub-block j per lane; pr[p] the int16 pairs S2 multiplies (Q4_K: mins
+ * (m_2p, m_2p+1); Q6_K: scales (sc_4v, sc_4v+2) at p = 2v and (sc_4v+1,
+ * sc_4v+3) at p = 2v+1), matching pk_pairs() of the activations. */
+struct pk_scales {
+    __m512i sc[16];
+    __m512i pr[8];
+};
+
+static inline __attribute__((always_inline)) void decode_scales(int pt, const uint8_t *body,
+                                                                struct pk_scales *s) {
+    if (is_q45(pt)) {
+        const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
+        __m512i d0 = _mm512_load_si512(body + sc_off(pt)), d1 = _mm512_load_si512(body + sc_off(pt) + 64),
+                d2 = _mm512_load_si512(body + sc_off(pt) + 128), m[8];
+        s->sc[0] = _mm512_and_si512(d0, m6);
+        s->sc[1] = _mm512_and_si512(_mm512_srli_epi32(d0, 8), m6);
+        s->sc[2] = _mm512_and_si512(_mm512_srli_epi32(d0, 16), m6);
+        s->sc[3] = _mm512_and_si512(_mm512_srli_epi32(d0, 24), m6);
+        m[0] = _mm512_and_si512(d1, m6);
+        m[1] = _mm512_and_si512(_mm512_srli_epi32(d1, 8), m6);
+        m[2] = _mm512_and_si512(_mm512_srli_epi32(d1, 16), m6);
+        m[3] = _mm512_and_si512(_mm512_srli_epi32(d1, 24), m6);
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) {
+            __m512i hs = _mm512_and_si512(_mm512_srli_epi32(d0, 8 * b + 6), m3);
+            __m512i hm = _mm512_and_si512(_mm512_srli_epi32(d1, 8 * b + 6), m3);
+            s->sc[4 + b] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(d2, 8 * b), m4),
+                                           _mm512_slli_epi32(hs, 4));
+            m[4 + b] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(d2, 8 * b + 4), m4),
+                                       _mm512_slli_epi32(hm, 4));
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) s->pr[p] = _mm512_or_si512(m[2 * p], _mm512_slli_epi32(m[2 * p + 1], 16));
+    } else {
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            __m512i x = _mm512_load_si512(body + Q6K_SC + 64 * v);
+            /* x4 except for s = 3 (j % 8 >= 6), whose weights come 4x
+             * (see wchunk) */
+            __m512i b0 = _mm512_srai_epi32(_mm512_slli_epi32(x, 24), 24);
+            __m512i b1 = _mm512_srai_epi32(_mm512_slli_epi32(x, 16), 24);
+            __m512i b2 = _mm512_srai_epi32(_mm512_slli_epi32(x, 8), 24);
+            __m512i b3 = _mm512_srai_epi32(x, 24);
+            s->sc[4 * v + 0] = _mm512_slli_epi32(b0, 2);
+            s->sc[4 * v + 1] = _mm512_slli_epi32(b1, 2);
+            s->sc[4 * v + 2] = v % 2 ? b2 : _mm512_slli_epi32(b2, 2);
+            s->sc[4 * v + 3] = v % 2 ? b3 : _mm512_slli_epi32(b3, 2);
+            s->pr[2 * v] = _mm512_srai_epi16(_mm512_slli_epi16(x, 8), 8);
+            s->pr[2 * v + 1] = _mm512_srai_epi16(x, 8);
+        }
+    }
+}
+
+/* The weight chunk k of sub-block j = j0 + jj of a body (16 rows x 4
+ * elements, as unsigned bytes). j0 is a multiple of the unrolled sub-block
+ * group (2 for Q4_K, 8 for Q6_K) so that jj, which selects the decode, is
+ * a compile-time constant. */
+static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_t *body, int j0, int jj,
+                                                           int k) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    if (pt == T_Q4_K) { /* chunk 8 * (j / 2) + k, nibble j % 2 */
+        __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
+        return (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
+    }
+    if (pt == T_Q5_K) { /* as Q4_K, plus 16 where bit j of qh chunk k is set */
+        __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
+        __m512i lo = (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
+        __mmask64 h = _mm512_test_epi8_mask(_mm512_load_si512(body + Q5K_QH + 64 * k),
+                                            _mm512_set1_epi8((char)(1 << (j0 + jj))));
+        return _mm512_mask_add_epi8(lo, h, lo, _mm512_set1_epi8(0x10)); /* no shift: port 0 is busy */
+    }
+    /* Q6_K: j = 8h + 2s + e holds elements 128h + 32s + 16e + 4k + i, in
+     * group g = 8h + 4e + k, byte s of the group's 3 chunks B0..B2 (s < 3:
+     * q in bits 0..5) or their bits 6..7 (s = 3: bits 2s' of q in B_s'),
+     * which give 4q with two shifts and no more */
+    const int s = jj / 2, g = j0 + 4 * (jj % 2) + k;
+    const uint8_t *c = body + 64 * 3 * g;
+    if (s < 3) return _mm512_and_si512(_mm512_load_si512(c + 64 * s), _mm512_set1_epi8(0x3f));
+    __m512i b0 = _mm512_srli_epi16(_mm512_load_si512(c), 4);       /* q bits 0,1 at 2,3 */
+    __m512i b1 = _mm512_srli_epi16(_mm512_load_si512(c + 64), 2);  /* q bits 2,3 at 4,5 */
+    __m512i b2 = _mm512_and_si512(_mm512_load_si512(c + 128), _mm512_set1_epi8((char)0xc0));
+    __m512i u = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0c), b0, b1, 0xCA); /* A ? B : C */
+    return _mm512_ternarylogic_epi32(u, b2, _mm512_set1_epi8(0x3c), 0xEC);     /* (A & C) | B */
+}
+/* offset in the super-block of the 4 activations chunk k of sub-block j meets */
+static inline int act_off(int pt, int j, int k) { return (is_q45(pt) ? 32 : 16) * j + 4 * k; }
+
+/* Tiles tp[0..nt) times tokens [t0, t0 + mt) of a; lane mask sm[i] of
+ * which rows of tile i to store at y + t*ldy + rb[i]. Per super-block:
+ * decode every tile's scales, then sub-block by sub-block the nt x mt
+ * integer dots (a chunk decoded once per tile, an activation broadcast
+ * once per token), scaled into S1 per sub-block; then S2 and the float
+ * step per (tile, token). */
+static inline __attribute__((always_inline)) void
+pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const struct pk_act *a,
+         int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
+    /* ju: sub-blocks unrolled, so that the decode's shifts are constants */
+    const int ns = nsub(pt), kc = is_q45(pt) ? 8 : 4, ju = is_q45(pt) ? 2 : 8, np = npairs(pt);
+    const size_t bs = body_size(pt);
+    __m512 acc[NT][MT];
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < mt; t++) acc[i][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nsb; b++) {
+        struct pk_scales sc[NT];
+        const uint8_t *body[NT];
+        __m512i s1[NT][MT];
+#pragma GCC unroll 4
+        for (int i = 0; i < nt; i++) {
+            body[i] = tp[i] + body0(pt, nsb) + (size_t)b * bs;
+            decode_scales(pt, body[i], &sc[i]);
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++) s1[i][t] = _mm512_setzero_si512();
+        }
+        for (int j0 = 0; j0 < ns; j0 += ju) {
+#pragma GCC unroll 8
+            for (int jj = 0; jj < ju; jj++) {
+                const int j = j0 + jj;
+                __m512i is[NT][MT];
+#pragma GCC unroll 4
+                for (int i = 0; i < nt; i++) {
+#pragma GCC unroll 8
+                    for (int t = 0; t < mt; t++) is[i][t] = _mm512_setzero_si512();
+                }
+#pragma GCC unroll 8
+                for (int k = 0; k < kc; k++) {
+                    __m512i w[NT];
+                    /* one line of the body PF_DIST ahead per chunk step
+                     * (Q4_K: 64 steps, 36 lines; Q6_K: 64 steps, 52) */
+                    if (pf && j * kc + k < (int)(bs / 64))
+#pragma GCC unroll 4
+                        for (int i = 0; i < nt; i++)
+                            _mm_prefetch((const char *)body[i] + PF_DIST + 64 * (j * kc + k), _MM_HINT_T0);
+#pragma GCC unroll 4
+                    for (int i = 0; i < nt; i++) w[i] = wchunk(pt, body[i], j0, jj, k);
+#pragma GCC unroll 8
+                    for (int t = 0; t < mt; t++) {
+                        __m512i x = bcast32(a->q[t0 + t] + (size_t)b * QK_K + act_off(pt, j, k));
+#pragma GCC unroll 4
+                        for (int i = 0; i < nt; i++) is[i][t] = _mm512_dpbusd_epi32(is[i][t], w[i], x);
+                    }
+                }
+#pragma GCC unroll 4
+                for (int i = 0; i < nt; i++)
+#pragma GCC unroll 8
+                    for (int t = 0; t < mt; t++)
+                        s1[i][t] = _mm512_add_epi32(s1[i][t], _mm512_mullo_epi32(is[i][t], sc[i].sc[j]));
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < nt; i++) {
+            __m512 dw, dm = _mm512_setzero_ps();
+            if (is_q45(pt)) {
+                dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + d_off(pt))));
+                dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + dmin_off(pt))));
+            } else {
+                dw = _mm512_cvtph_ps(
+                    _mm256_load_si256((const __m256i *)(tp[i] + (size_t)b * 32)));
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++) {
+                const int32_t *pp = a->p[t0 + t] + (size_t)b * np;
+                __m512i s2 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int p = 0; p < np; p++) s2 = _mm512_dpwssd_epi32(s2, sc[i].pr[p], _mm512_set1_epi32(pp[p]));
+                __m512 da = _mm512_set1_ps(a->d[t0 + t][b]), v;
+                if (is_q45(pt))
+                    v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s1[i][t])),
+                                      _mm512_mul_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(s2)));
+                else
+                    v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
+                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srai_epi32(s1[i][t], 2),
+                                                                          _mm512_slli_epi32(s2, 5))));
+                acc[i][t] = _mm512_add_ps(acc[i][t], v);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < mt; t++)
+            _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ldy + rb[i], sm[i], acc[i][t]);
+}
+
+#define PK_CASE(N, M) \
+    case (N) * 16 + (M): pk_tiles(pt, N, M, tp, nsb, a, t0, y, ldy, rb, sm, pf); break;
+
+static inline __attribute__((always_inline)) void
+pk_tile_tokens(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const struct pk_act *a,
+               int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
+    switch (nt * 16 + mt) {
+        PK_CASE(GT, 6) PK_CASE(GT, 5) PK_CASE(GT, 4) PK_CASE(GT, 3) PK_CASE(GT, 2) PK_CASE(GT, 1)
+        PK_CASE(1, 6) PK_CASE(1, 5) PK_CASE(1, 4) PK_CASE(1, 3) PK_CASE(1, 2) PK_CASE(1, 1)
+    default: break;
+    }
+}
+
+/* lanes of tile k that hold rows in [r0, r1) */
+static inline __mmask16 lanes(int k, int r0, int r1) {
+    int lo = r0 - k * R, hi = r1 - k * R;
+    if (lo < 0) lo = 0;
+    if (hi > R) hi = R;
+    if (hi <= lo) return 0;
+    return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+static inline uint32_t pair16(int lo, int hi) { return (uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16; }
+
+/* The int16 bsum pairs of one Q8K row, npairs per super-block, in the
+ * order of pk_scales.pr. */
+static void pk_pairs(int pt, int32_t *p, const int16_t *bsums, int nsb) {
+    for (int b = 0; b < nsb; b++, bsums += 16) {
+        if (is_q45(pt)) {
+            for (int q = 0; q < 4; q++)
+                p[4 * b + q] = (int32_t)pair16(bsums[4 * q] + bsums[4 * q + 1], bsums[4 * q + 2] + bsums[4 * q + 3]);
+        } else {
+            for (int v = 0; v < 4; v++) {
+                p[8 * b + 2 * v] = (int32_t)pair16(bsums[4 * v], bsums[4 * v + 2]);
+                p[8 * b + 2 * v + 1] = (int32_t)pair16(bsums[4 * v + 1], bsums[4 * v + 3]);
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const void *restrict x,
+          size_t x_stride, int n, int n_tokens, int r0, int r1) {
+    const int nsb = n / QK_K, np = npairs(pt);
+    const size_t ts = tile_size(pt, nsb);
+    const uint8_t *wb = w, *xb = x;
+    const int k0 = r0 / R, k1 = (r1 + R - 1) / R;
+    int32_t scr[SCR_MAX];
+    struct pk_act a;
+    if (r0 >= r1 || n_tokens <= 0) return;
+    int tc = SCR_MAX / (nsb * np) < TOK_CHUNK ? SCR_MAX / (nsb * np) : TOK_CHUNK;
+    for (int c0 = 0; c0 < n_tokens; c0 += tc) {
+        int nt = n_tokens - c0 < tc ? n_tokens - c0 : tc;
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *row = xb + (size_t)(c0 + t) * x_stride;
+            a.q[t] = (const int8_t *)row;
+            a.d[t] = (const float *)(row + n);
+            a.p[t] = scr + (size_t)t * nsb * np;
+            pk_pairs(pt, scr + (size_t)t * nsb * np, (const int16_t *)(a.d[t] + nsb), nsb);
+        }
+        float *yc = y + (size_t)c0 * ldy;
+        if (nt == 1) {
+            /* one token: NT stretches of the tile range in lockstep, each a
+             * separate memory stream; the leftover tiles one by one */
+            const int q = (k1 - k0) / NT;
+            for (int j = 0; j < q; j++) {
+                const uint8_t *tp[NT];
+                int rb[NT];
+                __mmask16 sm[NT];
+#pragma GCC unroll 4
+                for (int s = 0; s < NT; s++) {
+                    int k = k0 + s * q + j;
+                    tp[s] = wb + (size_t)k * ts;
+                    rb[s] = k * R;
+                    sm[s] = lanes(k, r0, r1);
+                }
+                pk_tiles(pt, NT, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 1);
+            }
+            for (int k = k0 + NT * q; k < k1; k++) {
+                const uint8_t *tp[NT] = {wb + (size_t)k * ts};
+                int rb[NT] = {k * R};
+                __mmask16 sm[NT] = {lanes(k, r0, r1)};
+                pk_tiles(pt, 1, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 1);
+            }
+            continue;
+        }
+        /* GT tiles x GM tokens at a time (the leftover tile alone) */
+        for (int k = k0; k < k1; k += GT) {
+            int ntl = k1 - k < GT ? k1 - k : GT;
+            const uint8_t *tp[NT];
+            int rb[NT];
+            __mmask16 sm[NT];
+            for (int i = 0; i < ntl; i++) {
+                tp[i] = wb + (size_t)(k + i) * ts;
+                rb[i] = (k + i) * R;
+                sm[i] = lanes(k + i, r0, r1);
+            }
+            for (int t = 0; t < nt; t += GM) {
+                int mt = nt - t < GM ? nt - t : GM;
+                pk_tile_tokens(pt, ntl, mt, tp, nsb, &a, t, yc, ldy, rb, sm, t == 0);
+            }
+        }
+    }
+}
+
+#define DEFINE_MATMUL_PK(NAME, PT) \
+    void NAME(float *restrict y, size_t ldy, const void *restrict w, size_t w_stride, \
+              const void *restrict x, size_t x_stride, int n, int n_tokens, int r0, int r1) { \
+        (void)w_stride; \
+        matmul_pk(PT, y, ldy, w, x, x_stride, n, n_tokens, r0, r1); \
+    }
+
+DEFINE_MATMUL_PK(kn_matmul_p_q4_k_avx512, T_Q4_K)
+DEFINE_MATMUL_PK(kn_matmul_p_q5_k_avx512, T_Q5_K)
+DEFINE_MATMUL_PK(kn_matmul_p_q6_k_avx512, T_Q6_K)
