@@ -18,9 +18,12 @@
  *      step's part of the vector's list of nonzero positions.
  *   3. PV, per span, one span behind the gate (so the V rows a span needs
  *      are prefetched while the next span's scores are computed): only V
- *      rows set in the union of the group's masks are read and converted;
- *      each vector then walks its mask (see WALK_*), acc = fma(p_t, v_t,
- *      acc), 64 columns at a time in registers.
+ *      rows set in the union of the group's masks are read; each vector
+ *      walks its mask (see WALK_*), acc = fma(p_t, v_t, acc), 64 columns
+ *      at a time in registers. The rows are converted to a float buffer
+ *      that the walks share, except that with F16 the sparse walks of a
+ *      span whose rows serve few of them read the tiles and convert in
+ *      registers (span_pv).
  * No exp, no running max, no rescale. The history of a call's first chunk
  * (when it is not chunk 0) is the step left of it, recomputed with the
  * same code, so any split gives the same bits (attn_hp1.h, numeric
