@@ -457,9 +457,12 @@ static void span_pv(const struct kn_hp1_task *t, struct ws *w, const struct span
     /* F16 sparse walks read V straight from the tiles while their rows
      * are used twice or less on average: a conversion in a walk costs
      * about half of a conversion into the buffer plus its store (measured
-     * on Cascade Lake: PV x at 70% zeros 1.6 -> 2.4 at 3 heads per kv
-     * head, 1.4 -> 1.8 at 4; unchanged at 8, where a row serves ~2.5) */
-    bool direct = f16 && sparse_terms <= 2 * __builtin_popcountll(sparse_rows);
+     * on Cascade Lake, KV in DRAM: PV x at 70% zeros 1.3 -> 1.8-2.0 at 3
+     * heads per kv head; unchanged at 8, where a row serves ~2.5). Only up
+     * to 64 columns: at head_dim 128 (two passes over the mask) it won
+     * with the KV in L3 (1.4 -> 1.8 at 4 heads) but lost 3-4% of sparse
+     * PV time with the KV in DRAM, the decode case. */
+    bool direct = f16 && hd <= 64 && sparse_terms <= 2 * __builtin_popcountll(sparse_rows);
     if (f16 && !direct) rows |= sparse_rows;
     while (rows) {
         int j = __builtin_ctzll(rows);
