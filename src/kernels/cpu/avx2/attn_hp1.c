@@ -18,9 +18,12 @@
  *      step's part of the vector's list of nonzero positions.
  *   3. PV, per span, one span behind the gate (so the V rows a span needs
  *      are prefetched while the next span's scores are computed): only V
- *      rows set in the union of the group's masks are read and converted;
- *      each vector then walks its mask (see WALK_*), acc = fma(p_t, v_t,
- *      acc), 64 columns at a time in registers.
+ *      rows set in the union of the group's masks are read; each vector
+ *      walks its mask (see WALK_*), acc = fma(p_t, v_t, acc), 64 columns
+ *      at a time in registers. The rows are converted to a float buffer
+ *      that the walks share, except that with F16 the sparse walks of a
+ *      span whose rows serve few of them read the tiles and convert in
+ *      registers (span_pv).
  * No exp, no running max, no rescale. The history of a call's first chunk
  * (when it is not chunk 0) is the step left of it, recomputed with the
  * same code, so any split gives the same bits (attn_hp1.h, numeric
@@ -330,6 +333,57 @@ pv_vec(const int mode, float *acc, const float *p, uint64_t m, int n, const floa
     if (d0 < hd) pv_cols(mode, 4, acc, p, m, n, Vb, hd, d0); /* hd is a multiple of 32 */
 }
 
+/* The sparse walk of an F16 span straight from the tiles: V row j of the
+ * span at vbase[j / 16] + (j % 16) * hd halves, converted in registers as
+ * it is read (the same floats as load_v_row), so a row that only sparse
+ * walks need is neither stored to nor reloaded from the span buffer. Same
+ * FMAs in the same order as pv_cols' WALK_SPARSE. */
+static inline __attribute__((always_inline)) void
+pv_cols_f16(const int nb, float *restrict acc, const float *restrict p, uint64_t m,
+            const uint16_t *const *vbase, int hd, int d0) {
+    float *a = acc + d0;
+    __m256 c0 = _mm256_load_ps(a), c1 = _mm256_load_ps(a + 8), c2 = _mm256_load_ps(a + 16),
+           c3 = _mm256_load_ps(a + 24), c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+    if (nb > 4) {
+        c4 = _mm256_load_ps(a + 32);
+        c5 = _mm256_load_ps(a + 40);
+        c6 = _mm256_load_ps(a + 48);
+        c7 = _mm256_load_ps(a + 56);
+    }
+    while (m) {
+        int j = __builtin_ctzll(m);
+        m &= m - 1;
+        __m256 pj = _mm256_set1_ps(p[j]);
+        const uint16_t *vr = vbase[j >> 4] + (size_t)(j & 15) * hd + d0;
+        c0 = _mm256_fmadd_ps(pj, load_f16x8(vr), c0);
+        c1 = _mm256_fmadd_ps(pj, load_f16x8(vr + 8), c1);
+        c2 = _mm256_fmadd_ps(pj, load_f16x8(vr + 16), c2);
+        c3 = _mm256_fmadd_ps(pj, load_f16x8(vr + 24), c3);
+        if (nb > 4) {
+            c4 = _mm256_fmadd_ps(pj, load_f16x8(vr + 32), c4);
+            c5 = _mm256_fmadd_ps(pj, load_f16x8(vr + 40), c5);
+            c6 = _mm256_fmadd_ps(pj, load_f16x8(vr + 48), c6);
+            c7 = _mm256_fmadd_ps(pj, load_f16x8(vr + 56), c7);
+        }
+    }
+    _mm256_store_ps(a, c0);
+    _mm256_store_ps(a + 8, c1);
+    _mm256_store_ps(a + 16, c2);
+    _mm256_store_ps(a + 24, c3);
+    if (nb > 4) {
+        _mm256_store_ps(a + 32, c4);
+        _mm256_store_ps(a + 40, c5);
+        _mm256_store_ps(a + 48, c6);
+        _mm256_store_ps(a + 56, c7);
+    }
+}
+
+static void pv_vec_f16(float *acc, const float *p, uint64_t m, const uint16_t *const *vbase, int hd) {
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) pv_cols_f16(8, acc, p, m, vbase, hd, d0);
+    if (d0 < hd) pv_cols_f16(4, acc, p, m, vbase, hd, d0);
+}
+
 /* ---------------------------------------------------------------------- */
 /* chunks */
 
@@ -383,22 +437,51 @@ static inline int masked_min(int n) { return n - n / 4; }
 static void span_pv(const struct kn_hp1_task *t, struct ws *w, const struct span *sp, int nq) {
     const struct kn_kv_layout *kv = t->at.kv;
     int hd = kv->head_dim;
-    uint64_t rows = sp->all;
+    bool f16 = kv->type == ANVIL_TYPE_F16;
+    uint8_t walk[MAXQ];
+    uint64_t sparse_rows = 0;
+    int sparse_terms = 0;
+    uint64_t rows = f16 ? 0 : sp->all; /* the rows the float buffer must hold */
+    for (int k = 0; k < nq; k++) {
+        uint64_t m = w->mask[sp->buf][k], vb = w->vbits[sp->buf][k];
+        /* the vector's keys in the span are [0, nv) (a prefill row may end
+         * inside it): only their p were written, so no walk reads past */
+        int nv = __builtin_popcountll(vb);
+        walk[k] = m == vb ? WALK_ALL : __builtin_popcountll(m) >= masked_min(nv) ? WALK_MASKED : WALK_SPARSE;
+        if (f16 && walk[k] != WALK_SPARSE) rows |= m;
+        if (walk[k] == WALK_SPARSE) {
+            sparse_rows |= m;
+            sparse_terms += __builtin_popcountll(m);
+        }
+    }
+    /* F16 sparse walks read V straight from the tiles while their rows
+     * are used twice or less on average: a conversion in a walk costs
+     * about half of a conversion into the buffer plus its store (measured
+     * on Cascade Lake, KV in DRAM: PV x at 70% zeros 1.3 -> 1.8-2.0 at 3
+     * heads per kv head; unchanged at 8, where a row serves ~2.5). Only up
+     * to 64 columns: at head_dim 128 (two passes over the mask) it won
+     * with the KV in L3 (1.4 -> 1.8 at 4 heads) but lost 3-4% of sparse
+     * PV time with the KV in DRAM, the decode case. */
+    bool direct = f16 && hd <= 64 && sparse_terms <= 2 * __builtin_popcountll(sparse_rows);
+    if (f16 && !direct) rows |= sparse_rows;
     while (rows) {
         int j = __builtin_ctzll(rows);
         rows &= rows - 1;
         load_v_row(kv, sp->tile[j / SUB], sp->j0[j / SUB] + j % SUB, w->V + (size_t)j * hd);
     }
+    const uint16_t *vbase[SPAN_MAX / SUB];
+    if (direct)
+        for (int st = 0; st * SUB < sp->n; st++)
+            vbase[st] = (const uint16_t *)(sp->tile[st] + kv->v_off) + (size_t)sp->j0[st] * hd;
     for (int k = 0; k < nq; k++) {
         uint64_t m = w->mask[sp->buf][k], vb = w->vbits[sp->buf][k];
         if (!m) continue;
         float *acc = w->acc + (size_t)k * hd;
         const float *p = w->p[sp->buf][k];
-        /* the vector's keys in the span are [0, nv) (a prefill row may end
-         * inside it): only their p were written, so no walk reads past */
         int nv = __builtin_popcountll(vb);
-        if (m == vb) pv_vec(WALK_ALL, acc, p, m, nv, w->V, hd);
-        else if (__builtin_popcountll(m) >= masked_min(nv)) pv_vec(WALK_MASKED, acc, p, m, nv, w->V, hd);
+        if (walk[k] == WALK_ALL) pv_vec(WALK_ALL, acc, p, m, nv, w->V, hd);
+        else if (walk[k] == WALK_MASKED) pv_vec(WALK_MASKED, acc, p, m, nv, w->V, hd);
+        else if (direct) pv_vec_f16(acc, p, m, vbase, hd);
         else pv_vec(WALK_SPARSE, acc, p, m, 0, w->V, hd);
     }
 }
