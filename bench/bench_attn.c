@@ -25,8 +25,11 @@
  * (kv_attn_prepare_hp1 + kv_attn_run): the softmax; HP1 with sparse PV
  * (the engine's kernel) at each target sparsity; HP1 with dense PV (every
  * position, zeros included); HP1 without PV (scores and gate alone).
- * PV time = time - time without PV, so the PV speedup of sparsity is
- * (dense - none) / (sparse - none). Sparsity comes from kn_hp1_gate_keys
+ * The three HP1 modes run call after call (on successive layers), and a PV
+ * time is the median of the per-call differences (time - time without
+ * PV) of those triples, so the PV speedup of sparsity is median(dense -
+ * none) / median(sparse - none), robust to a drift of the machine that
+ * separately timed medians are not. Sparsity comes from kn_hp1_gate_keys
  * and _queries and kn_hp1_calibrate (attn_hp1.h): the keys carry gate
  * dimensions, each target sets the queries and calibrates the taps
  * (1, -a, -a) on the scores of up to two sequences; the zero share reached
@@ -379,15 +382,43 @@ struct hp1_case {
     float *taps;         /* (n_head, 3) */
     float *scores;       /* (2 * n_head, ctx) calibration scores */
     struct kn_hp1_params hp;
-    double *t_us;
+    double *t_us;        /* (4 * reps): time_hp1 uses the first reps, time_hp1_pv all */
 };
 
 struct timing {
     double us, p10, p90;
 };
 
+/* One call on layer l (softmax when pv < 0, else HP1 with that PV mode):
+ * prepare + run, as the forward pass; its time in us (the slowest
+ * thread's CPU time with --cpu-time). -1 when prepare fails. */
+static double call_hp1(struct hp1_case *hc, enum kv_split split, int pv, int l, bool *was_split) {
+    const struct opts *o = hc->o;
+    struct kv_attn_job *job = NULL;
+    double t0 = bench_wall_s(), c0 = bench_thread_cpu_s();
+    anvil_status st =
+        pv < 0 ? kv_attn_prepare(hc->kv, hc->sm, l, hc->seqs, hc->batch, hc->row, hc->row,
+                                 o->threads, split, hc->scale, &job)
+               : kv_attn_prepare_hp1(hc->kv, hc->hp1, &hc->hp, (enum kn_hp1_pv)pv, l, hc->seqs,
+                                     hc->batch, hc->row, hc->row, o->threads, split, hc->scale,
+                                     &job);
+    if (st != ANVIL_OK) return -1.0;
+    double prep = bench_thread_cpu_s() - c0;
+    struct timed_arg ta = {.job = job, .pool = hc->pool};
+    pool_run(hc->pool, timed_fn, &ta);
+    *was_split = kv_attn_job_split(job);
+    if (o->cpu_time) return (prep + bench_max(ta.cpu, o->threads < 64 ? o->threads : 64)) * 1e6;
+    return (bench_wall_s() - t0) * 1e6;
+}
+
+static void timing_of(double *t, int n, struct timing *tm) { /* sorts t */
+    tm->us = bench_percentile(t, n, 0.5);
+    tm->p10 = bench_percentile(t, n, 0.1);
+    tm->p90 = bench_percentile(t, n, 0.9);
+}
+
 /* Time one schedule over the layers (softmax when pv < 0, else HP1 with
- * that PV mode): prepare + run per call, as the forward pass. 0 or -1. */
+ * that PV mode). 0 or -1. */
 static int time_hp1(struct hp1_case *hc, enum kv_split split, int pv, struct timing *tm,
                     bool *was_split) {
     const struct opts *o = hc->o;
@@ -395,31 +426,52 @@ static int time_hp1(struct hp1_case *hc, enum kv_split split, int pv, struct tim
     uint64_t allocs = 0;
     for (int r = -warm; r < o->reps; r++) {
         if (r == 0) allocs = core_alloc_count();
-        int l = (r + warm) % hc->n_layer;
-        struct kv_attn_job *job = NULL;
-        double t0 = bench_wall_s(), c0 = bench_thread_cpu_s();
-        anvil_status st =
-            pv < 0 ? kv_attn_prepare(hc->kv, hc->sm, l, hc->seqs, hc->batch, hc->row, hc->row,
-                                     o->threads, split, hc->scale, &job)
-                   : kv_attn_prepare_hp1(hc->kv, hc->hp1, &hc->hp, (enum kn_hp1_pv)pv, l, hc->seqs,
-                                         hc->batch, hc->row, hc->row, o->threads, split, hc->scale,
-                                         &job);
-        if (st != ANVIL_OK) return -1;
-        double prep = bench_thread_cpu_s() - c0;
-        struct timed_arg ta = {.job = job, .pool = hc->pool};
-        pool_run(hc->pool, timed_fn, &ta);
-        if (r < 0) continue;
-        hc->t_us[r] = (bench_wall_s() - t0) * 1e6;
-        if (o->cpu_time) hc->t_us[r] = (prep + bench_max(ta.cpu, o->threads < 64 ? o->threads : 64)) * 1e6;
-        *was_split = kv_attn_job_split(job);
+        double us = call_hp1(hc, split, pv, (r + warm) % hc->n_layer, was_split);
+        if (us < 0) return -1;
+        if (r >= 0) hc->t_us[r] = us;
     }
     if (core_alloc_count() != allocs) {
         fprintf(stderr, "anvil %s: the attention path allocated memory\n", CMD);
         return -1;
     }
-    tm->us = bench_percentile(hc->t_us, o->reps, 0.5);
-    tm->p10 = bench_percentile(hc->t_us, o->reps, 0.1);
-    tm->p90 = bench_percentile(hc->t_us, o->reps, 0.9);
+    timing_of(hc->t_us, o->reps, tm);
+    return 0;
+}
+
+/* HP1 without PV (gate only), with dense PV and with sparse PV, call after
+ * call (each on the next layer, so on KV that is not in the caches), so
+ * that a drift of the machine falls on all three alike. The PV times are the medians of the per-call differences
+ * (dense - gate, sparse - gate): a difference of separately timed medians
+ * is not robust to drift (at batch 16 it even came out negative). */
+static int time_hp1_pv(struct hp1_case *hc, enum kv_split split, struct timing *hn,
+                       struct timing *hd, struct timing *hs, double *pv_dense, double *pv_sparse,
+                       bool *was_split) {
+    const struct opts *o = hc->o;
+    int warm = hc->n_layer < 4 ? hc->n_layer : 4, n = o->reps;
+    static const int modes[3] = {KN_HP1_PV_NONE, KN_HP1_PV_DENSE, KN_HP1_PV_SPARSE};
+    double *t = hc->t_us; /* gate [0, n), dense [n, 2n), sparse [2n, 3n), scratch [3n, 4n) */
+    uint64_t allocs = 0;
+    bool u;
+    for (int r = -warm; r < n; r++) {
+        if (r == 0) allocs = core_alloc_count();
+        for (int k = 0; k < 3; k++) {
+            int l = (3 * (r + warm) + k) % hc->n_layer; /* each call on cold KV */
+            double us = call_hp1(hc, split, modes[k], l, k == 2 ? was_split : &u);
+            if (us < 0) return -1;
+            if (r >= 0) t[k * n + r] = us;
+        }
+    }
+    if (core_alloc_count() != allocs) {
+        fprintf(stderr, "anvil %s: the attention path allocated memory\n", CMD);
+        return -1;
+    }
+    for (int r = 0; r < n; r++) t[3 * n + r] = t[n + r] - t[r];
+    *pv_dense = bench_percentile(t + 3 * n, n, 0.5);
+    for (int r = 0; r < n; r++) t[3 * n + r] = t[2 * n + r] - t[r];
+    *pv_sparse = bench_percentile(t + 3 * n, n, 0.5);
+    timing_of(t, n, hn);
+    timing_of(t + n, n, hd);
+    timing_of(t + 2 * n, n, hs);
     return 0;
 }
 
@@ -486,10 +538,10 @@ static double set_sparsity(struct hp1_case *hc, int target) {
 
 static void print_hp1_row(const struct hp1_case *hc, int split, bool used, int target, double zero,
                           const struct timing *sm, const struct timing *hs, const struct timing *hd,
-                          const struct timing *hn, double bytes, double bw) {
+                          const struct timing *hn, double pv_d, double pv_s, double bytes,
+                          double bw) {
     const struct opts *o = hc->o;
     const struct shape *sh = hc->sh;
-    double pv_s = hs->us - hn->us, pv_d = hd->us - hn->us;
     const char *tname = o->kv_type == ANVIL_TYPE_Q8_0 ? "q8_0" : "f16";
     if (o->json) {
         struct bench_json j;
@@ -580,7 +632,7 @@ static int run_case_hp1(const struct opts *o, const struct shape *sh, struct poo
     hc.scores = core_malloc((size_t)2 * sh->n_head * ctx * sizeof(float));
     hc.taps = core_malloc((size_t)sh->n_head * 3 * sizeof(float));
     hc.seqs = core_malloc((size_t)batch * sizeof(*hc.seqs));
-    hc.t_us = core_malloc((size_t)o->reps * sizeof(double));
+    hc.t_us = core_malloc(4 * (size_t)o->reps * sizeof(double));
     int rc = 0;
     if (!q_rand || !hc.q || !hc.out || !hc.ref || !hc.scores || !hc.taps || !hc.seqs || !hc.t_us ||
         fill_gate_kv(hc.kv, sh, batch, ctx, n_layer, bs, o->shared)) {
@@ -596,26 +648,26 @@ static int run_case_hp1(const struct opts *o, const struct shape *sh, struct poo
     double bytes = 2.0 * batch * sh->head_dim * sh->n_head_kv * (double)ctx * elt_bytes(o->kv_type);
     for (int m = 0; m < 3; m++) {
         if (!o->split_on[m]) continue;
-        struct timing sm, hdense, hnone;
+        struct timing sm;
         bool used = false, u2;
-        /* softmax (its time does not depend on the queries), then HP1
-         * without PV and with dense PV: the same work at any sparsity */
+        /* softmax (its time does not depend on the queries); then, at each
+         * sparsity, HP1 without PV, with dense PV and with sparse PV,
+         * interleaved (time_hp1_pv) */
         set_sparsity(&hc, 0);
-        if (!verify_hp1(&hc, SPLIT_MODE[m]) || time_hp1(&hc, SPLIT_MODE[m], -1, &sm, &u2) ||
-            time_hp1(&hc, SPLIT_MODE[m], KN_HP1_PV_NONE, &hnone, &u2) ||
-            time_hp1(&hc, SPLIT_MODE[m], KN_HP1_PV_DENSE, &hdense, &u2)) {
+        if (!verify_hp1(&hc, SPLIT_MODE[m]) || time_hp1(&hc, SPLIT_MODE[m], -1, &sm, &u2)) {
             rc = -1;
             goto done;
         }
         for (int si = 0; si < o->n_sparsity; si++) {
-            double zero = set_sparsity(&hc, o->sparsity[si]);
-            struct timing hs;
+            double zero = set_sparsity(&hc, o->sparsity[si]), pv_d, pv_s;
+            struct timing hs, hd, hn;
             if (!verify_hp1(&hc, SPLIT_MODE[m]) ||
-                time_hp1(&hc, SPLIT_MODE[m], KN_HP1_PV_SPARSE, &hs, &used)) {
+                time_hp1_pv(&hc, SPLIT_MODE[m], &hn, &hd, &hs, &pv_d, &pv_s, &used)) {
                 rc = -1;
                 goto done;
             }
-            print_hp1_row(&hc, m, used, o->sparsity[si], zero, &sm, &hs, &hdense, &hnone, bytes, bw);
+            print_hp1_row(&hc, m, used, o->sparsity[si], zero, &sm, &hs, &hd, &hn, pv_d, pv_s,
+                          bytes, bw);
         }
     }
 done:
@@ -634,9 +686,9 @@ done:
 static int run_hp1(const struct opts *o, struct pool *pool, double bwn) {
     if (!o->json) {
         printf("µs per call (median): softmax; hp1 dense = every position in PV; hp1 = sparse PV (the\n"
-               "engine's kernel); gate = scores and gate without PV; PV x = (dense - gate) / (hp1 -\n"
-               "gate); sm/dense = softmax / hp1 dense; GB/s of KV read; %% of the measured bandwidth\n"
-               "(hp1); split * = the plan did split\n\n");
+               "engine's kernel); gate = scores and gate without PV; PV x = median(dense - gate) /\n"
+               "median(hp1 - gate) over interleaved calls; sm/dense = softmax / hp1 dense; GB/s of\n"
+               "KV read; %% of the measured bandwidth (hp1); split * = the plan did split\n\n");
         printf("| shape     | batch |  ctx | split | zeros want/got | softmax | hp1 dense |      hp1 |"
                "     gate |   PV x | sm/dense | sm GB/s | hp1 GB/s | %% of bw |\n");
         printf("|-----------|------:|-----:|-------|----------------|--------:|----------:|---------:|"
