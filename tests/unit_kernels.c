@@ -31,6 +31,7 @@
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "packed_variant.h"
 
 /* ---------------------------------------------------------------------- */
 /* variants */
@@ -46,48 +47,10 @@ static struct variant variants[] = {{"ref", NULL},           {"avx2", NULL},
                                     {"avx512-packed", NULL}};
 enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
 
-/* The "-packed" variant: the avx512 table whose quantized matmuls pack
- * rows [0, r1) of the GGUF weights into the variant's layout on every call
- * (ops.h: pack_size, pack_rows) and run matmul_packed, so every matmul
- * test below also covers packing and the packed kernels. */
-static const struct kn_ops *packed_base;
-static struct kn_ops packed_ops;
-
-static void packed_matmul(int type, float *restrict y, size_t ldy, const void *restrict w,
-                          size_t w_stride, const void *restrict x, size_t x_stride, int n,
-                          int n_tokens, int r0, int r1) {
-    size_t sz = packed_base->pack_size(type, r1, n);
-    if (sz == 0) { /* not packable: the table's own kernel */
-        packed_base->matmul[type](y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1);
-        return;
-    }
-    void *pw = aligned_alloc(64, (sz + 63) & ~(size_t)63);
-    assert_non_null(pw);
-    memset(pw, 0, sz);
-    packed_base->pack_rows(type, pw, n, 0, r1, w, w_stride);
-    packed_base->matmul_packed[type](y, ldy, pw, 0, x, x_stride, n, n_tokens, r0, r1);
-    free(pw);
-}
-#define PACKED_MM(T) \
-    static void packed_mm_##T(float *restrict y, size_t ldy, const void *restrict w, \
-                              size_t w_stride, const void *restrict x, size_t x_stride, int n, \
-                              int n_tokens, int r0, int r1) { \
-        packed_matmul(ANVIL_TYPE_##T, y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1); \
-    }
-PACKED_MM(Q4_0)
-PACKED_MM(Q4_1)
-PACKED_MM(Q8_0)
-
-static const struct kn_ops *packed_table(const struct kn_ops *base) {
-    packed_base = base;
-    packed_ops = *base;
-    packed_ops.name = "avx512-packed";
-    if (!base->pack_size) return NULL;
-    packed_ops.matmul[ANVIL_TYPE_Q4_0] = packed_mm_Q4_0;
-    packed_ops.matmul[ANVIL_TYPE_Q4_1] = packed_mm_Q4_1;
-    packed_ops.matmul[ANVIL_TYPE_Q8_0] = packed_mm_Q8_0;
-    return &packed_ops;
-}
+/* The "-packed" variant (packed_variant.h) for these types: every matmul
+ * test below also covers packing and the packed kernels */
+static const int PACKED_TYPES[] = {ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0};
+#define N_PACKED ((int)(sizeof(PACKED_TYPES) / sizeof(PACKED_TYPES[0])))
 
 static void variants_init(void) {
     variants[0].ops = &kn_ops_ref;
@@ -96,7 +59,8 @@ static void variants_init(void) {
     /* the AVX-512 table without AVX512_BF16 instructions runs wherever the
      * avx512 family does */
     variants[3].ops = variants[2].ops ? &kn_ops_avx512_nobf16 : NULL;
-    variants[4].ops = variants[2].ops ? packed_table(variants[2].ops) : NULL;
+    variants[4].ops =
+        variants[2].ops ? packed_table(variants[2].ops, PACKED_TYPES, N_PACKED) : NULL;
 }
 
 /* ---------------------------------------------------------------------- */

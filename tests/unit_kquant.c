@@ -40,6 +40,7 @@
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "packed_variant.h"
 
 extern const struct kn_ops kn_ops_avx512_nobf16;
 
@@ -54,61 +55,20 @@ static struct variant variants[] = {{"ref", NULL},
                                     {"avx512-packed", NULL}};
 enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
 
-/* The "-packed" variant (as in unit_kernels.c): the avx512 table whose
- * K-quant, Q5_0 and Q5_1 matmuls pack rows [0, r1) of the GGUF weights into the packed
- * layout on every call (ops.h: pack_size, pack_rows) and run
- * matmul_packed (cpu/avx512/matmul_pk.c), so every test below, the exact
- * comparisons included, covers packing and the packed kernels. Types the
- * variant does not pack run the table's own kernel. */
-static const struct kn_ops *packed_base;
-static struct kn_ops packed_ops;
-
-static void packed_matmul(int type, float *restrict y, size_t ldy, const void *restrict w,
-                          size_t w_stride, const void *restrict x, size_t x_stride, int n,
-                          int n_tokens, int r0, int r1) {
-    size_t sz = packed_base->pack_size(type, r1, n);
-    if (sz == 0) { /* not packable: the table's own kernel */
-        packed_base->matmul[type](y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1);
-        return;
-    }
-    void *pw = aligned_alloc(64, (sz + 63) & ~(size_t)63);
-    assert_non_null(pw);
-    memset(pw, 0, sz);
-    packed_base->pack_rows(type, pw, n, 0, r1, w, w_stride);
-    packed_base->matmul_packed[type](y, ldy, pw, 0, x, x_stride, n, n_tokens, r0, r1);
-    free(pw);
-}
-#define PACKED_MM(T) \
-    static void packed_mm_##T(float *restrict y, size_t ldy, const void *restrict w, \
-                              size_t w_stride, const void *restrict x, size_t x_stride, int n, \
-                              int n_tokens, int r0, int r1) { \
-        packed_matmul(ANVIL_TYPE_##T, y, ldy, w, w_stride, x, x_stride, n, n_tokens, r0, r1); \
-    }
-PACKED_MM(Q4_K)
-PACKED_MM(Q5_K)
-PACKED_MM(Q6_K)
-PACKED_MM(Q5_0)
-PACKED_MM(Q5_1)
-
-static const struct kn_ops *packed_table(const struct kn_ops *base) {
-    packed_base = base;
-    packed_ops = *base;
-    packed_ops.name = "avx512-packed";
-    if (!base->pack_size) return NULL;
-    packed_ops.matmul[ANVIL_TYPE_Q4_K] = packed_mm_Q4_K;
-    packed_ops.matmul[ANVIL_TYPE_Q5_K] = packed_mm_Q5_K;
-    packed_ops.matmul[ANVIL_TYPE_Q6_K] = packed_mm_Q6_K;
-    packed_ops.matmul[ANVIL_TYPE_Q5_0] = packed_mm_Q5_0;
-    packed_ops.matmul[ANVIL_TYPE_Q5_1] = packed_mm_Q5_1;
-    return &packed_ops;
-}
+/* The "-packed" variant (packed_variant.h) for these types: every test
+ * below, the exact comparisons included, covers packing and the packed
+ * kernels (cpu/avx512/matmul_pk.c, matmul_p.c) */
+static const int PACKED_TYPES[] = {ANVIL_TYPE_Q4_K, ANVIL_TYPE_Q5_K, ANVIL_TYPE_Q6_K,
+                                   ANVIL_TYPE_Q5_0, ANVIL_TYPE_Q5_1};
+#define N_PACKED ((int)(sizeof(PACKED_TYPES) / sizeof(PACKED_TYPES[0])))
 
 static void variants_init(void) {
     variants[0].ops = &kn_ops_ref;
     variants[1].ops = kn_select("avx2");
     variants[2].ops = kn_select("avx512");
     variants[3].ops = variants[2].ops ? &kn_ops_avx512_nobf16 : NULL;
-    variants[4].ops = variants[2].ops ? packed_table(variants[2].ops) : NULL;
+    variants[4].ops =
+        variants[2].ops ? packed_table(variants[2].ops, PACKED_TYPES, N_PACKED) : NULL;
 }
 
 static const struct variant *case_variant(void **state, bool *skip) {
