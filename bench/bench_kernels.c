@@ -63,7 +63,9 @@ static const int TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q8_0, A
                             ANVIL_TYPE_Q4_K, ANVIL_TYPE_Q5_K, ANVIL_TYPE_Q6_K, ANVIL_TYPE_IQ4_XS,
                             ANVIL_TYPE_F16,  ANVIL_TYPE_BF16, ANVIL_TYPE_F32};
 enum { N_TYPES = sizeof(TYPES) / sizeof(TYPES[0]) };
-static const int MS[] = {1, 4, 16, 64, 512};
+/* 2 and 8 (speculative verification's sizes) only when asked for */
+static const int MS[] = {1, 2, 4, 8, 16, 64, 512};
+static const bool MS_DEFAULT[] = {true, false, true, false, true, true, true};
 enum { N_MS = sizeof(MS) / sizeof(MS[0]) };
 /* "avx512p": the avx512 table's packed kernels (weights repacked as the
  * model loader does, ops.h pack_size/pack_rows/matmul_packed) */
@@ -307,7 +309,7 @@ int bench_kernels(int argc, char **argv) {
     for (int i = 0; i < N_TYPES; i++) type_on[i] = true, type_names[i] = type_name(TYPES[i]);
     for (int i = 0; i < N_SHAPES; i++) o.shape_on[i] = true, shape_names[i] = SHAPES[i].name;
     for (int i = 0; i < N_MS; i++) {
-        o.m_on[i] = true;
+        o.m_on[i] = MS_DEFAULT[i];
         snprintf(m_buf[i], sizeof(m_buf[i]), "%d", MS[i]);
         m_names[i] = m_buf[i];
     }

@@ -190,6 +190,51 @@ static void test_append_truncate_free(void **state) {
     kv_free(kv);
 }
 
+/* A windowed cache: truncating back (speculative decoding's rollback) is
+ * allowed while the new length's window is still held - always when the
+ * sequence is shorter than the window, up to KV_WINDOW_SLACK back once
+ * blocks have slid out - and refused, changing nothing, past that. */
+static void test_window_truncate(void **state) {
+    (void)state;
+    enum { W = 48, N = 400 };
+    struct kv_params p = {.n_layer = NL, .n_head = 2 * NKV, .n_head_kv = NKV, .head_dim = HD,
+                          .type = ANVIL_TYPE_F16, .block_size = 16, .n_blocks = 64,
+                          .n_seq_max = 2, .n_ctx = N, .window = W};
+    struct kv_cache *kv = NULL;
+    char err[256];
+    if (kv_init(&p, &kv, err, sizeof(err)) != ANVIL_OK) fail_msg("kv_init: %s", err);
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = 7 + i;
+    /* shorter than the window: every length back to 1 */
+    assert_int_equal(append(kv, 0, tok, 20), ANVIL_OK);
+    assert_int_equal(kv_seq_truncate(kv, 0, 20), ANVIL_OK);
+    assert_int_equal(kv_seq_truncate(kv, 0, 12), ANVIL_OK);
+    assert_int_equal(kv_seq_truncate(kv, 0, 1), ANVIL_OK);
+    assert_int_equal(kv_seq_len(kv, 0), 1);
+    check(kv);
+    /* long: blocks below the window and slack are gone */
+    assert_int_equal(append(kv, 0, tok + 1, 300), ANVIL_OK);
+    assert_true(kv_seq_n_held(kv, 0) < 301 / 16);
+    check(kv);
+    assert_int_equal(kv_seq_truncate(kv, 0, 301 - KV_WINDOW_SLACK), ANVIL_OK);
+    assert_int_equal(kv_seq_len(kv, 0), 301 - KV_WINDOW_SLACK);
+    check(kv);
+    /* refused past the held window; the sequence is unchanged */
+    int32_t len = kv_seq_len(kv, 0), held = kv_seq_n_held(kv, 0);
+    assert_int_equal(kv_seq_truncate(kv, 0, len - W - 2 * KV_WINDOW_SLACK), ANVIL_ERR_UNSUPPORTED);
+    assert_int_equal(kv_seq_len(kv, 0), len);
+    assert_int_equal(kv_seq_n_held(kv, 0), held);
+    /* growing again works, and truncating to 0 frees everything */
+    assert_int_equal(append(kv, 0, tok + len, 40), ANVIL_OK);
+    check(kv);
+    assert_int_equal(kv_seq_truncate(kv, 0, 0), ANVIL_OK);
+    struct kv_stats s;
+    stats(kv, &s);
+    assert_int_equal(s.n_free, 64);
+    check(kv);
+    kv_free(kv);
+}
+
 static void test_kv_full(void **state) {
     (void)state;
     struct kv_cache *kv = make(5, 3, 200, ANVIL_TYPE_F16, false);
@@ -496,6 +541,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_init_params),
         cmocka_unit_test(test_init_oom),
         cmocka_unit_test(test_append_truncate_free),
+        cmocka_unit_test(test_window_truncate),
         cmocka_unit_test(test_kv_full),
         cmocka_unit_test(test_prefix_share),
         cmocka_unit_test(test_fork_cow),

@@ -468,8 +468,9 @@ anvil_status kv_seq_truncate(struct kv_cache *kv, int32_t seq, int32_t len) {
     if (len < 0 || len > s->len) return ANVIL_ERR_INVALID;
     int32_t *tab = table_of(kv, seq);
     /* the window of the new length must still be held: the first key a
-     * query at len reads is len - window + 1 */
-    if (len > 0 && kv->p.window > 0 && (int64_t)s->first * kv->bs > (int64_t)len - kv->p.window + 1)
+     * query at len reads is len - window + 1 (0 while len < window) */
+    int64_t need = (int64_t)len - kv->p.window + 1;
+    if (len > 0 && kv->p.window > 0 && (int64_t)s->first * kv->bs > (need > 0 ? need : 0))
         return ANVIL_ERR_UNSUPPORTED;
     int32_t keep = (len + kv->bs - 1) / kv->bs;
     /* last block first: a prefix's tail enters the LRU before its head, so
@@ -716,9 +717,10 @@ anvil_status kv_check(const struct kv_cache *kv, char *err, size_t err_cap) {
         CHECK(s->mark == 0, "seq %d marked", q);
         CHECK(s->first >= 0 && s->first <= s->n_blocks && (kv->p.window > 0 || s->first == 0),
               "seq %d: first held block %d of %d", q, s->first, s->n_blocks);
+        /* the window of the length is held (the slack beyond it is not
+         * checked: truncating back, as speculative decoding does, uses it) */
         if (kv->p.window > 0 && s->first > 0)
-            CHECK((int64_t)s->first * kv->bs <= window_floor(kv, s->len) + kv->bs &&
-                      (int64_t)s->first * kv->bs <= (int64_t)s->len - kv->p.window + 1,
+            CHECK((int64_t)s->first * kv->bs <= (int64_t)s->len - kv->p.window + 1,
                   "seq %d: len %d window %d but blocks from %d", q, s->len, kv->p.window, s->first);
         for (int32_t i = 0; i < s->first; i++)
             CHECK(tab[i] == -1, "seq %d entry %d below the window is %d", q, i, tab[i]);
