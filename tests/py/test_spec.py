@@ -189,6 +189,8 @@ def test_bench_spec_json(model_path, anvil_bin):
     for r in recs:
         assert r["set"] == "copy" and r["spec"] == "ngram" and r["plain_tok_s"] > 0 and r["spec_tok_s"] > 0
         assert 0 <= r["accepted"] <= 1 and r["tokens_per_step"] >= 1
+        # steps without a proposal make one token: per pass is at most per verification
+        assert 1 <= r["tokens_per_pass"] <= r["tokens_per_step"] + 1e-3, r
 
 
 @pytest.mark.parametrize("args", [["--spec", "fast"], ["--spec", "draft"], ["--spec", "ngram", "--spec-k", "0"],
