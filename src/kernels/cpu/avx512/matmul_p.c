@@ -1,5 +1,5 @@
 /*
- * matmul_p.c (avx512) - Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights repacked at
+ * matmul_p.c (avx512) - Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 weights repacked at
  * load time into 16-row tiles, times Q8A activations, with AVX-512 VNNI.
  * The specification is cpu/ref/matmul.c; the GGUF-layout kernels
  * (matmul_q.c) serve matrices that are not packed.
@@ -8,8 +8,10 @@
  * tile is padded with zero rows. In a tile, zmm lane l is row l, and
  * block b (32 elements) of the 16 rows is stored as CH chunks of 64 bytes,
  * chunk c lane l holding 4 bytes of row l:
- *   Q4_0, Q4_1 (CH = 4): byte i of chunk c is GGUF qs byte 4c+i, i.e. its
- *     low nibble is element 4c+i and its high nibble element 16+4c+i;
+ *   Q4_0, Q4_1, IQ4_NL (CH = 4): byte i of chunk c is GGUF qs byte 4c+i,
+ *     i.e. its low nibble is element 4c+i and its high nibble element
+ *     16+4c+i (IQ4_NL's nibbles index its 16 values: one vpshufb per
+ *     chunk maps them to value + 128, unsigned, as Q8_0's bias);
  *   Q8_0 (CH = 8): elements 4c..4c+3, biased by 128 (unsigned);
  *   Q5_0, Q5_1 (CH = 5): chunks 0..3 as Q4_0, then chunk 4 holds each
  *     row's 32 high bits rearranged: bit c of byte i is the high bit of
@@ -29,15 +31,17 @@
  *
  * Numerics, per lane (row r, token t) and block b in order 0..nb-1:
  *   isum = sum(qw * qa) over the block, exact in int32; then
- *   Q4_0: isum -= 8 * sum(qa)     Q8_0: isum -= 128 * sum(qa)  (exact)
+ *   Q4_0: isum -= 8 * sum(qa)     Q8_0, IQ4_NL: isum -= 128 * sum(qa)  (exact)
  *   acc  = fma(float(isum), dw * da, acc)
  *   Q4_1: acc = fma(mw, sa, acc)
  * and y = acc. It differs from the reference's per-block sum by rounding
- * only. Q5_0 and Q5_1 run the reference's own float step instead, unfused
+ * only. Q5_0, Q5_1 and IQ4_NL run the reference's own float step instead, unfused
  * (one or two operations more per block and token), so they are
  * bit-exact with it:
  *   Q5_0: acc = acc + dw * (da * float(isum) - 16 * sa)
- *   Q5_1: acc = acc + ((dw * da) * float(isum) + mw * sa) Every shape of the kernel (matvec over several tiles, tiles of MT
+ *   Q5_1: acc = acc + ((dw * da) * float(isum) + mw * sa)
+ *   IQ4_NL: acc = acc + (dw * da) * float(isum)
+ * Every shape of the kernel (matvec over several tiles, tiles of MT
  * tokens) runs exactly these operations per lane, so y(t, r) is
  * bit-identical whatever n_tokens, r0 and r1 are (kernels/ops.h). The file
  * is built with -ffp-contract=off semantics (-std=c11): no extra fusing.
@@ -47,7 +51,7 @@
 
 #include "kernels/cpu/avx512/avx512.h"
 
-enum { T_Q8_0, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1 };
+enum { T_Q8_0, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_IQ4_NL };
 enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
 
 enum {
@@ -66,13 +70,14 @@ static int ptype(int type) {
     case ANVIL_TYPE_Q4_1: return T_Q4_1;
     case ANVIL_TYPE_Q5_0: return T_Q5_0;
     case ANVIL_TYPE_Q5_1: return T_Q5_1;
+    case ANVIL_TYPE_IQ4_NL: return T_IQ4_NL;
     default: return -1;
     }
 }
 
-static inline int chunks(int pt) { return pt == T_Q8_0 ? 8 : pt >= T_Q5_0 ? 5 : 4; }
+static inline int is_q5(int pt) { return pt == T_Q5_0 || pt == T_Q5_1; }
+static inline int chunks(int pt) { return pt == T_Q8_0 ? 8 : is_q5(pt) ? 5 : 4; }
 static inline int has_m(int pt) { return pt == T_Q4_1 || pt == T_Q5_1; }
-static inline int is_q5(int pt) { return pt >= T_Q5_0; }
 
 /* byte offsets inside a tile of nb blocks */
 static inline size_t d_off(int pt, int nb) { return (size_t)nb * chunks(pt) * 64; }
@@ -108,6 +113,10 @@ void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const 
                 const struct blk_q8_0 *blk = (const struct blk_q8_0 *)row + b;
                 for (int c = 0; c < 8; c++)
                     for (int k = 0; k < 4; k++) q[64 * c + k] = (uint8_t)(blk->qs[4 * c + k] ^ 0x80);
+                memcpy(d, &blk->d, 2);
+            } else if (pt == T_IQ4_NL) {
+                const struct blk_iq4_nl *blk = (const struct blk_iq4_nl *)row + b;
+                for (int c = 0; c < 4; c++) memcpy(q + 64 * c, blk->qs + 4 * c, 4);
                 memcpy(d, &blk->d, 2);
             } else if (pt == T_Q4_0) {
                 const struct blk_q4_0 *blk = (const struct blk_q4_0 *)row + b;
@@ -182,6 +191,11 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
     const int ch = chunks(pt), cq = is_q5(pt) ? 4 : ch; /* chunks of quants */
     const size_t doff = d_off(pt, nb), moff = m_off(pt, nb);
     const __m512i nib = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+    /* IQ4_NL: its 16 values + 128, in every 128-bit lane (vpshufb) */
+    const __m512i nl = pt == T_IQ4_NL ? _mm512_broadcast_i32x4(_mm_add_epi8(
+                                            _mm_loadu_si128((const __m128i *)kn_iq4nl_values),
+                                            _mm_set1_epi8((char)0x80)))
+                                      : _mm512_setzero_si512();
     __m512 acc[NT][MT];
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
@@ -227,6 +241,10 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
                     } else {
                         lo[i] = _mm512_and_si512(v, nib);
                         hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                        if (pt == T_IQ4_NL) {
+                            lo[i] = _mm512_shuffle_epi8(nl, lo[i]);
+                            hi[i] = _mm512_shuffle_epi8(nl, hi[i]);
+                        }
                     }
                 }
 #pragma GCC unroll 8
@@ -253,6 +271,12 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
                     __m512 u = _mm512_mul_ps(_mm512_set1_ps(a->d[t0 + t][b]), _mm512_cvtepi32_ps(is[i][t]));
                     u = _mm512_sub_ps(u, _mm512_set1_ps(16.0f * a->s[t0 + t][b]));
                     acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(dw, u));
+                    continue;
+                }
+                if (pt == T_IQ4_NL) { /* the reference's operations, unfused */
+                    __m512i s = _mm512_sub_epi32(is[i][t], _mm512_set1_epi32(a->c[t0 + t][b]));
+                    __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
+                    acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(s)));
                     continue;
                 }
                 if (pt == T_Q5_1) {
@@ -330,8 +354,8 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
             a.d[t] = (const float *)(row + n);
             a.s[t] = a.d[t] + nb;
             a.c[t] = corr + (size_t)t * nb;
-            if (pt == T_Q4_0 || pt == T_Q8_0)
-                block_corr(corr + (size_t)t * nb, a.q[t], nb, pt == T_Q8_0 ? 128 : 8);
+            if (pt == T_Q4_0 || pt == T_Q8_0 || pt == T_IQ4_NL)
+                block_corr(corr + (size_t)t * nb, a.q[t], nb, pt == T_Q4_0 ? 8 : 128);
         }
         float *yc = y + (size_t)c0 * ldy;
         if (nt == 1) {
@@ -390,3 +414,4 @@ DEFINE_MATMUL_P(kn_matmul_p_q4_0_avx512, T_Q4_0)
 DEFINE_MATMUL_P(kn_matmul_p_q4_1_avx512, T_Q4_1)
 DEFINE_MATMUL_P(kn_matmul_p_q5_0_avx512, T_Q5_0)
 DEFINE_MATMUL_P(kn_matmul_p_q5_1_avx512, T_Q5_1)
+DEFINE_MATMUL_P(kn_matmul_p_iq4_nl_avx512, T_IQ4_NL)
