@@ -47,13 +47,14 @@ PACKED_MM(IQ4_NL)
 PACKED_MM(Q4_K)
 PACKED_MM(Q5_K)
 PACKED_MM(Q6_K)
+PACKED_MM(IQ4_XS)
 #undef PACKED_MM
 
 static const kn_matmul_fn packed_mm[KN_TYPE_MAX] = {
     [ANVIL_TYPE_Q4_0] = packed_mm_Q4_0, [ANVIL_TYPE_Q4_1] = packed_mm_Q4_1,
     [ANVIL_TYPE_Q8_0] = packed_mm_Q8_0, [ANVIL_TYPE_Q5_0] = packed_mm_Q5_0,
     [ANVIL_TYPE_Q5_1] = packed_mm_Q5_1, [ANVIL_TYPE_Q4_K] = packed_mm_Q4_K,
-    [ANVIL_TYPE_IQ4_NL] = packed_mm_IQ4_NL,
+    [ANVIL_TYPE_IQ4_NL] = packed_mm_IQ4_NL, [ANVIL_TYPE_IQ4_XS] = packed_mm_IQ4_XS,
     [ANVIL_TYPE_Q5_K] = packed_mm_Q5_K, [ANVIL_TYPE_Q6_K] = packed_mm_Q6_K,
 };
 

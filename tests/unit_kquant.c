@@ -14,7 +14,7 @@
  * (cpu/avx512/matmul_q.c) sum blocks in another order, so their matmuls
  * are compared with a tolerance in unit_kernels.c and only their batch
  * invariance is checked here. The "avx512-packed" variant runs the
- * K-quants, Q5_0, Q5_1 and IQ4_NL through the packed kernels
+ * K-quants, Q5_0, Q5_1, IQ4_NL and IQ4_XS through the packed kernels
  * (cpu/avx512/matmul_pk.c, matmul_p.c), which are bit-exact too. The reference
  * itself is checked against numpy and the gguf package in
  * tests/py/test_kquant.py.
@@ -59,7 +59,8 @@ enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
  * below, the exact comparisons included, covers packing and the packed
  * kernels (cpu/avx512/matmul_pk.c, matmul_p.c) */
 static const int PACKED_TYPES[] = {ANVIL_TYPE_Q4_K, ANVIL_TYPE_Q5_K, ANVIL_TYPE_Q6_K,
-                                   ANVIL_TYPE_Q5_0, ANVIL_TYPE_Q5_1, ANVIL_TYPE_IQ4_NL};
+                                   ANVIL_TYPE_Q5_0, ANVIL_TYPE_Q5_1, ANVIL_TYPE_IQ4_NL,
+                                   ANVIL_TYPE_IQ4_XS};
 #define N_PACKED ((int)(sizeof(PACKED_TYPES) / sizeof(PACKED_TYPES[0])))
 
 static void variants_init(void) {

@@ -1,5 +1,5 @@
 /*
- * matmul_pk.c (avx512) - Q4_K, Q5_K and Q6_K weights repacked at load time into
+ * matmul_pk.c (avx512) - Q4_K, Q5_K, Q6_K and IQ4_XS weights repacked at load time into
  * 16-row tiles, times Q8K activations, with AVX-512 VNNI. The
  * specification is cpu/ref/matmul.c; the GGUF-layout kernels
  * (cpu/avx2/matmul_k.c) serve matrices that are not packed. The 32-element
@@ -31,7 +31,12 @@
  *     |4 S1| < 2^31). Then the 16 int8 scales in 4 chunks;
  *     the d of all super-blocks (16 f16 each) come first in the tile,
  *     rounded up to 64 bytes, so that every body stays 64-byte aligned
- *     and a tile is still read front to back (one memory stream).
+ *     and a tile is still read front to back (one memory stream);
+ *   IQ4_XS (2176 bytes = 16 x 136): the d of all super-blocks first, as
+ *     Q6_K's; the body is the nibbles in Q4_K's arrangement (regrouped at
+ *     pack time from IQ4_XS's 16-byte sub-block halves: nibble h of byte
+ *     i of chunk c is element 64(c/8) + 32h + 4(c%8) + i), then
+ *     scales_l (4 bytes) and scales_h (2 bytes, 2 zero) in a chunk each.
  * So the packed matrix is the GGUF bytes plus at most 32 bytes per tile
  * (and the padding rows of the last tile).
  *
@@ -55,7 +60,11 @@
  *     acc + ((d * da) * S1 - (dmin * da) * S2);
  *   Q6_K: T = sum_j sc_j * bsum16_j likewise (pairs of int8 scales), and
  *     acc + (d * da) * (S1 - 32 * T), S1 - 32 * T being the reference's
- *     S = sum_j sc_j * (isum_j - 32 * bsum16_j) exactly.
+ *     S = sum_j sc_j * (isum_j - 32 * bsum16_j) exactly;
+ *   IQ4_XS: the nibbles index the 16 values + 128 (one vpshufb: unsigned,
+ *     |isum_j| <= 32 * 241 * 128), sc_j = ls_j in -32..31, T = sum_j sc_j
+ *     * bsum32_j by vpdpwssd as Q4_K's S2, and acc + (d * da) * (S1 - 128
+ *     * T), S1 - 128 * T being the reference's sum_j ls_j * isum_j exactly.
  * All bounded well inside int32 (cpu/ref/matmul.c: |S| < 4e8).
  */
 #include <immintrin.h>
@@ -63,7 +72,7 @@
 
 #include "kernels/cpu/avx512/avx512.h"
 
-enum { T_Q4_K, T_Q5_K, T_Q6_K };
+enum { T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS };
 enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
 
 enum {
@@ -80,6 +89,7 @@ static int ptype(int type) {
     case ANVIL_TYPE_Q4_K: return T_Q4_K;
     case ANVIL_TYPE_Q5_K: return T_Q5_K;
     case ANVIL_TYPE_Q6_K: return T_Q6_K;
+    case ANVIL_TYPE_IQ4_XS: return T_IQ4_XS;
     default: return -1;
     }
 }
@@ -89,20 +99,23 @@ enum {
     Q4K_BODY = 2304, Q4K_SC = 2048, Q4K_D = 2240, Q4K_DMIN = 2272,
     Q5K_BODY = 2816, Q5K_QH = 2048, Q5K_SC = 2560, Q5K_D = 2752, Q5K_DMIN = 2784,
     Q6K_BODY = 3328, Q6K_SC = 3072,
+    IQ4XS_BODY = 2176, IQ4XS_SL = 2048, IQ4XS_SH = 2112,
 };
 /* Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins */
-static inline int is_q45(int pt) { return pt != T_Q6_K; }
+static inline int is_q45(int pt) { return pt == T_Q4_K || pt == T_Q5_K; }
+/* 8 sub-blocks of 32 (all but Q6_K's 16 of 16) */
+static inline int sub32(int pt) { return pt != T_Q6_K; }
 static inline size_t body_size(int pt) {
-    return pt == T_Q4_K ? Q4K_BODY : pt == T_Q5_K ? Q5K_BODY : Q6K_BODY;
+    return pt == T_Q4_K ? Q4K_BODY : pt == T_Q5_K ? Q5K_BODY : pt == T_Q6_K ? Q6K_BODY : IQ4XS_BODY;
 }
 static inline size_t sc_off(int pt) { return pt == T_Q4_K ? Q4K_SC : pt == T_Q5_K ? Q5K_SC : Q6K_SC; }
 static inline size_t d_off(int pt) { return pt == T_Q4_K ? Q4K_D : Q5K_D; }       /* Q4_K, Q5_K */
 static inline size_t dmin_off(int pt) { return pt == T_Q4_K ? Q4K_DMIN : Q5K_DMIN; }
-static inline int nsub(int pt) { return is_q45(pt) ? 8 : 16; }     /* sub-blocks */
-static inline int npairs(int pt) { return is_q45(pt) ? 4 : 8; }    /* vpdpwssd per S2 */
-/* offset of the first body in a tile: Q6_K's d array comes first */
+static inline int nsub(int pt) { return sub32(pt) ? 8 : 16; }     /* sub-blocks */
+static inline int npairs(int pt) { return sub32(pt) ? 4 : 8; }    /* vpdpwssd per S2 */
+/* offset of the first body in a tile: Q6_K's and IQ4_XS's d arrays come first */
 static inline size_t body0(int pt, int nsb) {
-    return pt == T_Q6_K ? ((size_t)nsb * 32 + 63) & ~(size_t)63 : 0;
+    return is_q45(pt) ? 0 : ((size_t)nsb * 32 + 63) & ~(size_t)63;
 }
 static inline size_t tile_size(int pt, int nsb) { return body0(pt, nsb) + (size_t)nsb * body_size(pt); }
 
@@ -135,7 +148,7 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                 for (int c = 0; c < 3; c++) memcpy(body + Q5K_SC + 64 * c, blk->scales + 4 * c, 4);
                 memcpy(body - 4 * l + Q5K_D + 2 * l, &blk->d, 2);
                 memcpy(body - 4 * l + Q5K_DMIN + 2 * l, &blk->dmin, 2);
-            } else {
+            } else if (pt == T_Q6_K) {
                 const struct blk_q6_k *blk = (const struct blk_q6_k *)row + b;
                 /* group g = 8h + c: elements 128h + 32s + 4c + i, s < 4, i < 4 */
                 for (int g = 0; g < 16; g++)
@@ -148,6 +161,20 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                             body[64 * (3 * g + t) + e] = (uint8_t)(q[t] | ((q[3] >> (2 * t)) & 3) << 6);
                     }
                 for (int c = 0; c < 4; c++) memcpy(body + Q6K_SC + 64 * c, blk->scales + 4 * c, 4);
+                memcpy(tile + (size_t)b * 32 + 2 * l, &blk->d, 2);
+            } else {
+                const struct blk_iq4_xs *blk = (const struct blk_iq4_xs *)row + b;
+                /* element e's nibble: byte 16(e/32) + e%16, half (e%32)/16 */
+#define IQ4XS_NIB(e) ((blk->qs[16 * ((e) / 32) + (e) % 16] >> (4 * ((e) % 32 / 16))) & 0x0f)
+                for (int c = 0; c < 32; c++)
+                    for (int e = 0; e < 4; e++) {
+                        int lo = 64 * (c / 8) + 4 * (c % 8) + e;
+                        body[64 * c + e] = (uint8_t)(IQ4XS_NIB(lo) | IQ4XS_NIB(lo + 32) << 4);
+                    }
+#undef IQ4XS_NIB
+                memcpy(body + IQ4XS_SL, blk->scales_l, 4);
+                memcpy(body + IQ4XS_SH, &blk->scales_h, 2);
+                memset(body + IQ4XS_SH + 2, 0, 2);
                 memcpy(tile + (size_t)b * 32 + 2 * l, &blk->d, 2);
             }
         }
@@ -204,6 +231,20 @@ static inline __attribute__((always_inline)) void decode_scales(int pt, const ui
         }
 #pragma GCC unroll 4
         for (int p = 0; p < 4; p++) s->pr[p] = _mm512_or_si512(m[2 * p], _mm512_slli_epi32(m[2 * p + 1], 16));
+    } else if (pt == T_IQ4_XS) {
+        /* ls_j = (4 bits of scales_l | 2 bits of scales_h << 4) - 32 */
+        const __m512i m4 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+        __m512i dl = _mm512_load_si512(body + IQ4XS_SL), dh = _mm512_load_si512(body + IQ4XS_SH);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m512i lo = _mm512_and_si512(_mm512_srli_epi32(dl, 4 * j), m4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi32(dh, 2 * j), m3);
+            s->sc[j] = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), k32);
+        }
+        const __m512i lo16 = _mm512_set1_epi32(0xffff);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++)
+            s->pr[p] = _mm512_or_si512(_mm512_and_si512(s->sc[2 * p], lo16), _mm512_slli_epi32(s->sc[2 * p + 1], 16));
     } else {
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -235,6 +276,13 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
         __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
         return (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
     }
+    if (pt == T_IQ4_XS) { /* as Q4_K, then the value + 128 of each nibble */
+        const __m512i nl = _mm512_broadcast_i32x4(
+            _mm_add_epi8(_mm_loadu_si128((const __m128i *)kn_iq4nl_values), _mm_set1_epi8((char)0x80)));
+        __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
+        v = (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
+        return _mm512_shuffle_epi8(nl, v);
+    }
     if (pt == T_Q5_K) { /* as Q4_K, plus 16 where bit j of qh chunk k is set */
         __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
         __m512i lo = (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
@@ -256,7 +304,7 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
     return _mm512_ternarylogic_epi32(u, b2, _mm512_set1_epi8(0x3c), 0xEC);     /* (A & C) | B */
 }
 /* offset in the super-block of the 4 activations chunk k of sub-block j meets */
-static inline int act_off(int pt, int j, int k) { return (is_q45(pt) ? 32 : 16) * j + 4 * k; }
+static inline int act_off(int pt, int j, int k) { return (sub32(pt) ? 32 : 16) * j + 4 * k; }
 
 /* Tiles tp[0..nt) times tokens [t0, t0 + mt) of a; lane mask sm[i] of
  * which rows of tile i to store at y + t*ldy + rb[i]. Per super-block:
@@ -268,7 +316,7 @@ static inline __attribute__((always_inline)) void
 pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const struct pk_act *a,
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
     /* ju: sub-blocks unrolled, so that the decode's shifts are constants */
-    const int ns = nsub(pt), kc = is_q45(pt) ? 8 : 4, ju = is_q45(pt) ? 2 : 8, np = npairs(pt);
+    const int ns = nsub(pt), kc = sub32(pt) ? 8 : 4, ju = sub32(pt) ? 2 : 8, np = npairs(pt);
     const size_t bs = body_size(pt);
     __m512 acc[NT][MT];
 #pragma GCC unroll 4
@@ -341,6 +389,9 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
                 if (is_q45(pt))
                     v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s1[i][t])),
                                       _mm512_mul_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(s2)));
+                else if (pt == T_IQ4_XS)
+                    v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
+                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(s1[i][t], _mm512_slli_epi32(s2, 7))));
                 else
                     v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
                                       _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srai_epi32(s1[i][t], 2),
@@ -384,7 +435,7 @@ static inline uint32_t pair16(int lo, int hi) { return (uint32_t)(uint16_t)lo | 
  * order of pk_scales.pr. */
 static void pk_pairs(int pt, int32_t *p, const int16_t *bsums, int nsb) {
     for (int b = 0; b < nsb; b++, bsums += 16) {
-        if (is_q45(pt)) {
+        if (sub32(pt)) {
             for (int q = 0; q < 4; q++)
                 p[4 * b + q] = (int32_t)pair16(bsums[4 * q] + bsums[4 * q + 1], bsums[4 * q + 2] + bsums[4 * q + 3]);
         } else {
@@ -471,3 +522,4 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
 DEFINE_MATMUL_PK(kn_matmul_p_q4_k_avx512, T_Q4_K)
 DEFINE_MATMUL_PK(kn_matmul_p_q5_k_avx512, T_Q5_K)
 DEFINE_MATMUL_PK(kn_matmul_p_q6_k_avx512, T_Q6_K)
+DEFINE_MATMUL_PK(kn_matmul_p_iq4_xs_avx512, T_IQ4_XS)

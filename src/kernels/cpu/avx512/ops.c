@@ -315,6 +315,7 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
                 [ANVIL_TYPE_Q4_K] = kn_matmul_p_q4_k_avx512, \
                 [ANVIL_TYPE_Q5_K] = kn_matmul_p_q5_k_avx512, \
                 [ANVIL_TYPE_Q6_K] = kn_matmul_p_q6_k_avx512, \
+                [ANVIL_TYPE_IQ4_XS] = kn_matmul_p_iq4_xs_avx512, \
             }, \
         .act = \
             { \
