@@ -121,7 +121,7 @@ static inline size_t kn_hp1_rec_floats(int group, int head_dim) {
 typedef void (*kn_hp1_fn)(const struct kn_hp1_task *t);
 
 struct kn_hp1_ops {
-    const char *name; /* "ref", "avx2"; the avx512 family uses the avx2 kernels */
+    const char *name; /* "ref", "avx2", "avx512" */
     kn_hp1_fn attn;
     kn_hp1_fn partial;
     kn_hp1_fn reduce;
@@ -129,6 +129,7 @@ struct kn_hp1_ops {
 
 extern const struct kn_hp1_ops kn_hp1_ops_ref;
 extern const struct kn_hp1_ops kn_hp1_ops_avx2;
+extern const struct kn_hp1_ops kn_hp1_ops_avx512;
 
 /* The HP1 table of a kernel family, by the kn_ops name ("ref", "avx2",
  * "avx512"; NULL or "auto" = the best the CPU runs, with the
