@@ -106,17 +106,48 @@ struct ksrc {
     int bs;
 };
 
+/* Lines to prefetch, issued a couple at a time from inside the score
+ * loop (decode reading K in registers) rather than in one burst: a burst
+ * of a tile or a span's V rows fills the line-fill buffers and stalls
+ * the loads of the step being computed, so memory and arithmetic take
+ * turns (the avx512 softmax kernel's finding, cpu/avx512/attn.c). The
+ * next tile's K goes first (the next step needs it), then the V rows the
+ * last gate asked for (PV needs them one span later). */
+#define PFQ_LINES 256
+
+struct pfq {
+    const char *k, *k_end; /* the next tile's K, a range of lines */
+    int v0, v1;            /* v[v0, v1): V lines still to issue */
+    const char *v[PFQ_LINES];
+};
+
+static inline __attribute__((always_inline)) void pf_issue(struct pfq *q, int n) {
+    for (int i = 0; i < n; i++) {
+        if (q->k < q->k_end) {
+            _mm_prefetch(q->k, _MM_HINT_T0);
+            q->k += 64;
+        } else if (q->v0 < q->v1) {
+            _mm_prefetch(q->v[q->v0++], _MM_HINT_T0);
+        } else {
+            return;
+        }
+    }
+}
+
+static void pf_flush(struct pfq *q) { pf_issue(q, 1 << 20); }
+
 /* r of the step's 16 keys for nq (1..QMAX) query vectors q + k*hd (k <
  * nq: consecutive heads of one row) into r + k*(HIST + SUB). */
 static inline __attribute__((always_inline)) void
 qk_group(const int mode, const int nq, const float *q, const struct ksrc *src, int hd, float scale,
-         bool relu, float *r) {
+         bool relu, float *r, struct pfq *pf) {
     __m512 a[QMAX][2]; /* [query][d mod 2] */
     __m512 sc = _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int k = 0; k < nq; k++) a[k][0] = a[k][1] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d += 2) {
         if (mode == KSRC_Q8 && d % 32 == 0) sc = load_f16x16(src->ks + (size_t)(d / 32) * src->bs);
+        if (mode != KSRC_BUF) pf_issue(pf, 2);
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++) {
             __m512 kv;
@@ -144,12 +175,12 @@ qk_group(const int mode, const int nq, const float *q, const struct ksrc *src, i
 
 #define QK_CASE(M, N)                                                                             \
     case N:                                                                                       \
-        qk_group(M, N, qg, src, hd, scale, relu, rb[g]);                                          \
+        qk_group(M, N, qg, src, hd, scale, relu, rb[g], pf);                                      \
         break
 
 static inline __attribute__((always_inline)) void
 qk_mode(const int mode, const float *q, int G, int hd, const struct ksrc *src, float scale,
-        bool relu, float (*rb)[HIST + SUB]) {
+        bool relu, float (*rb)[HIST + SUB], struct pfq *pf) {
     for (int g = 0; g < G; g += QMAX) {
         const float *qg = q + (size_t)g * hd;
         switch (G - g < QMAX ? G - g : QMAX) {
@@ -169,10 +200,10 @@ qk_mode(const int mode, const float *q, int G, int hd, const struct ksrc *src, f
 /* Scores and ReLU of a step's 16 keys for the G query vectors of one row:
  * r into rb[g] + HIST. */
 static void qk_row(int mode, const float *q, int G, int hd, const struct ksrc *src, float scale,
-                   bool relu, float (*rb)[HIST + SUB]) {
-    if (mode == KSRC_BUF) qk_mode(KSRC_BUF, q, G, hd, src, scale, relu, rb);
-    else if (mode == KSRC_F16) qk_mode(KSRC_F16, q, G, hd, src, scale, relu, rb);
-    else qk_mode(KSRC_Q8, q, G, hd, src, scale, relu, rb);
+                   bool relu, float (*rb)[HIST + SUB], struct pfq *pf) {
+    if (mode == KSRC_BUF) qk_mode(KSRC_BUF, q, G, hd, src, scale, relu, rb, pf);
+    else if (mode == KSRC_F16) qk_mode(KSRC_F16, q, G, hd, src, scale, relu, rb, pf);
+    else qk_mode(KSRC_Q8, q, G, hd, src, scale, relu, rb, pf);
 }
 
 /* The K source of keys [j0, j0 + 16) of a tile for a task of nq query
@@ -404,29 +435,35 @@ struct ws {
     float p[2][MAXQ][SPAN_MAX] __attribute__((aligned(64)));
     uint64_t mask[2][MAXQ];  /* p != 0 among the valid keys */
     uint64_t vbits[2][MAXQ]; /* the valid keys */
+    struct pfq pf;
 };
-
-static void prefetch(const uint8_t *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
-}
 
 static size_t v_row_bytes(const struct kn_kv_layout *kv) {
     return kv->type == ANVIL_TYPE_F16 ? (size_t)kv->head_dim * 2 : (size_t)kv->head_dim;
 }
 
-/* Prefetch the V rows a span needs (and Q8_0's V scales). */
-static void prefetch_span(const struct kn_kv_layout *kv, const struct span *sp) {
+static void pf_push(struct pfq *q, const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) {
+        if (q->v1 < PFQ_LINES) q->v[q->v1++] = (const char *)p + o;
+        else _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+    }
+}
+
+/* Queue the V rows a span needs (and Q8_0's V scales); the queue must be
+ * empty. */
+static void prefetch_span(const struct kn_kv_layout *kv, const struct span *sp, struct pfq *q) {
     size_t rb = v_row_bytes(kv);
     uint64_t rows = sp->all;
+    q->v0 = q->v1 = 0;
     while (rows) {
         int j = __builtin_ctzll(rows);
         rows &= rows - 1;
-        prefetch(sp->tile[j / SUB] + kv->v_off + (size_t)(sp->j0[j / SUB] + j % SUB) * rb, rb);
+        pf_push(q, sp->tile[j / SUB] + kv->v_off + (size_t)(sp->j0[j / SUB] + j % SUB) * rb, rb);
     }
     if (kv->type == ANVIL_TYPE_Q8_0)
         for (int st = 0; st * SUB < sp->n; st++)
             if ((sp->all >> (st * SUB)) & 0xffff)
-                prefetch(sp->tile[st] + kv->vs_off, kv->tile_bytes - kv->vs_off);
+                pf_push(q, sp->tile[st] + kv->vs_off, kv->tile_bytes - kv->vs_off);
 }
 
 /* MASKED walk from this many nonzero p among n keys (as in avx2). */
@@ -495,14 +532,16 @@ static void init_history(const struct kn_hp1_task *t, int k0, struct ws *w) {
     struct ksrc src;
     int mode = k_source(a->kv, kn_kv_tile(a->kv, a->base, a->blocks[s0 / bs], a->kv_head), s0 % bs,
                         nq, w->K, &src);
+    struct pfq pf = {0};
     for (int r = 0; r < a->n_rows; r++)
-        qk_row(mode, a->q + (size_t)r * a->q_stride, G, hd, &src, a->scale, t->hp.relu, w->rb + r * G);
+        qk_row(mode, a->q + (size_t)r * a->q_stride, G, hd, &src, a->scale, t->hp.relu, w->rb + r * G, &pf);
     for (int k = 0; k < nq; k++) _mm512_store_ps(w->rb[k], _mm512_load_ps(w->rb[k] + HIST));
 }
 
 /* Scores and gate of the steps of a span: p, masks and valid bits of every
  * query vector into buffer sp->buf; the history moves along (gate). */
-static void span_gate(const struct kn_hp1_task *t, struct ws *w, struct span *sp, int s0, int n_kv_max) {
+static void span_gate(const struct kn_hp1_task *t, struct ws *w, struct span *sp, int s0, int n_kv_max,
+                      struct pfq *pf) {
     const struct kn_attn_task *a = &t->at;
     const struct kn_kv_layout *kv = a->kv;
     int hd = kv->head_dim, bs = kv->block_size, G = a->group, K = t->hp.n_taps;
@@ -518,17 +557,20 @@ static void span_gate(const struct kn_hp1_task *t, struct ws *w, struct span *sp
         sp->j0[st] = s % bs;
         int nxt = s + bs - s % bs;
         /* the next tile's K only: its V rows are fetched when a gate wants them */
-        if (s % bs == 0 && nxt < n_kv_max)
-            prefetch(kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head), kv->v_off);
+        if (s % bs == 0 && nxt < n_kv_max) {
+            pf->k = (const char *)kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head);
+            pf->k_end = pf->k + kv->v_off;
+        }
         struct ksrc src;
         int mode = k_source(kv, tile, s % bs, nq, w->K, &src);
+        if (mode == KSRC_BUF) pf_flush(pf); /* K is read once, into the buffer: no loop to spread over */
         /* row r ends at key pos + r: rows [r0, n_rows) have keys here */
         int r0 = s - a->pos > 0 ? s - a->pos : 0;
         for (int r = r0; r < a->n_rows; r++) {
             int valid = a->pos + r + 1 - s;
             if (valid > SUB) valid = SUB;
             uint64_t vbits = ((1u << valid) - 1) & 0xffff;
-            qk_row(mode, a->q + (size_t)r * a->q_stride, G, hd, &src, a->scale, t->hp.relu, w->rb + r * G);
+            qk_row(mode, a->q + (size_t)r * a->q_stride, G, hd, &src, a->scale, t->hp.relu, w->rb + r * G, pf);
             for (int g = 0; g < G; g++) {
                 int k = r * G + g;
                 uint64_t m = gate(w->rb[k], t->hp.taps + (size_t)g * K, K, lo, hi, gamma, valid,
@@ -541,6 +583,7 @@ static void span_gate(const struct kn_hp1_task *t, struct ws *w, struct span *sp
         }
     }
     sp->all = all;
+    pf_flush(pf); /* what short steps left: the previous span's V before its PV */
 }
 
 /* Chunk c of every row: the partials into w->acc. The history in w->rb
@@ -553,18 +596,22 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
     int span_keys = VBUF_FLOATS / hd / SUB * SUB; /* whole steps: 64 at hd 64, 32 at 128 */
     if (span_keys > SPAN_MAX) span_keys = SPAN_MAX;
     struct span sp[2];
+    struct pfq *pf = &w->pf;
     bool pending = false;
+    pf->k = pf->k_end = NULL;
+    pf->v0 = pf->v1 = 0;
     memset(w->acc, 0, (size_t)nq * hd * sizeof(float));
     for (int s0 = k0, buf = 0; s0 < k1; s0 += span_keys, buf ^= 1) {
         struct span *cur = &sp[buf];
         cur->buf = buf;
         cur->n = k1 - s0 < span_keys ? k1 - s0 : span_keys;
-        span_gate(t, w, cur, s0, n_kv_max);
+        span_gate(t, w, cur, s0, n_kv_max, pf);
         if (t->pv == KN_HP1_PV_NONE) continue;
-        prefetch_span(a->kv, cur);
+        prefetch_span(a->kv, cur, pf);
         if (pending) span_pv(t, w, &sp[buf ^ 1], nq);
         pending = cur->all != 0;
     }
+    pf_flush(pf);
     if (pending) span_pv(t, w, &sp[((k1 - k0 + span_keys - 1) / span_keys - 1) & 1], nq);
 }
 
