@@ -2,10 +2,11 @@
  * unit_attn_hp1.c - HP1 gated attention kernels (kernels/attn_hp1.h):
  *   - the double oracle (kn_hp1_naive_ref) against numpy golden outputs
  *     (tests/data/hp1_golden.bin, made by tests/gen/gen_hp1_golden.py);
- *   - every variant the CPU runs (ref, avx2; the avx512 family's table is
- *     the avx2 one) against the oracle, within the first-order rounding
- *     bound the oracle derives for each output; avx2 against ref within
- *     twice that bound; F16 and Q8_0, head_dim 32..256, GQA 1/3/4/8,
+ *   - every variant the CPU runs (ref, avx2, avx512) against the oracle,
+ *     within the first-order rounding bound the oracle derives for each
+ *     output; avx2 and avx512 against ref within twice that bound, and
+ *     avx512 against avx2 bit for bit (the header gives them the same
+ *     arithmetic); F16 and Q8_0, head_dim 32..256, GQA 1/3/4/8,
  *     contexts around the step/block (16) and chunk (256) edges, K 1..8,
  *     ReLU on and off, several lo/hi/gamma;
  *   - bit-exactness inside each variant: split-K with every piece size,
@@ -49,7 +50,7 @@ static const char *VARIANTS[] = {"ref", "avx2", "avx512"};
 #define N_VARIANTS 3
 
 /* Variant i, or NULL when the CPU cannot run it or its table is one an
- * earlier name already gave (avx512 -> the avx2 kernels). */
+ * earlier name already gave (a family without kernels of its own). */
 static const struct kn_hp1_ops *pick(int i) {
     const struct kn_hp1_ops *ops = kn_hp1_select(VARIANTS[i]);
     for (int j = 0; ops && j < i; j++)
@@ -425,6 +426,79 @@ static void test_head_dims(void **state) {
             }
             fixture_free(&f);
         }
+}
+
+/* The shapes the AVX-512 kernel treats differently from the AVX2 one:
+ * head_dim 64 (PV in 4 vectors), 128 (8 vectors, one walk over a mask,
+ * F16 sparse walks from the tiles), 256 (two walks); groups of 1, 3, 4
+ * and 8 (up to 8 query vectors share a K pass in registers; prefill
+ * tiles of more use the K buffer). Every variant against the oracle,
+ * split, dense and tiles; and avx512 against avx2 bit for bit, since the
+ * header gives them the same arithmetic. */
+static void test_avx512_shapes(void **state) {
+    (void)state;
+    static const int HDS[] = {64, 128, 256};
+    static const int GROUPS[] = {1, 3, 4, 8};
+    const struct kn_hp1_ops *v2 = kn_hp1_select("avx2"), *v5 = kn_hp1_select("avx512");
+    uint32_t seed = 1200;
+    int pi = 0;
+    for (int ti = 0; ti < 2; ti++)
+        for (int hi = 0; hi < 3; hi++)
+            for (int gi = 0; gi < 4; gi++) {
+                int type = ti ? ANVIL_TYPE_Q8_0 : ANVIL_TYPE_F16, hd = HDS[hi], G = GROUPS[gi];
+                int nkv = G <= 3 ? 2 : 1;
+                const struct pset *ps = &PSETS[pi++ % N_PSETS];
+                char what[96];
+                /* decode: oracle, dense, every split */
+                struct fixture f;
+                fixture_init(&f, type, hd, G * nkv, nkv, 530, 1, ps, seed++, true);
+                float *d2 = NULL;
+                size_t nd = (size_t)f.n_head * hd;
+                for (int vi = 0; vi < N_VARIANTS; vi++) {
+                    const struct kn_hp1_ops *ops = pick(vi);
+                    if (!ops) continue;
+                    check_decode(ops, &f, NULL);
+                    if (ops == v2 && v5 && v5 != v2) {
+                        d2 = malloc(nd * sizeof(float));
+                        memcpy(d2, f.got, nd * sizeof(float));
+                    } else if (ops == v5 && d2) {
+                        snprintf(what, sizeof(what), "avx512 vs avx2 decode type %d hd %d G %d", type, hd, G);
+                        expect_same(f.got, d2, nd, what);
+                    }
+                }
+                free(d2);
+                fixture_free(&f);
+                /* prefill: a tile of every row against decode rows (tiles
+                 * of 4 rows at G 8 take the K buffer) */
+                int rows = KN_ATTN_MAXQ / G < 6 ? KN_ATTN_MAXQ / G : 6;
+                fixture_init(&f, type, hd, G * nkv, nkv, 250 + rows, rows, ps, seed++, true);
+                size_t n = (size_t)rows * f.n_head * hd;
+                float *dec = malloc(n * sizeof(float)), *t2 = malloc(n * sizeof(float));
+                bool have2 = false;
+                for (int vi = 0; vi < N_VARIANTS; vi++) {
+                    const struct kn_hp1_ops *ops = pick(vi);
+                    if (!ops) continue;
+                    snprintf(what, sizeof(what), "%s tile type %d hd %d G %d", ops->name, type, hd, G);
+                    run_decode_rows(ops, &f, dec, KN_HP1_PV_SPARSE);
+                    expect_bound(dec, f.want, f.bound, n, 1.25, what);
+                    memset(f.got, 0xff, n * sizeof(float));
+                    for (int h = 0; h < nkv; h++) {
+                        struct kn_hp1_task t = fixture_task(&f, h, 0, rows, f.got);
+                        ops->attn(&t);
+                    }
+                    expect_same(f.got, dec, n, what);
+                    if (ops == v2 && v5 && v5 != v2) {
+                        memcpy(t2, f.got, n * sizeof(float));
+                        have2 = true;
+                    } else if (ops == v5 && have2) {
+                        snprintf(what, sizeof(what), "avx512 vs avx2 tile type %d hd %d G %d", type, hd, G);
+                        expect_same(f.got, t2, n, what);
+                    }
+                }
+                free(dec);
+                free(t2);
+                fixture_free(&f);
+            }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -962,16 +1036,19 @@ static void test_all_zero(void **state) {
  * second group of 8 heads (0 on for 50%, the others for 30%) gives
  * spans whose F16 rows serve many sparse walks: the avx2 kernel then
  * converts them to its buffer, where with 3 heads the sparse walks read
- * the tiles (span_pv); heads 1-7 must match there too. */
+ * the tiles (span_pv); heads 1-7 must match there too. The 3 heads again
+ * at head_dim 128, where the avx512 kernel's sparse walks read the tiles
+ * too (avx2's use the buffer there). */
 static void test_sparse_skips_v(void **state) {
     (void)state;
-    enum { NKV = 700, HD = 64, NH_MAX = 8 };
+    enum { NKV = 700, NH_MAX = 8 };
     static const float ONS[2][NH_MAX] = {{0.5f, 0.7f, 0.3f},
                                          {0.5f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f}};
-    for (int ci = 0; ci < 4; ci++) {
+    for (int ci = 0; ci < 6; ci++) {
         int type = ci % 2 ? ANVIL_TYPE_Q8_0 : ANVIL_TYPE_F16;
-        int nh = ci < 2 ? 3 : 8;
-        const float *on_frac = ONS[ci / 2];
+        int nh = ci < 2 || ci >= 4 ? 3 : 8;
+        const int HD = ci < 4 ? 64 : 128;
+        const float *on_frac = ONS[nh == 3 ? 0 : 1];
         size_t row = HD;
         float *k = malloc((size_t)NKV * row * sizeof(float)), *v = malloc((size_t)NKV * row * sizeof(float));
         uint32_t x = 123;
@@ -1061,7 +1138,7 @@ static void test_sparse_skips_v(void **state) {
             /* the dense walk multiplies the inf rows by 0 */
             run_decode_rows(ops, &f, tile, KN_HP1_PV_DENSE);
             int nan = 0;
-            for (size_t i = 0; i < n; i++) nan += i % (nh * HD) >= HD && isnan(tile[i]);
+            for (size_t i = 0; i < n; i++) nan += i % (size_t)(nh * HD) >= (size_t)HD && isnan(tile[i]);
             if (!nan) fail_msg("%s: dense PV did not touch the inf rows", ops->name);
         }
         free(tile);
@@ -1167,6 +1244,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_decode_variants),
         cmocka_unit_test(test_head_dims),
+        cmocka_unit_test(test_avx512_shapes),
         cmocka_unit_test(test_prefill_variants),
         cmocka_unit_test(test_block_sizes),
         cmocka_unit_test(test_batch_invariance),

@@ -21,6 +21,8 @@
  *        ref:  s = 0; s += q[d]*k[d] for d = 0..hd-1 (float, unfused)
  *        avx2: a_u = fused multiply-add chain over d = u mod 2 in d order,
  *              s = (a_0 + a_1) * scale
+ *        avx512: avx2's, here and in steps 3 and 5, lane for lane: the
+ *              same bits as avx2 (unit_attn_hp1 checks it)
  *   2. r_t = s_t > 0 ? s_t : 0 with the ReLU on (NaN -> 0), else s_t.
  *   3. z_t = c_0*r_t, then z_t += c_j*r_{t-j} for j = 1..K-1 in order
  *        (ref: unfused; avx2: fused multiply-add).
@@ -60,7 +62,7 @@
  * first; V rows that no query vector of the group needs are neither
  * read nor converted. A mostly nonzero span takes a straight masked walk
  * and a fully nonzero one a plain walk, with the same arithmetic
- * (cpu/avx2/attn_hp1.c).
+ * (cpu/avx2/attn_hp1.c; cpu/avx512/attn_hp1.c).
  */
 #ifndef ANVIL_KN_ATTN_HP1_H
 #define ANVIL_KN_ATTN_HP1_H
@@ -121,7 +123,7 @@ static inline size_t kn_hp1_rec_floats(int group, int head_dim) {
 typedef void (*kn_hp1_fn)(const struct kn_hp1_task *t);
 
 struct kn_hp1_ops {
-    const char *name; /* "ref", "avx2"; the avx512 family uses the avx2 kernels */
+    const char *name; /* "ref", "avx2", "avx512" */
     kn_hp1_fn attn;
     kn_hp1_fn partial;
     kn_hp1_fn reduce;
@@ -129,6 +131,7 @@ struct kn_hp1_ops {
 
 extern const struct kn_hp1_ops kn_hp1_ops_ref;
 extern const struct kn_hp1_ops kn_hp1_ops_avx2;
+extern const struct kn_hp1_ops kn_hp1_ops_avx512;
 
 /* The HP1 table of a kernel family, by the kn_ops name ("ref", "avx2",
  * "avx512"; NULL or "auto" = the best the CPU runs, with the

@@ -27,7 +27,7 @@ const struct kn_hp1_ops *kn_hp1_select(const char *name) {
     const struct kn_attn_ops *a = kn_attn_select(name);
     if (!a) return NULL;
     if (!strcmp(a->name, "ref")) return &kn_hp1_ops_ref;
-    /* no AVX-512 HP1 kernel yet: an AVX-512 CPU runs the AVX2 one */
-    if (!strcmp(a->name, "avx2") || !strcmp(a->name, "avx512")) return &kn_hp1_ops_avx2;
+    if (!strcmp(a->name, "avx2")) return &kn_hp1_ops_avx2;
+    if (!strcmp(a->name, "avx512")) return &kn_hp1_ops_avx512;
     return NULL;
 }
