@@ -67,6 +67,7 @@ struct fixture {
 };
 
 static int g_block = 16; /* block size of make_kv */
+static int g_window;      /* sliding window of fixture tasks and the naive reference; 0 = none */
 
 static struct kv_cache *make_kv(int type, int hd, int n_head, int n_head_kv, int n_ctx, int n_seq,
                                 int n_threads) {
@@ -137,9 +138,9 @@ static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_
     double *scratch = malloc(((size_t)n_kv + 1) * sizeof(double));
     assert_non_null(scratch);
     size_t stride = (size_t)n_head * hd;
-    kn_attn_naive_ref(kv_layout(f->kv), kv_layer_base(f->kv, 0), kv_seq_blocks(f->kv, 0), n_head,
-                      1.0f / sqrtf((float)hd), f->q, stride, f->want, stride, n_kv - n_rows,
-                      n_rows, scratch);
+    kn_attn_naive_window_ref(kv_layout(f->kv), kv_layer_base(f->kv, 0), kv_seq_blocks(f->kv, 0),
+                             n_head, 1.0f / sqrtf((float)hd), f->q, stride, f->want, stride,
+                             n_kv - n_rows, n_rows, g_window, scratch);
     free(scratch);
 }
 
@@ -167,6 +168,7 @@ static struct kn_attn_task fixture_task(const struct fixture *f, int h, int r0, 
         .out_stride = stride,
         .pos = f->n_kv - f->n_rows + r0,
         .n_rows = n_rows,
+        .window = g_window,
     };
     return t;
 }
@@ -336,6 +338,36 @@ static void test_decode_peaky(void **state) {
 /* ---------------------------------------------------------------------- */
 /* prefill: tiles vs naive, and each row bit-identical to its decode */
 
+/* Every row of f as a decode against the naive outputs, then tiles of
+ * several heights bit-identical to those decodes. */
+static void check_prefill(const struct kn_attn_ops *ops, struct fixture *f, int ci) {
+    size_t n = (size_t)f->n_rows * f->n_head * f->hd;
+    float *dec = malloc(n * sizeof(float));
+    assert_non_null(dec);
+    char what[128];
+    snprintf(what, sizeof(what), "prefill %s case %d window %d", ops->name, ci, g_window);
+    for (int h = 0; h < f->n_head_kv; h++)
+        for (int r = 0; r < f->n_rows; r++) {
+            struct kn_attn_task t = fixture_task(f, h, r, 1, dec);
+            ops->attn(&t);
+        }
+    expect_close(dec, f->want, n, 2e-5, 2e-4, what);
+    int max_rows = KN_ATTN_MAXQ / f->group;
+    for (int tile = 2; tile <= max_rows; tile = tile * 2 + 1) {
+        memset(f->got, 0, n * sizeof(float));
+        for (int h = 0; h < f->n_head_kv; h++)
+            for (int r0 = 0; r0 < f->n_rows; r0 += tile) {
+                int nr = f->n_rows - r0 < tile ? f->n_rows - r0 : tile;
+                struct kn_attn_task t = fixture_task(f, h, r0, nr, f->got);
+                ops->attn(&t);
+            }
+        char w2[160];
+        snprintf(w2, sizeof(w2), "%s tile %d vs decode", what, tile);
+        expect_same(f->got, dec, n, w2);
+    }
+    free(dec);
+}
+
 static void test_prefill_variants(void **state) {
     (void)state;
     static const struct {
@@ -351,39 +383,57 @@ static void test_prefill_variants(void **state) {
         struct fixture f;
         fixture_init(&f, C[ci].type, C[ci].hd, C[ci].n_head, C[ci].n_head_kv,
                      C[ci].pos + C[ci].n_rows, C[ci].n_rows, 300 + (uint32_t)ci, true);
-        size_t n = (size_t)f.n_rows * f.n_head * f.hd;
-        float *dec = malloc(n * sizeof(float));
-        assert_non_null(dec);
         for (int vi = 0; vi < N_VARIANTS; vi++) {
             const struct kn_attn_ops *ops = pick(vi);
-            if (!ops) continue;
-            char what[128];
-            snprintf(what, sizeof(what), "prefill %s case %zu", ops->name, ci);
-            /* every row as a decode */
-            for (int h = 0; h < f.n_head_kv; h++)
-                for (int r = 0; r < f.n_rows; r++) {
-                    struct kn_attn_task t = fixture_task(&f, h, r, 1, dec);
-                    ops->attn(&t);
-                }
-            expect_close(dec, f.want, n, 2e-5, 2e-4, what);
-            /* tiles of several heights */
-            int max_rows = KN_ATTN_MAXQ / f.group;
-            for (int tile = 2; tile <= max_rows; tile = tile * 2 + 1) {
-                memset(f.got, 0, n * sizeof(float));
-                for (int h = 0; h < f.n_head_kv; h++)
-                    for (int r0 = 0; r0 < f.n_rows; r0 += tile) {
-                        int nr = f.n_rows - r0 < tile ? f.n_rows - r0 : tile;
-                        struct kn_attn_task t = fixture_task(&f, h, r0, nr, f.got);
-                        ops->attn(&t);
-                    }
-                char w2[160];
-                snprintf(w2, sizeof(w2), "%s tile %d vs decode", what, tile);
-                expect_same(f.got, dec, n, w2);
-            }
+            if (ops) check_prefill(ops, &f, (int)ci);
         }
-        free(dec);
         fixture_free(&f);
     }
+}
+
+/* Sliding windows (kn_attn_task.window): every variant that honours them
+ * against the naive windowed reference, as decode rows, as prefill tiles
+ * (bit-identical to the decode rows) and split-K (bit-identical to
+ * unsplit), with windows shorter than a step, across step, block and chunk
+ * edges, and longer than the context. Gemma 3's shape (head_dim 256, 4
+ * query heads on 1 kv head) included. */
+static void test_window_variants(void **state) {
+    (void)state;
+    static const struct {
+        int type, hd, n_head, n_head_kv, pos, n_rows, window;
+    } C[] = {
+        {ANVIL_TYPE_F16, 64, 9, 3, 0, 40, 16},      /* no prefix, one-step window */
+        {ANVIL_TYPE_F16, 64, 9, 3, 250, 30, 37},    /* rows cross a chunk edge */
+        {ANVIL_TYPE_F16, 256, 4, 1, 600, 24, 512},  /* Gemma 3 local layers */
+        {ANVIL_TYPE_Q8_0, 256, 4, 1, 530, 8, 512},
+        {ANVIL_TYPE_Q8_0, 128, 8, 2, 300, 20, 5},   /* shorter than a step */
+        {ANVIL_TYPE_F16, 64, 1, 1, 1000, 12, 300},  /* MHA, window over two chunks */
+        {ANVIL_TYPE_F16, 64, 8, 1, 40, 9, 4096},    /* window past the context */
+    };
+    int tested = 0;
+    for (size_t ci = 0; ci < sizeof(C) / sizeof(C[0]); ci++) {
+        g_window = C[ci].window;
+        struct fixture f;
+        fixture_init(&f, C[ci].type, C[ci].hd, C[ci].n_head, C[ci].n_head_kv,
+                     C[ci].pos + C[ci].n_rows, C[ci].n_rows, 700 + (uint32_t)ci, true);
+        for (int vi = 0; vi < N_VARIANTS; vi++) {
+            const struct kn_attn_ops *ops = pick(vi);
+            if (!ops || !ops->window) continue;
+            check_prefill(ops, &f, (int)ci);
+            /* split-K of the last row against its unsplit decode */
+            struct fixture last = f;
+            size_t stride = (size_t)f.n_head * f.hd;
+            last.n_rows = 1;
+            last.q = f.q + (size_t)(f.n_rows - 1) * stride;
+            last.want = f.want + (size_t)(f.n_rows - 1) * stride;
+            last.got = f.got;
+            check_decode(ops, &last);
+            tested++;
+        }
+        fixture_free(&f);
+        g_window = 0;
+    }
+    assert_true(tested >= (int)(sizeof(C) / sizeof(C[0]))); /* the reference at least */
 }
 
 /* ---------------------------------------------------------------------- */
@@ -582,6 +632,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_decode_variants),
         cmocka_unit_test(test_decode_peaky),
         cmocka_unit_test(test_prefill_variants),
+        cmocka_unit_test(test_window_variants),
         cmocka_unit_test(test_driver_invariance),
         cmocka_unit_test(test_driver_bad_input),
         cmocka_unit_test(test_block_sizes),

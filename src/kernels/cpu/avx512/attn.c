@@ -157,14 +157,14 @@ static inline __attribute__((always_inline)) __m512 src_v(const int mode, const 
  * probability (F16, pg = 0) or probability times V scale (Q8). */
 static inline __attribute__((always_inline)) void
 pv_cols(const int mode, const int nq, const int nb, float *restrict acc, int d0,
-        const float *restrict p, int pk, int pg, const struct src *s, int hd, int valid,
+        const float *restrict p, int pk, int pg, const struct src *s, int hd, int first, int valid,
         struct pfq *pf) {
     __m512 c[QGROUP][4];
 #pragma GCC unroll 4
     for (int k = 0; k < nq; k++)
 #pragma GCC unroll 4
         for (int b = 0; b < nb; b++) c[k][b] = _mm512_load_ps(acc + k * hd + d0 + 16 * b);
-    for (int j = 0; j < valid; j++) {
+    for (int j = first; j < valid; j++) {
         if (IS_DIRECT(mode)) pf_issue(pf, 2);
 #pragma GCC unroll 4
         for (int b = 0; b < nb; b++) {
@@ -270,9 +270,9 @@ qk_dims2(const int nq, const float *restrict q, const float *restrict K0,
 /* The rest of an online-softmax step, from the raw scores sv[k]. */
 static inline __attribute__((always_inline)) void
 softmax_pv(const int mode, const int nq, const __m512 *sv, float *restrict m, float *restrict l,
-           float *restrict acc, const struct src *s, int hd, int valid, float scale,
+           float *restrict acc, const struct src *s, int hd, int first, int valid, float scale,
            struct pfq *pf) {
-    const __mmask16 vm = (__mmask16)((1u << valid) - 1u);
+    const __mmask16 vm = (__mmask16)(((1u << valid) - 1u) & ~((1u << first) - 1u));
     /* weights: p (F16) or p times the V scale of each group (Q8) */
     float pb[QGROUP * (HDMAX / 32)][SUB] __attribute__((aligned(64)));
     const int ng = IS_Q8(mode) ? hd / 32 : 1;
@@ -303,42 +303,43 @@ softmax_pv(const int mode, const int nq, const __m512 *sv, float *restrict m, fl
      * vector at once for independent chains (32 for a head_dim tail) */
     const int pk = ng * SUB, pg = IS_Q8(mode) ? SUB : 0;
     int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, nq, 4, acc, d0, pb[0], pk, pg, s, hd, valid, pf);
-    if (d0 < hd) pv_cols(mode, nq, 2, acc, d0, pb[0], pk, pg, s, hd, valid, pf);
+    for (; d0 + 64 <= hd; d0 += 64) pv_cols(mode, nq, 4, acc, d0, pb[0], pk, pg, s, hd, first, valid, pf);
+    if (d0 < hd) pv_cols(mode, nq, 2, acc, d0, pb[0], pk, pg, s, hd, first, valid, pf);
 }
 
 static inline __attribute__((always_inline)) void
 step_group(const int mode, const int nq, const float *restrict q, float *restrict m,
-           float *restrict l, float *restrict acc, const struct src *s, int hd, int valid,
-           float scale, struct pfq *pf) {
+           float *restrict l, float *restrict acc, const struct src *s, int hd, int first,
+           int valid, float scale, struct pfq *pf) {
     __m512 sv[QGROUP];
     qk_scores(mode, nq, q, s, hd, sv, pf);
-    softmax_pv(mode, nq, sv, m, l, acc, s, hd, valid, scale, pf);
+    softmax_pv(mode, nq, sv, m, l, acc, s, hd, first, valid, scale, pf);
 }
 
-/* Two consecutive F16 steps (buffers sa, sb; valid0 > 0 and valid1 > 0
- * keys) for nq <= 3 query vectors: the same arithmetic as two step_group
- * calls, with the scores of both computed first. */
+/* Two consecutive F16 steps (buffers sa, sb; keys [first0, valid0) of the
+ * first and [0, valid1) of the second, both nonempty) for nq <= 3 query
+ * vectors: the same arithmetic as two step_group calls, with the scores of
+ * both computed first. */
 static inline __attribute__((always_inline)) void
 step_group2(const int nq, const float *restrict q, float *restrict m, float *restrict l,
-            float *restrict acc, const struct src *sa, const struct src *sb, int hd, int valid0,
-            int valid1, float scale) {
+            float *restrict acc, const struct src *sa, const struct src *sb, int hd, int first0,
+            int valid0, int valid1, float scale) {
     __m512 s0[3], s1[3];
     qk_dims2(nq, q, sa->k, sb->k, hd, s0, s1);
-    softmax_pv(SRC_BUF, nq, s0, m, l, acc, sa, hd, valid0, scale, NULL);
-    softmax_pv(SRC_BUF, nq, s1, m, l, acc, sb, hd, valid1, scale, NULL);
+    softmax_pv(SRC_BUF, nq, s0, m, l, acc, sa, hd, first0, valid0, scale, NULL);
+    softmax_pv(SRC_BUF, nq, s1, m, l, acc, sb, hd, 0, valid1, scale, NULL);
 }
 
 /* The G query vectors of one row through two F16 steps, 3 at a time. */
 static void step_row_buf2(const float *q, float *m, float *l, float *acc, int G,
-                          const struct src *sa, const struct src *sb, int hd, int valid0,
-                          int valid1, float scale) {
+                          const struct src *sa, const struct src *sb, int hd, int first0,
+                          int valid0, int valid1, float scale) {
     int g = 0;
     for (; g + 3 <= G; g += 3)
-        step_group2(3, q + g * hd, m + g, l + g, acc + g * hd, sa, sb, hd, valid0, valid1, scale);
+        step_group2(3, q + g * hd, m + g, l + g, acc + g * hd, sa, sb, hd, first0, valid0, valid1, scale);
     switch (G - g) {
-    case 2: step_group2(2, q + g * hd, m + g, l + g, acc + g * hd, sa, sb, hd, valid0, valid1, scale); break;
-    case 1: step_group2(1, q + g * hd, m + g, l + g, acc + g * hd, sa, sb, hd, valid0, valid1, scale); break;
+    case 2: step_group2(2, q + g * hd, m + g, l + g, acc + g * hd, sa, sb, hd, first0, valid0, valid1, scale); break;
+    case 1: step_group2(1, q + g * hd, m + g, l + g, acc + g * hd, sa, sb, hd, first0, valid0, valid1, scale); break;
     default: break;
     }
 }
@@ -346,22 +347,22 @@ static void step_row_buf2(const float *q, float *m, float *l, float *acc, int G,
 /* The G query vectors of one row through one step, in groups of 4. */
 static inline __attribute__((always_inline)) void
 step_row(const int mode, const float *q, float *m, float *l, float *acc, int G,
-         const struct src *s, int hd, int valid, float scale, struct pfq *pf) {
+         const struct src *s, int hd, int first, int valid, float scale, struct pfq *pf) {
     int g = 0;
     for (; g + 4 <= G; g += 4)
-        step_group(mode, 4, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale, pf);
+        step_group(mode, 4, q + g * hd, m + g, l + g, acc + g * hd, s, hd, first, valid, scale, pf);
     switch (G - g) {
-    case 3: step_group(mode, 3, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale, pf); break;
-    case 2: step_group(mode, 2, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale, pf); break;
-    case 1: step_group(mode, 1, q + g * hd, m + g, l + g, acc + g * hd, s, hd, valid, scale, pf); break;
+    case 3: step_group(mode, 3, q + g * hd, m + g, l + g, acc + g * hd, s, hd, first, valid, scale, pf); break;
+    case 2: step_group(mode, 2, q + g * hd, m + g, l + g, acc + g * hd, s, hd, first, valid, scale, pf); break;
+    case 1: step_group(mode, 1, q + g * hd, m + g, l + g, acc + g * hd, s, hd, first, valid, scale, pf); break;
     default: break;
     }
 }
 
 #define STEP_ROW_FN(NAME, MODE) \
     static void NAME(const float *q, float *m, float *l, float *acc, int G, const struct src *s, \
-                     int hd, int valid, float scale, struct pfq *pf) { \
-        step_row(MODE, q, m, l, acc, G, s, hd, valid, scale, pf); \
+                     int hd, int first, int valid, float scale, struct pfq *pf) { \
+        step_row(MODE, q, m, l, acc, G, s, hd, first, valid, scale, pf); \
     }
 STEP_ROW_FN(step_row_buf, SRC_BUF)
 STEP_ROW_FN(step_row_f16, SRC_F16)
@@ -393,7 +394,9 @@ static void prefetch_tile(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
-/* Keys of chunk c for every row of the task into cur (cleared first). */
+/* Keys of chunk c for every row of the task into cur (cleared first):
+ * steps below the first row's window are not read; inside a step, keys
+ * outside a row's [lo, p] are masked (their weights are not summed). */
 static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_states *cur,
                            struct bufs *b) {
     const struct kn_kv_layout *kv = t->kv;
@@ -403,9 +406,10 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
     int k1 = k0 + KN_ATTN_CHUNK < n_kv_max ? k0 + KN_ATTN_CHUNK : n_kv_max;
     /* decode rows with one group of heads read the tile directly */
     const bool direct = t->n_rows == 1 && G <= QGROUP;
+    const int lo0 = kn_attn_lo(t, 0) / SUB * SUB;
     states_clear(cur, t->n_rows * G, hd);
     struct pfq pf = {NULL, NULL};
-    for (int s0 = k0; s0 < k1; s0 += SUB) {
+    for (int s0 = k0 > lo0 ? k0 : lo0; s0 < k1; s0 += SUB) {
         const uint8_t *tile = kn_kv_tile(kv, t->base, t->blocks[s0 / bs], t->kv_head);
         int nxt = s0 + bs - s0 % bs; /* first key of the next block */
         if (s0 % bs == 0 && nxt < k1) {
@@ -429,10 +433,11 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
                 sr.ks = (const uint16_t *)(tile + kv->ks_off) + j0;
                 sr.vs = (const uint16_t *)(tile + kv->vs_off) + j0;
             }
-            int valid = t->pos + 1 - s0;
+            int valid = t->pos + 1 - s0, first = kn_attn_lo(t, 0) - s0;
             if (valid > SUB) valid = SUB;
-            (kv->type == ANVIL_TYPE_F16 ? step_row_f16 : step_row_q8)(t->q, cur->m, cur->l, cur->acc,
-                                                                      G, &sr, hd, valid, t->scale, &pf);
+            if (first < 0) first = 0;
+            (kv->type == ANVIL_TYPE_F16 ? step_row_f16 : step_row_q8)(
+                t->q, cur->m, cur->l, cur->acc, G, &sr, hd, first, valid, t->scale, &pf);
             pf_issue(&pf, 1 << 20); /* whatever the loops left (short steps) */
             continue;
         }
@@ -449,30 +454,35 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
             struct src sb2 = {.k = b->K2, .v = b->V2, .bs = SUB};
             for (int r = 0; r < t->n_rows; r++) {
                 int valid = t->pos + r + 1 - s0, valid1 = valid - SUB;
-                if (valid <= 0) continue;
+                int first = kn_attn_lo(t, r) - s0, first1 = first - SUB;
                 if (valid > SUB) valid = SUB;
                 if (valid1 > SUB) valid1 = SUB;
+                if (first < 0) first = 0;
+                if (first1 < 0) first1 = 0;
                 int i = r * G;
                 const float *qr = t->q + (size_t)r * t->q_stride;
-                if (valid1 > 0)
-                    step_row_buf2(qr, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd, G, &sb,
-                                  &sb2, hd, valid, valid1, t->scale);
-                else
-                    step_row_buf(qr, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd, G, &sb, hd,
-                                 valid, t->scale, &pf);
+                float *mr = cur->m + i, *lr = cur->l + i, *ar = cur->acc + (size_t)i * hd;
+                bool in0 = first < valid, in1 = first1 < valid1;
+                if (in0 && in1)
+                    step_row_buf2(qr, mr, lr, ar, G, &sb, &sb2, hd, first, valid, valid1, t->scale);
+                else if (in0)
+                    step_row_buf(qr, mr, lr, ar, G, &sb, hd, first, valid, t->scale, &pf);
+                else if (in1)
+                    step_row_buf(qr, mr, lr, ar, G, &sb2, hd, first1, valid1, t->scale, &pf);
             }
             s0 = s1; /* the loop adds the second SUB */
             continue;
         }
         void (*row_fn)(const float *, float *, float *, float *, int, const struct src *, int, int,
-                       float, struct pfq *) = kv->type == ANVIL_TYPE_F16 ? step_row_buf : step_row_buf8;
+                       int, float, struct pfq *) = kv->type == ANVIL_TYPE_F16 ? step_row_buf : step_row_buf8;
         for (int r = 0; r < t->n_rows; r++) {
-            int valid = t->pos + r + 1 - s0;
-            if (valid <= 0) continue;
+            int valid = t->pos + r + 1 - s0, first = kn_attn_lo(t, r) - s0;
             if (valid > SUB) valid = SUB;
+            if (first < 0) first = 0;
+            if (first >= valid) continue;
             int i = r * G;
             row_fn(t->q + (size_t)r * t->q_stride, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd,
-                   G, &sb, hd, valid, t->scale, &pf);
+                   G, &sb, hd, first, valid, t->scale, &pf);
         }
     }
 }
@@ -494,9 +504,7 @@ static void finish(float l, const float *acc, float *out, int hd) {
     for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), inv));
 }
 
-/* The fold driver's primitive: the step buffers live in this frame. This
- * variant ignores kn_attn_task.window (.window = false below): windowed
- * layers run on the avx2 table, which every AVX-512 CPU can run. */
+/* The fold driver's primitive: the step buffers live in this frame. */
 static void chunk_pass(const struct kn_attn_task *t, int c, struct kn_attn_states *cur) {
     struct bufs b;
     chunk_pass_buf(t, c, cur, &b);
@@ -513,5 +521,5 @@ const struct kn_attn_ops kn_attn_ops_avx512 = {
     .attn = attn_avx512,
     .partial = partial_avx512,
     .reduce = reduce_avx512,
-    .window = false,
+    .window = true,
 };
