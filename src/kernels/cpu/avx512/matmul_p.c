@@ -13,12 +13,13 @@
  *     16+4c+i (IQ4_NL's nibbles index its 16 values: one vpshufb per
  *     chunk maps them to value + 128, unsigned, as Q8_0's bias);
  *   Q8_0 (CH = 8): elements 4c..4c+3, biased by 128 (unsigned);
- *   Q5_0, Q5_1 (CH = 5): chunks 0..3 as Q4_0, then chunk 4 holds each
- *     row's 32 high bits rearranged: bit c of byte i is the high bit of
- *     element 4c+i, bit 4+c that of element 16+4c+i (c, i < 4). Chunk c's
- *     high bits are then one shift and one mask away, for all 64 bytes:
- *     (h << (4 - c)) & 0x10 for the low nibbles, (h >> c) & 0x10 for the
- *     high ones.
+ *   Q5_0, Q5_1 (CH = 5): chunks 0..3 as Q4_0, then chunk 4 holds the
+ *     high bits as eight 64-bit byte masks, two per chunk c: bit j of
+ *     qword 2c is the high bit of the low nibble of chunk c's byte j,
+ *     bit j of qword 2c + 1 that of its high nibble (byte j = lane j/4,
+ *     byte j%4: elements 4c + j%4 and 16 + 4c + j%4 of row j/4). A mask
+ *     register loads each, and one masked byte add puts the bit in place
+ *     (five operations per chunk to unpack both nibbles, not seven).
  * A tile is [qs (and qh) of blocks 0..nb-1][d of blocks 0..nb-1, 16 f16
  * each][Q4_1, Q5_1: m likewise], rounded up to 64 bytes. Same bytes as
  * GGUF, so packing costs no memory beyond the copy itself.
@@ -145,12 +146,15 @@ void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const 
                 uint32_t h;
                 memcpy(&h, qh, 4);
                 for (int c = 0; c < 4; c++) memcpy(q + 64 * c, qs + 4 * c, 4);
-                for (int e = 0; e < 4; e++) {
-                    uint8_t v = 0;
-                    for (int c = 0; c < 4; c++)
-                        v |= (uint8_t)(((h >> (4 * c + e)) & 1) << c |
-                                       ((h >> (16 + 4 * c + e)) & 1) << (4 + c));
-                    q[64 * 4 + e] = v;
+                /* lane l's 4 bits of each mask: bits 4l..4l+3, the nibble
+                 * of bits in byte l/2 at shift 4*(l%2) */
+                uint8_t *hm = tile + (size_t)b * 5 * 64 + 4 * 64 + l / 2;
+                int sh = 4 * (l % 2);
+                for (int c = 0; c < 4; c++) {
+                    uint8_t lo = (uint8_t)((h >> (4 * c)) & 0xf), hi = (uint8_t)((h >> (16 + 4 * c)) & 0xf);
+                    uint8_t *ml = hm + 16 * c, *mh = hm + 16 * c + 8;
+                    *ml = (uint8_t)((*ml & ~(0xf << sh)) | lo << sh);
+                    *mh = (uint8_t)((*mh & ~(0xf << sh)) | hi << sh);
                 }
             }
         }
@@ -166,7 +170,8 @@ struct pk_act {
     const int8_t *q[TOK_CHUNK];  /* qs of each token row */
     const float *d[TOK_CHUNK];   /* da per block */
     const float *s[TOK_CHUNK];   /* sa per block */
-    const int32_t *c[TOK_CHUNK]; /* integer correction per block (Q4_0, Q8_0) */
+    const int32_t *c[TOK_CHUNK]; /* integer correction per block (Q4_0, Q8_0, IQ4_NL) */
+    const float *s16[TOK_CHUNK]; /* Q5_0: 16 * sa per block, the reference's product */
 };
 
 static inline __m512i bcast32(const int8_t *p) {
@@ -202,12 +207,11 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
 #pragma GCC unroll 8
         for (int t = 0; t < mt; t++) acc[i][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        __m512i is[NT][MT], hx[NT];
+        __m512i is[NT][MT];
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) is[i][t] = _mm512_setzero_si512();
-            if (is_q5(pt)) hx[i] = _mm512_load_si512(tp[i] + ((size_t)b * 5 + 4) * 64);
             if (pf) {
                 const uint8_t *q = tp[i] + (size_t)b * ch * 64;
 #pragma GCC unroll 8
@@ -233,11 +237,13 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
 #pragma GCC unroll 4
                 for (int i = 0; i < nt; i++) {
                     __m512i v = _mm512_load_si512(tp[i] + ((size_t)b * ch + c) * 64);
-                    if (is_q5(pt)) { /* (nibble & 0x0f) | high bit: ternary logic A & B | C */
-                        __m512i hl = _mm512_and_si512(_mm512_slli_epi32(hx[i], 4 - c), b4);
-                        __m512i hh = _mm512_and_si512(_mm512_srli_epi32(hx[i], c), b4);
-                        lo[i] = _mm512_ternarylogic_epi32(v, nib, hl, 0xEA);
-                        hi[i] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), nib, hh, 0xEA);
+                    if (is_q5(pt)) { /* nibble, plus 16 where its mask bit is set */
+                        const uint8_t *hm = tp[i] + ((size_t)b * 5 + 4) * 64 + 16 * c;
+                        __mmask64 kl = _load_mask64((__mmask64 *)hm), kh = _load_mask64((__mmask64 *)(hm + 8));
+                        __m512i l4 = _mm512_and_si512(v, nib);
+                        __m512i h4 = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                        lo[i] = _mm512_mask_add_epi8(l4, kl, l4, b4);
+                        hi[i] = _mm512_mask_add_epi8(h4, kh, h4, b4);
                     } else {
                         lo[i] = _mm512_and_si512(v, nib);
                         hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
@@ -269,7 +275,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
             for (int t = 0; t < mt; t++) {
                 if (pt == T_Q5_0) { /* the reference's operations, in its order */
                     __m512 u = _mm512_mul_ps(_mm512_set1_ps(a->d[t0 + t][b]), _mm512_cvtepi32_ps(is[i][t]));
-                    u = _mm512_sub_ps(u, _mm512_set1_ps(16.0f * a->s[t0 + t][b]));
+                    u = _mm512_sub_ps(u, _mm512_set1_ps(a->s16[t0 + t][b]));
                     acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(dw, u));
                     continue;
                 }
@@ -342,7 +348,11 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
     const size_t ts = tile_size(pt, nb);
     const uint8_t *wb = w, *xb = x;
     const int k0 = r0 / R, k1 = (r1 + R - 1) / R;
-    int32_t corr[CORR_MAX];
+    union {
+        int32_t c[CORR_MAX]; /* block corrections */
+        float s16[CORR_MAX]; /* Q5_0: 16 * sa */
+    } cb;
+    int32_t *corr = cb.c;
     struct pk_act a;
     if (r0 >= r1 || n_tokens <= 0) return;
     int tc = CORR_MAX / nb < TOK_CHUNK ? CORR_MAX / nb : TOK_CHUNK;
@@ -356,6 +366,11 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
             a.c[t] = corr + (size_t)t * nb;
             if (pt == T_Q4_0 || pt == T_Q8_0 || pt == T_IQ4_NL)
                 block_corr(corr + (size_t)t * nb, a.q[t], nb, pt == T_Q4_0 ? 8 : 128);
+            if (pt == T_Q5_0) { /* the same floats as 16.0f * sa in the loop */
+                float *s16 = cb.s16 + (size_t)t * nb;
+                for (int b = 0; b < nb; b++) s16[b] = 16.0f * a.s[t][b];
+                a.s16[t] = s16;
+            }
         }
         float *yc = y + (size_t)c0 * ldy;
         if (nt == 1) {
