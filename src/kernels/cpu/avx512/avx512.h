@@ -48,6 +48,9 @@ void kn_add_rmsnorm_avx512(float *restrict res, const float *restrict delta, flo
 void kn_rmsnorm_act_avx512(void *restrict dst, const float *restrict x, const float *restrict w,
                            int n, float eps, int act);
 void kn_silu_mul_avx512(float *y, const float *g, const float *u, int n);
+void kn_gelu_mul_avx512(float *y, const float *g, const float *u, int n);
+void kn_gelu_mul_act_avx512(void *restrict dst, const float *restrict g, const float *restrict u,
+                            int n, int act);
 void kn_silu_mul_act_avx512(void *restrict dst, const float *restrict g, const float *restrict u,
                             int n, int act);
 void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *inv_freq);

@@ -202,6 +202,33 @@ void kn_silu_mul_act_avx512(void *restrict dst, const float *restrict g, const f
 #undef SILU_AT
 }
 
+/* gelu(g) * u in the sigmoid form of kernels/ops.h, the reference's order:
+ * g / (1 + e^-(2 sqrt(2/pi) (g + 0.044715 g^3))) * u */
+static inline __m512 gelu_mul16(__m512 g, __m512 u) {
+    __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
+    __m512 z2 = _mm512_mul_ps(_mm512_set1_ps(1.5957691216057308f),
+                              _mm512_add_ps(g, _mm512_mul_ps(_mm512_set1_ps(0.044715f), g3)));
+    __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), z2));
+    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+void kn_gelu_mul_avx512(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, k, gelu_mul16(_mm512_maskz_loadu_ps(k, g + i),
+                                                   _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+void kn_gelu_mul_act_avx512(void *restrict dst, const float *restrict g, const float *restrict u,
+                            int n, int act) {
+#define GELU_AT(i) \
+    gelu_mul16(_mm512_maskz_loadu_ps(tail_mask(n - (i)), g + (i)), \
+               _mm512_maskz_loadu_ps(tail_mask(n - (i)), u + (i)))
+    ACT_ROW(dst, n, act, GELU_AT(i));
+#undef GELU_AT
+}
+
 /* ---------------------------------------------------------------------- */
 /* RoPE */
 
@@ -331,12 +358,12 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
         .silu_mul = kn_silu_mul_avx512, \
         .silu_mul_act = kn_silu_mul_act_avx512, \
         .rope = kn_rope_avx512, \
-        /* AVX2 twins: written on a machine without AVX-512, where an \
+        /* the AVX2 twin: written on a machine without AVX-512, where an \
          * AVX-512 version could not be tested (every AVX-512 CPU runs \
          * AVX2 code) */ \
         .rope_ext = kn_rope_ext_avx2, \
-        .gelu_mul = kn_gelu_mul_avx2, \
-        .gelu_mul_act = kn_gelu_mul_act_avx2, \
+        .gelu_mul = kn_gelu_mul_avx512, \
+        .gelu_mul_act = kn_gelu_mul_act_avx512, \
         .int8_peak = kn_int8_peak_avx512, \
     }
 
