@@ -2,11 +2,9 @@
  * attn_hp1.c (avx512) - HP1 gated attention (kernels/attn_hp1.h) with
  * AVX-512 F/BW/VL/DQ + FMA + F16C, F16 and Q8_0 KV.
  *
- * The structure of cpu/avx2/attn_hp1.c (read its header first): steps of
- * 16 keys, chunks of 256 at fixed positions, PV in spans of up to 64 keys
- * one span behind the gate, only the V rows in the union of the group's
- * masks read, split-K with the first chunk's FIR history recomputed. What
- * 16 lanes change:
+ * The numerics of cpu/avx2/attn_hp1.c (read its header first): steps of
+ * 16 keys, chunks of 256 at fixed positions, split-K with the first
+ * chunk's FIR history recomputed. What 16 lanes change:
  *   1. Scores: a step is one vector. Every query vector of the task runs
  *      over the step's K, up to 8 at a time sharing the loads (16
  *      accumulators; q[d] is a broadcast operand of the FMA), so decode
@@ -16,10 +14,19 @@
  *   2. Gate: r_{t-j} for the step's 16 lanes is valignd of the step's r
  *      and the 16 r before it, both in registers (no unaligned reload of
  *      just-stored r); the valid lanes are a mask register.
- *   3. PV: up to 128 columns in 8 accumulators, so head_dim 128 walks a
- *      mask once (avx2 walks it twice), and the F16 sparse walks read the
- *      tiles directly up to head_dim 128 (span_pv). The masked walk is a
- *      merge-masked FMA.
+ *   3. PV step by step, not in spans: avx2 gates a span of up to 64 keys
+ *      and runs its PV one span later, reading only the V rows some gate
+ *      asked for, prefetched meanwhile. Here each step's PV runs right
+ *      after its gate, from the tile its K came from, while the whole next
+ *      tile (K and V) streams in a few lines per loop iteration. On the
+ *      AVX-512 machines measured, the span pipeline paid for its saved V
+ *      rows with V read from memory a second time (the KV of the other
+ *      layers flushes the cache between gate and PV): dense HP1 ran at
+ *      0.60-0.77 of the softmax kernel's speed, the step path at about
+ *      0.85-1.1, and the step path was ahead of the span pipeline at every
+ *      sparsity measured (0 to 90% zeros). Sparsity still saves the FMAs:
+ *      a step walks the union of its row's masks, merge-masked per query
+ *      vector, and skips a step no query vector needs.
  * The arithmetic is avx2's, lane for lane: a_u = FMA chain over d = u mod
  * 2 in d order, s = (a_0 + a_1) * scale; z by FMA in tap order; the clamp
  * by max/min; acc = fma(p_t, v_t, acc) in ascending t; the chunk sum by
@@ -73,24 +80,6 @@ static void load_k(const struct kn_kv_layout *kv, const uint8_t *tile, int j0, f
     }
 }
 
-/* V row j of a tile as float into dst (hd): the floats of avx2's load_v_row. */
-static inline void load_v_row(const struct kn_kv_layout *kv, const uint8_t *tile, int j,
-                              float *restrict dst) {
-    int hd = kv->head_dim;
-    if (kv->type == ANVIL_TYPE_F16) {
-        const uint16_t *src = (const uint16_t *)(tile + kv->v_off) + (size_t)j * hd;
-        for (int d = 0; d < hd; d += 16) _mm512_store_ps(dst + d, load_f16x16(src + d));
-        return;
-    }
-    const int8_t *src = (const int8_t *)(tile + kv->v_off) + (size_t)j * hd;
-    const uint16_t *vs = (const uint16_t *)(tile + kv->vs_off) + j;
-    for (int g = 0; g < hd / 32; g++) {
-        __m512 sc = _mm512_set1_ps(_cvtsh_ss(vs[(size_t)g * kv->block_size]));
-        _mm512_store_ps(dst + g * 32, _mm512_mul_ps(load_i8x16(src + g * 32), sc));
-        _mm512_store_ps(dst + g * 32 + 16, _mm512_mul_ps(load_i8x16(src + g * 32 + 16), sc));
-    }
-}
-
 /* ---------------------------------------------------------------------- */
 /* scores */
 
@@ -106,32 +95,17 @@ struct ksrc {
     int bs;
 };
 
-/* Lines to prefetch, issued a couple at a time from inside the score
- * loop (decode reading K in registers) rather than in one burst: a burst
- * of a tile or a span's V rows fills the line-fill buffers and stalls
- * the loads of the step being computed, so memory and arithmetic take
- * turns (the avx512 softmax kernel's finding, cpu/avx512/attn.c). The
- * next tile's K goes first (the next step needs it), then the V rows the
- * last gate asked for (PV needs them one span later). */
-#define PFQ_LINES 256
-
+/* Lines to prefetch (the next tile), issued a couple at a time from
+ * inside the score and PV loops rather than in one burst: a burst of a
+ * tile fills the line-fill buffers and stalls the loads of the step being
+ * computed, so memory and arithmetic take turns (the avx512 softmax
+ * kernel's finding, cpu/avx512/attn.c). */
 struct pfq {
-    const char *k, *k_end; /* the next tile's K, a range of lines */
-    int v0, v1;            /* v[v0, v1): V lines still to issue */
-    const char *v[PFQ_LINES];
+    const char *k, *k_end; /* a range of lines */
 };
 
 static inline __attribute__((always_inline)) void pf_issue(struct pfq *q, int n) {
-    for (int i = 0; i < n; i++) {
-        if (q->k < q->k_end) {
-            _mm_prefetch(q->k, _MM_HINT_T0);
-            q->k += 64;
-        } else if (q->v0 < q->v1) {
-            _mm_prefetch(q->v[q->v0++], _MM_HINT_T0);
-        } else {
-            return;
-        }
-    }
+    for (int i = 0; i < n && q->k < q->k_end; i++, q->k += 64) _mm_prefetch(q->k, _MM_HINT_T0);
 }
 
 static void pf_flush(struct pfq *q) { pf_issue(q, 1 << 20); }
@@ -262,261 +236,147 @@ static inline uint32_t gate(float *rb, const float *c, int K, __m512 lo, __m512 
 /* ---------------------------------------------------------------------- */
 /* PV */
 
-/* Spans and walks as in avx2: VBUF_FLOATS / head_dim keys per span (64 at
- * head_dim 64, 32 at 128; 16 KiB of float V, in L1), one walk per vector
- * and span (WALK_SPARSE: the set bits of m lowest first; WALK_MASKED:
- * every j < n with the terms of clear bits left out; WALK_ALL: every
- * j < n). All give the same bits (attn_hp1.h, step 5). */
-#define VBUF_FLOATS 4096
-#define SPAN_MAX (VBUF_FLOATS / 64)
-
-enum { WALK_SPARSE, WALK_MASKED, WALK_ALL };
-
-/* acc[d0, d0 + 16*nb) += p_j * V[j][d0, ...] over the walk's j, nb = 2, 4
- * or 8. Named accumulators, as in avx2 (gcc keeps an array in memory in
- * the sparse loop). The masked walk merges with the mask of bit j: a
- * clear bit leaves the accumulators as they were, so a row that no walk
- * converted cannot leak in. */
-static inline __attribute__((always_inline)) void
-pv_cols(const int mode, const int nb, float *restrict acc, const float *restrict p, uint64_t m,
-        int n, const float *restrict Vb, int hd, int d0) {
-    float *a = acc + d0;
-    __m512 c0 = _mm512_load_ps(a), c1 = _mm512_load_ps(a + 16), c2 = c0, c3 = c0, c4 = c0, c5 = c0,
-           c6 = c0, c7 = c0;
-    if (nb > 2) {
-        c2 = _mm512_load_ps(a + 32);
-        c3 = _mm512_load_ps(a + 48);
-    }
-    if (nb > 4) {
-        c4 = _mm512_load_ps(a + 64);
-        c5 = _mm512_load_ps(a + 80);
-        c6 = _mm512_load_ps(a + 96);
-        c7 = _mm512_load_ps(a + 112);
-    }
-#define HP1_FMA(F)                                                                                \
-    do {                                                                                          \
-        c0 = F(c0, vr);                                                                           \
-        c1 = F(c1, vr + 16);                                                                      \
-        if (nb > 2) {                                                                             \
-            c2 = F(c2, vr + 32);                                                                  \
-            c3 = F(c3, vr + 48);                                                                  \
-        }                                                                                         \
-        if (nb > 4) {                                                                             \
-            c4 = F(c4, vr + 64);                                                                  \
-            c5 = F(c5, vr + 80);                                                                  \
-            c6 = F(c6, vr + 96);                                                                  \
-            c7 = F(c7, vr + 112);                                                                 \
-        }                                                                                         \
-    } while (0)
-#define HP1_PLAIN(c, ptr) _mm512_fmadd_ps(pj, _mm512_load_ps(ptr), c)
-#define HP1_MERGE(c, ptr) _mm512_mask3_fmadd_ps(pj, _mm512_load_ps(ptr), c, mj)
-    if (mode == WALK_ALL) {
-        for (int j = 0; j < n; j++) {
-            __m512 pj = _mm512_set1_ps(p[j]);
-            const float *vr = Vb + j * hd + d0;
-            HP1_FMA(HP1_PLAIN);
-        }
-    } else if (mode == WALK_MASKED) {
-        for (int j = 0; j < n; j++) {
-            __m512 pj = _mm512_set1_ps(p[j]);
-            __mmask16 mj = (__mmask16)-(int)((m >> j) & 1);
-            const float *vr = Vb + j * hd + d0;
-            HP1_FMA(HP1_MERGE);
-        }
-    } else {
-        while (m) {
-            int j = __builtin_ctzll(m);
-            m &= m - 1;
-            __m512 pj = _mm512_set1_ps(p[j]);
-            const float *vr = Vb + j * hd + d0;
-            HP1_FMA(HP1_PLAIN);
-        }
-    }
-#undef HP1_PLAIN
-#undef HP1_MERGE
-    _mm512_store_ps(a, c0);
-    _mm512_store_ps(a + 16, c1);
-    if (nb > 2) {
-        _mm512_store_ps(a + 32, c2);
-        _mm512_store_ps(a + 48, c3);
-    }
-    if (nb > 4) {
-        _mm512_store_ps(a + 64, c4);
-        _mm512_store_ps(a + 80, c5);
-        _mm512_store_ps(a + 96, c6);
-        _mm512_store_ps(a + 112, c7);
-    }
-}
-
-/* Column passes of 128, then 64, then 32 (hd is a multiple of 32). */
-static inline __attribute__((always_inline)) void
-pv_vec(const int mode, float *acc, const float *p, uint64_t m, int n, const float *Vb, int hd) {
-    int d0 = 0;
-    for (; d0 + 128 <= hd; d0 += 128) pv_cols(mode, 8, acc, p, m, n, Vb, hd, d0);
-    if (d0 + 64 <= hd) {
-        pv_cols(mode, 4, acc, p, m, n, Vb, hd, d0);
-        d0 += 64;
-    }
-    if (d0 < hd) pv_cols(mode, 2, acc, p, m, n, Vb, hd, d0);
-}
-
-/* The sparse walk of an F16 span straight from the tiles: V row j of the
- * span at vbase[j / 16] + (j % 16) * hd halves, converted in registers
- * (the floats of load_v_row); same FMAs in the same order as pv_cols'
- * WALK_SPARSE. */
-static inline __attribute__((always_inline)) void
-pv_cols_f16(const int nb, float *restrict acc, const float *restrict p, uint64_t m,
-            const uint16_t *const *vbase, int hd, int d0) {
-    float *a = acc + d0;
-    __m512 c0 = _mm512_load_ps(a), c1 = _mm512_load_ps(a + 16), c2 = c0, c3 = c0, c4 = c0, c5 = c0,
-           c6 = c0, c7 = c0;
-    if (nb > 2) {
-        c2 = _mm512_load_ps(a + 32);
-        c3 = _mm512_load_ps(a + 48);
-    }
-    if (nb > 4) {
-        c4 = _mm512_load_ps(a + 64);
-        c5 = _mm512_load_ps(a + 80);
-        c6 = _mm512_load_ps(a + 96);
-        c7 = _mm512_load_ps(a + 112);
-    }
-#define HP1_F16(c, ptr) _mm512_fmadd_ps(pj, load_f16x16(ptr), c)
-    while (m) {
-        int j = __builtin_ctzll(m);
-        m &= m - 1;
-        __m512 pj = _mm512_set1_ps(p[j]);
-        const uint16_t *vr = vbase[j >> 4] + (size_t)(j & 15) * hd + d0;
-        HP1_FMA(HP1_F16);
-    }
-#undef HP1_F16
-#undef HP1_FMA
-    _mm512_store_ps(a, c0);
-    _mm512_store_ps(a + 16, c1);
-    if (nb > 2) {
-        _mm512_store_ps(a + 32, c2);
-        _mm512_store_ps(a + 48, c3);
-    }
-    if (nb > 4) {
-        _mm512_store_ps(a + 64, c4);
-        _mm512_store_ps(a + 80, c5);
-        _mm512_store_ps(a + 96, c6);
-        _mm512_store_ps(a + 112, c7);
-    }
-}
-
-static void pv_vec_f16(float *acc, const float *p, uint64_t m, const uint16_t *const *vbase, int hd) {
-    int d0 = 0;
-    for (; d0 + 128 <= hd; d0 += 128) pv_cols_f16(8, acc, p, m, vbase, hd, d0);
-    if (d0 + 64 <= hd) {
-        pv_cols_f16(4, acc, p, m, vbase, hd, d0);
-        d0 += 64;
-    }
-    if (d0 < hd) pv_cols_f16(2, acc, p, m, vbase, hd, d0);
-}
-
-/* ---------------------------------------------------------------------- */
-/* chunks */
-
-struct span {
-    const uint8_t *tile[SPAN_MAX / SUB]; /* of each step */
-    int j0[SPAN_MAX / SUB];
-    int n;        /* keys in the span */
-    int buf;      /* its gate results in ws.p[buf], ws.mask[buf] */
-    uint64_t all; /* V rows some query vector needs */
-};
-
 struct ws {
     float K[HDMAX * SUB] __attribute__((aligned(64)));
-    float V[VBUF_FLOATS] __attribute__((aligned(64)));    /* a span's V (n, hd) */
     float acc[MAXQ * HDMAX] __attribute__((aligned(64))); /* the chunk's partials */
     float run[MAXQ * HDMAX] __attribute__((aligned(64))); /* attn: their sum */
     float rb[MAXQ][HIST + SUB] __attribute__((aligned(64)));
-    /* gate results of two spans: PV of one, gate of the next */
-    float p[2][MAXQ][SPAN_MAX] __attribute__((aligned(64)));
-    uint64_t mask[2][MAXQ];  /* p != 0 among the valid keys */
-    uint64_t vbits[2][MAXQ]; /* the valid keys */
+    float p[MAXQ][SUB] __attribute__((aligned(64))); /* a step's gate weights */
     struct pfq pf;
 };
 
-static size_t v_row_bytes(const struct kn_kv_layout *kv) {
-    return kv->type == ANVIL_TYPE_F16 ? (size_t)kv->head_dim * 2 : (size_t)kv->head_dim;
-}
-
-static void pf_push(struct pfq *q, const uint8_t *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) {
-        if (q->v1 < PFQ_LINES) q->v[q->v1++] = (const char *)p + o;
-        else _mm_prefetch((const char *)p + o, _MM_HINT_T0);
-    }
-}
-
-/* Queue the V rows a span needs (and Q8_0's V scales); the queue must be
- * empty. */
-static void prefetch_span(const struct kn_kv_layout *kv, const struct span *sp, struct pfq *q) {
-    size_t rb = v_row_bytes(kv);
-    uint64_t rows = sp->all;
-    q->v0 = q->v1 = 0;
-    while (rows) {
-        int j = __builtin_ctzll(rows);
-        rows &= rows - 1;
-        pf_push(q, sp->tile[j / SUB] + kv->v_off + (size_t)(sp->j0[j / SUB] + j % SUB) * rb, rb);
-    }
-    if (kv->type == ANVIL_TYPE_Q8_0)
-        for (int st = 0; st * SUB < sp->n; st++)
-            if ((sp->all >> (st * SUB)) & 0xffff)
-                pf_push(q, sp->tile[st] + kv->vs_off, kv->tile_bytes - kv->vs_off);
-}
-
-/* MASKED walk from this many nonzero p among n keys (as in avx2). */
-static inline int masked_min(int n) { return n - n / 4; }
-
-/* F16 sparse walks read the tiles (no float buffer) up to this head_dim:
- * one pass over the mask covers 128 columns here, where avx2 stops at 64
- * because its second pass at 128 cost more than the buffer saved. */
-#define DIRECT_MAX_HD 128
-
-static void span_pv(const struct kn_hp1_task *t, struct ws *w, const struct span *sp, int nq) {
-    const struct kn_kv_layout *kv = t->at.kv;
+/* PV of one step for nq (1..4) query vectors of one row, straight after
+ * their gate: acc_k[d0, d0 + 16*nb) += p_k[j] * v_j over the keys j of
+ * `keys` (the union of the vectors' masks) in ascending order, V read from
+ * the tile (converted in registers to the floats of avx2's load_v_row) once for
+ * the nq vectors. masked: vector k's FMA merges under bit j of m[k], so a
+ * key outside its own mask leaves its accumulators as they were (the
+ * bits of WALK_SPARSE / WALK_MASKED); else every key of `keys` (WALK_ALL). */
+static inline __attribute__((always_inline)) void
+pv_step_cols(const int q8, const int masked, const int nq, const int nb, float *restrict acc,
+             const float *const *p, const uint32_t *m, uint32_t keys,
+             const struct kn_kv_layout *kv, const uint8_t *tile, int j0, int d0, struct pfq *pf) {
     int hd = kv->head_dim;
-    bool f16 = kv->type == ANVIL_TYPE_F16;
-    uint8_t walk[MAXQ];
-    uint64_t sparse_rows = 0;
-    int sparse_terms = 0;
-    uint64_t rows = f16 ? 0 : sp->all; /* the rows the float buffer must hold */
-    for (int k = 0; k < nq; k++) {
-        uint64_t m = w->mask[sp->buf][k], vb = w->vbits[sp->buf][k];
-        /* the vector's keys in the span are [0, nv): only their p were written */
-        int nv = __builtin_popcountll(vb);
-        walk[k] = m == vb ? WALK_ALL : __builtin_popcountll(m) >= masked_min(nv) ? WALK_MASKED : WALK_SPARSE;
-        if (f16 && walk[k] != WALK_SPARSE) rows |= m;
-        if (walk[k] == WALK_SPARSE) {
-            sparse_rows |= m;
-            sparse_terms += __builtin_popcountll(m);
+    __m512 c[4][4];
+#pragma GCC unroll 4
+    for (int k = 0; k < nq; k++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) c[k][b] = _mm512_load_ps(acc + (size_t)k * hd + d0 + 16 * b);
+    while (keys) {
+        int j = __builtin_ctz(keys);
+        keys &= keys - 1;
+        pf_issue(pf, 1);
+        __mmask16 mk[4];
+        if (masked)
+#pragma GCC unroll 4
+            for (int k = 0; k < nq; k++) mk[k] = (__mmask16)-(int)((m[k] >> j) & 1);
+        __m512 sc = _mm512_setzero_ps();
+        if (q8) /* one 32-dim scale group per pair of blocks (d0 % 32 == 0) */
+            sc = _mm512_set1_ps(_cvtsh_ss(((const uint16_t *)(tile + kv->vs_off))[(size_t)(d0 / 32) * kv->block_size + j0 + j]));
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) {
+            __m512 v;
+            if (q8) {
+                if (b == 2) /* the next 32-dim group */
+                    sc = _mm512_set1_ps(_cvtsh_ss(((const uint16_t *)(tile + kv->vs_off))[(size_t)((d0 + 32) / 32) * kv->block_size + j0 + j]));
+                v = _mm512_mul_ps(load_i8x16((const int8_t *)(tile + kv->v_off) + (size_t)(j0 + j) * hd + d0 + 16 * b), sc);
+            } else {
+                v = load_f16x16((const uint16_t *)(tile + kv->v_off) + (size_t)(j0 + j) * hd + d0 + 16 * b);
+            }
+            __asm__("" : "+v"(v)); /* one load and conversion for the nq FMAs */
+#pragma GCC unroll 4
+            for (int k = 0; k < nq; k++)
+                c[k][b] = masked ? _mm512_mask3_fmadd_ps(_mm512_set1_ps(p[k][j]), v, c[k][b], mk[k])
+                                 : _mm512_fmadd_ps(_mm512_set1_ps(p[k][j]), v, c[k][b]);
         }
     }
-    /* the avx2 rule: straight from the tiles while a row serves two sparse
-     * walks or fewer on average */
-    bool direct = f16 && hd <= DIRECT_MAX_HD && sparse_terms <= 2 * __builtin_popcountll(sparse_rows);
-    if (f16 && !direct) rows |= sparse_rows;
-    while (rows) {
-        int j = __builtin_ctzll(rows);
-        rows &= rows - 1;
-        load_v_row(kv, sp->tile[j / SUB], sp->j0[j / SUB] + j % SUB, w->V + (size_t)j * hd);
+#pragma GCC unroll 4
+    for (int k = 0; k < nq; k++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) _mm512_store_ps(acc + (size_t)k * hd + d0 + 16 * b, c[k][b]);
+}
+
+static inline __attribute__((always_inline)) void
+pv_step_q(const int q8, const int masked, const int nq, float *acc, const float *const *p,
+          const uint32_t *m, uint32_t keys, const struct kn_kv_layout *kv, const uint8_t *tile,
+          int j0, struct pfq *pf) {
+    int hd = kv->head_dim, d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) pv_step_cols(q8, masked, nq, 4, acc, p, m, keys, kv, tile, j0, d0, pf);
+    if (d0 < hd) pv_step_cols(q8, masked, nq, 2, acc, p, m, keys, kv, tile, j0, d0, pf);
+}
+
+#define PV_STEP_CASE(Q8, MK, N) \
+    case N: pv_step_q(Q8, MK, N, acc, pp, m, keys, kv, tile, j0, pf); break
+#define PV_STEP_SWITCH(Q8, MK) \
+    switch (nq) { PV_STEP_CASE(Q8, MK, 1); PV_STEP_CASE(Q8, MK, 2); PV_STEP_CASE(Q8, MK, 3); PV_STEP_CASE(Q8, MK, 4); }
+
+/* The step's PV for nq (1..4) vectors with masks m[k]: over the union of
+ * the masks, merged per vector unless every mask is that union. */
+static void pv_step_group(int q8, int nq, float *acc, const float *const *pp, const uint32_t *m,
+                          const struct kn_kv_layout *kv, const uint8_t *tile, int j0,
+                          struct pfq *pf) {
+    uint32_t keys = 0, same = ~0u;
+    for (int k = 0; k < nq; k++) keys |= m[k];
+    for (int k = 0; k < nq; k++) same &= ~(m[k] ^ keys);
+    if (!keys) return;
+    int masked = same != ~0u;
+    if (q8) {
+        if (masked) PV_STEP_SWITCH(1, 1) else PV_STEP_SWITCH(1, 0)
+    } else {
+        if (masked) PV_STEP_SWITCH(0, 1) else PV_STEP_SWITCH(0, 0)
     }
-    const uint16_t *vbase[SPAN_MAX / SUB];
-    if (direct)
-        for (int st = 0; st * SUB < sp->n; st++)
-            vbase[st] = (const uint16_t *)(sp->tile[st] + kv->v_off) + (size_t)sp->j0[st] * hd;
-    for (int k = 0; k < nq; k++) {
-        uint64_t m = w->mask[sp->buf][k], vb = w->vbits[sp->buf][k];
-        if (!m) continue;
-        float *acc = w->acc + (size_t)k * hd;
-        const float *p = w->p[sp->buf][k];
-        int nv = __builtin_popcountll(vb);
-        if (walk[k] == WALK_ALL) pv_vec(WALK_ALL, acc, p, m, nv, w->V, hd);
-        else if (walk[k] == WALK_MASKED) pv_vec(WALK_MASKED, acc, p, m, nv, w->V, hd);
-        else if (direct) pv_vec_f16(acc, p, m, vbase, hd);
-        else pv_vec(WALK_SPARSE, acc, p, m, 0, w->V, hd);
+}
+#undef PV_STEP_SWITCH
+#undef PV_STEP_CASE
+
+/* Chunk c of every row: the partials into w->acc, step by step (the
+ * header, point 3). The history in w->rb must be that of key c * CHUNK;
+ * it is left for the next chunk. KN_HP1_PV_DENSE walks every valid key,
+ * KN_HP1_PV_NONE only gates (and prefetches K alone). */
+static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
+    const struct kn_attn_task *a = &t->at;
+    const struct kn_kv_layout *kv = a->kv;
+    int hd = kv->head_dim, bs = kv->block_size, G = a->group, K = t->hp.n_taps;
+    int nq = a->n_rows * G, n_kv_max = a->pos + a->n_rows;
+    int k0 = c * KN_ATTN_CHUNK;
+    int k1 = k0 + KN_ATTN_CHUNK < n_kv_max ? k0 + KN_ATTN_CHUNK : n_kv_max;
+    const __m512 lo = _mm512_set1_ps(t->hp.lo), hi = _mm512_set1_ps(t->hp.hi);
+    const __m512 gamma = _mm512_set1_ps(t->hp.gamma);
+    const int q8 = kv->type == ANVIL_TYPE_Q8_0;
+    struct pfq *pf = &w->pf;
+    const size_t pf_bytes = t->pv == KN_HP1_PV_NONE ? kv->v_off : kv->tile_bytes;
+    pf->k = pf->k_end = NULL;
+    memset(w->acc, 0, (size_t)nq * hd * sizeof(float));
+    for (int s = k0; s < k1; s += SUB) {
+        const uint8_t *tile = kn_kv_tile(kv, a->base, a->blocks[s / bs], a->kv_head);
+        int j0 = s % bs, nxt = s + bs - j0;
+        if (j0 == 0 && nxt < n_kv_max) { /* the next tile, spread over this block's loops */
+            pf->k = (const char *)kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head);
+            pf->k_end = pf->k + pf_bytes;
+        }
+        struct ksrc src;
+        int mode = k_source(kv, tile, j0, nq, w->K, &src);
+        int r0 = s - a->pos > 0 ? s - a->pos : 0;
+        for (int r = r0; r < a->n_rows; r++) {
+            int valid = a->pos + r + 1 - s;
+            if (valid > SUB) valid = SUB;
+            qk_row(mode, a->q + (size_t)r * a->q_stride, G, hd, &src, a->scale, t->hp.relu, w->rb + r * G, pf);
+            const float *pp[MAXQ];
+            uint32_t m[MAXQ];
+            uint32_t vbits = ((1u << valid) - 1) & 0xffff;
+            for (int g = 0; g < G; g++) {
+                int k = r * G + g;
+                m[g] = gate(w->rb[k], t->hp.taps + (size_t)g * K, K, lo, hi, gamma, valid, w->p[k]);
+                if (t->pv == KN_HP1_PV_DENSE) m[g] = vbits;
+                pp[g] = w->p[k];
+            }
+            if (t->pv == KN_HP1_PV_NONE) continue;
+            for (int g = 0; g < G; g += 4)
+                pv_step_group(q8, G - g < 4 ? G - g : 4, w->acc + (size_t)(r * G + g) * hd, pp + g,
+                              m + g, kv, tile, j0, pf);
+        }
     }
+    pf_flush(pf);
 }
 
 /* The r of the HIST keys before k0 for every query vector: zeros before
@@ -537,84 +397,6 @@ static void init_history(const struct kn_hp1_task *t, int k0, struct ws *w) {
         qk_row(mode, a->q + (size_t)r * a->q_stride, G, hd, &src, a->scale, t->hp.relu, w->rb + r * G, &pf);
     for (int k = 0; k < nq; k++) _mm512_store_ps(w->rb[k], _mm512_load_ps(w->rb[k] + HIST));
 }
-
-/* Scores and gate of the steps of a span: p, masks and valid bits of every
- * query vector into buffer sp->buf; the history moves along (gate). */
-static void span_gate(const struct kn_hp1_task *t, struct ws *w, struct span *sp, int s0, int n_kv_max,
-                      struct pfq *pf) {
-    const struct kn_attn_task *a = &t->at;
-    const struct kn_kv_layout *kv = a->kv;
-    int hd = kv->head_dim, bs = kv->block_size, G = a->group, K = t->hp.n_taps;
-    int nq = a->n_rows * G, buf = sp->buf;
-    const __m512 lo = _mm512_set1_ps(t->hp.lo), hi = _mm512_set1_ps(t->hp.hi);
-    const __m512 gamma = _mm512_set1_ps(t->hp.gamma);
-    uint64_t all = 0;
-    for (int k = 0; k < nq; k++) w->mask[buf][k] = w->vbits[buf][k] = 0;
-    for (int st = 0; st * SUB < sp->n; st++) {
-        int s = s0 + st * SUB;
-        const uint8_t *tile = kn_kv_tile(kv, a->base, a->blocks[s / bs], a->kv_head);
-        sp->tile[st] = tile;
-        sp->j0[st] = s % bs;
-        int nxt = s + bs - s % bs;
-        /* the next tile's K only: its V rows are fetched when a gate wants them */
-        if (s % bs == 0 && nxt < n_kv_max) {
-            pf->k = (const char *)kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head);
-            pf->k_end = pf->k + kv->v_off;
-        }
-        struct ksrc src;
-        int mode = k_source(kv, tile, s % bs, nq, w->K, &src);
-        if (mode == KSRC_BUF) pf_flush(pf); /* K is read once, into the buffer: no loop to spread over */
-        /* row r ends at key pos + r: rows [r0, n_rows) have keys here */
-        int r0 = s - a->pos > 0 ? s - a->pos : 0;
-        for (int r = r0; r < a->n_rows; r++) {
-            int valid = a->pos + r + 1 - s;
-            if (valid > SUB) valid = SUB;
-            uint64_t vbits = ((1u << valid) - 1) & 0xffff;
-            qk_row(mode, a->q + (size_t)r * a->q_stride, G, hd, &src, a->scale, t->hp.relu, w->rb + r * G, pf);
-            for (int g = 0; g < G; g++) {
-                int k = r * G + g;
-                uint64_t m = gate(w->rb[k], t->hp.taps + (size_t)g * K, K, lo, hi, gamma, valid,
-                                  w->p[buf][k] + st * SUB);
-                if (t->pv == KN_HP1_PV_DENSE) m = vbits;
-                w->mask[buf][k] |= m << (st * SUB);
-                w->vbits[buf][k] |= vbits << (st * SUB);
-                all |= m << (st * SUB);
-            }
-        }
-    }
-    sp->all = all;
-    pf_flush(pf); /* what short steps left: the previous span's V before its PV */
-}
-
-/* Chunk c of every row: the partials into w->acc. The history in w->rb
- * must be that of key c * CHUNK; it is left for the next chunk. */
-static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
-    const struct kn_attn_task *a = &t->at;
-    int hd = a->kv->head_dim, nq = a->n_rows * a->group, n_kv_max = a->pos + a->n_rows;
-    int k0 = c * KN_ATTN_CHUNK;
-    int k1 = k0 + KN_ATTN_CHUNK < n_kv_max ? k0 + KN_ATTN_CHUNK : n_kv_max;
-    int span_keys = VBUF_FLOATS / hd / SUB * SUB; /* whole steps: 64 at hd 64, 32 at 128 */
-    if (span_keys > SPAN_MAX) span_keys = SPAN_MAX;
-    struct span sp[2];
-    struct pfq *pf = &w->pf;
-    bool pending = false;
-    pf->k = pf->k_end = NULL;
-    pf->v0 = pf->v1 = 0;
-    memset(w->acc, 0, (size_t)nq * hd * sizeof(float));
-    for (int s0 = k0, buf = 0; s0 < k1; s0 += span_keys, buf ^= 1) {
-        struct span *cur = &sp[buf];
-        cur->buf = buf;
-        cur->n = k1 - s0 < span_keys ? k1 - s0 : span_keys;
-        span_gate(t, w, cur, s0, n_kv_max, pf);
-        if (t->pv == KN_HP1_PV_NONE) continue;
-        prefetch_span(a->kv, cur, pf);
-        if (pending) span_pv(t, w, &sp[buf ^ 1], nq);
-        pending = cur->all != 0;
-    }
-    pf_flush(pf);
-    if (pending) span_pv(t, w, &sp[((k1 - k0 + span_keys - 1) / span_keys - 1) & 1], nq);
-}
-
 /* ---------------------------------------------------------------------- */
 /* the table */
 
