@@ -179,55 +179,41 @@ static inline __m512 exp_ps(__m512 x) {
     return _mm512_scalef_ps(p, k);
 }
 
-/* silu(g) * u = g / (1 + e^-g) * u, in the reference's order */
-static inline __m512 silu_mul16(__m512 g, __m512 u) {
-    __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));
+/* g / (1 + e^-z) * u, in the reference's order: SiLU gates with z = g,
+ * GELU (the sigmoid form of kernels/ops.h) with
+ * z = 2 sqrt(2/pi) (g + 0.044715 g^3) */
+static inline __m512 sigmoid_gate16(__m512 g, __m512 z, __m512 u) {
+    __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), z));
     return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
-void kn_silu_mul_avx512(float *y, const float *g, const float *u, int n) {
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 k = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, k, silu_mul16(_mm512_maskz_loadu_ps(k, g + i),
-                                                   _mm512_maskz_loadu_ps(k, u + i)));
-    }
-}
+static inline __m512 silu_mul16(__m512 g, __m512 u) { return sigmoid_gate16(g, g, u); }
 
-void kn_silu_mul_act_avx512(void *restrict dst, const float *restrict g, const float *restrict u,
-                            int n, int act) {
-#define SILU_AT(i) \
-    silu_mul16(_mm512_maskz_loadu_ps(tail_mask(n - (i)), g + (i)), \
-               _mm512_maskz_loadu_ps(tail_mask(n - (i)), u + (i)))
-    ACT_ROW(dst, n, act, SILU_AT(i));
-#undef SILU_AT
-}
-
-/* gelu(g) * u in the sigmoid form of kernels/ops.h, the reference's order:
- * g / (1 + e^-(2 sqrt(2/pi) (g + 0.044715 g^3))) * u */
 static inline __m512 gelu_mul16(__m512 g, __m512 u) {
     __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
     __m512 z2 = _mm512_mul_ps(_mm512_set1_ps(1.5957691216057308f),
                               _mm512_add_ps(g, _mm512_mul_ps(_mm512_set1_ps(0.044715f), g3)));
-    __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), z2));
-    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+    return sigmoid_gate16(g, z2, u);
 }
 
-void kn_gelu_mul_avx512(float *y, const float *g, const float *u, int n) {
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 k = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, k, gelu_mul16(_mm512_maskz_loadu_ps(k, g + i),
-                                                   _mm512_maskz_loadu_ps(k, u + i)));
+/* kn_<name>_mul_avx512 and kn_<name>_mul_act_avx512 (ops.h) from FN16 */
+#define GATED_MUL(NAME, FN16) \
+    void kn_##NAME##_mul_avx512(float *y, const float *g, const float *u, int n) { \
+        for (int i = 0; i < n; i += 16) { \
+            __mmask16 k = tail_mask(n - i); \
+            _mm512_mask_storeu_ps(y + i, k, FN16(_mm512_maskz_loadu_ps(k, g + i), \
+                                                 _mm512_maskz_loadu_ps(k, u + i))); \
+        } \
+    } \
+    void kn_##NAME##_mul_act_avx512(void *restrict dst, const float *restrict g, \
+                                    const float *restrict u, int n, int act) { \
+        ACT_ROW(dst, n, act, \
+                FN16(_mm512_maskz_loadu_ps(tail_mask(n - (i)), g + (i)), \
+                     _mm512_maskz_loadu_ps(tail_mask(n - (i)), u + (i)))); \
     }
-}
-
-void kn_gelu_mul_act_avx512(void *restrict dst, const float *restrict g, const float *restrict u,
-                            int n, int act) {
-#define GELU_AT(i) \
-    gelu_mul16(_mm512_maskz_loadu_ps(tail_mask(n - (i)), g + (i)), \
-               _mm512_maskz_loadu_ps(tail_mask(n - (i)), u + (i)))
-    ACT_ROW(dst, n, act, GELU_AT(i));
-#undef GELU_AT
-}
+GATED_MUL(silu, silu_mul16)
+GATED_MUL(gelu, gelu_mul16)
+#undef GATED_MUL
 
 /* ---------------------------------------------------------------------- */
 /* RoPE */
