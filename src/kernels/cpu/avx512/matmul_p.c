@@ -32,14 +32,15 @@
  *
  * Numerics, per lane (row r, token t) and block b in order 0..nb-1:
  *   isum = sum(qw * qa) over the block, exact in int32; then
- *   Q4_0: isum -= 8 * sum(qa)     Q8_0, IQ4_NL: isum -= 128 * sum(qa)  (exact)
+ *   Q4_0: isum -= 8 * sum(qa)     Q5_0: isum -= 16 * sum(qa)
+ *   Q8_0, IQ4_NL: isum -= 128 * sum(qa)                          (exact)
  *   acc  = fma(float(isum), dw * da, acc)
  *   Q4_1: acc = fma(mw, sa, acc)
  * and y = acc. It differs from the reference's per-block sum by rounding
- * only. Q5_0, Q5_1 and IQ4_NL run the reference's own float step instead, unfused
- * (one or two operations more per block and token), so they are
- * bit-exact with it:
- *   Q5_0: acc = acc + dw * (da * float(isum) - 16 * sa)
+ * only (for Q5_0 the float step of the reference, unfused, took two
+ * operations more per block and token: 0.8x of Q4_0's rate at 512
+ * tokens). Q5_1 and IQ4_NL run the reference's own float step instead,
+ * unfused, so they are bit-exact with it:
  *   Q5_1: acc = acc + ((dw * da) * float(isum) + mw * sa)
  *   IQ4_NL: acc = acc + (dw * da) * float(isum)
  * Every shape of the kernel (matvec over several tiles, tiles of MT
@@ -170,8 +171,7 @@ struct pk_act {
     const int8_t *q[TOK_CHUNK];  /* qs of each token row */
     const float *d[TOK_CHUNK];   /* da per block */
     const float *s[TOK_CHUNK];   /* sa per block */
-    const int32_t *c[TOK_CHUNK]; /* integer correction per block (Q4_0, Q8_0, IQ4_NL) */
-    const float *s16[TOK_CHUNK]; /* Q5_0: 16 * sa per block, the reference's product */
+    const int32_t *c[TOK_CHUNK]; /* integer correction per block (Q4_0, Q5_0, Q8_0, IQ4_NL) */
 };
 
 static inline __m512i bcast32(const int8_t *p) {
@@ -273,12 +273,6 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
                             : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
-                if (pt == T_Q5_0) { /* the reference's operations, in its order */
-                    __m512 u = _mm512_mul_ps(_mm512_set1_ps(a->d[t0 + t][b]), _mm512_cvtepi32_ps(is[i][t]));
-                    u = _mm512_sub_ps(u, _mm512_set1_ps(a->s16[t0 + t][b]));
-                    acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(dw, u));
-                    continue;
-                }
                 if (pt == T_IQ4_NL) { /* the reference's operations, unfused */
                     __m512i s = _mm512_sub_epi32(is[i][t], _mm512_set1_epi32(a->c[t0 + t][b]));
                     __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
@@ -348,11 +342,7 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
     const size_t ts = tile_size(pt, nb);
     const uint8_t *wb = w, *xb = x;
     const int k0 = r0 / R, k1 = (r1 + R - 1) / R;
-    union {
-        int32_t c[CORR_MAX]; /* block corrections */
-        float s16[CORR_MAX]; /* Q5_0: 16 * sa */
-    } cb;
-    int32_t *corr = cb.c;
+    int32_t corr[CORR_MAX];
     struct pk_act a;
     if (r0 >= r1 || n_tokens <= 0) return;
     int tc = CORR_MAX / nb < TOK_CHUNK ? CORR_MAX / nb : TOK_CHUNK;
@@ -364,13 +354,9 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
             a.d[t] = (const float *)(row + n);
             a.s[t] = a.d[t] + nb;
             a.c[t] = corr + (size_t)t * nb;
-            if (pt == T_Q4_0 || pt == T_Q8_0 || pt == T_IQ4_NL)
-                block_corr(corr + (size_t)t * nb, a.q[t], nb, pt == T_Q4_0 ? 8 : 128);
-            if (pt == T_Q5_0) { /* the same floats as 16.0f * sa in the loop */
-                float *s16 = cb.s16 + (size_t)t * nb;
-                for (int b = 0; b < nb; b++) s16[b] = 16.0f * a.s[t][b];
-                a.s16[t] = s16;
-            }
+            if (pt == T_Q4_0 || pt == T_Q5_0 || pt == T_Q8_0 || pt == T_IQ4_NL)
+                block_corr(corr + (size_t)t * nb, a.q[t], nb,
+                           pt == T_Q4_0 ? 8 : pt == T_Q5_0 ? 16 : 128);
         }
         float *yc = y + (size_t)c0 * ldy;
         if (nt == 1) {
