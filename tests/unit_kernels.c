@@ -32,6 +32,7 @@
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "packed_variant.h"
+#include "quant/quant.h"
 
 /* ---------------------------------------------------------------------- */
 /* variants */
@@ -970,7 +971,10 @@ static void parts_make(struct parts_case *c, int type, int n, int rows, int n_to
     float *f = xmalloc((size_t)n * sizeof(float) * (rows > n_tokens ? rows : n_tokens));
     rng_seed((uint64_t)type * 7919u + (uint64_t)n);
     fill(f, (size_t)n * rows, n);
-    for (int r = 0; r < rows; r++) kn_quantize_row(type, f + (size_t)r * n, c->w + r * c->w_stride, n);
+    /* the searched quantizers of src/quant: they do every type (the
+     * kernels' reference quantizer only the legacy ones) */
+    for (int r = 0; r < rows; r++)
+        assert_true(qt_quantize_row(type, f + (size_t)r * n, c->w + r * c->w_stride, n));
     fill(f, (size_t)n * n_tokens, n);
     for (int t = 0; t < n_tokens; t++) kn_ops_ref.act[act](c->x + t * c->x_stride, f + (size_t)t * n, n);
     free(f);

@@ -262,7 +262,8 @@ kn_bf16 kn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
  * block); bit-exact with gguf.quants.dequantize. */
 void kn_dequantize_row(int type, const void *src, float *dst, int64_t k);
 /* Quantize k floats into `type` blocks the way ggml's reference does
- * (F32, F16, BF16, Q8_0, Q4_0, Q4_1; other types are src/quant's). */
+ * (F32, F16, BF16, Q8_0, Q4_0, Q4_1; other types are src/quant's, and
+ * passing one here aborts: it would leave dst unwritten). */
 void kn_quantize_row(int type, const float *src, void *dst, int64_t k);
 
 #endif

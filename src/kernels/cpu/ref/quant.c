@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "core/core.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 
@@ -304,7 +305,7 @@ void kn_quantize_row(int type, const float *src, void *dst, int64_t k) {
     case ANVIL_TYPE_Q8_0: quant_q8_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_0: quant_q4_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_1: quant_q4_1(src, dst, k); break;
-    default: break;
+    default: ANVIL_ASSERT(!"kn_quantize_row: type not quantized here (src/quant has the others)");
     }
 }
 
