@@ -8,8 +8,18 @@ falls on both alike. Each side's rate is the mean over its two passes.
 Writes one JSON document (every pass, the means, the ratios, the load
 average before and after) and prints a Markdown table.
 
+With --bw, the machine's read bandwidth at the same thread count (anvil
+bench --kernels' streaming read) is measured before every pass and after
+the last, and each side's decode is reported as a share of it: weight
+bytes read per generated token (every tensor of the file but the token
+embedding, which a step reads one row of unless it is also the output
+matrix) times tg tok/s, over the mean of the bandwidths measured around
+that side's passes. Decode of a model bigger than the caches is bound by
+that bandwidth, so this share, not the ratio, says how close to the limit
+each engine runs.
+
 usage: compare_llamacpp.py MODEL [MODEL...] [-p 512] [-n 128] [-t 1,2]
-                           [-r 3] [--json FILE]
+                           [-r 3] [--bw] [--json FILE]
 """
 import argparse
 import json
@@ -59,6 +69,30 @@ def run_llama(binary, model, p, n, t, r):
     return rec
 
 
+def read_bw(t):
+    """GB/s of anvil's streaming read at t threads (bench --kernels)."""
+    cmd = [ANVIL, "bench", "--kernels", "-t", str(t), "--types", "Q4_0", "--shapes", "kv",
+           "--m", "1", "-r", "1", "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("{"):
+            j = json.loads(line)
+            if j.get("bench") == "membw" and j.get("threads") == t:
+                return j["gbps"]
+    raise RuntimeError("anvil bench --kernels printed no bandwidth")
+
+
+def decode_bytes(model):
+    """Weight bytes a decode step reads (see the module's docstring)."""
+    import gguf  # the test venv has it
+    r = gguf.GGUFReader(model)
+    names = {t.name: int(t.n_bytes) for t in r.tensors}
+    total = sum(names.values())
+    if "output.weight" in names and "token_embd.weight" in names:
+        total -= names["token_embd.weight"]
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+")
@@ -67,6 +101,8 @@ def main():
     ap.add_argument("-t", default="2")
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--bw", action="store_true",
+                    help="measure read bandwidth around each pass; decode as a share of it")
     a = ap.parse_args()
     threads = [int(x) for x in a.t.split(",")]
     if any(t < 1 for t in threads) or a.p < 1 or a.n < 1 or a.r < 1:
@@ -82,14 +118,28 @@ def main():
     for m in a.models:
         for t in threads:
             passes = {"anvil": [], "llama": []}
+            bw = []  # bw[i] before pass i; bw[4] after the last
             for who in ("anvil", "llama", "llama", "anvil"):
                 k += 1
-                say(f"[{k}/{steps}] {os.path.basename(m)} t={t} {who}")
+                if a.bw:
+                    bw.append(read_bw(t))
+                say(f"[{k}/{steps}] {os.path.basename(m)} t={t} {who}"
+                    + (f" (read bandwidth {bw[-1]:.1f} GB/s)" if a.bw else ""))
                 rec = run_anvil(m, a.p, a.n, t, a.r) if who == "anvil" else \
                     run_llama(llama, m, a.p, a.n, t, a.r)
                 passes[who].append(rec)
             row = {"model": os.path.basename(m), "threads": t,
                    "kernels": passes["anvil"][0]["pp"][2], "passes": passes}
+            if a.bw:
+                bw.append(read_bw(t))
+                nbytes = decode_bytes(m)
+                # the bandwidth around each side's passes: anvil 0,1 and 3,4; llama 1,2 and 2,3
+                around = {"anvil": statistics.mean([bw[0], bw[1], bw[3], bw[4]]),
+                          "llama": statistics.mean([bw[1], bw[2], bw[2], bw[3]])}
+                row["bw"] = {"gbps": bw, "decode_bytes": nbytes}
+                for who in ("anvil", "llama"):
+                    tg = statistics.mean(x["tg"][0] for x in passes[who])
+                    row["bw"][who + "_share"] = round(nbytes * tg / 1e9 / around[who], 3)
             for test in ("pp", "tg"):
                 an = statistics.mean(x[test][0] for x in passes["anvil"])
                 ll = statistics.mean(x[test][0] for x in passes["llama"])
@@ -107,6 +157,13 @@ def main():
         print(f"| {r['model']} | {r['threads']} | {r['pp']['anvil']:.1f} | {r['pp']['llama']:.1f} | "
               f"{r['pp']['ratio']:.2f}x | {r['tg']['anvil']:.1f} | {r['tg']['llama']:.1f} | "
               f"{r['tg']['ratio']:.2f}x |")
+    for r in doc["rows"]:
+        if "bw" in r:
+            b = r["bw"]
+            print(f"{r['model']} t={r['threads']}: decode reads {b['decode_bytes'] / 1e6:.0f} MB "
+                  f"per token; read bandwidth {min(b['gbps']):.1f}-{max(b['gbps']):.1f} GB/s; "
+                  f"tg as a share of it: anvil {100 * b['anvil_share']:.0f}%, "
+                  f"llama-bench {100 * b['llama_share']:.0f}%")
     print(f"load average before {doc['load_before'][0]:.2f}, after {doc['load_after'][0]:.2f}")
 
 
