@@ -19,19 +19,10 @@ usage: compare_batched_llamacpp.py MODEL [--npp 64] [--ntg 128]
 import argparse
 import json
 import os
-import statistics
 import subprocess
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ANVIL = os.path.join(ROOT, "bin", "anvil")
-
-
-def llama_bin():
-    out = subprocess.run([os.path.join(ROOT, "bench", "build_llamacpp.sh")], check=True,
-                         capture_output=True, text=True).stdout.split()
-    return os.path.join(out[-1], "llama-batched-bench")
+from compare_llamacpp import ANVIL, abba, llama_tool, save
 
 
 def run_anvil(model, npp, ntg, b, t):
@@ -71,30 +62,16 @@ def main():
         ap.error("--npp, --ntg, -t and every --npl must be positive")
     if not os.path.isfile(a.model):
         ap.error(f"no such model: {a.model}")
-    llama = llama_bin()
+    llama = llama_tool("llama-batched-bench")
     doc = {"load_before": os.getloadavg(), "npp": a.npp, "ntg": a.ntg, "threads": a.t,
            "model": os.path.basename(a.model), "llama_batched_bench": llama,
            "flash_attn": "on", "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": []}
-    k = 0
-    for b in npl:
-        passes = {"anvil": [], "llama": []}
-        for who in ("anvil", "llama", "llama", "anvil"):
-            k += 1
-            print(f"[{k}/{4 * len(npl)}] B={b} {who}", file=sys.stderr, flush=True)
-            rec = run_anvil(a.model, a.npp, a.ntg, b, a.t) if who == "anvil" else \
-                run_llama(llama, a.model, a.npp, a.ntg, b, a.t)
-            passes[who].append(rec)
-        row = {"npl": b, "passes": passes}
-        for key in ("s_pp", "s_tg"):
-            an = statistics.mean(x[key] for x in passes["anvil"])
-            ll = statistics.mean(x[key] for x in passes["llama"])
-            row[key] = {"anvil": round(an, 2), "llama": round(ll, 2),
-                        "ratio": round(an / ll, 3) if ll > 0 else None}
+    for i, b in enumerate(npl):
+        row = abba(f"[{i + 1}/{len(npl)}] B={b}", lambda: run_anvil(a.model, a.npp, a.ntg, b, a.t),
+                   lambda: run_llama(llama, a.model, a.npp, a.ntg, b, a.t), ("s_pp", "s_tg"))
+        row["npl"] = b
         doc["rows"].append(row)
-    doc["load_after"] = os.getloadavg()
-    if a.json_out:
-        with open(a.json_out, "w") as f:
-            json.dump(doc, f, indent=1)
+    save(doc, a.json_out)
     print(f"| B | S_TG anvil | S_TG llama-batched-bench (fa on) | ratio | S_PP anvil | "
           f"S_PP llama | ratio |")
     print("|---|---|---|---|---|---|---|")

@@ -33,10 +33,37 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANVIL = os.path.join(ROOT, "bin", "anvil")
 
 
-def llama_bin():
+def llama_tool(name="llama-bench"):
+    """Path of one of llama.cpp's native tools (bench/build_llamacpp.sh builds them)."""
     out = subprocess.run([os.path.join(ROOT, "bench", "build_llamacpp.sh")], check=True,
                          capture_output=True, text=True).stdout.split()
-    return os.path.join(out[-1], "llama-bench")
+    return os.path.join(out[-1], name)
+
+
+def abba(label, run_anvil_pass, run_llama_pass, keys, say_extra=None):
+    """Passes in ABBA order (anvil, llama, llama, anvil); returns the passes
+    and, per key, each side's mean over its two passes and their ratio. A
+    pass returns {key: rate} (or {key: (rate, ...)})."""
+    passes = {"anvil": [], "llama": []}
+    for i, who in enumerate(("anvil", "llama", "llama", "anvil")):
+        extra = say_extra(i) if say_extra else ""
+        say(f"{label} {who}{extra}")
+        passes[who].append(run_anvil_pass() if who == "anvil" else run_llama_pass())
+    row = {"passes": passes}
+    for key in keys:
+        rate = lambda x: x[key][0] if isinstance(x[key], (tuple, list)) else x[key]  # noqa: E731
+        an = statistics.mean(rate(x) for x in passes["anvil"])
+        ll = statistics.mean(rate(x) for x in passes["llama"])
+        row[key] = {"anvil": round(an, 2), "llama": round(ll, 2),
+                    "ratio": round(an / ll, 3) if ll > 0 else None}
+    return row
+
+
+def save(doc, json_out):
+    doc["load_after"] = os.getloadavg()
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(doc, f, indent=1)
 
 
 def say(msg):
@@ -110,26 +137,28 @@ def main():
     for m in a.models:
         if not os.path.isfile(m):
             ap.error(f"no such model: {m}")
-    llama = llama_bin()
+    llama = llama_tool()
     doc = {"load_before": os.getloadavg(), "p": a.p, "n": a.n, "reps": a.r,
            "llama_bench": llama, "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": []}
     steps = len(a.models) * len(threads) * 4
     k = 0
     for m in a.models:
         for t in threads:
-            passes = {"anvil": [], "llama": []}
             bw = []  # bw[i] before pass i; bw[4] after the last
-            for who in ("anvil", "llama", "llama", "anvil"):
-                k += 1
-                if a.bw:
-                    bw.append(read_bw(t))
-                say(f"[{k}/{steps}] {os.path.basename(m)} t={t} {who}"
-                    + (f" (read bandwidth {bw[-1]:.1f} GB/s)" if a.bw else ""))
-                rec = run_anvil(m, a.p, a.n, t, a.r) if who == "anvil" else \
-                    run_llama(llama, m, a.p, a.n, t, a.r)
-                passes[who].append(rec)
-            row = {"model": os.path.basename(m), "threads": t,
-                   "kernels": passes["anvil"][0]["pp"][2], "passes": passes}
+
+            def before(i):
+                if not a.bw:
+                    return ""
+                bw.append(read_bw(t))
+                return f" (read bandwidth {bw[-1]:.1f} GB/s)"
+
+            k += 4
+            row = abba(f"[{k - 3}-{k}/{steps}] {os.path.basename(m)} t={t}",
+                       lambda: run_anvil(m, a.p, a.n, t, a.r),
+                       lambda: run_llama(llama, m, a.p, a.n, t, a.r), ("pp", "tg"), before)
+            passes = row["passes"]
+            row.update({"model": os.path.basename(m), "threads": t,
+                        "kernels": passes["anvil"][0]["pp"][2]})
             if a.bw:
                 bw.append(read_bw(t))
                 nbytes = decode_bytes(m)
@@ -140,16 +169,8 @@ def main():
                 for who in ("anvil", "llama"):
                     tg = statistics.mean(x["tg"][0] for x in passes[who])
                     row["bw"][who + "_share"] = round(nbytes * tg / 1e9 / around[who], 3)
-            for test in ("pp", "tg"):
-                an = statistics.mean(x[test][0] for x in passes["anvil"])
-                ll = statistics.mean(x[test][0] for x in passes["llama"])
-                row[test] = {"anvil": round(an, 2), "llama": round(ll, 2),
-                             "ratio": round(an / ll, 3) if ll > 0 else None}
             doc["rows"].append(row)
-    doc["load_after"] = os.getloadavg()
-    if a.json_out:
-        with open(a.json_out, "w") as f:
-            json.dump(doc, f, indent=1)
+    save(doc, a.json_out)
     print(f"| model | t | pp{a.p} anvil | pp{a.p} llama-bench | ratio | tg{a.n} anvil | "
           f"tg{a.n} llama-bench | ratio |")
     print("|---|---|---|---|---|---|---|---|")
