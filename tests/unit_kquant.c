@@ -59,8 +59,8 @@ enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
 /* The "-packed" variant (packed_variant.h) for these types: every test
  * below, the exact comparisons included, covers packing and the packed
  * kernels (cpu/avx512/matmul_pk.c, matmul_p.c) */
-static const int PACKED_TYPES[] = {ANVIL_TYPE_Q4_K, ANVIL_TYPE_Q5_K, ANVIL_TYPE_Q6_K,
-                                   ANVIL_TYPE_Q5_1, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_IQ4_XS};
+static const int PACKED_TYPES[] = {ANVIL_TYPE_Q2_K, ANVIL_TYPE_Q3_K, ANVIL_TYPE_Q4_K, ANVIL_TYPE_Q5_K,
+                                   ANVIL_TYPE_Q6_K, ANVIL_TYPE_Q5_1, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_IQ4_XS};
 #define N_PACKED ((int)(sizeof(PACKED_TYPES) / sizeof(PACKED_TYPES[0])))
 
 static void variants_init(void) {

@@ -33,6 +33,8 @@ DECLARE_MATMUL_AVX512(kn_matmul_p_q4_k_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_p_q5_k_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_p_q6_k_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_p_iq4_xs_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_p_q2_k_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_p_q3_k_avx512)
 size_t kn_pack_size_pk_avx512(int type, int rows, int n);
 void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, const void *src,
                             size_t src_stride);

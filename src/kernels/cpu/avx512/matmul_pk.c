@@ -1,5 +1,5 @@
 /*
- * matmul_pk.c (avx512) - Q4_K, Q5_K, Q6_K and IQ4_XS weights repacked at load time into
+ * matmul_pk.c (avx512) - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights repacked at load time into
  * 16-row tiles, times Q8K activations, with AVX-512 VNNI. The
  * specification is cpu/ref/matmul.c; the GGUF-layout kernels
  * (cpu/avx2/matmul_k.c) serve matrices that are not packed. The 32-element
@@ -36,7 +36,21 @@
  *     Q6_K's; the body is the nibbles in Q4_K's arrangement (regrouped at
  *     pack time from IQ4_XS's 16-byte sub-block halves: nibble h of byte
  *     i of chunk c is element 64(c/8) + 32h + 4(c%8) + i), then
- *     scales_l (4 bytes) and scales_h (2 bytes, 2 zero) in a chunk each.
+ *     scales_l (4 bytes) and scales_h (2 bytes, 2 zero) in a chunk each;
+ *   Q2_K (1344 bytes = 16 x 84): qs regrouped in 16 chunks, chunk g = 4h
+ *     + k: bits 2s, 2s+1 of byte i are q(16(4h + s) + 4k + i), so one AND
+ *     gives 4^s q (no shift: field s of sub-block j = 4h + s); then the 16
+ *     scale bytes in 4 chunks, then d and dmin (16 f16 each);
+ *   Q3_K (1728 bytes + d): the 3-bit qw = q + 4 hbit regrouped (same 96
+ *     bytes per row): group g = 4h + k (h < 2, k < 4) is 3 chunks B0..B2,
+ *     slot m < 8 = element 16(8h + m) + 4k + i in byte i: B_s holds slot
+ *     2s in bits 0..2 and 2s+1 in bits 3..5 (one AND: qw, 8 qw); bits 6..7
+ *     hold slot 6 (bits 0, 1 in B0, bit 2 in B1 bit 6) and slot 7 (bit 0
+ *     in B1 bit 7, bits 1, 2 in B2), 16 qw and 32 qw with one shift, one
+ *     AND and one vpternlogd each (no 3-bit field can sit at bits 2 or 5 of
+ *     a byte next to two full ones, so two of eight need a shift: 1 shift
+ *     per 4 chunks, Q6_K has 2). Then the 12 scale bytes in 3 chunks; d as
+ *     Q6_K's, at the front of the tile.
  * So the packed matrix is the GGUF bytes plus at most 32 bytes per tile
  * (and the padding rows of the last tile).
  *
@@ -64,7 +78,16 @@
  *   IQ4_XS: the nibbles index the 16 values + 128 (one vpshufb: unsigned,
  *     |isum_j| <= 32 * 241 * 128), sc_j = ls_j in -32..31, T = sum_j sc_j
  *     * bsum32_j by vpdpwssd as Q4_K's S2, and acc + (d * da) * (S1 - 128
- *     * T), S1 - 128 * T being the reference's sum_j ls_j * isum_j exactly.
+ *     * T), S1 - 128 * T being the reference's sum_j ls_j * isum_j exactly;
+ *   Q2_K: weights 4^s q (<= 192) and scales 4^(3-s) sc, so every term is
+ *     64 sc_j isum_j: S1' = 64 S1, |S1'| <= 64 * 16 * 15 * 16 * 3 * 128 <
+ *     1e8; S2 = sum_j m_j * bsum16_j by vpdpwssd (pairs (m_4v, m_4v+2),
+ *     (m_4v+1, m_4v+3), as Q6_K's), then Q4_K's float step with S1 = S1'
+ *     >> 6 (exact);
+ *   Q3_K: weights f qw (f = 1, 8, 16, 32 by slot, <= 224) and scales (32 /
+ *     f) sc_j (sc_j in -32..31): S1' = 32 S1, |S1'| <= 32 * 16 * 32 * 16 *
+ *     7 * 128 < 2.4e8; T = sum_j sc_j * bsum16_j as Q6_K's, and acc + (d *
+ *     da) * ((S1' >> 5) - 4 * T), the reference's S exactly.
  * All bounded well inside int32 (cpu/ref/matmul.c: |S| < 4e8).
  */
 #include <immintrin.h>
@@ -72,7 +95,7 @@
 
 #include "kernels/cpu/avx512/avx512.h"
 
-enum { T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS };
+enum { T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS, T_Q2_K, T_Q3_K };
 enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
 
 enum {
@@ -90,6 +113,8 @@ static int ptype(int type) {
     case ANVIL_TYPE_Q5_K: return T_Q5_K;
     case ANVIL_TYPE_Q6_K: return T_Q6_K;
     case ANVIL_TYPE_IQ4_XS: return T_IQ4_XS;
+    case ANVIL_TYPE_Q2_K: return T_Q2_K;
+    case ANVIL_TYPE_Q3_K: return T_Q3_K;
     default: return -1;
     }
 }
@@ -100,22 +125,38 @@ enum {
     Q5K_BODY = 2816, Q5K_QH = 2048, Q5K_SC = 2560, Q5K_D = 2752, Q5K_DMIN = 2784,
     Q6K_BODY = 3328, Q6K_SC = 3072,
     IQ4XS_BODY = 2176, IQ4XS_SL = 2048, IQ4XS_SH = 2112,
+    Q2K_BODY = 1344, Q2K_SC = 1024, Q2K_D = 1280, Q2K_DMIN = 1312,
+    Q3K_BODY = 1728, Q3K_SC = 1536,
 };
 /* Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins */
 static inline int is_q45(int pt) { return pt == T_Q4_K || pt == T_Q5_K; }
-/* 8 sub-blocks of 32 (all but Q6_K's 16 of 16) */
-static inline int sub32(int pt) { return pt != T_Q6_K; }
+/* d and dmin in the body, S1 and S2 (Q4_K, Q5_K, Q2_K); the others have
+ * one d per super-block, in an array at the front of the tile */
+static inline int has_min(int pt) { return is_q45(pt) || pt == T_Q2_K; }
+/* 8 sub-blocks of 32 (Q4_K, Q5_K, IQ4_XS), else 16 of 16 */
+static inline int sub32(int pt) { return pt == T_Q4_K || pt == T_Q5_K || pt == T_IQ4_XS; }
 static inline size_t body_size(int pt) {
-    return pt == T_Q4_K ? Q4K_BODY : pt == T_Q5_K ? Q5K_BODY : pt == T_Q6_K ? Q6K_BODY : IQ4XS_BODY;
+    switch (pt) {
+    case T_Q4_K: return Q4K_BODY;
+    case T_Q5_K: return Q5K_BODY;
+    case T_Q6_K: return Q6K_BODY;
+    case T_Q2_K: return Q2K_BODY;
+    case T_Q3_K: return Q3K_BODY;
+    default: return IQ4XS_BODY;
+    }
 }
-static inline size_t sc_off(int pt) { return pt == T_Q4_K ? Q4K_SC : pt == T_Q5_K ? Q5K_SC : Q6K_SC; }
-static inline size_t d_off(int pt) { return pt == T_Q4_K ? Q4K_D : Q5K_D; }       /* Q4_K, Q5_K */
-static inline size_t dmin_off(int pt) { return pt == T_Q4_K ? Q4K_DMIN : Q5K_DMIN; }
+static inline size_t sc_off(int pt) {
+    return pt == T_Q4_K ? Q4K_SC : pt == T_Q5_K ? Q5K_SC : pt == T_Q2_K ? Q2K_SC : pt == T_Q3_K ? Q3K_SC : Q6K_SC;
+}
+/* has_min types */
+static inline size_t d_off(int pt) { return pt == T_Q4_K ? Q4K_D : pt == T_Q5_K ? Q5K_D : Q2K_D; }
+static inline size_t dmin_off(int pt) { return pt == T_Q4_K ? Q4K_DMIN : pt == T_Q5_K ? Q5K_DMIN : Q2K_DMIN; }
 static inline int nsub(int pt) { return sub32(pt) ? 8 : 16; }     /* sub-blocks */
 static inline int npairs(int pt) { return sub32(pt) ? 4 : 8; }    /* vpdpwssd per S2 */
-/* offset of the first body in a tile: Q6_K's and IQ4_XS's d arrays come first */
+/* offset of the first body in a tile: the d arrays of the types without
+ * dmin come first */
 static inline size_t body0(int pt, int nsb) {
-    return is_q45(pt) ? 0 : ((size_t)nsb * 32 + 63) & ~(size_t)63;
+    return has_min(pt) ? 0 : ((size_t)nsb * 32 + 63) & ~(size_t)63;
 }
 static inline size_t tile_size(int pt, int nsb) { return body0(pt, nsb) + (size_t)nsb * body_size(pt); }
 
@@ -162,6 +203,43 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                     }
                 for (int c = 0; c < 4; c++) memcpy(body + Q6K_SC + 64 * c, blk->scales + 4 * c, 4);
                 memcpy(tile + (size_t)b * 32 + 2 * l, &blk->d, 2);
+            } else if (pt == T_Q2_K || pt == T_Q3_K) {
+                /* both: the 2-bit q of element e sits in qs as in Q2K_Q */
+                const struct blk_q2_k *b2 = (const struct blk_q2_k *)row + b;
+                const struct blk_q3_k *b3 = (const struct blk_q3_k *)row + b;
+                const uint8_t *qs = pt == T_Q2_K ? b2->qs : b3->qs;
+#define Q2K_Q(e) ((qs[32 * ((e) / 128) + (e) % 32] >> (2 * ((e) % 128 / 32))) & 3)
+                if (pt == T_Q2_K) {
+                    /* chunk g = 4h + k: field s of byte ib is element
+                     * 16(4h + s) + 4k + ib */
+                    for (int g = 0; g < 16; g++)
+                        for (int ib = 0; ib < 4; ib++) {
+                            int v = 0;
+                            for (int f = 0; f < 4; f++) v |= Q2K_Q(16 * (4 * (g / 4) + f) + 4 * (g % 4) + ib) << (2 * f);
+                            body[64 * g + ib] = (uint8_t)v;
+                        }
+                    for (int c = 0; c < 4; c++) memcpy(body + Q2K_SC + 64 * c, b2->scales + 4 * c, 4);
+                    memcpy(body - 4 * l + Q2K_D + 2 * l, &b2->d, 2);
+                    memcpy(body - 4 * l + Q2K_DMIN + 2 * l, &b2->dmin, 2);
+                } else {
+                    /* group g = 4h + k: slot m < 8 is element 16(8h + m)
+                     * + 4k + ib, qw = q + 4 * hbit, 3 bits (see header) */
+                    for (int g = 0; g < 8; g++)
+                        for (int ib = 0; ib < 4; ib++) {
+                            int v[8];
+                            for (int m = 0; m < 8; m++) {
+                                int e = 16 * (8 * (g / 4) + m) + 4 * (g % 4) + ib;
+                                v[m] = Q2K_Q(e) | ((b3->hmask[e % 32] >> (e / 32)) & 1) << 2;
+                            }
+                            uint8_t *c = body + 192 * g + ib;
+                            c[0] = (uint8_t)(v[0] | v[1] << 3 | (v[6] & 3) << 6);
+                            c[64] = (uint8_t)(v[2] | v[3] << 3 | (v[6] >> 2) << 6 | (v[7] & 1) << 7);
+                            c[128] = (uint8_t)(v[4] | v[5] << 3 | (v[7] >> 1) << 6);
+                        }
+                    for (int c = 0; c < 3; c++) memcpy(body + Q3K_SC + 64 * c, b3->scales + 4 * c, 4);
+                    memcpy(tile + (size_t)b * 32 + 2 * l, &b3->d, 2);
+                }
+#undef Q2K_Q
             } else {
                 const struct blk_iq4_xs *blk = (const struct blk_iq4_xs *)row + b;
                 /* element e's nibble: byte 16(e/32) + e%16, half (e%32)/16 */
@@ -245,6 +323,44 @@ static inline __attribute__((always_inline)) void decode_scales(int pt, const ui
 #pragma GCC unroll 4
         for (int p = 0; p < 4; p++)
             s->pr[p] = _mm512_or_si512(_mm512_and_si512(s->sc[2 * p], lo16), _mm512_slli_epi32(s->sc[2 * p + 1], 16));
+    } else if (pt == T_Q2_K) {
+        /* byte b of chunk v: sc_4v+b (low nibble) taken 4^(3-b)x, as the
+         * weights of field b come 4^b x (see wchunk); the mins (high
+         * nibbles) of bytes (0, 2) and (1, 3) are already int16 pairs */
+        const __m512i m4 = _mm512_set1_epi32(0x000f000f);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            __m512i x = _mm512_load_si512(body + Q2K_SC + 64 * v);
+            s->sc[4 * v + 0] = _mm512_and_si512(_mm512_slli_epi32(x, 6), _mm512_set1_epi32(0x3c0));
+            s->sc[4 * v + 1] = _mm512_and_si512(_mm512_srli_epi32(x, 4), _mm512_set1_epi32(0xf0));
+            s->sc[4 * v + 2] = _mm512_and_si512(_mm512_srli_epi32(x, 14), _mm512_set1_epi32(0x3c));
+            s->sc[4 * v + 3] = _mm512_and_si512(_mm512_srli_epi32(x, 24), _mm512_set1_epi32(0x0f));
+            s->pr[2 * v] = _mm512_and_si512(_mm512_srli_epi32(x, 4), m4);
+            s->pr[2 * v + 1] = _mm512_and_si512(_mm512_srli_epi32(x, 12), m4);
+        }
+    } else if (pt == T_Q3_K) {
+        /* u_j = (4 bits of byte j % 8 | 2 bits of byte 8 + j % 4 << 4) -
+         * 32, as kn_q3_k_scales; sc_j = u_j taken 32/f_j x, f_j the
+         * factor slot j % 8 of a group comes with (see wchunk); pr the
+         * u_j in int16 pairs, in Q6_K's order */
+        const __m512i x0 = _mm512_load_si512(body + Q3K_SC), x1 = _mm512_load_si512(body + Q3K_SC + 64),
+                      x2 = _mm512_load_si512(body + Q3K_SC + 128), k32 = _mm512_set1_epi32(32),
+                      lo16 = _mm512_set1_epi32(0xffff);
+        __m512i u[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            const int sl = 8 * (j % 4) + 4 * (j / 8), sh = 8 * (j % 4) + 2 * (j / 4) - 4;
+            __m512i lo = _mm512_and_si512(_mm512_srli_epi32(j % 8 < 4 ? x0 : x1, sl), _mm512_set1_epi32(0x0f));
+            __m512i hi = sh >= 0 ? _mm512_srli_epi32(x2, sh) : _mm512_slli_epi32(x2, -sh);
+            u[j] = _mm512_sub_epi32(_mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(0x30), 0xF8), k32);
+            const int m = j % 8, lg = m == 7 ? 0 : m == 6 ? 1 : m % 2 ? 2 : 5;
+            s->sc[j] = lg ? _mm512_slli_epi32(u[j], lg) : u[j];
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            s->pr[2 * v] = _mm512_or_si512(_mm512_and_si512(u[4 * v], lo16), _mm512_slli_epi32(u[4 * v + 2], 16));
+            s->pr[2 * v + 1] = _mm512_or_si512(_mm512_and_si512(u[4 * v + 1], lo16), _mm512_slli_epi32(u[4 * v + 3], 16));
+        }
     } else {
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -289,6 +405,22 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
         __mmask64 h = _mm512_test_epi8_mask(_mm512_load_si512(body + Q5K_QH + 64 * k),
                                             _mm512_set1_epi8((char)(1 << (j0 + jj))));
         return _mm512_mask_add_epi8(lo, h, lo, _mm512_set1_epi8(0x10)); /* no shift: port 0 is busy */
+    }
+    if (pt == T_Q2_K) { /* j = 4h + s: field s of chunk 4h + k, as 4^s q */
+        const int j = j0 + jj, s = jj % 4;
+        return _mm512_and_si512(_mm512_load_si512(body + 64 * (4 * (j / 4) + k)),
+                                _mm512_set1_epi8((char)(3 << 2 * s)));
+    }
+    if (pt == T_Q3_K) {
+        /* j = 8h + m: slot m of group 4h + k (chunks B0..B2), as f_m qw:
+         * m < 6 one AND (f = 1 or 8), m = 6 (16x) and 7 (32x) one shift */
+        const uint8_t *c = body + 192 * (4 * (j0 / 8) + k);
+        if (jj < 6)
+            return _mm512_and_si512(_mm512_load_si512(c + 64 * (jj / 2)), _mm512_set1_epi8(jj % 2 ? 0x38 : 0x07));
+        const __m512i a = _mm512_srli_epi16(_mm512_load_si512(c + 64 * (jj - 6)), 2);
+        const __m512i b = _mm512_and_si512(_mm512_load_si512(c + 64 * (jj - 5)),
+                                           _mm512_set1_epi8((char)(jj == 6 ? 0x40 : 0xc0)));
+        return _mm512_ternarylogic_epi32(_mm512_set1_epi8(jj == 6 ? 0x30 : 0x20), a, b, 0xCA); /* A ? B : C */
     }
     /* Q6_K: j = 8h + 2s + e holds elements 128h + 32s + 16e + 4k + i, in
      * group g = 8h + 4e + k, byte s of the group's 3 chunks B0..B2 (s < 3:
@@ -372,7 +504,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
             __m512 dw, dm = _mm512_setzero_ps();
-            if (is_q45(pt)) {
+            if (has_min(pt)) {
                 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + d_off(pt))));
                 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + dmin_off(pt))));
             } else {
@@ -386,9 +518,15 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
 #pragma GCC unroll 8
                 for (int p = 0; p < np; p++) s2 = _mm512_dpwssd_epi32(s2, sc[i].pr[p], _mm512_set1_epi32(pp[p]));
                 __m512 da = _mm512_set1_ps(a->d[t0 + t][b]), v;
-                if (is_q45(pt))
-                    v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(s1[i][t])),
+                if (has_min(pt))
+                    v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dw, da),
+                                                    _mm512_cvtepi32_ps(pt == T_Q2_K ? _mm512_srai_epi32(s1[i][t], 6)
+                                                                                    : s1[i][t])),
                                       _mm512_mul_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(s2)));
+                else if (pt == T_Q3_K)
+                    v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
+                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srai_epi32(s1[i][t], 5),
+                                                                          _mm512_slli_epi32(s2, 2))));
                 else if (pt == T_IQ4_XS)
                     v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
                                       _mm512_cvtepi32_ps(_mm512_sub_epi32(s1[i][t], _mm512_slli_epi32(s2, 7))));
@@ -523,3 +661,5 @@ DEFINE_MATMUL_PK(kn_matmul_p_q4_k_avx512, T_Q4_K)
 DEFINE_MATMUL_PK(kn_matmul_p_q5_k_avx512, T_Q5_K)
 DEFINE_MATMUL_PK(kn_matmul_p_q6_k_avx512, T_Q6_K)
 DEFINE_MATMUL_PK(kn_matmul_p_iq4_xs_avx512, T_IQ4_XS)
+DEFINE_MATMUL_PK(kn_matmul_p_q2_k_avx512, T_Q2_K)
+DEFINE_MATMUL_PK(kn_matmul_p_q3_k_avx512, T_Q3_K)

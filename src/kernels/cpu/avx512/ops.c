@@ -329,6 +329,8 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
                 [ANVIL_TYPE_Q5_K] = kn_matmul_p_q5_k_avx512, \
                 [ANVIL_TYPE_Q6_K] = kn_matmul_p_q6_k_avx512, \
                 [ANVIL_TYPE_IQ4_XS] = kn_matmul_p_iq4_xs_avx512, \
+                [ANVIL_TYPE_Q2_K] = kn_matmul_p_q2_k_avx512, \
+                [ANVIL_TYPE_Q3_K] = kn_matmul_p_q3_k_avx512, \
             }, \
         .act = \
             { \
