@@ -13,7 +13,7 @@
  * case reports time per call, GFLOP/s (2*m*n*rows) and GB/s of weights
  * (rows * row bytes per call), mean +- sd over -r reps, and their shares of
  * the machine's limits measured in the same run: the int8 multiply-
- * accumulate peak of the variant's instruction set (a register-only loop,
+ * accumulate peak of the variant's instruction set (its best compute-only loop,
  * kn_ops.int8_peak, run by all -t threads at once and summed: two threads
  * on the two hyperthreads of one core share its multiply ports, so one
  * thread's peak times the threads would overstate the limit) for the
@@ -423,7 +423,7 @@ int bench_kernels(int argc, char **argv) {
             bench_json_end(&j);
         }
         if (!o.json)
-            printf("int8 multiply-accumulate peak (%s, register-only loop): %.1f GOP/s per thread\n",
+            printf("int8 multiply-accumulate peak (%s, best compute-only loop): %.1f GOP/s per thread\n",
                    VARIANTS[v], best);
     }
     if (o.membw) {

@@ -110,8 +110,9 @@ struct kn_ops {
     kn_gelu_mul_fn gelu_mul;
     kn_gelu_mul_act_fn gelu_mul_act;
     /* The family's int8 multiply-accumulate peak on the calling thread, in
-     * GOP/s (2 ops per multiply-accumulate), measured by a register-only
-     * loop of the instructions its quantized dot products use, for about
+     * GOP/s (2 ops per multiply-accumulate), measured by the best of a few
+     * compute-only loops (no memory traffic beyond L1) of the instructions
+     * its quantized dot products use, for about
      * `seconds` of thread CPU time; NULL for the reference. For benchmarks:
      * kernel GOP/s as a share of what the core can do. */
     double (*int8_peak)(double seconds);
