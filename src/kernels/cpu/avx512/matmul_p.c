@@ -78,6 +78,8 @@ static int ptype(int type) {
 }
 
 static inline int is_q5(int pt) { return pt == T_Q5_0 || pt == T_Q5_1; }
+/* an integer correction k * sum(qa) per block (see Numerics) */
+static inline int has_corr(int pt) { return pt != T_Q4_1 && pt != T_Q5_1; }
 static inline int chunks(int pt) { return pt == T_Q8_0 ? 8 : is_q5(pt) ? 5 : 4; }
 static inline int has_m(int pt) { return pt == T_Q4_1 || pt == T_Q5_1; }
 
@@ -171,7 +173,7 @@ struct pk_act {
     const int8_t *q[TOK_CHUNK];  /* qs of each token row */
     const float *d[TOK_CHUNK];   /* da per block */
     const float *s[TOK_CHUNK];   /* sa per block */
-    const int32_t *c[TOK_CHUNK]; /* integer correction per block (Q4_0, Q5_0, Q8_0, IQ4_NL) */
+    const int32_t *c[TOK_CHUNK]; /* minus the integer correction per block (has_corr) */
 };
 
 static inline __m512i bcast32(const int8_t *p) {
@@ -210,8 +212,11 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
         __m512i is[NT][MT];
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
+            /* the integer correction is the accumulators' start: a
+             * broadcast load, no arithmetic (Q4_1, Q5_1 have none) */
 #pragma GCC unroll 8
-            for (int t = 0; t < mt; t++) is[i][t] = _mm512_setzero_si512();
+            for (int t = 0; t < mt; t++)
+                is[i][t] = has_corr(pt) ? _mm512_set1_epi32(a->c[t0 + t][b]) : _mm512_setzero_si512();
             if (pf) {
                 const uint8_t *q = tp[i] + (size_t)b * ch * 64;
 #pragma GCC unroll 8
@@ -274,9 +279,8 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
                 if (pt == T_IQ4_NL) { /* the reference's operations, unfused */
-                    __m512i s = _mm512_sub_epi32(is[i][t], _mm512_set1_epi32(a->c[t0 + t][b]));
                     __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
-                    acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(s)));
+                    acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(is[i][t])));
                     continue;
                 }
                 if (pt == T_Q5_1) {
@@ -287,7 +291,6 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
                     continue;
                 }
                 __m512i s = is[i][t];
-                if (pt != T_Q4_1) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a->c[t0 + t][b]));
                 __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
                 acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[i][t]);
                 if (pt == T_Q4_1) acc[i][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->s[t0 + t][b]), acc[i][t]);
@@ -323,7 +326,8 @@ static inline __mmask16 lanes(int k, int r0, int r1) {
     return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
 
-/* Integer corrections of one activation row: c[b] = k * sum(qa of block b). */
+/* Integer corrections of one activation row, negated (the start of the
+ * block's integer dot): c[b] = -k * sum(qa of block b). */
 static void block_corr(int32_t *c, const int8_t *q, int nb, int k) {
     const __m256i bias = _mm256_set1_epi8((char)0x80);
     for (int b = 0; b < nb; b++) {
@@ -331,7 +335,7 @@ static void block_corr(int32_t *c, const int8_t *q, int nb, int k) {
         __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256()); /* sums of (q + 128) */
         __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
-        c[b] = k * ((int32_t)_mm_cvtsi128_si32(h) - 128 * QK);
+        c[b] = -k * ((int32_t)_mm_cvtsi128_si32(h) - 128 * QK);
     }
 }
 
@@ -354,7 +358,7 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
             a.d[t] = (const float *)(row + n);
             a.s[t] = a.d[t] + nb;
             a.c[t] = corr + (size_t)t * nb;
-            if (pt == T_Q4_0 || pt == T_Q5_0 || pt == T_Q8_0 || pt == T_IQ4_NL)
+            if (has_corr(pt))
                 block_corr(corr + (size_t)t * nb, a.q[t], nb,
                            pt == T_Q4_0 ? 8 : pt == T_Q5_0 ? 16 : 128);
         }
