@@ -99,7 +99,7 @@ enum { T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS, T_Q2_K, T_Q3_K };
 enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
 
 enum {
-    GT = 2, GM = 6,    /* several tokens: register tiles of GT tiles x GM tokens */
+    GT = 1, GM = 8,    /* several tokens: register tiles of GT tiles x GM tokens */
     MT = GM,           /* most tokens per register tile */
     NT = 4,            /* tiles in lockstep for one token (memory streams) */
     PF_DIST = 4096,    /* software prefetch distance (see matmul_q.c) */
@@ -450,11 +450,13 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
     /* ju: sub-blocks unrolled, so that the decode's shifts are constants */
     const int ns = nsub(pt), kc = sub32(pt) ? 8 : 4, ju = sub32(pt) ? 2 : 8, np = npairs(pt);
     const size_t bs = body_size(pt);
-    __m512 acc[NT][MT];
+    /* the float sums stay in memory (touched once per super-block), which
+     * leaves the registers to the integer ones: is and s1, 2 x GM */
+    float acc[NT][MT][16] __attribute__((aligned(64)));
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
 #pragma GCC unroll 8
-        for (int t = 0; t < mt; t++) acc[i][t] = _mm512_setzero_ps();
+        for (int t = 0; t < mt; t++) _mm512_store_ps(acc[i][t], _mm512_setzero_ps());
     for (int b = 0; b < nsb; b++) {
         struct pk_scales sc[NT];
         const uint8_t *body[NT];
@@ -466,6 +468,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) s1[i][t] = _mm512_setzero_si512();
         }
+        __asm__ volatile("" ::: "memory"); /* keeps acc out of the registers */
         for (int j0 = 0; j0 < ns; j0 += ju) {
 #pragma GCC unroll 8
             for (int jj = 0; jj < ju; jj++) {
@@ -534,7 +537,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
                     v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
                                       _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srai_epi32(s1[i][t], 2),
                                                                           _mm512_slli_epi32(s2, 5))));
-                acc[i][t] = _mm512_add_ps(acc[i][t], v);
+                _mm512_store_ps(acc[i][t], _mm512_add_ps(_mm512_load_ps(acc[i][t]), v));
             }
         }
     }
@@ -542,7 +545,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
     for (int i = 0; i < nt; i++)
 #pragma GCC unroll 8
         for (int t = 0; t < mt; t++)
-            _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ldy + rb[i], sm[i], acc[i][t]);
+            _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ldy + rb[i], sm[i], _mm512_load_ps(acc[i][t]));
 }
 
 #define PK_CASE(N, M) \
@@ -552,8 +555,8 @@ static inline __attribute__((always_inline)) void
 pk_tile_tokens(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const struct pk_act *a,
                int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
     switch (nt * 16 + mt) {
-        PK_CASE(GT, 6) PK_CASE(GT, 5) PK_CASE(GT, 4) PK_CASE(GT, 3) PK_CASE(GT, 2) PK_CASE(GT, 1)
-        PK_CASE(1, 6) PK_CASE(1, 5) PK_CASE(1, 4) PK_CASE(1, 3) PK_CASE(1, 2) PK_CASE(1, 1)
+        PK_CASE(1, 8) PK_CASE(1, 7) PK_CASE(1, 6) PK_CASE(1, 5) PK_CASE(1, 4) PK_CASE(1, 3) PK_CASE(1, 2)
+        PK_CASE(1, 1)
     default: break;
     }
 }
@@ -631,7 +634,7 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
             }
             continue;
         }
-        /* GT tiles x GM tokens at a time (the leftover tile alone) */
+        /* GT tiles x GM tokens at a time (the leftover tiles alone) */
         for (int k = k0; k < k1; k += GT) {
             int ntl = k1 - k < GT ? k1 - k : GT;
             const uint8_t *tp[NT];
