@@ -67,27 +67,34 @@
  * and whatever n_tokens, r0 and r1 are (batch invariance, kernels/ops.h):
  *   isum_j = sum(q * qa) over sub-block j (vpdpbusd, q unsigned: Q4_K
  *     0..15, Q5_K 0..31, Q6_K 0..63; |isum_j| <= 16 * 63 * 128 at most);
- *   S1 = sum_j sc_j * isum_j (vpmulld by the lane's decoded scale);
+ *     the types without mins start it at the sub-block's offset term
+ *     (-32 bsum16_j for Q6_K, from the token's scratch: a broadcast load)
+ *     so that S1 is the reference's S directly;
+ *   S1 = sum_j sc_j * isum_j (vpmulld by the lane's decoded scale; Q4_K
+ *     by vpdpwssd per half sub-block, whose 16-element isum fits int16,
+ *     with the scale's high half 0: product and sum in one operation);
  *   Q4_K, Q5_K: S2 = sum_j m_j * bsum32_j, by vpdpwssd of (m_2p, m_2p+1) int16
  *     pairs against the token's (bsum32_2p, bsum32_2p+1) (bsum32 = sum of
  *     32 qa, |.| <= 4064, fits int16), then
  *     acc + ((d * da) * S1 - (dmin * da) * S2);
- *   Q6_K: T = sum_j sc_j * bsum16_j likewise (pairs of int8 scales), and
- *     acc + (d * da) * (S1 - 32 * T), S1 - 32 * T being the reference's
- *     S = sum_j sc_j * (isum_j - 32 * bsum16_j) exactly;
+ *     S2 is computed before the super-block's dots (its vpdpwssd chain
+ *     then overlaps them);
+ *   Q6_K: isum_j starts at -32 bsum16_j (x4 in the slots whose weights
+ *     come 4x, see wchunk), so S1 = sum_j sc_j * (isum_j - 32 * bsum16_j),
+ *     the reference's S exactly, and acc + (d * da) * S1;
  *   IQ4_XS: the nibbles index the 16 values + 128 (one vpshufb: unsigned,
- *     |isum_j| <= 32 * 241 * 128), sc_j = ls_j in -32..31, T = sum_j sc_j
- *     * bsum32_j by vpdpwssd as Q4_K's S2, and acc + (d * da) * (S1 - 128
- *     * T), S1 - 128 * T being the reference's sum_j ls_j * isum_j exactly;
+ *     |isum_j| <= 32 * 241 * 128), sc_j = ls_j in -32..31, isum_j starts
+ *     at -128 bsum32_j, and acc + (d * da) * S1, S1 being the reference's
+ *     sum_j ls_j * isum_j exactly;
  *   Q2_K: weights 4^s q (<= 192) and scales 4^(3-s) sc, so every term is
  *     64 sc_j isum_j: S1' = 64 S1, |S1'| <= 64 * 16 * 15 * 16 * 3 * 128 <
  *     1e8; S2 = sum_j m_j * bsum16_j by vpdpwssd (pairs (m_4v, m_4v+2),
  *     (m_4v+1, m_4v+3), as Q6_K's), then Q4_K's float step with S1 = S1'
  *     >> 6 (exact);
  *   Q3_K: weights f qw (f = 1, 8, 16, 32 by slot, <= 224) and scales (32 /
- *     f) sc_j (sc_j in -32..31): S1' = 32 S1, |S1'| <= 32 * 16 * 32 * 16 *
- *     7 * 128 < 2.4e8; T = sum_j sc_j * bsum16_j as Q6_K's, and acc + (d *
- *     da) * ((S1' >> 5) - 4 * T), the reference's S exactly.
+ *     f) sc_j (sc_j in -32..31), isum_j starting at -4 f bsum16_j: S1' =
+ *     32 S, |S1'| <= 32 * 16 * 32 * 16 * 11 * 128 < 3.7e8, and acc + (d *
+ *     da) * (S1' >> 5), the reference's S exactly.
  * All bounded well inside int32 (cpu/ref/matmul.c: |S| < 4e8).
  */
 #include <immintrin.h>
@@ -153,6 +160,9 @@ static inline size_t d_off(int pt) { return pt == T_Q4_K ? Q4K_D : pt == T_Q5_K 
 static inline size_t dmin_off(int pt) { return pt == T_Q4_K ? Q4K_DMIN : pt == T_Q5_K ? Q5K_DMIN : Q2K_DMIN; }
 static inline int nsub(int pt) { return sub32(pt) ? 8 : 16; }     /* sub-blocks */
 static inline int npairs(int pt) { return sub32(pt) ? 4 : 8; }    /* vpdpwssd per S2 */
+/* int32 per super-block of a token's scratch (struct pk_act p): the S2
+ * pairs of the types with mins, else each sub-block's correction */
+static inline int nscr(int pt) { return has_min(pt) ? npairs(pt) : nsub(pt); }
 /* offset of the first body in a tile: the d arrays of the types without
  * dmin come first */
 static inline size_t body0(int pt, int nsb) {
@@ -162,7 +172,7 @@ static inline size_t tile_size(int pt, int nsb) { return body0(pt, nsb) + (size_
 
 size_t kn_pack_size_pk_avx512(int type, int rows, int n) {
     int pt = ptype(type);
-    if (pt < 0 || rows <= 0 || n <= 0 || n % QK_K || n / QK_K * npairs(pt) > SCR_MAX) return 0;
+    if (pt < 0 || rows <= 0 || n <= 0 || n % QK_K || n / QK_K * nscr(pt) > SCR_MAX) return 0;
     return (size_t)((rows + R - 1) / R) * tile_size(pt, n / QK_K);
 }
 
@@ -266,7 +276,7 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
 struct pk_act {
     const int8_t *q[TOK_CHUNK];  /* qs of each token row (Q8K) */
     const float *d[TOK_CHUNK];   /* da per super-block */
-    const int32_t *p[TOK_CHUNK]; /* npairs int16 pairs of bsums per super-block */
+    const int32_t *p[TOK_CHUNK]; /* nscr(pt) int32 per super-block (pk_scratch) */
 };
 
 static inline __m512i bcast32(const int8_t *p) {
@@ -276,9 +286,9 @@ static inline __m512i bcast32(const int8_t *p) {
 }
 
 /* Decoded scales of one tile's super-block: sc[j] the int32 scale of
- * sub-block j per lane; pr[p] the int16 pairs S2 multiplies (Q4_K: mins
- * (m_2p, m_2p+1); Q6_K: scales (sc_4v, sc_4v+2) at p = 2v and (sc_4v+1,
- * sc_4v+3) at p = 2v+1), matching pk_pairs() of the activations. */
+ * sub-block j per lane; for the types with mins, pr[p] the int16 pairs S2
+ * multiplies (Q4_K, Q5_K: (m_2p, m_2p+1); Q2_K: (m_4v, m_4v+2) at p = 2v
+ * and (m_4v+1, m_4v+3) at p = 2v+1), matching pk_scratch(). */
 struct pk_scales {
     __m512i sc[16];
     __m512i pr[8];
@@ -319,10 +329,6 @@ static inline __attribute__((always_inline)) void decode_scales(int pt, const ui
             __m512i hi = _mm512_and_si512(_mm512_srli_epi32(dh, 2 * j), m3);
             s->sc[j] = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), k32);
         }
-        const __m512i lo16 = _mm512_set1_epi32(0xffff);
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; p++)
-            s->pr[p] = _mm512_or_si512(_mm512_and_si512(s->sc[2 * p], lo16), _mm512_slli_epi32(s->sc[2 * p + 1], 16));
     } else if (pt == T_Q2_K) {
         /* byte b of chunk v: sc_4v+b (low nibble) taken 4^(3-b)x, as the
          * weights of field b come 4^b x (see wchunk); the mins (high
@@ -341,25 +347,17 @@ static inline __attribute__((always_inline)) void decode_scales(int pt, const ui
     } else if (pt == T_Q3_K) {
         /* u_j = (4 bits of byte j % 8 | 2 bits of byte 8 + j % 4 << 4) -
          * 32, as kn_q3_k_scales; sc_j = u_j taken 32/f_j x, f_j the
-         * factor slot j % 8 of a group comes with (see wchunk); pr the
-         * u_j in int16 pairs, in Q6_K's order */
+         * factor slot j % 8 of a group comes with (see wchunk) */
         const __m512i x0 = _mm512_load_si512(body + Q3K_SC), x1 = _mm512_load_si512(body + Q3K_SC + 64),
-                      x2 = _mm512_load_si512(body + Q3K_SC + 128), k32 = _mm512_set1_epi32(32),
-                      lo16 = _mm512_set1_epi32(0xffff);
-        __m512i u[16];
+                      x2 = _mm512_load_si512(body + Q3K_SC + 128), k32 = _mm512_set1_epi32(32);
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) {
             const int sl = 8 * (j % 4) + 4 * (j / 8), sh = 8 * (j % 4) + 2 * (j / 4) - 4;
             __m512i lo = _mm512_and_si512(_mm512_srli_epi32(j % 8 < 4 ? x0 : x1, sl), _mm512_set1_epi32(0x0f));
             __m512i hi = sh >= 0 ? _mm512_srli_epi32(x2, sh) : _mm512_slli_epi32(x2, -sh);
-            u[j] = _mm512_sub_epi32(_mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(0x30), 0xF8), k32);
+            const __m512i u = _mm512_sub_epi32(_mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(0x30), 0xF8), k32);
             const int m = j % 8, lg = m == 7 ? 0 : m == 6 ? 1 : m % 2 ? 2 : 5;
-            s->sc[j] = lg ? _mm512_slli_epi32(u[j], lg) : u[j];
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            s->pr[2 * v] = _mm512_or_si512(_mm512_and_si512(u[4 * v], lo16), _mm512_slli_epi32(u[4 * v + 2], 16));
-            s->pr[2 * v + 1] = _mm512_or_si512(_mm512_and_si512(u[4 * v + 1], lo16), _mm512_slli_epi32(u[4 * v + 3], 16));
+            s->sc[j] = lg ? _mm512_slli_epi32(u, lg) : u;
         }
     } else {
 #pragma GCC unroll 4
@@ -375,8 +373,6 @@ static inline __attribute__((always_inline)) void decode_scales(int pt, const ui
             s->sc[4 * v + 1] = _mm512_slli_epi32(b1, 2);
             s->sc[4 * v + 2] = v % 2 ? b2 : _mm512_slli_epi32(b2, 2);
             s->sc[4 * v + 3] = v % 2 ? b3 : _mm512_slli_epi32(b3, 2);
-            s->pr[2 * v] = _mm512_srai_epi16(_mm512_slli_epi16(x, 8), 8);
-            s->pr[2 * v + 1] = _mm512_srai_epi16(x, 8);
         }
     }
 }
@@ -448,7 +444,7 @@ static inline __attribute__((always_inline)) void
 pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const struct pk_act *a,
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
     /* ju: sub-blocks unrolled, so that the decode's shifts are constants */
-    const int ns = nsub(pt), kc = sub32(pt) ? 8 : 4, ju = sub32(pt) ? 2 : 8, np = npairs(pt);
+    const int ns = nsub(pt), kc = sub32(pt) ? 8 : 4, ju = sub32(pt) ? 2 : 8, np = npairs(pt), nc = nscr(pt);
     const size_t bs = body_size(pt);
     /* the float sums stay in memory (touched once per super-block), which
      * leaves the registers to the integer ones: is and s1, 2 x GM */
@@ -460,13 +456,23 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
     for (int b = 0; b < nsb; b++) {
         struct pk_scales sc[NT];
         const uint8_t *body[NT];
-        __m512i s1[NT][MT];
+        __m512i s1[NT][MT], s2[NT][MT];
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
             body[i] = tp[i] + body0(pt, nsb) + (size_t)b * bs;
             decode_scales(pt, body[i], &sc[i]);
 #pragma GCC unroll 8
-            for (int t = 0; t < mt; t++) s1[i][t] = _mm512_setzero_si512();
+            for (int t = 0; t < mt; t++) {
+                s1[i][t] = _mm512_setzero_si512();
+                /* S2 first: its vpdpwssd chain overlaps the integer dots */
+                s2[i][t] = _mm512_setzero_si512();
+                if (has_min(pt)) {
+                    const int32_t *pp = a->p[t0 + t] + (size_t)b * nc;
+#pragma GCC unroll 8
+                    for (int p = 0; p < np; p++)
+                        s2[i][t] = _mm512_dpwssd_epi32(s2[i][t], sc[i].pr[p], _mm512_set1_epi32(pp[p]));
+                }
+            }
         }
         __asm__ volatile("" ::: "memory"); /* keeps acc out of the registers */
         for (int j0 = 0; j0 < ns; j0 += ju) {
@@ -477,7 +483,11 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
 #pragma GCC unroll 4
                 for (int i = 0; i < nt; i++) {
 #pragma GCC unroll 8
-                    for (int t = 0; t < mt; t++) is[i][t] = _mm512_setzero_si512();
+                    for (int t = 0; t < mt; t++)
+                        /* without mins, the sub-block's correction is
+                         * where its dot starts (a broadcast load) */
+                        is[i][t] = has_min(pt) ? _mm512_setzero_si512()
+                                               : _mm512_set1_epi32(a->p[t0 + t][(size_t)b * nc + j]);
                 }
 #pragma GCC unroll 8
                 for (int k = 0; k < kc; k++) {
@@ -496,12 +506,25 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
 #pragma GCC unroll 4
                         for (int i = 0; i < nt; i++) is[i][t] = _mm512_dpbusd_epi32(is[i][t], w[i], x);
                     }
-                }
+                    if (pt == T_Q4_K && k % 4 == 3) {
+                        /* 16 elements: |isum| <= 16 * 15 * 128 < 2^15, so
+                         * vpdpwssd with the scale (high half 0) is the
+                         * product and the sum in one exact operation */
 #pragma GCC unroll 4
-                for (int i = 0; i < nt; i++)
+                        for (int i = 0; i < nt; i++)
 #pragma GCC unroll 8
-                    for (int t = 0; t < mt; t++)
-                        s1[i][t] = _mm512_add_epi32(s1[i][t], _mm512_mullo_epi32(is[i][t], sc[i].sc[j]));
+                            for (int t = 0; t < mt; t++) {
+                                s1[i][t] = _mm512_dpwssd_epi32(s1[i][t], is[i][t], sc[i].sc[j]);
+                                is[i][t] = _mm512_setzero_si512();
+                            }
+                    }
+                }
+                if (pt != T_Q4_K)
+#pragma GCC unroll 4
+                    for (int i = 0; i < nt; i++)
+#pragma GCC unroll 8
+                        for (int t = 0; t < mt; t++)
+                            s1[i][t] = _mm512_add_epi32(s1[i][t], _mm512_mullo_epi32(is[i][t], sc[i].sc[j]));
             }
         }
 #pragma GCC unroll 4
@@ -516,27 +539,17 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
             }
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
-                const int32_t *pp = a->p[t0 + t] + (size_t)b * np;
-                __m512i s2 = _mm512_setzero_si512();
-#pragma GCC unroll 8
-                for (int p = 0; p < np; p++) s2 = _mm512_dpwssd_epi32(s2, sc[i].pr[p], _mm512_set1_epi32(pp[p]));
                 __m512 da = _mm512_set1_ps(a->d[t0 + t][b]), v;
                 if (has_min(pt))
                     v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dw, da),
                                                     _mm512_cvtepi32_ps(pt == T_Q2_K ? _mm512_srai_epi32(s1[i][t], 6)
                                                                                     : s1[i][t])),
-                                      _mm512_mul_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(s2)));
-                else if (pt == T_Q3_K)
+                                      _mm512_mul_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(s2[i][t])));
+                else /* S1' = f S: Q3_K 32, Q6_K 4, IQ4_XS 1 */
                     v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
-                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srai_epi32(s1[i][t], 5),
-                                                                          _mm512_slli_epi32(s2, 2))));
-                else if (pt == T_IQ4_XS)
-                    v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
-                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(s1[i][t], _mm512_slli_epi32(s2, 7))));
-                else
-                    v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
-                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srai_epi32(s1[i][t], 2),
-                                                                          _mm512_slli_epi32(s2, 5))));
+                                      _mm512_cvtepi32_ps(pt == T_Q3_K   ? _mm512_srai_epi32(s1[i][t], 5)
+                                                         : pt == T_Q6_K ? _mm512_srai_epi32(s1[i][t], 2)
+                                                                        : s1[i][t]));
                 _mm512_store_ps(acc[i][t], _mm512_add_ps(_mm512_load_ps(acc[i][t]), v));
             }
         }
@@ -572,11 +585,21 @@ static inline __mmask16 lanes(int k, int r0, int r1) {
 
 static inline uint32_t pair16(int lo, int hi) { return (uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16; }
 
-/* The int16 bsum pairs of one Q8K row, npairs per super-block, in the
- * order of pk_scales.pr. */
-static void pk_pairs(int pt, int32_t *p, const int16_t *bsums, int nsb) {
+/* A Q8K row's scratch, nscr(pt) int32 per super-block: with mins, the
+ * int16 bsum pairs S2 multiplies, in the order of pk_scales.pr; without,
+ * minus each sub-block's offset times its bsum, in the units of its
+ * weights (f_j, see wchunk): Q6_K -32 f_j bsum16_j (f_j = 4 in the slots
+ * s = 3, else 1), Q3_K -4 f_j bsum16_j (f_j = 1, 8, 1, 8, 1, 8, 16, 32 by
+ * slot j % 8), IQ4_XS -128 bsum32_j. */
+static void pk_scratch(int pt, int32_t *p, const int16_t *bsums, int nsb) {
+    static const int q3f[8] = {1, 8, 1, 8, 1, 8, 16, 32};
     for (int b = 0; b < nsb; b++, bsums += 16) {
-        if (sub32(pt)) {
+        if (pt == T_Q6_K || pt == T_Q3_K) {
+            for (int j = 0; j < 16; j++)
+                p[16 * b + j] = pt == T_Q6_K ? -32 * (j % 8 >= 6 ? 4 : 1) * bsums[j] : -4 * q3f[j % 8] * bsums[j];
+        } else if (pt == T_IQ4_XS) {
+            for (int j = 0; j < 8; j++) p[8 * b + j] = -128 * (bsums[2 * j] + bsums[2 * j + 1]);
+        } else if (sub32(pt)) {
             for (int q = 0; q < 4; q++)
                 p[4 * b + q] = (int32_t)pair16(bsums[4 * q] + bsums[4 * q + 1], bsums[4 * q + 2] + bsums[4 * q + 3]);
         } else {
@@ -591,7 +614,7 @@ static void pk_pairs(int pt, int32_t *p, const int16_t *bsums, int nsb) {
 static inline __attribute__((always_inline)) void
 matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const void *restrict x,
           size_t x_stride, int n, int n_tokens, int r0, int r1) {
-    const int nsb = n / QK_K, np = npairs(pt);
+    const int nsb = n / QK_K, np = nscr(pt);
     const size_t ts = tile_size(pt, nsb);
     const uint8_t *wb = w, *xb = x;
     const int k0 = r0 / R, k1 = (r1 + R - 1) / R;
@@ -606,7 +629,7 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
             a.q[t] = (const int8_t *)row;
             a.d[t] = (const float *)(row + n);
             a.p[t] = scr + (size_t)t * nsb * np;
-            pk_pairs(pt, scr + (size_t)t * nsb * np, (const int16_t *)(a.d[t] + nsb), nsb);
+            pk_scratch(pt, scr + (size_t)t * nsb * np, (const int16_t *)(a.d[t] + nsb), nsb);
         }
         float *yc = y + (size_t)c0 * ldy;
         if (nt == 1) {
