@@ -378,6 +378,11 @@ static void test_prefill_variants(void **state) {
         {ANVIL_TYPE_Q8_0, 128, 8, 2, 17, 33},   /* GQA 4 */
         {ANVIL_TYPE_F16, 128, 4, 4, 500, 20},   /* MHA */
         {ANVIL_TYPE_Q8_0, 64, 8, 1, 0, 9},      /* GQA 8 */
+        /* F16 step buffers too big for L1 beside the accumulators: all
+         * rows' scores before any softmax (one step, head_dim 256; two
+         * steps at 128) */
+        {ANVIL_TYPE_F16, 256, 8, 2, 5, 35},     /* GQA 4, Gemma 3's head_dim */
+        {ANVIL_TYPE_F16, 128, 8, 1, 3, 30},     /* GQA 8 */
     };
     for (size_t ci = 0; ci < sizeof(C) / sizeof(C[0]); ci++) {
         struct fixture f;

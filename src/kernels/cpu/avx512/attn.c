@@ -369,6 +369,41 @@ STEP_ROW_FN(step_row_f16, SRC_F16)
 STEP_ROW_FN(step_row_q8, SRC_Q8)
 STEP_ROW_FN(step_row_buf8, SRC_BUF8)
 
+/* Raw scores of one row's G query vectors over one buffered step, in
+ * groups of QGROUP, into sv[0..G). */
+static inline __attribute__((always_inline)) void
+qk_row(const int mode, const float *q, int G, const struct src *s, int hd, __m512 *sv) {
+    for (int g = 0; g < G; g += QGROUP) {
+        int nq = G - g < QGROUP ? G - g : QGROUP;
+#define QK_CASE(M, N) \
+    case N: qk_scores(M, N, q + g * hd, s, hd, sv + g, NULL); break;
+        if (mode == SRC_BUF) {
+            switch (nq) { QK_CASE(SRC_BUF, 4) QK_CASE(SRC_BUF, 3) QK_CASE(SRC_BUF, 2) QK_CASE(SRC_BUF, 1) }
+        } else {
+            switch (nq) { QK_CASE(SRC_BUF8, 4) QK_CASE(SRC_BUF8, 3) QK_CASE(SRC_BUF8, 2) QK_CASE(SRC_BUF8, 1) }
+        }
+#undef QK_CASE
+    }
+}
+
+/* Softmax and P.V of one row's G query vectors over one buffered step,
+ * from their raw scores sv[0..G), in groups of QGROUP. */
+static inline __attribute__((always_inline)) void
+softmax_pv_row(const int mode, const __m512 *sv, float *m, float *l, float *acc, int G,
+               const struct src *s, int hd, int first, int valid, float scale) {
+    for (int g = 0; g < G; g += QGROUP) {
+        int nq = G - g < QGROUP ? G - g : QGROUP;
+#define SP_CASE(M, N) \
+    case N: softmax_pv(M, N, sv + g, m + g, l + g, acc + (size_t)g * hd, s, hd, first, valid, scale, NULL); break;
+        if (mode == SRC_BUF) {
+            switch (nq) { SP_CASE(SRC_BUF, 4) SP_CASE(SRC_BUF, 3) SP_CASE(SRC_BUF, 2) SP_CASE(SRC_BUF, 1) }
+        } else {
+            switch (nq) { SP_CASE(SRC_BUF8, 4) SP_CASE(SRC_BUF8, 3) SP_CASE(SRC_BUF8, 2) SP_CASE(SRC_BUF8, 1) }
+        }
+#undef SP_CASE
+    }
+}
+
 /* ---------------------------------------------------------------------- */
 /* chunks, fold, tasks */
 
@@ -380,6 +415,7 @@ struct bufs {
     float V2[SUB * HDMAX] __attribute__((aligned(64)));
     float Ks[HDMAX / 32 * SUB] __attribute__((aligned(64))); /* Q8_0 scales */
     float Vs[HDMAX / 32 * SUB] __attribute__((aligned(64)));
+    __m512 S[2][KN_ATTN_MAXQ]; /* raw scores of one or two steps per query vector */
 };
 
 static void states_clear(struct kn_attn_states *s, int nq, int hd) {
@@ -441,49 +477,77 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
             pf_issue(&pf, 1 << 20); /* whatever the loops left (short steps) */
             continue;
         }
+        /* a prefill tile (or a group of more than QGROUP heads): the
+         * step's keys are converted to float once for all rows */
         load_step(kv, tile, s0 % bs, b->K, b->V, b->Ks, b->Vs);
         struct src sb = {.k = b->K, .v = b->V, .ks = b->Ks, .vs = b->Vs, .bs = SUB};
-        if (kv->type == ANVIL_TYPE_F16 && s0 + SUB < k1) {
-            /* two steps at once: rows that reach into the second step take
-             * both through step_row_buf2, the others the first alone */
+        const int mode = kv->type == ANVIL_TYPE_F16 ? SRC_BUF : SRC_BUF8;
+        /* F16 with head_dim <= 128: two steps at once (both buffers fit
+         * in L1), sharing each broadcast q element between them */
+        const bool two = kv->type == ANVIL_TYPE_F16 && hd <= 128 && s0 + SUB < k1;
+        struct src sb2 = {.k = b->K2, .v = b->V2, .bs = SUB};
+        if (two) {
             int s1 = s0 + SUB;
             const uint8_t *tile1 = kn_kv_tile(kv, t->base, t->blocks[s1 / bs], t->kv_head);
             if (s1 % bs == 0 && s1 + bs < k1)
                 prefetch_tile(kn_kv_tile(kv, t->base, t->blocks[s1 / bs + 1], t->kv_head), kv->tile_bytes);
             load_step(kv, tile1, s1 % bs, b->K2, b->V2, NULL, NULL);
-            struct src sb2 = {.k = b->K2, .v = b->V2, .bs = SUB};
+        }
+        const int nsteps = two ? 2 : 1;
+        int first[2][KN_ATTN_MAXQ], valid[2][KN_ATTN_MAXQ];
+        for (int r = 0; r < t->n_rows; r++)
+            for (int k = 0; k < nsteps; k++) {
+                int sk = s0 + k * SUB;
+                int v = t->pos + r + 1 - sk, f = kn_attn_lo(t, r) - sk;
+                valid[k][r] = v > SUB ? SUB : v;
+                first[k][r] = f < 0 ? 0 : f;
+            }
+        if (mode != SRC_BUF || (size_t)nsteps * 2 * SUB * hd * sizeof(float) <= 16384) {
+            /* the step buffers stay in L1 next to a row's accumulators:
+             * row by row, each row's scores, softmax and P.V at once */
             for (int r = 0; r < t->n_rows; r++) {
-                int valid = t->pos + r + 1 - s0, valid1 = valid - SUB;
-                int first = kn_attn_lo(t, r) - s0, first1 = first - SUB;
-                if (valid > SUB) valid = SUB;
-                if (valid1 > SUB) valid1 = SUB;
-                if (first < 0) first = 0;
-                if (first1 < 0) first1 = 0;
+                bool in0 = first[0][r] < valid[0][r], in1 = two && first[1][r] < valid[1][r];
                 int i = r * G;
                 const float *qr = t->q + (size_t)r * t->q_stride;
                 float *mr = cur->m + i, *lr = cur->l + i, *ar = cur->acc + (size_t)i * hd;
-                bool in0 = first < valid, in1 = first1 < valid1;
                 if (in0 && in1)
-                    step_row_buf2(qr, mr, lr, ar, G, &sb, &sb2, hd, first, valid, valid1, t->scale);
-                else if (in0)
-                    step_row_buf(qr, mr, lr, ar, G, &sb, hd, first, valid, t->scale, &pf);
-                else if (in1)
-                    step_row_buf(qr, mr, lr, ar, G, &sb2, hd, first1, valid1, t->scale, &pf);
+                    step_row_buf2(qr, mr, lr, ar, G, &sb, &sb2, hd, first[0][r], valid[0][r], valid[1][r],
+                                  t->scale);
+                else if (in0 || in1)
+                    (mode == SRC_BUF ? step_row_buf : step_row_buf8)(qr, mr, lr, ar, G, in0 ? &sb : &sb2, hd,
+                                                                      first[!in0][r], valid[!in0][r],
+                                                                      t->scale, NULL);
             }
-            s0 = s1; /* the loop adds the second SUB */
-            continue;
+        } else {
+            /* F16 buffers too big for that (head_dim 256: 16 KiB each):
+             * every row's scores first, then the softmax and P.V step by
+             * step, row by row, so that K (then V) stays in L1 while all
+             * rows run over it instead of being evicted by each row's
+             * accumulators in turn (1.4x at head_dim 256, 1.2x at 128 with
+             * two steps; Q8_0 measured no gain). Per query vector the
+             * operations and their order are those of the row path. */
+            for (int r = 0; r < t->n_rows; r++) {
+                bool in0 = first[0][r] < valid[0][r], in1 = two && first[1][r] < valid[1][r];
+                const float *qr = t->q + (size_t)r * t->q_stride;
+                __m512 *o0 = b->S[0] + r * G, *o1 = b->S[1] + r * G;
+                if (in0 && in1) { /* both steps' K fit in L1 (head_dim <= 128) */
+                    int g = 0;
+                    for (; g + 3 <= G; g += 3) qk_dims2(3, qr + g * hd, b->K, b->K2, hd, o0 + g, o1 + g);
+                    if (G - g == 2) qk_dims2(2, qr + g * hd, b->K, b->K2, hd, o0 + g, o1 + g);
+                    if (G - g == 1) qk_dims2(1, qr + g * hd, b->K, b->K2, hd, o0 + g, o1 + g);
+                } else if (in0 || in1) {
+                    qk_row(mode, qr, G, in0 ? &sb : &sb2, hd, in0 ? o0 : o1);
+                }
+            }
+            for (int k = 0; k < nsteps; k++)
+                for (int r = 0; r < t->n_rows; r++) {
+                    if (first[k][r] >= valid[k][r]) continue;
+                    int i = r * G;
+                    softmax_pv_row(mode, b->S[k] + i, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd,
+                                   G, k ? &sb2 : &sb, hd, first[k][r], valid[k][r], t->scale);
+                }
         }
-        void (*row_fn)(const float *, float *, float *, float *, int, const struct src *, int, int,
-                       int, float, struct pfq *) = kv->type == ANVIL_TYPE_F16 ? step_row_buf : step_row_buf8;
-        for (int r = 0; r < t->n_rows; r++) {
-            int valid = t->pos + r + 1 - s0, first = kn_attn_lo(t, r) - s0;
-            if (valid > SUB) valid = SUB;
-            if (first < 0) first = 0;
-            if (first >= valid) continue;
-            int i = r * G;
-            row_fn(t->q + (size_t)r * t->q_stride, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd,
-                   G, &sb, hd, first, valid, t->scale, &pf);
-        }
+        if (two) s0 += SUB; /* the loop adds the second SUB */
     }
 }
 
