@@ -1,7 +1,9 @@
 /*
  * unit_ops_arch.c - the row ops that the architectures beyond Llama need:
  * rope_ext (NeoX pair layout, partial rotary) and the GELU(tanh)-gated
- * product (plain and fused with the activation conversion).
+ * product (plain and fused with the activation conversion); and the F16
+ * row conversion the KV cache writes with (f16_row), which must give
+ * kn_f32_to_f16's bits in every variant.
  *
  * The reference is checked against a double-precision evaluation of the
  * definition in kernels/ops.h; every variant this CPU runs is checked
@@ -167,10 +169,70 @@ static void test_gelu_mul(void **state) {
     assert_int_equal(fails, 0);
 }
 
+/* f16_row: every variant's bits against kn_f32_to_f16, element by element,
+ * on values that exercise each rounding path (ties to even, subnormal
+ * results, overflow to inf, NaN payloads, signed zeros), contiguous and
+ * strided as the KV cache's transposed K; entries between the strided
+ * ones stay untouched. */
+static float bits_to_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_f16_row(void **state) {
+    (void)state;
+    enum { N = 300, STRIDE = 16 };
+    float x[N];
+    static const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, /* +-0, +-inf */
+        0x7fc00000u, 0xffc01234u, 0x7f800001u, 0x7fbfe000u, /* NaNs, one signalling */
+        0x477fe000u, 0x477fefffu, 0x477ff000u, 0x47800000u, /* 65504, just below/at the inf cut */
+        0x3f801000u, 0x3f803000u, 0x3f800fffu,              /* 1 + ties to even and below */
+        0x38800000u, 0x387fffffu, 0x33800000u, 0x33000000u, /* smallest normal, subnormals */
+        0x33000001u, 0x33c00000u, 0x00000001u, 0x80000010u, /* tiny: rounds to 0 or 2^-24 */
+    };
+    const int ns = (int)(sizeof(special) / sizeof(special[0]));
+    for (int i = 0; i < N; i++) {
+        if (i < ns) {
+            x[i] = bits_to_f32(special[i]);
+        } else {
+            /* random sign, mantissa and exponent from 2^-30 to 2^17 */
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t e = 97 + (uint32_t)((rng >> 33) % 48);
+            x[i] = bits_to_f32((uint32_t)(rng >> 63) << 31 | e << 23 | (uint32_t)(rng >> 20 & 0x7fffff));
+        }
+    }
+    static const int sizes[] = {1, 7, 8, 9, 64, 256, N};
+    static kn_f16 got[N * STRIDE];
+    int fails = 0, ran = 0;
+    for (size_t f = 0; f < 3; f++) {
+        const struct kn_ops *ops = kn_select(families[f]);
+        if (!ops) continue;
+        assert_non_null(ops->f16_row);
+        ran++;
+        for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+            for (int stride = 1; stride <= STRIDE; stride += STRIDE - 1) {
+                int n = sizes[si];
+                memset(got, 0xab, sizeof(got));
+                ops->f16_row(got, (size_t)stride, x, n);
+                for (int i = 0; i < n * stride; i++) {
+                    kn_f16 want = i % stride ? (kn_f16)0xabab : kn_f32_to_f16(x[i / stride]);
+                    if (got[i] != want && fails++ < 5)
+                        printf("%s f16_row n %d stride %d [%d]: %#06x vs %#06x\n", families[f], n, stride,
+                               i, got[i], want);
+                }
+            }
+    }
+    assert_true(ran >= 1);
+    assert_int_equal(fails, 0);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rope_ext),
         cmocka_unit_test(test_gelu_mul),
+        cmocka_unit_test(test_f16_row),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,6 +36,11 @@ typedef void (*kn_matmul_fn)(float *restrict y, size_t ldy, const void *restrict
 /* Convert one float row of n elements into an activation format. */
 typedef void (*kn_act_fn)(void *restrict dst, const float *restrict x, int n);
 
+/* dst[i * stride] = x[i] rounded to F16 (nearest even; overflow to inf,
+ * NaN to a quiet NaN keeping the sign and top payload bits): the same
+ * bits in every variant (kn_f32_to_f16). */
+typedef void (*kn_f16_row_fn)(kn_f16 *dst, size_t stride, const float *x, int n);
+
 /* y = x / rms(x) * w, rms = sqrt(mean(x^2) + eps); y may alias x. */
 typedef void (*kn_rmsnorm_fn)(float *y, const float *x, const float *w, int n, float eps);
 
@@ -109,6 +114,7 @@ struct kn_ops {
     kn_rope_ext_fn rope_ext;
     kn_gelu_mul_fn gelu_mul;
     kn_gelu_mul_act_fn gelu_mul_act;
+    kn_f16_row_fn f16_row;
     /* The family's int8 multiply-accumulate peak on the calling thread, in
      * GOP/s (2 ops per multiply-accumulate), measured by the best of a few
      * compute-only loops (no memory traffic beyond L1) of the instructions

@@ -589,8 +589,9 @@ void kv_write(struct kv_cache *kv, int32_t layer, int32_t seq, int32_t pos, int3
             const float *kh = kr + (size_t)h * hd, *vh = vr + (size_t)h * hd;
             if (L->type == ANVIL_TYPE_F16) {
                 kn_f16 *kt = (kn_f16 *)tile, *vt = (kn_f16 *)(tile + L->v_off);
-                for (int32_t d = 0; d < hd; d++) kt[(size_t)d * bs + j] = kn_f32_to_f16(kh[d]);
-                for (int32_t d = 0; d < hd; d++) vt[(size_t)j * hd + d] = kn_f32_to_f16(vh[d]);
+                kn_f16_row_fn cvt = kv->p.f16_row ? kv->p.f16_row : kn_ops_ref.f16_row;
+                cvt(kt + j, (size_t)bs, kh, hd);
+                cvt(vt + (size_t)j * hd, 1, vh, hd);
             } else {
                 struct blk_q8_0 qk[KN_ATTN_MAX_HEAD_DIM / QK], qv[KN_ATTN_MAX_HEAD_DIM / QK];
                 kn_quantize_row(ANVIL_TYPE_Q8_0, kh, qk, hd);

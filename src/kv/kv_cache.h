@@ -68,6 +68,7 @@
 
 #include "anvil.h"
 #include "kernels/attn.h"
+#include "kernels/ops.h"
 #include "kernels/attn_hp1.h"
 
 struct pool;
@@ -86,6 +87,9 @@ struct kv_params {
     int32_t n_ctx;        /* max positions per sequence */
     int32_t n_threads;    /* max threads the attention driver plans for; 0 = 1 */
     bool prefix_cache;    /* hash full blocks so that prefixes are shared */
+    kn_f16_row_fn f16_row; /* F16 cache: the conversion kv_write uses (the
+                           * kernel family's; NULL = the reference's). Every
+                           * variant gives the same bits. */
     int32_t window;       /* 0, or the sliding window of every layer of this
                            * cache: a sequence keeps only the blocks holding
                            * its last window + KV_WINDOW_SLACK positions */

@@ -149,6 +149,7 @@ static anvil_status init_kv(struct anvil_ctx *c, const struct anvil_ctx_params *
             .n_ctx = c->n_ctx,
             .n_threads = c->n_threads,
             .prefix_cache = p->prefix_cache,
+            .f16_row = m->ops->f16_row,
             .window = window[g] < c->n_ctx ? window[g] : 0, /* a window past n_ctx is none */
         };
         if (p->kv_mem > 0) {

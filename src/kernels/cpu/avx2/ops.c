@@ -275,7 +275,7 @@ static inline __m256 exp_ps(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256 k1 = _mm256_round_ps(_mm256_mul_ps(k, _mm256_set1_ps(0.5f)), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 k1 = _mm256_round_ps(_mm256_mul_ps(k, _mm256_set1_ps(0.5f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 k2 = _mm256_sub_ps(k, k1);
     return _mm256_mul_ps(_mm256_mul_ps(p, pow2i(k1)), pow2i(k2));
 }
@@ -437,6 +437,23 @@ void kn_rope_ext_avx2(float *x, int n_head, int head_dim, int n_rot, int pos,
 
 /* ---------------------------------------------------------------------- */
 
+/* F16C's conversion rounds to nearest even like kn_f32_to_f16, and turns
+ * NaN into the same quiet NaN; MXCSR's FTZ/DAZ do not apply to it. */
+void kn_f16_row_avx2(kn_f16 *dst, size_t stride, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if (stride == 1) {
+            _mm_storeu_si128((__m128i *)(dst + i), h);
+        } else {
+            uint16_t b[8];
+            _mm_storeu_si128((__m128i *)b, h);
+            for (int j = 0; j < 8; j++) dst[(size_t)(i + j) * stride] = b[j];
+        }
+    }
+    for (; i < n; i++) dst[(size_t)i * stride] = kn_f32_to_f16(x[i]);
+}
+
 const struct kn_ops kn_ops_avx2 = {
     .name = "avx2",
     .matmul =
@@ -474,5 +491,6 @@ const struct kn_ops kn_ops_avx2 = {
     .rope_ext = kn_rope_ext_avx2,
     .gelu_mul = kn_gelu_mul_avx2,
     .gelu_mul_act = kn_gelu_mul_act_avx2,
+    .f16_row = kn_f16_row_avx2,
     .int8_peak = kn_int8_peak_avx2,
 };

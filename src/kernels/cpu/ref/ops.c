@@ -145,4 +145,9 @@ const struct kn_ops kn_ops_ref = {
     .rope_ext = kn_rope_ext_ref,
     .gelu_mul = kn_gelu_mul_ref,
     .gelu_mul_act = kn_gelu_mul_act_ref,
+    .f16_row = kn_f16_row_ref,
 };
+
+void kn_f16_row_ref(kn_f16 *dst, size_t stride, const float *x, int n) {
+    for (int i = 0; i < n; i++) dst[(size_t)i * stride] = kn_f32_to_f16(x[i]);
+}

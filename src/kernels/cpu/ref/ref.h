@@ -45,6 +45,7 @@ void kn_rope_ref(float *x, int n_head, int head_dim, int pos, const float *inv_f
 void kn_rope_ext_ref(float *x, int n_head, int head_dim, int n_rot, int pos,
                      const float *inv_freq, int neox);
 void kn_gelu_mul_ref(float *y, const float *g, const float *u, int n);
+void kn_f16_row_ref(kn_f16 *dst, size_t stride, const float *x, int n);
 void kn_gelu_mul_act_ref(void *restrict dst, const float *restrict g, const float *restrict u,
                          int n, int act);
 
