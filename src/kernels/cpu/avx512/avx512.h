@@ -43,6 +43,8 @@ void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const 
                          size_t src_stride);
 
 void kn_act_q8a_avx512(void *restrict dst, const float *restrict x, int n);
+void kn_act_q8k_avx512(void *restrict dst, const float *restrict x, int n);
+void kn_act_q8a_q8k_avx512(void *restrict dst, const float *restrict x, int n);
 void kn_act_bf16_avx512(void *restrict dst, const float *restrict x, int n);
 void kn_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps);
 void kn_add_rmsnorm_avx512(float *restrict res, const float *restrict delta, float *restrict y,

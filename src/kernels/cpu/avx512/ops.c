@@ -29,18 +29,84 @@ static inline __mmask16 tail_mask(int left) {
 /* ---------------------------------------------------------------------- */
 /* activation conversions */
 
+/* round-to-even(clamp(v, -127, 127)), NaN lanes 0: the reference's
+ * q8_round (a subnormal amax makes id infinite; an infinite input must
+ * still give +-127, not the INT_MIN of the bare conversion) */
+static inline __m512i q8_round16(__m512 v) {
+    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+    return _mm512_cvtps_epi32(v);
+}
+
+/* max(|v|, m) that skips NaN lanes of v as fmaxf does (vmaxps returns its
+ * second operand when either is NaN, so the running max goes second) */
+static inline __m512 amax_step(__m512 v, __m512 m) {
+    return _mm512_max_ps(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), v), m);
+}
+
 /* One block of 32 floats (a, b) -> Q8A: qs[32], *d, *s (see quant.h). */
 static inline void q8a_block(__m512 a, __m512 b, int8_t *qs, float *d, float *s) {
-    const __m512 sign = _mm512_set1_ps(-0.0f);
-    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b)));
+    float amax = _mm512_reduce_max_ps(amax_step(b, amax_step(a, _mm512_setzero_ps())));
     float db = amax / 127.0f, id = db != 0.0f ? 127.0f / amax : 0.0f;
     __m512 vid = _mm512_set1_ps(id);
-    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid));
-    __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
+    __m512i qa = q8_round16(_mm512_mul_ps(a, vid));
+    __m512i qb = q8_round16(_mm512_mul_ps(b, vid));
     _mm_storeu_si128((__m128i *)qs, _mm512_cvtepi32_epi8(qa));
     _mm_storeu_si128((__m128i *)(qs + 16), _mm512_cvtepi32_epi8(qb));
     *d = db;
     *s = db * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+}
+
+/* One Q8K super-block: 256 floats at x -> qs[256], *d, bs[16] (quant.h),
+ * the operations of kn_act_block_ref, 16 lanes at a time. */
+static void q8k_block(const float *x, int8_t *qs, float *d, int16_t *bs) {
+    __m512 m = _mm512_setzero_ps();
+    for (int k = 0; k < QK_K; k += 16) m = amax_step(_mm512_loadu_ps(x + k), m);
+    float amax = _mm512_reduce_max_ps(m);
+    float db = amax / 127.0f, id = db != 0.0f ? 127.0f / amax : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id);
+    for (int k = 0; k < QK_K; k += 64) {
+#define Q16(j) _mm512_cvtepi32_epi8(q8_round16(_mm512_mul_ps(_mm512_loadu_ps(x + k + 16 * (j)), vid)))
+        __m512i p = _mm512_castsi128_si512(Q16(0));
+        p = _mm512_inserti32x4(p, Q16(1), 1);
+        p = _mm512_inserti32x4(p, Q16(2), 2);
+        p = _mm512_inserti32x4(p, Q16(3), 3);
+#undef Q16
+        _mm512_storeu_si512((void *)(qs + k), p);
+        /* sums of 8 bytes per 64-bit lane of (q + 128), two per group of 16 */
+        int64_t l[8];
+        _mm512_storeu_si512((void *)l, _mm512_sad_epu8(_mm512_xor_si512(p, _mm512_set1_epi8((char)0x80)),
+                                                       _mm512_setzero_si512()));
+        for (int g = 0; g < 4; g++) bs[k / 16 + g] = (int16_t)(l[2 * g] + l[2 * g + 1] - 16 * 128);
+    }
+    *d = db;
+}
+
+/* Super-block b of a Q8K (or Q8A_Q8K) row from its 256 floats at x. */
+static void act_sb(void *restrict dst, const float *restrict x, int n, int b, int act) {
+    if (act == KN_ACT_Q8A_Q8K) {
+        int nb = n / QK;
+        int8_t *qs = dst;
+        float *d = (float *)((uint8_t *)dst + n), *s = d + nb;
+        for (int j = 0; j < QK_K / QK; j++) {
+            int blk = b * (QK_K / QK) + j;
+            q8a_block(_mm512_loadu_ps(x + j * QK), _mm512_loadu_ps(x + j * QK + 16), qs + blk * QK, d + blk,
+                      s + blk);
+        }
+        dst = (uint8_t *)dst + kn_act_part_offset(act, KN_ACT_Q8K, n);
+    }
+    int8_t *qs = dst;
+    float *d = (float *)((uint8_t *)dst + n);
+    int16_t *bs = (int16_t *)(d + n / QK_K);
+    q8k_block(x, qs + (size_t)b * QK_K, d + b, bs + b * (QK_K / 16));
+}
+
+void kn_act_q8k_avx512(void *restrict dst, const float *restrict x, int n) {
+    for (int b = 0; b < n / QK_K; b++) act_sb(dst, x + (size_t)b * QK_K, n, b, KN_ACT_Q8K);
+}
+
+void kn_act_q8a_q8k_avx512(void *restrict dst, const float *restrict x, int n) {
+    for (int b = 0; b < n / QK_K; b++) act_sb(dst, x + (size_t)b * QK_K, n, b, KN_ACT_Q8A_Q8K);
 }
 
 void kn_act_q8a_avx512(void *restrict dst, const float *restrict x, int n) {
@@ -76,15 +142,15 @@ void kn_act_bf16_avx512(void *restrict dst, const float *restrict x, int n) {
 #define ACT_ROW(dst, n, act, F) \
     do { \
         if ((act) == KN_ACT_Q8K || (act) == KN_ACT_Q8A_Q8K) { \
-            /* one scale per 256: stage the super-block, convert with the \
-             * avx2 code (the avx2 kernels serve these formats here too) */ \
+            /* one scale per 256: stage the super-block, then convert it \
+             * (the avx2 kernels read these formats here too) */ \
             _Alignas(64) float sb_[QK_K]; \
             for (int b_ = 0; b_ < (n) / QK_K; b_++) { \
                 for (int k_ = 0; k_ < QK_K; k_ += 16) { \
                     int i = b_ * QK_K + k_; \
                     _mm512_store_ps(sb_ + k_, F); \
                 } \
-                kn_act_sb_avx2((dst), sb_, (n), b_, (act)); \
+                act_sb((dst), sb_, (n), b_, (act)); \
             } \
         } else if ((act) == KN_ACT_Q8A) { \
             int nb_ = (n) / QK; \
@@ -337,8 +403,8 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
                 [KN_ACT_F32] = kn_act_f32_ref, \
                 [KN_ACT_BF16] = kn_act_bf16_avx512, \
                 [KN_ACT_Q8A] = kn_act_q8a_avx512, \
-                [KN_ACT_Q8K] = kn_act_q8k_avx2, \
-                [KN_ACT_Q8A_Q8K] = kn_act_q8a_q8k_avx2, \
+                [KN_ACT_Q8K] = kn_act_q8k_avx512, \
+                [KN_ACT_Q8A_Q8K] = kn_act_q8a_q8k_avx512, \
             }, \
         .rmsnorm = kn_rmsnorm_avx512, \
         .add_rmsnorm = kn_add_rmsnorm_avx512, \
