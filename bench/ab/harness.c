@@ -45,8 +45,10 @@ int main(int argc, char **argv) {
     }
     PICK(q8_0) PICK(q4_0) PICK(q4_1) PICK(q5_0) PICK(q5_1) PICK(iq4_nl) PICK(q4_k) PICK(q5_k) PICK(q6_k)
     PICK(iq4_xs) PICK(q2_k) PICK(q3_k)
-    if (!fn[0] || n <= 0 || n % 256 || rows <= 0 || rows % 16 || m <= 0 || reps <= 0) {
-        fprintf(stderr, "bad arguments (TYPE: q4_0, q4_k, ...; N a multiple of 256, ROWS of 16)\n");
+    const int ktype = strchr(ty, 'k') || !strcmp(ty, "iq4_xs"); /* 256-element super-blocks */
+    if (!fn[0] || n <= 0 || n % (ktype ? 256 : 32) || rows <= 0 || rows % 16 || m <= 0 || reps <= 0) {
+        fprintf(stderr, "bad arguments (TYPE: q4_0, q4_k, ...; N a multiple of 256 (K types) or 32, "
+                        "ROWS of 16)\n");
         return 2;
     }
     /* generous for every packed layout: 2 bytes per weight */
