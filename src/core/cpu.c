@@ -20,6 +20,8 @@ static uint64_t xgetbv0(void) {
 
 static void detect(struct cpu_features *f) {
     unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d)) /* "Auth" "enti" "cAMD" in ebx, edx, ecx */
+        f->amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
     bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     f->fma = (c >> 12) & 1;

@@ -8,7 +8,26 @@
 #ifndef ANVIL_KN_AVX512_H
 #define ANVIL_KN_AVX512_H
 
+#include "core/core.h"
 #include "kernels/ops.h"
+
+/* Weight streams of the packed matmuls (matmul_p.c, matmul_pk.c): which
+ * cache level the software prefetch of weights fills, and how many tiles
+ * one token's matvec walks in lockstep (separate memory streams). Tuned
+ * per vendor, measured on cold (streamed) weights, 2 threads:
+ *   Intel (Cascade Lake): into L1, 4 streams, as chosen when the kernels
+ *     were written (a page ahead into L1 was ~1.5x none; 4 streams ~100%
+ *     of the read bandwidth where one reached ~60%);
+ *   AMD (Zen 4): into L2 (prefetcht1), 2 streams. Into L1 the matvec of
+ *     a Llama-3.2-1B-shaped Q4_K_M model read 50-65% of the bandwidth
+ *     (decode 0.6x llama.cpp's), into L2 with 2 streams 73-92%.
+ * Only the one-token matvec (decode) follows this: the multi-token tiles
+ * reuse each weight line from L1 for every token of a register tile, and
+ * prefetching them into L2 cost 1B-shaped prefill about 10% on Zen 4.
+ * Speed only: the arithmetic is the same either way. */
+static inline int kn_pf_l2(void) { return cpu_get_features()->amd; }
+#define KN_PF(p, l2) ((l2) ? _mm_prefetch((const char *)(p), _MM_HINT_T1) \
+                           : _mm_prefetch((const char *)(p), _MM_HINT_T0))
 
 #define DECLARE_MATMUL_AVX512(NAME) \
     void NAME(float *restrict y, size_t ldy, const void *restrict w, size_t w_stride, \

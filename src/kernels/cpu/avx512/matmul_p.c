@@ -220,9 +220,8 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
             if (pf) {
                 const uint8_t *q = tp[i] + (size_t)b * ch * 64;
 #pragma GCC unroll 8
-                for (int c = 0; c < ch; c++) _mm_prefetch((const char *)q + PF_DIST + 64 * c, _MM_HINT_T0);
-                if ((b & 1) == 0)
-                    _mm_prefetch((const char *)tp[i] + doff + (size_t)b * 32 + PF_DIST / 8, _MM_HINT_T0);
+                for (int c = 0; c < ch; c++) KN_PF(q + PF_DIST + 64 * c, pf == 2);
+                if ((b & 1) == 0) KN_PF(tp[i] + doff + (size_t)b * 32 + PF_DIST / 8, pf == 2);
             }
         }
 #pragma GCC unroll 8
@@ -345,7 +344,7 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
     const int nb = n / QK;
     const size_t ts = tile_size(pt, nb);
     const uint8_t *wb = w, *xb = x;
-    const int k0 = r0 / R, k1 = (r1 + R - 1) / R;
+    const int k0 = r0 / R, k1 = (r1 + R - 1) / R, pf = 1 + kn_pf_l2(); /* avx512.h */
     int32_t corr[CORR_MAX];
     struct pk_act a;
     if (r0 >= r1 || n_tokens <= 0) return;
@@ -378,13 +377,13 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
                     rb[s] = k * R;
                     sm[s] = lanes(k, r0, r1);
                 }
-                pk_tiles(pt, NT, 1, tp, nb, &a, 0, yc, ldy, rb, sm, 1);
+                pk_tiles(pt, NT, 1, tp, nb, &a, 0, yc, ldy, rb, sm, pf);
             }
             for (int k = k0 + NT * q; k < k1; k++) {
                 const uint8_t *tp[NT] = {wb + (size_t)k * ts};
                 int rb[NT] = {k * R};
                 __mmask16 sm[NT] = {lanes(k, r0, r1)};
-                pk_tiles(pt, 1, 1, tp, nb, &a, 0, yc, ldy, rb, sm, 1);
+                pk_tiles(pt, 1, 1, tp, nb, &a, 0, yc, ldy, rb, sm, pf);
             }
             continue;
         }

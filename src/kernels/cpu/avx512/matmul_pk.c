@@ -443,6 +443,7 @@ static inline int act_off(int pt, int j, int k) { return (sub32(pt) ? 32 : 16) *
 static inline __attribute__((always_inline)) void
 pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const struct pk_act *a,
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
+    /* pf: 0 no prefetch, 1 into L1, 2 into L2 (kn_pf_l2) */
     /* ju: sub-blocks unrolled, so that the decode's shifts are constants */
     const int ns = nsub(pt), kc = sub32(pt) ? 8 : 4, ju = sub32(pt) ? 2 : 8, np = npairs(pt), nc = nscr(pt);
     const size_t bs = body_size(pt);
@@ -497,7 +498,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
                     if (pf && j * kc + k < (int)(bs / 64))
 #pragma GCC unroll 4
                         for (int i = 0; i < nt; i++)
-                            _mm_prefetch((const char *)body[i] + PF_DIST + 64 * (j * kc + k), _MM_HINT_T0);
+                            KN_PF(body[i] + PF_DIST + 64 * (j * kc + k), pf == 2);
 #pragma GCC unroll 4
                     for (int i = 0; i < nt; i++) w[i] = wchunk(pt, body[i], j0, jj, k);
 #pragma GCC unroll 8
@@ -617,7 +618,7 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
     const int nsb = n / QK_K, np = nscr(pt);
     const size_t ts = tile_size(pt, nsb);
     const uint8_t *wb = w, *xb = x;
-    const int k0 = r0 / R, k1 = (r1 + R - 1) / R;
+    const int k0 = r0 / R, k1 = (r1 + R - 1) / R, l2 = kn_pf_l2();
     int32_t scr[SCR_MAX];
     struct pk_act a;
     if (r0 >= r1 || n_tokens <= 0) return;
@@ -633,27 +634,30 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
         }
         float *yc = y + (size_t)c0 * ldy;
         if (nt == 1) {
-            /* one token: NT stretches of the tile range in lockstep, each a
-             * separate memory stream; the leftover tiles one by one */
-            const int q = (k1 - k0) / NT;
+            /* one token: ns stretches of the tile range in lockstep, each
+             * a separate memory stream (avx512.h); the leftover tiles one
+             * by one */
+            const int ns = l2 ? 2 : NT, q = (k1 - k0) / ns;
             for (int j = 0; j < q; j++) {
                 const uint8_t *tp[NT];
                 int rb[NT];
                 __mmask16 sm[NT];
-#pragma GCC unroll 4
-                for (int s = 0; s < NT; s++) {
+                for (int s = 0; s < ns; s++) {
                     int k = k0 + s * q + j;
                     tp[s] = wb + (size_t)k * ts;
                     rb[s] = k * R;
                     sm[s] = lanes(k, r0, r1);
                 }
-                pk_tiles(pt, NT, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 1);
+                if (l2)
+                    pk_tiles(pt, 2, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 2);
+                else
+                    pk_tiles(pt, NT, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 1);
             }
-            for (int k = k0 + NT * q; k < k1; k++) {
+            for (int k = k0 + ns * q; k < k1; k++) {
                 const uint8_t *tp[NT] = {wb + (size_t)k * ts};
                 int rb[NT] = {k * R};
                 __mmask16 sm[NT] = {lanes(k, r0, r1)};
-                pk_tiles(pt, 1, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 1);
+                pk_tiles(pt, 1, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 1 + l2);
             }
             continue;
         }
