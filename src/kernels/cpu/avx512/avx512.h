@@ -18,9 +18,12 @@
  *   Intel (Cascade Lake): into L1, 4 streams, as chosen when the kernels
  *     were written (a page ahead into L1 was ~1.5x none; 4 streams ~100%
  *     of the read bandwidth where one reached ~60%);
- *   AMD (Zen 4): into L2 (prefetcht1), 2 streams. Into L1 the matvec of
- *     a Llama-3.2-1B-shaped Q4_K_M model read 50-65% of the bandwidth
- *     (decode 0.6x llama.cpp's), into L2 with 2 streams 73-92%.
+ *   AMD (Zen 4): into L2 (prefetcht1), and the K-quant matvec walks its
+ *     tiles in order, one stream. Into L1 with 4 streams the matvec of a
+ *     Llama-3.2-1B-shaped Q4_K_M model read 50-65% of the bandwidth
+ *     (decode 0.6x llama.cpp's); into L2, 73-92% with 2 streams, and the
+ *     model's decode with 1 stream was 3-6% faster than with 2 and 17-23%
+ *     faster than with 4 (alternated runs).
  * Only the one-token matvec (decode) follows this: the multi-token tiles
  * reuse each weight line from L1 for every token of a register tile, and
  * prefetching them into L2 cost 1B-shaped prefill about 10% on Zen 4.

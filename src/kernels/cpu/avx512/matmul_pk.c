@@ -634,26 +634,24 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
         }
         float *yc = y + (size_t)c0 * ldy;
         if (nt == 1) {
-            /* one token: ns stretches of the tile range in lockstep, each
-             * a separate memory stream (avx512.h); the leftover tiles one
-             * by one */
-            const int ns = l2 ? 2 : NT, q = (k1 - k0) / ns;
+            /* one token: on Intel, NT stretches of the tile range in
+             * lockstep, each a separate memory stream; on AMD the tiles in
+             * order, one stream (avx512.h); the leftover tiles one by one */
+            const int q = l2 ? 0 : (k1 - k0) / NT;
             for (int j = 0; j < q; j++) {
                 const uint8_t *tp[NT];
                 int rb[NT];
                 __mmask16 sm[NT];
-                for (int s = 0; s < ns; s++) {
+#pragma GCC unroll 4
+                for (int s = 0; s < NT; s++) {
                     int k = k0 + s * q + j;
                     tp[s] = wb + (size_t)k * ts;
                     rb[s] = k * R;
                     sm[s] = lanes(k, r0, r1);
                 }
-                if (l2)
-                    pk_tiles(pt, 2, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 2);
-                else
-                    pk_tiles(pt, NT, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 1);
+                pk_tiles(pt, NT, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 1);
             }
-            for (int k = k0 + ns * q; k < k1; k++) {
+            for (int k = k0 + NT * q; k < k1; k++) {
                 const uint8_t *tp[NT] = {wb + (size_t)k * ts};
                 int rb[NT] = {k * R};
                 __mmask16 sm[NT] = {lanes(k, r0, r1)};
