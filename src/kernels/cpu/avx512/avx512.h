@@ -23,7 +23,9 @@
  *     Llama-3.2-1B-shaped Q4_K_M model read 50-65% of the bandwidth
  *     (decode 0.6x llama.cpp's); into L2, 73-92% with 2 streams, and the
  *     model's decode with 1 stream was 3-6% faster than with 2 and 17-23%
- *     faster than with 4 (alternated runs).
+ *     faster than with 4 (alternated runs). The 32-element types'
+ *     matvec (matmul_p.c) keeps 4 streams there: with one, SmolLM2's and
+ *     Gemma 3's decode lost 15-20%.
  * Only the one-token matvec (decode) follows this: the multi-token tiles
  * reuse each weight line from L1 for every token of a register tile, and
  * prefetching them into L2 cost 1B-shaped prefill about 10% on Zen 4.
