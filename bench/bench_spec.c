@@ -39,7 +39,10 @@ static void usage(FILE *f) {
             "  --batch B[,B]    requests at once (default 1,8)\n"
             "  -n N             max tokens per request (default 192)\n"
             "  -t T             threads (default: online CPUs)\n"
-            "  --json           one JSON object per line\n\n"
+            "  --json           one JSON object per line\n"
+            "  --dump-tokens F  append each prompt's tokens and its greedy output to F, one\n"
+            "                   JSON object per line (first batch size only; for\n"
+            "                   bench/spec_ceiling.py)\n\n"
             "tokens/step: tokens per verification step (accepted + 1); tokens/pass: tokens\n"
             "per forward pass of a request, steps without a proposal included: the speedup\n"
             "speculation would give if verifying cost what decoding one token costs.\n");
@@ -162,8 +165,25 @@ static int run_set(struct anvil_engine *e, struct anvil_model *m, char **prompts
     return 0;
 }
 
+/* --dump-tokens: {"set", "prompt": [ids], "output": [ids]} per prompt. */
+static int dump_tokens(const char *path, const char *set, struct anvil_model *m, char **prompts,
+                       int n_prompts, const struct req_out *outs) {
+    static anvil_token toks[8192];
+    FILE *f = fopen(path, "a");
+    if (!f) return cli_fail(CMD, "cannot write %s", path), 1;
+    for (int i = 0; i < n_prompts; i++) {
+        int n = chat_tokens(m, prompts[i], toks, (int)(sizeof(toks) / sizeof(toks[0])));
+        fprintf(f, "{\"set\": \"%s\", \"prompt\": [", set);
+        for (int j = 0; j < n; j++) fprintf(f, "%s%d", j ? ", " : "", toks[j]);
+        fprintf(f, "], \"output\": [");
+        for (int j = 0; j < outs[i].n; j++) fprintf(f, "%s%d", j ? ", " : "", outs[i].ids[j]);
+        fprintf(f, "]}\n");
+    }
+    return fclose(f) ? (cli_fail(CMD, "cannot write %s", path), 1) : 0;
+}
+
 int bench_spec(int argc, char **argv) {
-    const char *model = NULL, *draft = NULL, *sets = "copy,free", *mode = NULL;
+    const char *model = NULL, *draft = NULL, *sets = "copy,free", *mode = NULL, *dump = NULL;
     long n_gen = 192, k = 0, threads = 0;
     int batches[8] = {1, 8}, n_batches = 2;
     bool json = false;
@@ -180,6 +200,8 @@ int bench_spec(int argc, char **argv) {
             if (!(mode = cli_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--draft")) {
             if (!(draft = cli_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--dump-tokens")) {
+            if (!(dump = cli_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--prompts")) {
             if (!(sets = cli_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--spec-k")) {
@@ -254,6 +276,7 @@ int bench_spec(int argc, char **argv) {
                             CMD, i);
                     rc = 1;
                 }
+            if (!rc && dump && bi == 0) rc = dump_tokens(dump, set, m, prompts, n_prompts, plain);
             if (rc) break;
             double acc = r1.st.n_spec_proposed ? (double)r1.st.n_spec_accepted / r1.st.n_spec_proposed : 0;
             double tps = r1.st.n_spec_verify ? (double)r1.st.n_spec_tokens / r1.st.n_spec_verify : 1.0;
