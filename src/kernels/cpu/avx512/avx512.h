@@ -18,14 +18,14 @@
  *   Intel (Cascade Lake): into L1, 4 streams, as chosen when the kernels
  *     were written (a page ahead into L1 was ~1.5x none; 4 streams ~100%
  *     of the read bandwidth where one reached ~60%);
- *   AMD (Zen 4): into L2 (prefetcht1), and the K-quant matvec walks its
- *     tiles in order, one stream. Into L1 with 4 streams the matvec of a
- *     Llama-3.2-1B-shaped Q4_K_M model read 50-65% of the bandwidth
- *     (decode 0.6x llama.cpp's); into L2, 73-92% with 2 streams, and the
- *     model's decode with 1 stream was 3-6% faster than with 2 and 17-23%
- *     faster than with 4 (alternated runs). The 32-element types'
- *     matvec (matmul_p.c) keeps 4 streams there: with one, SmolLM2's and
- *     Gemma 3's decode lost 15-20%.
+ *   AMD (Zen 4): the K-quant matvec (matmul_pk.c) walks its tiles in
+ *     order, one stream, with no software prefetch: its tiles are laid out
+ *     to be read strictly forward, and the hardware prefetchers then keep
+ *     one core at 25-31 GB/s; prefetching into L2 (prefetcht1) reached
+ *     17-21 and into L1 with 4 streams 50-65% of the bandwidth at 2 threads
+ *     (1B-shaped Q4_K_M decode 0.6x llama.cpp's). The 32-element types'
+ *     matvec (matmul_p.c) prefetches into L2 and keeps 4 streams there:
+ *     with one, SmolLM2's and Gemma 3's decode lost 15-20%.
  * Only the one-token matvec (decode) follows this: the multi-token tiles
  * reuse each weight line from L1 for every token of a register tile, and
  * prefetching them into L2 cost 1B-shaped prefill about 10% on Zen 4.

@@ -10,47 +10,56 @@
  * and a 64-byte chunk holds 4 bytes of each of the 16 rows (lane l = bytes
  * 4c..4c+3 of that row's field, c the chunk's index in the field). A tile
  * is the super-blocks 0..nsb-1 of its 16 rows one after the other ("body"),
- * each body the GGUF block fields transposed into chunks:
- *   Q4_K (2304 bytes = 16 x 144): qs in 32 chunks (chunk c: nibble h of
- *     byte i is element 64(c/8) + 32h + 4(c%8) + i), then the 12 scale
- *     bytes in 3 chunks (still 6-bit packed: decoded per tile and
- *     super-block, once for all the tokens of a register tile), then d
- *     (16 f16) and dmin (16 f16);
+ * each body the GGUF block fields transposed into chunks, the fields a
+ * super-block needs first (scales, d) at its front, the quants after them
+ * in the order the kernel first touches them. So a tile is read strictly
+ * forward, one line after the other: on AMD (Zen 4) the hardware
+ * prefetchers stop at a backward step, and with the scales at the end of
+ * the body (read first) one core streamed Q4_K at ~20 GB/s and Q6_K at
+ * 10-16; read forward, both at 25-31 GB/s without software prefetch.
+ *   Q4_K (2304 bytes = 16 x 144): the 12 scale bytes in 3 chunks (still
+ *     6-bit packed: decoded per tile and super-block, once for all the
+ *     tokens of a register tile), d (16 f16) and dmin (16 f16), then qs
+ *     in 32 chunks (chunk c: nibble h of byte i is element
+ *     64(c/8) + 32h + 4(c%8) + i);
  *   Q5_K (2816 bytes = 16 x 176): as Q4_K with the 32 qh bytes in 8
- *     chunks after qs (chunk c: bit j of byte i is bit 4 of element
- *     32j + 4c + i);
- *   Q6_K (3328 bytes): the 6-bit quants regrouped (same 192 bytes per
- *     row): group g = 8h + c (h < 2, c < 8) is 3 chunks B0, B1, B2, byte i
- *     of lane l of B_s holding q(128h + 32s + 4c + i) in bits 0..5 and bits
- *     2s, 2s+1 of q(128h + 96 + 4c + i) in bits 6..7. Three of four
- *     quants are then one AND, the fourth (s = 3) comes out as 4q with two
- *     shifts (GGUF's ql/qh split would take five shifts per four chunks,
- *     and shifts share port 0 with vpdpbusd); its sub-blocks' partial sums
- *     are 4x, so the other sub-blocks' scales are taken 4x too and S1 is
- *     shifted back by 2 at the end (exact: every term is a multiple of 4;
- *     |4 S1| < 2^31). Then the 16 int8 scales in 4 chunks;
- *     the d of all super-blocks (16 f16 each) come first in the tile,
- *     rounded up to 64 bytes, so that every body stays 64-byte aligned
- *     and a tile is still read front to back (one memory stream);
+ *     chunks before qs (chunk c: bit j of byte i is bit 4 of element
+ *     32j + 4c + i; the kernel reads qh chunk c beside qs chunk c);
+ *   Q6_K (3328 bytes): the 16 int8 scales in 4 chunks, then the 6-bit
+ *     quants regrouped (same 192 bytes per row): group g = 8h + c (h < 2,
+ *     c < 8) is 3 chunks B0, B1, B2, byte i of lane l of B_s holding
+ *     q(128h + 32s + 4c + i) in bits 0..5 and bits 2s, 2s+1 of
+ *     q(128h + 96 + 4c + i) in bits 6..7; chunk B_s of group 8h + c sits
+ *     at 64 (24h + 8s + c) after the scales (first-touch order). Three of
+ *     four quants are then one AND, the fourth (s = 3) comes out as 4q
+ *     with two shifts (GGUF's ql/qh split would take five shifts per four
+ *     chunks, and shifts share port 0 with vpdpbusd); its sub-blocks'
+ *     partial sums are 4x, so the other sub-blocks' scales are taken 4x
+ *     too and S1 is shifted back by 2 at the end (exact: every term is a
+ *     multiple of 4; |4 S1| < 2^31). The d of all super-blocks (16 f16
+ *     each) come first in the tile, rounded up to 64 bytes, so that every
+ *     body stays 64-byte aligned; the kernel copies them to the stack
+ *     before the first body (up to DLOC super-blocks), so that it never
+ *     steps back to them;
  *   IQ4_XS (2176 bytes = 16 x 136): the d of all super-blocks first, as
- *     Q6_K's; the body is the nibbles in Q4_K's arrangement (regrouped at
- *     pack time from IQ4_XS's 16-byte sub-block halves: nibble h of byte
- *     i of chunk c is element 64(c/8) + 32h + 4(c%8) + i), then
- *     scales_l (4 bytes) and scales_h (2 bytes, 2 zero) in a chunk each;
- *   Q2_K (1344 bytes = 16 x 84): qs regrouped in 16 chunks, chunk g = 4h
- *     + k: bits 2s, 2s+1 of byte i are q(16(4h + s) + 4k + i), so one AND
- *     gives 4^s q (no shift: field s of sub-block j = 4h + s); then the 16
- *     scale bytes in 4 chunks, then d and dmin (16 f16 each);
- *   Q3_K (1728 bytes + d): the 3-bit qw = q + 4 hbit regrouped (same 96
- *     bytes per row): group g = 4h + k (h < 2, k < 4) is 3 chunks B0..B2,
- *     slot m < 8 = element 16(8h + m) + 4k + i in byte i: B_s holds slot
- *     2s in bits 0..2 and 2s+1 in bits 3..5 (one AND: qw, 8 qw); bits 6..7
- *     hold slot 6 (bits 0, 1 in B0, bit 2 in B1 bit 6) and slot 7 (bit 0
- *     in B1 bit 7, bits 1, 2 in B2), 16 qw and 32 qw with one shift, one
- *     AND and one vpternlogd each (no 3-bit field can sit at bits 2 or 5 of
- *     a byte next to two full ones, so two of eight need a shift: 1 shift
- *     per 4 chunks, Q6_K has 2). Then the 12 scale bytes in 3 chunks; d as
- *     Q6_K's, at the front of the tile.
+ *     Q6_K's; the body is scales_l (4 bytes) and scales_h (2 bytes, 2
+ *     zero) in a chunk each, then the nibbles in Q4_K's arrangement
+ *     (regrouped at pack time from IQ4_XS's 16-byte sub-block halves:
+ *     nibble h of byte i of chunk c is element 64(c/8) + 32h + 4(c%8) + i);
+ *   Q2_K (1344 bytes = 16 x 84): the 16 scale bytes in 4 chunks, d and
+ *     dmin (16 f16 each), then qs regrouped in 16 chunks, chunk g = 4h +
+ *     k: bits 2s, 2s+1 of byte i are q(16(4h + s) + 4k + i), so one AND
+ *     gives 4^s q (no shift: field s of sub-block j = 4h + s);
+ *   Q3_K (1728 bytes + d): the 12 scale bytes in 3 chunks, then the 3-bit
+ *     qw = q + 4 hbit regrouped (same 96 bytes per row): group g = 4h + k
+ *     (h < 2, k < 4) is 3 chunks B0..B2, slot m < 8 = element
+ *     16(8h + m) + 4k + i in byte i: B_s holds slot 2s in bits 0..2 and
+ *     2s+1 in bits 3..5 (one AND: qw, 8 qw); bits 6..7 hold slot 6 (bits
+ *     0, 1 in B0, bit 2 in B1 bit 6) and slot 7 (bit 0 in B1 bit 7, bits
+ *     1, 2 in B2), 16 qw and 32 qw with one shift, one AND and one
+ *     vpternlogd each (no 3-bit field can sit at bits 2 or 5 of a byte
+ *     next to two full ones, so two of eight need a shift: 1 shift per 4
+ *     chunks, Q6_K has 2); d as Q6_K's, at the front of the tile.
  * So the packed matrix is the GGUF bytes plus at most 32 bytes per tile
  * (and the padding rows of the last tile).
  *
@@ -112,6 +121,7 @@ enum {
     PF_DIST = 4096,    /* software prefetch distance (see matmul_q.c) */
     SCR_MAX = 8192,    /* int32 bsum pairs per call chunk (32 KB of stack) */
     TOK_CHUNK = 64,    /* tokens per call chunk */
+    DLOC = 64,         /* super-blocks of d copied to the stack (n <= 16384) */
 };
 
 static int ptype(int type) {
@@ -128,12 +138,12 @@ static int ptype(int type) {
 
 /* geometry of a super-block body (bytes), see the header */
 enum {
-    Q4K_BODY = 2304, Q4K_SC = 2048, Q4K_D = 2240, Q4K_DMIN = 2272,
-    Q5K_BODY = 2816, Q5K_QH = 2048, Q5K_SC = 2560, Q5K_D = 2752, Q5K_DMIN = 2784,
-    Q6K_BODY = 3328, Q6K_SC = 3072,
-    IQ4XS_BODY = 2176, IQ4XS_SL = 2048, IQ4XS_SH = 2112,
-    Q2K_BODY = 1344, Q2K_SC = 1024, Q2K_D = 1280, Q2K_DMIN = 1312,
-    Q3K_BODY = 1728, Q3K_SC = 1536,
+    Q4K_BODY = 2304, Q4K_SC = 0, Q4K_D = 192, Q4K_DMIN = 224, Q4K_Q = 256,
+    Q5K_BODY = 2816, Q5K_SC = 0, Q5K_D = 192, Q5K_DMIN = 224, Q5K_QH = 256, Q5K_Q = 768,
+    Q6K_BODY = 3328, Q6K_SC = 0, Q6K_Q = 256,
+    IQ4XS_BODY = 2176, IQ4XS_SL = 0, IQ4XS_SH = 64, IQ4XS_Q = 128,
+    Q2K_BODY = 1344, Q2K_SC = 0, Q2K_D = 256, Q2K_DMIN = 288, Q2K_Q = 320,
+    Q3K_BODY = 1728, Q3K_SC = 0, Q3K_Q = 192,
 };
 /* Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins */
 static inline int is_q45(int pt) { return pt == T_Q4_K || pt == T_Q5_K; }
@@ -188,13 +198,13 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
             uint8_t *body = tile + body0(pt, nsb) + (size_t)b * body_size(pt) + 4 * l;
             if (pt == T_Q4_K) {
                 const struct blk_q4_k *blk = (const struct blk_q4_k *)row + b;
-                for (int c = 0; c < 32; c++) memcpy(body + 64 * c, blk->qs + 4 * c, 4);
+                for (int c = 0; c < 32; c++) memcpy(body + Q4K_Q + 64 * c, blk->qs + 4 * c, 4);
                 for (int c = 0; c < 3; c++) memcpy(body + Q4K_SC + 64 * c, blk->scales + 4 * c, 4);
                 memcpy(body - 4 * l + Q4K_D + 2 * l, &blk->d, 2);
                 memcpy(body - 4 * l + Q4K_DMIN + 2 * l, &blk->dmin, 2);
             } else if (pt == T_Q5_K) {
                 const struct blk_q5_k *blk = (const struct blk_q5_k *)row + b;
-                for (int c = 0; c < 32; c++) memcpy(body + 64 * c, blk->qs + 4 * c, 4);
+                for (int c = 0; c < 32; c++) memcpy(body + Q5K_Q + 64 * c, blk->qs + 4 * c, 4);
                 for (int c = 0; c < 8; c++) memcpy(body + Q5K_QH + 64 * c, blk->qh + 4 * c, 4);
                 for (int c = 0; c < 3; c++) memcpy(body + Q5K_SC + 64 * c, blk->scales + 4 * c, 4);
                 memcpy(body - 4 * l + Q5K_D + 2 * l, &blk->d, 2);
@@ -209,7 +219,7 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                             q[t] = ((blk->ql[64 * h + 32 * (t % 2) + o] >> (4 * (t / 2))) & 0x0f) |
                                    ((blk->qh[32 * h + o] >> (2 * t)) & 3) << 4;
                         for (int t = 0; t < 3; t++)
-                            body[64 * (3 * g + t) + e] = (uint8_t)(q[t] | ((q[3] >> (2 * t)) & 3) << 6);
+                            body[Q6K_Q + 64 * (24 * h + 8 * t + g % 8) + e] = (uint8_t)(q[t] | ((q[3] >> (2 * t)) & 3) << 6);
                     }
                 for (int c = 0; c < 4; c++) memcpy(body + Q6K_SC + 64 * c, blk->scales + 4 * c, 4);
                 memcpy(tile + (size_t)b * 32 + 2 * l, &blk->d, 2);
@@ -226,7 +236,7 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                         for (int ib = 0; ib < 4; ib++) {
                             int v = 0;
                             for (int f = 0; f < 4; f++) v |= Q2K_Q(16 * (4 * (g / 4) + f) + 4 * (g % 4) + ib) << (2 * f);
-                            body[64 * g + ib] = (uint8_t)v;
+                            body[Q2K_Q + 64 * g + ib] = (uint8_t)v;
                         }
                     for (int c = 0; c < 4; c++) memcpy(body + Q2K_SC + 64 * c, b2->scales + 4 * c, 4);
                     memcpy(body - 4 * l + Q2K_D + 2 * l, &b2->d, 2);
@@ -241,7 +251,7 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                                 int e = 16 * (8 * (g / 4) + m) + 4 * (g % 4) + ib;
                                 v[m] = Q2K_Q(e) | ((b3->hmask[e % 32] >> (e / 32)) & 1) << 2;
                             }
-                            uint8_t *c = body + 192 * g + ib;
+                            uint8_t *c = body + Q3K_Q + 192 * g + ib;
                             c[0] = (uint8_t)(v[0] | v[1] << 3 | (v[6] & 3) << 6);
                             c[64] = (uint8_t)(v[2] | v[3] << 3 | (v[6] >> 2) << 6 | (v[7] & 1) << 7);
                             c[128] = (uint8_t)(v[4] | v[5] << 3 | (v[7] >> 1) << 6);
@@ -257,7 +267,7 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
                 for (int c = 0; c < 32; c++)
                     for (int e = 0; e < 4; e++) {
                         int lo = 64 * (c / 8) + 4 * (c % 8) + e;
-                        body[64 * c + e] = (uint8_t)(IQ4XS_NIB(lo) | IQ4XS_NIB(lo + 32) << 4);
+                        body[IQ4XS_Q + 64 * c + e] = (uint8_t)(IQ4XS_NIB(lo) | IQ4XS_NIB(lo + 32) << 4);
                     }
 #undef IQ4XS_NIB
                 memcpy(body + IQ4XS_SL, blk->scales_l, 4);
@@ -385,18 +395,18 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
                                                            int k) {
     const __m512i nib = _mm512_set1_epi8(0x0f);
     if (pt == T_Q4_K) { /* chunk 8 * (j / 2) + k, nibble j % 2 */
-        __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
+        __m512i v = _mm512_load_si512(body + Q4K_Q + 64 * (4 * j0 + k));
         return (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
     }
     if (pt == T_IQ4_XS) { /* as Q4_K, then the value + 128 of each nibble */
         const __m512i nl = _mm512_broadcast_i32x4(
             _mm_add_epi8(_mm_loadu_si128((const __m128i *)kn_iq4nl_values), _mm_set1_epi8((char)0x80)));
-        __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
+        __m512i v = _mm512_load_si512(body + IQ4XS_Q + 64 * (4 * j0 + k));
         v = (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
         return _mm512_shuffle_epi8(nl, v);
     }
     if (pt == T_Q5_K) { /* as Q4_K, plus 16 where bit j of qh chunk k is set */
-        __m512i v = _mm512_load_si512(body + 64 * (4 * j0 + k));
+        __m512i v = _mm512_load_si512(body + Q5K_Q + 64 * (4 * j0 + k));
         __m512i lo = (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
         __mmask64 h = _mm512_test_epi8_mask(_mm512_load_si512(body + Q5K_QH + 64 * k),
                                             _mm512_set1_epi8((char)(1 << (j0 + jj))));
@@ -404,13 +414,13 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
     }
     if (pt == T_Q2_K) { /* j = 4h + s: field s of chunk 4h + k, as 4^s q */
         const int j = j0 + jj, s = jj % 4;
-        return _mm512_and_si512(_mm512_load_si512(body + 64 * (4 * (j / 4) + k)),
+        return _mm512_and_si512(_mm512_load_si512(body + Q2K_Q + 64 * (4 * (j / 4) + k)),
                                 _mm512_set1_epi8((char)(3 << 2 * s)));
     }
     if (pt == T_Q3_K) {
         /* j = 8h + m: slot m of group 4h + k (chunks B0..B2), as f_m qw:
          * m < 6 one AND (f = 1 or 8), m = 6 (16x) and 7 (32x) one shift */
-        const uint8_t *c = body + 192 * (4 * (j0 / 8) + k);
+        const uint8_t *c = body + Q3K_Q + 192 * (4 * (j0 / 8) + k);
         if (jj < 6)
             return _mm512_and_si512(_mm512_load_si512(c + 64 * (jj / 2)), _mm512_set1_epi8(jj % 2 ? 0x38 : 0x07));
         const __m512i a = _mm512_srli_epi16(_mm512_load_si512(c + 64 * (jj - 6)), 2);
@@ -422,12 +432,12 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
      * group g = 8h + 4e + k, byte s of the group's 3 chunks B0..B2 (s < 3:
      * q in bits 0..5) or their bits 6..7 (s = 3: bits 2s' of q in B_s'),
      * which give 4q with two shifts and no more */
-    const int s = jj / 2, g = j0 + 4 * (jj % 2) + k;
-    const uint8_t *c = body + 64 * 3 * g;
-    if (s < 3) return _mm512_and_si512(_mm512_load_si512(c + 64 * s), _mm512_set1_epi8(0x3f));
-    __m512i b0 = _mm512_srli_epi16(_mm512_load_si512(c), 4);       /* q bits 0,1 at 2,3 */
-    __m512i b1 = _mm512_srli_epi16(_mm512_load_si512(c + 64), 2);  /* q bits 2,3 at 4,5 */
-    __m512i b2 = _mm512_and_si512(_mm512_load_si512(c + 128), _mm512_set1_epi8((char)0xc0));
+    const int s = jj / 2;
+    const uint8_t *c = body + Q6K_Q + 64 * (3 * j0 + 4 * (jj % 2) + k); /* B0 of group j0 + 4(jj % 2) + k */
+    if (s < 3) return _mm512_and_si512(_mm512_load_si512(c + 512 * s), _mm512_set1_epi8(0x3f));
+    __m512i b0 = _mm512_srli_epi16(_mm512_load_si512(c), 4);        /* q bits 0,1 at 2,3 */
+    __m512i b1 = _mm512_srli_epi16(_mm512_load_si512(c + 512), 2);  /* q bits 2,3 at 4,5 */
+    __m512i b2 = _mm512_and_si512(_mm512_load_si512(c + 1024), _mm512_set1_epi8((char)0xc0));
     __m512i u = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0c), b0, b1, 0xCA); /* A ? B : C */
     return _mm512_ternarylogic_epi32(u, b2, _mm512_set1_epi8(0x3c), 0xEC);     /* (A & C) | B */
 }
@@ -450,18 +460,37 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
     /* the float sums stay in memory (touched once per super-block), which
      * leaves the registers to the integer ones: is and s1, 2 x GM */
     float acc[NT][MT][16] __attribute__((aligned(64)));
+    /* the d array at the tile's front (types without mins), copied once:
+     * then the tile is only ever read forward, which the hardware
+     * prefetchers need (AMD's stop at a backward step) */
+    uint16_t dloc[NT][DLOC][16] __attribute__((aligned(64)));
+    const uint16_t *darr[NT];
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
 #pragma GCC unroll 8
         for (int t = 0; t < mt; t++) _mm512_store_ps(acc[i][t], _mm512_setzero_ps());
+    if (!has_min(pt))
+#pragma GCC unroll 4
+        for (int i = 0; i < nt; i++) {
+            darr[i] = nsb <= DLOC ? dloc[i][0] : (const uint16_t *)tp[i];
+            if (nsb <= DLOC) memcpy(dloc[i], tp[i], (size_t)nsb * 32);
+        }
     for (int b = 0; b < nsb; b++) {
         struct pk_scales sc[NT];
         const uint8_t *body[NT];
+        __m512 dw[NT], dm[NT];
         __m512i s1[NT][MT], s2[NT][MT];
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
             body[i] = tp[i] + body0(pt, nsb) + (size_t)b * bs;
             decode_scales(pt, body[i], &sc[i]);
+            if (has_min(pt)) {
+                dw[i] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + d_off(pt))));
+                dm[i] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + dmin_off(pt))));
+            } else {
+                dw[i] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(darr[i] + (size_t)b * 16)));
+                dm[i] = _mm512_setzero_ps();
+            }
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
                 s1[i][t] = _mm512_setzero_si512();
@@ -530,24 +559,16 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
         }
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
-            __m512 dw, dm = _mm512_setzero_ps();
-            if (has_min(pt)) {
-                dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + d_off(pt))));
-                dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body[i] + dmin_off(pt))));
-            } else {
-                dw = _mm512_cvtph_ps(
-                    _mm256_load_si256((const __m256i *)(tp[i] + (size_t)b * 32)));
-            }
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
                 __m512 da = _mm512_set1_ps(a->d[t0 + t][b]), v;
                 if (has_min(pt))
-                    v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dw, da),
+                    v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dw[i], da),
                                                     _mm512_cvtepi32_ps(pt == T_Q2_K ? _mm512_srai_epi32(s1[i][t], 6)
                                                                                     : s1[i][t])),
-                                      _mm512_mul_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(s2[i][t])));
+                                      _mm512_mul_ps(_mm512_mul_ps(dm[i], da), _mm512_cvtepi32_ps(s2[i][t])));
                 else /* S1' = f S: Q3_K 32, Q6_K 4, IQ4_XS 1 */
-                    v = _mm512_mul_ps(_mm512_mul_ps(dw, da),
+                    v = _mm512_mul_ps(_mm512_mul_ps(dw[i], da),
                                       _mm512_cvtepi32_ps(pt == T_Q3_K   ? _mm512_srai_epi32(s1[i][t], 5)
                                                          : pt == T_Q6_K ? _mm512_srai_epi32(s1[i][t], 2)
                                                                         : s1[i][t]));
@@ -635,8 +656,10 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
         float *yc = y + (size_t)c0 * ldy;
         if (nt == 1) {
             /* one token: on Intel, NT stretches of the tile range in
-             * lockstep, each a separate memory stream; on AMD the tiles in
-             * order, one stream (avx512.h); the leftover tiles one by one */
+             * lockstep, each a separate memory stream, prefetched into L1;
+             * on AMD the tiles in order, one stream read strictly forward,
+             * left to the hardware prefetchers (avx512.h); the leftover
+             * tiles one by one */
             const int q = l2 ? 0 : (k1 - k0) / NT;
             for (int j = 0; j < q; j++) {
                 const uint8_t *tp[NT];
@@ -655,7 +678,7 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
                 const uint8_t *tp[NT] = {wb + (size_t)k * ts};
                 int rb[NT] = {k * R};
                 __mmask16 sm[NT] = {lanes(k, r0, r1)};
-                pk_tiles(pt, 1, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, 1 + l2);
+                pk_tiles(pt, 1, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, !l2);
             }
             continue;
         }
