@@ -11,28 +11,24 @@
 #include "core/core.h"
 #include "kernels/ops.h"
 
-/* Weight streams of the packed matmuls (matmul_p.c, matmul_pk.c): which
- * cache level the software prefetch of weights fills, and how many tiles
- * one token's matvec walks in lockstep (separate memory streams). Tuned
- * per vendor, measured on cold (streamed) weights, 2 threads:
- *   Intel (Cascade Lake): into L1, 4 streams, as chosen when the kernels
- *     were written (a page ahead into L1 was ~1.5x none; 4 streams ~100%
- *     of the read bandwidth where one reached ~60%);
- *   AMD (Zen 4): the K-quant matvec (matmul_pk.c) walks its tiles in
- *     order, one stream, with no software prefetch: its tiles are laid out
- *     to be read strictly forward, and the hardware prefetchers then keep
- *     one core at 25-31 GB/s; prefetching into L2 (prefetcht1) reached
- *     17-21 and into L1 with 4 streams 50-65% of the bandwidth at 2 threads
- *     (1B-shaped Q4_K_M decode 0.6x llama.cpp's). The 32-element types'
- *     matvec (matmul_p.c) prefetches into L2 and keeps 4 streams there:
- *     with one, SmolLM2's and Gemma 3's decode lost 15-20%.
- * Only the one-token matvec (decode) follows this: the multi-token tiles
- * reuse each weight line from L1 for every token of a register tile, and
- * prefetching them into L2 cost 1B-shaped prefill about 10% on Zen 4.
- * Speed only: the arithmetic is the same either way. */
-static inline int kn_pf_l2(void) { return cpu_get_features()->amd; }
-#define KN_PF(p, l2) ((l2) ? _mm_prefetch((const char *)(p), _MM_HINT_T1) \
-                           : _mm_prefetch((const char *)(p), _MM_HINT_T0))
+/* Weight streams of the packed matmuls' one-token matvec (decode;
+ * matmul_p.c, matmul_pk.c): how many tiles it walks in lockstep (separate
+ * memory streams) and whether it prefetches them in software. Tuned per
+ * vendor, on cold (streamed) weights:
+ *   Intel (Cascade Lake): 4 streams, each prefetched a page ahead into L1,
+ *     as chosen when the kernels were written (~1.5x no prefetch; 4
+ *     streams ~100% of the read bandwidth where one reached ~60%);
+ *   AMD (Zen 4): the tiles in order, one stream, no software prefetch.
+ *     The tiles are laid out to be read strictly forward, and the hardware
+ *     prefetchers then hold one core at 22-31 GB/s; prefetching into L2
+ *     (prefetcht1) held it at 17-21, into L1 with 4 streams lower still
+ *     (1B-shaped Q4_K_M decode at 2 threads: 0.6x llama.cpp's).
+ * The multi-token tiles (prefill) reuse each weight line from L1 for every
+ * token of a register tile and prefetch into L1 everywhere: prefetching
+ * into L2 cost 1B-shaped prefill about 10% on Zen 4. Speed only: the
+ * arithmetic is the same either way. */
+static inline int kn_one_stream(void) { return cpu_get_features()->amd; }
+static inline void kn_pf(const void *p) { _mm_prefetch((const char *)p, _MM_HINT_T0); }
 
 #define DECLARE_MATMUL_AVX512(NAME) \
     void NAME(float *restrict y, size_t ldy, const void *restrict w, size_t w_stride, \

@@ -453,7 +453,7 @@ static inline int act_off(int pt, int j, int k) { return (sub32(pt) ? 32 : 16) *
 static inline __attribute__((always_inline)) void
 pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const struct pk_act *a,
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
-    /* pf: 0 no prefetch, 1 into L1, 2 into L2 (kn_pf_l2) */
+    /* pf: software prefetch of the weights into L1 (avx512.h) */
     /* ju: sub-blocks unrolled, so that the decode's shifts are constants */
     const int ns = nsub(pt), kc = sub32(pt) ? 8 : 4, ju = sub32(pt) ? 2 : 8, np = npairs(pt), nc = nscr(pt);
     const size_t bs = body_size(pt);
@@ -527,7 +527,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
                     if (pf && j * kc + k < (int)(bs / 64))
 #pragma GCC unroll 4
                         for (int i = 0; i < nt; i++)
-                            KN_PF(body[i] + PF_DIST + 64 * (j * kc + k), pf == 2);
+                            kn_pf(body[i] + PF_DIST + 64 * (j * kc + k));
 #pragma GCC unroll 4
                     for (int i = 0; i < nt; i++) w[i] = wchunk(pt, body[i], j0, jj, k);
 #pragma GCC unroll 8
@@ -639,7 +639,7 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
     const int nsb = n / QK_K, np = nscr(pt);
     const size_t ts = tile_size(pt, nsb);
     const uint8_t *wb = w, *xb = x;
-    const int k0 = r0 / R, k1 = (r1 + R - 1) / R, l2 = kn_pf_l2();
+    const int k0 = r0 / R, k1 = (r1 + R - 1) / R, one = kn_one_stream();
     int32_t scr[SCR_MAX];
     struct pk_act a;
     if (r0 >= r1 || n_tokens <= 0) return;
@@ -660,7 +660,7 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
              * on AMD the tiles in order, one stream read strictly forward,
              * left to the hardware prefetchers (avx512.h); the leftover
              * tiles one by one */
-            const int q = l2 ? 0 : (k1 - k0) / NT;
+            const int q = one ? 0 : (k1 - k0) / NT;
             for (int j = 0; j < q; j++) {
                 const uint8_t *tp[NT];
                 int rb[NT];
@@ -678,7 +678,7 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
                 const uint8_t *tp[NT] = {wb + (size_t)k * ts};
                 int rb[NT] = {k * R};
                 __mmask16 sm[NT] = {lanes(k, r0, r1)};
-                pk_tiles(pt, 1, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, !l2);
+                pk_tiles(pt, 1, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, !one);
             }
             continue;
         }
