@@ -21,7 +21,7 @@ for side in A B; do
         gcc $CF -DPFX=${side}_ -DSRC="\"$TMP/$side/$f.c\"" -c bench/ab/variant.c -o "$TMP/$side/$f.o"
     done
 done
-gcc -O2 -std=c11 -D_GNU_SOURCE bench/ab/harness.c "$TMP"/A/*.o "$TMP"/B/*.o -o "$TMP/harness"
+gcc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc bench/ab/harness.c src/core/cpu.c "$TMP"/A/*.o "$TMP"/B/*.o -lpthread -o "$TMP/harness"
 for t in ${TYPES//,/ }; do
     echo "[$t]" >&2
     "$TMP/harness" "$t" "$N" "$ROWS" "$M" 6
