@@ -14,12 +14,13 @@
  *     chunk maps them to value + 128, unsigned, as Q8_0's bias);
  *   Q8_0 (CH = 8): elements 4c..4c+3, biased by 128 (unsigned);
  *   Q5_0, Q5_1 (CH = 5): chunks 0..3 as Q4_0, then chunk 4 holds the
- *     high bits as eight 64-bit byte masks, two per chunk c: bit j of
- *     qword 2c is the high bit of the low nibble of chunk c's byte j,
- *     bit j of qword 2c + 1 that of its high nibble (byte j = lane j/4,
- *     byte j%4: elements 4c + j%4 and 16 + 4c + j%4 of row j/4). A mask
- *     register loads each, and one masked byte add puts the bit in place
- *     (five operations per chunk to unpack both nibbles, not seven).
+ *     high bits, lane l for row l: bit c of byte i is the high bit of
+ *     element 4c + i (the low nibble of chunk c's byte i), bit 4 + c that
+ *     of element 16 + 4c + i (its high nibble). For chunk c one 16-bit
+ *     shift by a constant (left 4 - c, right c) brings the bit to 4 in
+ *     every byte, and one vpternlogd ORs it under the nibble: shifts and
+ *     logic run beside vpdpbusd on Zen 4, where loading a mask register
+ *     (the layout before) took a vpdpbusd slot (+9-15% Q5_0 prefill).
  * A tile is its blocks in groups of GB = 8 (the last may be shorter),
  * each group [d of its blocks, 16 f16 each][Q4_1, Q5_1: m likewise],
  * rounded up to 64 bytes, then [qs (and qh) of its blocks]. The kernel
@@ -161,15 +162,12 @@ void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const 
                 uint32_t h;
                 memcpy(&h, qh, 4);
                 for (int c = 0; c < 4; c++) memcpy(q + 64 * c, qs + 4 * c, 4);
-                /* lane l's 4 bits of each mask: bits 4l..4l+3, the nibble
-                 * of bits in byte l/2 at shift 4*(l%2) */
-                uint8_t *hm = tile + q_off(pt, nb, b) + 4 * 64 + l / 2;
-                int sh = 4 * (l % 2);
-                for (int c = 0; c < 4; c++) {
-                    uint8_t lo = (uint8_t)((h >> (4 * c)) & 0xf), hi = (uint8_t)((h >> (16 + 4 * c)) & 0xf);
-                    uint8_t *ml = hm + 16 * c, *mh = hm + 16 * c + 8;
-                    *ml = (uint8_t)((*ml & ~(0xf << sh)) | lo << sh);
-                    *mh = (uint8_t)((*mh & ~(0xf << sh)) | hi << sh);
+                uint8_t *hb = q + 4 * 64; /* lane l of chunk 4 */
+                for (int e = 0; e < 4; e++) {
+                    unsigned v = 0;
+                    for (int c = 0; c < 4; c++)
+                        v |= ((h >> (4 * c + e)) & 1u) << c | ((h >> (16 + 4 * c + e)) & 1u) << (4 + c);
+                    hb[e] = (uint8_t)v;
                 }
             }
         }
@@ -266,13 +264,12 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
 #pragma GCC unroll 4
                 for (int i = 0; i < nt; i++) {
                     __m512i v = _mm512_load_si512(qb[i] + 64 * c);
-                    if (is_q5(pt)) { /* nibble, plus 16 where its mask bit is set */
-                        const uint8_t *hm = qb[i] + 4 * 64 + 16 * c;
-                        __mmask64 kl = _load_mask64((__mmask64 *)hm), kh = _load_mask64((__mmask64 *)(hm + 8));
+                    if (is_q5(pt)) { /* nibble | the high bit moved to bit 4 */
+                        const __m512i hb = _mm512_load_si512(qb[i] + 4 * 64);
                         __m512i l4 = _mm512_and_si512(v, nib);
                         __m512i h4 = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-                        lo[i] = _mm512_mask_add_epi8(l4, kl, l4, b4);
-                        hi[i] = _mm512_mask_add_epi8(h4, kh, h4, b4);
+                        lo[i] = _mm512_ternarylogic_epi32(l4, _mm512_slli_epi16(hb, 4 - c), b4, 0xF8); /* A | (B & C) */
+                        hi[i] = _mm512_ternarylogic_epi32(h4, _mm512_srli_epi16(hb, c), b4, 0xF8);
                     } else {
                         lo[i] = _mm512_and_si512(v, nib);
                         hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
