@@ -413,11 +413,15 @@ static inline __attribute__((always_inline)) __m512i wchunk(int pt, const uint8_
         return _mm512_shuffle_epi8(nl, v);
     }
     if (pt == T_Q5_K) { /* as Q4_K, plus 16 where bit j of qh chunk k is set */
-        __m512i v = _mm512_load_si512(body + Q5K_Q + 64 * (4 * j0 + k));
-        __m512i lo = (jj & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
-        __mmask64 h = _mm512_test_epi8_mask(_mm512_load_si512(body + Q5K_QH + 64 * k),
-                                            _mm512_set1_epi8((char)(1 << (j0 + jj))));
-        return _mm512_mask_add_epi8(lo, h, lo, _mm512_set1_epi8(0x10)); /* no shift: port 0 is busy */
+        const int j = j0 + jj; /* j0 = 0: every sub-block unrolled, the shifts constant */
+        __m512i v = _mm512_load_si512(body + Q5K_Q + 64 * (8 * (j / 2) + k));
+        __m512i lo = (j & 1) ? _mm512_and_si512(_mm512_srli_epi16(v, 4), nib) : _mm512_and_si512(v, nib);
+        /* bit j of each byte to bit 4 by a 16-bit shift (the bits it
+         * moves across bytes are masked off) and OR'ed in by vpternlogd:
+         * both run beside vpdpbusd on Zen 4, a vptestmb took its slot */
+        __m512i h = _mm512_load_si512(body + Q5K_QH + 64 * k);
+        h = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j > 4 ? _mm512_srli_epi16(h, j - 4) : h;
+        return _mm512_ternarylogic_epi32(lo, h, _mm512_set1_epi8(0x10), 0xF8); /* A | (B & C) */
     }
     if (pt == T_Q2_K) { /* j = 4h + s: field s of chunk 4h + k, as 4^s q */
         const int j = j0 + jj, s = jj % 4;
@@ -462,7 +466,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
     /* pf: software prefetch of the weights into L1 (avx512.h) */
     /* ju: sub-blocks unrolled, so that the decode's shifts are constants */
-    const int ns = nsub(pt), kc = sub32(pt) ? 8 : 4, ju = sub32(pt) ? 2 : 8, np = npairs(pt), nc = nscr(pt);
+    const int ns = nsub(pt), kc = sub32(pt) ? 8 : 4, ju = pt == T_Q5_K ? 8 : sub32(pt) ? 2 : 8, np = npairs(pt), nc = nscr(pt);
     const size_t bs = body_size(pt);
     /* the float sums stay in memory (touched once per super-block), which
      * leaves the registers to the integer ones: is and s1, 2 x GM */
