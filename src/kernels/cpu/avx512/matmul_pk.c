@@ -570,7 +570,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
                  * the unrolled sub-blocks first and their products after,
                  * spilling is[] (a zmm store costs Zen 4 a vpdpbusd slot:
                  * Q6_K +12%, Q3_K +17%); Q5_K's code is then worse (0.64x) */
-                if (!is_q45(pt))
+                if (pt != T_Q4_K)
 #pragma GCC unroll 4
                     for (int i = 0; i < nt; i++)
 #pragma GCC unroll 8
