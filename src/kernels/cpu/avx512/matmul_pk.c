@@ -569,7 +569,8 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
                 /* s1 taken here: GCC would otherwise run every dot of
                  * the unrolled sub-blocks first and their products after,
                  * spilling is[] (a zmm store costs Zen 4 a vpdpbusd slot:
-                 * Q6_K +12%, Q3_K +17%); Q5_K's code is then worse (0.64x) */
+                 * Q6_K +15%, Q3_K +16%, Q5_K +6%; Q4_K, whose products
+                 * are vpdpwssd into s1 already, the same) */
                 if (pt != T_Q4_K)
 #pragma GCC unroll 4
                     for (int i = 0; i < nt; i++)
