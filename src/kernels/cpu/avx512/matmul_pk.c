@@ -79,9 +79,9 @@
  *     the types without mins start it at the sub-block's offset term
  *     (-32 bsum16_j for Q6_K, from the token's scratch: a broadcast load)
  *     so that S1 is the reference's S directly;
- *   S1 = sum_j sc_j * isum_j (vpmulld by the lane's decoded scale; Q4_K
- *     by vpdpwssd per half sub-block, whose 16-element isum fits int16,
- *     with the scale's high half 0: product and sum in one operation);
+ *   S1 = sum_j sc_j * isum_j (vpmulld by the lane's decoded scale, per
+ *     sub-block: on Zen 4 one vpmulld per 32 elements costs less than
+ *     Q4_K's former vpdpwssd per 16, each taking a vpdpbusd slot);
  *   Q4_K, Q5_K: S2 = sum_j m_j * bsum32_j, by vpdpwssd of (m_2p, m_2p+1) int16
  *     pairs against the token's (bsum32_2p, bsum32_2p+1) (bsum32 = sum of
  *     32 qa, |.| <= 4064, fits int16), then
@@ -547,35 +547,20 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nsb, const str
 #pragma GCC unroll 4
                         for (int i = 0; i < nt; i++) is[i][t] = _mm512_dpbusd_epi32(is[i][t], w[i], x);
                     }
-                    if (pt == T_Q4_K && k % 4 == 3) {
-                        /* 16 elements: |isum| <= 16 * 15 * 128 < 2^15, so
-                         * vpdpwssd with the scale (high half 0) is the
-                         * product and the sum in one exact operation */
-#pragma GCC unroll 4
-                        for (int i = 0; i < nt; i++)
-#pragma GCC unroll 8
-                            for (int t = 0; t < mt; t++) {
-                                s1[i][t] = _mm512_dpwssd_epi32(s1[i][t], is[i][t], sc[i].sc[j]);
-                                is[i][t] = _mm512_setzero_si512();
-                            }
-                    }
                 }
-                if (pt != T_Q4_K)
 #pragma GCC unroll 4
-                    for (int i = 0; i < nt; i++)
+                for (int i = 0; i < nt; i++)
 #pragma GCC unroll 8
-                        for (int t = 0; t < mt; t++)
-                            s1[i][t] = _mm512_add_epi32(s1[i][t], _mm512_mullo_epi32(is[i][t], sc[i].sc[j]));
+                    for (int t = 0; t < mt; t++)
+                        s1[i][t] = _mm512_add_epi32(s1[i][t], _mm512_mullo_epi32(is[i][t], sc[i].sc[j]));
                 /* s1 taken here: GCC would otherwise run every dot of
                  * the unrolled sub-blocks first and their products after,
                  * spilling is[] (a zmm store costs Zen 4 a vpdpbusd slot:
-                 * Q6_K +15%, Q3_K +16%, Q5_K +6%; Q4_K, whose products
-                 * are vpdpwssd into s1 already, the same) */
-                if (pt != T_Q4_K)
+                 * Q6_K +15%, Q3_K +16%, Q5_K +6%) */
 #pragma GCC unroll 4
-                    for (int i = 0; i < nt; i++)
+                for (int i = 0; i < nt; i++)
 #pragma GCC unroll 8
-                        for (int t = 0; t < mt; t++) __asm__("" : "+v"(s1[i][t]));
+                    for (int t = 0; t < mt; t++) __asm__("" : "+v"(s1[i][t]));
             }
         }
 #pragma GCC unroll 4
