@@ -14,6 +14,13 @@
  * through the layers. Block tables are interleaved (round robin over the
  * sequences plus one gap sequence), as a serving cache fragments.
  *
+ * --prefill N: each sequence runs N rows instead of one (a prefill chunk at
+ * the end of its ctx tokens, causal), as a chunked prefill does; reported
+ * as GFLOP/s (4 * head_dim flops per query vector and key it attends to,
+ * Q.K and P.V) and as a share of the float FMA peak of all threads
+ * (kn_ops.f32_peak, same run): prefill attention is bound by arithmetic,
+ * not by the KV read.
+ *
  * KV bytes per call follow seeds/flashdecode-wormhole.md:
  *     2 * batch * head_dim * n_head_kv * ctx * element bytes
  * with 2 bytes for F16 and 34/32 for Q8_0 (a 2-byte scale per 32).
@@ -49,6 +56,7 @@
 #include "core/pool.h"
 #include "kernels/attn.h"
 #include "kernels/attn_hp1.h"
+#include "kernels/ops.h"
 #include "kv/kv_cache.h"
 
 struct shape {
@@ -82,6 +90,7 @@ struct opts {
     bool hp1;      /* --kind hp1 */
     int sparsity[8], n_sparsity; /* hp1: target % of p == 0 */
     bool shared;   /* hp1: one zero pattern per kv head group */
+    int prefill;   /* rows per sequence; 0: decode (one row) */
 };
 
 static const char *SPLIT_NAME[3] = {"off", "on", "auto"};
@@ -121,7 +130,10 @@ static void help(FILE *f) {
             "                    (defaults then: all shapes, batch 1,16,64, ctx\n"
             "                    512,1024,2048,4096,8192, split off,on, 20 calls)\n"
             "  --sparsity LIST   hp1: target %% of zero gate weights (default 0,50,70,90)\n"
-            "  --shared          hp1: one zero pattern for all heads of a kv group\n");
+            "  --shared          hp1: one zero pattern for all heads of a kv group\n"
+            "  --prefill N       N causal rows per sequence at the end of its ctx (a prefill\n"
+            "                    chunk) instead of one decode row: GFLOP/s and the share of\n"
+            "                    the float FMA peak (softmax only; default split off)\n");
 }
 
 static int usage(const char *msg, const char *arg) {
@@ -140,7 +152,7 @@ static double read_bandwidth(struct pool *pool, bool cpu_time) {
 /* one case */
 
 struct case_res {
-    double us[3], p10[3], p90[3], gbs[3];
+    double us[3], p10[3], p90[3], gbs[3], gflops[3];
     bool split_used[3], ran[3];
 };
 
@@ -165,31 +177,33 @@ static double elt_bytes(int type) { return type == ANVIL_TYPE_Q8_0 ? 34.0 / 32.0
 /* Compare the variant's outputs for a few sequences with the reference
  * kernel's on the same layer; false (and a message) on disagreement. */
 static bool verify(struct kv_cache *kv, const struct kn_attn_ops *ops, const struct shape *sh,
-                   int batch, int ctx, const float *q, float *out, float *ref) {
+                   int batch, int ctx, int rows, const float *q, float *out, float *ref) {
     const struct kn_attn_ops *r = kn_attn_select("ref");
     size_t row = (size_t)sh->n_head * sh->head_dim;
     int G = sh->n_head / sh->n_head_kv;
     for (int s = 0; s < batch; s += (batch + 2) / 3) {
-        for (int h = 0; h < sh->n_head_kv; h++) {
-            struct kn_attn_task t = {
-                .kv = kv_layout(kv),
-                .base = kv_layer_base(kv, 0),
-                .blocks = kv_seq_blocks(kv, s),
-                .kv_head = h,
-                .group = G,
-                .scale = 1.0f / sqrtf((float)sh->head_dim),
-                .q = q + (size_t)s * row + (size_t)h * G * sh->head_dim,
-                .q_stride = row,
-                .out = ref + (size_t)h * G * sh->head_dim,
-                .out_stride = row,
-                .pos = ctx - 1,
-                .n_rows = 1,
-            };
-            r->attn(&t);
-        }
-        const float *o = out + (size_t)s * row;
+        const int tile = KN_ATTN_MAXQ / G; /* rows per task */
+        for (int h = 0; h < sh->n_head_kv; h++)
+            for (int r0 = 0; r0 < rows; r0 += tile) {
+                struct kn_attn_task t = {
+                    .kv = kv_layout(kv),
+                    .base = kv_layer_base(kv, 0),
+                    .blocks = kv_seq_blocks(kv, s),
+                    .kv_head = h,
+                    .group = G,
+                    .scale = 1.0f / sqrtf((float)sh->head_dim),
+                    .q = q + ((size_t)s * rows + r0) * row + (size_t)h * G * sh->head_dim,
+                    .q_stride = row,
+                    .out = ref + (size_t)r0 * row + (size_t)h * G * sh->head_dim,
+                    .out_stride = row,
+                    .pos = ctx - rows + r0,
+                    .n_rows = rows - r0 < tile ? rows - r0 : tile,
+                };
+                r->attn(&t);
+            }
+        const float *o = out + (size_t)s * rows * row;
         double num = 0, den = 0, worst = 0;
-        for (size_t i = 0; i < row; i++) {
+        for (size_t i = 0; i < (size_t)rows * row; i++) {
             double d = (double)o[i] - ref[i];
             num += d * d;
             den += (double)ref[i] * ref[i];
@@ -252,9 +266,10 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
     }
     kv_fill_random(kv, 0x1234567ULL + (uint64_t)batch * 977 + (uint64_t)ctx);
     size_t row = (size_t)sh->n_head * sh->head_dim;
-    float *q = core_malloc_aligned((size_t)batch * row * sizeof(float));
-    float *out = core_malloc_aligned((size_t)batch * row * sizeof(float));
-    float *ref = core_malloc_aligned(row * sizeof(float));
+    const int rows = o->prefill > 0 ? o->prefill : 1;
+    float *q = core_malloc_aligned((size_t)batch * rows * row * sizeof(float));
+    float *out = core_malloc_aligned((size_t)batch * rows * row * sizeof(float));
+    float *ref = core_malloc_aligned((size_t)rows * row * sizeof(float));
     struct kv_attn_seq *seqs = core_malloc((size_t)batch * sizeof(*seqs));
     double *t_us = core_malloc((size_t)o->reps * sizeof(double));
     int rc = 0;
@@ -263,14 +278,18 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
         goto done;
     }
     uint32_t x = 12345;
-    for (size_t i = 0; i < (size_t)batch * row; i++) {
+    for (size_t i = 0; i < (size_t)batch * rows * row; i++) {
         x = x * 1664525u + 1013904223u;
         q[i] = ((float)(x >> 8) * 0x1p-23f - 1.0f) * 2.0f;
     }
     for (int s = 0; s < batch; s++)
-        seqs[s] = (struct kv_attn_seq){.seq = s, .pos = ctx - 1, .n_tokens = 1,
-                                       .q = q + (size_t)s * row, .out = out + (size_t)s * row};
+        seqs[s] = (struct kv_attn_seq){.seq = s, .pos = ctx - rows, .n_tokens = rows,
+                                       .q = q + (size_t)s * rows * row,
+                                       .out = out + (size_t)s * rows * row};
     double bytes = 2.0 * batch * sh->head_dim * sh->n_head_kv * (double)ctx * elt_bytes(o->kv_type);
+    /* keys attended: row r of a sequence sees ctx - rows + r + 1 of them */
+    double pairs = (double)batch * sh->n_head * ((double)rows * (ctx - rows) + rows * (rows + 1.0) / 2.0);
+    double flops = 4.0 * sh->head_dim * pairs;
     for (int m = 0; m < 3; m++) {
         if (!o->split_on[m]) continue;
         struct kv_attn_job *job = NULL;
@@ -281,7 +300,7 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
             goto done;
         }
         kv_attn_run(job, pool);
-        if (!verify(kv, ops, sh, batch, ctx, q, out, ref)) {
+        if (!verify(kv, ops, sh, batch, ctx, rows, q, out, ref)) {
             rc = -2;
             goto done;
         }
@@ -314,6 +333,7 @@ static int run_case(const struct opts *o, const struct shape *sh, const struct k
         res->p10[m] = bench_percentile(t_us, o->reps, 0.1);
         res->p90[m] = bench_percentile(t_us, o->reps, 0.9);
         res->gbs[m] = bytes / (res->us[m] * 1e-6) / 1e9;
+        res->gflops[m] = flops / (res->us[m] * 1e-6) / 1e9;
         res->ran[m] = true;
     }
 done:
@@ -815,11 +835,21 @@ static int parse(int argc, char **argv, struct opts *o) {
         } else if (!strcmp(a, "--kind")) {
             if (!strcmp(v, "hp1")) o->hp1 = true;
             else if (strcmp(v, "softmax")) return usage("bad --kind (softmax, hp1)", v);
+        } else if (!strcmp(a, "--prefill")) {
+            if (!cli_int(CMD, a, v, 1, 1 << 16, &l)) return 2;
+            o->prefill = (int)l;
         } else if (!strcmp(a, "--sparsity")) {
             if ((o->n_sparsity = cli_int_list(CMD, a, v, 0, 99, o->sparsity, 8)) < 0) return 2;
         } else {
             return usage("unknown option", a);
         }
+    }
+    if (o->prefill) {
+        if (o->hp1) return usage("--prefill times the softmax only", NULL);
+        if (o->png) return usage("--png charts decode only; use --json with --prefill", NULL);
+        for (int i = 0; i < o->n_ctx; i++)
+            if (o->ctx[i] < o->prefill) return usage("--ctx below --prefill rows", NULL);
+        if (!given_split) o->split_on[1] = o->split_on[2] = false;
     }
     if (o->hp1) {
         /* the HP1 grid: every shape, batch 1/16/64, 512..8192, split off and on */
@@ -873,9 +903,9 @@ int bench_attention(int argc, char **argv) {
     print_bw(o.json ? stdout : NULL, o.no_bw ? NULL : data, 1, bw1, o.cpu_time);
     print_bw(o.json ? stdout : NULL, o.no_bw ? NULL : data, o.threads, bwn, o.cpu_time);
     if (!o.json) {
-        printf("decode attention over the paged KV cache%s: kernels %s, KV %s, block %d, %d threads, "
+        printf("%s attention over the paged KV cache%s: kernels %s, KV %s, block %d, %d threads, "
                "%s clock, commit %s, cpu %s\n",
-               o.hp1 ? ", HP1 vs softmax" : "", ops->name, tname, o.block, o.threads,
+               o.prefill ? "prefill" : "decode", o.hp1 ? ", HP1 vs softmax" : "", ops->name, tname, o.block, o.threads,
                o.cpu_time ? "CPU" : "wall", bench_commit(), bench_cpu_flags());
         printf("measured read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n\n", bw1,
                bwn, o.threads);
@@ -885,7 +915,28 @@ int bench_attention(int argc, char **argv) {
         pool_free(pool);
         return rc;
     }
-    if (!o.json) {
+    /* prefill: the float FMA peak of all threads at once, same run */
+    double fpeak = 0.0;
+    if (o.prefill) {
+        const struct kn_ops *ko = kn_select(o.kernels);
+        if (ko && ko->f32_peak) fpeak = bench_peak_all(pool, ko->f32_peak);
+        if (o.json && fpeak > 0) {
+            struct bench_json j;
+            bench_json_begin(&j, stdout, NULL);
+            bench_json_str(&j, "bench", "f32_peak_all");
+            bench_json_int(&j, "threads", o.threads);
+            bench_json_num(&j, "gflops", fpeak, 2);
+            bench_json_str(&j, "commit", bench_commit());
+            bench_json_end(&j);
+        }
+        if (!o.json)
+            printf("prefill: %d rows per sequence; float FMA peak, %d threads at once: %.1f GFLOP/s\n\n",
+                   o.prefill, o.threads, fpeak);
+    }
+    if (!o.json && o.prefill) {
+        printf("| shape     | batch |  ctx | split |   µs (p10-p90)         | GFLOP/s | %% of FMA peak |\n");
+        printf("|-----------|------:|-----:|-------|------------------------|--------:|--------------:|\n");
+    } else if (!o.json) {
         printf("| shape     | batch |  ctx | split |   µs (p10-p90)         |  GB/s | %% of bw | "
                "split used |\n");
         printf("|-----------|------:|-----:|-------|------------------------|------:|--------:|"
@@ -934,12 +985,21 @@ int bench_attention(int argc, char **argv) {
                         bench_json_num(&j, "gbs", res.gbs[m], 2);
                         bench_json_num(&j, "read_bw_gbs", bwn, 2);
                         bench_json_num(&j, "bw_frac", frac, 3);
+                        if (o.prefill) {
+                            bench_json_int(&j, "rows", o.prefill);
+                            bench_json_num(&j, "gflops", res.gflops[m], 2);
+                            if (fpeak > 0) bench_json_num(&j, "peak_frac", res.gflops[m] / fpeak, 3);
+                        }
                         bench_json_str(&j, "kernels", ops->name);
                         bench_json_str(&j, "clock", o.cpu_time ? "cpu" : "wall");
                         bench_json_str(&j, "commit", bench_commit());
                         bench_json_end(&j);
                     }
-                    if (!o.json) {
+                    if (!o.json && o.prefill) {
+                        printf("| %-9s | %5d | %4d | %-5s | %9.1f (%7.1f-%7.1f) | %7.1f | %12.0f%% |\n",
+                               sh->name, o.batch[bi], o.ctx[ci], SPLIT_NAME[m], res.us[m], res.p10[m],
+                               res.p90[m], res.gflops[m], fpeak > 0 ? 100.0 * res.gflops[m] / fpeak : 0.0);
+                    } else if (!o.json) {
                         printf("| %-9s | %5d | %4d | %-5s | %9.1f (%7.1f-%7.1f) | %5.1f | %6.0f%% | "
                                "%-10s |\n",
                                sh->name, o.batch[bi], o.ctx[ci], SPLIT_NAME[m], res.us[m], res.p10[m],

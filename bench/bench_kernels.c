@@ -169,34 +169,6 @@ static void fill_row(int type, const float *f, uint8_t *dst, int n) {
         memset(dst, 0, row_bytes(type, n));
 }
 
-/* The int8 peak of all the pool's threads running the loop at once (each
- * times its own CPU clock; a thread that shares its core's ports reads
- * less), summed; the best of three. */
-struct peak_job {
-    double (*fn)(double);
-    double g[64];
-};
-
-static void peak_run(void *arg, int ith, int nth) {
-    (void)nth;
-    struct peak_job *j = arg;
-    double g = j->fn(0.2);
-    if (ith < 64) j->g[ith] = g;
-}
-
-static double peak_all(struct pool *pool, double (*fn)(double)) {
-    struct peak_job j = {.fn = fn};
-    int nth = pool_size(pool) < 64 ? pool_size(pool) : 64;
-    double best = 0.0;
-    for (int r = 0; r < 3; r++) {
-        pool_run(pool, peak_run, &j);
-        double s = 0.0;
-        for (int i = 0; i < nth; i++) s += j.g[i];
-        if (s > best) best = s;
-    }
-    return best;
-}
-
 /* ---------------------------------------------------------------------- */
 /* matmul timing */
 
@@ -457,7 +429,7 @@ int bench_kernels(int argc, char **argv) {
     }
     for (int v = 1; v < N_VARIANTS; v++) {
         if (!lim.peak[v]) continue;
-        lim.peak_t[v] = o.threads > 1 ? peak_all(pool, ops[v]->int8_peak) : lim.peak[v];
+        lim.peak_t[v] = o.threads > 1 ? bench_peak_all(pool, ops[v]->int8_peak) : lim.peak[v];
         if (o.threads < 2) continue;
         if (o.json || data) {
             struct bench_json j;

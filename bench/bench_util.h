@@ -88,4 +88,10 @@ void bench_json_end(struct bench_json *j);
  * wall time. Returns the number of passes timed, 0 when out of memory. */
 int bench_read_bw(struct pool *pool, size_t bytes, int passes, bool cpu_time, double *gbs);
 
+/* A peak loop of kn_ops (int8_peak, f32_peak: GOP/s or GFLOP/s of one
+ * thread over `seconds`) run by all the pool's threads at once, each
+ * timing its own CPU clock (a thread that shares its core's ports reads
+ * less), summed; the best of three. */
+double bench_peak_all(struct pool *pool, double (*fn)(double));
+
 #endif

@@ -122,6 +122,10 @@ struct kn_ops {
      * `seconds` of thread CPU time; NULL for the reference. For benchmarks:
      * kernel GOP/s as a share of what the core can do. */
     double (*int8_peak)(double seconds);
+    /* The same for float multiply-adds (GFLOP/s, 2 flops per FMA lane):
+     * a loop of independent vector FMA chains. For the attention kernels'
+     * share of the core's float rate. NULL for the reference. */
+    double (*f32_peak)(double seconds);
 };
 
 extern const struct kn_ops kn_ops_ref;

@@ -54,6 +54,7 @@ void kn_gelu_mul_act_avx2(void *restrict dst, const float *restrict g, const flo
                           int n, int act);
 
 double kn_int8_peak_avx2(double seconds);
+double kn_f32_peak_avx2(double seconds);
 
 extern const struct kn_ops kn_ops_avx2;
 

@@ -493,4 +493,5 @@ const struct kn_ops kn_ops_avx2 = {
     .gelu_mul_act = kn_gelu_mul_act_avx2,
     .f16_row = kn_f16_row_avx2,
     .int8_peak = kn_int8_peak_avx2,
+    .f32_peak = kn_f32_peak_avx2,
 };

@@ -53,3 +53,35 @@ double kn_int8_peak_avx2(double seconds) {
     double a = peak_6(seconds / 2), b = peak_8(seconds / 2);
     return a > b ? a : b;
 }
+
+/* The float multiply-add peak: NCH independent chains of vfmadd231ps on
+ * ymm registers, GFLOP/s (8 lanes x 2 flops per instruction). */
+#define FMA_LOOP(NAME, NCH) \
+    static double NAME(double seconds) { \
+        __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f), acc[NCH]; \
+        for (int i = 0; i < NCH; i++) acc[i] = _mm256_set1_ps((float)i); \
+        long iters = 0; \
+        double t0 = now_s(), el = 0.0; \
+        do { \
+            for (int r = 0; r < 1024; r++) { \
+                _Pragma("GCC unroll 12") for (int i = 0; i < NCH; i++) acc[i] = \
+                    _mm256_fmadd_ps(acc[i], a, b); \
+                __asm__ volatile("" : "+x"(a)); \
+            } \
+            iters += 1024; \
+            el = now_s() - t0; \
+        } while (el < seconds); \
+        __m256 s = acc[0]; \
+        for (int i = 1; i < NCH; i++) s = _mm256_add_ps(s, acc[i]); \
+        volatile float sink = _mm256_cvtss_f32(s); \
+        (void)sink; \
+        return (double)iters * NCH * 8 * 2 / el / 1e9; \
+    }
+
+FMA_LOOP(fma_10, 10)
+FMA_LOOP(fma_12, 12)
+
+double kn_f32_peak_avx2(double seconds) {
+    double a = fma_10(seconds / 2), b = fma_12(seconds / 2);
+    return a > b ? a : b;
+}

@@ -251,6 +251,8 @@ qk_dims2(const int nq, const float *restrict q, const float *restrict K0,
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
             __m512 k0 = _mm512_load_ps(K0 + (d + u) * SUB), k1 = _mm512_load_ps(K1 + (d + u) * SUB);
+            /* rows in registers, or gcc folds a load into each FMA */
+            __asm__("" : "+v"(k0), "+v"(k1));
 #pragma GCC unroll 4
             for (int k = 0; k < nq; k++) {
                 __m512 qv = _mm512_set1_ps(q[k * hd + d + u]);

@@ -82,6 +82,7 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
 /* The two avx512 tables: with AVX512_BF16 instructions (BF16 matmul by
  * vdpbf16ps) and without; dispatch.c picks by CPUID. */
 double kn_int8_peak_avx512(double seconds);
+double kn_f32_peak_avx512(double seconds);
 
 extern const struct kn_ops kn_ops_avx512;
 extern const struct kn_ops kn_ops_avx512_nobf16;

@@ -420,6 +420,7 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
         .gelu_mul_act = kn_gelu_mul_act_avx512, \
         .f16_row = kn_f16_row_avx2, \
         .int8_peak = kn_int8_peak_avx512, \
+        .f32_peak = kn_f32_peak_avx512, \
     }
 
 const struct kn_ops kn_ops_avx512 = KN_OPS_AVX512(kn_matmul_bf16_avx512);
