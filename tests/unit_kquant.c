@@ -238,6 +238,7 @@ struct shape {
 static const int TOK_ALL[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 0};
 static const int TOK_FEW[] = {1, 4, 5, 0};
 static const int TOK_LONG[] = {70, 0};
+static const int TOK_WIN[] = {25, 0}; /* Q2_K/Q3_K's decoded tiles, three windows at 4608 */
 /* n: one unit, a few, SmolLM2 / Gemma widths, 1B widths, and past the 64
  * super-blocks whose d the packed K-quant tiles copy to the stack
  * (matmul_pk.c DLOC); rows around the kernels' row groups (3, 8); token
@@ -247,7 +248,7 @@ static const struct shape SHAPES_32[] = {{32, 5, TOK_ALL},   {96, 9, TOK_ALL},  
                                          {8224, 2, TOK_FEW}};
 static const struct shape SHAPES_256[] = {{256, 5, TOK_ALL},  {768, 9, TOK_ALL},   {1536, 17, TOK_ALL},
                                           {2048, 8, TOK_FEW}, {1024, 4, TOK_LONG}, {8448, 3, TOK_FEW},
-                                          {256, 1, TOK_FEW},  {16640, 2, TOK_FEW}};
+                                          {256, 1, TOK_FEW},  {16640, 2, TOK_FEW}, {4608, 5, TOK_WIN}};
 
 static void test_matmul(void **state, int ki) {
     bool skip;

@@ -129,6 +129,11 @@ enum {
     SCR_MAX = 32768,
     TOK_CHUNK = 64,    /* tokens per call chunk */
     DLOC = 64,         /* super-blocks of d copied to the stack (n <= 16384) */
+    /* Q2_K, Q3_K with many tokens: super-blocks decoded per window (32
+     * KB of bytes: 8 and 4 read the same, 16 was 7% slower at 8192
+     * wide), and the fewest tokens of a call chunk that take it (the
+     * decode pays for itself from about 16 tokens for Q2_K, 20 for Q3_K) */
+    DWIN = 8, DEC_MIN = 24,
 };
 
 static int ptype(int type) {
@@ -639,6 +644,166 @@ static void pk_scratch(int pt, int32_t *p, const int16_t *bsums, int nsb) {
     }
 }
 
+/* ---------------------------------------------------------------------- */
+/* Q2_K and Q3_K, many tokens: the tile decoded once, scales folded in */
+
+/* With 16-element sub-blocks, the tile kernel above pays one vpmulld per
+ * 4 vpdpbusd for the sub-block scales (a vpdpbusd slot each on Zen 4),
+ * and Q3_K's 3-bit decode, done again for every register tile of
+ * tokens, keeps the other vector pipes busier than the dots: 55-69% of
+ * the int8 peak. Both scales fit in a weight byte next to their quant:
+ *   Q2_K: w = q * sc (q 0..3, sc 0..15: <= 45), so the dot over the
+ *     super-block is S1 itself;
+ *   Q3_K: with qw = q + 4 (0..7) and u the signed 6-bit scale, w = qw * u
+ *     + 224 [u < 0] (0..224), so that u * dot(qw, x) = dot(w, x) - 224
+ *     [u < 0] bsum, and S = sum_j u_j dot(qw - 4, x)_j = dot(w, x) +
+ *     sum_j c_j bsum16_j, c_j = -224 [u_j < 0] - 4 u_j (-220..0, int16),
+ *     the sum by vpdpwssd of (c_2p, c_2p+1) against the token's
+ *     (bsum16_2p, bsum16_2p+1).
+ * So a window of a tile's super-blocks is decoded once per call chunk
+ * (up to TOK_CHUNK tokens) into bytes laid out as a Q8_0 tile's, 64-byte
+ * chunk c holding elements 4c..4c+3 of each of the 16 rows, and the
+ * tokens run over it with nothing but vpdpbusd, plus 8 vpdpwssd per
+ * super-block (S2, or the correction). The integers are the reference's
+ * S1, S2 and S exactly (|dot| <= 256 * 224 * 128), then the same float
+ * step, so the bits are those of the tile kernel. */
+
+struct pk_dec {
+    uint8_t q[DWIN][64][64] __attribute__((aligned(64))); /* [super-block][chunk] */
+    __m512i cp[DWIN][8]; /* Q2_K: the min pairs (pk_scales.pr); Q3_K: (c_2p, c_2p+1) */
+    __m512 dw[DWIN], dm[DWIN];
+};
+
+/* q * s per byte (the result's low 8 bits), s an int32 per dword lane */
+static inline __m512i mul_bytes(__m512i q, __m512i s) {
+    const __m512i s16 = _mm512_ternarylogic_epi32(s, _mm512_slli_epi32(s, 16), _mm512_set1_epi32(0xffff), 0xEC); /* (A & C) | B */
+    const __m512i lo = _mm512_mullo_epi16(_mm512_and_si512(q, _mm512_set1_epi16(0xff)), s16);
+    const __m512i hi = _mm512_mullo_epi16(_mm512_srli_epi16(q, 8), s16);
+    return _mm512_ternarylogic_epi32(lo, _mm512_slli_epi16(hi, 8), _mm512_set1_epi16(0xff), 0xEC); /* (A & C) | B */
+}
+
+/* Super-blocks [b0, b0 + nw) of tile tp into dec. */
+static inline __attribute__((always_inline)) void dec_window(int pt, const uint8_t *tp, int nsb, int b0, int nw,
+                                                             struct pk_dec *dec) {
+    for (int bi = 0; bi < nw; bi++) {
+        const int b = b0 + bi;
+        const uint8_t *body = tp + body0(pt, nsb) + (size_t)b * body_size(pt);
+        struct pk_scales sc;
+        decode_scales(pt, body, &sc);
+        __m512i u[16];
+        if (pt == T_Q2_K) {
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) u[j] = _mm512_srli_epi32(sc.sc[j], 6 - 2 * (j % 4));
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++) dec->cp[bi][p] = sc.pr[p];
+            dec->dw[bi] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body + Q2K_D)));
+            dec->dm[bi] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(body + Q2K_DMIN)));
+        } else {
+            __m512i c[16];
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) {
+                const int m = j % 8, lg = m == 7 ? 0 : m == 6 ? 1 : m % 2 ? 2 : 5;
+                u[j] = _mm512_srai_epi32(sc.sc[j], lg);
+                /* -224 [u < 0] - 4 u */
+                c[j] = _mm512_sub_epi32(_mm512_and_si512(_mm512_srai_epi32(u[j], 31), _mm512_set1_epi32(-224)),
+                                        _mm512_slli_epi32(u[j], 2));
+            }
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++)
+                dec->cp[bi][p] = _mm512_ternarylogic_epi32(c[2 * p], _mm512_slli_epi32(c[2 * p + 1], 16),
+                                                           _mm512_set1_epi32(0xffff), 0xEC);
+            dec->dw[bi] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)((const uint16_t *)tp + (size_t)b * 16)));
+            dec->dm[bi] = _mm512_setzero_ps();
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            const int j0 = j / 8 * 8, jj = j % 8;
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i v = wchunk(pt, body, pt == T_Q2_K ? j / 4 * 4 : j0, pt == T_Q2_K ? j % 4 : jj, k), w;
+                if (pt == T_Q2_K) { /* 4^s q -> q */
+                    const int sh = 2 * (j % 4);
+                    v = sh ? _mm512_and_si512(_mm512_srli_epi16(v, sh), _mm512_set1_epi8(3)) : v;
+                    w = mul_bytes(v, u[j]);
+                } else { /* f qw -> qw, f = 1, 8, 1, 8, 1, 8, 16, 32 by slot */
+                    const int m = j % 8, sh = m == 7 ? 5 : m == 6 ? 4 : m % 2 ? 3 : 0;
+                    v = sh ? _mm512_and_si512(_mm512_srli_epi16(v, sh), _mm512_set1_epi8(7)) : v;
+                    w = _mm512_add_epi8(mul_bytes(v, u[j]),
+                                        _mm512_and_si512(_mm512_srai_epi32(u[j], 31), _mm512_set1_epi8((char)224)));
+                }
+                _mm512_store_si512(dec->q[bi][4 * j + k], w);
+            }
+        }
+    }
+}
+
+/* Tokens [t0, t0 + mt) over the decoded window: acc[t] (the tile's 16
+ * rows of token t0 + t) += each super-block's float step. */
+static inline __attribute__((always_inline)) void dec_tokens(int pt, int mt, const struct pk_dec *dec, int b0,
+                                                             int nw, const struct pk_act *a, int t0, __m512 *acc) {
+    for (int bi = 0; bi < nw; bi++) {
+        const int b = b0 + bi;
+        __m512i is[MT], s2[MT];
+#pragma GCC unroll 8
+        for (int t = 0; t < mt; t++) is[t] = s2[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int c = 0; c < 64; c++) {
+            const __m512i w = _mm512_load_si512(dec->q[bi][c]);
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++)
+                is[t] = _mm512_dpbusd_epi32(is[t], w, bcast32(a->q[t0 + t] + (size_t)b * QK_K + 4 * c));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < mt; t++) {
+            const int32_t *pp = a->p[t0 + t] + (size_t)b * 8;
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++) {
+                if (pt == T_Q2_K) s2[t] = _mm512_dpwssd_epi32(s2[t], dec->cp[bi][p], _mm512_set1_epi32(pp[p]));
+                else is[t] = _mm512_dpwssd_epi32(is[t], dec->cp[bi][p], _mm512_set1_epi32(pp[p]));
+            }
+            const __m512 da = _mm512_set1_ps(a->d[t0 + t][b]);
+            __m512 v;
+            if (pt == T_Q2_K)
+                v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dec->dw[bi], da), _mm512_cvtepi32_ps(is[t])),
+                                  _mm512_mul_ps(_mm512_mul_ps(dec->dm[bi], da), _mm512_cvtepi32_ps(s2[t])));
+            else
+                v = _mm512_mul_ps(_mm512_mul_ps(dec->dw[bi], da), _mm512_cvtepi32_ps(is[t]));
+            acc[t] = _mm512_add_ps(acc[t], v);
+        }
+    }
+}
+
+#define DEC_CASE(M) \
+    case M: dec_tokens(pt, M, dec, b0, nw, a, t, acc + t); break;
+
+/* Tiles [k0, k1) times the nt tokens of a call chunk, decoded tiles. */
+static inline __attribute__((always_inline)) void
+dec_tiles(int pt, const uint8_t *wb, size_t ts, int nsb, int k0, int k1, int r0, int r1, const struct pk_act *a,
+          int nt, float *y, size_t ldy) {
+    struct pk_dec dec_s, *dec = &dec_s;
+    __m512 acc[TOK_CHUNK];
+    for (int k = k0; k < k1; k++) {
+        const uint8_t *tp = wb + (size_t)k * ts;
+        for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+        for (int b0 = 0; b0 < nsb; b0 += DWIN) {
+            const int nw = nsb - b0 < DWIN ? nsb - b0 : DWIN;
+            dec_window(pt, tp, nsb, b0, nw, dec);
+            for (int t = 0; t < nt; t += GM) {
+                switch (nt - t < GM ? nt - t : GM) { DEC_CASE(6) DEC_CASE(5) DEC_CASE(4) DEC_CASE(3) DEC_CASE(2) DEC_CASE(1) default: break; }
+            }
+        }
+        const __mmask16 sm = lanes(k, r0, r1);
+        for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy + k * R, sm, acc[t]);
+    }
+}
+#undef DEC_CASE
+
+/* Q3_K's token scratch for dec_tiles: (bsum16_2p, bsum16_2p+1) int16 pairs */
+static void dec_scratch_q3(int32_t *p, const int16_t *bsums, int nsb) {
+    for (int b = 0; b < nsb; b++, bsums += 16)
+        for (int q = 0; q < 8; q++) p[8 * b + q] = (int32_t)pair16(bsums[2 * q], bsums[2 * q + 1]);
+}
+
 static inline __attribute__((always_inline)) void
 matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const void *restrict x,
           size_t x_stride, int n, int n_tokens, int r0, int r1) {
@@ -652,14 +817,24 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
     int tc = SCR_MAX / (nsb * np) < TOK_CHUNK ? SCR_MAX / (nsb * np) : TOK_CHUNK;
     for (int c0 = 0; c0 < n_tokens; c0 += tc) {
         int nt = n_tokens - c0 < tc ? n_tokens - c0 : tc;
+        /* Q2_K, Q3_K: decoded tiles (np = 8 pairs per super-block either way) */
+        const int dec = (pt == T_Q2_K || pt == T_Q3_K) && nt >= DEC_MIN;
+        const int npt = dec ? 8 : np;
         for (int t = 0; t < nt; t++) {
             const uint8_t *row = xb + (size_t)(c0 + t) * x_stride;
             a.q[t] = (const int8_t *)row;
             a.d[t] = (const float *)(row + n);
-            a.p[t] = scr + (size_t)t * nsb * np;
-            pk_scratch(pt, scr + (size_t)t * nsb * np, (const int16_t *)(a.d[t] + nsb), nsb);
+            a.p[t] = scr + (size_t)t * nsb * npt;
+            if (dec && pt == T_Q3_K)
+                dec_scratch_q3(scr + (size_t)t * nsb * npt, (const int16_t *)(a.d[t] + nsb), nsb);
+            else
+                pk_scratch(pt, scr + (size_t)t * nsb * npt, (const int16_t *)(a.d[t] + nsb), nsb);
         }
         float *yc = y + (size_t)c0 * ldy;
+        if (dec) {
+            dec_tiles(pt, wb, ts, nsb, k0, k1, r0, r1, &a, nt, yc, ldy);
+            continue;
+        }
         if (nt == 1) {
             /* one token: on Intel, NT stretches of the tile range in
              * lockstep, each a separate memory stream, prefetched into L1;
