@@ -33,7 +33,7 @@ static void usage(FILE *f) {
             "       anvil bench -m MODEL --spec ngram|draft [--help]   speculative decoding\n"
             "       anvil bench -m MODEL --constrained [--help]   structured output cost\n"
             "       anvil bench --kernels [--help]     matmul micro-benchmark\n"
-            "       anvil bench --attention [--help]   decode attention micro-benchmark\n\n"
+            "       anvil bench --attention [--help]   decode (or --prefill N) attention micro-benchmark\n\n"
             "  -p N            prompt tokens for pp (default 512; 0 = skip)\n"
             "  -n N            generated tokens for tg (default 128; 0 = skip)\n"
             "  -t T[,T...]     thread counts (default: online CPUs)\n"
