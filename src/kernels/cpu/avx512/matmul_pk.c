@@ -198,9 +198,75 @@ size_t kn_pack_size_pk_avx512(int type, int rows, int n) {
     return (size_t)((rows + R - 1) / R) * tile_size(pt, n / QK_K);
 }
 
-void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, const void *src,
-                            size_t src_stride) {
-    int pt = ptype(type), nsb = n / QK_K;
+/* Q4_K, Q5_K: a whole tile (16 rows of src) at once, every 4-byte field
+ * gathered from the 16 rows into one 64-byte chunk: the bytes the row loop
+ * below writes 4 at a time. */
+static void pack_tile_q45(int pt, uint8_t *tile, int nsb, const uint8_t *src, size_t src_stride) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)src_stride));
+    const size_t bb = pt == T_Q4_K ? sizeof(struct blk_q4_k) : sizeof(struct blk_q5_k);
+    for (int b = 0; b < nsb; b++) {
+        const uint8_t *blk = src + (size_t)b * bb;
+        uint8_t *body = tile + (size_t)b * body_size(pt);
+        /* d and dmin: the first dword of each block */
+        __m512i dd = _mm512_i32gather_epi32(idx, blk, 1);
+        _mm256_store_si256((__m256i *)(body + d_off(pt)), _mm512_cvtepi32_epi16(dd));
+        _mm256_store_si256((__m256i *)(body + dmin_off(pt)), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+        for (int c = 0; c < 3; c++)
+            _mm512_store_si512(body + sc_off(pt) + 64 * c, _mm512_i32gather_epi32(idx, blk + 4 + 4 * c, 1));
+        const size_t qo = pt == T_Q4_K ? offsetof(struct blk_q4_k, qs) : offsetof(struct blk_q5_k, qs);
+        const size_t bq = pt == T_Q4_K ? Q4K_Q : Q5K_Q;
+        for (int c = 0; c < 32; c++)
+            _mm512_store_si512(body + bq + 64 * c, _mm512_i32gather_epi32(idx, blk + qo + 4 * c, 1));
+        if (pt == T_Q5_K)
+            for (int c = 0; c < 8; c++)
+                _mm512_store_si512(body + Q5K_QH + 64 * c,
+                                   _mm512_i32gather_epi32(idx, blk + offsetof(struct blk_q5_k, qh) + 4 * c, 1));
+    }
+}
+
+/* Q6_K: a whole tile at once, as the row loop below regroups it: for
+ * group h, c the ql dwords at 64h + 4c and 64h + 32 + 4c and the qh dword
+ * at 32h + 4c of each row give q_t (t < 4) of elements 128h + 32t + 4c +
+ * i, and chunk B_t (t < 3) holds q_t | (bits 2t, 2t+1 of q_3) << 6. */
+static void pack_tile_q6(uint8_t *tile, int nsb, const uint8_t *src, size_t src_stride) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)src_stride));
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
+    for (int b = 0; b < nsb; b++) {
+        const uint8_t *blk = src + (size_t)b * sizeof(struct blk_q6_k);
+        uint8_t *body = tile + body0(T_Q6_K, nsb) + (size_t)b * Q6K_BODY;
+        for (int h = 0; h < 2; h++)
+            for (int c = 0; c < 8; c++) {
+                const __m512i a0 = _mm512_i32gather_epi32(idx, blk + offsetof(struct blk_q6_k, ql) + 64 * h + 4 * c, 1);
+                const __m512i a1 = _mm512_i32gather_epi32(idx, blk + offsetof(struct blk_q6_k, ql) + 64 * h + 32 + 4 * c, 1);
+                const __m512i hb = _mm512_i32gather_epi32(idx, blk + offsetof(struct blk_q6_k, qh) + 32 * h + 4 * c, 1);
+                __m512i q[4];
+                q[0] = _mm512_or_si512(_mm512_and_si512(a0, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2), 4));
+                q[1] = _mm512_or_si512(_mm512_and_si512(a1, m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2), m2), 4));
+                q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a0, 4), m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 4), m2), 4));
+                q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a1, 4), m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 6), m2), 4));
+                for (int t = 0; t < 3; t++) {
+                    __m512i top = _mm512_and_si512(q[3], _mm512_set1_epi8((char)(3 << (2 * t))));
+                    top = 2 * t < 6 ? _mm512_slli_epi16(top, 6 - 2 * t) : top; /* bits 2t, 2t+1 to 6, 7 */
+                    _mm512_store_si512(body + Q6K_Q + 64 * (24 * h + 8 * t + c), _mm512_or_si512(q[t], top));
+                }
+            }
+        for (int c = 0; c < 4; c++)
+            _mm512_store_si512(body + Q6K_SC + 64 * c,
+                               _mm512_i32gather_epi32(idx, blk + offsetof(struct blk_q6_k, scales) + 4 * c, 1));
+        /* d: the high half of the block's last dword (inside the block) */
+        const __m512i dd = _mm512_i32gather_epi32(idx, blk + offsetof(struct blk_q6_k, d) - 2, 1);
+        _mm256_store_si256((__m256i *)(tile + (size_t)b * 32), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+    }
+}
+
+/* Rows [row0, row0 + count) of src into their tiles' lanes, one by one. */
+static void pack_rows(int pt, void *dst, int n, int row0, int count, const void *src, size_t src_stride) {
+    int nsb = n / QK_K;
     size_t ts = tile_size(pt, nsb);
     for (int i = 0; i < count; i++) {
         int r = row0 + i, l = r % R;
@@ -289,6 +355,27 @@ void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, con
             }
         }
     }
+}
+
+void kn_pack_rows_pk_avx512(int type, void *dst, int n, int row0, int count, const void *src,
+                            size_t src_stride) {
+    int pt = ptype(type), nsb = n / QK_K;
+    size_t ts = tile_size(pt, nsb);
+    if (!(is_q45(pt) || pt == T_Q6_K) || src_stride > (size_t)INT32_MAX / R) {
+        pack_rows(pt, dst, n, row0, count, src, src_stride);
+        return;
+    }
+    /* whole tiles by gathers, the rows around them one by one */
+    int i = 0;
+    while (i < count && (row0 + i) % R) i++;
+    pack_rows(pt, dst, n, row0, i, src, src_stride);
+    for (; i + R <= count; i += R) {
+        uint8_t *tile = (uint8_t *)dst + (size_t)((row0 + i) / R) * ts;
+        const uint8_t *rows = (const uint8_t *)src + (size_t)i * src_stride;
+        if (pt == T_Q6_K) pack_tile_q6(tile, nsb, rows, src_stride);
+        else pack_tile_q45(pt, tile, nsb, rows, src_stride);
+    }
+    pack_rows(pt, dst, n, row0 + i, count - i, (const uint8_t *)src + (size_t)i * src_stride, src_stride);
 }
 
 /* ---------------------------------------------------------------------- */
