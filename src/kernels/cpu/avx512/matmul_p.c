@@ -111,13 +111,31 @@ size_t kn_pack_size_avx512(int type, int rows, int n) {
     return (size_t)((rows + R - 1) / R) * tile_size(pt, n / QK);
 }
 
-void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const void *src,
-                         size_t src_stride) {
-    int pt = ptype(type), nb = n / QK;
-    if (pt < 0) {
-        kn_pack_rows_pk_avx512(type, dst, n, row0, count, src, src_stride);
-        return;
+/* Q4_0, Q4_1, Q8_0, IQ4_NL: a whole tile (16 rows of src) at once, each
+ * 4-byte field gathered from the 16 rows into its 64-byte chunk, d (and
+ * m) from each block's first dword: the bytes the row loop writes. */
+static void pack_tile_gather(int pt, uint8_t *tile, int nb, const uint8_t *src, size_t src_stride) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)src_stride));
+    const size_t bb = pt == T_Q8_0 ? sizeof(struct blk_q8_0) : pt == T_Q4_1 ? sizeof(struct blk_q4_1)
+                                                                             : sizeof(struct blk_q4_0);
+    const size_t qo = pt == T_Q4_1 ? offsetof(struct blk_q4_1, qs) : offsetof(struct blk_q4_0, qs);
+    const __m512i flip = _mm512_set1_epi8(pt == T_Q8_0 ? (char)0x80 : 0); /* Q8_0: unsigned, + 128 */
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = src + (size_t)b * bb;
+        uint8_t *q = tile + q_off(pt, nb, b);
+        for (int c = 0; c < chunks(pt); c++)
+            _mm512_storeu_si512(q + 64 * c, _mm512_xor_si512(_mm512_i32gather_epi32(idx, blk + qo + 4 * c, 1), flip));
+        const __m512i dm = _mm512_i32gather_epi32(idx, blk, 1); /* d, then m or the first quants */
+        _mm256_storeu_si256((__m256i *)(tile + d_off(pt, b)), _mm512_cvtepi32_epi16(dm));
+        if (has_m(pt))
+            _mm256_storeu_si256((__m256i *)(tile + m_off(pt, nb, b)), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
     }
+}
+
+/* Rows [row0, row0 + count) into their tiles' lanes, one by one. */
+static void pack_rows(int pt, void *dst, int n, int row0, int count, const void *src, size_t src_stride) {
+    int nb = n / QK;
     size_t ts = tile_size(pt, nb);
     for (int i = 0; i < count; i++) {
         int r = row0 + i, l = r % R;
@@ -172,6 +190,28 @@ void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const 
             }
         }
     }
+}
+
+void kn_pack_rows_avx512(int type, void *dst, int n, int row0, int count, const void *src,
+                         size_t src_stride) {
+    int pt = ptype(type), nb = n / QK;
+    if (pt < 0) {
+        kn_pack_rows_pk_avx512(type, dst, n, row0, count, src, src_stride);
+        return;
+    }
+    if (is_q5(pt) || src_stride > (size_t)INT32_MAX / R) {
+        pack_rows(pt, dst, n, row0, count, src, src_stride);
+        return;
+    }
+    /* whole tiles by gathers, the rows around them one by one */
+    size_t ts = tile_size(pt, nb);
+    int i = 0;
+    while (i < count && (row0 + i) % R) i++;
+    pack_rows(pt, dst, n, row0, i, src, src_stride);
+    for (; i + R <= count; i += R)
+        pack_tile_gather(pt, (uint8_t *)dst + (size_t)((row0 + i) / R) * ts, nb,
+                         (const uint8_t *)src + (size_t)i * src_stride, src_stride);
+    pack_rows(pt, dst, n, row0 + i, count - i, (const uint8_t *)src + (size_t)i * src_stride, src_stride);
 }
 
 /* ---------------------------------------------------------------------- */
