@@ -246,8 +246,11 @@ static inline __attribute__((always_inline)) void
 pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const struct pk_act *a,
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {
     const int ch = chunks(pt), cq = is_q5(pt) ? 4 : ch; /* chunks of quants */
-    /* each group's d (and m) of every tile, copied once at the group's
-     * start, so that the tile is only ever read forward */
+    /* one token (weights streamed from memory): each group's d (and m)
+     * of every tile, copied once at the group's start, so that the tile
+     * is only ever read forward; several tokens read them from the tile,
+     * in cache by then (the copy, a libc call per group, tile and
+     * register tile, cost 1-12% at 512 tokens) */
     uint16_t dl[NT][GB][16] __attribute__((aligned(64))), ml[NT][GB][16] __attribute__((aligned(64)));
     const __m512i nib = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
     /* IQ4_NL: its 16 values + 128, in every 128-bit lane (vpshufb) */
@@ -263,7 +266,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
     for (int b = 0; b < nb; b++) {
         __m512i is[NT][MT];
         const uint8_t *qb[NT];
-        if (b % GB == 0) {
+        if (b % GB == 0 && mt == 1) {
             const int gl = grp_len(nb, b);
 #pragma GCC unroll 4
             for (int i = 0; i < nt; i++) {
@@ -333,8 +336,12 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
         }
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) {
-            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)dl[i][b % GB]));
-            __m512 mw = has_m(pt) ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)ml[i][b % GB]))
+            /* several tokens: the group's head straight from the tile
+             * (in cache by now); one token: the copy (read forward) */
+            const uint16_t *dsrc = mt == 1 ? dl[i][b % GB] : (const uint16_t *)(tp[i] + d_off(pt, b));
+            const uint16_t *msrc = mt == 1 ? ml[i][b % GB] : (const uint16_t *)(tp[i] + m_off(pt, nb, b));
+            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dsrc));
+            __m512 mw = has_m(pt) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)msrc))
                                   : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
