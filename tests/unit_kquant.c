@@ -11,10 +11,11 @@
  * operations, kernels/cpu/avx2/matmul_k.c), so the comparisons are exact:
  * any difference is a bug, and no tolerance can hide one. The one
  * exception: the AVX-512 kernels of Q4_0, Q4_1 and Q8_0
- * (cpu/avx512/matmul_q.c), and the packed one of Q5_0, sum blocks in
- * another order, so their matmuls are compared with a tolerance in
- * unit_kernels.c and only their batch invariance is checked here. The
- * "avx512-packed" variant runs the K-quants, Q5_1, IQ4_NL and IQ4_XS
+ * (cpu/avx512/matmul_q.c), and the packed ones of Q5_0 and Q5_1, sum
+ * blocks in another order or fuse their float steps, so their matmuls are
+ * compared with a tolerance in unit_kernels.c and only their batch
+ * invariance is checked here. The
+ * "avx512-packed" variant runs the K-quants, IQ4_NL and IQ4_XS
  * through the packed kernels (cpu/avx512/matmul_pk.c, matmul_p.c), which
  * are bit-exact too. The reference
  * itself is checked against numpy and the gguf package in
@@ -60,7 +61,7 @@ enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
  * below, the exact comparisons included, covers packing and the packed
  * kernels (cpu/avx512/matmul_pk.c, matmul_p.c) */
 static const int PACKED_TYPES[] = {ANVIL_TYPE_Q2_K, ANVIL_TYPE_Q3_K, ANVIL_TYPE_Q4_K, ANVIL_TYPE_Q5_K,
-                                   ANVIL_TYPE_Q6_K, ANVIL_TYPE_Q5_1, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_IQ4_XS};
+                                   ANVIL_TYPE_Q6_K, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_IQ4_XS};
 #define N_PACKED ((int)(sizeof(PACKED_TYPES) / sizeof(PACKED_TYPES[0])))
 
 static void variants_init(void) {

@@ -42,13 +42,12 @@
  *   Q4_0: isum -= 8 * sum(qa)     Q5_0: isum -= 16 * sum(qa)
  *   Q8_0, IQ4_NL: isum -= 128 * sum(qa)                          (exact)
  *   acc  = fma(float(isum), dw * da, acc)
- *   Q4_1: acc = fma(mw, sa, acc)
+ *   Q4_1, Q5_1: acc = fma(mw, sa, acc)
  * and y = acc. It differs from the reference's per-block sum by rounding
  * only (for Q5_0 the float step of the reference, unfused, took two
  * operations more per block and token: 0.8x of Q4_0's rate at 512
- * tokens). Q5_1 and IQ4_NL run the reference's own float step instead,
- * unfused, so they are bit-exact with it:
- *   Q5_1: acc = acc + ((dw * da) * float(isum) + mw * sa)
+ * tokens; for Q5_1, 0.94x). IQ4_NL runs the reference's own float step
+ * instead, unfused, so it is bit-exact with it:
  *   IQ4_NL: acc = acc + (dw * da) * float(isum)
  * Every shape of the kernel (matvec over several tiles, tiles of MT
  * tokens) runs exactly these operations per lane, so y(t, r) is
@@ -350,17 +349,10 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
                     acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(is[i][t])));
                     continue;
                 }
-                if (pt == T_Q5_1) {
-                    __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
-                    __m512 u = _mm512_add_ps(_mm512_mul_ps(sc, _mm512_cvtepi32_ps(is[i][t])),
-                                             _mm512_mul_ps(mw, _mm512_set1_ps(a->s[t0 + t][b])));
-                    acc[i][t] = _mm512_add_ps(acc[i][t], u);
-                    continue;
-                }
                 __m512i s = is[i][t];
                 __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
                 acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[i][t]);
-                if (pt == T_Q4_1) acc[i][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->s[t0 + t][b]), acc[i][t]);
+                if (has_m(pt)) acc[i][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->s[t0 + t][b]), acc[i][t]);
             }
         }
     }
