@@ -121,7 +121,7 @@ qk_group(const int mode, const int nq, const float *q, const struct ksrc *src, i
     for (int k = 0; k < nq; k++) a[k][0] = a[k][1] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d += 2) {
         if (mode == KSRC_Q8 && d % 32 == 0) sc = load_f16x16(src->ks + (size_t)(d / 32) * src->bs);
-        if (mode != KSRC_BUF) pf_issue(pf, 2);
+        if (mode != KSRC_BUF) pf_issue(pf, 1);
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++) {
             __m512 kv;
@@ -265,7 +265,7 @@ pv_step_cols(const int q8, const int masked, const int nq, const int nb, float *
     while (keys) {
         int j = __builtin_ctz(keys);
         keys &= keys - 1;
-        pf_issue(pf, 1);
+        pf_issue(pf, 2);
         __mmask16 mk[4];
         if (masked)
 #pragma GCC unroll 4
@@ -351,6 +351,7 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
         const uint8_t *tile = kn_kv_tile(kv, a->base, a->blocks[s / bs], a->kv_head);
         int j0 = s % bs, nxt = s + bs - j0;
         if (j0 == 0 && nxt < n_kv_max) { /* the next tile, spread over this block's loops */
+            pf_flush(pf); /* what the last block's loops left (sparse PV walks few keys) */
             pf->k = (const char *)kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head);
             pf->k_end = pf->k + pf_bytes;
         }
