@@ -448,7 +448,7 @@ struct mm_shape {
 };
 static const int TOK_ALL[] = {1, 2, 3, 4, 5, 7, 8, 16, 33, 0};
 static const int TOK_FEW[] = {1, 2, 5, 0};
-static const int TOK_LONG[] = {70, 0};
+static const int TOK_LONG[] = {70, 300, 0}; /* 300: past a 256-token call chunk */
 static const struct mm_shape MM_SHAPES[] = {
     {32, 5, TOK_ALL},  {64, 9, TOK_ALL},    {576, 67, TOK_ALL}, {1536, 19, TOK_ALL},
     {544, 13, TOK_FEW}, {576, 6, TOK_LONG}, {32, 49157, (const int[]){1, 0}},

@@ -238,7 +238,7 @@ struct shape {
 };
 static const int TOK_ALL[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 0};
 static const int TOK_FEW[] = {1, 4, 5, 0};
-static const int TOK_LONG[] = {70, 0};
+static const int TOK_LONG[] = {70, 300, 0}; /* 300: past a 256-token call chunk */
 static const int TOK_WIN[] = {25, 0}; /* Q2_K/Q3_K's decoded tiles, three windows at 4608 */
 /* n: one unit, a few, SmolLM2 / Gemma widths, 1B widths, and past the 64
  * super-blocks whose d the packed K-quant tiles copy to the stack

@@ -68,7 +68,7 @@ enum {
     NT = 4,            /* tiles in lockstep for one token (memory streams) */
     PF_DIST = 4096,    /* software prefetch distance (see matmul_q.c) */
     CORR_MAX = 16384,  /* int32 block corrections per call chunk (64 KB of stack; 64 tokens at 8192 wide) */
-    TOK_CHUNK = 64,    /* tokens per call chunk */
+    TOK_CHUNK = 256,   /* tokens per call chunk */
     GB = 8,            /* blocks per group: d (and m) first, then the quants */
 };
 

@@ -127,7 +127,7 @@ enum {
      * streamed once per chunk, and at 8192 wide a 32 KB scratch held
      * Q6_K to 16 tokens a chunk (64 now: Q6_K +12%, Q3_K +37% there) */
     SCR_MAX = 32768,
-    TOK_CHUNK = 64,    /* tokens per call chunk */
+    TOK_CHUNK = 256,   /* tokens per call chunk */
     DLOC = 64,         /* super-blocks of d copied to the stack (n <= 16384) */
     /* Q2_K, Q3_K with many tokens: super-blocks decoded per window (32
      * KB of bytes: 8 and 4 read the same, 16 was 7% slower at 8192
