@@ -57,6 +57,7 @@ LDFLAGS_ALL := $(OPT) -pthread $(LDFLAGS)
 
 ISA_AVX2   := -mavx2 -mfma -mf16c
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c -mavx2
+ISA_AMX    := -mamx-tile -mamx-int8
 
 LIB_SRC    := $(sort $(shell find src -name '*.c' -not -path 'src/server/*'))
 SERVER_SRC := $(sort $(wildcard src/server/*.c))
@@ -110,6 +111,7 @@ $(BUILD)/bench/bench_png.o: CFLAGS_ALL += -DANVIL_SOURCE_DIR=\"$(CURDIR)\"
 
 $(BUILD)/src/kernels/cpu/avx2/%.o: CFLAGS_ALL += $(ISA_AVX2)
 $(BUILD)/src/kernels/cpu/avx512/%.o: CFLAGS_ALL += $(ISA_AVX512)
+$(BUILD)/src/kernels/cpu/amx/%.o: CFLAGS_ALL += $(ISA_AVX512) $(ISA_AMX)
 # the command table names `anvil bench`'s entry point; the benchmarks use
 # the commands' strict argument parsers (tools/cli/args.h)
 # floors (tests/layers/floors.txt): tools/args < bench < tools/cli
@@ -118,7 +120,7 @@ $(BUILD)/bench/%.o: CFLAGS_ALL += -Itools/args
 ifeq ($(MODE),fuzz)
 # No parser reaches the SIMD kernels, and instrumenting them costs clang a
 # quarter of an hour: they are built plain.
-$(BUILD)/src/kernels/cpu/avx2/%.o $(BUILD)/src/kernels/cpu/avx512/%.o: CFLAGS_ALL += -fno-sanitize=all
+$(BUILD)/src/kernels/cpu/avx2/%.o $(BUILD)/src/kernels/cpu/avx512/%.o $(BUILD)/src/kernels/cpu/amx/%.o: CFLAGS_ALL += -fno-sanitize=all
 endif
 
 $(BUILD)/%.o: %.c

@@ -466,6 +466,66 @@ static void test_act_layout(void **state) {
     assert_int_equal(kn_act_for_type(ANVIL_TYPE_Q8_K), -1); /* activations only */
 }
 
+/* AMX (kernels/ops.h: kn_amx_active): where the CPU has it, the avx512
+ * packed matmuls of 16 tokens and more run their dot products on it, and
+ * must give the very bits of the AVX-512 path. Every type the table packs,
+ * token counts around the 16-token tiles, row ranges that cut tiles, rows
+ * wide enough for several of the AMX kernel's unpack windows; y is also
+ * untouched outside the rows asked for. Skipped where the CPU has no
+ * usable AMX. */
+static void test_amx_same_bits(void **state) {
+    (void)state;
+    const struct kn_ops *ops = kn_select("avx512");
+    bool was = kn_amx_active();
+    if (!ops || !kn_amx_set(1)) skip();
+    static const int tokens[] = {16, 31, 45, 300};
+    int fails = 0, cases = 0;
+    for (int i = 0; i < N_KTYPES; i++) {
+        const struct ktype *kt = &KTYPES[i];
+        const int ns[2] = {kt->blck == QK ? 576 : 1536, kt->blck == QK ? 8224 : 8448};
+        for (int si = 0; si < 2; si++)
+            for (int ti = 0; ti < 4; ti++) {
+                const int n = ns[si], R = 37, T = tokens[ti];
+                if (si == 1 && T > 45) continue; /* wide rows: enough at two counts */
+                size_t sz = ops->pack_size(kt->type, R, n);
+                if (!sz) continue;
+                struct mm_case c;
+                mm_make(&c, kt, n, R, T, 11 + ti);
+                uint8_t *pw = xmalloc(sz);
+                memset(pw, 0, sz);
+                ops->pack_rows(kt->type, pw, n, 0, R, c.w, c.ws);
+                const size_t ldy = (size_t)R + 3, ny = ldy * (size_t)T;
+                float *y[2] = {xmalloc(sizeof(float) * ny), xmalloc(sizeof(float) * ny)};
+                static const int cuts[][2] = {{0, 37}, {5, 34}, {17, 19}};
+                for (int k = 0; k < 3; k++) {
+                    for (int a = 0; a < 2; a++) {
+                        kn_amx_set(a);
+                        for (size_t e = 0; e < ny; e++) y[a][e] = -777.0f;
+                        ops->matmul_packed[kt->type](y[a], ldy, pw, 0, c.x, c.xs, n, T, cuts[k][0], cuts[k][1]);
+                    }
+                    cases++;
+                    bool outside = true;
+                    for (int t = 0; t < T; t++)
+                        for (int r = 0; r < (int)ldy; r++)
+                            if ((r < cuts[k][0] || r >= cuts[k][1]) && y[1][(size_t)t * ldy + r] != -777.0f)
+                                outside = false;
+                    if (memcmp(y[0], y[1], sizeof(float) * ny) || !outside) {
+                        printf("FAIL amx same bits %s n %d tokens %d rows [%d, %d)%s\n", kt->name, n, T,
+                               cuts[k][0], cuts[k][1], outside ? "" : ": wrote outside the rows");
+                        fails++;
+                    }
+                }
+                free(y[0]);
+                free(y[1]);
+                free(pw);
+                mm_free(&c);
+            }
+    }
+    kn_amx_set(was);
+    assert_true(cases > 0);
+    assert_int_equal(fails, 0);
+}
+
 /* kn_find_bad_scale: NaN/inf in any scale field of any block is found,
  * finite ones (subnormals included) are not, and nothing else is read as
  * a scale. */
@@ -525,7 +585,7 @@ static const CMUnitTestFunction MM_FNS[N_KTYPES] = {
 
 int main(int argc, char **argv) {
     variants_init();
-    static struct CMUnitTest tests[(N_KTYPES + 4) * N_VARIANTS + 2];
+    static struct CMUnitTest tests[(N_KTYPES + 4) * N_VARIANTS + 3];
     static char names[(N_KTYPES + 4) * N_VARIANTS][64];
     const char *filter = argc > 1 ? argv[1] : NULL;
     size_t nt = 0;
@@ -560,5 +620,7 @@ int main(int argc, char **argv) {
         tests[nt++] = (struct CMUnitTest){"act_layout", test_act_layout, NULL, NULL, NULL};
     if (!filter || strstr("bad_scale", filter))
         tests[nt++] = (struct CMUnitTest){"bad_scale", test_bad_scale, NULL, NULL, NULL};
+    if (!filter || strstr("amx_same_bits", filter))
+        tests[nt++] = (struct CMUnitTest){"amx_same_bits", test_amx_same_bits, NULL, NULL, NULL};
     return _cmocka_run_group_tests("kquant", tests, nt, NULL, NULL);
 }

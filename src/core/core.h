@@ -93,6 +93,7 @@ static inline bool u64_add(uint64_t a, uint64_t b, uint64_t *out) {
 struct cpu_features {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+    bool amx; /* AMX-TILE and AMX-INT8, tile state enabled in XCR0 and granted by the OS */
     bool amd; /* vendor AuthenticAMD: memory-stream tuning only (kernels/cpu/avx512/avx512.h) */
 };
 /* Features the CPU has and the OS enables (XCR0 checked). Cached. */

@@ -2,10 +2,17 @@
  * cpu.c - CPUID feature detection for run-time kernel dispatch.
  *
  * A feature counts only when the CPU reports it and the OS saves the
- * registers it needs (XGETBV): AVX needs XCR0 bits 1-2, AVX-512 also 5-7.
+ * registers it needs (XGETBV): AVX needs XCR0 bits 1-2, AVX-512 also 5-7,
+ * AMX also 17-18 and, on Linux, the process's permission to use the tile
+ * data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here): a VM may report
+ * AMX in CPUID without granting it, and the first tile instruction would
+ * then fault.
  */
 #include <pthread.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 
 #include "core.h"
 
@@ -16,6 +23,15 @@ static uint64_t xgetbv0(void) {
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((uint64_t)hi << 32) | lo;
+}
+
+static bool amx_granted(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return false;
+#endif
 }
 
 static void detect(struct cpu_features *f) {
@@ -46,8 +62,10 @@ static void detect(struct cpu_features *f) {
         f->avx512bw = (b >> 30) & 1;
         f->avx512vl = (b >> 31) & 1;
         f->avx512vnni = (c >> 11) & 1;
+        bool amx = (d >> 24) & 1 && (d >> 25) & 1; /* AMX-TILE, AMX-INT8 */
         __cpuid_count(7, 1, a, b, c, d);
         f->avx512bf16 = (a >> 5) & 1;
+        if (amx && (xcr0 & 0x60000) == 0x60000) f->amx = amx_granted();
     }
 }
 #else

@@ -17,6 +17,7 @@
 #ifndef ANVIL_KN_OPS_H
 #define ANVIL_KN_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -134,5 +135,14 @@ extern const struct kn_ops kn_ops_ref;
  * env var overrides auto), or "ref"/"avx2"/"avx512". Returns NULL when the
  * forced family is unknown or the CPU cannot run it. */
 const struct kn_ops *kn_select(const char *force);
+
+/* AMX (Intel's tile matrix unit) inside the avx512 family: the packed
+ * matmuls of many tokens run their integer dot products on it when the
+ * CPU has it and the OS grants it (core/cpu.c), with bits identical to
+ * the AVX-512 VNNI path (cpu/amx/matmul_p_amx.c). ANVIL_AMX=0 in the
+ * environment turns it off; kn_amx_set() does it for tests and benchmarks
+ * (on = 0 or 1; refused, returning false, when the CPU cannot). */
+bool kn_amx_active(void);
+bool kn_amx_set(int on);
 
 #endif

@@ -57,10 +57,9 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/cpu/amx/amx.h"
 #include "kernels/cpu/avx512/avx512.h"
-
-enum { T_Q8_0, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_IQ4_NL };
-enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
+#include "kernels/cpu/avx512/p16.h"
 
 enum {
     GT = 2, GM = 6,    /* several tokens: register tiles of GT tiles x GM tokens */
@@ -69,39 +68,8 @@ enum {
     PF_DIST = 4096,    /* software prefetch distance (see matmul_q.c) */
     CORR_MAX = 16384,  /* int32 block corrections per call chunk (64 KB of stack; 64 tokens at 8192 wide) */
     TOK_CHUNK = 256,   /* tokens per call chunk */
-    GB = 8,            /* blocks per group: d (and m) first, then the quants */
+    AMX_MIN = 16,      /* tokens from which AMX runs (when kn_amx_active) */
 };
-
-static int ptype(int type) {
-    switch (type) {
-    case ANVIL_TYPE_Q8_0: return T_Q8_0;
-    case ANVIL_TYPE_Q4_0: return T_Q4_0;
-    case ANVIL_TYPE_Q4_1: return T_Q4_1;
-    case ANVIL_TYPE_Q5_0: return T_Q5_0;
-    case ANVIL_TYPE_Q5_1: return T_Q5_1;
-    case ANVIL_TYPE_IQ4_NL: return T_IQ4_NL;
-    default: return -1;
-    }
-}
-
-static inline int is_q5(int pt) { return pt == T_Q5_0 || pt == T_Q5_1; }
-/* an integer correction k * sum(qa) per block (see Numerics) */
-static inline int has_corr(int pt) { return pt != T_Q4_1 && pt != T_Q5_1; }
-static inline int chunks(int pt) { return pt == T_Q8_0 ? 8 : is_q5(pt) ? 5 : 4; }
-static inline int has_m(int pt) { return pt == T_Q4_1 || pt == T_Q5_1; }
-
-/* byte offsets inside a tile of nb blocks: groups of GB blocks, each its
- * head (d, then m) rounded up to 64 bytes, then its quants */
-static inline size_t head_bytes(int pt, int gl) { return ((size_t)gl * (has_m(pt) ? 64 : 32) + 63) & ~(size_t)63; }
-static inline size_t grp_bytes(int pt, int gl) { return head_bytes(pt, gl) + (size_t)gl * chunks(pt) * 64; }
-static inline int grp_len(int nb, int b) { return nb - b / GB * GB < GB ? nb - b / GB * GB : GB; }
-static inline size_t grp_off(int pt, int b) { return (size_t)(b / GB) * grp_bytes(pt, GB); }
-static inline size_t q_off(int pt, int nb, int b) {
-    return grp_off(pt, b) + head_bytes(pt, grp_len(nb, b)) + (size_t)(b % GB) * chunks(pt) * 64;
-}
-static inline size_t d_off(int pt, int b) { return grp_off(pt, b) + (size_t)(b % GB) * 32; }
-static inline size_t m_off(int pt, int nb, int b) { return d_off(pt, b) + (size_t)grp_len(nb, b) * 32; }
-static inline size_t tile_size(int pt, int nb) { return grp_off(pt, nb - 1) + grp_bytes(pt, grp_len(nb, nb - 1)); }
 
 size_t kn_pack_size_avx512(int type, int rows, int n) {
     int pt = ptype(type);
@@ -376,15 +344,6 @@ pk_tile_tokens(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, cons
     }
 }
 
-/* lanes of tile k that hold rows in [r0, r1) */
-static inline __mmask16 lanes(int k, int r0, int r1) {
-    int lo = r0 - k * R, hi = r1 - k * R;
-    if (lo < 0) lo = 0;
-    if (hi > R) hi = R;
-    if (hi <= lo) return 0;
-    return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-}
-
 /* Integer corrections of one activation row, negated (the start of the
  * block's integer dot): c[b] = -k * sum(qa of block b). */
 static void block_corr(int32_t *c, const int8_t *q, int nb, int k) {
@@ -408,6 +367,14 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
     int32_t corr[CORR_MAX];
     struct pk_act a;
     if (r0 >= r1 || n_tokens <= 0) return;
+    if (n_tokens >= AMX_MIN && kn_amx_active()) {
+        /* whole 16-token tiles on AMX, same bits (cpu/amx/matmul_p_amx.c) */
+        int done = kn_matmul_p_amx(pt, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
+        y += (size_t)done * ldy;
+        xb += (size_t)done * x_stride;
+        n_tokens -= done;
+        if (n_tokens == 0) return;
+    }
     int tc = CORR_MAX / nb < TOK_CHUNK ? CORR_MAX / nb : TOK_CHUNK;
     for (int c0 = 0; c0 < n_tokens; c0 += tc) {
         int nt = n_tokens - c0 < tc ? n_tokens - c0 : tc;

@@ -1,0 +1,20 @@
+/*
+ * amx.h - the AMX kernels. Compiled with the AVX-512 and AMX -m flags;
+ * callers (the avx512 packed matmuls) reach them only when
+ * kn_amx_active() says the CPU has AMX and the OS granted its tile state.
+ */
+#ifndef ANVIL_KN_AMX_H
+#define ANVIL_KN_AMX_H
+
+#include <stddef.h>
+
+/* The P16 packed matmul (cpu/avx512/p16.h; pt = T_*) for the first
+ * n_tokens / 16 * 16 tokens, with AMX integer dot products and the AVX-512
+ * kernel's float steps: y is bit-identical to kn_matmul_p_*_avx512's.
+ * Returns the number of tokens done (the caller runs the rest); 0 when the
+ * shape does not suit (fewer than 16 tokens). */
+int kn_matmul_p_amx(int pt, float *restrict y, size_t ldy,
+                    const void *restrict w, const void *restrict x,
+                    size_t x_stride, int n, int n_tokens, int r0, int r1);
+
+#endif
