@@ -17,22 +17,27 @@
 # Flags: GGML_NATIVE=ON (-march=native: whatever this CPU has), but AMX off
 # (-mno-amx-*): a VM may report AMX in cpuid without granting the tile
 # state, and the first `tilezero` then dies with SIGILL (the same reason
-# scripts/make_venv.sh names its ISA flags). No curl/OpenSSL, no web UI
-# download, static libraries.
+# scripts/make_venv.sh names its ISA flags). --amx builds with AMX as
+# -march=native has it (a separate directory): the peer a user on an AMX
+# machine that grants the tiles would run (ggml repacks Q4_0, Q4_1, Q8_0,
+# Q4_K, Q5_K, Q6_K and IQ4_XS for its AMX kernels). No curl/OpenSSL, no
+# web UI download, static libraries.
 #
 # Nothing of llama.cpp goes into the repository: the sdist is cached in
 # ~/.cache/anvil/sdist and unpacked under the build directory.
 #
-# Usage: bench/build_llamacpp.sh [-j N]     (ANVIL_CACHE overrides ~/.cache/anvil)
+# Usage: bench/build_llamacpp.sh [-j N] [--amx]   (ANVIL_CACHE overrides ~/.cache/anvil)
 set -euo pipefail
 
 VERSION=0.3.36
 CACHE="${ANVIL_CACHE:-$HOME/.cache/anvil}"
 JOBS=2
+AMX=0
 while [ $# -gt 0 ]; do
     case "$1" in
         -j) JOBS="$2"; shift 2 ;;
-        -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --amx) AMX=1; shift ;;
+        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build_llamacpp.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -42,7 +47,6 @@ say() { echo "build_llamacpp: $*" >&2; }
 CMAKE_FLAGS=(
     -DCMAKE_BUILD_TYPE=Release
     -DGGML_NATIVE=ON
-    -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
     -DBUILD_SHARED_LIBS=OFF
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
@@ -50,6 +54,11 @@ CMAKE_FLAGS=(
 )
 # explicit -mno-* flags win over the ISA set -march=native implies, in any order
 NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+if [ "$AMX" = 1 ]; then
+    NOAMX=""
+else
+    CMAKE_FLAGS+=(-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+fi
 
 cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2- | tr ' ' '\n' | sort -u | tr '\n' ' ')

@@ -8,11 +8,11 @@
 #ifndef ANVIL_KN_P16_H
 #define ANVIL_KN_P16_H
 
+#include "kernels/cpu/avx512/tile16.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 
 enum { T_Q8_0, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_IQ4_NL };
-enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
 enum { GB = 8 }; /* blocks per group: d (and m) first, then the quants */
 
 static inline int ptype(int type) {
@@ -68,18 +68,6 @@ static inline size_t m_off(int pt, int nb, int b) {
 }
 static inline size_t tile_size(int pt, int nb) {
   return grp_off(pt, nb - 1) + grp_bytes(pt, grp_len(nb, nb - 1));
-}
-
-/* lanes of tile k that hold rows in [r0, r1) */
-static inline uint16_t lanes(int k, int r0, int r1) {
-  int lo = r0 - k * R, hi = r1 - k * R;
-  if (lo < 0)
-    lo = 0;
-  if (hi > R)
-    hi = R;
-  if (hi <= lo)
-    return 0;
-  return (uint16_t)(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
 
 #endif
