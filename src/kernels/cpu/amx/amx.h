@@ -13,8 +13,18 @@
  * kernel's float steps: y is bit-identical to kn_matmul_p_*_avx512's.
  * Returns the number of tokens done (the caller runs the rest); 0 when the
  * shape does not suit (fewer than 16 tokens). */
-int kn_matmul_p_amx(int pt, float *restrict y, size_t ldy,
-                    const void *restrict w, const void *restrict x,
+int kn_matmul_p_amx(int pt, float *restrict y, size_t ldy, const void *restrict w, const void *restrict x,
                     size_t x_stride, int n, int n_tokens, int r0, int r1);
+
+/* The same for the P16K packed K-quant types (cpu/avx512/p16k.h; pt =
+ * T_Q4_K, T_Q5_K, T_Q2_K or T_Q3_K; 0 for the others): bit-identical to
+ * kn_matmul_p_*_avx512 of matmul_pk.c. */
+int kn_matmul_pk_amx(int pt, float *restrict y, size_t ldy, const void *restrict w, const void *restrict x,
+                     size_t x_stride, int n, int n_tokens, int r0, int r1);
+
+/* A buffer of at least `bytes` for the calling thread, kept between calls
+ * and freed when the thread ends; NULL when out of memory. One per
+ * thread: a kernel's callee must not ask for it. */
+void *kn_amx_scratch(size_t bytes);
 
 #endif

@@ -109,6 +109,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/cpu/amx/amx.h"
 #include "kernels/cpu/avx512/avx512.h"
 #include "kernels/cpu/avx512/p16k.h"
 
@@ -132,6 +133,7 @@ enum {
      * that take the decoded windows (p16k.h: DWIN; the decode pays for
      * itself from about 16 tokens for Q2_K, 20 for Q3_K) */
     DEC_MIN = 24,
+    AMX_MIN = 16, /* tokens from which AMX runs (when kn_amx_active) */
 };
 
 size_t kn_pack_size_pk_avx512(int type, int rows, int n) {
@@ -579,6 +581,15 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
     int32_t scr[SCR_MAX];
     struct pk_act a;
     if (r0 >= r1 || n_tokens <= 0) return;
+    if (n_tokens >= AMX_MIN && kn_amx_active()) {
+        /* whole 16-token tiles on AMX where the type has a kernel there,
+         * same bits (cpu/amx/matmul_pk_amx.c) */
+        int done = kn_matmul_pk_amx(pt, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
+        y += (size_t)done * ldy;
+        xb += (size_t)done * x_stride;
+        n_tokens -= done;
+        if (n_tokens == 0) return;
+    }
     int tc = SCR_MAX / (nsb * np) < TOK_CHUNK ? SCR_MAX / (nsb * np) : TOK_CHUNK;
     for (int c0 = 0; c0 < n_tokens; c0 += tc) {
         int nt = n_tokens - c0 < tc ? n_tokens - c0 : tc;

@@ -16,58 +16,45 @@ enum { T_Q8_0, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_IQ4_NL };
 enum { GB = 8 }; /* blocks per group: d (and m) first, then the quants */
 
 static inline int ptype(int type) {
-  switch (type) {
-  case ANVIL_TYPE_Q8_0:
-    return T_Q8_0;
-  case ANVIL_TYPE_Q4_0:
-    return T_Q4_0;
-  case ANVIL_TYPE_Q4_1:
-    return T_Q4_1;
-  case ANVIL_TYPE_Q5_0:
-    return T_Q5_0;
-  case ANVIL_TYPE_Q5_1:
-    return T_Q5_1;
-  case ANVIL_TYPE_IQ4_NL:
-    return T_IQ4_NL;
-  default:
-    return -1;
-  }
+    switch (type) {
+    case ANVIL_TYPE_Q8_0:
+        return T_Q8_0;
+    case ANVIL_TYPE_Q4_0:
+        return T_Q4_0;
+    case ANVIL_TYPE_Q4_1:
+        return T_Q4_1;
+    case ANVIL_TYPE_Q5_0:
+        return T_Q5_0;
+    case ANVIL_TYPE_Q5_1:
+        return T_Q5_1;
+    case ANVIL_TYPE_IQ4_NL:
+        return T_IQ4_NL;
+    default:
+        return -1;
+    }
 }
 
 static inline int is_q5(int pt) { return pt == T_Q5_0 || pt == T_Q5_1; }
 /* an integer correction k * sum(qa) per block (see Numerics) */
 static inline int has_corr(int pt) { return pt != T_Q4_1 && pt != T_Q5_1; }
-static inline int chunks(int pt) {
-  return pt == T_Q8_0 ? 8 : is_q5(pt) ? 5 : 4;
-}
+static inline int chunks(int pt) { return pt == T_Q8_0 ? 8 : is_q5(pt) ? 5 : 4; }
 static inline int has_m(int pt) { return pt == T_Q4_1 || pt == T_Q5_1; }
 
 /* byte offsets inside a tile of nb blocks: groups of GB blocks, each its
  * head (d, then m) rounded up to 64 bytes, then its quants */
 static inline size_t head_bytes(int pt, int gl) {
-  return ((size_t)gl * (has_m(pt) ? 64 : 32) + 63) & ~(size_t)63;
+    return ((size_t)gl * (has_m(pt) ? 64 : 32) + 63) & ~(size_t)63;
 }
-static inline size_t grp_bytes(int pt, int gl) {
-  return head_bytes(pt, gl) + (size_t)gl * chunks(pt) * 64;
-}
-static inline int grp_len(int nb, int b) {
-  return nb - b / GB * GB < GB ? nb - b / GB * GB : GB;
-}
-static inline size_t grp_off(int pt, int b) {
-  return (size_t)(b / GB) * grp_bytes(pt, GB);
-}
+static inline size_t grp_bytes(int pt, int gl) { return head_bytes(pt, gl) + (size_t)gl * chunks(pt) * 64; }
+static inline int grp_len(int nb, int b) { return nb - b / GB * GB < GB ? nb - b / GB * GB : GB; }
+static inline size_t grp_off(int pt, int b) { return (size_t)(b / GB) * grp_bytes(pt, GB); }
 static inline size_t q_off(int pt, int nb, int b) {
-  return grp_off(pt, b) + head_bytes(pt, grp_len(nb, b)) +
-         (size_t)(b % GB) * chunks(pt) * 64;
+    return grp_off(pt, b) + head_bytes(pt, grp_len(nb, b)) + (size_t)(b % GB) * chunks(pt) * 64;
 }
-static inline size_t d_off(int pt, int b) {
-  return grp_off(pt, b) + (size_t)(b % GB) * 32;
-}
-static inline size_t m_off(int pt, int nb, int b) {
-  return d_off(pt, b) + (size_t)grp_len(nb, b) * 32;
-}
+static inline size_t d_off(int pt, int b) { return grp_off(pt, b) + (size_t)(b % GB) * 32; }
+static inline size_t m_off(int pt, int nb, int b) { return d_off(pt, b) + (size_t)grp_len(nb, b) * 32; }
 static inline size_t tile_size(int pt, int nb) {
-  return grp_off(pt, nb - 1) + grp_bytes(pt, grp_len(nb, nb - 1));
+    return grp_off(pt, nb - 1) + grp_bytes(pt, grp_len(nb, nb - 1));
 }
 
 #endif

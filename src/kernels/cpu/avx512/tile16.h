@@ -14,14 +14,11 @@ enum { R = KN_PACK_ROWS }; /* rows per tile = zmm dword lanes */
 
 /* lanes of tile k that hold rows in [r0, r1) */
 static inline uint16_t lanes(int k, int r0, int r1) {
-  int lo = r0 - k * R, hi = r1 - k * R;
-  if (lo < 0)
-    lo = 0;
-  if (hi > R)
-    hi = R;
-  if (hi <= lo)
-    return 0;
-  return (uint16_t)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    int lo = r0 - k * R, hi = r1 - k * R;
+    if (lo < 0) lo = 0;
+    if (hi > R) hi = R;
+    if (hi <= lo) return 0;
+    return (uint16_t)(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
 
 #endif
