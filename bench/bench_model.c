@@ -32,6 +32,7 @@
 #include "bench.h"
 #include "bench_util.h"
 #include "core/core.h"
+#include "kernels/ops.h"
 
 /* ---------------------------------------------------------------------- */
 /* profile by category (--profile) */
@@ -110,8 +111,17 @@ struct pp_tg_res {
     struct anvil_prof prof;
 };
 
+/* the kernel family, "+amx" when its packed prefill runs on AMX */
+static const char *kernels_label(struct anvil_model *m, bool *amx) {
+    const char *k = anvil_model_kernels(m);
+    *amx = !strcmp(k, "avx512") && kn_amx_active();
+    return *amx ? "avx512+amx" : k;
+}
+
 static void print_row(const struct pp_tg_opts *o, struct anvil_model *m, const char *test,
                       const struct pp_tg_res *r) {
+    bool amx;
+    const char *kl = kernels_label(m, &amx);
     if (o->json) {
         struct bench_json j;
         bench_json_begin(&j, stdout, NULL);
@@ -122,6 +132,7 @@ static void print_row(const struct pp_tg_opts *o, struct anvil_model *m, const c
         bench_json_str(&j, "model", anvil_model_desc(m));
         bench_json_str(&j, "quant", anvil_type_name(anvil_model_type(m)));
         bench_json_str(&j, "kernels", anvil_model_kernels(m));
+        bench_json_bool(&j, "amx", amx);
         bench_json_int(&j, "reps", o->reps);
         bench_json_str(&j, "commit", bench_commit());
         if (o->profile) {
@@ -134,9 +145,8 @@ static void print_row(const struct pp_tg_opts *o, struct anvil_model *m, const c
         }
         bench_json_end(&j);
     } else {
-        printf("| %-44s | %5s | %7d | %-7s | %6s | %10.2f ± %6.2f |\n", anvil_model_desc(m),
-               anvil_type_name(anvil_model_type(m)), o->n_threads, anvil_model_kernels(m), test,
-               r->mean, r->sd);
+        printf("| %-44s | %5s | %7d | %-10s | %6s | %10.2f ± %6.2f |\n", anvil_model_desc(m),
+               anvil_type_name(anvil_model_type(m)), o->n_threads, kl, test, r->mean, r->sd);
         fflush(stdout);
     }
 }
@@ -251,9 +261,9 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
         pos[i] = i;
     }
     if (!o->json) {
-        printf("| %-44s | %5s | %7s | %-7s | %6s | %19s |\n", "model", "type", "threads",
+        printf("| %-44s | %5s | %7s | %-10s | %6s | %19s |\n", "model", "type", "threads",
                "kernels", "test", "t/s");
-        printf("|----------------------------------------------|-------|---------|---------|"
+        printf("|----------------------------------------------|-------|---------|------------|"
                "--------|---------------------|\n");
     }
     for (int k = 0; k < 2; k++) {

@@ -33,10 +33,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANVIL = os.path.join(ROOT, "bin", "anvil")
 
 
-def llama_tool(name="llama-bench"):
-    """Path of one of llama.cpp's native tools (bench/build_llamacpp.sh builds them)."""
-    out = subprocess.run([os.path.join(ROOT, "bench", "build_llamacpp.sh")], check=True,
-                         capture_output=True, text=True).stdout.split()
+def llama_tool(name="llama-bench", amx=False):
+    """Path of one of llama.cpp's native tools (bench/build_llamacpp.sh builds them;
+    amx: the build with AMX, for a machine that grants it)."""
+    cmd = [os.path.join(ROOT, "bench", "build_llamacpp.sh")] + (["--amx"] if amx else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()
     return os.path.join(out[-1], name)
 
 
@@ -78,7 +79,8 @@ def run_anvil(model, p, n, t, r):
     for line in out.splitlines():
         if line.startswith("{"):
             j = json.loads(line)
-            rec[j["test"][:2]] = (j["tok_s"], j.get("tok_s_sd", 0.0), j.get("kernels"))
+            kern = j.get("kernels", "") + ("+amx" if j.get("amx") else "")
+            rec[j["test"][:2]] = (j["tok_s"], j.get("tok_s_sd", 0.0), kern)
     return rec
 
 
@@ -128,6 +130,9 @@ def main():
     ap.add_argument("-t", default="2")
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--amx", action="store_true",
+                    help="the peer is llama.cpp built with AMX (build_llamacpp.sh --amx), "
+                         "the native build on a machine that grants the tiles")
     ap.add_argument("--bw", action="store_true",
                     help="measure read bandwidth around each pass; decode as a share of it")
     a = ap.parse_args()
@@ -137,9 +142,9 @@ def main():
     for m in a.models:
         if not os.path.isfile(m):
             ap.error(f"no such model: {m}")
-    llama = llama_tool()
+    llama = llama_tool(amx=a.amx)
     doc = {"load_before": os.getloadavg(), "p": a.p, "n": a.n, "reps": a.r,
-           "llama_bench": llama, "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": []}
+           "llama_bench": llama, "llama_amx": a.amx, "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": []}
     steps = len(a.models) * len(threads) * 4
     k = 0
     for m in a.models:
