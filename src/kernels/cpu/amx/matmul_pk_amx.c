@@ -1,6 +1,6 @@
 /*
- * matmul_pk_amx.c - the P16K packed matmul of Q4_K, Q5_K, Q2_K and Q3_K
- * weights times Q8K activations, 16 tokens and more, with the integer dot
+ * matmul_pk_amx.c - the P16K packed matmul of Q4_K, Q5_K, Q6_K, Q2_K and
+ * Q3_K weights times Q8K activations, 16 tokens and more, with the integer dot
  * products on AMX and the float steps of the AVX-512 kernel (matmul_pk.c).
  *
  * Why not one tile product per sub-block, as the 32-element types do
@@ -15,10 +15,16 @@
  *     (|C| <= 256 * 217 * 128 < 2^23). S2 (the mins) as matmul_pk.c:
  *     vpdpwssd of the tile's (m_2p, m_2p+1) pairs against the token's
  *     bsum pairs;
+ *   Q6_K: q - 32 (-32..31) signed, and sc_j (-128..127) + 128 = u_j in
+ *     base 4, sc_j = 64 (u3 - 2) + 16 u2 + 4 u1 + u0, every digit times
+ *     q - 32 a signed byte (-96..93): four passes, all TDPBSSD, S = 64 C3
+ *     + 16 C2 + 4 C1 + C0 exactly (|S| < 2^28), with the -32 bsum offset
+ *     inside the products (no correction);
  *   Q2_K, Q3_K: the decoded windows of matmul_pk.c (p16k.h: dec_window),
  *     whose bytes already carry the scales: one pass is the whole S1 (Q2_K)
  *     or S less its bsum correction (Q3_K, added by vpdpwssd as there).
- * Weights are unsigned bytes, activations signed: TDPBSUD. The integers
+ * Weights are unsigned bytes, activations signed: TDPBSUD (Q6_K's signed:
+ * TDPBSSD). The integers
  * are matmul_pk.c's exactly, and the float step per (token, row,
  * super-block) is its own, in order, so y is bit-identical to the AVX-512
  * kernel (unit_kquant: amx_same_bits, batch_invariance).
@@ -55,6 +61,13 @@ struct kdec {
     __m512 dw[DWIN], dm[DWIN];
 };
 
+/* Q6_K: a window of Q6WIN super-blocks in four passes (32 KiB) */
+enum { Q6WIN = 2 };
+struct q6dec {
+    uint8_t q[Q6WIN][4][64][64] __attribute__((aligned(64))); /* [super-block][pass][chunk] */
+    __m512 dw[Q6WIN];
+};
+
 struct tile_cfg {
     uint8_t palette, start_row;
     uint8_t reserved[14];
@@ -62,7 +75,8 @@ struct tile_cfg {
     uint8_t rows[16];
 };
 /* every tile 16 x 64 bytes: 0-3 C (two per pass: even and odd
- * super-blocks), 4, 5 A (alternating 64-element groups), 6, 7 B (lo, hi).
+ * super-blocks; Q6_K: one per pass), 4, 5 A (alternating 64-element
+ * groups), 6, 7 B (lo, hi; Q6_K: alternating passes).
  * A constant object: see matmul_p_amx.c. */
 static const struct tile_cfg cfg = {
     .palette = 1,
@@ -96,6 +110,72 @@ static inline __attribute__((always_inline)) void dec_q45(int pt, const uint8_t 
         }
     }
 }
+
+/* Super-blocks [b0, b0 + nw) of Q6_K tile tp into qd. */
+static inline __attribute__((always_inline)) void dec_q6(const uint8_t *tp, int nsb, int b0, int nw,
+                                                         struct q6dec *qd) {
+    const __m512i m3 = _mm512_set1_epi32(3), k128 = _mm512_set1_epi32(128), k2 = _mm512_set1_epi32(2);
+    for (int bi = 0; bi < nw; bi++) {
+        const int b = b0 + bi;
+        const uint8_t *body = tp + body0(T_Q6_K, nsb) + (size_t)b * body_size(T_Q6_K);
+        qd->dw[bi] =
+            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)((const uint16_t *)tp + (size_t)b * 16)));
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            /* sc_j: byte j % 4 of scale chunk j / 4, sign-extended; its
+             * base-4 digits of sc_j + 128, the top one less 2 */
+            const __m512i x = _mm512_load_si512(body + Q6K_SC + 64 * (j / 4));
+            const __m512i u =
+                _mm512_add_epi32(_mm512_srai_epi32(_mm512_slli_epi32(x, 24 - 8 * (j % 4)), 24), k128);
+            const __m512i dg[4] = {_mm512_and_si512(u, m3), _mm512_and_si512(_mm512_srli_epi32(u, 2), m3),
+                                   _mm512_and_si512(_mm512_srli_epi32(u, 4), m3),
+                                   _mm512_sub_epi32(_mm512_srli_epi32(u, 6), k2)};
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i v = wchunk(T_Q6_K, body, j / 8 * 8, j % 8, k);
+                if (j % 8 >= 6) /* slot s = 3 comes as 4q */
+                    v = _mm512_and_si512(_mm512_srli_epi16(v, 2), _mm512_set1_epi8(0x3f));
+                v = _mm512_sub_epi8(v, _mm512_set1_epi8(32));
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) _mm512_store_si512(qd->q[bi][i][4 * j + k], mul_bytes(v, dg[i]));
+            }
+        }
+    }
+}
+
+/* Q6_K super-block S: its four passes into C tiles 0-3 */
+#define Q6G(TA, TB0, TB1, G)                                                                                   \
+    do {                                                                                                       \
+        _tile_loadd(TA, xs_ + 64 * (G), (long)x_stride);                                                       \
+        _tile_loadd(TB0, bq_ + 1024 * (G), 64);                                                                \
+        _tile_dpbssd(0, TA, TB0);                                                                              \
+        _tile_loadd(TB1, bq_ + 4096 + 1024 * (G), 64);                                                         \
+        _tile_dpbssd(1, TA, TB1);                                                                              \
+        _tile_loadd(TB0, bq_ + 8192 + 1024 * (G), 64);                                                         \
+        _tile_dpbssd(2, TA, TB0);                                                                              \
+        _tile_loadd(TB1, bq_ + 12288 + 1024 * (G), 64);                                                        \
+        _tile_dpbssd(3, TA, TB1);                                                                              \
+    } while (0)
+#define Q6MUL(S)                                                                                               \
+    do {                                                                                                       \
+        const uint8_t *xs_ = xa + (size_t)(b0 + (S)) * QK_K;                                                   \
+        const uint8_t *bq_ = qb + (size_t)(S)*sbs;                                                             \
+        _tile_zero(0);                                                                                         \
+        _tile_zero(1);                                                                                         \
+        _tile_zero(2);                                                                                         \
+        _tile_zero(3);                                                                                         \
+        Q6G(4, 6, 7, 0);                                                                                       \
+        Q6G(5, 6, 7, 1);                                                                                       \
+        Q6G(4, 6, 7, 2);                                                                                       \
+        Q6G(5, 6, 7, 3);                                                                                       \
+    } while (0)
+#define Q6STORE(S)                                                                                             \
+    do {                                                                                                       \
+        _tile_stored(0, cb[(S) % NCB][0], 64);                                                                 \
+        _tile_stored(1, cb[(S) % NCB][1], 64);                                                                 \
+        _tile_stored(2, cb[(S) % NCB][2], 64);                                                                 \
+        _tile_stored(3, cb[(S) % NCB][3], 64);                                                                 \
+    } while (0)
 
 /* Super-block S's tile products into C tiles CL (and CH): A from the
  * token tile's rows at xa (x_stride apart), B from the decoded bytes. */
@@ -162,6 +242,15 @@ static inline __attribute__((always_inline)) void ksteps(int pt, __m512 acc[TM],
 #pragma GCC unroll 16
     for (int t = 0; t < TM; t++) {
         __m512i is = _mm512_load_si512(c + 16 * t);
+        if (pt == T_Q6_K) {
+            __m512i hi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c + 768 + 16 * t), 2),
+                                          _mm512_load_si512(c + 512 + 16 * t));
+            hi = _mm512_add_epi32(_mm512_slli_epi32(hi, 2), _mm512_load_si512(c + 256 + 16 * t));
+            is = _mm512_add_epi32(_mm512_slli_epi32(hi, 2), is);
+            acc[t] = _mm512_add_ps(
+                acc[t], _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da[t])), _mm512_cvtepi32_ps(is)));
+            continue;
+        }
         if (two) is = _mm512_add_epi32(is, _mm512_slli_epi32(_mm512_load_si512(c + 256 + 16 * t), 3));
         const __m512 d = _mm512_set1_ps(da[t]);
         __m512 v;
@@ -185,10 +274,13 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
                                                                const uint8_t *restrict x, size_t x_stride,
                                                                int n, int n_tokens, int r0, int r1) {
     const int nsb = n / QK_K, ntk = n_tokens / TM * TM, two = is_q45(pt);
-    const int np = two ? 4 : 8; /* token scratch per super-block (pk_scratch, dec_scratch_q3) */
+    const int q6 = pt == T_Q6_K;
+    /* token scratch per super-block (pk_scratch, dec_scratch_q3; Q6_K none) */
+    const int np = q6 ? 0 : two ? 4 : 8;
+    const int win = q6 ? Q6WIN : DWIN; /* super-blocks per decoded window */
     const size_t ts = tile_size(pt, nsb);
     const int k0 = r0 / R, k1 = (r1 + R - 1) / R;
-    int32_t cb[NCB][2][TM * 16] __attribute__((aligned(64)));
+    int32_t cb[NCB][4][TM * 16] __attribute__((aligned(64)));
     int32_t one[DWIN * NPMAX * 8]; /* one token's scratch, per window-sized piece */
     if (ntk == 0 || r0 >= r1) return 0;
     int tch = (int)(XCH_BYTES / (size_t)n) / TM * TM;
@@ -196,17 +288,19 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
     if (tch > ntk) tch = ntk;
     /* scratch: the decoded window, then the chunk's da and token scratch
      * by token tile, super-block, (pair,) token */
-    const size_t decb = two ? sizeof(struct kdec) : sizeof(struct pk_dec);
+    const size_t decb = q6 ? sizeof(struct q6dec) : two ? sizeof(struct kdec) : sizeof(struct pk_dec);
     uint8_t *buf = kn_amx_scratch(decb + (size_t)tch * nsb * (1 + np) * 4);
     if (!buf) return 0;
     struct kdec *kd = (struct kdec *)buf;
     struct pk_dec *pd = (struct pk_dec *)buf;
+    struct q6dec *qd = (struct q6dec *)buf;
     float *dt = (float *)(buf + decb);
     int32_t *pt_ = (int32_t *)(dt + (size_t)tch * nsb);
-    const uint8_t *qb = two ? &kd->q[0][0][0][0] : &pd->q[0][0][0];
-    const size_t sbs = two ? sizeof kd->q[0] : sizeof pd->q[0]; /* bytes per decoded super-block */
-    const __m512i *cpb = two ? &kd->cp[0][0] : &pd->cp[0][0];
-    const __m512 *dwb = two ? kd->dw : pd->dw, *dmb = two ? kd->dm : pd->dm;
+    const uint8_t *qb = q6 ? &qd->q[0][0][0][0] : two ? &kd->q[0][0][0][0] : &pd->q[0][0][0];
+    /* bytes per decoded super-block */
+    const size_t sbs = q6 ? sizeof qd->q[0] : two ? sizeof kd->q[0] : sizeof pd->q[0];
+    const __m512i *cpb = q6 ? NULL : two ? &kd->cp[0][0] : &pd->cp[0][0];
+    const __m512 *dwb = q6 ? qd->dw : two ? kd->dw : pd->dw, *dmb = q6 ? qd->dw : two ? kd->dm : pd->dm;
     _tile_loadconfig(&cfg);
     for (int c0 = 0; c0 < ntk; c0 += tch) {
         const int c1 = ntk - c0 < tch ? ntk : c0 + tch;
@@ -220,7 +314,7 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
                 const int nw = nsb - b0 < DWIN ? nsb - b0 : DWIN;
                 if (pt == T_Q3_K)
                     dec_scratch_q3(one, bs + 16 * b0, nw);
-                else
+                else if (!q6)
                     pk_scratch(pt, one, bs + 16 * b0, nw);
                 for (int bi = 0; bi < nw; bi++) {
                     const size_t sb = tt * nsb + b0 + bi;
@@ -232,9 +326,11 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
         for (int k = k0; k < k1; k++) {
             const uint8_t *tp = w + (size_t)k * ts;
             const __mmask16 sm = lanes(k, r0, r1);
-            for (int b0 = 0; b0 < nsb; b0 += DWIN) {
-                const int nw = nsb - b0 < DWIN ? nsb - b0 : DWIN;
-                if (two)
+            for (int b0 = 0; b0 < nsb; b0 += win) {
+                const int nw = nsb - b0 < win ? nsb - b0 : win;
+                if (q6)
+                    dec_q6(tp, nsb, b0, nw, qd);
+                else if (two)
                     dec_q45(pt, tp, b0, nw, kd);
                 else
                     dec_window(pt, tp, nsb, b0, nw, pd);
@@ -247,13 +343,21 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
                     for (int t = 0; t < TM; t++)
                         acc[t] = b0 ? _mm512_maskz_loadu_ps(sm, yt + (size_t)t * ldy) : _mm512_setzero_ps();
                     for (int s = 0; s < nw + 1 + LAG; s++) {
-                        if (s < nw) KSTEP_MUL(s);
-                        if (s >= 1 && s <= nw) KSTEP_STORE(s - 1);
+                        /* Q6_K has one C tile per pass: stored at once */
+                        if (s < nw) {
+                            if (q6) {
+                                Q6MUL(s);
+                                Q6STORE(s);
+                            } else {
+                                KSTEP_MUL(s);
+                            }
+                        }
+                        if (!q6 && s >= 1 && s <= nw) KSTEP_STORE(s - 1);
                         const int e = s - 1 - LAG;
                         if (e >= 0) {
                             const size_t sb = tt * nsb + b0 + e;
-                            ksteps(pt, acc, cb[e % NCB][0], dt + sb * TM, pt_ + sb * np * TM, cpb + 8 * e,
-                                   dwb[e], dmb[e]);
+                            ksteps(pt, acc, cb[e % NCB][0], dt + sb * TM, pt_ + sb * np * TM,
+                                   q6 ? NULL : cpb + 8 * e, dwb[e], dmb[e]);
                         }
                     }
 #pragma GCC unroll 16
@@ -273,6 +377,8 @@ int kn_matmul_pk_amx(int pt, float *restrict y, size_t ldy, const void *restrict
         return matmul_pk_amx(T_Q4_K, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
     case T_Q5_K:
         return matmul_pk_amx(T_Q5_K, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
+    case T_Q6_K:
+        return matmul_pk_amx(T_Q6_K, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
     case T_Q2_K:
         return matmul_pk_amx(T_Q2_K, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
     case T_Q3_K:
