@@ -17,7 +17,7 @@ int kn_matmul_p_amx(int pt, float *restrict y, size_t ldy, const void *restrict 
                     size_t x_stride, int n, int n_tokens, int r0, int r1);
 
 /* The same for the P16K packed K-quant types (cpu/avx512/p16k.h; pt =
- * T_Q4_K, T_Q5_K, T_Q6_K, T_Q2_K or T_Q3_K; 0 for the others): bit-identical to
+ * T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS, T_Q2_K or T_Q3_K): bit-identical to
  * kn_matmul_p_*_avx512 of matmul_pk.c. */
 int kn_matmul_pk_amx(int pt, float *restrict y, size_t ldy, const void *restrict w, const void *restrict x,
                      size_t x_stride, int n, int n_tokens, int r0, int r1);

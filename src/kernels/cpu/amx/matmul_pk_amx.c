@@ -1,6 +1,6 @@
 /*
- * matmul_pk_amx.c - the P16K packed matmul of Q4_K, Q5_K, Q6_K, Q2_K and
- * Q3_K weights times Q8K activations, 16 tokens and more, with the integer dot
+ * matmul_pk_amx.c - the P16K packed matmul of Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K
+ * and Q3_K weights times Q8K activations, 16 tokens and more, with the integer dot
  * products on AMX and the float steps of the AVX-512 kernel (matmul_pk.c).
  *
  * Why not one tile product per sub-block, as the 32-element types do
@@ -20,6 +20,9 @@
  *     q - 32 a signed byte (-96..93): four passes, all TDPBSSD, S = 64 C3
  *     + 16 C2 + 4 C1 + C0 exactly (|S| < 2^28), with the -32 bsum offset
  *     inside the products (no correction);
+ *   IQ4_XS: the table values (-127..113) times the balanced ternary digits
+ *     of ls_j (-32..31 = sum 3^i t_i, t_i in -1..1): four TDPBSSD passes,
+ *     S = 27 C3 + 9 C2 + 3 C1 + C0;
  *   Q2_K, Q3_K: the decoded windows of matmul_pk.c (p16k.h: dec_window),
  *     whose bytes already carry the scales: one pass is the whole S1 (Q2_K)
  *     or S less its bsum correction (Q3_K, added by vpdpwssd as there).
@@ -143,7 +146,41 @@ static inline __attribute__((always_inline)) void dec_q6(const uint8_t *tp, int 
     }
 }
 
-/* Q6_K super-block S: its four passes into C tiles 0-3 */
+/* Super-blocks [b0, b0 + nw) of IQ4_XS tile tp into qd: the values
+ * (-127..113) times the balanced ternary digits of ls_j (-32..31 = sum
+ * 3^i t_i, t_i in -1..1: ls + 40 in base 3, each digit less 1), every
+ * product a signed byte. */
+static inline __attribute__((always_inline)) void dec_iq4xs(const uint8_t *tp, int nsb, int b0, int nw,
+                                                            struct q6dec *qd) {
+    const __m512i one = _mm512_set1_epi32(1), three = _mm512_set1_epi32(3), k43 = _mm512_set1_epi32(43);
+    for (int bi = 0; bi < nw; bi++) {
+        const int b = b0 + bi;
+        const uint8_t *body = tp + body0(T_IQ4_XS, nsb) + (size_t)b * body_size(T_IQ4_XS);
+        qd->dw[bi] =
+            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)((const uint16_t *)tp + (size_t)b * 16)));
+        struct pk_scales sc;
+        decode_scales(T_IQ4_XS, body, &sc);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m512i x = _mm512_add_epi32(sc.sc[j], _mm512_set1_epi32(40)), tr[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) { /* x / 3 = (43 x) >> 7 for x <= 80 */
+                const __m512i q = _mm512_srli_epi32(_mm512_mullo_epi32(x, k43), 7);
+                tr[i] = _mm512_sub_epi32(_mm512_sub_epi32(x, _mm512_mullo_epi32(q, three)), one);
+                x = q;
+            }
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i v = _mm512_xor_si512(wchunk(T_IQ4_XS, body, j / 2 * 2, j % 2, k),
+                                                   _mm512_set1_epi8((char)0x80)); /* the value, signed */
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) _mm512_store_si512(qd->q[bi][i][8 * j + k], mul_bytes(v, tr[i]));
+            }
+        }
+    }
+}
+
+/* Q6_K, IQ4_XS super-block S: its four passes into C tiles 0-3 */
 #define Q6G(TA, TB0, TB1, G)                                                                                   \
     do {                                                                                                       \
         _tile_loadd(TA, xs_ + 64 * (G), (long)x_stride);                                                       \
@@ -242,11 +279,14 @@ static inline __attribute__((always_inline)) void ksteps(int pt, __m512 acc[TM],
 #pragma GCC unroll 16
     for (int t = 0; t < TM; t++) {
         __m512i is = _mm512_load_si512(c + 16 * t);
-        if (pt == T_Q6_K) {
-            __m512i hi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c + 768 + 16 * t), 2),
-                                          _mm512_load_si512(c + 512 + 16 * t));
-            hi = _mm512_add_epi32(_mm512_slli_epi32(hi, 2), _mm512_load_si512(c + 256 + 16 * t));
-            is = _mm512_add_epi32(_mm512_slli_epi32(hi, 2), is);
+        if (pt == T_Q6_K || pt == T_IQ4_XS) { /* 64 C3 + 16 C2 + 4 C1 + C0, or 27, 9, 3, 1 */
+            __m512i hi = _mm512_load_si512(c + 768 + 16 * t);
+#pragma GCC unroll 3
+            for (int i = 2; i >= 0; i--) {
+                hi = pt == T_Q6_K ? _mm512_slli_epi32(hi, 2) : _mm512_add_epi32(_mm512_slli_epi32(hi, 1), hi);
+                hi = _mm512_add_epi32(hi, i ? _mm512_load_si512(c + 256 * i + 16 * t) : is);
+            }
+            is = hi;
             acc[t] = _mm512_add_ps(
                 acc[t], _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da[t])), _mm512_cvtepi32_ps(is)));
             continue;
@@ -274,7 +314,7 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
                                                                const uint8_t *restrict x, size_t x_stride,
                                                                int n, int n_tokens, int r0, int r1) {
     const int nsb = n / QK_K, ntk = n_tokens / TM * TM, two = is_q45(pt);
-    const int q6 = pt == T_Q6_K;
+    const int q6 = pt == T_Q6_K || pt == T_IQ4_XS; /* four passes, one C tile each */
     /* token scratch per super-block (pk_scratch, dec_scratch_q3; Q6_K none) */
     const int np = q6 ? 0 : two ? 4 : 8;
     const int win = q6 ? Q6WIN : DWIN; /* super-blocks per decoded window */
@@ -328,8 +368,10 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
             const __mmask16 sm = lanes(k, r0, r1);
             for (int b0 = 0; b0 < nsb; b0 += win) {
                 const int nw = nsb - b0 < win ? nsb - b0 : win;
-                if (q6)
+                if (pt == T_Q6_K)
                     dec_q6(tp, nsb, b0, nw, qd);
+                else if (pt == T_IQ4_XS)
+                    dec_iq4xs(tp, nsb, b0, nw, qd);
                 else if (two)
                     dec_q45(pt, tp, b0, nw, kd);
                 else
@@ -379,6 +421,8 @@ int kn_matmul_pk_amx(int pt, float *restrict y, size_t ldy, const void *restrict
         return matmul_pk_amx(T_Q5_K, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
     case T_Q6_K:
         return matmul_pk_amx(T_Q6_K, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
+    case T_IQ4_XS:
+        return matmul_pk_amx(T_IQ4_XS, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
     case T_Q2_K:
         return matmul_pk_amx(T_Q2_K, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
     case T_Q3_K:
