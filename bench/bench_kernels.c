@@ -40,6 +40,7 @@
 #include "core/core.h"
 #include "core/pool.h"
 #include "gguf/gguf.h"
+#include "kernels/cpu/amx/amx.h"
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
 #include "quant/quant.h"
@@ -397,6 +398,28 @@ int bench_kernels(int argc, char **argv) {
         if (!o.json)
             printf("int8 multiply-accumulate peak (%s, best compute-only loop): %.1f GOP/s per thread\n",
                    VARIANTS[v], best);
+    }
+    if (kn_amx_active() && ops[V_PACKED]) {
+        /* the tile unit's own peak: the AMX kernels' limit */
+        double best = 0.0;
+        for (int r = 0; r < 3; r++) {
+            double g = kn_amx_int8_peak(0.2);
+            if (g > best) best = g;
+        }
+        if (o.json || data) {
+            struct bench_json j;
+            bench_json_begin(&j, o.json ? stdout : NULL, data);
+            bench_json_str(&j, "bench", "amx_int8_peak");
+            bench_json_num(&j, "gops_per_thread", best, 2);
+            bench_json_str(&j, "commit", commit);
+            bench_json_str(&j, "cpu", cpu);
+            bench_json_end(&j);
+        }
+        if (!o.json)
+            printf("AMX int8 peak (register-only TDPBSSD loop): %.1f GOP/s per thread; the %s kernels "
+                   "run their many-token products on AMX (ANVIL_AMX=0: off), so their share of the "
+                   "VNNI peak can pass 100%%\n",
+                   best, VARIANTS[V_PACKED]);
     }
     if (o.membw) {
         int tl[2] = {1, 2};

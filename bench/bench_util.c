@@ -68,10 +68,12 @@ const char *bench_cpu_flags(void) {
     static char s[160];
     if (s[0]) return s;
     const struct cpu_features *f = cpu_get_features();
-    snprintf(s, sizeof(s), "%s%s%s%s%s%s%s%s%s", f->avx2 ? "avx2 " : "", f->fma ? "fma " : "",
+    snprintf(s, sizeof(s), "%s%s%s%s%s%s%s%s%s%s", f->avx2 ? "avx2 " : "", f->fma ? "fma " : "",
              f->f16c ? "f16c " : "", f->avx512f ? "avx512f " : "", f->avx512bw ? "avx512bw " : "",
              f->avx512vl ? "avx512vl " : "", f->avx512dq ? "avx512dq " : "",
-             f->avx512vnni ? "avx512vnni " : "", f->avx512bf16 ? "avx512bf16 " : "");
+             f->avx512vnni ? "avx512vnni " : "", f->avx512bf16 ? "avx512bf16 " : "",
+             /* the AMX tiles the OS granted (kn_amx_active() may still be off) */
+             f->amx ? "amx-int8 " : "");
     size_t l = strlen(s);
     if (l && s[l - 1] == ' ') s[l - 1] = 0;
     if (!s[0]) snprintf(s, sizeof(s), "none");

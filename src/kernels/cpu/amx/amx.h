@@ -22,6 +22,10 @@ int kn_matmul_p_amx(int pt, float *restrict y, size_t ldy, const void *restrict 
 int kn_matmul_pk_amx(int pt, float *restrict y, size_t ldy, const void *restrict w, const void *restrict x,
                      size_t x_stride, int n, int n_tokens, int r0, int r1);
 
+/* GOP/s of one thread's register-only TDPBSSD loop over `seconds`
+ * (peak_amx.c): the tile unit's int8 peak. */
+double kn_amx_int8_peak(double seconds);
+
 /* A buffer of at least `bytes` for the calling thread, kept between calls
  * and freed when the thread ends; NULL when out of memory. One per
  * thread: a kernel's callee must not ask for it. */
