@@ -7,6 +7,18 @@
 #define ANVIL_KN_AMX_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+/* The 64-byte operand of ldtilecfg (palette 1): tile i is rows[i] rows
+ * of colsb[i] bytes. Each kernel keeps a constant one: GCC 12 drops
+ * stores into a local struct before ldtilecfg (it does not see the
+ * instruction read them), and the tile instructions then fault. */
+struct tile_cfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
 
 /* The P16 packed matmul (cpu/avx512/p16.h; pt = T_*) for the first
  * n_tokens / 16 * 16 tokens, with AMX integer dot products and the AVX-512

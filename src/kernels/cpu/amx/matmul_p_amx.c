@@ -51,17 +51,8 @@ enum {
 };
 #define XCH_BYTES ((size_t)1 << 20) /* activation bytes per token chunk */
 
-struct tile_cfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
 /* tiles: 0-3 C (16 tokens x 16 int32); 4, 5 A (16 tokens x 32 int8);
- * 6, 7 B (8 x 64 int8). A constant object: GCC 12 drops stores into a
- * local struct before ldtilecfg (it does not see the instruction read
- * them), and the tile instructions then fault. */
+ * 6, 7 B (8 x 64 int8) */
 static const struct tile_cfg cfg = {
     .palette = 1,
     .colsb = {64, 64, 64, 64, QK, QK, 64, 64},

@@ -71,16 +71,10 @@ struct q6dec {
     __m512 dw[Q6WIN];
 };
 
-struct tile_cfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
 /* every tile 16 x 64 bytes: 0-3 C (two per pass: even and odd
  * super-blocks; Q6_K: one per pass), 4, 5 A (alternating 64-element
  * groups), 6, 7 B (lo, hi; Q6_K: alternating passes).
- * A constant object: see matmul_p_amx.c. */
+ */
 static const struct tile_cfg cfg = {
     .palette = 1,
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},

@@ -11,12 +11,6 @@
 
 #include "kernels/cpu/amx/amx.h"
 
-struct tile_cfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
 static const struct tile_cfg cfg = {
     .palette = 1,
     .colsb = {64, 64, 64, 64, 64, 64},
