@@ -14,6 +14,20 @@
 #include <string.h>
 #include <time.h>
 
+/* the VNNI kernels only: AMX off (src/kernels/cpu/amx/amx.h) */
+#include <stdbool.h>
+bool kn_amx_active(void) { return false; }
+int kn_matmul_p_amx(int pt, float *y, size_t ldy, const void *w, const void *x, size_t xs, int n, int nt, int r0,
+                    int r1) {
+    (void)pt, (void)y, (void)ldy, (void)w, (void)x, (void)xs, (void)n, (void)nt, (void)r0, (void)r1;
+    return 0;
+}
+int kn_matmul_pk_amx(int pt, float *y, size_t ldy, const void *w, const void *x, size_t xs, int n, int nt, int r0,
+                     int r1) {
+    (void)pt, (void)y, (void)ldy, (void)w, (void)x, (void)xs, (void)n, (void)nt, (void)r0, (void)r1;
+    return 0;
+}
+
 const int8_t kn_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 typedef void (*mm_fn)(float *, size_t, const void *, size_t, const void *, size_t, int, int, int, int);
