@@ -15,11 +15,13 @@
  *     (|C| <= 256 * 217 * 128 < 2^23). S2 (the mins) as matmul_pk.c:
  *     vpdpwssd of the tile's (m_2p, m_2p+1) pairs against the token's
  *     bsum pairs;
- *   Q6_K: q - 32 (-32..31) signed, and sc_j (-128..127) + 128 = u_j in
- *     base 4, sc_j = 64 (u3 - 2) + 16 u2 + 4 u1 + u0, every digit times
- *     q - 32 a signed byte (-96..93): four passes, all TDPBSSD, S = 64 C3
- *     + 16 C2 + 4 C1 + C0 exactly (|S| < 2^28), with the -32 bsum offset
- *     inside the products (no correction);
+ *   Q6_K: q - 32 (-32..31) signed, and sc_j (-128..127) + 171 = u_j in
+ *     base 7 (43..298 < 343), sc_j = 49 (u2 - 3) + 7 (u1 - 3) + (u0 - 3),
+ *     every digit (-3..3) times q - 32 a signed byte (-96..96): three
+ *     passes, all TDPBSSD, S = 49 C2 + 7 C1 + C0 exactly (|S| < 2^28),
+ *     with the -32 bsum offset inside the products (no correction). (Base
+ *     4 digits, 0..3 with the top one less 2, took four passes: the third
+ *     of the tile products, B loads and C stores a pass costs);
  *   IQ4_XS: the table values (-127..113) times the balanced ternary digits
  *     of ls_j (-32..31 = sum 3^i t_i, t_i in -1..1): four TDPBSSD passes,
  *     S = 27 C3 + 9 C2 + 3 C1 + C0;
@@ -64,7 +66,8 @@ struct kdec {
     __m512 dw[DWIN], dm[DWIN];
 };
 
-/* Q6_K: a window of Q6WIN super-blocks in four passes (32 KiB) */
+/* Q6_K, IQ4_XS: a window of Q6WIN super-blocks in three (Q6_K) or four
+ * passes (32 KiB) */
 enum { Q6WIN = 2 };
 struct q6dec {
     uint8_t q[Q6WIN][4][64][64] __attribute__((aligned(64))); /* [super-block][pass][chunk] */
@@ -108,10 +111,13 @@ static inline __attribute__((always_inline)) void dec_q45(int pt, const uint8_t 
     }
 }
 
-/* Super-blocks [b0, b0 + nw) of Q6_K tile tp into qd. */
+/* x / 7 for 0 <= x < 343: (293 x) >> 11 */
+static inline __m512i div7(__m512i x) { return _mm512_srli_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(293)), 11); }
+
+/* Super-blocks [b0, b0 + nw) of Q6_K tile tp into qd: three passes. */
 static inline __attribute__((always_inline)) void dec_q6(const uint8_t *tp, int nsb, int b0, int nw,
                                                          struct q6dec *qd) {
-    const __m512i m3 = _mm512_set1_epi32(3), k128 = _mm512_set1_epi32(128), k2 = _mm512_set1_epi32(2);
+    const __m512i k171 = _mm512_set1_epi32(171), k7 = _mm512_set1_epi32(7), k3 = _mm512_set1_epi32(3);
     for (int bi = 0; bi < nw; bi++) {
         const int b = b0 + bi;
         const uint8_t *body = tp + body0(T_Q6_K, nsb) + (size_t)b * body_size(T_Q6_K);
@@ -119,22 +125,24 @@ static inline __attribute__((always_inline)) void dec_q6(const uint8_t *tp, int 
             _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)((const uint16_t *)tp + (size_t)b * 16)));
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) {
-            /* sc_j: byte j % 4 of scale chunk j / 4, sign-extended; its
-             * base-4 digits of sc_j + 128, the top one less 2 */
-            const __m512i x = _mm512_load_si512(body + Q6K_SC + 64 * (j / 4));
-            const __m512i u =
-                _mm512_add_epi32(_mm512_srai_epi32(_mm512_slli_epi32(x, 24 - 8 * (j % 4)), 24), k128);
-            const __m512i dg[4] = {_mm512_and_si512(u, m3), _mm512_and_si512(_mm512_srli_epi32(u, 2), m3),
-                                   _mm512_and_si512(_mm512_srli_epi32(u, 4), m3),
-                                   _mm512_sub_epi32(_mm512_srli_epi32(u, 6), k2)};
+            /* sc_j: byte j % 4 of scale chunk j / 4, sign-extended; x =
+             * sc_j + 171 (43..298) in base 7, each digit less 3 */
+            const __m512i x = _mm512_add_epi32(
+                _mm512_srai_epi32(_mm512_slli_epi32(_mm512_load_si512(body + Q6K_SC + 64 * (j / 4)), 24 - 8 * (j % 4)),
+                                  24),
+                k171);
+            const __m512i q1 = div7(x), q2 = div7(q1);
+            const __m512i dg[3] = {_mm512_sub_epi32(_mm512_sub_epi32(x, _mm512_mullo_epi32(q1, k7)), k3),
+                                   _mm512_sub_epi32(_mm512_sub_epi32(q1, _mm512_mullo_epi32(q2, k7)), k3),
+                                   _mm512_sub_epi32(q2, k3)};
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 __m512i v = wchunk(T_Q6_K, body, j / 8 * 8, j % 8, k);
                 if (j % 8 >= 6) /* slot s = 3 comes as 4q */
                     v = _mm512_and_si512(_mm512_srli_epi16(v, 2), _mm512_set1_epi8(0x3f));
                 v = _mm512_sub_epi8(v, _mm512_set1_epi8(32));
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++) _mm512_store_si512(qd->q[bi][i][4 * j + k], mul_bytes(v, dg[i]));
+#pragma GCC unroll 3
+                for (int i = 0; i < 3; i++) _mm512_store_si512(qd->q[bi][i][4 * j + k], mul_bytes(v, dg[i]));
             }
         }
     }
@@ -174,7 +182,7 @@ static inline __attribute__((always_inline)) void dec_iq4xs(const uint8_t *tp, i
     }
 }
 
-/* Q6_K, IQ4_XS super-block S: its four passes into C tiles 0-3 */
+/* IQ4_XS super-block S: its four passes into C tiles 0-3 */
 #define Q6G(TA, TB0, TB1, G)                                                                                   \
     do {                                                                                                       \
         _tile_loadd(TA, xs_ + 64 * (G), (long)x_stride);                                                       \
@@ -187,6 +195,17 @@ static inline __attribute__((always_inline)) void dec_iq4xs(const uint8_t *tp, i
         _tile_loadd(TB1, bq_ + 12288 + 1024 * (G), 64);                                                        \
         _tile_dpbssd(3, TA, TB1);                                                                              \
     } while (0)
+/* Q6_K: three passes (base 7), C tiles 0-2 */
+#define Q6G3(TA, G)                                                                                            \
+    do {                                                                                                       \
+        _tile_loadd(TA, xs_ + 64 * (G), (long)x_stride);                                                       \
+        _tile_loadd(6, bq_ + 1024 * (G), 64);                                                                  \
+        _tile_dpbssd(0, TA, 6);                                                                                \
+        _tile_loadd(7, bq_ + 4096 + 1024 * (G), 64);                                                           \
+        _tile_dpbssd(1, TA, 7);                                                                                \
+        _tile_loadd(6, bq_ + 8192 + 1024 * (G), 64);                                                           \
+        _tile_dpbssd(2, TA, 6);                                                                                \
+    } while (0)
 #define Q6MUL(S)                                                                                               \
     do {                                                                                                       \
         const uint8_t *xs_ = xa + (size_t)(b0 + (S)) * QK_K;                                                   \
@@ -194,18 +213,25 @@ static inline __attribute__((always_inline)) void dec_iq4xs(const uint8_t *tp, i
         _tile_zero(0);                                                                                         \
         _tile_zero(1);                                                                                         \
         _tile_zero(2);                                                                                         \
-        _tile_zero(3);                                                                                         \
-        Q6G(4, 6, 7, 0);                                                                                       \
-        Q6G(5, 6, 7, 1);                                                                                       \
-        Q6G(4, 6, 7, 2);                                                                                       \
-        Q6G(5, 6, 7, 3);                                                                                       \
+        if (pt == T_Q6_K) {                                                                                    \
+            Q6G3(4, 0);                                                                                        \
+            Q6G3(5, 1);                                                                                        \
+            Q6G3(4, 2);                                                                                        \
+            Q6G3(5, 3);                                                                                        \
+        } else {                                                                                               \
+            _tile_zero(3);                                                                                     \
+            Q6G(4, 6, 7, 0);                                                                                   \
+            Q6G(5, 6, 7, 1);                                                                                   \
+            Q6G(4, 6, 7, 2);                                                                                   \
+            Q6G(5, 6, 7, 3);                                                                                   \
+        }                                                                                                      \
     } while (0)
 #define Q6STORE(S)                                                                                             \
     do {                                                                                                       \
         _tile_stored(0, cb[(S) % NCB][0], 64);                                                                 \
         _tile_stored(1, cb[(S) % NCB][1], 64);                                                                 \
         _tile_stored(2, cb[(S) % NCB][2], 64);                                                                 \
-        _tile_stored(3, cb[(S) % NCB][3], 64);                                                                 \
+        if (pt != T_Q6_K) _tile_stored(3, cb[(S) % NCB][3], 64);                                               \
     } while (0)
 
 /* Super-block S's tile products into C tiles CL (and CH): A from the
@@ -273,11 +299,13 @@ static inline __attribute__((always_inline)) void ksteps(int pt, __m512 acc[TM],
 #pragma GCC unroll 16
     for (int t = 0; t < TM; t++) {
         __m512i is = _mm512_load_si512(c + 16 * t);
-        if (pt == T_Q6_K || pt == T_IQ4_XS) { /* 64 C3 + 16 C2 + 4 C1 + C0, or 27, 9, 3, 1 */
-            __m512i hi = _mm512_load_si512(c + 768 + 16 * t);
+        if (pt == T_Q6_K || pt == T_IQ4_XS) { /* 49 C2 + 7 C1 + C0, or 27 C3 + 9 C2 + 3 C1 + C0 */
+            const int top = pt == T_Q6_K ? 2 : 3;
+            __m512i hi = _mm512_load_si512(c + 256 * top + 16 * t);
 #pragma GCC unroll 3
-            for (int i = 2; i >= 0; i--) {
-                hi = pt == T_Q6_K ? _mm512_slli_epi32(hi, 2) : _mm512_add_epi32(_mm512_slli_epi32(hi, 1), hi);
+            for (int i = top - 1; i >= 0; i--) {
+                hi = pt == T_Q6_K ? _mm512_sub_epi32(_mm512_slli_epi32(hi, 3), hi)
+                                  : _mm512_add_epi32(_mm512_slli_epi32(hi, 1), hi);
                 hi = _mm512_add_epi32(hi, i ? _mm512_load_si512(c + 256 * i + 16 * t) : is);
             }
             is = hi;
@@ -308,7 +336,7 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
                                                                const uint8_t *restrict x, size_t x_stride,
                                                                int n, int n_tokens, int r0, int r1) {
     const int nsb = n / QK_K, ntk = n_tokens / TM * TM, two = is_q45(pt);
-    const int q6 = pt == T_Q6_K || pt == T_IQ4_XS; /* four passes, one C tile each */
+    const int q6 = pt == T_Q6_K || pt == T_IQ4_XS; /* three or four passes, one C tile each */
     /* token scratch per super-block (pk_scratch, dec_scratch_q3; Q6_K none) */
     const int np = q6 ? 0 : two ? 4 : 8;
     const int win = q6 ? Q6WIN : DWIN; /* super-blocks per decoded window */
