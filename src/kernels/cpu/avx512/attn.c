@@ -12,10 +12,15 @@
  *   score  = ((a0 + a1) + (a2 + a3)) * scale,  a_u = sum over d = u mod 4,
  *            in d order, of q[d] * k[d]  (fused multiply-add); Q8_0 per
  *            32-dim group with the scales factored out (see struct src)
- *   m_new  = max(m, max of valid scores); if it grew (and m was finite),
- *            l and acc are scaled by expf(m - m_new)
- *   p      = exp512(score - m_new) on valid lanes, 0 elsewhere
- *   l     += horizontal sum of p;  acc[d] += p_j * v_j[d] for j in order
+ *   m      moves lazily: only when a valid score exceeds m + LAZY_M, to
+ *            the step's max m_new; then (if m was finite) l and acc are
+ *            scaled by expf(m - m_new). Any m gives the same softmax (l
+ *            and acc are relative to it); this one keeps p <= e^LAZY_M
+ *            and spares most steps the reduction and the rescale
+ *   p      = exp512(score - m) on valid lanes, 0 elsewhere
+ *   l     += p lane by lane (16 lane sums per query vector, added up
+ *            into the chunk's l at its end);  acc[d] += p_j * v_j[d] for
+ *            j in order
  * Query vectors are processed up to 4 at a time only to reuse the loaded
  * K row and V row; that changes no result. So attn, partial + reduce, and
  * any prefill tile give the same bits for the same query (attn.h).
@@ -34,6 +39,7 @@
 #define SUB KN_ATTN_SUB
 #define HDMAX KN_ATTN_MAX_HEAD_DIM
 #define QGROUP 4 /* query vectors sharing one pass over the step buffer */
+#define LAZY_M 8.0f /* how far a score may pass m before m moves (p <= e^8) */
 
 _Static_assert(KN_ATTN_SUB == 16, "one step is one 16-lane vector");
 
@@ -271,7 +277,7 @@ qk_dims2(const int nq, const float *restrict q, const float *restrict K0,
 
 /* The rest of an online-softmax step, from the raw scores sv[k]. */
 static inline __attribute__((always_inline)) void
-softmax_pv(const int mode, const int nq, const __m512 *sv, float *restrict m, float *restrict l,
+softmax_pv(const int mode, const int nq, const __m512 *sv, float *restrict m, __m512 *restrict l,
            float *restrict acc, const struct src *s, int hd, int first, int valid, float scale,
            struct pfq *pf) {
     const __mmask16 vm = (__mmask16)(((1u << valid) - 1u) & ~((1u << first) - 1u));
@@ -282,18 +288,23 @@ softmax_pv(const int mode, const int nq, const __m512 *sv, float *restrict m, fl
     for (int k = 0; k < nq; k++) {
         __m512 x = _mm512_mul_ps(sv[k], _mm512_set1_ps(scale));
         x = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, x);
-        float mb = _mm512_reduce_max_ps(x);
-        float mo = m[k], mn = mo > mb ? mo : mb;
-        if (mn > mo && mo != -INFINITY) {
-            float al = expf(mo - mn);
-            l[k] *= al;
-            __m512 av = _mm512_set1_ps(al);
-            float *ak = acc + k * hd;
-            for (int d = 0; d < hd; d += 16) _mm512_store_ps(ak + d, _mm512_mul_ps(_mm512_load_ps(ak + d), av));
+        /* the lazy max: m moves only when a score passes it by more than
+         * LAZY_M (then to the step's max), so p <= e^LAZY_M; most steps
+         * then cost a compare instead of a reduction and a rescale */
+        const float mo = m[k];
+        if (_mm512_cmp_ps_mask(x, _mm512_set1_ps(mo + LAZY_M), _CMP_GT_OQ)) {
+            const float mn = _mm512_reduce_max_ps(x);
+            if (mo != -INFINITY) {
+                float al = expf(mo - mn);
+                l[k] = _mm512_mul_ps(l[k], _mm512_set1_ps(al));
+                __m512 av = _mm512_set1_ps(al);
+                float *ak = acc + k * hd;
+                for (int d = 0; d < hd; d += 16) _mm512_store_ps(ak + d, _mm512_mul_ps(_mm512_load_ps(ak + d), av));
+            }
+            m[k] = mn;
         }
-        m[k] = mn;
-        __m512 p = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(x, _mm512_set1_ps(mn))));
-        l[k] += _mm512_reduce_add_ps(p);
+        __m512 p = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(x, _mm512_set1_ps(m[k]))));
+        l[k] = _mm512_add_ps(l[k], p); /* lane sums, reduced at the chunk's end */
         if (IS_Q8(mode)) {
             for (int g = 0; g < ng; g++)
                 _mm512_store_ps(pb[k * ng + g], _mm512_mul_ps(p, src_scale(mode, s->vs, g, s->bs)));
@@ -311,7 +322,7 @@ softmax_pv(const int mode, const int nq, const __m512 *sv, float *restrict m, fl
 
 static inline __attribute__((always_inline)) void
 step_group(const int mode, const int nq, const float *restrict q, float *restrict m,
-           float *restrict l, float *restrict acc, const struct src *s, int hd, int first,
+           __m512 *restrict l, float *restrict acc, const struct src *s, int hd, int first,
            int valid, float scale, struct pfq *pf) {
     __m512 sv[QGROUP];
     qk_scores(mode, nq, q, s, hd, sv, pf);
@@ -323,7 +334,7 @@ step_group(const int mode, const int nq, const float *restrict q, float *restric
  * vectors: the same arithmetic as two step_group calls, with the scores of
  * both computed first. */
 static inline __attribute__((always_inline)) void
-step_group2(const int nq, const float *restrict q, float *restrict m, float *restrict l,
+step_group2(const int nq, const float *restrict q, float *restrict m, __m512 *restrict l,
             float *restrict acc, const struct src *sa, const struct src *sb, int hd, int first0,
             int valid0, int valid1, float scale) {
     __m512 s0[3], s1[3];
@@ -333,7 +344,7 @@ step_group2(const int nq, const float *restrict q, float *restrict m, float *res
 }
 
 /* The G query vectors of one row through two F16 steps, 3 at a time. */
-static void step_row_buf2(const float *q, float *m, float *l, float *acc, int G,
+static void step_row_buf2(const float *q, float *m, __m512 *l, float *acc, int G,
                           const struct src *sa, const struct src *sb, int hd, int first0,
                           int valid0, int valid1, float scale) {
     int g = 0;
@@ -348,7 +359,7 @@ static void step_row_buf2(const float *q, float *m, float *l, float *acc, int G,
 
 /* The G query vectors of one row through one step, in groups of 4. */
 static inline __attribute__((always_inline)) void
-step_row(const int mode, const float *q, float *m, float *l, float *acc, int G,
+step_row(const int mode, const float *q, float *m, __m512 *l, float *acc, int G,
          const struct src *s, int hd, int first, int valid, float scale, struct pfq *pf) {
     int g = 0;
     for (; g + 4 <= G; g += 4)
@@ -362,7 +373,7 @@ step_row(const int mode, const float *q, float *m, float *l, float *acc, int G,
 }
 
 #define STEP_ROW_FN(NAME, MODE) \
-    static void NAME(const float *q, float *m, float *l, float *acc, int G, const struct src *s, \
+    static void NAME(const float *q, float *m, __m512 *l, float *acc, int G, const struct src *s, \
                      int hd, int first, int valid, float scale, struct pfq *pf) { \
         step_row(MODE, q, m, l, acc, G, s, hd, first, valid, scale, pf); \
     }
@@ -391,7 +402,7 @@ qk_row(const int mode, const float *q, int G, const struct src *s, int hd, __m51
 /* Softmax and P.V of one row's G query vectors over one buffered step,
  * from their raw scores sv[0..G), in groups of QGROUP. */
 static inline __attribute__((always_inline)) void
-softmax_pv_row(const int mode, const __m512 *sv, float *m, float *l, float *acc, int G,
+softmax_pv_row(const int mode, const __m512 *sv, float *m, __m512 *l, float *acc, int G,
                const struct src *s, int hd, int first, int valid, float scale) {
     for (int g = 0; g < G; g += QGROUP) {
         int nq = G - g < QGROUP ? G - g : QGROUP;
@@ -418,6 +429,7 @@ struct bufs {
     float Ks[HDMAX / 32 * SUB] __attribute__((aligned(64))); /* Q8_0 scales */
     float Vs[HDMAX / 32 * SUB] __attribute__((aligned(64)));
     __m512 S[2][KN_ATTN_MAXQ]; /* raw scores of one or two steps per query vector */
+    __m512 L[KN_ATTN_MAXQ];    /* l per query vector as 16 lane sums (the chunk's l: their sum) */
 };
 
 static void states_clear(struct kn_attn_states *s, int nq, int hd) {
@@ -446,6 +458,7 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
     const bool direct = t->n_rows == 1 && G <= QGROUP;
     const int lo0 = kn_attn_lo(t, 0) / SUB * SUB;
     states_clear(cur, t->n_rows * G, hd);
+    for (int i = 0; i < t->n_rows * G; i++) b->L[i] = _mm512_setzero_ps();
     struct pfq pf = {NULL, NULL};
     for (int s0 = k0 > lo0 ? k0 : lo0; s0 < k1; s0 += SUB) {
         const uint8_t *tile = kn_kv_tile(kv, t->base, t->blocks[s0 / bs], t->kv_head);
@@ -475,7 +488,7 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
             if (valid > SUB) valid = SUB;
             if (first < 0) first = 0;
             (kv->type == ANVIL_TYPE_F16 ? step_row_f16 : step_row_q8)(
-                t->q, cur->m, cur->l, cur->acc, G, &sr, hd, first, valid, t->scale, &pf);
+                t->q, cur->m, b->L, cur->acc, G, &sr, hd, first, valid, t->scale, &pf);
             pf_issue(&pf, 1 << 20); /* whatever the loops left (short steps) */
             continue;
         }
@@ -511,7 +524,8 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
                 bool in0 = first[0][r] < valid[0][r], in1 = two && first[1][r] < valid[1][r];
                 int i = r * G;
                 const float *qr = t->q + (size_t)r * t->q_stride;
-                float *mr = cur->m + i, *lr = cur->l + i, *ar = cur->acc + (size_t)i * hd;
+                float *mr = cur->m + i, *ar = cur->acc + (size_t)i * hd;
+                __m512 *lr = b->L + i;
                 if (in0 && in1)
                     step_row_buf2(qr, mr, lr, ar, G, &sb, &sb2, hd, first[0][r], valid[0][r], valid[1][r],
                                   t->scale);
@@ -545,12 +559,13 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
                 for (int r = 0; r < t->n_rows; r++) {
                     if (first[k][r] >= valid[k][r]) continue;
                     int i = r * G;
-                    softmax_pv_row(mode, b->S[k] + i, cur->m + i, cur->l + i, cur->acc + (size_t)i * hd,
+                    softmax_pv_row(mode, b->S[k] + i, cur->m + i, b->L + i, cur->acc + (size_t)i * hd,
                                    G, k ? &sb2 : &sb, hd, first[k][r], valid[k][r], t->scale);
                 }
         }
         if (two) s0 += SUB; /* the loop adds the second SUB */
     }
+    for (int i = 0; i < t->n_rows * G; i++) cur->l[i] = _mm512_reduce_add_ps(b->L[i]);
 }
 
 /* (m, l, acc) = fold((m, l, acc), (cm, cl, cacc)); the reference's merge. */
