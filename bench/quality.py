@@ -12,11 +12,10 @@ worse than llama.cpp's by more than 2%, for every type.
 Scoring engine (--engine):
   llama  llama-perplexity (built by bench/build_llamacpp.sh) scores both
          sides' files: a like-for-like comparison of the two quantizers
-         with the native peer, usable before anvil runs the K-quant types
-         (full-vocabulary KL, as llama-perplexity computes it);
+         with the native peer (full-vocabulary KL, as llama-perplexity
+         computes it);
   anvil  `anvil perplexity --save-logits/--kl-divergence` (KL over the base's
-         top-128 tokens plus the rest: a lower bound of the full KL); needs
-         an anvil that runs every type (the kq branch).
+         top-128 tokens plus the rest: a lower bound of the full KL).
 
 Text: fortune cookies of the Debian package `fortunes`
 (/usr/share/games/fortunes: literature, wisdom, people, science, ...;
