@@ -67,8 +67,8 @@ static const int TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q8_0, A
                             ANVIL_TYPE_F16,  ANVIL_TYPE_BF16, ANVIL_TYPE_F32};
 enum { N_TYPES = sizeof(TYPES) / sizeof(TYPES[0]) };
 /* 2 and 8 (speculative verification's sizes) only when asked for */
-static const int MS[] = {1, 2, 4, 8, 16, 64, 512};
-static const bool MS_DEFAULT[] = {true, false, true, false, true, true, true};
+static const int MS[] = {1, 2, 4, 8, 16, 32, 64, 512};
+static const bool MS_DEFAULT[] = {true, false, true, false, true, false, true, true};
 enum { N_MS = sizeof(MS) / sizeof(MS[0]) };
 /* "avx512p": the avx512 table's packed kernels (weights repacked as the
  * model loader does, ops.h pack_size/pack_rows/matmul_packed) */

@@ -68,7 +68,6 @@ enum {
     PF_DIST = 4096,    /* software prefetch distance (see matmul_q.c) */
     CORR_MAX = 16384,  /* int32 block corrections per call chunk (64 KB of stack; 64 tokens at 8192 wide) */
     TOK_CHUNK = 256,   /* tokens per call chunk */
-    AMX_MIN = 16,      /* tokens from which AMX runs (when kn_amx_active) */
 };
 
 size_t kn_pack_size_avx512(int type, int rows, int n) {
@@ -357,6 +356,16 @@ static void block_corr(int32_t *c, const int8_t *q, int nb, int k) {
     }
 }
 
+/* Tokens from which a call runs on AMX (when kn_amx_active): one 16-token
+ * tile pays for its window's unpack where the VNNI kernel has work to
+ * save, but Q8_0 (nothing to decode on VNNI) and the types with mins (an
+ * extra float step per block) lost 2-24% there on rows of 2048 and more,
+ * and still 2-3% at 32 tokens (bench --kernels --m 16,32, one thread). */
+static inline int amx_min(int pt, int n) {
+    if (pt == T_Q8_0 || pt == T_Q4_1 || pt == T_Q5_1) return n <= 1536 ? 32 : 64;
+    return 16;
+}
+
 static inline __attribute__((always_inline)) void
 matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const void *restrict x,
          size_t x_stride, int n, int n_tokens, int r0, int r1) {
@@ -367,7 +376,7 @@ matmul_p(int pt, float *restrict y, size_t ldy, const void *restrict w, const vo
     int32_t corr[CORR_MAX];
     struct pk_act a;
     if (r0 >= r1 || n_tokens <= 0) return;
-    if (n_tokens >= AMX_MIN && kn_amx_active()) {
+    if (n_tokens >= amx_min(pt, n) && kn_amx_active()) {
         /* whole 16-token tiles on AMX, same bits (cpu/amx/matmul_p_amx.c) */
         int done = kn_matmul_p_amx(pt, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
         y += (size_t)done * ldy;
