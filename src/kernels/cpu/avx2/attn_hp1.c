@@ -407,7 +407,7 @@ struct ws {
     uint64_t vbits[2][MAXQ]; /* the valid keys */
 };
 
-static void prefetch(const uint8_t *p, size_t bytes) {
+static inline __attribute__((always_inline)) void prefetch(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
@@ -416,7 +416,7 @@ static size_t v_row_bytes(const struct kn_kv_layout *kv) {
 }
 
 /* Prefetch the V rows a span needs (and Q8_0's V scales). */
-static void prefetch_span(const struct kn_kv_layout *kv, const struct span *sp) {
+static inline __attribute__((always_inline)) void prefetch_span(const struct kn_kv_layout *kv, const struct span *sp) {
     size_t rb = v_row_bytes(kv);
     uint64_t rows = sp->all;
     while (rows) {

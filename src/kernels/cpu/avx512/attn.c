@@ -440,7 +440,7 @@ static void states_clear(struct kn_attn_states *s, int nq, int hd) {
     memset(s->acc, 0, (size_t)nq * hd * sizeof(float));
 }
 
-static void prefetch_tile(const uint8_t *p, size_t bytes) {
+static inline __attribute__((always_inline)) void prefetch_tile(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 

@@ -108,7 +108,7 @@ static inline __attribute__((always_inline)) void pf_issue(struct pfq *q, int n)
     for (int i = 0; i < n && q->k < q->k_end; i++, q->k += 64) _mm_prefetch(q->k, _MM_HINT_T0);
 }
 
-static void pf_flush(struct pfq *q) { pf_issue(q, 1 << 20); }
+static inline __attribute__((always_inline)) void pf_flush(struct pfq *q) { pf_issue(q, 1 << 20); }
 
 /* r of the step's 16 keys for nq (1..QMAX) query vectors q + k*hd (k <
  * nq: consecutive heads of one row) into r + k*(HIST + SUB). */

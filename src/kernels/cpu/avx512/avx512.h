@@ -28,7 +28,12 @@
  * into L2 cost 1B-shaped prefill about 10% on Zen 4. Speed only: the
  * arithmetic is the same either way. */
 static inline int kn_one_stream(void) { return cpu_get_features()->amd; }
-static inline void kn_pf(const void *p) { _mm_prefetch((const char *)p, _MM_HINT_T0); }
+/* always_inline: GCC 12's IPA mod-ref pass takes a plain inline function
+ * whose only statement is a prefetch for one without effects, and deletes
+ * its calls before inlining it (from 2026-11-28, when this helper replaced
+ * a macro, until 2026-12-01 the packed matmuls held no prefetch at all;
+ * tests/py/test_prefetch.py now checks the objects) */
+static inline __attribute__((always_inline)) void kn_pf(const void *p) { _mm_prefetch((const char *)p, _MM_HINT_T0); }
 
 #define DECLARE_MATMUL_AVX512(NAME) \
     void NAME(float *restrict y, size_t ldy, const void *restrict w, size_t w_stride, \

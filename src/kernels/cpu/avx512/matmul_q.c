@@ -119,7 +119,7 @@ enum { GB = 16 }; /* blocks per group */
  * 1-16 KB were tried, 4 KB was best or close to it. */
 enum { PF_DIST = 4096 };
 
-static inline void prefetch_group(const uint8_t *gp, int gbytes) {
+static inline __attribute__((always_inline)) void prefetch_group(const uint8_t *gp, int gbytes) {
     for (int k = 0; k < gbytes; k += 64) _mm_prefetch((const char *)gp + PF_DIST + k, _MM_HINT_T0);
 }
 enum { T_Q8_0, T_Q4_0, T_Q4_1 };
