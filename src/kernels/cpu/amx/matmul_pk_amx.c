@@ -15,21 +15,21 @@
  *     (|C| <= 256 * 217 * 128 < 2^23). S2 (the mins) as matmul_pk.c:
  *     vpdpwssd of the tile's (m_2p, m_2p+1) pairs against the token's
  *     bsum pairs;
- *   Q6_K: q - 32 (-32..31) signed, and sc_j (-128..127) + 171 = u_j in
- *     base 7 (43..298 < 343), sc_j = 49 (u2 - 3) + 7 (u1 - 3) + (u0 - 3),
- *     every digit (-3..3) times q - 32 a signed byte (-96..96): three
- *     passes, all TDPBSSD, S = 49 C2 + 7 C1 + C0 exactly (|S| < 2^28),
- *     with the -32 bsum offset inside the products (no correction). (Base
- *     4 digits, 0..3 with the top one less 2, took four passes: the third
- *     of the tile products, B loads and C stores a pass costs);
- *   IQ4_XS: the table values (-127..113) times the balanced ternary digits
- *     of ls_j (-32..31 = sum 3^i t_i, t_i in -1..1): four TDPBSSD passes,
- *     S = 27 C3 + 9 C2 + 3 C1 + C0;
+ *   Q6_K, IQ4_XS: the product P = v * sc of each weight and its
+ *     sub-block scale - Q6_K v = q - 32 (-32..31) and sc (-128..127),
+ *     IQ4_XS v its table value (-127..113) and ls (-32..31) - lies in
+ *     -4064..4096, so it is 256 h + l with l its low byte (0..255) and h
+ *     its high one (-16..16): two passes, TDPBSUD of l and TDPBSSD of h,
+ *     and S = 256 C_h + C_l exactly (|C_l| < 2^23, |256 C_h| < 2^28).
+ *     (Before: Q6_K's scale in three balanced base-7 digits and IQ4_XS's
+ *     in four balanced ternary ones, one pass per digit, since a digit
+ *     times v had to fit a byte: a third and a half more tile products,
+ *     B loads and C stores);
  *   Q2_K, Q3_K: the decoded windows of matmul_pk.c (p16k.h: dec_window),
  *     whose bytes already carry the scales: one pass is the whole S1 (Q2_K)
  *     or S less its bsum correction (Q3_K, added by vpdpwssd as there).
- * Weights are unsigned bytes, activations signed: TDPBSUD (Q6_K's signed:
- * TDPBSSD). The integers
+ * Weights are unsigned bytes, activations signed: TDPBSUD (Q6_K's and
+ * IQ4_XS's high bytes signed: TDPBSSD). The integers
  * are matmul_pk.c's exactly, and the float step per (token, row,
  * super-block) is its own, in order, so y is bit-identical to the AVX-512
  * kernel (unit_kquant: amx_same_bits, batch_invariance).
@@ -58,25 +58,21 @@ enum {
 };
 #define XCH_BYTES ((size_t)1 << 20) /* activation bytes per token chunk (L2) */
 
-/* Q4_K, Q5_K: a window decoded into two passes (lo, hi); cp, dw, dm laid
- * out as struct pk_dec's */
+/* Q6_K, IQ4_XS: products split into their two bytes (mul_split) */
+static inline int is_split(int pt) { return pt == T_Q6_K || pt == T_IQ4_XS; }
+
+/* Q4_K, Q5_K, Q6_K, IQ4_XS: a window decoded into two passes (Q4_K, Q5_K:
+ * lo, hi; Q6_K, IQ4_XS: the products' low bytes, high bytes); cp, dw, dm
+ * laid out as struct pk_dec's */
 struct kdec {
     uint8_t q[DWIN][2][64][64] __attribute__((aligned(64))); /* [super-block][pass][chunk] */
     __m512i cp[DWIN][8];
     __m512 dw[DWIN], dm[DWIN];
 };
 
-/* Q6_K, IQ4_XS: a window of Q6WIN super-blocks in three (Q6_K) or four
- * passes (32 KiB) */
-enum { Q6WIN = 2 };
-struct q6dec {
-    uint8_t q[Q6WIN][4][64][64] __attribute__((aligned(64))); /* [super-block][pass][chunk] */
-    __m512 dw[Q6WIN];
-};
-
 /* every tile 16 x 64 bytes: 0-3 C (two per pass: even and odd
- * super-blocks; Q6_K: one per pass), 4, 5 A (alternating 64-element
- * groups), 6, 7 B (lo, hi; Q6_K: alternating passes).
+ * super-blocks), 4, 5 A (alternating 64-element groups), 6, 7 B (the two
+ * passes).
  */
 static const struct tile_cfg cfg = {
     .palette = 1,
@@ -111,131 +107,74 @@ static inline __attribute__((always_inline)) void dec_q45(int pt, const uint8_t 
     }
 }
 
-/* x / 7 for 0 <= x < 343: (293 x) >> 11 */
-static inline __m512i div7(__m512i x) { return _mm512_srli_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(293)), 11); }
+/* v * s for signed bytes v (s an int32 per dword lane, |v s| < 2^15) as
+ * the 16-bit product of each byte split in two: *lo its low byte, *hi its
+ * high one (signed), v s = 256 hi + lo. */
+static inline void mul_split(__m512i v, __m512i s, __m512i *lo, __m512i *hi) {
+    const __m512i s16 = _mm512_ternarylogic_epi32(s, _mm512_slli_epi32(s, 16), _mm512_set1_epi32(0xffff), 0xEC);
+    const __m512i pe = _mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8), s16); /* even bytes */
+    const __m512i po = _mm512_mullo_epi16(_mm512_srai_epi16(v, 8), s16);                        /* odd bytes */
+    *lo = _mm512_ternarylogic_epi32(pe, _mm512_slli_epi16(po, 8), _mm512_set1_epi16(0xff), 0xEC); /* (A & C) | B */
+    *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(pe, 8), po, _mm512_set1_epi16((short)0xff00),
+                                    0xF8); /* A | (B & C) */
+}
 
-/* Super-blocks [b0, b0 + nw) of Q6_K tile tp into qd: three passes. */
+/* Super-blocks [b0, b0 + nw) of Q6_K tile tp into kd: q - 32 times the
+ * sub-block scale, low and high bytes. */
 static inline __attribute__((always_inline)) void dec_q6(const uint8_t *tp, int nsb, int b0, int nw,
-                                                         struct q6dec *qd) {
-    const __m512i k171 = _mm512_set1_epi32(171), k7 = _mm512_set1_epi32(7), k3 = _mm512_set1_epi32(3);
+                                                         struct kdec *kd) {
     for (int bi = 0; bi < nw; bi++) {
         const int b = b0 + bi;
         const uint8_t *body = tp + body0(T_Q6_K, nsb) + (size_t)b * body_size(T_Q6_K);
-        qd->dw[bi] =
+        kd->dw[bi] =
             _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)((const uint16_t *)tp + (size_t)b * 16)));
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) {
-            /* sc_j: byte j % 4 of scale chunk j / 4, sign-extended; x =
-             * sc_j + 171 (43..298) in base 7, each digit less 3 */
-            const __m512i x = _mm512_add_epi32(
-                _mm512_srai_epi32(_mm512_slli_epi32(_mm512_load_si512(body + Q6K_SC + 64 * (j / 4)), 24 - 8 * (j % 4)),
-                                  24),
-                k171);
-            const __m512i q1 = div7(x), q2 = div7(q1);
-            const __m512i dg[3] = {_mm512_sub_epi32(_mm512_sub_epi32(x, _mm512_mullo_epi32(q1, k7)), k3),
-                                   _mm512_sub_epi32(_mm512_sub_epi32(q1, _mm512_mullo_epi32(q2, k7)), k3),
-                                   _mm512_sub_epi32(q2, k3)};
+            /* sc_j: byte j % 4 of scale chunk j / 4, sign-extended */
+            const __m512i sc = _mm512_srai_epi32(
+                _mm512_slli_epi32(_mm512_load_si512(body + Q6K_SC + 64 * (j / 4)), 24 - 8 * (j % 4)), 24);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                __m512i v = wchunk(T_Q6_K, body, j / 8 * 8, j % 8, k);
+                __m512i v = wchunk(T_Q6_K, body, j / 8 * 8, j % 8, k), lo, hi;
                 if (j % 8 >= 6) /* slot s = 3 comes as 4q */
                     v = _mm512_and_si512(_mm512_srli_epi16(v, 2), _mm512_set1_epi8(0x3f));
-                v = _mm512_sub_epi8(v, _mm512_set1_epi8(32));
-#pragma GCC unroll 3
-                for (int i = 0; i < 3; i++) _mm512_store_si512(qd->q[bi][i][4 * j + k], mul_bytes(v, dg[i]));
+                mul_split(_mm512_sub_epi8(v, _mm512_set1_epi8(32)), sc, &lo, &hi);
+                _mm512_store_si512(kd->q[bi][0][4 * j + k], lo);
+                _mm512_store_si512(kd->q[bi][1][4 * j + k], hi);
             }
         }
     }
 }
 
-/* Super-blocks [b0, b0 + nw) of IQ4_XS tile tp into qd: the values
- * (-127..113) times the balanced ternary digits of ls_j (-32..31 = sum
- * 3^i t_i, t_i in -1..1: ls + 40 in base 3, each digit less 1), every
- * product a signed byte. */
+/* Super-blocks [b0, b0 + nw) of IQ4_XS tile tp into kd: the values
+ * (-127..113) times ls_j (-32..31), low and high bytes. */
 static inline __attribute__((always_inline)) void dec_iq4xs(const uint8_t *tp, int nsb, int b0, int nw,
-                                                            struct q6dec *qd) {
-    const __m512i one = _mm512_set1_epi32(1), three = _mm512_set1_epi32(3), k43 = _mm512_set1_epi32(43);
+                                                            struct kdec *kd) {
     for (int bi = 0; bi < nw; bi++) {
         const int b = b0 + bi;
         const uint8_t *body = tp + body0(T_IQ4_XS, nsb) + (size_t)b * body_size(T_IQ4_XS);
-        qd->dw[bi] =
+        kd->dw[bi] =
             _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)((const uint16_t *)tp + (size_t)b * 16)));
         struct pk_scales sc;
         decode_scales(T_IQ4_XS, body, &sc);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            __m512i x = _mm512_add_epi32(sc.sc[j], _mm512_set1_epi32(40)), tr[4];
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) { /* x / 3 = (43 x) >> 7 for x <= 80 */
-                const __m512i q = _mm512_srli_epi32(_mm512_mullo_epi32(x, k43), 7);
-                tr[i] = _mm512_sub_epi32(_mm512_sub_epi32(x, _mm512_mullo_epi32(q, three)), one);
-                x = q;
-            }
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
                 const __m512i v = _mm512_xor_si512(wchunk(T_IQ4_XS, body, j / 2 * 2, j % 2, k),
                                                    _mm512_set1_epi8((char)0x80)); /* the value, signed */
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++) _mm512_store_si512(qd->q[bi][i][8 * j + k], mul_bytes(v, tr[i]));
+                __m512i lo, hi;
+                mul_split(v, sc.sc[j], &lo, &hi);
+                _mm512_store_si512(kd->q[bi][0][8 * j + k], lo);
+                _mm512_store_si512(kd->q[bi][1][8 * j + k], hi);
             }
         }
     }
 }
 
-/* IQ4_XS super-block S: its four passes into C tiles 0-3 */
-#define Q6G(TA, TB0, TB1, G)                                                                                   \
-    do {                                                                                                       \
-        _tile_loadd(TA, xs_ + 64 * (G), (long)x_stride);                                                       \
-        _tile_loadd(TB0, bq_ + 1024 * (G), 64);                                                                \
-        _tile_dpbssd(0, TA, TB0);                                                                              \
-        _tile_loadd(TB1, bq_ + 4096 + 1024 * (G), 64);                                                         \
-        _tile_dpbssd(1, TA, TB1);                                                                              \
-        _tile_loadd(TB0, bq_ + 8192 + 1024 * (G), 64);                                                         \
-        _tile_dpbssd(2, TA, TB0);                                                                              \
-        _tile_loadd(TB1, bq_ + 12288 + 1024 * (G), 64);                                                        \
-        _tile_dpbssd(3, TA, TB1);                                                                              \
-    } while (0)
-/* Q6_K: three passes (base 7), C tiles 0-2 */
-#define Q6G3(TA, G)                                                                                            \
-    do {                                                                                                       \
-        _tile_loadd(TA, xs_ + 64 * (G), (long)x_stride);                                                       \
-        _tile_loadd(6, bq_ + 1024 * (G), 64);                                                                  \
-        _tile_dpbssd(0, TA, 6);                                                                                \
-        _tile_loadd(7, bq_ + 4096 + 1024 * (G), 64);                                                           \
-        _tile_dpbssd(1, TA, 7);                                                                                \
-        _tile_loadd(6, bq_ + 8192 + 1024 * (G), 64);                                                           \
-        _tile_dpbssd(2, TA, 6);                                                                                \
-    } while (0)
-#define Q6MUL(S)                                                                                               \
-    do {                                                                                                       \
-        const uint8_t *xs_ = xa + (size_t)(b0 + (S)) * QK_K;                                                   \
-        const uint8_t *bq_ = qb + (size_t)(S)*sbs;                                                             \
-        _tile_zero(0);                                                                                         \
-        _tile_zero(1);                                                                                         \
-        _tile_zero(2);                                                                                         \
-        if (pt == T_Q6_K) {                                                                                    \
-            Q6G3(4, 0);                                                                                        \
-            Q6G3(5, 1);                                                                                        \
-            Q6G3(4, 2);                                                                                        \
-            Q6G3(5, 3);                                                                                        \
-        } else {                                                                                               \
-            _tile_zero(3);                                                                                     \
-            Q6G(4, 6, 7, 0);                                                                                   \
-            Q6G(5, 6, 7, 1);                                                                                   \
-            Q6G(4, 6, 7, 2);                                                                                   \
-            Q6G(5, 6, 7, 3);                                                                                   \
-        }                                                                                                      \
-    } while (0)
-#define Q6STORE(S)                                                                                             \
-    do {                                                                                                       \
-        _tile_stored(0, cb[(S) % NCB][0], 64);                                                                 \
-        _tile_stored(1, cb[(S) % NCB][1], 64);                                                                 \
-        _tile_stored(2, cb[(S) % NCB][2], 64);                                                                 \
-        if (pt != T_Q6_K) _tile_stored(3, cb[(S) % NCB][3], 64);                                               \
-    } while (0)
-
 /* Super-block S's tile products into C tiles CL (and CH): A from the
- * token tile's rows at xa (x_stride apart), B from the decoded bytes. */
+ * token tile's rows at xa (x_stride apart), B from the decoded bytes; the
+ * second pass signed (TDPBSSD) when hs. */
 #define KMUL(CL, CH, S)                                                                                        \
     do {                                                                                                       \
         const uint8_t *xs_ = xa + (size_t)(b0 + (S)) * QK_K;                                                   \
@@ -247,28 +186,28 @@ static inline __attribute__((always_inline)) void dec_iq4xs(const uint8_t *tp, i
         _tile_dpbsud(CL, 4, 6);                                                                                \
         if (two) {                                                                                             \
             _tile_loadd(7, bq_ + 4096, 64);                                                                    \
-            _tile_dpbsud(CH, 4, 7);                                                                            \
+            if (hs) _tile_dpbssd(CH, 4, 7); else _tile_dpbsud(CH, 4, 7);                                       \
         }                                                                                                      \
         _tile_loadd(5, xs_ + 64, (long)x_stride);                                                              \
         _tile_loadd(6, bq_ + 1024, 64);                                                                        \
         _tile_dpbsud(CL, 5, 6);                                                                                \
         if (two) {                                                                                             \
             _tile_loadd(7, bq_ + 4096 + 1024, 64);                                                             \
-            _tile_dpbsud(CH, 5, 7);                                                                            \
+            if (hs) _tile_dpbssd(CH, 5, 7); else _tile_dpbsud(CH, 5, 7);                                       \
         }                                                                                                      \
         _tile_loadd(4, xs_ + 128, (long)x_stride);                                                             \
         _tile_loadd(6, bq_ + 2048, 64);                                                                        \
         _tile_dpbsud(CL, 4, 6);                                                                                \
         if (two) {                                                                                             \
             _tile_loadd(7, bq_ + 4096 + 2048, 64);                                                             \
-            _tile_dpbsud(CH, 4, 7);                                                                            \
+            if (hs) _tile_dpbssd(CH, 4, 7); else _tile_dpbsud(CH, 4, 7);                                       \
         }                                                                                                      \
         _tile_loadd(5, xs_ + 192, (long)x_stride);                                                             \
         _tile_loadd(6, bq_ + 3072, 64);                                                                        \
         _tile_dpbsud(CL, 5, 6);                                                                                \
         if (two) {                                                                                             \
             _tile_loadd(7, bq_ + 4096 + 3072, 64);                                                             \
-            _tile_dpbsud(CH, 5, 7);                                                                            \
+            if (hs) _tile_dpbssd(CH, 5, 7); else _tile_dpbsud(CH, 5, 7);                                       \
         }                                                                                                      \
     } while (0)
 #define KSTEP_MUL(S)                                                                                           \
@@ -290,31 +229,22 @@ static inline __attribute__((always_inline)) void dec_iq4xs(const uint8_t *tp, i
     } while (0)
 
 /* matmul_pk.c's float step for super-block b of 16 tokens: c the C tile
- * (and c + 256 the hi pass), da and pp the tokens' da and scratch by
+ * (and c + 256 the second pass), da and pp the tokens' da and scratch by
  * token (pp[p * 16 + t]), cp, dw, dm the tile's. */
 static inline __attribute__((always_inline)) void ksteps(int pt, __m512 acc[TM], const int32_t *c,
                                                          const float *da, const int32_t *pp, const __m512i *cp,
                                                          __m512 dw, __m512 dm) {
-    const int two = is_q45(pt), np = pt == T_Q2_K || pt == T_Q3_K ? 8 : 4;
+    const int np = pt == T_Q2_K || pt == T_Q3_K ? 8 : 4;
 #pragma GCC unroll 16
     for (int t = 0; t < TM; t++) {
         __m512i is = _mm512_load_si512(c + 16 * t);
-        if (pt == T_Q6_K || pt == T_IQ4_XS) { /* 49 C2 + 7 C1 + C0, or 27 C3 + 9 C2 + 3 C1 + C0 */
-            const int top = pt == T_Q6_K ? 2 : 3;
-            __m512i hi = _mm512_load_si512(c + 256 * top + 16 * t);
-#pragma GCC unroll 3
-            for (int i = top - 1; i >= 0; i--) {
-                hi = pt == T_Q6_K ? _mm512_sub_epi32(_mm512_slli_epi32(hi, 3), hi)
-                                  : _mm512_add_epi32(_mm512_slli_epi32(hi, 1), hi);
-                hi = _mm512_add_epi32(hi, i ? _mm512_load_si512(c + 256 * i + 16 * t) : is);
-            }
-            is = hi;
-            acc[t] = _mm512_add_ps(
-                acc[t], _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da[t])), _mm512_cvtepi32_ps(is)));
+        const __m512 d = _mm512_set1_ps(da[t]);
+        if (is_split(pt)) { /* S = 256 C_h + C_l */
+            is = _mm512_add_epi32(is, _mm512_slli_epi32(_mm512_load_si512(c + 256 + 16 * t), 8));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(dw, d), _mm512_cvtepi32_ps(is)));
             continue;
         }
-        if (two) is = _mm512_add_epi32(is, _mm512_slli_epi32(_mm512_load_si512(c + 256 + 16 * t), 3));
-        const __m512 d = _mm512_set1_ps(da[t]);
+        if (is_q45(pt)) is = _mm512_add_epi32(is, _mm512_slli_epi32(_mm512_load_si512(c + 256 + 16 * t), 3));
         __m512 v;
         if (pt == T_Q3_K) { /* the bsum correction, as dec_tokens */
 #pragma GCC unroll 8
@@ -335,14 +265,16 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
                                                                const uint8_t *restrict w,
                                                                const uint8_t *restrict x, size_t x_stride,
                                                                int n, int n_tokens, int r0, int r1) {
-    const int nsb = n / QK_K, ntk = n_tokens / TM * TM, two = is_q45(pt);
-    const int q6 = pt == T_Q6_K || pt == T_IQ4_XS; /* three or four passes, one C tile each */
-    /* token scratch per super-block (pk_scratch, dec_scratch_q3; Q6_K none) */
-    const int np = q6 ? 0 : two ? 4 : 8;
-    const int win = q6 ? Q6WIN : DWIN; /* super-blocks per decoded window */
+    const int nsb = n / QK_K, ntk = n_tokens / TM * TM;
+    /* two passes (kdec): Q4_K, Q5_K (sc = 8 hi + lo) and Q6_K, IQ4_XS (the
+     * products' two bytes, the second signed: hs); Q2_K, Q3_K one */
+    const int two = is_q45(pt) || is_split(pt), hs = is_split(pt);
+    /* token scratch per super-block (pk_scratch, dec_scratch_q3; Q6_K and
+     * IQ4_XS none) */
+    const int np = is_split(pt) ? 0 : two ? 4 : 8;
     const size_t ts = tile_size(pt, nsb);
     const int k0 = r0 / R, k1 = (r1 + R - 1) / R;
-    int32_t cb[NCB][4][TM * 16] __attribute__((aligned(64)));
+    int32_t cb[NCB][2][TM * 16] __attribute__((aligned(64)));
     int32_t one[DWIN * NPMAX * 8]; /* one token's scratch, per window-sized piece */
     if (ntk == 0 || r0 >= r1) return 0;
     int tch = (int)(XCH_BYTES / (size_t)n) / TM * TM;
@@ -350,19 +282,18 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
     if (tch > ntk) tch = ntk;
     /* scratch: the decoded window, then the chunk's da and token scratch
      * by token tile, super-block, (pair,) token */
-    const size_t decb = q6 ? sizeof(struct q6dec) : two ? sizeof(struct kdec) : sizeof(struct pk_dec);
+    const size_t decb = two ? sizeof(struct kdec) : sizeof(struct pk_dec);
     uint8_t *buf = kn_amx_scratch(decb + (size_t)tch * nsb * (1 + np) * 4);
     if (!buf) return 0;
     struct kdec *kd = (struct kdec *)buf;
     struct pk_dec *pd = (struct pk_dec *)buf;
-    struct q6dec *qd = (struct q6dec *)buf;
     float *dt = (float *)(buf + decb);
     int32_t *pt_ = (int32_t *)(dt + (size_t)tch * nsb);
-    const uint8_t *qb = q6 ? &qd->q[0][0][0][0] : two ? &kd->q[0][0][0][0] : &pd->q[0][0][0];
+    const uint8_t *qb = two ? &kd->q[0][0][0][0] : &pd->q[0][0][0];
     /* bytes per decoded super-block */
-    const size_t sbs = q6 ? sizeof qd->q[0] : two ? sizeof kd->q[0] : sizeof pd->q[0];
-    const __m512i *cpb = q6 ? NULL : two ? &kd->cp[0][0] : &pd->cp[0][0];
-    const __m512 *dwb = q6 ? qd->dw : two ? kd->dw : pd->dw, *dmb = q6 ? qd->dw : two ? kd->dm : pd->dm;
+    const size_t sbs = two ? sizeof kd->q[0] : sizeof pd->q[0];
+    const __m512i *cpb = two ? &kd->cp[0][0] : &pd->cp[0][0];
+    const __m512 *dwb = two ? kd->dw : pd->dw, *dmb = two ? kd->dm : pd->dm;
     _tile_loadconfig(&cfg);
     for (int c0 = 0; c0 < ntk; c0 += tch) {
         const int c1 = ntk - c0 < tch ? ntk : c0 + tch;
@@ -376,7 +307,7 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
                 const int nw = nsb - b0 < DWIN ? nsb - b0 : DWIN;
                 if (pt == T_Q3_K)
                     dec_scratch_q3(one, bs + 16 * b0, nw);
-                else if (!q6)
+                else if (np)
                     pk_scratch(pt, one, bs + 16 * b0, nw);
                 for (int bi = 0; bi < nw; bi++) {
                     const size_t sb = tt * nsb + b0 + bi;
@@ -388,12 +319,12 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
         for (int k = k0; k < k1; k++) {
             const uint8_t *tp = w + (size_t)k * ts;
             const __mmask16 sm = lanes(k, r0, r1);
-            for (int b0 = 0; b0 < nsb; b0 += win) {
-                const int nw = nsb - b0 < win ? nsb - b0 : win;
+            for (int b0 = 0; b0 < nsb; b0 += DWIN) {
+                const int nw = nsb - b0 < DWIN ? nsb - b0 : DWIN;
                 if (pt == T_Q6_K)
-                    dec_q6(tp, nsb, b0, nw, qd);
+                    dec_q6(tp, nsb, b0, nw, kd);
                 else if (pt == T_IQ4_XS)
-                    dec_iq4xs(tp, nsb, b0, nw, qd);
+                    dec_iq4xs(tp, nsb, b0, nw, kd);
                 else if (two)
                     dec_q45(pt, tp, b0, nw, kd);
                 else
@@ -407,21 +338,13 @@ static inline __attribute__((always_inline)) int matmul_pk_amx(int pt, float *re
                     for (int t = 0; t < TM; t++)
                         acc[t] = b0 ? _mm512_maskz_loadu_ps(sm, yt + (size_t)t * ldy) : _mm512_setzero_ps();
                     for (int s = 0; s < nw + 1 + LAG; s++) {
-                        /* Q6_K has one C tile per pass: stored at once */
-                        if (s < nw) {
-                            if (q6) {
-                                Q6MUL(s);
-                                Q6STORE(s);
-                            } else {
-                                KSTEP_MUL(s);
-                            }
-                        }
-                        if (!q6 && s >= 1 && s <= nw) KSTEP_STORE(s - 1);
+                        if (s < nw) KSTEP_MUL(s);
+                        if (s >= 1 && s <= nw) KSTEP_STORE(s - 1);
                         const int e = s - 1 - LAG;
                         if (e >= 0) {
                             const size_t sb = tt * nsb + b0 + e;
-                            ksteps(pt, acc, cb[e % NCB][0], dt + sb * TM, pt_ + sb * np * TM,
-                                   q6 ? NULL : cpb + 8 * e, dwb[e], dmb[e]);
+                            ksteps(pt, acc, cb[e % NCB][0], dt + sb * TM, pt_ + sb * np * TM, cpb + 8 * e,
+                                   dwb[e], dmb[e]);
                         }
                     }
 #pragma GCC unroll 16
