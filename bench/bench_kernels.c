@@ -3,9 +3,12 @@
  * micro-benchmark of ../shared/SCENARIOS.md, plus the machine's memory read
  * bandwidth for context.
  *
- * Cases: each weight type x projection shape - SmolLM2-135M's (q/o
- * 576->576, k/v 576->192, gate/up 576->1536, down 1536->576, lm_head
- * 576->49152) and Llama-3.2-1B's (1b_qkv 2048->3072, 1b_o 2048->2048,
+ * Cases: each weight type x projection shape - SmolLM2-135M's as the
+ * model runs them (qkv 576->960: Q, K and V stacked; o 576->576, also
+ * q's shape; gate_up 576->3072: gate and up stacked; down 1536->576;
+ * lm_head 576->49152; and k/v 576->192 alone, as a part of a stacked
+ * matrix whose parts differ in type runs) and Llama-3.2-1B's (1b_qkv
+ * 2048->3072, 1b_o 2048->2048,
  * 1b_gate_up 2048->16384, 1b_down 8192->2048, 1b_lm_head 2048->128256) -
  * x 1, 4, 16, 64, 512 activation rows x kernel variant (ref, avx2, avx512
  * as the CPU allows). A type whose block does not divide a shape's row
@@ -55,7 +58,7 @@ struct shape {
     int n, rows; /* input length, output rows */
 };
 static const struct shape SHAPES[] = {
-    {"qo", 576, 576},           {"kv", 576, 192},          {"gate_up", 576, 1536},
+    {"qkv", 576, 960},          {"qo", 576, 576},          {"kv", 576, 192},          {"gate_up", 576, 3072},
     {"down", 1536, 576},        {"lm_head", 576, 49152},   {"1b_qkv", 2048, 3072},
     {"1b_o", 2048, 2048},       {"1b_gate_up", 2048, 16384}, {"1b_down", 8192, 2048},
     {"1b_lm_head", 2048, 128256},
@@ -276,7 +279,7 @@ static bool mm_case(const struct opts *o, struct pool *pool, const struct kn_ops
 static int usage(void) {
     fprintf(stderr,
             "usage: anvil bench --kernels [--json] [--png FILE] [-t T] [-r REPS]\n"
-            "                   [--types Q4_1,Q8_0,..] [--shapes qo,kv,gate_up,down,lm_head]\n"
+            "                   [--types Q4_1,Q8_0,..] [--shapes qkv,qo,kv,gate_up,down,lm_head,1b_*]\n"
             "                   [--m 1,4,16,64,512] [--variants ref,avx2,avx512]\n"
             "                   [--hot] [--full-ref] [--no-membw] [--cpu-time]\n"
             "  --hot       time one copy of the weights (cache-resident when small);\n"

@@ -70,9 +70,13 @@ int main(int argc, char **argv) {
         int8_t *r = (int8_t *)(x + (size_t)t * xs);
         for (int i = 0; i < n; i++) r[i] = (int8_t)(rand() % 255 - 127);
         float *d = (float *)(r + n);
-        for (int b = 0; b < n / 32; b++) d[b] = 0.01f;
-        int16_t *bs = (int16_t *)(d + n / 32); /* K types' bsums (after nsb floats; ample) */
-        for (int b = 0; b < n / 32; b++) bs[b] = (int16_t)(rand() % 2000 - 1000);
+        if (TYPES[ti].k) { /* Q8K: d per super-block, then 16 int16 block sums per super-block */
+            for (int b = 0; b < n / 256; b++) d[b] = 0.01f;
+            int16_t *bs = (int16_t *)(d + n / 256);
+            for (int b = 0; b < n / 16; b++) bs[b] = (int16_t)(rand() % 2000 - 1000);
+        } else { /* Q8A: d per block, then the blocks' scaled sums (normal floats: no assists) */
+            for (int b = 0; b < n / 32; b++) d[b] = 0.01f, d[n / 32 + b] = 0.5f + (float)(rand() % 100) / 64;
+        }
     }
     double best[2] = {1e30, 1e30};
     for (int r = 0; r < reps; r++)
