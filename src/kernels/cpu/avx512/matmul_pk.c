@@ -133,10 +133,11 @@ enum {
      * that take the decoded windows (p16k.h: DWIN; the decode pays for
      * itself from about 16 tokens for Q2_K, 20 for Q3_K) */
     DEC_MIN = 24,
-    /* tokens from which AMX runs (when kn_amx_active); IQ4_XS: its
-     * four-pass decode needs more than two token tiles to pay (at 16
-     * tokens 0.60-0.68x the VNNI kernel, at 32 0.92-0.98x, at 64 1.35x) */
-    AMX_MIN = 16, AMX_MIN_IQ4XS = 64,
+    /* tokens from which AMX runs (when kn_amx_active): every type here
+     * beats its VNNI kernel from one token tile (IQ4_XS, whose four-pass
+     * decode wanted 64 tokens, since its two-pass one: 1.13-1.21x at 16
+     * tokens, 1.6-1.7x at 32, one thread, hot) */
+    AMX_MIN = 16,
 };
 
 size_t kn_pack_size_pk_avx512(int type, int rows, int n) {
@@ -584,7 +585,7 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
     int32_t scr[SCR_MAX];
     struct pk_act a;
     if (r0 >= r1 || n_tokens <= 0) return;
-    if (n_tokens >= (pt == T_IQ4_XS ? AMX_MIN_IQ4XS : AMX_MIN) && kn_amx_active()) {
+    if (n_tokens >= AMX_MIN && kn_amx_active()) {
         /* whole 16-token tiles on AMX where the type has a kernel there,
          * same bits (cpu/amx/matmul_pk_amx.c) */
         int done = kn_matmul_pk_amx(pt, y, ldy, w, x, x_stride, n, n_tokens, r0, r1);
