@@ -10,6 +10,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "core.h"
 
@@ -55,6 +58,20 @@ void *core_malloc_aligned(size_t n) {
     void *p = NULL;
     size_t sz = (n + 63) & ~(size_t)63;
     if (sz < n || posix_memalign(&p, 64, sz ? sz : 64) != 0) return NULL;
+    atomic_fetch_add(&n_live, 1);
+    return p;
+}
+
+void *core_malloc_huge(size_t n) {
+    enum { HUGE = 2 << 20 };
+    if (n < 4 * (size_t)HUGE) return core_malloc_aligned(n);
+    if (should_fail()) return NULL;
+    void *p = NULL;
+    size_t sz = (n + HUGE - 1) & ~(size_t)(HUGE - 1);
+    if (sz < n || posix_memalign(&p, HUGE, sz) != 0) return NULL;
+#if defined(__linux__)
+    (void)madvise(p, sz, MADV_HUGEPAGE); /* advice only: the buffer works without it */
+#endif
     atomic_fetch_add(&n_live, 1);
     return p;
 }

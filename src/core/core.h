@@ -61,6 +61,12 @@ void *core_calloc(size_t n, size_t size);
 void *core_realloc(void *p, size_t n);
 /* 64-byte aligned; free with core_free_aligned. */
 void *core_malloc_aligned(size_t n);
+/* For large buffers read as streams (the packed weights): from 8 MiB up,
+ * 2 MiB aligned and advised to the kernel as huge pages (Linux THP in
+ * "madvise" mode, Debian's default), so that a decode step streaming the
+ * whole model walks hundreds of pages, not hundreds of thousands; below,
+ * as core_malloc_aligned. Free with core_free_aligned. */
+void *core_malloc_huge(size_t n);
 void core_free(void *p);
 void core_free_aligned(void *p);
 char *core_strdup(const char *s);

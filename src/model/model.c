@@ -761,37 +761,55 @@ static void pack_into(const struct kn_ops *ops, struct pool *pool, const struct 
     else pack_run(&j, 0, 1);
 }
 
+/* Where the packed copies go: one buffer for all of them (core_malloc_huge:
+ * huge pages, so a decode step that streams the whole model walks a few
+ * hundred pages; with a buffer per matrix the Q/K/V parts and the o
+ * projections, below its 8 MiB threshold, took 4 KiB pages: 12% of the 1B
+ * shape's weights), each copy starting on a 4 KiB page. pack_weights runs
+ * the packing twice: first with base NULL, which only adds up the sizes. */
+struct pack_arena {
+    uint8_t *base;
+    size_t used;
+};
+static uint8_t *arena_take(struct pack_arena *a, size_t sz) {
+    uint8_t *p = a->base ? a->base + a->used : NULL;
+    a->used += (sz + 4095) & ~(size_t)4095;
+    return p;
+}
+
 /* Parts of different types: each part whose type the kernels pack, on its
  * own (when every part starts on a tile boundary, as tile windows need). */
-static anvil_status pack_parts(const struct kn_ops *ops, struct pool *pool, struct gguf_file *f,
-                               struct wmat *w) {
+static void pack_parts(const struct kn_ops *ops, struct pool *pool, struct gguf_file *f, struct wmat *w,
+                       struct pack_arena *a) {
     for (int p = 0; p < w->n_parts; p++)
-        if (w->part[p].rows % KN_PACK_ROWS) return ANVIL_OK;
+        if (w->part[p].rows % KN_PACK_ROWS) return;
     for (int p = 0; p < w->n_parts; p++) {
         int type = w->part[p].type, rows = w->part[p].rows;
         size_t sz = ops->pack_size(type, rows, w->n_in);
         if (sz == 0) continue;
-        uint8_t *dst = core_malloc_aligned(sz);
-        if (!dst) return ANVIL_ERR_NOMEM;
+        uint8_t *dst = arena_take(a, sz);
+        if (!dst) continue;
         pack_into(ops, pool, w, p, p + 1, dst, type, rows);
         gguf_release(f, w->part[p].data, (size_t)rows * w->part[p].row_bytes);
         w->part[p].packed = dst;
         w->part[p].packed_tile = ops->pack_size(type, KN_PACK_ROWS, w->n_in);
     }
-    return ANVIL_OK;
 }
 
-/* Copy w into the kernels' packed layout, if they have one for its type. */
-static anvil_status pack_wmat(const struct kn_ops *ops, struct pool *pool, struct gguf_file *f,
-                              struct wmat *w) {
-    if (!ops->pack_size) return ANVIL_OK;
+/* Copy w into the kernels' packed layout, if they have one for its type
+ * (with a->base NULL: count its bytes only). */
+static void pack_wmat(const struct kn_ops *ops, struct pool *pool, struct gguf_file *f, struct wmat *w,
+                      struct pack_arena *a) {
     int type = w->part[0].type;
     for (int p = 1; p < w->n_parts; p++)
-        if (w->part[p].type != type) return pack_parts(ops, pool, f, w);
+        if (w->part[p].type != type) {
+            pack_parts(ops, pool, f, w, a);
+            return;
+        }
     size_t sz = ops->pack_size(type, w->n_out, w->n_in);
-    if (sz == 0) return ANVIL_OK;
-    uint8_t *dst = core_malloc_aligned(sz);
-    if (!dst) return ANVIL_ERR_NOMEM;
+    if (sz == 0) return;
+    uint8_t *dst = arena_take(a, sz);
+    if (!dst) return;
     pack_into(ops, pool, w, 0, w->n_parts, dst, type, w->n_out);
     /* the copy serves every product from now on */
     for (int p = 0; p < w->n_parts; p++)
@@ -799,29 +817,37 @@ static anvil_status pack_wmat(const struct kn_ops *ops, struct pool *pool, struc
     w->packed = dst;
     w->packed_type = type;
     w->packed_tile = ops->pack_size(type, KN_PACK_ROWS, w->n_in);
-    return ANVIL_OK;
+}
+
+static void pack_all(struct anvil_model *m, struct pool *pool, struct pack_arena *a) {
+    /* a tied lm_head is packed too: the embedding lookup then refaults
+     * the few rows it reads from the file */
+    pack_wmat(m->ops, pool, m->gguf, &m->output, a);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        struct model_layer *ly = &m->layers[l];
+        pack_wmat(m->ops, pool, m->gguf, &ly->wqkv, a);
+        pack_wmat(m->ops, pool, m->gguf, &ly->wo, a);
+        pack_wmat(m->ops, pool, m->gguf, &ly->wgu, a);
+        pack_wmat(m->ops, pool, m->gguf, &ly->wdown, a);
+    }
 }
 
 static anvil_status pack_weights(struct anvil_model *m) {
-    anvil_status st = ANVIL_OK;
     if (!m->ops->pack_size) return ANVIL_OK;
+    struct pack_arena a = {0};
+    pack_all(m, NULL, &a); /* sizes only */
+    if (a.used == 0) return ANVIL_OK;
+    if (!(m->packed = core_malloc_huge(a.used))) return ANVIL_ERR_NOMEM;
     /* threads for the copy only; without them it runs on this one */
     struct pool *pool = NULL;
     int nth = cpu_count_online();
     if (nth > 1 && pool_create(nth > 64 ? 64 : nth, &pool) != ANVIL_OK) pool = NULL;
-    /* a tied lm_head is packed too: the embedding lookup then refaults
-     * the few rows it reads from the file */
-    TRY(pack_wmat(m->ops, pool, m->gguf, &m->output));
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        struct model_layer *ly = &m->layers[l];
-        TRY(pack_wmat(m->ops, pool, m->gguf, &ly->wqkv));
-        TRY(pack_wmat(m->ops, pool, m->gguf, &ly->wo));
-        TRY(pack_wmat(m->ops, pool, m->gguf, &ly->wgu));
-        TRY(pack_wmat(m->ops, pool, m->gguf, &ly->wdown));
-    }
-fail:
+    size_t total = a.used;
+    a = (struct pack_arena){.base = m->packed};
+    pack_all(m, pool, &a);
+    ANVIL_ASSERT(a.used == total);
     pool_free(pool);
-    return st;
+    return ANVIL_OK;
 }
 
 anvil_status anvil_model_load(const char *path, const struct anvil_model_params *p,
@@ -902,18 +928,8 @@ void anvil_model_free(struct anvil_model *m) {
     core_free(m->inv_freq);
     core_free(m->inv_freq_swa);
     core_free(m->hp1_taps);
-    core_free_aligned(m->output.packed);
-    for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
-        core_free(m->layers[l].qkv_bias);
-        core_free_aligned(m->layers[l].wqkv.packed);
-        core_free_aligned(m->layers[l].wo.packed);
-        core_free_aligned(m->layers[l].wgu.packed);
-        core_free_aligned(m->layers[l].wdown.packed);
-        for (int p = 0; p < WMAT_MAX_PARTS; p++) {
-            core_free_aligned(m->layers[l].wqkv.part[p].packed);
-            core_free_aligned(m->layers[l].wgu.part[p].packed);
-        }
-    }
+    core_free_aligned(m->packed);
+    for (int l = 0; m->layers && l < m->hp.n_layer; l++) core_free(m->layers[l].qkv_bias);
     core_free(m->layers);
     tok_free(m->vocab);
     gguf_close(m->gguf);

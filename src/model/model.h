@@ -48,8 +48,8 @@ struct wmat {
     } part[WMAT_MAX_PARTS];
     /* The kernels' packed copy of all parts (kernels/ops.h pack_size) when
      * they have one type, or NULL: then the parts are used in place, or
-     * packed one by one (a Q4_K_M file's Q/K/V mixes types). Owned by the
-     * model. */
+     * packed one by one (a Q4_K_M file's Q/K/V mixes types). Carved from
+     * the model's one packed buffer (anvil_model.packed). */
     uint8_t *packed;
     int packed_type;
     size_t packed_tile; /* bytes per KN_PACK_ROWS rows */
@@ -128,6 +128,7 @@ struct anvil_model {
     int n_hp1;                 /* layers with HP1 attention */
     uint64_t n_params;
     char desc[128];
+    uint8_t *packed; /* every wmat's packed copy, carved from one buffer (huge pages) */
 };
 
 /* Multiply: y[t*ldy + r] = W row r . X row t, rows [r0, r1) of the whole
