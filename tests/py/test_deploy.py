@@ -232,10 +232,14 @@ def test_streaming_is_unbuffered_and_unchanged(cluster):
     while s.next_event() is not None:
         times.append(time.time() - t0)
     assert s.complete, s.error
-    # tokens arrive as they are made, not in one block at the end
+    # tokens arrive as they are made, not in one block at the end: a
+    # buffering proxy hands them over within a millisecond or two, here they
+    # spread over the decode (a quarter of the request at least: the first
+    # event's own latency, prefill and connection, is not what this checks,
+    # and a faster decode made a bound on it fail)
     total = times[-1]
-    assert times[0] < 0.5 * total, (times[0], total)
-    assert len({round(t, 2) for t in times}) > 10
+    assert times[-1] - times[0] > 0.25 * total, (times[0], total)
+    assert len({round(t, 3) for t in times}) > 10
     # the same bytes as straight from the replica that served it
     r = cluster.replica(s.replica)
     st, h, raw = http_request(r.port, "POST", "/v1/completions", body)
