@@ -14,8 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "ab_util.h"
 
 const int8_t kn_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
@@ -25,11 +26,6 @@ int B_p_amx(int, float *, size_t, const void *, const void *, size_t, int, int, 
 int A_pk_amx(int, float *, size_t, const void *, const void *, size_t, int, int, int, int);
 int B_pk_amx(int, float *, size_t, const void *, const void *, size_t, int, int, int, int);
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static const struct {
     const char *name;
@@ -65,7 +61,7 @@ int main(int argc, char **argv) {
     float *y = aligned_alloc(64, (size_t)rows * m * 4 + 64);
     if (!w || !x || !y) return 1;
     srand(1);
-    for (size_t i = 0; i < wsz; i++) w[i] = (uint8_t)((rand() & 0x77) | 0x11);
+    ab_fill_weights(w, wsz);
     for (int t = 0; t < m; t++) {
         int8_t *r = (int8_t *)(x + (size_t)t * xs);
         for (int i = 0; i < n; i++) r[i] = (int8_t)(rand() % 255 - 127);
@@ -81,20 +77,16 @@ int main(int argc, char **argv) {
     double best[2] = {1e30, 1e30};
     for (int r = 0; r < reps; r++)
         for (int v = 0; v < 2; v++) {
-            double t = now();
+            double t = ab_now();
             int done = fn[v](pt, y, (size_t)rows, w, x, xs, n, m, 0, rows);
-            t = now() - t;
+            t = ab_now() - t;
             if (done != m) {
                 fprintf(stderr, "the kernel did %d of %d tokens\n", done, m);
                 return 1;
             }
             if (t < best[v]) best[v] = t;
         }
-    const double mac = (double)n * rows * m;
-    printf("{\"type\": \"%s\", \"n\": %d, \"rows\": %d, \"m\": %d, \"reps\": %d, \"a_us\": %.1f, \"b_us\": %.1f, "
-           "\"a_gmacs\": %.2f, \"b_gmacs\": %.2f, \"b_over_a\": %.3f}\n",
-           ty, n, rows, m, reps, best[0] * 1e6, best[1] * 1e6, mac / best[0] * 1e-9, mac / best[1] * 1e-9,
-           best[0] / best[1]);
+    ab_report(ty, n, rows, m, reps, best);
     free(w);
     free(x);
     free(y);

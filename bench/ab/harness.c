@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "ab_util.h"
 
 /* the VNNI kernels only: AMX off (src/kernels/cpu/amx/amx.h) */
 #include <stdbool.h>
@@ -38,11 +39,6 @@ typedef void (*mm_fn)(float *, size_t, const void *, size_t, const void *, size_
 DECL_ALL(A_)
 DECL_ALL(B_)
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv) {
     if (argc < 5) {
@@ -71,7 +67,7 @@ int main(int argc, char **argv) {
     float *y = aligned_alloc(64, (size_t)rows * m * 4 + 64);
     if (!w || !x || !y) return 1;
     srand(1);
-    for (size_t i = 0; i < wsz; i++) w[i] = (uint8_t)((rand() & 0x77) | 0x11);
+    ab_fill_weights(w, wsz);
     for (int t = 0; t < m; t++) {
         int8_t *r = (int8_t *)(x + (size_t)t * xs);
         for (int i = 0; i < n; i++) r[i] = (int8_t)(rand() % 255 - 127);
@@ -81,16 +77,12 @@ int main(int argc, char **argv) {
     double best[2] = {1e30, 1e30};
     for (int r = 0; r < reps; r++)
         for (int v = 0; v < 2; v++) {
-            double t = now();
+            double t = ab_now();
             fn[v](y, (size_t)rows, w, 0, x, xs, n, m, 0, rows);
-            t = now() - t;
+            t = ab_now() - t;
             if (t < best[v]) best[v] = t;
         }
-    const double mac = (double)n * rows * m;
-    printf("{\"type\": \"%s\", \"n\": %d, \"rows\": %d, \"m\": %d, \"reps\": %d, \"a_us\": %.1f, \"b_us\": %.1f, "
-           "\"a_gmacs\": %.2f, \"b_gmacs\": %.2f, \"b_over_a\": %.3f}\n",
-           ty, n, rows, m, reps, best[0] * 1e6, best[1] * 1e6, mac / best[0] * 1e-9, mac / best[1] * 1e-9,
-           best[0] / best[1]);
+    ab_report(ty, n, rows, m, reps, best);
     free(w);
     free(x);
     free(y);
