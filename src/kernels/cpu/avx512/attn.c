@@ -39,6 +39,14 @@
 #define SUB KN_ATTN_SUB
 #define HDMAX KN_ATTN_MAX_HEAD_DIM
 #define QGROUP 4 /* query vectors sharing one pass over the step buffer */
+/* decode: besides the next tile into L1, the tile PF_AHEAD blocks on into
+ * L2, spread the same way. The paged blocks are scattered, so the hardware
+ * prefetchers cannot run ahead across them, and the L1 prefetch of one
+ * tile ahead alone held the stream at 17-20 GB/s of 33 at 2 threads (8-9
+ * of 16.6 at one); with the L2 one 4 blocks (32 KiB at head_dim 128)
+ * ahead, 22-25 (12; Sapphire Rapids class VM, F16 KV, ctx 2048-8192,
+ * 2026-12-01). 2 and 8 blocks measured about the same. */
+#define PF_AHEAD 4
 #define LAZY_M 8.0f /* how far a score may pass m before m moves (p <= e^8) */
 
 _Static_assert(KN_ATTN_SUB == 16, "one step is one 16-lane vector");
@@ -127,11 +135,13 @@ struct src {
  * block edge stalls the pipeline once the line-fill buffers are full, so
  * memory and arithmetic would take turns instead of overlapping. */
 struct pfq {
-    const char *p, *end;
+    const char *p, *end;   /* the next tile, into L1 */
+    const char *p2, *end2; /* the tile PF_AHEAD blocks on, into L2 */
 };
 
 static inline __attribute__((always_inline)) void pf_issue(struct pfq *q, int n) {
     for (int i = 0; i < n && q->p < q->end; i++, q->p += 64) _mm_prefetch(q->p, _MM_HINT_T0);
+    for (int i = 0; i < n && q->p2 < q->end2; i++, q->p2 += 64) _mm_prefetch(q->p2, _MM_HINT_T1);
 }
 
 /* K row d (16 keys); Q8: unscaled quants */
@@ -459,10 +469,15 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
     const int lo0 = kn_attn_lo(t, 0) / SUB * SUB;
     states_clear(cur, t->n_rows * G, hd);
     for (int i = 0; i < t->n_rows * G; i++) b->L[i] = _mm512_setzero_ps();
-    struct pfq pf = {NULL, NULL};
+    struct pfq pf = {NULL, NULL, NULL, NULL};
     for (int s0 = k0 > lo0 ? k0 : lo0; s0 < k1; s0 += SUB) {
         const uint8_t *tile = kn_kv_tile(kv, t->base, t->blocks[s0 / bs], t->kv_head);
         int nxt = s0 + bs - s0 % bs; /* first key of the next block */
+        int far = s0 - s0 % bs + PF_AHEAD * bs;
+        if (direct && s0 % bs == 0 && far < n_kv_max) {
+            pf.p2 = (const char *)kn_kv_tile(kv, t->base, t->blocks[far / bs], t->kv_head);
+            pf.end2 = pf.p2 + kv->tile_bytes;
+        }
         if (s0 % bs == 0 && nxt < k1) {
             const char *np = (const char *)kn_kv_tile(kv, t->base, t->blocks[nxt / bs], t->kv_head);
             if (direct) {

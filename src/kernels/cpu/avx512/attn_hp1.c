@@ -101,11 +101,15 @@ struct ksrc {
  * computed, so memory and arithmetic take turns (the avx512 softmax
  * kernel's finding, cpu/avx512/attn.c). */
 struct pfq {
-    const char *k, *k_end; /* a range of lines */
+    const char *k, *k_end;   /* a range of lines: the next tile, into L1 */
+    const char *k2, *k2_end; /* the tile PF_AHEAD blocks on, into L2 (the
+                              * softmax kernel's lookahead, cpu/avx512/attn.c) */
 };
+enum { PF_AHEAD = 4 };
 
 static inline __attribute__((always_inline)) void pf_issue(struct pfq *q, int n) {
     for (int i = 0; i < n && q->k < q->k_end; i++, q->k += 64) _mm_prefetch(q->k, _MM_HINT_T0);
+    for (int i = 0; i < n && q->k2 < q->k2_end; i++, q->k2 += 64) _mm_prefetch(q->k2, _MM_HINT_T1);
 }
 
 static inline __attribute__((always_inline)) void pf_flush(struct pfq *q) { pf_issue(q, 1 << 20); }
@@ -345,7 +349,7 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
     const int q8 = kv->type == ANVIL_TYPE_Q8_0;
     struct pfq *pf = &w->pf;
     const size_t pf_bytes = t->pv == KN_HP1_PV_NONE ? kv->v_off : kv->tile_bytes;
-    pf->k = pf->k_end = NULL;
+    pf->k = pf->k_end = pf->k2 = pf->k2_end = NULL;
     memset(w->acc, 0, (size_t)nq * hd * sizeof(float));
     for (int s = k0; s < k1; s += SUB) {
         const uint8_t *tile = kn_kv_tile(kv, a->base, a->blocks[s / bs], a->kv_head);
@@ -354,6 +358,10 @@ static void chunk_pass(const struct kn_hp1_task *t, int c, struct ws *w) {
             pf_flush(pf); /* what the last block's loops left (sparse PV walks few keys) */
             pf->k = (const char *)kn_kv_tile(kv, a->base, a->blocks[nxt / bs], a->kv_head);
             pf->k_end = pf->k + pf_bytes;
+        }
+        if (j0 == 0 && s + PF_AHEAD * bs < n_kv_max) {
+            pf->k2 = (const char *)kn_kv_tile(kv, a->base, a->blocks[s / bs + PF_AHEAD], a->kv_head);
+            pf->k2_end = pf->k2 + pf_bytes;
         }
         struct ksrc src;
         int mode = k_source(kv, tile, j0, nq, w->K, &src);
