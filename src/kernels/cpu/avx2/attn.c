@@ -216,6 +216,8 @@ static void states_clear(struct kn_attn_states *s, int nq, int hd) {
     memset(s->acc, 0, (size_t)nq * hd * sizeof(float));
 }
 
+enum { PF_AHEAD = 4 }; /* blocks ahead for the L2 prefetch */
+
 static inline __attribute__((always_inline)) void prefetch_tile(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
@@ -237,6 +239,11 @@ static void chunk_pass(const struct kn_attn_task *t, int c, struct kn_attn_state
         int nxt = s0 + bs - s0 % bs;
         if (s0 % bs == 0 && nxt < k1)
             prefetch_tile(kn_kv_tile(kv, t->base, t->blocks[nxt / bs], t->kv_head), kv->tile_bytes);
+        /* and into L2 the tile PF_AHEAD blocks on (cpu/avx512/attn.c) */
+        if (s0 % bs == 0 && s0 + PF_AHEAD * bs < n_kv_max) {
+            const char *fp = (const char *)kn_kv_tile(kv, t->base, t->blocks[s0 / bs + PF_AHEAD], t->kv_head);
+            for (size_t o = 0; o < kv->tile_bytes; o += 64) _mm_prefetch(fp + o, _MM_HINT_T1);
+        }
         load_step(kv, tile, s0 % bs, b->K, b->V);
         for (int r = 0; r < t->n_rows; r++) {
             int valid = t->pos + r + 1 - s0, first = kn_attn_lo(t, r) - s0;
