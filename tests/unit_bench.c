@@ -120,7 +120,8 @@ static void test_read_bw(void **state) {
     pool_free(p);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mean_sd),
         cmocka_unit_test(test_percentile),

@@ -1107,7 +1107,8 @@ static void test_oom(void **state) {
     cn_vocab_free(v);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_classes),
         cmocka_unit_test(test_regex_vs_ref),

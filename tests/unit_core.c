@@ -156,7 +156,8 @@ static void test_alloc_fault_injection(void **state) {
     assert_int_equal(core_alloc_live(), live);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_roundtrip_all),
         cmocka_unit_test(test_f16_rounding),

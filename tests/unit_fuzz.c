@@ -55,7 +55,8 @@ static void test_act_q8a_ref_nonfinite(void **state) {
     assert_int_equal(q[3 * QK + 1], 127); /* x = 3 */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_act_q8a_ref_nonfinite),
     };

@@ -605,7 +605,8 @@ static void test_oom_walk(void **state) {
     free(b.p);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good),
         cmocka_unit_test(test_empty_file_sections),

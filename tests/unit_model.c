@@ -286,7 +286,8 @@ static void test_meta_str(void **state) {
     assert_string_equal(anvil_chat_template_name(model), "chatml");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_context_full),

@@ -1423,7 +1423,8 @@ static void test_oom_walk(void **state) {
     toy_free(&c.u);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_lenient),
         cmocka_unit_test(test_utf8_strict),

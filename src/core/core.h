@@ -110,4 +110,15 @@ int cpu_count_online(void);
 /* time */
 double time_now_s(void); /* monotonic seconds */
 
+/* ---------------------------------------------------------------------- */
+/* splitmix64 (https://prng.di.unimi.it/): advances *state by the golden
+ * gamma and returns the mixed output. Seeds the sampler's xoshiro256**
+ * and mixes the server's random seeds. */
+static inline uint64_t core_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 #endif /* ANVIL_CORE_H */

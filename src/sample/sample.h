@@ -191,8 +191,6 @@ static inline sample_u128 sample_target(uint64_t rand64, sample_u128 z) {
 
 /* RNG: next output of the sampler's xoshiro256** stream. */
 uint64_t sample_rng_next(struct anvil_sampler *s);
-/* splitmix64 step (exposed for tests): advances *state, returns output. */
-uint64_t sample_splitmix64(uint64_t *state);
 
 /* ---------------------------------------------------------------------- */
 /* log-probabilities for the server (OpenAI logprobs / top_logprobs)

@@ -139,13 +139,6 @@ anvil_status anvil_sampler_params_check(const struct anvil_sampler_params *p, ch
 /* ---------------------------------------------------------------------- */
 /* RNG: xoshiro256** seeded through splitmix64 */
 
-uint64_t sample_splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static inline uint64_t rotl(uint64_t x, int k) {
     return (x << k) | (x >> (64 - k));
 }
@@ -165,7 +158,7 @@ uint64_t sample_rng_next(struct anvil_sampler *s) {
 
 static void rng_seed(struct anvil_sampler *s) {
     uint64_t x = s->p.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = sample_splitmix64(&x);
+    for (int i = 0; i < 4; i++) s->rng[i] = core_splitmix64(&x);
     /* splitmix64 never yields four zero words in a row, so the state is valid */
 }
 

@@ -35,6 +35,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/core.h"
 #include "server/srv_int.h"
 
 void srv_err_set(struct srv_err *e, int status, const char *type, const char *code,
@@ -596,19 +597,14 @@ static bool parse_prompt(const struct srv_limits *lim, const cJSON *root, struct
 // ----------------------------------------------------------------------------
 // sampling and the rest
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t random_seed(void) {
     static _Atomic uint64_t counter;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    return splitmix64(t ^ splitmix64(atomic_fetch_add(&counter, 1)));
+    uint64_t k = atomic_fetch_add(&counter, 1);
+    uint64_t mixed = t ^ core_splitmix64(&k);
+    return core_splitmix64(&mixed);
 }
 
 static bool parse_sampling(const struct srv_limits *lim, const cJSON *root, struct srv_req *r,
@@ -909,7 +905,7 @@ out:
  * Brackets and escapes are tracked only as far as these checks need: a
  * body that is not JSON at all is left for cJSON to report. */
 static bool prescan(const char *body, size_t len, struct srv_err *e) {
-    size_t bad_at = srv_utf8_check(body, len);
+    size_t bad_at = sb_utf8_check(body, len);
     if (bad_at < len)
         return bad(e, NULL, "The request body is not valid UTF-8 (byte 0x%02x at offset %zu): "
                    "JSON text must be UTF-8 (RFC 8259, section 8.1)",

@@ -1,26 +1,19 @@
 /*
- * sbuf.c - growable byte buffer and JSON output helpers for the server.
- *
- * The server lives outside libanvil (it is linked into the CLI only), so it
- * uses plain malloc; the library's core_malloc is internal. Allocation
- * failure is sticky (`oom`) so formatters check once at the end.
- *
- * JSON strings: RFC 8259 section 7. Output is always valid UTF-8: a byte
- * that does not start or continue a valid sequence (overlongs, surrogates
- * and code points above U+10FFFF included) becomes U+FFFD, the same rule
- * as the detokenizer's.
+ * sbuf.c - the growable byte buffer and its JSON writers (contracts in
+ * sbuf.h).
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "server/srv_int.h"
+#include "core/core.h"
+#include "core/sbuf.h"
 
 void sb_init(struct sbuf *b) { memset(b, 0, sizeof(*b)); }
 
 void sb_free(struct sbuf *b) {
-    free(b->p);
+    core_free(b->p);
     sb_init(b);
 }
 
@@ -38,7 +31,7 @@ bool sb_reserve(struct sbuf *b, size_t extra) {
     }
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
+    char *p = core_realloc(b->p, cap);
     if (!p) {
         b->oom = true;
         return false;
@@ -75,7 +68,7 @@ void sb_printf(struct sbuf *b, const char *fmt, ...) {
     b->len += (size_t)n;
 }
 
-size_t srv_utf8_len(const unsigned char *s, size_t n) {
+size_t sb_utf8_len(const unsigned char *s, size_t n) {
     unsigned c = s[0];
     size_t len;
     unsigned cp;
@@ -113,7 +106,7 @@ void sb_json_str(struct sbuf *b, const char *s, size_t n) {
     while (i < n) {
         unsigned c = u[i];
         if (c >= 0x80) {
-            size_t l = srv_utf8_len(u + i, n - i);
+            size_t l = sb_utf8_len(u + i, n - i);
             if (l == 0) {
                 memcpy(o, "\xEF\xBF\xBD", 3);
                 o += 3;
@@ -155,7 +148,7 @@ void sb_json_num(struct sbuf *b, double v) {
     sb_printf(b, "%.7g", v);
 }
 
-size_t srv_utf8_check(const char *s, size_t n) {
+size_t sb_utf8_check(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
@@ -163,7 +156,7 @@ size_t srv_utf8_check(const char *s, size_t n) {
             i++;
             continue;
         }
-        size_t l = srv_utf8_len(u + i, n - i);
+        size_t l = sb_utf8_len(u + i, n - i);
         if (l == 0) return i;
         i += l;
     }
