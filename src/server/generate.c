@@ -24,7 +24,7 @@
  * parked is read and written by MHD, which notices a dead peer itself and
  * reports the request complete (srv_job_closed cancels it).
  *
- * Tool calls (tools.c): when the output may be a call, its text goes
+ * Tool calls (toolcall.c): when the output may be a call, its text goes
  * through a splitter that tells content from the call's arguments; a
  * stream sends the call as tool_calls deltas (the first with its id and
  * name) and ends with finish_reason "tool_calls" when the call is

@@ -1,9 +1,10 @@
 /*
  * http.c - libmicrohttpd glue: connections and their limits, routing,
- * request bodies, auth, responses, the small GET routes, draining, and
- * the daemon's life cycle. The generation routes are in generate.c; the
- * chat page's files and /tokenize, /detokenize, /props in webui.c and
- * extra.c (srv_web.h), which know nothing of connections.
+ * request bodies, auth, the small GET routes, draining, and the daemon's
+ * life cycle. Answers are queued through reply.c; the generation routes
+ * are in generate.c; the chat page's files and /tokenize, /detokenize,
+ * /props in webui.c, tokenize.c and props.c (srv_web.h), which know
+ * nothing of connections.
  *
  * Threading: HTTP_WORKERS threads, each with its own epoll loop over its
  * share of the connections (MHD_USE_EPOLL_INTERNAL_THREAD with a thread
@@ -189,64 +190,6 @@ static void *watcher_main(void *arg) {
     }
     pthread_mutex_unlock(&s->watch_mu);
     return NULL;
-}
-
-// ----------------------------------------------------------------------------
-// responses
-
-enum MHD_Result srv_queue(struct srv *s, struct MHD_Connection *c, unsigned status,
-                          struct MHD_Response *r) {
-    if (s->replica_id) MHD_add_response_header(r, "X-Anvil-Replica", s->replica_id);
-    /* a 503 (overloaded, too many connections, draining) also frees the
-     * connection; while draining every answer does */
-    if ((status == 503 || atomic_load(&s->draining)) &&
-        !MHD_get_response_header(r, MHD_HTTP_HEADER_CONNECTION))
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    srv_metrics_status(&s->metrics, (int)status);
-    return ret;
-}
-
-enum MHD_Result srv_send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
-                              const char *ctype, struct sbuf *b, const char *hdr,
-                              const char *val) {
-    if (b->oom) {
-        sb_free(b);
-        sb_puts(b, "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                   "\"param\":null,\"code\":null}}");
-        status = 500;
-        ctype = "application/json";
-        hdr = NULL;
-        if (b->oom) return MHD_NO;
-    }
-    size_t len = 0;
-    char *p = sb_take(b, &len);
-    if (!p) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, p, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(p);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (hdr) MHD_add_response_header(r, hdr, val);
-    return srv_queue(s, c, (unsigned)status, r);
-}
-
-enum MHD_Result srv_send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e,
-                             const char *hdr, const char *val) {
-    struct sbuf b;
-    sb_init(&b);
-    srv_fmt_error(&b, e);
-    return srv_send_sbuf(s, c, e->status, "application/json", &b, hdr, val);
-}
-
-enum MHD_Result srv_send_errf(struct srv *s, struct MHD_Connection *c, int status,
-                              const char *type, const char *code, const char *hdr,
-                              const char *val, const char *msg) {
-    struct srv_err e;
-    srv_err_set(&e, status, type, code, NULL, "%s", msg);
-    return srv_send_err(s, c, &e, hdr, val);
 }
 
 // ----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 /*
- * fuzz_web.c - libFuzzer harness for the parsers of src/server/extra.c and
+ * fuzz_web.c - libFuzzer harness for the parsers of src/server/tokenize.c and
  * src/server/webui.c: bytes -> the body of POST /tokenize and POST
  * /detokenize, and the same bytes as a request path (URL unescaping and
  * the asset lookup).

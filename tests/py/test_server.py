@@ -33,7 +33,7 @@ from anvil_server import (ROOT, SANITIZER_REPORTS, Server, asan_bin, asan_env, c
                           serve_bin, sse_events)
 
 # One U+FFFD per byte that does not belong to a valid UTF-8 sequence: the
-# rule of the server's JSON strings (src/server/sbuf.c). Python's "replace"
+# rule of the server's JSON strings (src/core/sbuf.c). Python's "replace"
 # handler gives one U+FFFD per maximal invalid subpart instead.
 codecs.register_error("anvil_per_byte", lambda e: ("\ufffd", e.start + 1))
 
