@@ -77,6 +77,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "core/core.h"
 #include "server/server.h"
 #include "server/srv_int.h"
 #include "server/srv_web.h"
@@ -90,12 +91,6 @@
  * Makefile) */
 extern const char srv_openapi_json[];
 extern const size_t srv_openapi_json_len;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 // ----------------------------------------------------------------------------
 // connections
@@ -123,7 +118,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         sc->fd = ci ? ci->connect_fd : -1;
-        sc->t_head = now_s();
+        sc->t_head = time_now_s();
         pthread_mutex_lock(&s->conn_mu);
         sc->next = s->conns;
         if (s->conns) s->conns->prev = sc;
@@ -155,7 +150,7 @@ static struct sconn *sconn_of(struct MHD_Connection *c) {
 /* The head deadline: shut down connections still waiting for a whole
  * request head after header_timeout_s. */
 static void sweep_heads(struct srv *s) {
-    double now = now_s(), limit = (double)s->cfg.header_timeout_s;
+    double now = time_now_s(), limit = (double)s->cfg.header_timeout_s;
     pthread_mutex_lock(&s->conn_mu);
     for (struct sconn *sc = s->conns; sc; sc = sc->next) {
         if (sc->in_request || sc->cut || sc->fd < 0 || now - sc->t_head <= limit) continue;
@@ -526,7 +521,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
         /* a keep-alive connection now waits for its next request head */
         pthread_mutex_lock(&s->conn_mu);
         sc->in_request = false;
-        sc->t_head = now_s();
+        sc->t_head = time_now_s();
         pthread_mutex_unlock(&s->conn_mu);
     }
     struct conn *k = *req_cls;

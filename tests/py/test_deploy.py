@@ -223,23 +223,21 @@ def test_render_script_arguments():
 
 
 def test_streaming_is_unbuffered_and_unchanged(cluster):
-    body = {"prompt": "Count to twenty:", "max_tokens": 48, "ignore_eos": True, "stream": True,
-            "temperature": 0}
-    t0 = time.time()
-    s = Stream(cluster.port, "/v1/completions", body)
+    # tokens arrive as they are made, not in one block at the end: the
+    # first event comes through the proxy while its request still runs on
+    # the replica (a buffering proxy would hold it until the last of the
+    # 400 tokens). Judged by the replica's own gauge, not by a clock.
+    long = {"prompt": "Count to twenty:", "max_tokens": 400, "ignore_eos": True,
+            "stream": True, "temperature": 0}
+    s = Stream(cluster.port, "/v1/completions", long)
     assert s.status == 200
-    times = []
-    while s.next_event() is not None:
-        times.append(time.time() - t0)
-    assert s.complete, s.error
-    # tokens arrive as they are made, not in one block at the end: a
-    # buffering proxy hands them over within a millisecond or two, here they
-    # spread over the decode (a quarter of the request at least: the first
-    # event's own latency, prefill and connection, is not what this checks,
-    # and a faster decode made a bound on it fail)
-    total = times[-1]
-    assert times[-1] - times[0] > 0.25 * total, (times[0], total)
-    assert len({round(t, 3) for t in times}) > 10
+    assert s.next_event() is not None, s.error
+    m = cluster.replica(s.replica).metrics()
+    assert m["anvil_requests_in_flight"] >= 1, m
+    s.c.close()  # the client leaves: the replica cancels the rest
+    body = dict(long, max_tokens=48)
+    s = Stream(cluster.port, "/v1/completions", body).read_all()
+    assert s.status == 200 and s.complete, s.error
     # the same bytes as straight from the replica that served it
     r = cluster.replica(s.replica)
     st, h, raw = http_request(r.port, "POST", "/v1/completions", body)
@@ -304,10 +302,11 @@ def run_one(c, i, key):
             out["status"], out["replica"] = st, h.get("x-anvil-replica")
             if st == 200:
                 j = json.loads(data)
-                assert "tokens" in j or j["choices"]
+                assert j["tokens"] if kind == "tokenize" else j["choices"], j
                 out["outcome"] = "ok"
             else:
-                check_error(st, data, st)
+                # the only error a client may see: a clean, retryable 503
+                check_error(st, data, 503)
                 out["outcome"] = "http_error"
     except Exception as e:  # a hang (timeout) or garbage: reported below
         out["outcome"] = f"exception: {e!r}"

@@ -426,41 +426,43 @@ def test_drain_timeout_cancels():
             "temperature": 0}
     k = stream_post(s.port, "/v1/completions", body)
     got = read_until(k, lambda g: b"data: " in g)
-    t0 = time.time()
     s.p.send_signal(signal.SIGTERM)
     got += read_all(k)
     k.close()
     events = sse_data(got)
     assert events[-1] == b"[DONE]"
+    # cut by the drain timeout (its message below), not run to its 2000
+    # tokens; the stop's timeout is a watchdog for a drain that never ends
     assert any(b'"error"' in e for e in events[-3:]), events[-3:]
-    assert s.stop(timeout=30) == 0, s.stderr()
-    assert 0.8 < time.time() - t0 < 10
+    assert s.stop(timeout=60) == 0, s.stderr()
     assert "drain timeout" in s.stderr()
 
 
 def test_second_signal_cancels_at_once():
-    s = Server("--ctx", "2048", "--parallel", "2", "--kv-mem", "128M")
+    # a drain of 300 s: without the second signal's cancel the stop below
+    # would outwait its watchdog
+    s = Server("--ctx", "2048", "--parallel", "2", "--kv-mem", "128M", "--drain-timeout", "300")
     body = {"prompt": "Count:", "max_tokens": 2000, "ignore_eos": True, "stream": True,
             "temperature": 0}
     k = stream_post(s.port, "/v1/completions", body)
     got = read_until(k, lambda g: b"data: " in g)
     s.p.send_signal(signal.SIGTERM)
-    wait_until(lambda: s.request("GET", "/health")[0] == 503, secs=5, what="draining")
-    t0 = time.time()
+    wait_until(lambda: s.request("GET", "/health")[0] == 503, secs=30, what="draining")
     s.p.send_signal(signal.SIGINT)
     got += read_all(k)
     k.close()
-    assert sse_data(got)[-1] == b"[DONE]"
-    assert s.stop(timeout=30) == 0, s.stderr()
-    assert time.time() - t0 < 5  # not the 30 s drain
+    events = sse_data(got)
+    assert events[-1] == b"[DONE]"
+    assert any(b'"error"' in e for e in events[-3:]), events[-3:]  # cancelled, not run out
+    assert s.stop(timeout=60) == 0, s.stderr()
     assert "second signal" in s.stderr()
 
 
 def test_sigterm_idle_exits_promptly():
-    s = Server("--ctx", "256", "--kv-mem", "32M")
-    t0 = time.time()
-    assert s.stop(timeout=30) == 0, s.stderr()
-    assert time.time() - t0 < 3
+    # nothing in flight: no drain to wait for, even one of 300 s (the
+    # stop's timeout is the watchdog)
+    s = Server("--ctx", "256", "--kv-mem", "32M", "--drain-timeout", "300")
+    assert s.stop(timeout=60) == 0, s.stderr()
 
 
 @pytest.mark.parametrize("args,msg", [
