@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from anvil_server import Server, check_error, raise_nofile, serve_bin, sse_events
+from anvil_server import Server, check_error, raise_nofile, serve_bin, sse_events, wait_until
 
 
 def metrics(srv):
@@ -38,25 +38,14 @@ def open_idle(port, n, half_head_every=2):
     return socks
 
 
-def wait_for(pred, secs=30, step=0.05):
-    t_end = time.time() + secs
-    while time.time() < t_end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
-
-
 def test_two_thousand_idle_connections_do_not_block(model_path):
     raise_nofile(4096)
     s = Server(serve_bin(), model_path, "--ctx", "256", "--parallel", "4", "--kv-mem", "64M")
     socks = []
     try:
         socks = open_idle(s.port, 2000)
-        m = wait_for(lambda: (lambda m: m if m["anvil_http_connections_open"] >= 2000 else None)(
-            metrics(s)))
-        assert m and m["anvil_http_connections_open"] >= 2000, metrics(s)
+        wait_until(lambda: metrics(s)["anvil_http_connections_open"] >= 2000,
+                   what="2000 connections open")
         # a new client is served while they stay open (the timeouts are
         # watchdogs for a blocked server, not a measure of its speed)
         st, _, data = s.request("GET", "/health", timeout=60)
@@ -74,9 +63,8 @@ def test_two_thousand_idle_connections_do_not_block(model_path):
         for k in socks:
             k.close()
     try:
-        m = wait_for(lambda: (lambda m: m if m["anvil_http_connections_open"] <= 1 else None)(
-            metrics(s)))
-        assert m, metrics(s)
+        wait_until(lambda: metrics(s)["anvil_http_connections_open"] <= 1,
+                   what="the idle connections to close")
         assert s.request("GET", "/health")[0] == 200
     finally:
         assert s.stop() == 0, s.stderr()
@@ -88,7 +76,7 @@ def test_connection_limit_503(model_path):
     socks = []
     try:
         socks = open_idle(s.port, 40)
-        wait_for(lambda: metrics_count(s) >= 40)
+        wait_until(lambda: metrics_count(s) >= 40, what="40 connections open")
         # over the limit: one answer, 503 with the JSON error, then closed
         for path in ("/health", "/v1/models"):
             st, h, data = s.request("GET", path, timeout=10)
@@ -99,8 +87,8 @@ def test_connection_limit_503(model_path):
         for k in socks[:10]:
             k.close()
         socks = socks[10:]
-        ok = wait_for(lambda: s.request("GET", "/health", timeout=10)[0] == 200)
-        assert ok
+        wait_until(lambda: s.request("GET", "/health", timeout=10)[0] == 200,
+                   what="room for a connection again")
         assert metrics(s)["anvil_http_connections_refused_total"] >= 2
         st, _, data = s.post("/v1/completions", {"prompt": [300], "max_tokens": 1})
         assert st == 200, data
@@ -194,11 +182,11 @@ def test_parked_request_client_gone(model_path, stream):
                            "stream": stream}).encode()
         k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
                   % (len(body), body))
-        assert wait_for(lambda: metrics(s)["anvil_kv_blocks_used"] > 0)
+        wait_until(lambda: metrics(s)["anvil_kv_blocks_used"] > 0, what="the request to run")
         k.close()
-        m = wait_for(lambda: (lambda m: m if m["anvil_kv_blocks_used"] == 0 and
-                              m["anvil_requests_in_flight"] == 0 else None)(metrics(s)))
-        assert m, metrics(s)
+        m = wait_until(lambda: (lambda m: m if m["anvil_kv_blocks_used"] == 0 and
+                                m["anvil_requests_in_flight"] == 0 else None)(metrics(s)),
+                       what="the cancel to free the KV blocks")
         assert m['anvil_requests_finished_total{reason="cancelled"}'] == 1
         assert m['anvil_requests_finished_total{reason="length"}'] == 0
     finally:
