@@ -291,6 +291,9 @@ struct srv_resp_info {
 
 /* Error body. */
 void srv_fmt_error(struct sbuf *b, const struct srv_err *e);
+/* The raw bytes of token t (control tokens give their text) into scratch
+ * (cleared first). False when out of memory. */
+bool srv_token_piece(const struct anvil_model *m, anvil_token t, struct sbuf *scratch);
 /* "data: {chunk}\n\n" with `text` (may be empty) and the logprobs of toks;
  * first_chat adds the assistant role to a chat delta; finish is NULL or
  * "stop"/"length". text_offset is the completion's text length before this

@@ -57,18 +57,6 @@ static cJSON *parse_object(const char *body, size_t len, const char *const *know
     return root;
 }
 
-/* The bytes of token t (control tokens give their text). Grows *buf.
- * Returns the length, or -1 on out-of-memory. */
-static int32_t piece_of(const struct anvil_model *m, anvil_token t, char **buf, int32_t *cap) {
-    int32_t n = anvil_token_to_piece(m, t, *buf, *cap, true);
-    if (n >= 0) return n;
-    char *p = realloc(*buf, (size_t)-n);
-    if (!p) return -1;
-    *buf = p;
-    *cap = -n;
-    return anvil_token_to_piece(m, t, *buf, *cap, true);
-}
-
 // ----------------------------------------------------------------------------
 // POST /tokenize
 
@@ -80,7 +68,8 @@ bool srv_tokenize(const struct srv_info *in, const char *body, size_t len, struc
     if (!root) return false;
     bool add_special = false, parse_special = true, with_pieces = false, ok = false;
     anvil_token *toks = NULL;
-    char *piece = NULL;
+    struct sbuf piece;
+    sb_init(&piece);
     const cJSON *c = srv_field(root, "content");
     if (!c) {
         srv_bad(err, "content", "'content' is required");
@@ -127,7 +116,6 @@ bool srv_tokenize(const struct srv_info *in, const char *body, size_t len, struc
         goto done;
     }
 
-    int32_t piece_cap = 0;
     sb_puts(out, "{\"tokens\":[");
     for (int32_t i = 0; i < n; i++) {
         if (i) sb_puts(out, ",");
@@ -135,18 +123,18 @@ bool srv_tokenize(const struct srv_info *in, const char *body, size_t len, struc
             sb_printf(out, "%d", (int)toks[i]);
             continue;
         }
-        int32_t k = piece_of(in->model, toks[i], &piece, &piece_cap);
-        if (k < 0) {
+        if (!srv_token_piece(in->model, toks[i], &piece)) {
             srv_oom(err);
             goto done;
         }
+        size_t k = piece.len;
         sb_printf(out, "{\"id\":%d,\"piece\":", (int)toks[i]);
-        if (sb_utf8_check(piece, (size_t)k) == (size_t)k) {
-            sb_json_str(out, piece, (size_t)k);
+        if (sb_utf8_check(piece.p, k) == k) {
+            sb_json_str(out, piece.p, k);
         } else {
             sb_puts(out, "[");
-            for (int32_t b = 0; b < k; b++)
-                sb_printf(out, "%s%u", b ? "," : "", (unsigned)(unsigned char)piece[b]);
+            for (size_t b = 0; b < k; b++)
+                sb_printf(out, "%s%u", b ? "," : "", (unsigned)(unsigned char)piece.p[b]);
             sb_puts(out, "]");
         }
         sb_puts(out, "}");
@@ -158,7 +146,7 @@ bool srv_tokenize(const struct srv_info *in, const char *body, size_t len, struc
     }
     ok = true;
 done:
-    free(piece);
+    sb_free(&piece);
     free(toks);
     cJSON_Delete(root);
     return ok;
@@ -173,9 +161,9 @@ bool srv_detokenize(const struct srv_info *in, const char *body, size_t len, str
     cJSON *root = parse_object(body, len, known, 1, err);
     if (!root) return false;
     bool ok = false;
-    char *piece = NULL;
-    struct sbuf text;
+    struct sbuf text, piece;
     sb_init(&text);
+    sb_init(&piece);
     const cJSON *a = srv_field(root, "tokens");
     if (!a) {
         srv_bad(err, "tokens", "'tokens' is required");
@@ -186,7 +174,7 @@ bool srv_detokenize(const struct srv_info *in, const char *body, size_t len, str
                  srv_type_name(a));
         goto done;
     }
-    int n_vocab = anvil_model_n_vocab(in->model), i = 0, piece_cap = 0;
+    int n_vocab = anvil_model_n_vocab(in->model), i = 0;
     for (const cJSON *t = a->child; t; t = t->next, i++) {
         if (i >= SRV_MAX_TOK_IO) {
             srv_err_set(err, 400, "invalid_request_error", NULL, "tokens",
@@ -202,12 +190,11 @@ bool srv_detokenize(const struct srv_info *in, const char *body, size_t len, str
                         srv_type_name(t), num);
             goto done;
         }
-        int32_t k = piece_of(in->model, (anvil_token)d, &piece, &piece_cap);
-        if (k < 0) {
+        if (!srv_token_piece(in->model, (anvil_token)d, &piece)) {
             srv_oom(err);
             goto done;
         }
-        sb_put(&text, piece, (size_t)k);
+        sb_put(&text, piece.p, piece.len);
     }
     sb_puts(out, "{\"content\":");
     /* one string of the joined bytes: a character split over two tokens
@@ -221,7 +208,7 @@ bool srv_detokenize(const struct srv_info *in, const char *body, size_t len, str
     ok = true;
 done:
     sb_free(&text);
-    free(piece);
+    sb_free(&piece);
     cJSON_Delete(root);
     return ok;
 }

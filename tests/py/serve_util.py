@@ -12,10 +12,10 @@ import socket
 import pytest
 
 import anvil_server
+import conftest
 from anvil_server import ROOT, check_error, serve_bin, wait_until  # noqa: F401 (re-exported)
 
-MODEL = os.environ.get("ANVIL_MODEL") or os.path.join(ROOT, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = conftest.MODEL  # the default model: written once, in the Makefile
 
 
 def model_or_fail():

@@ -28,7 +28,6 @@ import time
 import openai
 import pytest
 
-import conftest  # the default model, written once: the Makefile
 from anvil_server import (ROOT, SANITIZER_REPORTS, Server, asan_bin, asan_env, check_error,
                           serve_bin, sse_events)
 
@@ -43,13 +42,6 @@ def run(cmd, **kw):
     kw.setdefault("timeout", 600)
     return subprocess.run(cmd, **kw)
 
-
-@pytest.fixture(scope="module")
-def model_path():
-    p = conftest.MODEL
-    if not os.path.exists(p):
-        pytest.fail(f"default model missing: {p} (run `make model`)")
-    return p
 
 CTX = 512
 PROMPTS = [f"Fact {i}:" for i in range(32)]  # short: the machine is small and shared
