@@ -211,8 +211,8 @@ static bool parse_sampling(const struct srv_limits *lim, const cJSON *root, stru
     }
     /* +-(2^53 - 1): every integer in it is exact in a double (cJSON's
      * numbers), and one past it cannot pass for it: 2^53 + 1 reads as
-     * 2^53, which is out of range (schemathesis found 2^53 + 1 accepted
-     * when the bound was 2^53) */
+     * 2^53, which is out of range (a bound of 2^53 would let 2^53 + 1
+     * through) */
     if (!srv_get_int(root, "seed", -9007199254740991.0, 9007199254740991.0, &v, &present, e))
         return false;
     s->seed = present ? (uint64_t)v : lim->default_seed ? lim->default_seed : random_seed();

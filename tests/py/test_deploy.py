@@ -377,16 +377,16 @@ def test_replica_killed_mid_stream_is_an_error_for_the_client(cluster):
         model="SmolLM2-135M-Instruct.Q4_1", stream=True, max_tokens=400, temperature=0,
         messages=[{"role": "user", "content": "Write a long story about the sea."}])
     n = 0
-    t_kill = None
+    killed = False
     with pytest.raises(Exception) as exc:
         for chunk in stream:
             n += 1
             if n == 5:
-                t_kill = time.time()
+                killed = True
                 cluster.replica("r2").kill()
-    assert t_kill is not None, "the stream ended before the kill"
-    assert time.time() - t_kill < 15  # an error, promptly, not a hang
-    assert not isinstance(exc.value, AssertionError)
+    assert killed, "the stream ended before the kill"
+    # an error for the cut stream, not the client's timeout (a hang)
+    assert not isinstance(exc.value, (AssertionError, openai.APITimeoutError)), exc.value
     assert n < 400
     # the same conversation continues on the survivor
     r = client.chat.completions.with_raw_response.create(

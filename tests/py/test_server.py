@@ -301,15 +301,26 @@ def test_load_bounded(srv, model_id):
 # disconnects give the KV blocks back
 
 
-def wait_idle(srv, base_cancelled, want_cancel=True, secs=60):
+def wait_metric(srv, pred, secs=60):
+    """The first /metrics that satisfies pred; fails the test after secs (a
+    watchdog)."""
     t_end = time.time() + secs
     while time.time() < t_end:
         m = srv.metrics()
-        if m["anvil_kv_blocks_used"] == 0 and m["anvil_requests_in_flight"] == 0 and \
-                (not want_cancel or m['anvil_requests_finished_total{reason="cancelled"}'] > base_cancelled):
+        if pred(m):
             return m
-        time.sleep(0.1)
-    pytest.fail(f"KV blocks not returned: {srv.metrics()}")
+        time.sleep(0.05)
+    pytest.fail(f"metrics never satisfied the condition: {srv.metrics()}")
+
+
+def wait_idle(srv, base_cancelled, want_cancel=True, secs=60):
+    """KV blocks all returned, nothing in flight (and, with want_cancel, a
+    cancel counted past base_cancelled)."""
+    return wait_metric(srv, lambda m: m["anvil_kv_blocks_used"] == 0 and
+                       m["anvil_requests_in_flight"] == 0 and
+                       (not want_cancel or
+                        m['anvil_requests_finished_total{reason="cancelled"}'] > base_cancelled),
+                       secs)
 
 
 def raw_post(srv, path, body):
@@ -341,9 +352,7 @@ def test_disconnect_non_streaming_frees_blocks(srv, model_id):
     base = wait_idle(srv, 0, want_cancel=False)['anvil_requests_finished_total{reason="cancelled"}']
     s = raw_post(srv, "/v1/completions", {"prompt": "Count to a thousand:", "max_tokens": 400,
                                           "ignore_eos": True})
-    t_end = time.time() + 60
-    while srv.metrics()["anvil_kv_blocks_used"] == 0 and time.time() < t_end:
-        time.sleep(0.05)
+    wait_metric(srv, lambda m: m["anvil_kv_blocks_used"] > 0)  # it runs: now leave
     s.close()
     wait_idle(srv, base)
 
@@ -721,16 +730,6 @@ def test_api_key(model_path):
         assert r.usage.completion_tokens >= 1
     finally:
         assert s.stop() == 0, s.stderr()
-
-
-def wait_metric(srv, pred, secs=60):
-    t_end = time.time() + secs
-    while time.time() < t_end:
-        m = srv.metrics()
-        if pred(m):
-            return m
-        time.sleep(0.05)
-    pytest.fail(f"metrics never satisfied the condition: {srv.metrics()}")
 
 
 def test_queue_full_503_and_disconnect_while_queued(model_path):
