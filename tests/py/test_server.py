@@ -675,7 +675,7 @@ def test_chunked_body_endless_closes(srv):
             yield b"x" * 65536
     sent, resp = chunked_post(srv, chunks(), end=False)
     assert sent < (128 << 20), sent  # 4 MiB limit + 64 MiB dropped + socket buffers
-    assert resp == b"" or resp.startswith(b"HTTP/1.1 413"), resp[:200]
+    assert resp == b"", resp[:200]  # closed without an answer (http.c: DISCARD_MAX)
     assert srv.request("GET", "/health")[0] == 200
 
 
