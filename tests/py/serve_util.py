@@ -52,17 +52,22 @@ def http_request(port, method, path, body=None, headers=None, timeout=120):
         c.close()
 
 
+def read_all(k):
+    """Everything socket k receives until the peer closes."""
+    out = b""
+    while True:
+        chunk = k.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
 def raw_request(port, raw, timeout=30):
     """Send raw bytes, read until the server closes: the whole response."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
         s.sendall(raw)
-        out = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return out
-            out += chunk
+        return read_all(s)
     finally:
         s.close()
 

