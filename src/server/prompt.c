@@ -73,7 +73,7 @@ static char *msg_content(const cJSON *msg, int idx, bool assistant, struct srv_e
     if (cJSON_IsString(c)) return core_strdup(c->valuestring);
     if (!cJSON_IsArray(c)) {
         srv_bad(e, param, "'%s' must be a string or an array of content parts, got %s", param,
-            srv_type_name(c));
+                srv_type_name(c));
         return NULL;
     }
     struct sbuf b;
@@ -85,7 +85,7 @@ static char *msg_content(const cJSON *msg, int idx, bool assistant, struct srv_e
         if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0 || !cJSON_IsString(txt)) {
             sb_free(&b);
             srv_bad(e, param, "'%s': only {\"type\": \"text\", \"text\": ...} parts are supported",
-                param);
+                    param);
             return NULL;
         }
         sb_puts(&b, txt->valuestring);
@@ -116,7 +116,7 @@ static char *calls_text(const cJSON *calls, int idx, char *content, struct srv_e
         if (!cJSON_IsString(name) || (args && !cJSON_IsString(args))) {
             sb_free(&b);
             srv_bad(e, param, "'%s[%d]' must be {\"id\", \"type\": \"function\", \"function\": "
-                "{\"name\": string, \"arguments\": string}}", param, k);
+                    "{\"name\": string, \"arguments\": string}}", param, k);
             return NULL;
         }
         if (b.len) sb_puts(&b, "\n");
@@ -163,7 +163,7 @@ static char *tool_result_text(const cJSON *m, int idx, char *content, struct srv
 }
 
 bool srv_parse_messages(const struct srv_limits *lim, const cJSON *root,
-                           const struct srv_tools *tools, struct srv_req *r, struct srv_err *e) {
+                        const struct srv_tools *tools, struct srv_req *r, struct srv_err *e) {
     const cJSON *msgs = srv_field(root, "messages");
     if (!msgs) return srv_bad(e, "messages", "'messages' is required");
     if (!cJSON_IsArray(msgs))
@@ -198,7 +198,7 @@ bool srv_parse_messages(const struct srv_limits *lim, const cJSON *root,
         if (!cm[i].role) {
             snprintf(param, sizeof(param), "messages[%d].role", i);
             srv_bad(e, param, "'%s' must be one of system, user, assistant, tool, developer; got "
-                "'%.40s'", param, role->valuestring);
+                    "'%.40s'", param, role->valuestring);
             goto fail;
         }
         bool assistant = !strcmp(cm[i].role, "assistant");
@@ -310,10 +310,10 @@ static bool parse_token_ids(const struct srv_limits *lim, const cJSON *arr, stru
         if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble) ||
             c->valuedouble != floor(c->valuedouble))
             return srv_bad(e, "prompt", "'prompt[%d]' must be an integer token id, got %s", i,
-                       cJSON_IsNumber(c) ? "a fraction" : srv_type_name(c));
+                           cJSON_IsNumber(c) ? "a fraction" : srv_type_name(c));
         if (c->valuedouble < 0 || c->valuedouble >= lim->n_vocab)
             return srv_bad(e, "prompt", "'prompt[%d]' = %.0f is not a token id: the vocabulary has "
-                       "%d tokens", i, c->valuedouble, (int)lim->n_vocab);
+                           "%d tokens", i, c->valuedouble, (int)lim->n_vocab);
         r->prompt[i] = (anvil_token)c->valuedouble;
     }
     r->n_prompt = n;
@@ -321,7 +321,7 @@ static bool parse_token_ids(const struct srv_limits *lim, const cJSON *arr, stru
 }
 
 bool srv_parse_prompt(const struct srv_limits *lim, const cJSON *root, struct srv_req *r,
-                         struct srv_err *e) {
+                      struct srv_err *e) {
     const cJSON *p = srv_field(root, "prompt");
     if (!p) return srv_bad(e, "prompt", "'prompt' is required");
     if (cJSON_IsArray(p)) {
@@ -331,12 +331,12 @@ bool srv_parse_prompt(const struct srv_limits *lim, const cJSON *root, struct sr
         /* a batch of prompts: anvil answers one prompt per request */
         if (first->next)
             return srv_bad(e, "prompt", "batched prompts are not supported: send one prompt per "
-                       "request");
+                           "request");
         if (cJSON_IsArray(first)) return parse_token_ids(lim, first, r, e);
         p = first;
     }
     if (!cJSON_IsString(p))
         return srv_bad(e, "prompt", "'prompt' must be a string or an array of token ids, got %s",
-                   srv_type_name(p));
+                       srv_type_name(p));
     return tokenize_into(lim, p->valuestring, strlen(p->valuestring), r, "prompt", e);
 }

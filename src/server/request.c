@@ -114,7 +114,8 @@ static bool check_unsupported(const cJSON *root, enum srv_kind kind, struct srv_
     const cJSON *v;
     if ((v = srv_field(root, "logit_bias")) != NULL) {
         if (!cJSON_IsObject(v))
-            return srv_bad(e, "logit_bias", "'logit_bias' must be an object, got %s", srv_type_name(v));
+            return srv_bad(e, "logit_bias", "'logit_bias' must be an object, got %s",
+                           srv_type_name(v));
         if (v->child) return srv_bad(e, "logit_bias", "'logit_bias' is not supported by anvil");
     }
     if (kind == SRV_KIND_CHAT) {
@@ -122,7 +123,7 @@ static bool check_unsupported(const cJSON *root, enum srv_kind kind, struct srv_
         for (int i = 0; i < 2; i++)
             if ((v = srv_field(root, old[i])) != NULL && !(cJSON_IsArray(v) && !v->child))
                 return srv_bad(e, old[i], "'%s' is deprecated and not supported by anvil: use "
-                           "'tools' and 'tool_choice'", old[i]);
+                               "'tools' and 'tool_choice'", old[i]);
     } else {
         bool echo = false;
         if (!srv_get_bool(root, "echo", &echo, NULL, e)) return false;
@@ -133,7 +134,8 @@ static bool check_unsupported(const cJSON *root, enum srv_kind kind, struct srv_
         if ((v = srv_field(root, "suffix")) != NULL) {
             if (!cJSON_IsString(v))
                 return srv_bad(e, "suffix", "'suffix' must be a string, got %s", srv_type_name(v));
-            if (v->valuestring[0]) return srv_bad(e, "suffix", "'suffix' is not supported by anvil");
+            if (v->valuestring[0])
+                return srv_bad(e, "suffix", "'suffix' is not supported by anvil");
         }
     }
     return true;
@@ -145,7 +147,7 @@ static bool check_unsupported(const cJSON *root, enum srv_kind kind, struct srv_
 static bool add_stop(struct srv_req *r, const cJSON *s, struct srv_err *e) {
     if (!cJSON_IsString(s))
         return srv_bad(e, "stop", "'stop' must be a string or an array of strings, got %s",
-                   srv_type_name(s));
+                       srv_type_name(s));
     size_t n = strlen(s->valuestring);
     if (n == 0) return srv_bad(e, "stop", "'stop' strings must not be empty");
     if (n > SRV_MAX_STOP_LEN)
@@ -167,7 +169,7 @@ static bool parse_stop(const cJSON *root, struct srv_req *r, struct srv_err *e) 
     if (cJSON_IsString(v)) return add_stop(r, v, e);
     if (!cJSON_IsArray(v))
         return srv_bad(e, "stop", "'stop' must be a string or an array of strings, got %s",
-                   srv_type_name(v));
+                       srv_type_name(v));
     for (const cJSON *c = v->child; c; c = c->next)
         if (!add_stop(r, c, e)) return false;
     return true;
@@ -257,14 +259,14 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
         /* on failure cJSON points `end` at the error */
         size_t off = (end && end >= body && end <= body + len) ? (size_t)(end - body) : 0;
         return srv_bad(e, NULL, "We could not parse the JSON body of your request: malformed JSON "
-                   "near byte %zu", off);
+                       "near byte %zu", off);
     }
     bool ok = false;
     if (end)
         for (const char *p = end; p < body + len; p++)
             if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0') {
                 srv_bad(e, NULL, "We could not parse the JSON body of your request: trailing data "
-                    "after the JSON object at byte %zu", (size_t)(p - body));
+                        "after the JSON object at byte %zu", (size_t)(p - body));
                 goto out;
             }
     if (!cJSON_IsObject(root)) {
@@ -294,7 +296,7 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
     if (!srv_get_int(root, "n", 1, 128, &n, NULL, e)) goto out;
     if (n != 1) {
         srv_bad(e, "n", "'n' must be 1: anvil returns one choice per request (send %lld requests "
-            "instead)", n);
+                "instead)", n);
         goto out;
     }
     if (!srv_get_bool(root, "stream", &r->stream, NULL, e)) goto out;
@@ -302,7 +304,7 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
     if (so) {
         if (!cJSON_IsObject(so)) {
             srv_bad(e, "stream_options", "'stream_options' must be an object, got %s",
-                srv_type_name(so));
+                    srv_type_name(so));
             goto out;
         }
         if (!r->stream) {
@@ -341,7 +343,7 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
         if (has_mct) {
             if (has_max && mct != max_tokens) {
                 srv_bad(e, "max_completion_tokens", "'max_tokens' and 'max_completion_tokens' "
-                    "disagree");
+                        "disagree");
                 goto out;
             }
             max_tokens = mct;

@@ -32,13 +32,13 @@ static char *json_schema_text(const cJSON *js, struct srv_err *e) {
     const cJSON *name = srv_field(js, "name");
     if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 64) {
         srv_bad(e, "response_format.json_schema.name",
-            "'response_format.json_schema.name' must be a string of 1 to 64 characters");
+                "'response_format.json_schema.name' must be a string of 1 to 64 characters");
         return NULL;
     }
     const cJSON *d = srv_field(js, "description");
     if (d && !cJSON_IsString(d)) {
         srv_bad(e, "response_format.json_schema.description",
-            "'response_format.json_schema.description' must be a string");
+                "'response_format.json_schema.description' must be a string");
         return NULL;
     }
     bool strict = false;
@@ -46,7 +46,7 @@ static char *json_schema_text(const cJSON *js, struct srv_err *e) {
     const cJSON *schema = srv_field(js, "schema");
     if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema)) {
         srv_bad(e, "response_format.json_schema.schema",
-            "'response_format.json_schema.schema' must be a JSON Schema (an object)");
+                "'response_format.json_schema.schema' must be a JSON Schema (an object)");
         return NULL;
     }
     char *t = schema ? cJSON_PrintUnformatted(schema) : strdup("{}");
@@ -55,8 +55,8 @@ static char *json_schema_text(const cJSON *js, struct srv_err *e) {
 }
 
 bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
-                             const struct srv_tools *tools, struct srv_req *r,
-                             struct srv_err *e) {
+                          const struct srv_tools *tools, struct srv_req *r,
+                          struct srv_err *e) {
     const cJSON *rf = srv_field(root, "response_format");
     const cJSON *gr = srv_field(root, "grammar"), *rx = srv_field(root, "regex");
     enum anvil_constraint_kind kind = 0;
@@ -68,11 +68,11 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
         const cJSON *t = cJSON_IsObject(rf) ? srv_field(rf, "type") : NULL;
         if (!cJSON_IsString(t))
             return srv_bad(e, "response_format",
-                       "'response_format' must be an object with a string 'type'");
+                           "'response_format' must be an object with a string 'type'");
         for (const cJSON *k = rf->child; k; k = k->next)
             if (strcmp(k->string, "type") && strcmp(k->string, "json_schema"))
                 return srv_bad(e, "response_format", "'response_format': unknown field '%.40s'",
-                           k->string);
+                               k->string);
         if (!strcmp(t->valuestring, "json_object")) {
             kind = ANVIL_CONSTRAINT_JSON;
             src = "";
@@ -82,7 +82,7 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
             src = owned;
         } else if (strcmp(t->valuestring, "text") != 0) {
             return srv_bad(e, "response_format", "'response_format.type' must be 'text', "
-                       "'json_object' or 'json_schema', got '%.40s'", t->valuestring);
+                           "'json_object' or 'json_schema', got '%.40s'", t->valuestring);
         }
         if (kind) {
             param = "response_format";
@@ -94,7 +94,8 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
     for (int i = 0; i < 2; i++) {
         if (!ev[i]) continue;
         if (!cJSON_IsString(ev[i]))
-            return srv_bad(e, ext[i], "'%s' must be a string, got %s", ext[i], srv_type_name(ev[i]));
+            return srv_bad(e, ext[i], "'%s' must be a string, got %s", ext[i],
+                           srv_type_name(ev[i]));
         kind = i == 0 ? ANVIL_CONSTRAINT_GBNF : ANVIL_CONSTRAINT_REGEX;
         src = ev[i]->valuestring;
         param = ext[i];
@@ -103,19 +104,19 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
     bool ok = false;
     if (n_src > 1) {
         srv_bad(e, param, "a request takes at most one of 'response_format' (json_object, "
-            "json_schema), 'grammar' and 'regex'");
+                "json_schema), 'grammar' and 'regex'");
         goto out;
     }
     if (tools->mode != SRV_TOOLS_NONE) {
         if (gr || rx) {
             srv_bad(e, gr ? "grammar" : "regex", "'%s' cannot be combined with tool calls "
-                "(tool_choice 'none' turns them off)", gr ? "grammar" : "regex");
+                    "(tool_choice 'none' turns them off)", gr ? "grammar" : "regex");
             goto out;
         }
         if (kind && tools->mode == SRV_TOOLS_AUTO) {
             srv_bad(e, "response_format", "a JSON 'response_format' with tools needs tool_choice "
-                "'none', 'required' or a named function ('auto' decides between a call and "
-                "free text)");
+                    "'none', 'required' or a named function ('auto' decides between a call and "
+                    "free text)");
             goto out;
         }
         /* required / named: the answer is the call, so response_format
@@ -142,7 +143,7 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
     } else if (st != ANVIL_OK && !strcmp(param, "tools")) {
         /* the call schema keeps each function's parameters as $defs/t<i> */
         srv_bad(e, "tools", "a function's parameters cannot be enforced (#/$defs/t<i> is "
-            "tools[i].function.parameters): %s", msg);
+                "tools[i].function.parameters): %s", msg);
     } else if (st != ANVIL_OK) {
         srv_bad(e, param, "'%s' cannot be enforced: %s", param, msg);
     }

@@ -171,7 +171,7 @@ bool srv_detokenize(const struct srv_info *in, const char *body, size_t len, str
     }
     if (!cJSON_IsArray(a)) {
         srv_bad(err, "tokens", "'tokens' must be an array of token ids, got %s",
-                 srv_type_name(a));
+                srv_type_name(a));
         goto done;
     }
     int n_vocab = anvil_model_n_vocab(in->model), i = 0;

@@ -68,28 +68,30 @@ bool srv_tools_parse(const cJSON *root, struct srv_tools *t, struct srv_err *e) 
                 return srv_bad(e, "tools", "at most %d tools per request", SRV_MAX_TOOLS);
             const cJSON *type = cJSON_IsObject(x) ? srv_field(x, "type") : NULL;
             if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0)
-                return srv_bad(e, param, "'%s' must be {\"type\": \"function\", \"function\": {...}}",
-                            param);
+                return srv_bad(e, param, "'%s' must be {\"type\": \"function\", \"function\": "
+                               "{...}}", param);
             for (const cJSON *k = x->child; k; k = k->next)
                 if (strcmp(k->string, "type") && strcmp(k->string, "function"))
                     return srv_bad(e, param, "'%s': unknown field '%.40s'", param, k->string);
             const cJSON *fn = srv_field(x, "function");
-            if (!cJSON_IsObject(fn)) return srv_bad(e, param, "'%s.function' must be an object", param);
+            if (!cJSON_IsObject(fn))
+                return srv_bad(e, param, "'%s.function' must be an object", param);
             for (const cJSON *k = fn->child; k; k = k->next)
                 if (strcmp(k->string, "name") && strcmp(k->string, "description") &&
                     strcmp(k->string, "parameters") && strcmp(k->string, "strict"))
-                    return srv_bad(e, param, "'%s.function': unknown field '%.40s'", param, k->string);
+                    return srv_bad(e, param, "'%s.function': unknown field '%.40s'", param,
+                                   k->string);
             const cJSON *name = srv_field(fn, "name");
             if (!cJSON_IsString(name) || !name_ok(name->valuestring))
-                return srv_bad(e, param, "'%s.function.name' must be 1 to %d characters of a-z, A-Z, "
-                            "0-9, '_' and '-'", param, SRV_TOOL_NAME_MAX);
+                return srv_bad(e, param, "'%s.function.name' must be 1 to %d characters of a-z, "
+                               "A-Z, 0-9, '_' and '-'", param, SRV_TOOL_NAME_MAX);
             const cJSON *desc = srv_field(fn, "description");
             if (desc && !cJSON_IsString(desc))
                 return srv_bad(e, param, "'%s.function.description' must be a string", param);
             const cJSON *par = srv_field(fn, "parameters");
             if (par && !cJSON_IsObject(par))
                 return srv_bad(e, param, "'%s.function.parameters' must be a JSON Schema object",
-                            param);
+                               param);
             const cJSON *strict = srv_field(fn, "strict");
             if (strict && !cJSON_IsBool(strict))
                 return srv_bad(e, param, "'%s.function.strict' must be a boolean", param);
@@ -112,24 +114,25 @@ bool srv_tools_parse(const cJSON *root, struct srv_tools *t, struct srv_err *e) 
         else if (!strcmp(c, "required")) t->mode = SRV_TOOLS_REQUIRED;
         else
             return srv_bad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
-                        "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+                           "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     } else if (cJSON_IsObject(choice)) {
         const cJSON *type = srv_field(choice, "type"), *fn = srv_field(choice, "function");
         const cJSON *name = cJSON_IsObject(fn) ? srv_field(fn, "name") : NULL;
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name))
             return srv_bad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
-                        "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+                           "{\"type\": \"function\", \"function\": {\"name\": ...}}");
         for (int j = 0; j < t->n; j++)
             if (!strcmp(t->name[j], name->valuestring)) t->named = j;
         if (t->named < 0)
             return srv_bad(e, "tool_choice", "'tool_choice' names the function '%.64s', which is "
-                        "not in 'tools'", name->valuestring);
+                           "not in 'tools'", name->valuestring);
         t->mode = SRV_TOOLS_NAMED;
     } else {
         return srv_bad(e, "tool_choice", "'tool_choice' must be a string or an object");
     }
     if (t->mode != SRV_TOOLS_NONE && t->n == 0)
-        return srv_bad(e, "tool_choice", "'tool_choice' is only allowed when 'tools' are specified");
+        return srv_bad(e, "tool_choice",
+                       "'tool_choice' is only allowed when 'tools' are specified");
     return true;
 }
 

@@ -64,7 +64,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static bool str_or_null(const cJSON *v) { return v && (cJSON_IsString(v) || cJSON_IsNull(v)); }
 
 static void check_error_body(const struct srv_err *e) {
-    fuzz_check(e->status == 400 || e->status == 404 || e->status == 500, "error status 400, 404 or 500");
+    fuzz_check(e->status == 400 || e->status == 404 || e->status == 500,
+               "error status 400, 404 or 500");
     fuzz_check(e->message[0] != '\0', "error has a message");
     struct sbuf b;
     sb_init(&b);
@@ -88,7 +89,8 @@ static void check_request(const struct srv_req *r, enum srv_kind kind) {
     fuzz_check(r->n_prompt > 0 && r->n_prompt < N_CTX, "prompt length within n_ctx");
     fuzz_check(r->prompt != NULL, "prompt ids present");
     for (int32_t i = 0; i < r->n_prompt; i++)
-        fuzz_check(r->prompt[i] >= 0 && r->prompt[i] < g_lim.n_vocab, "prompt id in the vocabulary");
+        fuzz_check(r->prompt[i] >= 0 && r->prompt[i] < g_lim.n_vocab,
+                   "prompt id in the vocabulary");
     fuzz_check(r->max_tokens >= 1, "max_tokens >= 1");
     fuzz_check((int64_t)r->n_prompt + r->max_tokens <= N_CTX, "prompt + max_tokens within n_ctx");
     fuzz_check(r->n_stop >= 0 && r->n_stop <= SRV_MAX_STOP, "stop count");
