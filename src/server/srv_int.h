@@ -42,7 +42,7 @@
 
 
 /* ---------------------------------------------------------------------- */
-/* request parsing (request.c) */
+/* request parsing (request.c and its parts) */
 
 enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION };
 
@@ -56,7 +56,8 @@ enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION };
  * from the thread's stack. */
 #define SRV_MAX_JSON_DEPTH 64
 
-/* OpenAI error: {"error": {"message", "type", "param", "code"}}. */
+/* OpenAI error: {"error": {"message", "type", "param", "code"}}; set
+ * with srv_err_set (fields.c), written by srv_fmt_error (response.c). */
 struct srv_err {
     int status;
     const char *type;  /* "invalid_request_error", "server_error", ... */
@@ -144,8 +145,8 @@ enum srv_tools_mode {
 };
 
 /* What the server knows about itself, for /props, /v1/models and the
- * tokenizer endpoints (props.c, tokenize.c). All strings are borrowed and outlive the
- * server. */
+ * tokenizer endpoints (props.c, tokenize.c). All strings are borrowed
+ * and outlive the server. */
 struct srv_info {
     const struct anvil_model *model;
     const char *model_id;
