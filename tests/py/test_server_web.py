@@ -408,12 +408,17 @@ def test_sigterm_drains():
     assert "draining" in s.stderr()
 
 
-def test_drain_timeout_cancels():
-    s = Server("--ctx", "2048", "--parallel", "2", "--kv-mem", "128M", "--drain-timeout", "1")
+def long_stream(s):
+    """A stream of 2000 tokens, started: (its socket, the bytes so far)."""
     body = {"prompt": "Count:", "max_tokens": 2000, "ignore_eos": True, "stream": True,
             "temperature": 0}
     k = stream_post(s.port, "/v1/completions", body)
-    got = read_until(k, lambda g: b"data: " in g)
+    return k, read_until(k, lambda g: b"data: " in g)
+
+
+def test_drain_timeout_cancels():
+    s = Server("--ctx", "2048", "--parallel", "2", "--kv-mem", "128M", "--drain-timeout", "1")
+    k, got = long_stream(s)
     s.p.send_signal(signal.SIGTERM)
     got += read_all(k)
     k.close()
@@ -430,10 +435,7 @@ def test_second_signal_cancels_at_once():
     # a drain of 300 s: without the second signal's cancel the stop below
     # would outwait its watchdog
     s = Server("--ctx", "2048", "--parallel", "2", "--kv-mem", "128M", "--drain-timeout", "300")
-    body = {"prompt": "Count:", "max_tokens": 2000, "ignore_eos": True, "stream": True,
-            "temperature": 0}
-    k = stream_post(s.port, "/v1/completions", body)
-    got = read_until(k, lambda g: b"data: " in g)
+    k, got = long_stream(s)
     s.p.send_signal(signal.SIGTERM)
     wait_until(lambda: s.request("GET", "/health")[0] == 503, secs=30, what="draining")
     s.p.send_signal(signal.SIGINT)
