@@ -26,12 +26,15 @@ ratio) written to --out.
 prompt lengths, new tokens; as many clients as requests); --default-flags
 starts `anvil serve` with no sizing flags at all (only -m, -t, --port), as a
 user would: the inter-token latency a streaming client sees under the
-defaults, with its maximum (itl_max_ms) next to the percentiles.
+defaults, with its maximum (itl_max_ms) next to the percentiles. --idle N
+holds N idle connections open to the server during each run (the
+latency of clients served next to a crowd of idle sockets; recorded as
+idle_conns).
 
 Usage:
   bench/bench_serve.py [-m MODEL] [-t THREADS] [--clients 1,8,32]
                        [--requests 32] [--prompt 256] [--gen 128]
-                       [--scenario NAME|all] [--default-flags]
+                       [--scenario NAME|all] [--default-flags] [--idle N]
                        [--out bench_serve.json] [--no-compare]
 Never run by `make test`.
 """
@@ -41,6 +44,8 @@ import http.client
 import json
 import os
 import re
+import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -242,6 +247,7 @@ def run_shape(a, name, n_req, plens, gen, clients):
         "commit": commit(),
         "transport": "http+sse",
         "server_flags": "defaults" if a.default_flags else "sized",
+        "idle_conns": a.idle,
     }
     records = []
     print(f"{name}: {'clients':>7} {'wall_s':>8} {'req/s':>7} {'tok/s':>8} {'dec tok/s':>9} "
@@ -253,11 +259,15 @@ def run_shape(a, name, n_req, plens, gen, clients):
             ref = in_process(a.bin, a.model, a.threads)
         n_ctx = None if a.default_flags else max(plens) + gen + 8
         srv = Server(a.bin, a.model, a.threads, n_ctx, max(c, 1))
+        idle = []
         try:
+            idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(a.idle)]
             stream_one(srv.port, prompts[0][:16], 4)  # warm up
             wall, res, peak_kv = run_clients(srv, prompts, gen, c)
             rss = srv.peak_rss_mb()
         finally:
+            for k in idle:
+                k.close()
             srv.stop()
         ttft = [r[0] * 1e3 for r in res]
         itl = [g * 1e3 for r in res for g in r[1]]
@@ -310,9 +320,16 @@ def main():
     ap.add_argument("--scenario", help="a SCENARIOS.md shape or 'all' (clients = requests)")
     ap.add_argument("--default-flags", action="store_true",
                     help="start the server with no --ctx/--parallel/--max-queue")
+    ap.add_argument("--idle", type=int, default=0,
+                    help="idle connections held open to the server during each run")
     ap.add_argument("--no-compare", action="store_true",
                     help="skip the in-process `anvil bench --scenario balanced_b32` run")
     a = ap.parse_args()
+    if a.idle:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = a.idle + 256
+        if soft < want and (hard == resource.RLIM_INFINITY or hard >= want):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     if a.scenario:
         names = list(SCENARIOS) if a.scenario == "all" else [a.scenario]
         if any(n not in SCENARIOS for n in names):

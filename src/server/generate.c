@@ -24,7 +24,7 @@
  * parked is read and written by MHD, which notices a dead peer itself and
  * reports the request complete (srv_job_closed cancels it).
  *
- * Tool calls (tools.c): when the output may be a call, its text goes
+ * Tool calls (toolcall.c): when the output may be a call, its text goes
  * through a splitter that tells content from the call's arguments; a
  * stream sends the call as tool_calls deltas (the first with its id and
  * name) and ends with finish_reason "tool_calls" when the call is
@@ -45,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/core.h"
 #include "server/srv_int.h"
 
 struct job {
@@ -81,7 +82,7 @@ struct job {
     enum anvil_finish finish;
     int32_t n_prompt, n_gen;
     char errmsg[200];
-    struct timespec t_last; /* last token event (ITL) */
+    double t_last;          /* last token event (ITL), time_now_s */
 
     /* HTTP side only (one handler runs at a time for a connection) */
     int32_t consumed; /* events formatted so far */
@@ -292,11 +293,8 @@ static void on_event(void *user, const struct anvil_event *ev) {
         overflow = j->pend.oom;
     }
     if (ev->type == ANVIL_EVENT_TOKEN) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (j->n_ev > 0)
-            srv_hist_observe(&s->metrics.itl, (double)(t.tv_sec - j->t_last.tv_sec) +
-                                                  (double)(t.tv_nsec - j->t_last.tv_nsec) * 1e-9);
+        double t = time_now_s();
+        if (j->n_ev > 0) srv_hist_observe(&s->metrics.itl, t - j->t_last);
         j->t_last = t;
         if (j->n_ev < j->cap) {
             int32_t i = j->n_ev++;

@@ -1,9 +1,10 @@
 /*
  * http.c - libmicrohttpd glue: connections and their limits, routing,
- * request bodies, auth, responses, the small GET routes, draining, and
- * the daemon's life cycle. The generation routes are in generate.c; the
- * chat page's files and /tokenize, /detokenize, /props in webui.c and
- * extra.c (srv_web.h), which know nothing of connections.
+ * request bodies, auth, the small GET routes, draining, and the daemon's
+ * life cycle. Answers are queued through reply.c; the generation routes
+ * are in generate.c; the chat page's files and /tokenize, /detokenize,
+ * /props in webui.c, tokenize.c and props.c (srv_web.h), which know
+ * nothing of connections.
  *
  * Threading: HTTP_WORKERS threads, each with its own epoll loop over its
  * share of the connections (MHD_USE_EPOLL_INTERNAL_THREAD with a thread
@@ -76,6 +77,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "core/core.h"
 #include "server/server.h"
 #include "server/srv_int.h"
 #include "server/srv_web.h"
@@ -89,12 +91,6 @@
  * Makefile) */
 extern const char srv_openapi_json[];
 extern const size_t srv_openapi_json_len;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 // ----------------------------------------------------------------------------
 // connections
@@ -122,7 +118,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         sc->fd = ci ? ci->connect_fd : -1;
-        sc->t_head = now_s();
+        sc->t_head = time_now_s();
         pthread_mutex_lock(&s->conn_mu);
         sc->next = s->conns;
         if (s->conns) s->conns->prev = sc;
@@ -154,7 +150,7 @@ static struct sconn *sconn_of(struct MHD_Connection *c) {
 /* The head deadline: shut down connections still waiting for a whole
  * request head after header_timeout_s. */
 static void sweep_heads(struct srv *s) {
-    double now = now_s(), limit = (double)s->cfg.header_timeout_s;
+    double now = time_now_s(), limit = (double)s->cfg.header_timeout_s;
     pthread_mutex_lock(&s->conn_mu);
     for (struct sconn *sc = s->conns; sc; sc = sc->next) {
         if (sc->in_request || sc->cut || sc->fd < 0 || now - sc->t_head <= limit) continue;
@@ -189,64 +185,6 @@ static void *watcher_main(void *arg) {
     }
     pthread_mutex_unlock(&s->watch_mu);
     return NULL;
-}
-
-// ----------------------------------------------------------------------------
-// responses
-
-enum MHD_Result srv_queue(struct srv *s, struct MHD_Connection *c, unsigned status,
-                          struct MHD_Response *r) {
-    if (s->replica_id) MHD_add_response_header(r, "X-Anvil-Replica", s->replica_id);
-    /* a 503 (overloaded, too many connections, draining) also frees the
-     * connection; while draining every answer does */
-    if ((status == 503 || atomic_load(&s->draining)) &&
-        !MHD_get_response_header(r, MHD_HTTP_HEADER_CONNECTION))
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    srv_metrics_status(&s->metrics, (int)status);
-    return ret;
-}
-
-enum MHD_Result srv_send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
-                              const char *ctype, struct sbuf *b, const char *hdr,
-                              const char *val) {
-    if (b->oom) {
-        sb_free(b);
-        sb_puts(b, "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                   "\"param\":null,\"code\":null}}");
-        status = 500;
-        ctype = "application/json";
-        hdr = NULL;
-        if (b->oom) return MHD_NO;
-    }
-    size_t len = 0;
-    char *p = sb_take(b, &len);
-    if (!p) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, p, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(p);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (hdr) MHD_add_response_header(r, hdr, val);
-    return srv_queue(s, c, (unsigned)status, r);
-}
-
-enum MHD_Result srv_send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e,
-                             const char *hdr, const char *val) {
-    struct sbuf b;
-    sb_init(&b);
-    srv_fmt_error(&b, e);
-    return srv_send_sbuf(s, c, e->status, "application/json", &b, hdr, val);
-}
-
-enum MHD_Result srv_send_errf(struct srv *s, struct MHD_Connection *c, int status,
-                              const char *type, const char *code, const char *hdr,
-                              const char *val, const char *msg) {
-    struct srv_err e;
-    srv_err_set(&e, status, type, code, NULL, "%s", msg);
-    return srv_send_err(s, c, &e, hdr, val);
 }
 
 // ----------------------------------------------------------------------------
@@ -583,7 +521,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
         /* a keep-alive connection now waits for its next request head */
         pthread_mutex_lock(&s->conn_mu);
         sc->in_request = false;
-        sc->t_head = now_s();
+        sc->t_head = time_now_s();
         pthread_mutex_unlock(&s->conn_mu);
     }
     struct conn *k = *req_cls;

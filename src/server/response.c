@@ -1,11 +1,11 @@
 /*
  * response.c - OpenAI response shapes: errors, chat.completion(.chunk),
- * text_completion (whole and streamed), model lists.
+ * text_completion (whole and streamed), and token pieces for logprobs.
  *
  * Reference: the OpenAI API reference, "The chat completion object", "The
  * chat completion chunk object", "The completion object". Streams are
  * Server-Sent Events: one "data: {json}\n\n" per chunk and a final
- * "data: [DONE]\n\n" (written by http.c). JSON is formatted by hand with
+ * "data: [DONE]\n\n" (written by generate.c). JSON is formatted by hand with
  * sb_json_str, which never emits invalid UTF-8.
  */
 #include <stdlib.h>
@@ -48,17 +48,17 @@ void srv_fmt_error(struct sbuf *b, const struct srv_err *e) {
 // ----------------------------------------------------------------------------
 // logprobs
 
-/* Raw bytes of token t (control tokens by name) into scratch. */
-static void piece(const struct anvil_model *m, anvil_token t, struct sbuf *scratch) {
+bool srv_token_piece(const struct anvil_model *m, anvil_token t, struct sbuf *scratch) {
     sb_clear(scratch);
-    if (!sb_reserve(scratch, 64)) return;
+    if (!sb_reserve(scratch, 64)) return false;
     int32_t n = anvil_token_to_piece(m, t, scratch->p, (int32_t)scratch->cap, true);
     if (n < 0) {
-        if (!sb_reserve(scratch, (size_t)-n)) return;
+        if (!sb_reserve(scratch, (size_t)-n)) return false;
         n = anvil_token_to_piece(m, t, scratch->p, (int32_t)scratch->cap, true);
         if (n < 0) n = 0;
     }
     scratch->len = (size_t)n;
+    return true;
 }
 
 static void bytes_array(struct sbuf *b, const struct sbuf *s) {
@@ -75,7 +75,7 @@ static void chat_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
     sb_puts(b, "{\"content\":[");
     for (int32_t i = 0; i < n; i++) {
         const struct srv_tok *t = &toks[i];
-        piece(ri->model, t->token, &s);
+        srv_token_piece(ri->model, t->token, &s);
         sb_puts(b, i ? ",{\"token\":" : "{\"token\":");
         sb_json_str(b, s.p, s.len);
         sb_puts(b, ",\"logprob\":");
@@ -85,7 +85,7 @@ static void chat_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
         sb_puts(b, ",\"top_logprobs\":[");
         int32_t k = t->n_top < ri->top_logprobs ? t->n_top : ri->top_logprobs;
         for (int32_t j = 0; j < k; j++) {
-            piece(ri->model, t->top_tokens[j], &s);
+            srv_token_piece(ri->model, t->top_tokens[j], &s);
             sb_puts(b, j ? ",{\"token\":" : "{\"token\":");
             sb_json_str(b, s.p, s.len);
             sb_puts(b, ",\"logprob\":");
@@ -108,7 +108,7 @@ static void completion_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
     sb_init(&s);
     sb_puts(b, "{\"tokens\":[");
     for (int32_t i = 0; i < n; i++) {
-        piece(ri->model, toks[i].token, &s);
+        srv_token_piece(ri->model, toks[i].token, &s);
         if (i) sb_puts(b, ",");
         sb_json_str(b, s.p, s.len);
     }
@@ -122,7 +122,7 @@ static void completion_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
         sb_puts(b, i ? ",{" : "{");
         int32_t k = toks[i].n_top < ri->top_logprobs ? toks[i].n_top : ri->top_logprobs;
         for (int32_t j = 0; j < k; j++) {
-            piece(ri->model, toks[i].top_tokens[j], &s);
+            srv_token_piece(ri->model, toks[i].top_tokens[j], &s);
             if (j) sb_puts(b, ",");
             sb_json_str(b, s.p, s.len);
             sb_puts(b, ":");
@@ -133,7 +133,7 @@ static void completion_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
     sb_puts(b, "],\"text_offset\":[");
     size_t off = text_offset;
     for (int32_t i = 0; i < n; i++) {
-        piece(ri->model, toks[i].token, &s);
+        srv_token_piece(ri->model, toks[i].token, &s);
         sb_printf(b, i ? ",%zu" : "%zu", off);
         off += s.len;
     }
@@ -152,6 +152,16 @@ static void logprobs(struct sbuf *b, const struct srv_resp_info *ri, const struc
         chat_logprobs(b, ri, toks, n);
     else
         completion_logprobs(b, ri, toks, n, text_offset);
+}
+
+/* A chunk's logprobs: null when it carries no token (a role or finish
+ * chunk, or text whose tokens went out with an earlier chunk). */
+static void chunk_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
+                           const struct srv_tok *toks, int32_t n, size_t text_offset) {
+    if (n)
+        logprobs(b, ri, toks, n, text_offset);
+    else
+        sb_puts(b, "null");
 }
 
 // ----------------------------------------------------------------------------
@@ -191,19 +201,13 @@ void srv_fmt_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *t
             sb_json_str(b, text, n);
         }
         sb_puts(b, "},\"logprobs\":");
-        if (n_toks)
-            logprobs(b, ri, toks, n_toks, text_offset);
-        else
-            sb_puts(b, "null");
+        chunk_logprobs(b, ri, toks, n_toks, text_offset);
     } else {
         head(b, ri, "text_completion");
         sb_puts(b, ",\"choices\":[{\"text\":");
         sb_json_str(b, text, n);
         sb_puts(b, ",\"index\":0,\"logprobs\":");
-        if (n_toks)
-            logprobs(b, ri, toks, n_toks, text_offset);
-        else
-            sb_puts(b, "null");
+        chunk_logprobs(b, ri, toks, n_toks, text_offset);
     }
     finish_field(b, finish);
     sb_puts(b, "}]}\n\n");
@@ -235,10 +239,7 @@ void srv_fmt_tool_chunk(struct sbuf *b, const struct srv_resp_info *ri, const ch
     }
     sb_json_str(b, args, n);
     sb_puts(b, "}}]},\"logprobs\":");
-    if (n_toks)
-        logprobs(b, ri, toks, n_toks, 0);
-    else
-        sb_puts(b, "null");
+    chunk_logprobs(b, ri, toks, n_toks, 0);
     finish_field(b, NULL);
     sb_puts(b, "}]}\n\n");
 }

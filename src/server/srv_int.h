@@ -1,19 +1,28 @@
 /*
  * srv_int.h - declarations shared by the files of src/server (not by
- * anything outside it): a byte buffer with JSON string escaping, the
- * parsed-and-validated form of a completion request, the OpenAI response
- * formatters and the Prometheus metrics.
+ * anything outside it).
  *
- * Files: sbuf.c (buffer, JSON escaping), request.c (JSON body -> struct
- * srv_req, every field type- and range-checked; response_format, grammar
- * and regex compiled to a constraint), tools.c (tool calling: tools and
- * tool_choice -> the call's constraint and prompt text, output -> tool
- * calls), response.c (OpenAI JSON and SSE shapes), metrics.c (counters, histograms, text format),
- * http.c (libmicrohttpd glue: connections and their limits, routing,
- * bodies, auth, the small GET routes), generate.c (the two generation
- * routes: jobs, engine events, parked connections, streaming); webui.c
- * and extra.c (the chat page, /tokenize, /detokenize, /props, the model
- * entry) declare theirs in srv_web.h.
+ * Files, in the order a request meets them:
+ *   http.c       libmicrohttpd glue: connections and their limits,
+ *                routing, bodies, auth, the small GET routes, life cycle;
+ *   reply.c      queueing an answer (common headers, metrics, send
+ *                helpers), used by http.c and generate.c alike;
+ *   fields.c     the JSON field validators and the OpenAI error record;
+ *   request.c    JSON body -> struct srv_req (accepted fields, sampling,
+ *                stop, logprobs), calling:
+ *   prompt.c     messages through the chat template, or the prompt;
+ *   fit.c        prompt + completion against the context and KV cache;
+ *   structured.c response_format, grammar, regex -> the constraint;
+ *   ccache.c     compiled constraints kept by their source;
+ *   toolcall.c   tool calling: tools and tool_choice -> the call's
+ *                constraint and prompt text, output -> tool calls;
+ *   generate.c   the two generation routes: jobs, engine events, parked
+ *                connections, streaming;
+ *   response.c   OpenAI JSON and SSE shapes;
+ *   metrics.c    counters, histograms, Prometheus text.
+ * webui.c, tokenize.c and props.c (the chat page, /tokenize, /detokenize,
+ * /props, the model entry) declare theirs in srv_web.h.
+ * The growable buffer and its JSON escaping are core/sbuf.h.
  */
 #ifndef ANVIL_SRV_INT_H
 #define ANVIL_SRV_INT_H
@@ -33,7 +42,7 @@
 
 
 /* ---------------------------------------------------------------------- */
-/* request parsing (request.c) */
+/* request parsing (request.c and its parts) */
 
 enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION };
 
@@ -47,7 +56,8 @@ enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION };
  * from the thread's stack. */
 #define SRV_MAX_JSON_DEPTH 64
 
-/* OpenAI error: {"error": {"message", "type", "param", "code"}}. */
+/* OpenAI error: {"error": {"message", "type", "param", "code"}}; set
+ * with srv_err_set (fields.c), written by srv_fmt_error (response.c). */
 struct srv_err {
     int status;
     const char *type;  /* "invalid_request_error", "server_error", ... */
@@ -59,12 +69,61 @@ struct srv_err {
 void srv_err_set(struct srv_err *e, int status, const char *type, const char *code,
                  const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
-/* Compiled constraints by source (request.c): a schema sent with every
+/* ---------------------------------------------------------------------- */
+/* JSON field validators (fields.c): a JSON null is an absent field, no
+ * type coercion; on error they fill e naming the field and return false */
+
+struct cJSON;
+
+/* A 400 invalid_request_error naming param (NULL = none); returns false. */
+bool srv_bad(struct srv_err *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A 500 server_error "out of memory"; returns false. */
+bool srv_oom(struct srv_err *e);
+/* "a string", "a number", "a boolean", "an array", "an object", "null" */
+const char *srv_type_name(const struct cJSON *v);
+/* Member key of o, NULL when absent or null. */
+const struct cJSON *srv_field(const struct cJSON *o, const char *key);
+/* Optional typed members: true when absent (out untouched; *present,
+ * if given, says which) or valid. An integer must be integral and in
+ * [lo, hi]; a number finite and in [lo, hi]. */
+bool srv_get_bool(const struct cJSON *o, const char *key, bool *out, bool *present,
+                  struct srv_err *e);
+bool srv_get_int(const struct cJSON *o, const char *key, double lo, double hi, long long *out,
+                 bool *present, struct srv_err *e);
+bool srv_get_num(const struct cJSON *o, const char *key, double lo, double hi, float *out,
+                 struct srv_err *e);
+/* What cJSON does not check or cannot represent, in one pass over the
+ * raw bytes of a body:
+ *   - JSON text is UTF-8 (RFC 8259 section 8.1); cJSON copies string
+ *     bytes through unchecked;
+ *   - arrays and objects nest at most SRV_MAX_JSON_DEPTH levels;
+ *   - strings hold no raw control characters (RFC 8259 section 7 wants
+ *     them escaped; cJSON lets them through);
+ *   - no string holds the escape \u0000: cJSON stores strings NUL
+ *     terminated, so "ab\u0000cd" would silently become "ab" (a prompt,
+ *     a stop string or a field name cut short).
+ * A 400 naming the offset on failure. */
+bool srv_json_prescan(const char *body, size_t len, struct srv_err *e);
+/* cJSON_ParseWithLengthOpts(body, len, end, false) under one lock: cJSON
+ * keeps a global error record that concurrent parses would race on.
+ * Free the result with cJSON_Delete. */
+struct cJSON *srv_json_parse(const char *body, size_t len, const char **end);
+
+/* Compiled constraints by source (ccache.c): a schema sent with every
  * request is compiled once and its masks are shared. Thread-safe. */
 #define SRV_CCACHE_N 8
 struct srv_ccache;
 struct srv_ccache *srv_ccache_new(void); /* NULL when out of memory: no cache */
 void srv_ccache_free(struct srv_ccache *c);
+/* A compiled constraint (a new reference in *out) from the cache, or
+ * compiled now (anvil_constraint_compile's status and message). cc NULL:
+ * always compiled, nothing kept. */
+anvil_status srv_ccache_get(struct srv_ccache *cc, const struct anvil_model *m,
+                            enum anvil_constraint_kind kind,
+                            const struct anvil_constraint_params *p, const char *text,
+                            size_t len, struct anvil_constraint **out, char *err,
+                            size_t err_cap);
 
 /* What the parser needs to know about the serving side. */
 struct srv_limits {
@@ -77,7 +136,7 @@ struct srv_limits {
     struct srv_ccache *cc; /* compiled constraints, or NULL (compile every time) */
 };
 
-/* tool_choice, resolved (tools.c) */
+/* tool_choice, resolved (toolcall.c) */
 enum srv_tools_mode {
     SRV_TOOLS_NONE = 0, /* no tools, or "none": nothing constrained, tools not shown */
     SRV_TOOLS_AUTO,     /* a call or words, decided by the first character */
@@ -86,8 +145,8 @@ enum srv_tools_mode {
 };
 
 /* What the server knows about itself, for /props, /v1/models and the
- * tokenizer endpoints (extra.c). All strings are borrowed and outlive the
- * server. */
+ * tokenizer endpoints (props.c, tokenize.c). All strings are borrowed
+ * and outlive the server. */
 struct srv_info {
     const struct anvil_model *model;
     const char *model_id;
@@ -130,13 +189,38 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
                        size_t len, struct srv_req *out, struct srv_err *err);
 void srv_req_free(struct srv_req *r);
 
+struct srv_tools;
+
+/* The parts of a request (prompt.c, fit.c, structured.c), each filling
+ * its share of r; false with e filled on error. */
+/* Chat messages (and, with tools, their system text) through the chat
+ * template into r->prompt. */
+bool srv_parse_messages(const struct srv_limits *lim, const struct cJSON *root,
+                        const struct srv_tools *tools, struct srv_req *r, struct srv_err *e);
+/* A completion's prompt: a string, token ids, or a batch of one. */
+bool srv_parse_prompt(const struct srv_limits *lim, const struct cJSON *root, struct srv_req *r,
+                      struct srv_err *e);
+/* r->n_prompt plus the completion against the context and the KV cache;
+ * sets r->max_tokens (max_tokens when has_max, else the default). pname
+ * names the prompt's field in the error. */
+bool srv_fit(const struct srv_limits *lim, struct srv_req *r, const char *pname, bool has_max,
+             long long max_tokens, struct srv_err *e);
+/* The 400 context_length_exceeded of a prompt of n tokens over limit:
+ * "... However, your <what> <n> tokens long." (what: "prompt is",
+ * "messages are"). Returns false. */
+bool srv_too_long(struct srv_err *e, const char *param, long long limit, const char *what,
+                  long long n);
+/* response_format, grammar, regex or the tool call -> r->constraint (and
+ * r->tools), compiled through lim->cc. */
+bool srv_parse_constraint(const struct srv_limits *lim, const struct cJSON *root,
+                          const struct srv_tools *tools, struct srv_req *r,
+                          struct srv_err *e);
+
 /* ---------------------------------------------------------------------- */
-/* tool calling (tools.c) */
+/* tool calling (toolcall.c) */
 
 #define SRV_MAX_TOOLS 128
 #define SRV_TOOL_NAME_MAX 64
-
-struct cJSON;
 
 /* tools and tool_choice of a chat body (borrowed from the parsed JSON) */
 struct srv_tools {
@@ -152,8 +236,8 @@ bool srv_tools_parse(const struct cJSON *root, struct srv_tools *t, struct srv_e
 /* The JSON Schema of a call ({"name", "arguments"}) under tool_choice:
  * malloc'd text, NULL when out of memory. */
 char *srv_tools_schema(const struct srv_tools *t);
-/* System-prompt text listing the functions and how to call them
- * (malloc'd; NULL when out of memory). */
+/* System-prompt text listing the functions and how to call them (free
+ * with core_free; NULL when out of memory). */
 char *srv_tools_prompt(const struct srv_tools *t);
 
 /* Splits a streamed output into content text and a call's arguments. */
@@ -208,6 +292,9 @@ struct srv_resp_info {
 
 /* Error body. */
 void srv_fmt_error(struct sbuf *b, const struct srv_err *e);
+/* The raw bytes of token t (control tokens give their text) into scratch
+ * (cleared first). False when out of memory. */
+bool srv_token_piece(const struct anvil_model *m, anvil_token t, struct sbuf *scratch);
 /* "data: {chunk}\n\n" with `text` (may be empty) and the logprobs of toks;
  * first_chat adds the assistant role to a chat delta; finish is NULL or
  * "stop"/"length". text_offset is the completion's text length before this
@@ -349,13 +436,16 @@ struct srv_route {
     bool page;          /* part of the chat page: routed only with cfg.webui */
 };
 
+/* ---------------------------------------------------------------------- */
+/* answers (reply.c) */
+
 /* Queue r on c with the headers every response of the server carries
  * (X-Anvil-Replica; Connection: close on a 503 and while the server
  * drains, so that a load balancer reconnects elsewhere), count its status
  * in the metrics, and destroy our reference to r. */
 enum MHD_Result srv_queue(struct srv *s, struct MHD_Connection *c, unsigned status,
                           struct MHD_Response *r);
-/* Responses (http.c), through srv_queue. b is consumed. */
+/* Responses, through srv_queue. b is consumed. */
 enum MHD_Result srv_send_sbuf(struct srv *s, struct MHD_Connection *c, int status,
                               const char *ctype, struct sbuf *b, const char *hdr,
                               const char *val);

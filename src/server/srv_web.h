@@ -6,9 +6,9 @@
  *            tools/embed/embed.c turns src/server/webui/ into
  *            build/MODE/gen/webui_assets.c); looked up by exact path,
  *            never read from disk;
- *   extra.c  POST /tokenize, POST /detokenize, GET /props (the endpoints
- *            llama-server users expect) and the /v1/models entry with the
- *            model's facts.
+ *   tokenize.c  POST /tokenize, POST /detokenize (the endpoints
+ *            llama-server users expect);
+ *   props.c  GET /props and the /v1/models entry with the model's facts.
  *
  * http.c routes to these; they know nothing of connections or threads.
  */
@@ -61,7 +61,7 @@ struct MHD_Response *srv_asset_response(const struct srv_asset *a, const char *i
 size_t srv_url_unescape(void *cls, struct MHD_Connection *c, char *s);
 
 // ----------------------------------------------------------------------------
-// tokenizer endpoints, props, the model entry (extra.c)
+// tokenizer endpoints (tokenize.c), props and the model entry (props.c)
 
 /* Most tokens /tokenize returns and /detokenize accepts: a bound on the
  * memory one request can make the server spend (4 MiB of text or ids

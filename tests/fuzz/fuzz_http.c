@@ -59,7 +59,9 @@
 #include "anvil.h"
 #include "server/server.h"
 #include "server/srv_web.h"
+#define FUZZ_NAME "fuzz_http"
 #include "fuzz_util.h"
+#include "fuzz_srv.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -75,13 +77,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static struct anvil_model *g_model;
 static struct anvil_engine *g_engine;
 static struct srv *g_open, *g_keyed;
-
-static void check(bool ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "fuzz_http: property broken: %s\n", what);
-        abort();
-    }
-}
 
 static void teardown(void) {
     srv_stop(g_open);
@@ -121,13 +116,8 @@ static struct srv *start(const char *key) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *path = fuzz_model_path();
+    g_model = fuzz_load_model();
     char err[256] = "";
-    struct anvil_model_params mp = anvil_model_default_params();
-    if (anvil_model_load(path, &mp, &g_model, err, sizeof(err)) != ANVIL_OK) {
-        fprintf(stderr, "fuzz_http: cannot load %s: %s\n", path, err);
-        abort();
-    }
     struct anvil_engine_params ep = anvil_engine_default_params();
     ep.n_threads = 1;
     ep.max_running = 2;
@@ -159,7 +149,7 @@ static void buf_put(struct buf *b, const char *s, size_t n) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n) cap *= 2;
         b->p = realloc(b->p, cap);
-        check(b->p != NULL, "harness out of memory");
+        fuzz_check(b->p != NULL, "harness out of memory");
         b->cap = cap;
     }
     memcpy(b->p + b->len, s, n);
@@ -234,22 +224,15 @@ static bool header(const char *head, size_t n, const char *name, char *out, size
     return false;
 }
 
-static bool str_or_null(const cJSON *v) { return v && (cJSON_IsString(v) || cJSON_IsNull(v)); }
-
 static void check_json(const char *p, size_t n, int status) {
-    check(valid_utf8((const uint8_t *)p, n), "JSON body is valid UTF-8");
-    cJSON *root = cJSON_ParseWithLength(p, n);
-    check(root != NULL, "JSON body parses");
     if (status >= 400) {
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");
-        check(cJSON_IsObject(e), "error body has an error object");
-        check(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "message")), "error message");
-        check(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "type")), "error type");
-        check(str_or_null(cJSON_GetObjectItemCaseSensitive(e, "param")), "error param");
-        check(str_or_null(cJSON_GetObjectItemCaseSensitive(e, "code")), "error code");
-    } else {
-        check(cJSON_IsObject(root), "a 200 JSON body is an object");
+        fuzz_check_error_json(p, n);
+        return;
     }
+    fuzz_check(valid_utf8((const uint8_t *)p, n), "JSON body is valid UTF-8");
+    cJSON *root = cJSON_ParseWithLength(p, n);
+    fuzz_check(root != NULL, "JSON body parses");
+    fuzz_check(cJSON_IsObject(root), "a 200 JSON body is an object");
     cJSON_Delete(root);
 }
 
@@ -259,12 +242,12 @@ static void check_sse(const char *p, size_t n, bool whole) {
     while (n > 0) {
         const char *end = find(p, n, "\n\n");
         if (!end) {
-            check(!whole, "a whole stream ends with a blank line");
+            fuzz_check(!whole, "a whole stream ends with a blank line");
             return;
         }
         size_t len = (size_t)(end - p);
-        check(len >= 6 && !memcmp(p, "data: ", 6), "event starts with data: ");
-        check(!done, "nothing after data: [DONE]");
+        fuzz_check(len >= 6 && !memcmp(p, "data: ", 6), "event starts with data: ");
+        fuzz_check(!done, "nothing after data: [DONE]");
         if (len == 12 && !memcmp(p + 6, "[DONE]", 6)) {
             done = true;
         } else {
@@ -273,7 +256,7 @@ static void check_sse(const char *p, size_t n, bool whole) {
         n -= len + 2;
         p = end + 2;
     }
-    if (whole) check(done, "a whole stream ends with data: [DONE]");
+    if (whole) fuzz_check(done, "a whole stream ends with data: [DONE]");
 }
 
 /* Decode a chunked body at p[0..n) into out; returns bytes consumed, or
@@ -285,7 +268,7 @@ static size_t dechunk(const char *p, size_t n, struct buf *out) {
         if (!eol) return 0;
         char *e;
         unsigned long sz = strtoul(p + pos, &e, 16);
-        check(e > p + pos, "chunk size is hex");
+        fuzz_check(e > p + pos, "chunk size is hex");
         pos = (size_t)(eol - p) + 2;
         if (sz == 0) {
             const char *fin = find(p + pos - 2, n - (pos - 2), "\r\n\r\n");
@@ -294,7 +277,7 @@ static size_t dechunk(const char *p, size_t n, struct buf *out) {
         }
         if (n - pos < sz + 2) return 0;
         buf_put(out, p + pos, sz);
-        check(!memcmp(p + pos + sz, "\r\n", 2), "chunk ends with CRLF");
+        fuzz_check(!memcmp(p + pos + sz, "\r\n", 2), "chunk ends with CRLF");
         pos += sz + 2;
     }
 }
@@ -315,30 +298,30 @@ static bool status_ok(int st, bool ours) {
 static void check_asset(int st, const char *head, size_t hlen, const struct buf *body,
                         bool whole, bool has_len, const char *clen) {
     char etag[64] = "";
-    check(header(head, hlen, "ETag", etag, sizeof(etag)), "a page response has an ETag");
+    fuzz_check(header(head, hlen, "ETag", etag, sizeof(etag)), "a page response has an ETag");
     const struct srv_asset *a = NULL;
     for (size_t i = 0; i < srv_n_assets && !a; i++)
         if (!strcmp(srv_assets[i].etag, etag)) a = &srv_assets[i];
-    check(a != NULL, "the ETag is an embedded asset's");
+    fuzz_check(a != NULL, "the ETag is an embedded asset's");
     if (st == 304) {
-        check(body->len == 0, "a 304 has no body");
+        fuzz_check(body->len == 0, "a 304 has no body");
         return;
     }
-    check(st == 200, "a page file is a 200 or a 304");
-    check(has_len && strtoull(clen, NULL, 10) == a->len, "Content-Length is the asset's");
+    fuzz_check(st == 200, "a page file is a 200 or a 304");
+    fuzz_check(has_len && strtoull(clen, NULL, 10) == a->len, "Content-Length is the asset's");
     /* no body at all is a HEAD answer */
-    if (whole && body->len) check(body->len == a->len && !memcmp(body->p, a->data, a->len),
+    if (whole && body->len) fuzz_check(body->len == a->len && !memcmp(body->p, a->data, a->len),
                                   "the body is the asset's bytes");
 }
 
 static void check_responses(const char *p, size_t n) {
     struct buf body = {0};
     while (n > 0) {
-        check(n >= 5 && !memcmp(p, "HTTP/", 5), "a response starts with HTTP/");
+        fuzz_check(n >= 5 && !memcmp(p, "HTTP/", 5), "a response starts with HTTP/");
         const char *hend = find(p, n, "\r\n\r\n");
         if (!hend) break; /* cut off: the harness hung up */
         size_t hlen = (size_t)(hend - p);
-        check(hlen > 12 && !memcmp(p, "HTTP/1.", 7), "status line");
+        fuzz_check(hlen > 12 && !memcmp(p, "HTTP/1.", 7), "status line");
         int st = atoi(p + 9);
         size_t pos = hlen + 4;
         if (st == 100) { /* interim answer to Expect: 100-continue */
@@ -381,25 +364,25 @@ static void check_responses(const char *p, size_t n) {
         bool mhd = !ctype[0] && st != 304;
         char replica[32] = "";
         if (!mhd)
-            check(header(p, hlen, "X-Anvil-Replica", replica, sizeof(replica)) &&
+            fuzz_check(header(p, hlen, "X-Anvil-Replica", replica, sizeof(replica)) &&
                       !strcmp(replica, REPLICA), "the server's answers name the replica");
-        check(st != 500, "no 500: nothing here fails inside the server");
-        check(status_ok(st, !mhd), "a documented status");
-        if (mhd) check(body.len == 0 || (body.len >= 6 && !memcmp(body.p, "<html>", 6)),
+        fuzz_check(st != 500, "no 500: nothing here fails inside the server");
+        fuzz_check(status_ok(st, !mhd), "a documented status");
+        if (mhd) fuzz_check(body.len == 0 || (body.len >= 6 && !memcmp(body.p, "<html>", 6)),
                        "libmicrohttpd's body is HTML");
         if (!strncmp(ctype, "application/json", 16)) {
             if (whole && body.len) check_json(body.p, body.len, st);
         } else if (!strncmp(ctype, "text/event-stream", 17)) {
-            check(st == 200, "streams are 200");
+            fuzz_check(st == 200, "streams are 200");
             check_sse(body.p ? body.p : "", body.len, whole && chunked);
         } else if (!strncmp(ctype, "text/plain", 10)) {
-            check(valid_utf8((const uint8_t *)body.p, body.len), "metrics text is UTF-8");
+            fuzz_check(valid_utf8((const uint8_t *)body.p, body.len), "metrics text is UTF-8");
         } else if (st == 304 || !strncmp(ctype, "text/html", 9) ||
                    !strncmp(ctype, "text/javascript", 15) || !strncmp(ctype, "text/css", 8) ||
                    !strncmp(ctype, "image/svg+xml", 13)) {
             check_asset(st, p, hlen, &body, whole, has_len, clen);
         } else {
-            check(mhd, "a known content type");
+            fuzz_check(mhd, "a known content type");
         }
         p += pos + used;
         n -= pos + used;
@@ -412,7 +395,7 @@ static void check_responses(const char *p, size_t n) {
 
 static void exchange(struct srv *s, const uint8_t *data, size_t size) {
     int sv[2];
-    check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+    fuzz_check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
     fcntl(sv[0], F_SETFL, O_NONBLOCK);
     if (srv_add_conn(s, sv[1]) != 0) { /* the server closed sv[1] */
         close(sv[0]);
@@ -433,10 +416,10 @@ static void exchange(struct srv *s, const uint8_t *data, size_t size) {
         if (srv_n_conns(s) == 0 && srv_n_active(s) == 0 && !engine_busy()) break;
         round_trip(s, -1, data, size, &sent, &resp, &steps, true);
     }
-    check(r < MAX_DRAIN, "the connection closes and its requests end after a hang-up");
+    fuzz_check(r < MAX_DRAIN, "the connection closes and its requests end after a hang-up");
     struct anvil_engine_stats st;
     anvil_engine_get_stats(g_engine, &st);
-    check(st.kv_blocks_used == 0, "every KV block is free after the exchange");
+    fuzz_check(st.kv_blocks_used == 0, "every KV block is free after the exchange");
     if (getenv("FUZZ_HTTP_TRACE")) { /* what the server answered, for debugging */
         fprintf(stderr, "---- %zu bytes in, %zu out, %d engine steps\n", size, resp.len, steps);
         fwrite(resp.p ? resp.p : "", 1, resp.len < 4096 ? resp.len : 4096, stderr);

@@ -32,7 +32,9 @@
 
 #include "anvil.h"
 #include "server/srv_int.h"
+#define FUZZ_NAME "fuzz_request"
 #include "fuzz_util.h"
+#include "fuzz_srv.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -42,25 +44,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static struct anvil_model *g_model;
 static struct srv_limits g_lim;
 
-static void check(bool ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "fuzz_request: property broken: %s\n", what);
-        abort();
-    }
-}
-
 static void unload(void) { anvil_model_free(g_model); }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *path = fuzz_model_path();
-    char err[256] = "";
-    struct anvil_model_params mp = anvil_model_default_params();
-    if (anvil_model_load(path, &mp, &g_model, err, sizeof(err)) != ANVIL_OK) {
-        fprintf(stderr, "fuzz_request: cannot load %s: %s\n", path, err);
-        abort();
-    }
+    g_model = fuzz_load_model();
     atexit(unload);
     g_lim = (struct srv_limits){
         .model = g_model,
@@ -73,47 +62,38 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 
-static bool str_or_null(const cJSON *v) { return v && (cJSON_IsString(v) || cJSON_IsNull(v)); }
-
 static void check_error_body(const struct srv_err *e) {
-    check(e->status == 400 || e->status == 404 || e->status == 500, "error status 400, 404 or 500");
-    check(e->message[0] != '\0', "error has a message");
+    fuzz_check(e->status == 400 || e->status == 404 || e->status == 500,
+               "error status 400, 404 or 500");
+    fuzz_check(e->message[0] != '\0', "error has a message");
     struct sbuf b;
     sb_init(&b);
     srv_fmt_error(&b, e);
-    check(!b.oom && b.len > 0, "error body formatted");
-    check(valid_utf8((const unsigned char *)b.p, b.len), "error body is valid UTF-8");
-    cJSON *root = cJSON_ParseWithLength(b.p, b.len);
-    check(root != NULL, "error body is valid JSON");
-    const cJSON *err = cJSON_GetObjectItemCaseSensitive(root, "error");
-    check(cJSON_IsObject(err), "error body has an error object");
-    check(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(err, "message")), "message string");
-    check(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(err, "type")), "type string");
-    check(str_or_null(cJSON_GetObjectItemCaseSensitive(err, "param")), "param string or null");
-    check(str_or_null(cJSON_GetObjectItemCaseSensitive(err, "code")), "code string or null");
-    cJSON_Delete(root);
+    fuzz_check(!b.oom && b.len > 0, "error body formatted");
+    fuzz_check_error_json(b.p, b.len);
     sb_free(&b);
 }
 
 static void check_request(const struct srv_req *r, enum srv_kind kind) {
-    check(r->kind == kind, "kind kept");
-    check(r->n_prompt > 0 && r->n_prompt < N_CTX, "prompt length within n_ctx");
-    check(r->prompt != NULL, "prompt ids present");
+    fuzz_check(r->kind == kind, "kind kept");
+    fuzz_check(r->n_prompt > 0 && r->n_prompt < N_CTX, "prompt length within n_ctx");
+    fuzz_check(r->prompt != NULL, "prompt ids present");
     for (int32_t i = 0; i < r->n_prompt; i++)
-        check(r->prompt[i] >= 0 && r->prompt[i] < g_lim.n_vocab, "prompt id in the vocabulary");
-    check(r->max_tokens >= 1, "max_tokens >= 1");
-    check((int64_t)r->n_prompt + r->max_tokens <= N_CTX, "prompt + max_tokens within n_ctx");
-    check(r->n_stop >= 0 && r->n_stop <= SRV_MAX_STOP, "stop count");
+        fuzz_check(r->prompt[i] >= 0 && r->prompt[i] < g_lim.n_vocab,
+                   "prompt id in the vocabulary");
+    fuzz_check(r->max_tokens >= 1, "max_tokens >= 1");
+    fuzz_check((int64_t)r->n_prompt + r->max_tokens <= N_CTX, "prompt + max_tokens within n_ctx");
+    fuzz_check(r->n_stop >= 0 && r->n_stop <= SRV_MAX_STOP, "stop count");
     for (int32_t i = 0; i < r->n_stop; i++) {
         size_t n = strlen(r->stop[i]);
-        check(n > 0 && n <= SRV_MAX_STOP_LEN, "stop string length");
+        fuzz_check(n > 0 && n <= SRV_MAX_STOP_LEN, "stop string length");
     }
-    check(r->top_logprobs >= 0 && r->top_logprobs <= SRV_MAX_TOP_LOGPROBS, "top_logprobs");
-    check(!r->include_usage || r->stream, "include_usage only with stream");
-    check((r->tools != SRV_TOOLS_REQUIRED && r->tools != SRV_TOOLS_NAMED) || r->constraint,
+    fuzz_check(r->top_logprobs >= 0 && r->top_logprobs <= SRV_MAX_TOP_LOGPROBS, "top_logprobs");
+    fuzz_check(!r->include_usage || r->stream, "include_usage only with stream");
+    fuzz_check((r->tools != SRV_TOOLS_REQUIRED && r->tools != SRV_TOOLS_NAMED) || r->constraint,
           "a required or named tool call is constrained");
     char msg[160];
-    check(anvil_sampler_params_check(&r->sampling, msg, sizeof(msg)) == ANVIL_OK,
+    fuzz_check(anvil_sampler_params_check(&r->sampling, msg, sizeof(msg)) == ANVIL_OK,
           "sampler parameters accepted");
 }
 
@@ -176,22 +156,22 @@ static void fuzz_response(const char *text, size_t size) {
         else
             srv_fmt_full(&b, &ri, text, size, toks, lp ? n_toks : 0, "length", 3,
                          n_toks, NULL);
-        check(!b.oom && b.len > 0, "response formatted");
-        check(valid_utf8((const unsigned char *)b.p, b.len), "response is valid UTF-8");
+        fuzz_check(!b.oom && b.len > 0, "response formatted");
+        fuzz_check(valid_utf8((const unsigned char *)b.p, b.len), "response is valid UTF-8");
         const char *json = b.p;
         size_t len = b.len;
         if (chunk) {
-            check(len > 8 && !memcmp(json, "data: ", 6) &&
+            fuzz_check(len > 8 && !memcmp(json, "data: ", 6) &&
                       !memcmp(json + len - 2, "\n\n", 2),
                   "SSE framing");
             json += 6;
             len -= 8;
         }
         cJSON *root = cJSON_ParseWithLength(json, len);
-        check(root != NULL, "response is valid JSON");
+        fuzz_check(root != NULL, "response is valid JSON");
         const char *got = response_text(root, kind, chunk);
-        check(got != NULL, "response holds the text");
-        if (plain) check(strlen(got) == size && !memcmp(got, text, size),
+        fuzz_check(got != NULL, "response holds the text");
+        if (plain) fuzz_check(strlen(got) == size && !memcmp(got, text, size),
                          "valid UTF-8 text comes back unchanged");
         cJSON_Delete(root);
         sb_free(&b);
@@ -218,27 +198,27 @@ static void fuzz_tool_call(const char *text, size_t size) {
             srv_fmt_tool_chunk(&b, &ri, call.id, call.name, text, size, NULL, 0);
         else
             srv_fmt_full(&b, &ri, NULL, 0, NULL, 0, "tool_calls", 3, 1, &call);
-        check(!b.oom && b.len > 0, "tool call formatted");
-        check(valid_utf8((const unsigned char *)b.p, b.len), "tool call is valid UTF-8");
+        fuzz_check(!b.oom && b.len > 0, "tool call formatted");
+        fuzz_check(valid_utf8((const unsigned char *)b.p, b.len), "tool call is valid UTF-8");
         const char *json = b.p;
         size_t len = b.len;
         if (chunk) {
-            check(len > 8 && !memcmp(json, "data: ", 6) && !memcmp(json + len - 2, "\n\n", 2),
+            fuzz_check(len > 8 && !memcmp(json, "data: ", 6) && !memcmp(json + len - 2, "\n\n", 2),
                   "tool chunk SSE framing");
             json += 6;
             len -= 8;
         }
         cJSON *root = cJSON_ParseWithLength(json, len);
-        check(root != NULL, "tool call is valid JSON");
+        fuzz_check(root != NULL, "tool call is valid JSON");
         const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0);
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(ch, chunk ? "delta" : "message");
         const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), 0);
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
-        check(name && !strcmp(name, call.name), "tool call holds the name");
+        fuzz_check(name && !strcmp(name, call.name), "tool call holds the name");
         const char *got = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "arguments"));
-        check(got != NULL, "tool call holds the arguments");
-        if (plain) check(strlen(got) == size && !memcmp(got, text, size),
+        fuzz_check(got != NULL, "tool call holds the arguments");
+        if (plain) fuzz_check(strlen(got) == size && !memcmp(got, text, size),
                          "valid UTF-8 arguments come back unchanged");
         cJSON_Delete(root);
         sb_free(&b);
@@ -249,7 +229,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 1 << 16) return 0;
     /* an exact-size copy, so ASan sees any read past the body */
     char *body = malloc(size ? size : 1);
-    check(body != NULL, "harness out of memory");
+    fuzz_check(body != NULL, "harness out of memory");
     if (size) memcpy(body, data, size);
     for (int k = 0; k < 2; k++) {
         enum srv_kind kind = k ? SRV_KIND_COMPLETION : SRV_KIND_CHAT;
@@ -258,7 +238,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (srv_parse_request(&g_lim, kind, body, size, &r, &e)) {
             check_request(&r, kind);
         } else {
-            check(r.prompt == NULL && r.n_stop == 0, "a refused request holds nothing");
+            fuzz_check(r.prompt == NULL && r.n_stop == 0, "a refused request holds nothing");
             check_error_body(&e);
         }
         srv_req_free(&r);

@@ -1,5 +1,6 @@
 /*
- * fuzz_util.h - helpers shared by the fuzz harnesses.
+ * fuzz_util.h - helpers shared by the fuzz harnesses. A harness may define
+ * FUZZ_NAME (its name in abort messages) before including it.
  */
 #ifndef ANVIL_FUZZ_UTIL_H
 #define ANVIL_FUZZ_UTIL_H
@@ -7,12 +8,41 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+#include "anvil.h"
+
+#ifndef FUZZ_NAME
+#define FUZZ_NAME "fuzz"
+#endif
 
 /* The model the harnesses load: $ANVIL_MODEL, else the default model. */
 static inline const char *fuzz_model_path(void) {
     const char *path = getenv("ANVIL_MODEL");
     return path && *path ? path : ANVIL_DEFAULT_MODEL;
+}
+
+/* A property of the code under test: abort (the fuzzer's crash) naming it
+ * when it does not hold. */
+static inline void fuzz_check(bool ok, const char *what) {
+    if (!ok) {
+        fprintf(stderr, FUZZ_NAME ": property broken: %s\n", what);
+        abort();
+    }
+}
+
+/* The model at fuzz_model_path with default parameters, or abort. */
+static inline struct anvil_model *fuzz_load_model(void) {
+    const char *path = fuzz_model_path();
+    char err[256] = "";
+    struct anvil_model_params mp = anvil_model_default_params();
+    struct anvil_model *m = NULL;
+    if (anvil_model_load(path, &mp, &m, err, sizeof(err)) != ANVIL_OK) {
+        fprintf(stderr, FUZZ_NAME ": cannot load %s: %s\n", path, err);
+        abort();
+    }
+    return m;
 }
 
 /* Strict UTF-8 (Unicode table 3-7): no overlongs, no surrogates, <= U+10FFFF.

@@ -1,5 +1,5 @@
 /*
- * fuzz_web.c - libFuzzer harness for the parsers of src/server/extra.c and
+ * fuzz_web.c - libFuzzer harness for the parsers of src/server/tokenize.c and
  * src/server/webui.c: bytes -> the body of POST /tokenize and POST
  * /detokenize, and the same bytes as a request path (URL unescaping and
  * the asset lookup).
@@ -29,7 +29,9 @@
 
 #include "anvil.h"
 #include "server/srv_web.h"
+#define FUZZ_NAME "fuzz_web"
 #include "fuzz_util.h"
+#include "fuzz_srv.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -38,25 +40,12 @@ static struct anvil_model *g_model;
 static struct srv_info g_info;
 static bool g_byte_ok[256]; /* the vocabulary has a one-byte token for it */
 
-static void check(bool ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "fuzz_web: property broken: %s\n", what);
-        abort();
-    }
-}
-
 static void unload(void) { anvil_model_free(g_model); }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *path = fuzz_model_path();
-    char err[256] = "";
-    struct anvil_model_params mp = anvil_model_default_params();
-    if (anvil_model_load(path, &mp, &g_model, err, sizeof(err)) != ANVIL_OK) {
-        fprintf(stderr, "fuzz_web: cannot load %s: %s\n", path, err);
-        abort();
-    }
+    g_model = fuzz_load_model();
     atexit(unload);
     for (anvil_token t = 0; t < anvil_model_n_vocab(g_model); t++) {
         char b[8];
@@ -76,25 +65,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 static void check_error(const struct srv_err *e) {
-    check(e->status == 400 || e->status == 500, "error status 400 or 500");
-    check(e->message[0] != '\0', "error has a message");
+    fuzz_check(e->status == 400 || e->status == 500, "error status 400 or 500");
+    fuzz_check(e->message[0] != '\0', "error has a message");
     struct sbuf b;
     sb_init(&b);
     srv_fmt_error(&b, e);
-    check(!b.oom && valid_utf8((const unsigned char *)b.p, b.len), "error body is UTF-8");
-    cJSON *root = cJSON_ParseWithLength(b.p, b.len);
-    check(root && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "error")),
-          "error body is {\"error\": {...}}");
-    cJSON_Delete(root);
+    fuzz_check(!b.oom, "error body formatted");
+    fuzz_check_error_json(b.p, b.len);
     sb_free(&b);
 }
 
 /* Parse an answer: valid UTF-8 and JSON object. Caller frees. */
 static cJSON *parse_answer(const struct sbuf *b) {
-    check(!b->oom && b->len > 0, "answer formatted");
-    check(valid_utf8((const unsigned char *)b->p, b->len), "answer is valid UTF-8");
+    fuzz_check(!b->oom && b->len > 0, "answer formatted");
+    fuzz_check(valid_utf8((const unsigned char *)b->p, b->len), "answer is valid UTF-8");
     cJSON *root = cJSON_ParseWithLength(b->p, b->len);
-    check(root && cJSON_IsObject(root), "answer is a JSON object");
+    fuzz_check(root && cJSON_IsObject(root), "answer is a JSON object");
     return root;
 }
 
@@ -109,9 +95,9 @@ static void fuzz_tokenize(const char *body, size_t size) {
     }
     cJSON *root = parse_answer(&b);
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    check(cJSON_IsArray(toks), "tokens is an array");
+    fuzz_check(cJSON_IsArray(toks), "tokens is an array");
     int n = cJSON_GetArraySize(toks);
-    check(n <= SRV_MAX_TOK_IO, "at most SRV_MAX_TOK_IO tokens");
+    fuzz_check(n <= SRV_MAX_TOK_IO, "at most SRV_MAX_TOK_IO tokens");
     int n_vocab = anvil_model_n_vocab(g_model);
     /* the ids, for the round trip below */
     struct sbuf ids;
@@ -120,13 +106,13 @@ static void fuzz_tokenize(const char *body, size_t size) {
     int i = 0;
     for (const cJSON *t = toks->child; t; t = t->next, i++) {
         const cJSON *id = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "id") : t;
-        check(cJSON_IsNumber(id) && id->valuedouble >= 0 && id->valuedouble < n_vocab,
+        fuzz_check(cJSON_IsNumber(id) && id->valuedouble >= 0 && id->valuedouble < n_vocab,
               "token id in the vocabulary");
         if (cJSON_IsObject(t)) {
             const cJSON *p = cJSON_GetObjectItemCaseSensitive(t, "piece");
-            check(cJSON_IsString(p) || cJSON_IsArray(p), "piece is a string or bytes");
+            fuzz_check(cJSON_IsString(p) || cJSON_IsArray(p), "piece is a string or bytes");
             for (const cJSON *x = cJSON_IsArray(p) ? p->child : NULL; x; x = x->next)
-                check(cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble <= 255,
+                fuzz_check(cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble <= 255,
                       "piece byte in [0, 255]");
         }
         sb_printf(&ids, "%s%d", i ? "," : "", (int)id->valuedouble);
@@ -145,10 +131,10 @@ static void fuzz_tokenize(const char *body, size_t size) {
         struct sbuf back;
         struct srv_err e2;
         sb_init(&back);
-        check(srv_detokenize(&g_info, ids.p, ids.len, &back, &e2), "detokenize its own ids");
+        fuzz_check(srv_detokenize(&g_info, ids.p, ids.len, &back, &e2), "detokenize its own ids");
         cJSON *r2 = parse_answer(&back);
         const char *got = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r2, "content"));
-        check(got && !strcmp(got, text), "detokenize(tokenize(text)) == text");
+        fuzz_check(got && !strcmp(got, text), "detokenize(tokenize(text)) == text");
         cJSON_Delete(r2);
         sb_free(&back);
     }
@@ -168,7 +154,7 @@ static void fuzz_detokenize(const char *body, size_t size) {
         return;
     }
     cJSON *root = parse_answer(&b);
-    check(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(root, "content")), "content string");
+    fuzz_check(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(root, "content")), "content string");
     cJSON_Delete(root);
     sb_free(&b);
 }
@@ -183,7 +169,7 @@ static void fuzz_path(const char *data, size_t size) {
     /* the path as MHD hands it over: NUL-terminated, no NUL inside */
     size_t n = strnlen(data, size);
     char *s = malloc(n + 1), *want = malloc(n + 1);
-    check(s && want, "harness out of memory");
+    fuzz_check(s && want, "harness out of memory");
     memcpy(s, data, n);
     s[n] = '\0';
     size_t w = 0;
@@ -201,15 +187,15 @@ static void fuzz_path(const char *data, size_t size) {
     }
     want[w] = '\0';
     size_t got = srv_url_unescape(NULL, NULL, s);
-    check(got == w && got <= n && strlen(s) == got && !memcmp(s, want, w + 1),
+    fuzz_check(got == w && got <= n && strlen(s) == got && !memcmp(s, want, w + 1),
           "unescape agrees with the plain decoder");
 
     const struct srv_asset *a = srv_asset_find(s);
     if (a) {
-        check(!strcmp(s, "/") || !strcmp(s, a->path), "an asset only at its exact path");
-        check(!strstr(s, "..") && !strchr(s, '%') && !strchr(s + 1, '/'),
+        fuzz_check(!strcmp(s, "/") || !strcmp(s, a->path), "an asset only at its exact path");
+        fuzz_check(!strstr(s, "..") && !strchr(s, '%') && !strchr(s + 1, '/'),
               "no dot-dot, escape or second slash reaches an asset");
-        check(a->len > 0 && a->data[a->len] == '\0', "asset bytes present");
+        fuzz_check(a->len > 0 && a->data[a->len] == '\0', "asset bytes present");
     }
     free(s);
     free(want);
@@ -219,7 +205,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 1 << 16) return 0;
     /* an exact-size copy, so ASan sees any read past the body */
     char *body = malloc(size ? size : 1);
-    check(body != NULL, "harness out of memory");
+    fuzz_check(body != NULL, "harness out of memory");
     if (size) memcpy(body, data, size);
     fuzz_tokenize(body, size);
     fuzz_detokenize(body, size);

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 
 import openai
 import pytest
@@ -55,12 +56,15 @@ def raise_nofile(n):
 
 
 class Server:
-    def __init__(self, binary, model, *extra, env=None):
+    """`anvil serve -m MODEL --port 0 -t THREADS EXTRA...` in a subprocess,
+    its port read from the ready line."""
+
+    def __init__(self, binary, model, *extra, env=None, cwd=None, threads=1):
         self.err = tempfile.TemporaryFile()
         # one engine thread: on this small shared machine a spinning pool of
         # two is slower, and the tests check behaviour, not speed
-        cmd = [binary, "serve", "-m", model, "--port", "0", "-t", "1", *extra]
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, env=env)
+        cmd = [binary, "serve", "-m", model, "--port", "0", "-t", str(threads), *extra]
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, env=env, cwd=cwd)
         line = [None]
 
         def read():
@@ -69,12 +73,14 @@ class Server:
         t = threading.Thread(target=read, daemon=True)
         t.start()
         t.join(120)
-        m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)(?: |$)", (line[0] or "").strip())
+        m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)(?: |$)",
+                     (line[0] or "").strip())
         if not m:
             self.p.kill()
             self.p.wait()
             pytest.fail(f"server did not start: {line[0]!r}\n{self.stderr()}")
         self.port = int(m.group(1))
+        self.ready_line = line[0].strip()
 
     def stderr(self):
         self.err.seek(0)
@@ -114,6 +120,7 @@ class Server:
         return out
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
+        """Signal, wait, return the exit status (fails the test on a hang)."""
         if self.p.poll() is None:
             self.p.send_signal(sig)
             try:
@@ -122,9 +129,16 @@ class Server:
                 self.p.kill()
                 self.p.wait()
                 pytest.fail("server did not stop on signal\n" + self.stderr())
-        self.p.stdout.close()
+        if self.p.stdout:
+            self.p.stdout.close()
         return self.p.returncode
 
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        if self.p.stdout:
+            self.p.stdout.close()
 
 
 def sse_events(data):
@@ -143,7 +157,8 @@ def sse_events(data):
 
 
 def check_error(status, data, want_status, param=None, code=None):
-    assert status == want_status, data
+    """OpenAI's error shape; returns the error object."""
+    assert status == want_status, (status, data[:300])
     d = json.loads(data)
     assert set(d) == {"error"} and set(d["error"]) == {"message", "type", "param", "code"}, d
     assert isinstance(d["error"]["message"], str) and d["error"]["message"]
@@ -153,3 +168,15 @@ def check_error(status, data, want_status, param=None, code=None):
     if code is not None:
         assert d["error"]["code"] == code, d
     return d["error"]
+
+
+def wait_until(pred, secs=30, step=0.05, what="condition"):
+    """pred's first true value, polled every step; fails the test after
+    secs (a watchdog: the condition is expected long before)."""
+    t_end = time.time() + secs
+    while time.time() < t_end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    pytest.fail(f"timed out waiting for {what}")

@@ -1,28 +1,21 @@
-"""A helper for tests that run `anvil serve` (and nginx) as subprocesses:
-start on port 0 and read the port from the ready line, plain HTTP
-requests, SSE parsing, clean stop. Used by test_server_web.py,
-test_webui_browser.py and test_deploy.py."""
+"""Helpers for the tests that run `anvil serve` (and nginx) as
+subprocesses with the default model: plain HTTP requests with lower-case
+headers, raw and streaming requests, SSE payloads. The server process
+itself, the error-shape check and wait_until are anvil_server's. Used by
+test_server_web.py, test_webui_browser.py and test_deploy.py."""
 import http.client
 import json
 import os
 import re
-import signal
 import socket
-import subprocess
-import tempfile
-import threading
-import time
 
 import pytest
 
-ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-MODEL = os.environ.get("ANVIL_MODEL") or os.path.join(ROOT, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
+import anvil_server
+import conftest
+from anvil_server import ROOT, check_error, serve_bin, wait_until  # noqa: F401 (re-exported)
 
-
-def serve_bin():
-    return os.environ.get("ANVIL_SERVE_BIN") or os.path.join(ROOT, "bin", "anvil")
+MODEL = conftest.MODEL  # the default model: written once, in the Makefile
 
 
 def model_or_fail():
@@ -31,58 +24,16 @@ def model_or_fail():
     return MODEL
 
 
-class Server:
-    """`anvil serve -m MODEL --port 0 -t 1 EXTRA...` in a subprocess."""
+class Server(anvil_server.Server):
+    """`anvil serve -m MODEL --port 0 -t 1 EXTRA...` (the default model
+    unless model= is given), answered through http_request."""
 
     def __init__(self, *extra, model=None, binary=None, env=None, cwd=None, threads=1):
-        self.err = tempfile.TemporaryFile()
-        cmd = [binary or serve_bin(), "serve", "-m", model or model_or_fail(), "--port", "0",
-               "-t", str(threads), *extra]
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, env=env, cwd=cwd)
-        line = [None]
-
-        def read():
-            line[0] = self.p.stdout.readline().decode()
-
-        t = threading.Thread(target=read, daemon=True)
-        t.start()
-        t.join(120)
-        m = re.match(r"anvil serve: listening on http://127\.0\.0\.1:(\d+)(?: |$)",
-                     (line[0] or "").strip())
-        if not m:
-            self.p.kill()
-            self.p.wait()
-            pytest.fail(f"server did not start: {line[0]!r}\n{self.stderr()}")
-        self.port = int(m.group(1))
-        self.ready_line = line[0].strip()
-
-    def stderr(self):
-        self.err.seek(0)
-        return self.err.read().decode(errors="replace")
+        super().__init__(binary or serve_bin(), model or model_or_fail(), *extra, env=env,
+                         cwd=cwd, threads=threads)
 
     def request(self, method, path, body=None, headers=None, timeout=120):
         return http_request(self.port, method, path, body, headers, timeout)
-
-    def stop(self, sig=signal.SIGTERM, timeout=60):
-        """Signal, wait, return the exit status (fails the test on a hang)."""
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-                pytest.fail("server did not stop on signal\n" + self.stderr())
-        if self.p.stdout:
-            self.p.stdout.close()
-        return self.p.returncode
-
-    def kill(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait()
-        if self.p.stdout:
-            self.p.stdout.close()
 
 
 def http_request(port, method, path, body=None, headers=None, timeout=120):
@@ -101,17 +52,22 @@ def http_request(port, method, path, body=None, headers=None, timeout=120):
         c.close()
 
 
+def read_all(k):
+    """Everything socket k receives until the peer closes."""
+    out = b""
+    while True:
+        chunk = k.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
 def raw_request(port, raw, timeout=30):
     """Send raw bytes, read until the server closes: the whole response."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
         s.sendall(raw)
-        out = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return out
-            out += chunk
+        return read_all(s)
     finally:
         s.close()
 
@@ -130,28 +86,3 @@ def stream_post(port, path, body, headers=None, timeout=120):
 def sse_data(raw):
     """The `data:` payloads of an SSE body (chunked framing tolerated)."""
     return [m.group(1) for m in re.finditer(rb"data: (.*?)\r?\n\r?\n", raw)]
-
-
-def check_error(status, data, want_status, param=None, code=None):
-    """OpenAI's error shape; returns the error object."""
-    assert status == want_status, (status, data[:300])
-    j = json.loads(data)
-    assert set(j) == {"error"}, j
-    e = j["error"]
-    assert set(e) == {"message", "type", "param", "code"}, e
-    assert isinstance(e["message"], str) and e["message"]
-    if param is not None:
-        assert e["param"] == param, e
-    if code is not None:
-        assert e["code"] == code, e
-    return e
-
-
-def wait_until(pred, secs=30, step=0.05, what="condition"):
-    t_end = time.time() + secs
-    while time.time() < t_end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    pytest.fail(f"timed out waiting for {what}")

@@ -41,15 +41,21 @@ K8S = os.path.join(ROOT, "deploy", "k8s")
 REPLICA_ARGS = ("--ctx", "512", "--parallel", "8", "--kv-mem", "64M", "--drain-timeout", "30")
 
 
-def nginx_or_fail():
-    n = shutil.which("nginx") or (os.path.exists("/usr/sbin/nginx") and "/usr/sbin/nginx")
-    if n:
-        return n
+def program_or_fail(name):
+    """The path of a Debian-packaged program the test needs (nginx,
+    haproxy: installed by `make deps`); its absence fails the test."""
+    path = shutil.which(name) or (os.path.exists(f"/usr/sbin/{name}") and f"/usr/sbin/{name}")
+    if path:
+        return path
     if shutil.which("apt-cache"):
-        p = subprocess.run(["apt-cache", "policy", "nginx"], capture_output=True, text=True)
+        p = subprocess.run(["apt-cache", "policy", name], capture_output=True, text=True)
         if "Candidate:" in p.stdout and "Candidate: (none)" not in p.stdout:
-            pytest.fail("nginx is installable but not installed: run `make deps`")
-    pytest.fail("nginx is missing and apt has no candidate for it (install nginx on the PATH)")
+            pytest.fail(f"{name} is installable but not installed: run `make deps`")
+    pytest.fail(f"{name} is missing and apt has no candidate for it (install {name} on the PATH)")
+
+
+def nginx_or_fail():
+    return program_or_fail("nginx")
 
 
 def free_port():
@@ -223,23 +229,21 @@ def test_render_script_arguments():
 
 
 def test_streaming_is_unbuffered_and_unchanged(cluster):
-    body = {"prompt": "Count to twenty:", "max_tokens": 48, "ignore_eos": True, "stream": True,
-            "temperature": 0}
-    t0 = time.time()
-    s = Stream(cluster.port, "/v1/completions", body)
+    # tokens arrive as they are made, not in one block at the end: the
+    # first event comes through the proxy while its request still runs on
+    # the replica (a buffering proxy would hold it until the last of the
+    # 400 tokens). Judged by the replica's own gauge, not by a clock.
+    long = {"prompt": "Count to twenty:", "max_tokens": 400, "ignore_eos": True,
+            "stream": True, "temperature": 0}
+    s = Stream(cluster.port, "/v1/completions", long)
     assert s.status == 200
-    times = []
-    while s.next_event() is not None:
-        times.append(time.time() - t0)
-    assert s.complete, s.error
-    # tokens arrive as they are made, not in one block at the end: a
-    # buffering proxy hands them over within a millisecond or two, here they
-    # spread over the decode (a quarter of the request at least: the first
-    # event's own latency, prefill and connection, is not what this checks,
-    # and a faster decode made a bound on it fail)
-    total = times[-1]
-    assert times[-1] - times[0] > 0.25 * total, (times[0], total)
-    assert len({round(t, 3) for t in times}) > 10
+    assert s.next_event() is not None, s.error
+    m = cluster.replica(s.replica).metrics()
+    assert m["anvil_requests_in_flight"] >= 1, m
+    s.c.close()  # the client leaves: the replica cancels the rest
+    body = dict(long, max_tokens=48)
+    s = Stream(cluster.port, "/v1/completions", body).read_all()
+    assert s.status == 200 and s.complete, s.error
     # the same bytes as straight from the replica that served it
     r = cluster.replica(s.replica)
     st, h, raw = http_request(r.port, "POST", "/v1/completions", body)
@@ -304,10 +308,11 @@ def run_one(c, i, key):
             out["status"], out["replica"] = st, h.get("x-anvil-replica")
             if st == 200:
                 j = json.loads(data)
-                assert "tokens" in j or j["choices"]
+                assert j["tokens"] if kind == "tokenize" else j["choices"], j
                 out["outcome"] = "ok"
             else:
-                check_error(st, data, st)
+                # the only error a client may see: a clean, retryable 503
+                check_error(st, data, 503)
                 out["outcome"] = "http_error"
     except Exception as e:  # a hang (timeout) or garbage: reported below
         out["outcome"] = f"exception: {e!r}"
@@ -378,16 +383,16 @@ def test_replica_killed_mid_stream_is_an_error_for_the_client(cluster):
         model="SmolLM2-135M-Instruct.Q4_1", stream=True, max_tokens=400, temperature=0,
         messages=[{"role": "user", "content": "Write a long story about the sea."}])
     n = 0
-    t_kill = None
+    killed = False
     with pytest.raises(Exception) as exc:
         for chunk in stream:
             n += 1
             if n == 5:
-                t_kill = time.time()
+                killed = True
                 cluster.replica("r2").kill()
-    assert t_kill is not None, "the stream ended before the kill"
-    assert time.time() - t_kill < 15  # an error, promptly, not a hang
-    assert not isinstance(exc.value, AssertionError)
+    assert killed, "the stream ended before the kill"
+    # an error for the cut stream, not the client's timeout (a hang)
+    assert not isinstance(exc.value, (AssertionError, openai.APITimeoutError)), exc.value
     assert n < 400
     # the same conversation continues on the survivor
     r = client.chat.completions.with_raw_response.create(
@@ -406,7 +411,7 @@ def test_draining_replica_gets_no_new_requests(cluster):
         assert s.next_event() is not None
     r2 = cluster.replica("r2")
     r2.p.send_signal(signal.SIGTERM)
-    wait_until(lambda: http_request(r2.port, "GET", "/health")[0] == 503, secs=5,
+    wait_until(lambda: http_request(r2.port, "GET", "/health")[0] == 503, secs=20,
                what="r2 draining")
     # r2's sessions now land on r1: the first is answered 503 by r2 and
     # retried by nginx, the rest skip r2 (max_fails)
@@ -594,14 +599,7 @@ HAPROXY_CFG = os.path.join(ROOT, "deploy", "haproxy", "anvil.cfg")
 
 
 def haproxy_or_fail():
-    h = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
-    if h:
-        return h
-    if shutil.which("apt-cache"):
-        p = subprocess.run(["apt-cache", "policy", "haproxy"], capture_output=True, text=True)
-        if "Candidate:" in p.stdout and "Candidate: (none)" not in p.stdout:
-            pytest.fail("haproxy is installable but not installed: run `make deps`")
-    pytest.fail("haproxy is missing and apt has no candidate for it (install haproxy on the PATH)")
+    return program_or_fail("haproxy")
 
 
 def render_haproxy(listen, replicas, sock=None):
@@ -694,7 +692,7 @@ def test_haproxy_active_check_takes_a_draining_replica_out():
         reps[1].p.send_signal(signal.SIGTERM)
         # with no request sent, the checks alone take r2 out: its socket
         # still accepts (a TCP check would pass), its /health says 503
-        wait_until(lambda: haproxy_state(sock).get("r2") == 0, secs=10,
+        wait_until(lambda: haproxy_state(sock).get("r2") == 0, secs=30,
                    what="the health check to mark the draining replica down")
         assert reps[1].p.poll() is None, "r2 exited: the check could not be told from a TCP one"
         assert haproxy_state(sock)["r1"] == 2

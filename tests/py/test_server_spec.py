@@ -12,18 +12,9 @@ from anvil_server import ROOT, Server, check_error, serve_bin
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "gen"))
 import tiny_llama  # noqa: E402
-import conftest  # noqa: E402  (the default model: written once, in the Makefile)
 
 COPY = ("Repeat this list exactly, twice: apple, banana, cherry, date, elderberry, fig, grape. "
         "Once: apple, banana, cherry, date, elderberry, fig, grape. Twice:")
-
-
-@pytest.fixture(scope="module")
-def model_path():
-    p = conftest.MODEL
-    if not os.path.exists(p):
-        pytest.fail(f"default model missing: {p}")
-    return p
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 /*
- * tools.c - OpenAI tool calling on top of constraints: `tools` and
+ * toolcall.c - OpenAI tool calling on top of constraints: `tools` and
  * `tool_choice` become a JSON Schema for the call and a system-prompt text
  * that shows the model its functions; the model's output becomes
  * `tool_calls` (whole, or as streamed deltas).
@@ -28,7 +28,7 @@
  * One call per answer (a single call is a valid answer whatever
  * parallel_tool_calls says).
  *
- * Not here: rendering the conversation (request.c; assistant turns that
+ * Not here: rendering the conversation (prompt.c; assistant turns that
  * called a function are shown to the model as the call's JSON, tool
  * results as user turns that say which call they answer).
  */
@@ -39,25 +39,6 @@
 #include <cjson/cJSON.h>
 
 #include "server/srv_int.h"
-
-static bool tbad(struct srv_err *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool tbad(struct srv_err *e, const char *param, const char *fmt, ...) {
-    e->status = 400;
-    e->type = "invalid_request_error";
-    e->code = NULL;
-    snprintf(e->param, sizeof(e->param), "%s", param);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
-    va_end(ap);
-    return false;
-}
-
-static const cJSON *get(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
 
 static bool name_ok(const char *s) {
     size_t n = strlen(s);
@@ -74,47 +55,49 @@ static bool name_ok(const char *s) {
 bool srv_tools_parse(const cJSON *root, struct srv_tools *t, struct srv_err *e) {
     memset(t, 0, sizeof(*t));
     t->named = -1;
-    const cJSON *tools = get(root, "tools");
-    const cJSON *choice = get(root, "tool_choice");
+    const cJSON *tools = srv_field(root, "tools");
+    const cJSON *choice = srv_field(root, "tool_choice");
     if (tools) {
         if (!cJSON_IsArray(tools))
-            return tbad(e, "tools", "'tools' must be an array of function tools");
+            return srv_bad(e, "tools", "'tools' must be an array of function tools");
         int i = 0;
         for (const cJSON *x = tools->child; x; x = x->next, i++) {
             char param[48];
             snprintf(param, sizeof(param), "tools[%d]", i);
             if (i >= SRV_MAX_TOOLS)
-                return tbad(e, "tools", "at most %d tools per request", SRV_MAX_TOOLS);
-            const cJSON *type = cJSON_IsObject(x) ? get(x, "type") : NULL;
+                return srv_bad(e, "tools", "at most %d tools per request", SRV_MAX_TOOLS);
+            const cJSON *type = cJSON_IsObject(x) ? srv_field(x, "type") : NULL;
             if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0)
-                return tbad(e, param, "'%s' must be {\"type\": \"function\", \"function\": {...}}",
-                            param);
+                return srv_bad(e, param, "'%s' must be {\"type\": \"function\", \"function\": "
+                               "{...}}", param);
             for (const cJSON *k = x->child; k; k = k->next)
                 if (strcmp(k->string, "type") && strcmp(k->string, "function"))
-                    return tbad(e, param, "'%s': unknown field '%.40s'", param, k->string);
-            const cJSON *fn = get(x, "function");
-            if (!cJSON_IsObject(fn)) return tbad(e, param, "'%s.function' must be an object", param);
+                    return srv_bad(e, param, "'%s': unknown field '%.40s'", param, k->string);
+            const cJSON *fn = srv_field(x, "function");
+            if (!cJSON_IsObject(fn))
+                return srv_bad(e, param, "'%s.function' must be an object", param);
             for (const cJSON *k = fn->child; k; k = k->next)
                 if (strcmp(k->string, "name") && strcmp(k->string, "description") &&
                     strcmp(k->string, "parameters") && strcmp(k->string, "strict"))
-                    return tbad(e, param, "'%s.function': unknown field '%.40s'", param, k->string);
-            const cJSON *name = get(fn, "name");
+                    return srv_bad(e, param, "'%s.function': unknown field '%.40s'", param,
+                                   k->string);
+            const cJSON *name = srv_field(fn, "name");
             if (!cJSON_IsString(name) || !name_ok(name->valuestring))
-                return tbad(e, param, "'%s.function.name' must be 1 to %d characters of a-z, A-Z, "
-                            "0-9, '_' and '-'", param, SRV_TOOL_NAME_MAX);
-            const cJSON *desc = get(fn, "description");
+                return srv_bad(e, param, "'%s.function.name' must be 1 to %d characters of a-z, "
+                               "A-Z, 0-9, '_' and '-'", param, SRV_TOOL_NAME_MAX);
+            const cJSON *desc = srv_field(fn, "description");
             if (desc && !cJSON_IsString(desc))
-                return tbad(e, param, "'%s.function.description' must be a string", param);
-            const cJSON *par = get(fn, "parameters");
+                return srv_bad(e, param, "'%s.function.description' must be a string", param);
+            const cJSON *par = srv_field(fn, "parameters");
             if (par && !cJSON_IsObject(par))
-                return tbad(e, param, "'%s.function.parameters' must be a JSON Schema object",
-                            param);
-            const cJSON *strict = get(fn, "strict");
+                return srv_bad(e, param, "'%s.function.parameters' must be a JSON Schema object",
+                               param);
+            const cJSON *strict = srv_field(fn, "strict");
             if (strict && !cJSON_IsBool(strict))
-                return tbad(e, param, "'%s.function.strict' must be a boolean", param);
+                return srv_bad(e, param, "'%s.function.strict' must be a boolean", param);
             for (int j = 0; j < t->n; j++)
                 if (!strcmp(t->name[j], name->valuestring))
-                    return tbad(e, param, "two tools are named '%s'", name->valuestring);
+                    return srv_bad(e, param, "two tools are named '%s'", name->valuestring);
             t->fn[t->n] = fn;
             t->name[t->n] = name->valuestring;
             t->n++;
@@ -130,25 +113,26 @@ bool srv_tools_parse(const cJSON *root, struct srv_tools *t, struct srv_err *e) 
         else if (!strcmp(c, "auto")) t->mode = SRV_TOOLS_AUTO;
         else if (!strcmp(c, "required")) t->mode = SRV_TOOLS_REQUIRED;
         else
-            return tbad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
-                        "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return srv_bad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
+                           "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     } else if (cJSON_IsObject(choice)) {
-        const cJSON *type = get(choice, "type"), *fn = get(choice, "function");
-        const cJSON *name = cJSON_IsObject(fn) ? get(fn, "name") : NULL;
+        const cJSON *type = srv_field(choice, "type"), *fn = srv_field(choice, "function");
+        const cJSON *name = cJSON_IsObject(fn) ? srv_field(fn, "name") : NULL;
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name))
-            return tbad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
-                        "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return srv_bad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
+                           "{\"type\": \"function\", \"function\": {\"name\": ...}}");
         for (int j = 0; j < t->n; j++)
             if (!strcmp(t->name[j], name->valuestring)) t->named = j;
         if (t->named < 0)
-            return tbad(e, "tool_choice", "'tool_choice' names the function '%.64s', which is "
-                        "not in 'tools'", name->valuestring);
+            return srv_bad(e, "tool_choice", "'tool_choice' names the function '%.64s', which is "
+                           "not in 'tools'", name->valuestring);
         t->mode = SRV_TOOLS_NAMED;
     } else {
-        return tbad(e, "tool_choice", "'tool_choice' must be a string or an object");
+        return srv_bad(e, "tool_choice", "'tool_choice' must be a string or an object");
     }
     if (t->mode != SRV_TOOLS_NONE && t->n == 0)
-        return tbad(e, "tool_choice", "'tool_choice' is only allowed when 'tools' are specified");
+        return srv_bad(e, "tool_choice",
+                       "'tool_choice' is only allowed when 'tools' are specified");
     return true;
 }
 
@@ -185,7 +169,7 @@ char *srv_tools_schema(const struct srv_tools *t) {
         char def[16], ref[32];
         snprintf(def, sizeof(def), "t%d", i);
         snprintf(ref, sizeof(ref), "#/$defs/t%d", i);
-        const cJSON *par = get(t->fn[i], "parameters");
+        const cJSON *par = srv_field(t->fn[i], "parameters");
         /* no parameters: a function that takes none */
         cJSON *p = par ? cJSON_Duplicate(par, true) : cJSON_Parse("{\"type\":\"object\",\"properties\":{}}");
         ok = p && rebase_refs(p, ref, 0);
@@ -224,8 +208,8 @@ char *srv_tools_prompt(const struct srv_tools *t) {
     sb_puts(&b, "Functions:\n");
     for (int i = 0; i < t->n; i++) {
         if (t->mode == SRV_TOOLS_NAMED && i != t->named) continue;
-        const cJSON *desc = get(t->fn[i], "description");
-        const cJSON *par = get(t->fn[i], "parameters");
+        const cJSON *desc = srv_field(t->fn[i], "description");
+        const cJSON *par = srv_field(t->fn[i], "parameters");
         char *ps = par ? cJSON_PrintUnformatted(par) : NULL;
         sb_printf(&b, "- %s", t->name[i]);
         if (desc) sb_printf(&b, ": %s", desc->valuestring);

@@ -1,0 +1,155 @@
+/*
+ * structured.c - structured output: response_format (text, json_object,
+ * json_schema), the extensions grammar (GBNF) and regex, and the call of
+ * a tool choice (toolcall.c) become the request's constraint.
+ *
+ * Compiled here, before anything is queued, so a schema anvil cannot
+ * enforce is a 400 that names the problem; at most one of them per
+ * request. Compiled constraints come from the cache (ccache.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "server/srv_int.h"
+
+/* response_format {"type": "json_schema", "json_schema": {...}}: the
+ * schema's text (malloc'd; "{}", any JSON value, when it has none) */
+static char *json_schema_text(const cJSON *js, struct srv_err *e) {
+    const char *P = "response_format.json_schema";
+    if (!cJSON_IsObject(js)) {
+        srv_bad(e, P, "'%s' must be an object with 'name' and 'schema'", P);
+        return NULL;
+    }
+    for (const cJSON *k = js->child; k; k = k->next)
+        if (strcmp(k->string, "name") && strcmp(k->string, "schema") &&
+            strcmp(k->string, "strict") && strcmp(k->string, "description")) {
+            srv_bad(e, P, "'%s': unknown field '%.40s'", P, k->string);
+            return NULL;
+        }
+    const cJSON *name = srv_field(js, "name");
+    if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 64) {
+        srv_bad(e, "response_format.json_schema.name",
+                "'response_format.json_schema.name' must be a string of 1 to 64 characters");
+        return NULL;
+    }
+    const cJSON *d = srv_field(js, "description");
+    if (d && !cJSON_IsString(d)) {
+        srv_bad(e, "response_format.json_schema.description",
+                "'response_format.json_schema.description' must be a string");
+        return NULL;
+    }
+    bool strict = false;
+    if (!srv_get_bool(js, "strict", &strict, NULL, e)) return NULL;
+    const cJSON *schema = srv_field(js, "schema");
+    if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema)) {
+        srv_bad(e, "response_format.json_schema.schema",
+                "'response_format.json_schema.schema' must be a JSON Schema (an object)");
+        return NULL;
+    }
+    char *t = schema ? cJSON_PrintUnformatted(schema) : strdup("{}");
+    if (!t) srv_oom(e);
+    return t;
+}
+
+bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
+                          const struct srv_tools *tools, struct srv_req *r,
+                          struct srv_err *e) {
+    const cJSON *rf = srv_field(root, "response_format");
+    const cJSON *gr = srv_field(root, "grammar"), *rx = srv_field(root, "regex");
+    enum anvil_constraint_kind kind = 0;
+    struct anvil_constraint_params cp = {0};
+    const char *param = NULL, *src = NULL;
+    char *owned = NULL;
+    int n_src = 0;
+    if (rf) {
+        const cJSON *t = cJSON_IsObject(rf) ? srv_field(rf, "type") : NULL;
+        if (!cJSON_IsString(t))
+            return srv_bad(e, "response_format",
+                           "'response_format' must be an object with a string 'type'");
+        for (const cJSON *k = rf->child; k; k = k->next)
+            if (strcmp(k->string, "type") && strcmp(k->string, "json_schema"))
+                return srv_bad(e, "response_format", "'response_format': unknown field '%.40s'",
+                               k->string);
+        if (!strcmp(t->valuestring, "json_object")) {
+            kind = ANVIL_CONSTRAINT_JSON;
+            src = "";
+        } else if (!strcmp(t->valuestring, "json_schema")) {
+            if (!(owned = json_schema_text(srv_field(rf, "json_schema"), e))) return false;
+            kind = ANVIL_CONSTRAINT_JSON_SCHEMA;
+            src = owned;
+        } else if (strcmp(t->valuestring, "text") != 0) {
+            return srv_bad(e, "response_format", "'response_format.type' must be 'text', "
+                           "'json_object' or 'json_schema', got '%.40s'", t->valuestring);
+        }
+        if (kind) {
+            param = "response_format";
+            n_src++;
+        }
+    }
+    static const char *const ext[2] = {"grammar", "regex"};
+    const cJSON *ev[2] = {gr, rx};
+    for (int i = 0; i < 2; i++) {
+        if (!ev[i]) continue;
+        if (!cJSON_IsString(ev[i]))
+            return srv_bad(e, ext[i], "'%s' must be a string, got %s", ext[i],
+                           srv_type_name(ev[i]));
+        kind = i == 0 ? ANVIL_CONSTRAINT_GBNF : ANVIL_CONSTRAINT_REGEX;
+        src = ev[i]->valuestring;
+        param = ext[i];
+        n_src++;
+    }
+    bool ok = false;
+    if (n_src > 1) {
+        srv_bad(e, param, "a request takes at most one of 'response_format' (json_object, "
+                "json_schema), 'grammar' and 'regex'");
+        goto out;
+    }
+    if (tools->mode != SRV_TOOLS_NONE) {
+        if (gr || rx) {
+            srv_bad(e, gr ? "grammar" : "regex", "'%s' cannot be combined with tool calls "
+                    "(tool_choice 'none' turns them off)", gr ? "grammar" : "regex");
+            goto out;
+        }
+        if (kind && tools->mode == SRV_TOOLS_AUTO) {
+            srv_bad(e, "response_format", "a JSON 'response_format' with tools needs tool_choice "
+                    "'none', 'required' or a named function ('auto' decides between a call and "
+                    "free text)");
+            goto out;
+        }
+        /* required / named: the answer is the call, so response_format
+         * (which shapes a content answer) has nothing to apply to */
+        free(owned);
+        if (!(owned = srv_tools_schema(tools))) {
+            srv_oom(e);
+            goto out;
+        }
+        kind = ANVIL_CONSTRAINT_JSON_SCHEMA;
+        src = owned;
+        param = "tools";
+        cp.or_text = tools->mode == SRV_TOOLS_AUTO;
+    }
+    if (!kind) {
+        ok = true;
+        goto out;
+    }
+    char msg[400];
+    anvil_status st = srv_ccache_get(lim->cc, lim->model, kind, &cp, src, strlen(src),
+                                     &r->constraint, msg, sizeof(msg));
+    if (st == ANVIL_ERR_NOMEM) {
+        srv_oom(e);
+    } else if (st != ANVIL_OK && !strcmp(param, "tools")) {
+        /* the call schema keeps each function's parameters as $defs/t<i> */
+        srv_bad(e, "tools", "a function's parameters cannot be enforced (#/$defs/t<i> is "
+                "tools[i].function.parameters): %s", msg);
+    } else if (st != ANVIL_OK) {
+        srv_bad(e, param, "'%s' cannot be enforced: %s", param, msg);
+    }
+    ok = st == ANVIL_OK;
+    if (ok) r->tools = tools->mode;
+out:
+    free(owned);
+    return ok;
+}
