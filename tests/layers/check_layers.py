@@ -29,7 +29,7 @@ calls     The symbols of the compiled objects (`nm` over BUILD/src, BUILD/
 
 Exit status 1 and one line per violation when a rule breaks.
 
-Usage: check_layers.py [--only includes|calls] [--build DIR] [ROOT]
+Usage: check_layers.py [--only includes|calls] [--build DIR] [--arrows] [ROOT]
 """
 import argparse
 import collections
@@ -200,10 +200,11 @@ def shortest_path(src, dst, edges, allowed):
     return None
 
 
-def find_cycles(syms, floors):
+def find_cycles(syms, floors, arrows_out=None):
     """[(room, [file, file, ..., file], [symbol per arrow])]: for each
     circle, cycles that together use every arrow inside it (an arrow
-    u -> v closes with the shortest way back from v to u)."""
+    u -> v closes with the shortest way back from v to u). arrows_out, when
+    given, gets (room, u, v, [every symbol]) for each arrow inside a circle."""
     by_room = collections.defaultdict(list)
     for src in syms:
         room = module_of(src, floors)
@@ -239,6 +240,10 @@ def find_cycles(syms, floors):
                     arrows = list(zip(cyc, cyc[1:]))
                     covered.update(arrows)
                     found.append((room, cyc, [label[a][0] for a in arrows]))
+            if arrows_out is not None:
+                for u in comp:
+                    for v in sorted(edges[u] & inside):
+                        arrows_out.append((room, u, v, label[(u, v)]))
     return sorted(set((r, tuple(c), tuple(s)) for r, c, s in found))
 
 
@@ -249,12 +254,16 @@ def format_cycle(room, cyc, symbols):
     return out
 
 
-def check_calls(build, floors):
+def check_calls(build, floors, all_arrows=False):
     syms = object_symbols(build)
     if not syms:
         return [f"{build}: no objects under src/, tools/ or bench/ to read calls from "
                 "(build first: make all)"]
-    return [format_cycle(r, c, s) for r, c, s in find_cycles(syms, floors)]
+    arrows = [] if all_arrows else None
+    bad = [format_cycle(r, c, s) for r, c, s in find_cycles(syms, floors, arrows)]
+    for room, u, v, names in arrows or []:
+        print(f"arrow {room}: {os.path.relpath(u, room)} -> {os.path.relpath(v, room)}: {' '.join(names)}")
+    return bad
 
 
 def main():
@@ -262,13 +271,16 @@ def main():
     ap.add_argument("root", nargs="?", default=os.path.dirname(os.path.dirname(HERE)))
     ap.add_argument("--build", help="the objects to read calls from (ROOT/build/release)")
     ap.add_argument("--only", choices=("includes", "calls"))
+    ap.add_argument("--arrows", action="store_true",
+                    help="also print every symbol of every arrow inside a circle")
     args = ap.parse_args()
     floors = load_floors()
     bad_inc, bad_calls = [], []
     if args.only != "calls":
         bad_inc = check_includes(args.root, floors)
     if args.only != "includes":
-        bad_calls = check_calls(args.build or os.path.join(args.root, "build", "release"), floors)
+        bad_calls = check_calls(args.build or os.path.join(args.root, "build", "release"), floors,
+                                args.arrows)
     for b in bad_inc + bad_calls:
         print(b)
     if bad_inc:
