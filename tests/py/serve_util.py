@@ -17,8 +17,7 @@ import pytest
 
 ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-MODEL = os.environ.get("ANVIL_MODEL") or os.path.join(ROOT, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
+from conftest import MODEL  # noqa: E402  ($ANVIL_MODEL, else the Makefile's MODEL)
 
 
 def serve_bin():
