@@ -1,7 +1,7 @@
 # anvil - one Makefile for the library, the CLI, the tests and the model.
 #
 #   make            release build: bin/anvil (+ build/release/libanvil.a);
-#                   needs only the compiler, libmicrohttpd, cJSON and PCRE2
+#                   needs only the compiler, make, libmicrohttpd, cJSON, PCRE2
 #   make debug      -O0 -g, ANVIL_DEBUG asserts: bin/anvil-debug
 #   make asan       ASan+UBSan build: bin/anvil-asan and its unit tests
 #   make tests      the unit tests, test tools and bin/anvil-microbench
@@ -25,7 +25,6 @@
 # those files get the matching -m flags; the binary picks at run time.
 
 CC      ?= cc
-PYTHON  ?= python3
 MODE    ?= release
 VENV    ?= $(HOME)/.cache/anvil/venv
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -277,8 +276,7 @@ vocabs: venv
 # PYTEST_ARGS: extra pytest arguments (.ci/run's forced-kernel passes: -m kernels).
 TEST_MODES ?= release,asan
 PYTEST_ARGS ?=
-# the builds use every core (-j): serial, the release and ASan builds took
-# minutes of CI's budget
+# the test builds use every core (-j)
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 test: deps venv vocabs
 	@$(MAKE) --no-print-directory -j$(NPROC) MODE=release all tests
