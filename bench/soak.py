@@ -68,6 +68,8 @@ import tempfile
 import threading
 import time
 
+from repo import default_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IDLE_CONNS = 100
 HEADER_TIMEOUT = 4
@@ -651,8 +653,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--bin", default=os.path.join(ROOT, "bin", "anvil-asan"))
-    ap.add_argument("--model", default=os.environ.get("ANVIL_MODEL") or os.path.join(
-        ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--model", default=os.environ.get("ANVIL_MODEL") or default_model())
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rss-tol", type=float, default=0.05,
                     help="RSS growth allowed after the warm-up (a fraction; default 0.05)")
