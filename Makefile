@@ -167,8 +167,9 @@ $(BUILD)/gen/openapi_json.c: src/server/openapi.json
 	$(call c_array,srv_openapi_json,$<)
 $(OPENAPI_O): $(BUILD)/gen/openapi_json.c
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
-# The benchmarks' chart script, compiled in: a --png run writes it to a
-# temporary file for Python (bench_png.c), so no binary reads the source tree.
+# The benchmarks' chart script, compiled in: a --png run writes it into a
+# temporary directory for Python (bench_png.c), so no binary reads the
+# source tree.
 $(BUILD)/gen/plot_py.c: bench/plot.py
 	$(call c_array,bench_plot_py,$<)
 $(PLOT_O): $(BUILD)/gen/plot_py.c

@@ -25,7 +25,8 @@ calls     The symbols of the compiled objects (`nm` over BUILD/src, BUILD/
             src/server: http.c -srv_reply-> generate.c -srv_route-> http.c
           A header's static inline is local to every object that uses it,
           so it is never an arrow. Arrows between rooms are the includes
-          check's business. Missing objects are a violation: build first.
+          check's business. Missing objects are a violation: build first;
+          an object whose source file is gone (moved, deleted) is ignored.
 
 Exit status 1 and one line per violation when a rule breaks.
 
@@ -110,14 +111,20 @@ def check_includes(root, floors):
     return bad
 
 
-def object_symbols(build):
+def object_symbols(build, root):
     """{source path: (defined globals, undefined references)} for every
-    object under build/{src,tools,bench}; the source path is the object's
-    path below build with .c for .o (build/release/src/kv/kv.o -> src/kv/kv.c)."""
+    object under build/{src,tools,bench} whose source is still in root; the
+    source path is the object's path below build with .c for .o
+    (build/release/src/kv/kv.o -> src/kv/kv.c). An object left behind by a
+    file that moved or went is not read."""
     objs = []
     for top in OBJ_SCAN:
         for dirpath, _, files in os.walk(os.path.join(build, top)):
-            objs += [os.path.join(dirpath, fn) for fn in sorted(files) if fn.endswith(".o")]
+            for fn in sorted(files):
+                o = os.path.join(dirpath, fn)
+                if fn.endswith(".o") and os.path.exists(
+                        os.path.join(root, os.path.relpath(o, build)[:-2] + ".c")):
+                    objs.append(o)
     out = {}
     if not objs:
         return out
@@ -254,8 +261,8 @@ def format_cycle(room, cyc, symbols):
     return out
 
 
-def check_calls(build, floors, all_arrows=False):
-    syms = object_symbols(build)
+def check_calls(build, root, floors, all_arrows=False):
+    syms = object_symbols(build, root)
     if not syms:
         return [f"{build}: no objects under src/, tools/ or bench/ to read calls from "
                 "(build first: make all)"]
@@ -279,7 +286,7 @@ def main():
     if args.only != "calls":
         bad_inc = check_includes(args.root, floors)
     if args.only != "includes":
-        bad_calls = check_calls(args.build or os.path.join(args.root, "build", "release"), floors,
+        bad_calls = check_calls(args.build or os.path.join(args.root, "build", "release"), args.root, floors,
                                 args.arrows)
     for b in bad_inc + bad_calls:
         print(b)

@@ -108,6 +108,17 @@ def test_calls_up_a_chain_and_shared_inlines_are_no_circle(tmp_path):
     assert p.returncode == 0, p.stdout
 
 
+def test_objects_of_removed_files_are_ignored(tmp_path):
+    build = compile_room(tmp_path, {
+        "src/core/a.c": "int b_f(int); int a_f(int x) { return b_f(x); }\n",
+        "src/core/b.c": "int a_f(int); int b_f(int x) { return x ? a_f(x - 1) : 0; }\n",
+    })
+    assert check(tmp_path, "--only", "calls", "--build", build).returncode == 1
+    (tmp_path / "src" / "core" / "b.c").unlink()  # b.c moved away: its stale b.o is no file of the room
+    p = check(tmp_path, "--only", "calls", "--build", build)
+    assert p.returncode == 0, p.stdout
+
+
 def test_missing_objects_fail(tmp_path):
     p = check(tmp_path, "--only", "calls", "--build", tmp_path / "nothing")
     assert p.returncode == 1 and "no objects" in p.stdout
