@@ -66,8 +66,44 @@ FULL_FILES = {
     "test_webui_browser.py",   # Chromium
     "test_server_soak.py",     # half a minute of hostile load on the ASan build
     "test_fuzz_smoke.py",      # builds the libFuzzer harnesses with clang
+    "test_amx.py",             # quantizes and runs the model once per AMX type mix
 }
-FULL_TESTS = set()
+# The slowest of the rest (file::test, every parametrization): each one
+# several seconds of its own on 2 cores. Every file keeps faster tests of
+# the same module in the fast tier.
+FULL_TESTS = {
+    "test_prefetch.py::test_every_prefetch_is_compiled",
+    "test_engine.py::test_batched_equals_serial",
+    "test_engine.py::test_preemption_is_transparent",
+    "test_engine.py::test_driver_thread",
+    "test_kernels.py::test_bench_kernels_json",
+    "test_hp1_model.py::test_hp1_prefill_equals_decode",
+    "test_hp1_model.py::test_hp1_engine_batched_equals_serial",
+    "test_spec.py::test_bench_spec_json",
+    "test_spec.py::test_sampling_keeps_the_distribution",
+    "test_bench_plot.py::test_scenario_png",
+    "test_bench_plot.py::test_python_search",
+    "test_bench_plot.py::test_bad_data",
+    "test_bench_plot.py::test_bad_compare",
+    "test_bench_plot.py::test_png_bad_directory",
+    "test_bench_plot.py::test_png_needs_no_source_tree",
+    "test_bench_plot.py::test_attention_png",
+    "test_bench_batched.py::test_png_with_compare",
+    "test_quantize.py::test_our_reader_accepts",
+    "test_quantize.py::test_gguf_package_reads_output",
+    "test_quant.py::test_dequant_real_tensor",
+    "test_kquant.py::test_dequant_every_gemma_tensor",
+    "test_kquant.py::test_matmul_random_blocks",
+    "test_cli_constrain.py::test_speculation_changes_nothing",
+    "test_cli_constrain.py::test_json_schema",
+    "test_constrain.py::test_schema_walks_validate",
+    "test_server_constrain.py::test_parse_sampled",
+    "test_server_constrain.py::test_sampled_schemas_validate",
+    "test_server_constrain.py::test_parse_pydantic",
+    "test_server_web.py::test_props_match_the_gguf",
+    "test_archs.py::test_arch_vs_numpy",
+    "test_perplexity.py::test_ppl_is_mean_of_saved_logprobs",
+}
 SECOND_ENGINE = re.compile(r"\bllama_cpp\b")
 MODULE_IMPORT = re.compile(r"^(import|from) llama_cpp\b", re.M)
 _src_cache = {}
