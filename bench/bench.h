@@ -1,20 +1,27 @@
 /*
- * bench.h - the benchmarks behind `anvil bench`, linked into bin/anvil.
+ * bench.h - the benchmarks: `anvil bench` (linked into bin/anvil) and the
+ * micro-benchmarks of bin/anvil-microbench (never in bin/anvil).
  *
+ * anvil bench:
  *   bench_main.c     the command: options, dispatch, single stream and
  *                    scenario runs, the scenario chart
  *   bench_model.c    single stream pp/tg and the serving scenarios
  *   bench_batched.c  batched decode, llama-batched-bench style
- *   bench_kernels.c  quantized matmul micro-benchmark
- *   bench_attn.c     decode attention micro-benchmark
  *   bench_spec.c     speculative decoding on shipped prompt sets
  *   bench_constrained.c  structured output: constrained against free
  *                    decode, schema compile, the vocabulary index
+ * anvil-microbench (microbench.c dispatches):
+ *   bench_kernels.c  quantized matmul micro-benchmark
+ *   bench_attn.c     decode attention micro-benchmark
+ *   bench_constrain.c  the constraint engine's costs
+ * both:
  *   bench_util.c     clocks, statistics, JSON lines, read bandwidth
- *   bench_png.c      --png: records to bench/plot.py (matplotlib)
+ *   bench_png.c      --png: records to bench/plot.py (matplotlib), which
+ *                    is compiled into both binaries
  *
  * Benchmarks measure and never gate tests. Each sub-benchmark takes argv
- * as given to `anvil bench` (argv[0] is "bench") and returns an exit
+ * as given to the command (argv[0] is "bench" or the binary's name; its
+ * own flag, --kernels say, may be among the rest) and returns an exit
  * status: 0, 1 on a runtime failure (including a kernel that disagrees
  * with the reference: it gets no number), 2 on bad usage or input.
  */
@@ -29,10 +36,13 @@
 /* `anvil bench ...`: argv[0] is "bench". */
 int bench_main(int argc, char **argv);
 
-/* `anvil bench --kernels ...` (bench_kernels.c). */
+/* `anvil-microbench --kernels ...` (bench_kernels.c). */
 int bench_kernels(int argc, char **argv);
-/* `anvil bench --attention ...` (bench_attn.c); its usage() lists the options. */
+/* `anvil-microbench --attention ...` (bench_attn.c); its usage() lists the options. */
 int bench_attention(int argc, char **argv);
+/* `anvil-microbench --constrain ...` (bench_constrain.c): argv[0] is
+ * "--constrain", the options follow. */
+int bench_constrain(int argc, char **argv);
 /* `anvil bench -m MODEL --batched ...` (bench_batched.c). */
 int bench_batched(int argc, char **argv);
 /* `anvil bench -m MODEL --spec ngram|draft ...` (bench_spec.c). */

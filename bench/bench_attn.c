@@ -1,5 +1,5 @@
 /*
- * bench_attn.c - `anvil bench --attention`: decode attention over the paged
+ * bench_attn.c - `anvil-microbench --attention`: decode attention over the paged
  * KV cache: µs per call and
  * GB/s of KV read, split-K on and off, against the read bandwidth measured
  * on this machine (SCENARIOS.md, "Kernel micro-benchmarks"). With --kind
@@ -99,11 +99,11 @@ static const enum kv_split SPLIT_MODE[3] = {KV_SPLIT_OFF, KV_SPLIT_ON, KV_SPLIT_
 /* ---------------------------------------------------------------------- */
 /* small utilities */
 
-#define CMD "bench --attention"
+#define CMD "microbench --attention"
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: anvil bench --attention [options]\n\n"
+            "usage: anvil-microbench --attention [options]\n\n"
             "Decode attention over the paged KV cache: us per call and GB/s of KV read,\n"
             "split-K off/on/auto, against the measured read bandwidth.\n\n"
             "  --shape LIST      smollm2 (9/3 heads, dim 64), llama3-8b (32/8, 128),\n"

@@ -16,13 +16,14 @@
  * Before timing a mask it is checked against cn_allowed for every token;
  * a disagreement aborts the run (no number for a wrong result).
  *
- *   build/release/bench/bench_constrain [--model GGUF] [--data DIR] [-r N] [--json]
+ *   anvil-microbench --constrain [--model GGUF] [--data DIR] [-r N] [--json]
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "constrain/cn_int.h"
 #include "constrain/constrain.h"
 #include "core/core.h"
@@ -217,8 +218,8 @@ static void bench_mask(const char *name, const struct cn_program *p, const struc
     cn_state_free(s);
 }
 
-int main(int argc, char **argv) {
-    const char *model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+int bench_constrain(int argc, char **argv) {
+    const char *model = ANVIL_DEFAULT_MODEL;
     const char *data = "tests/data/constrain/schemas";
     int reps = 7;
     for (int i = 1; i < argc; i++) {
@@ -227,7 +228,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) g_json = true;
         else {
-            fprintf(stderr, "usage: bench_constrain [--model GGUF] [--data DIR] [-r N] [--json]\n");
+            fprintf(stderr, "usage: anvil-microbench --constrain [--model GGUF] [--data DIR] [-r N] [--json]\n");
             return 2;
         }
     }

@@ -45,6 +45,8 @@ import sys
 import tempfile
 import time
 
+from repo import default_model
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
@@ -161,8 +163,7 @@ def run(anvil, model, ftok, scen, cfg):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("-m", "--model", default=os.path.join(ROOT, "models",
-                                                          "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("-m", "--model", default=default_model())
     ap.add_argument("--bin", default=os.path.join(ROOT, "bin", "anvil"))
     ap.add_argument("--scenarios", default="balanced_b32,decode_heavy_b32,mixed_prefill_b32,"
                                            "large_batch_short_b128,single_stream")

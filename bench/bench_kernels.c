@@ -1,5 +1,5 @@
 /*
- * bench_kernels.c - `anvil bench --kernels`: the quantized matmul
+ * bench_kernels.c - `anvil-microbench --kernels`: the quantized matmul
  * micro-benchmark of ../shared/SCENARIOS.md, plus the machine's memory read
  * bandwidth for context.
  *
@@ -48,7 +48,7 @@
 #include "kernels/ops.h"
 #include "quant/quant.h"
 
-#define CMD "bench --kernels"
+#define CMD "microbench --kernels"
 
 /* ---------------------------------------------------------------------- */
 /* cases */
@@ -278,7 +278,7 @@ static bool mm_case(const struct opts *o, struct pool *pool, const struct kn_ops
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: anvil bench --kernels [--json] [--png FILE] [-t T] [-r REPS]\n"
+            "usage: anvil-microbench --kernels [--json] [--png FILE] [-t T] [-r REPS]\n"
             "                   [--types Q4_1,Q8_0,..] [--shapes qkv,qo,kv,gate_up,down,lm_head,1b_*]\n"
             "                   [--m 1,4,16,64,512] [--variants ref,avx2,avx512]\n"
             "                   [--hot] [--full-ref] [--no-membw] [--cpu-time]\n"
@@ -376,7 +376,7 @@ int bench_kernels(int argc, char **argv) {
             printf("# variant %s: not supported by this CPU, skipped\n", VARIANTS[v]);
     }
     if (!o.json)
-        printf("# anvil bench --kernels: commit %s, threads %d, %s weights, %s time\n# cpu: %s\n",
+        printf("# anvil-microbench --kernels: commit %s, threads %d, %s weights, %s time\n# cpu: %s\n",
                commit, o.threads, o.hot ? "hot" : "cold", o.cpu_time ? "thread CPU" : "wall", cpu);
 
     struct limits lim = {{0}, {0}, {0}};

@@ -11,8 +11,9 @@
  *   anvil bench -m MODEL --spec ngram|draft  speculative decoding (bench_spec.c)
  *   anvil bench -m MODEL --constrained     structured output: constrained against
  *                                          free decode, schema compile (bench_constrained.c)
- *   anvil bench --kernels [...]            matmul micro-benchmark (bench_kernels.c)
- *   anvil bench --attention [...]          decode attention micro-benchmark (bench_attn.c)
+ *
+ * The micro-benchmarks (--kernels, --attention) are bin/anvil-microbench
+ * (microbench.c); given here, they get a message saying so.
  *
  * The kernel family is the automatic choice; ANVIL_KERNELS=ref|avx2|avx512
  * forces one.
@@ -32,8 +33,7 @@ static void usage(FILE *f) {
             "       anvil bench -m MODEL --batched [--help]   batched decode throughput\n"
             "       anvil bench -m MODEL --spec ngram|draft [--help]   speculative decoding\n"
             "       anvil bench -m MODEL --constrained [--help]   structured output cost\n"
-            "       anvil bench --kernels [--help]     matmul micro-benchmark\n"
-            "       anvil bench --attention [--help]   decode (or --prefill N) attention micro-benchmark\n\n"
+            "(the micro-benchmarks --kernels and --attention are anvil-microbench: make microbench)\n\n"
             "  -p N            prompt tokens for pp (default 512; 0 = skip)\n"
             "  -n N            generated tokens for tg (default 128; 0 = skip)\n"
             "  -t T[,T...]     thread counts (default: online CPUs)\n"
@@ -82,8 +82,9 @@ static int run_scenarios(const char *model, const char *which, int n_threads, bo
 
 int bench_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--kernels")) return bench_kernels(argc, argv);
-        if (!strcmp(argv[i], "--attention")) return bench_attention(argc, argv);
+        if (!strcmp(argv[i], "--kernels") || !strcmp(argv[i], "--attention"))
+            return cli_fail("bench", "%s is a micro-benchmark: run anvil-microbench %s (make microbench)",
+                            argv[i], argv[i]);
         if (!strcmp(argv[i], "--batched")) return bench_batched(argc, argv);
         if (!strcmp(argv[i], "--spec")) return bench_spec(argc, argv);
         if (!strcmp(argv[i], "--constrained")) return bench_constrained(argc, argv);

@@ -1,7 +1,8 @@
 /*
- * bench_png.c - charts of `anvil bench --png`: find Python with matplotlib
- * and bench/plot.py, keep the records in a temporary file, run the script
- * (see bench_png.h for the search order).
+ * bench_png.c - charts of `anvil bench --png`: find Python with matplotlib,
+ * write the compiled-in bench/plot.py into a private temporary directory
+ * (or take $ANVIL_PLOT), keep the records there too, run the script (see
+ * bench_png.h for the search order).
  *
  * The script runs as a child process with its stdout sent to our stderr,
  * so nothing it prints can mix into the JSON lines on our stdout.
@@ -16,9 +17,9 @@
 #include "args.h"
 #include "bench_png.h"
 
-#ifndef ANVIL_SOURCE_DIR
-#define ANVIL_SOURCE_DIR "."
-#endif
+/* bench/plot.py, compiled in by the Makefile (build/<mode>/gen/plot_py.c) */
+extern const char bench_plot_py[];
+extern const size_t bench_plot_py_len;
 
 /* plot.py's exit statuses (it documents the same) */
 enum { PLOT_OK = 0, PLOT_FAILED = 1, PLOT_BAD_INPUT = 2, PLOT_NO_MATPLOTLIB = 3 };
@@ -30,26 +31,49 @@ enum { EXEC_FAILED = 127 };
 
 static bool readable(const char *path) { return access(path, R_OK) == 0; }
 
-/* bench/plot.py next to the bin/ directory of this executable (the build
- * tree, wherever it was moved), else in the tree it was built from. */
-static bool find_script(char *out, size_t cap, char *tried, size_t tcap) {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    tried[0] = 0;
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            int k = snprintf(out, cap, "%s/../bench/plot.py", exe);
-            if (k > 0 && (size_t)k < cap && readable(out)) return true;
-            snprintf(tried, tcap, "%.*s, ", (int)(tcap / 2), out);
-        }
+/* A private directory for the run's files, "anvil-bench-XXXXXX" under
+ * $TMPDIR (or /tmp), in p->dir: the script and the records live there, so
+ * Python's path starts in a directory only we write to. Returns 0, or 1
+ * after a message (p->dir is then empty). */
+static int make_dir(struct bench_png *p) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(p->dir, sizeof(p->dir), "%s/anvil-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (mkdtemp(p->dir)) return 0;
+    cli_fail(p->cmd, "cannot create a temporary directory %s: %s", p->dir, strerror(errno));
+    p->dir[0] = 0;
+    return 1;
+}
+
+/* The chart script: $ANVIL_PLOT when set (a plot.py being worked on), else
+ * the compiled-in copy written to p->dir/plot.py. Returns 0, or 1 after a
+ * message. */
+static int find_script(struct bench_png *p) {
+    const char *env = getenv("ANVIL_PLOT");
+    if (env && *env) {
+        snprintf(p->script, sizeof(p->script), "%s", env);
+        if (readable(p->script)) return 0;
+        cli_fail(p->cmd, "ANVIL_PLOT=%s: cannot read it: %s", env, strerror(errno));
+        return 1;
     }
-    int k = snprintf(out, cap, "%s/bench/plot.py", ANVIL_SOURCE_DIR);
-    size_t l = strlen(tried);
-    snprintf(tried + l, tcap - l, "%s", out);
-    return k > 0 && (size_t)k < cap && readable(out);
+    snprintf(p->script, sizeof(p->script), "%s/plot.py", p->dir);
+    FILE *f = fopen(p->script, "w");
+    bool ok = f && fwrite(bench_plot_py, 1, bench_plot_py_len, f) == bench_plot_py_len;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok) cli_fail(p->cmd, "cannot write the chart script to %s: %s", p->script, strerror(errno));
+    return ok ? 0 : 1;
+}
+
+/* Remove what p->dir holds and the directory itself. */
+static void drop_dir(struct bench_png *p) {
+    if (!p->dir[0]) return;
+    char path[PATH_MAX + 16];
+    static const char *const files[] = {"plot.py", "records.jsonl"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", p->dir, files[i]);
+        unlink(path);
+    }
+    rmdir(p->dir);
+    p->dir[0] = 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -87,9 +111,9 @@ int bench_png_open(struct bench_png *p, const char *cmd, const char *kind, const
     p->out = out;
     for (int i = 0; i < n_args && i < BENCH_PNG_MAX_ARGS; i++) p->args[p->n_args++] = args[i];
 
-    char tried[2 * PATH_MAX + 8];
-    if (!find_script(p->script, sizeof(p->script), tried, sizeof(tried))) {
-        cli_fail(cmd, "--png needs bench/plot.py, not found (looked for %s)", tried);
+    if (make_dir(p)) return 1;
+    if (find_script(p)) {
+        drop_dir(p);
         return 1;
     }
 
@@ -117,9 +141,13 @@ int bench_png_open(struct bench_png *p, const char *cmd, const char *kind, const
             snprintf(p->python, sizeof(p->python), "%s", cand[c]);
             break;
         }
-        if (st == PLOT_BAD_INPUT) return 2; /* the script said why */
+        if (st == PLOT_BAD_INPUT) { /* the script said why */
+            drop_dir(p);
+            return 2;
+        }
         if (st != PLOT_NO_MATPLOTLIB && st != EXEC_FAILED) {
             cli_fail(cmd, "%s %s --check failed (status %d)", cand[c], p->script, st);
+            drop_dir(p);
             return 1;
         }
         size_t l = strlen(why);
@@ -132,19 +160,13 @@ int bench_png_open(struct bench_png *p, const char *cmd, const char *kind, const
                  "(Debian's python3-matplotlib) or `pip install matplotlib`, or set "
                  "ANVIL_PYTHON to a Python that has it",
                  why);
+        drop_dir(p);
         return 1;
     }
-
-    const char *tmp = getenv("TMPDIR");
-    snprintf(p->data, sizeof(p->data), "%s/anvil-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    int fd = mkstemp(p->data);
-    if (fd < 0 || !(p->f = fdopen(fd, "w"))) {
+    snprintf(p->data, sizeof(p->data), "%s/records.jsonl", p->dir);
+    if (!(p->f = fopen(p->data, "w"))) {
         cli_fail(cmd, "cannot create a temporary file %s: %s", p->data, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(p->data);
-        }
-        p->data[0] = 0;
+        drop_dir(p);
         return 1;
     }
     return 0;
@@ -176,6 +198,6 @@ void bench_png_close(struct bench_png *p) {
     if (!p) return;
     if (p->f) fclose(p->f);
     p->f = NULL;
-    if (p->data[0]) unlink(p->data);
     p->data[0] = 0;
+    drop_dir(p);
 }

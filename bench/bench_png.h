@@ -8,8 +8,10 @@
  * venv (~/.cache/anvil/venv/bin/python, made by `make venv`, matplotlib
  * pinned in tests/requirements.txt), then `python3` on PATH (`make deps`
  * installs Debian's python3-matplotlib), the first that imports
- * matplotlib. The script: bench/plot.py beside the binary's bin/ directory,
- * else in the source tree the binary was built from.
+ * matplotlib. The script: $ANVIL_PLOT when set (to try a changed plot.py
+ * without a rebuild), else bench/plot.py as compiled into the binary,
+ * written into the run's temporary directory: nothing is read from the
+ * source tree, wherever the binary is.
  *
  * bench_png_open runs before the bench, so that a missing matplotlib or a
  * bad input file fails at once rather than after a long run.
@@ -30,8 +32,9 @@ struct bench_png {
     const char *args[BENCH_PNG_MAX_ARGS]; /* extra plot.py arguments (borrowed) */
     int n_args;
     char python[PATH_MAX];
-    char script[PATH_MAX];
-    char data[PATH_MAX]; /* the temporary JSON-lines file */
+    char dir[PATH_MAX];        /* private temporary directory of the run */
+    char script[PATH_MAX + 16]; /* $ANVIL_PLOT, or dir/plot.py */
+    char data[PATH_MAX + 16];  /* dir/records.jsonl: the JSON-lines records */
     FILE *f;             /* open on data */
 };
 
@@ -51,7 +54,7 @@ FILE *bench_png_data(const struct bench_png *p);
  * (and prints "anvil CMD: wrote FILE" on stderr) or 1. */
 int bench_png_draw(struct bench_png *p);
 
-/* Remove the data file. NULL or an unopened p is a no-op. */
+/* Remove the temporary files. NULL or an unopened p is a no-op. */
 void bench_png_close(struct bench_png *p);
 
 #endif

@@ -52,6 +52,8 @@ import sys
 import threading
 import time
 
+from repo import default_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # bench/bench_model.c FILLER, verbatim: the same prompts as in-process
@@ -308,8 +310,7 @@ def run_shape(a, name, n_req, plens, gen, clients):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("-m", "--model", default=os.path.join(ROOT, "models",
-                                                          "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("-m", "--model", default=default_model())
     ap.add_argument("--bin", default=os.path.join(ROOT, "bin", "anvil"))
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     ap.add_argument("--clients", default="1,8,32")

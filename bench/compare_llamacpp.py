@@ -8,8 +8,8 @@ falls on both alike. Each side's rate is the mean over its two passes.
 Writes one JSON document (every pass, the means, the ratios, the load
 average before and after) and prints a Markdown table.
 
-With --bw, the machine's read bandwidth at the same thread count (anvil
-bench --kernels' streaming read) is measured before every pass and after
+With --bw, the machine's read bandwidth at the same thread count
+(anvil-microbench --kernels' streaming read) is measured before every pass and after
 the last, and each side's decode is reported as a share of it: weight
 bytes read per generated token (every tensor of the file but the token
 embedding, which a step reads one row of unless it is also the output
@@ -31,6 +31,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANVIL = os.path.join(ROOT, "bin", "anvil")
+MICROBENCH = os.path.join(ROOT, "bin", "anvil-microbench")
 
 
 def llama_tool(name="llama-bench", amx=False):
@@ -99,8 +100,8 @@ def run_llama(binary, model, p, n, t, r):
 
 
 def read_bw(t):
-    """GB/s of anvil's streaming read at t threads (bench --kernels)."""
-    cmd = [ANVIL, "bench", "--kernels", "-t", str(t), "--types", "Q4_0", "--shapes", "kv",
+    """GB/s of anvil's streaming read at t threads (anvil-microbench --kernels)."""
+    cmd = [MICROBENCH, "--kernels", "-t", str(t), "--types", "Q4_0", "--shapes", "kv",
            "--m", "1", "-r", "1", "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
@@ -108,7 +109,7 @@ def read_bw(t):
             j = json.loads(line)
             if j.get("bench") == "membw" and j.get("threads") == t:
                 return j["gbps"]
-    raise RuntimeError("anvil bench --kernels printed no bandwidth")
+    raise RuntimeError("anvil-microbench --kernels printed no bandwidth")
 
 
 def decode_bytes(model):

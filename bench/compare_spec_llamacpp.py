@@ -50,9 +50,11 @@ import subprocess
 import sys
 import time
 
+from repo import default_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANVIL = os.path.join(ROOT, "bin", "anvil")
-DEFAULT_MODEL = os.path.join("models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+DEFAULT_MODEL = default_model()
 N_CTX = 4096        # anvil bench --spec's engine context
 K_MAX = 16          # ANVIL_SPEC_K_MAX
 N_GEN_MAX = 1024    # bench_spec.c's MAX_GEN

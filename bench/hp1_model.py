@@ -40,9 +40,11 @@ import sys
 
 import numpy as np
 
+from repo import default_model
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DEFAULT_MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+DEFAULT_MODEL = default_model()
 ANVIL = os.path.join(ROOT, "bin", "anvil")
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "anvil", "hp1")
 

@@ -10,7 +10,7 @@ records, e.g. those in bench/results/:
     python3 bench/plot.py KIND --check [--out FILE.png] [--compare FILE]...
 
 KIND is one of
-    kernels    `anvil bench --kernels`: decode GB/s of weights per type and
+    kernels    `anvil-microbench --kernels`: decode GB/s of weights per type and
                variant against the memory read bandwidth, prefill GFLOP/s,
                and GFLOP/s against the activation rows m
     batched    `anvil bench --batched`: S_PP and S_TG against the parallel
@@ -18,7 +18,7 @@ KIND is one of
                --compare files, e.g. bench/bench_llamacpp_batched.py's)
     scenarios  `anvil bench --scenario`: throughput per scenario (prompt and
                generated tokens), TTFT and inter-token latency distributions
-    attention  `anvil bench --attention`: KV GB/s against the context length
+    attention  `anvil-microbench --attention`: KV GB/s against the context length
                per batch, with the read bandwidth, and the split-K speedup
 
 --check only verifies what a run would need (matplotlib, the --compare
@@ -209,7 +209,7 @@ ROW_BYTES = {"F32": lambda n: 4 * n, "F16": lambda n: 2 * n, "BF16": lambda n: 2
 def plot_kernels(plt, recs):
     mm = [r for r in recs if r.get("bench") == "matmul"]
     if not mm:
-        raise BadInput("no matmul records (bench --kernels)")
+        raise BadInput("no matmul records (anvil-microbench --kernels)")
     for r in mm:
         need(r, {"variant": str, "type": str, "shape": str, "n": float, "rows": float,
                  "m": float, "threads": float, "us": float}, "matmul")
@@ -425,7 +425,7 @@ def plot_scenarios(plt, recs):
 def plot_attention(plt, recs):
     rows = [r for r in recs if r.get("bench") == "attention"]
     if not rows:
-        raise BadInput("no attention records (bench --attention)")
+        raise BadInput("no attention records (anvil-microbench --attention)")
     for r in rows:
         need(r, {"shape": str, "batch": float, "ctx": float, "split": str, "us": float,
                  "gbs": float}, "attention")

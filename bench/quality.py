@@ -37,9 +37,11 @@ import subprocess
 import sys
 import time
 
+from repo import default_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.environ.get("ANVIL_CACHE", os.path.expanduser("~/.cache/anvil"))
-MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = default_model()
 ANVIL = os.path.join(ROOT, "bin", "anvil")
 
 # the mixes people download first, then the rest

@@ -43,6 +43,8 @@ import sys
 import tempfile
 import urllib.request
 
+from repo import default_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERSION = "4.32.5"
 KEY = "sk-schemathesis"
@@ -87,8 +89,7 @@ def commit():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "bin", "anvil"))
-    ap.add_argument("--model", default=os.environ.get("ANVIL_MODEL") or os.path.join(
-        ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--model", default=os.environ.get("ANVIL_MODEL") or default_model())
     ap.add_argument("--max-examples", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", help="directory for schemathesis-<date>.json and .md")

@@ -6,8 +6,10 @@ counted twice.
     bench/soak.py --minutes 10            # bin/anvil-asan, default model
     bench/soak.py --minutes 10 --out bench/results
 
-Not part of `make test` (tests/py/test_server_soak.py runs the same code
-for ~30 s). Build first: `make asan`.
+Not part of `make test` (tests/py/test_server_soak.py runs this program
+for ~30 s: --minutes 0.5 --rss-tol 0.10). Build first: `make asan`.
+Prints the result as one JSON document on stdout; exit status 0 when every
+check passed, 1 otherwise.
 
 Clients, each a thread that sends requests until its phase ends or its
 request budget (a bound per client type) is spent, every request on a new
@@ -65,6 +67,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from repo import default_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IDLE_CONNS = 100
@@ -649,14 +653,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--bin", default=os.path.join(ROOT, "bin", "anvil-asan"))
-    ap.add_argument("--model", default=os.environ.get("ANVIL_MODEL") or os.path.join(
-        ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--model", default=os.environ.get("ANVIL_MODEL") or default_model())
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rss-tol", type=float, default=0.05,
+                    help="RSS growth allowed after the warm-up (a fraction; default 0.05)")
     ap.add_argument("--out", help="directory for soak-<date>.json and .md")
     a = ap.parse_args()
     if not os.path.exists(a.bin):
         sys.exit(f"soak: {a.bin} not built (make asan)")
-    r = soak(a.minutes, a.bin, a.model, a.seed, log=lambda s: print(s, file=sys.stderr))
+    r = soak(a.minutes, a.bin, a.model, a.seed, rss_tol=a.rss_tol,
+             log=lambda s: print(s, file=sys.stderr))
     print(json.dumps(r, indent=1))
     if a.out:
         os.makedirs(a.out, exist_ok=True)

@@ -5,6 +5,10 @@ Layers, fastest first:
   1. C unit tests (cmocka), once per build mode given (release, asan);
   2. Python differential tests (pytest, tests/py) against numpy, the gguf
      package and llama-cpp-python, driving bin/anvil and libanvil.
+With --fast (`make check`), the Python layer leaves out the tests marked
+`full` (tests/py/conftest.py says which: a second engine, a browser, a
+proxy, minutes of work); the unit tests all run. The closing line also
+says how long the run took.
 Exit status is non-zero when anything failed, a layer could not run, or a
 Python test was skipped: `make test` installs every dependency, so a skip
 means a layer silently did not run. ANVIL_ALLOW_SKIP=1 (documented in the
@@ -60,6 +64,22 @@ def run_unit(mode):
     return passed, failed
 
 
+def fast_args(extra):
+    """extra with `full` deselected: an -m EXPR of its own becomes
+    -m '(EXPR) and not full'."""
+    out, i, merged = [], 0, False
+    while i < len(extra):
+        a = extra[i]
+        if a == "-m" and i + 1 < len(extra):
+            out += ["-m", f"({extra[i + 1]}) and not full"]
+            merged = True
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out if merged else out + ["-m", "not full"]
+
+
 def run_pytest(model, modes, extra):
     env = dict(os.environ)
     env["ANVIL_ROOT"] = ROOT
@@ -92,15 +112,18 @@ def main():
     ap.add_argument("--modes", default="release")
     ap.add_argument("--model", default=None)
     ap.add_argument("--unit-only", action="store_true")
+    ap.add_argument("--fast", action="store_true",
+                    help="the fast tier: deselect the Python tests marked full")
     ap.add_argument("pytest_args", nargs="*")
     a = ap.parse_args()
+    t0 = time.time()
     tp = tf = ts = 0
     for mode in a.modes.split(","):
         p, f = run_unit(mode)
         tp += p
         tf += f
     if not a.unit_only:
-        p, f, s = run_pytest(a.model, a.modes, a.pytest_args)
+        p, f, s = run_pytest(a.model, a.modes, fast_args(a.pytest_args) if a.fast else a.pytest_args)
         tp += p
         tf += f
         ts += s
@@ -109,7 +132,7 @@ def main():
     if ts and not allow_skip:
         print(f"{ts} test(s) skipped: a skipped layer is a failure (set ANVIL_ALLOW_SKIP=1 to allow)")
         tf += ts
-    print(f"{tp} passed, {tf} failed{tail}")
+    print(f"{tp} passed, {tf} failed{tail} in {time.time() - t0:.0f} s")
     sys.exit(1 if tf else 0)
 
 

@@ -316,7 +316,7 @@ static void test_dead_end(void **st) {
 
 static const char *model_path(void) {
     const char *p = getenv("ANVIL_MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    return p && *p ? p : ANVIL_DEFAULT_MODEL;
 }
 
 static void test_public_api(void **st) {

@@ -3,7 +3,7 @@
  * body parser (srv_parse_request, src/server/request.c), as a chat and as
  * a completion request.
  *
- * The model ($ANVIL_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf) is
+ * The model ($ANVIL_MODEL, else the Makefile's MODEL: fuzz_model_path) is
  * loaded once: the parser renders the chat template and tokenizes with it.
  * Per input and kind:
  *   - accepted: the request is within every limit the server relies on

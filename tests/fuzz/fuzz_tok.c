@@ -3,7 +3,7 @@
  * templates.
  *
  * The vocabulary is loaded once from $ANVIL_MODEL, else from
- * models/SmolLM2-135M-Instruct.Q4_1.gguf (relative to the working
+ * the Makefile's MODEL (fuzz_model_path; relative to the working
  * directory). From its tokens the harness also builds, once:
  *   - the same vocabulary under the other pre-tokenizer families;
  *   - a SentencePiece-style vocabulary (the tokens' decoded texts with

@@ -4,7 +4,7 @@
  * /detokenize, and the same bytes as a request path (URL unescaping and
  * the asset lookup).
  *
- * The model ($ANVIL_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf) is
+ * The model ($ANVIL_MODEL, else the Makefile's MODEL: fuzz_model_path) is
  * loaded once. Per input:
  *   - srv_tokenize / srv_detokenize: accepted -> the answer is valid JSON
  *     and valid UTF-8 of the documented shape (ids in the vocabulary;

@@ -1,4 +1,4 @@
-"""`anvil bench --attention --kind hp1`: HP1 gated attention next to the
+"""`anvil-microbench --attention --kind hp1`: HP1 gated attention next to the
 softmax at the same shapes through the engine's attention driver, dense
 and sparse PV, at controlled sparsities; the JSON records, the table, and
 bad options. Timings are not checked (the machine is shared); the records'
@@ -10,8 +10,8 @@ import pytest
 from conftest import run
 
 
-def test_hp1_records(anvil_bin):
-    p = run([anvil_bin, "bench", "--attention", "--kind", "hp1", "--shape", "smollm2,mqa",
+def test_hp1_records(microbench_bin):
+    p = run([microbench_bin, "--attention", "--kind", "hp1", "--shape", "smollm2,mqa",
              "--batch", "1,3", "--ctx", "300,600", "--sparsity", "0,70", "--threads", "2",
              "--footprint", "4", "-r", "2", "--no-bw", "--json"], text=True, timeout=900)
     assert p.returncode == 0, p.stderr
@@ -30,8 +30,8 @@ def test_hp1_records(anvil_bin):
             assert not r["split_used"]
 
 
-def test_hp1_table(anvil_bin):
-    p = run([anvil_bin, "bench", "--attention", "--kind", "hp1", "--shape", "smollm2", "--batch", "2",
+def test_hp1_table(microbench_bin):
+    p = run([microbench_bin, "--attention", "--kind", "hp1", "--shape", "smollm2", "--batch", "2",
              "--ctx", "100", "--sparsity", "50", "--split", "on", "--footprint", "2", "-r", "2",
              "--no-bw"], text=True, timeout=600)
     assert p.returncode == 0, p.stderr
@@ -45,6 +45,6 @@ def test_hp1_table(anvil_bin):
     (["--kind", "hp1", "--sparsity", "100"], "--sparsity"),
     (["--kind", "hp1", "--png", "x.png"], "--png"),
 ])
-def test_hp1_bad_options(anvil_bin, args, want):
-    p = run([anvil_bin, "bench", "--attention"] + args, text=True)
+def test_hp1_bad_options(microbench_bin, args, want):
+    p = run([microbench_bin, "--attention"] + args, text=True)
     assert p.returncode == 2 and want in p.stderr, (args, p.stderr)

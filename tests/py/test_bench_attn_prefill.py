@@ -1,4 +1,4 @@
-"""`anvil bench --attention --prefill N`: prefill chunks of N causal rows per
+"""`anvil-microbench --attention --prefill N`: prefill chunks of N causal rows per
 sequence through the engine's attention driver, GFLOP/s and the share of
 the float FMA peak measured in the same run. Timings are not checked (the
 machine is shared); the records' structure, the flop count, and bad
@@ -11,8 +11,8 @@ import pytest
 from conftest import run
 
 
-def test_prefill_records(anvil_bin):
-    p = run([anvil_bin, "bench", "--attention", "--prefill", "40", "--shape", "smollm2,mqa",
+def test_prefill_records(microbench_bin):
+    p = run([microbench_bin, "--attention", "--prefill", "40", "--shape", "smollm2,mqa",
              "--batch", "1,3", "--ctx", "40,300", "--threads", "2", "--footprint", "4", "-r", "2",
              "--no-bw", "--json"], text=True, timeout=900)
     assert p.returncode == 0, p.stderr
@@ -30,8 +30,8 @@ def test_prefill_records(anvil_bin):
             assert r["peak_frac"] == pytest.approx(r["gflops"] / peaks[0]["gflops"], abs=0.002)
 
 
-def test_prefill_table(anvil_bin):
-    p = run([anvil_bin, "bench", "--attention", "--prefill", "20", "--shape", "smollm2",
+def test_prefill_table(microbench_bin):
+    p = run([microbench_bin, "--attention", "--prefill", "20", "--shape", "smollm2",
              "--batch", "2", "--ctx", "100", "--footprint", "2", "-r", "2", "--no-bw"],
             text=True, timeout=600)
     assert p.returncode == 0, p.stderr
@@ -45,6 +45,6 @@ def test_prefill_table(anvil_bin):
     (["--prefill", "64", "--ctx", "32"], "--ctx"),
     (["--prefill", "8", "--kind", "hp1"], "--prefill"),
 ])
-def test_prefill_bad_options(anvil_bin, args, want):
-    p = run([anvil_bin, "bench", "--attention"] + args, text=True)
+def test_prefill_bad_options(microbench_bin, args, want):
+    p = run([microbench_bin, "--attention"] + args, text=True)
     assert p.returncode == 2 and want in p.stderr, (args, p.stderr)

@@ -1,9 +1,10 @@
 """The benchmark charts: bench/plot.py draws what the records say (the
 bars, lines and reference lines are read back from the matplotlib figure
 and compared with numbers computed here from the same records), rejects
-bad input with one line naming the file, and `anvil bench --png` finds a
-Python with matplotlib (or fails before the run with a message that says
-how to get one). Never asserts on speed."""
+bad input with one line naming the file, and `--png` (of `anvil bench`
+and `anvil-microbench`) finds a Python with matplotlib (or fails before
+the run with a message that says how to get one) and runs the copy of
+plot.py compiled into the binary, or $ANVIL_PLOT. Never asserts on speed."""
 import importlib.util
 import json
 import os
@@ -227,10 +228,10 @@ def test_attention_chart(plot, plt):
 
 
 # ---------------------------------------------------------------------------
-# `anvil bench --png`: finding Python and matplotlib
+# `--png`: finding Python, matplotlib and the script
 
 
-KERNEL_ARGS = ["bench", "--kernels", "--hot", "-r", "1", "--types", "Q8_0", "--shapes", "kv",
+KERNEL_ARGS = ["--kernels", "--hot", "-r", "1", "--types", "Q8_0", "--shapes", "kv",
                "--m", "1", "--variants", "avx2", "--no-membw"]
 
 
@@ -248,21 +249,21 @@ def no_matplotlib_python(tmp_path):
     return shim(tmp_path / "python-nompl", f'PYTHONPATH={fake} exec "{sys.executable}" "$@"')
 
 
-def test_missing_matplotlib(anvil_bin, tmp_path):
+def test_missing_matplotlib(microbench_bin, tmp_path):
     env = dict(os.environ, ANVIL_PYTHON=no_matplotlib_python(tmp_path))
     png = tmp_path / "k.png"
-    p = run([anvil_bin] + KERNEL_ARGS + ["--png", str(png)], text=True, env=env)
+    p = run([microbench_bin] + KERNEL_ARGS + ["--png", str(png)], text=True, env=env)
     assert p.returncode == 1, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs Python 3 with matplotlib" in lines[0], p.stderr
     assert "make deps" in lines[0] and "no matplotlib" in lines[0]
     assert p.stdout == "" and not png.exists()  # failed before the run, not after it
     env["ANVIL_PYTHON"] = str(tmp_path / "no-such-python")
-    p = run([anvil_bin] + KERNEL_ARGS + ["--png", str(png)], text=True, env=env)
+    p = run([microbench_bin] + KERNEL_ARGS + ["--png", str(png)], text=True, env=env)
     assert p.returncode == 1 and "cannot run" in p.stderr, p.stderr
 
 
-def test_python_search(anvil_bin, tmp_path):
+def test_python_search(microbench_bin, tmp_path):
     """Without ANVIL_PYTHON: the venv under $HOME first, then python3 on
     PATH, the first that imports matplotlib."""
     env = {k: v for k, v in os.environ.items() if k != "ANVIL_PYTHON"}
@@ -277,7 +278,7 @@ def test_python_search(anvil_bin, tmp_path):
     # a venv Python without matplotlib: passed over for python3
     nompl = no_matplotlib_python(tmp_path)
     shim(venv / "python", f'echo venv >> {log}; exec "{nompl}" "$@"')
-    p = run([anvil_bin] + KERNEL_ARGS + ["--png", str(png)], text=True, env=env)
+    p = run([microbench_bin] + KERNEL_ARGS + ["--png", str(png)], text=True, env=env)
     assert p.returncode == 0, p.stderr
     assert log.read_text().split() == ["venv", "python3", "python3"]  # check, check, draw
     assert_chart(png)
@@ -285,18 +286,65 @@ def test_python_search(anvil_bin, tmp_path):
     log.unlink()
     png.unlink()
     shim(venv / "python", f'echo venv >> {log}; exec "{sys.executable}" "$@"')
-    p = run([anvil_bin] + KERNEL_ARGS + ["--png", str(png)], text=True, env=env)
+    p = run([microbench_bin] + KERNEL_ARGS + ["--png", str(png)], text=True, env=env)
     assert p.returncode == 0, p.stderr
     assert log.read_text().split() == ["venv", "venv"]
     assert_chart(png)
 
 
-def test_png_bad_directory(anvil_bin, model_path, tmp_path):
+def test_png_needs_no_source_tree(microbench_bin, tmp_path):
+    """A copy of the binary far from the source tree draws the same chart:
+    plot.py is compiled in. Its temporary directory is gone afterwards."""
+    exe = tmp_path / "elsewhere" / "bin" / "anvil-microbench"
+    exe.parent.mkdir(parents=True)
+    exe.write_bytes(open(microbench_bin, "rb").read())
+    exe.chmod(0o755)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    png = tmp_path / "k.png"
+    p = run([str(exe)] + KERNEL_ARGS + ["--png", str(png)], text=True, cwd=str(tmp_path),
+            env=dict(os.environ, TMPDIR=str(scratch)))
+    assert p.returncode == 0, p.stderr
+    assert_chart(png)
+    assert list(scratch.iterdir()) == []
+
+
+def test_anvil_plot_overrides_the_script(microbench_bin, tmp_path):
+    """ANVIL_PLOT names the script to run instead (plot.py being changed);
+    one that cannot be read fails before the run."""
+    log = tmp_path / "argv"
+    script = tmp_path / "myplot.py"
+    script.write_text(f"import sys\nopen({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n")
+    png = tmp_path / "k.png"
+    p = run([microbench_bin] + KERNEL_ARGS + ["--png", str(png)], text=True,
+            env=dict(os.environ, ANVIL_PLOT=str(script)))
+    assert p.returncode == 0, p.stderr
+    check, draw = log.read_text().splitlines()
+    assert check.startswith("kernels --check") and draw.startswith("kernels --as")
+    p = run([microbench_bin] + KERNEL_ARGS + ["--png", str(png)], text=True,
+            env=dict(os.environ, ANVIL_PLOT=str(tmp_path / "missing.py")))
+    assert p.returncode == 1 and "ANVIL_PLOT" in p.stderr and p.stdout == "", p.stderr
+
+
+def test_micro_benchmarks_are_not_in_anvil(anvil_bin):
+    for flag in ("--kernels", "--attention"):
+        p = run([anvil_bin, "bench", flag], text=True)
+        assert p.returncode == 2 and f"anvil-microbench {flag}" in p.stderr, p.stderr
+    p = run(["nm", "-P", anvil_bin], text=True)
+    assert p.returncode == 0
+    defined = {l.split()[0] for l in p.stdout.splitlines() if len(l.split()) > 1 and l.split()[1] in "TtDdRr"}
+    assert "main" in defined
+    for sym in ("bench_kernels", "bench_attention", "bench_constrain"):
+        assert sym not in defined, sym
+
+
+def test_png_bad_directory(anvil_bin, microbench_bin, model_path, tmp_path):
     bad = str(tmp_path / "missing" / "x.png")
-    for args in (KERNEL_ARGS, ["bench", "-m", model_path, "--batched", "--npl", "1", "--npp", "4",
-                               "--ntg", "2"], ["bench", "-m", model_path, "--scenario",
-                                               "single_stream"]):
-        p = run([anvil_bin] + args + ["--png", bad], text=True)
+    for args in ([microbench_bin] + KERNEL_ARGS,
+                 [anvil_bin, "bench", "-m", model_path, "--batched", "--npl", "1", "--npp", "4",
+                  "--ntg", "2"],
+                 [anvil_bin, "bench", "-m", model_path, "--scenario", "single_stream"]):
+        p = run(args + ["--png", bad], text=True)
         assert p.returncode == 2, (args, p.stderr)
         assert "not a writable directory" in p.stderr and p.stdout == ""
 
@@ -323,9 +371,9 @@ def test_scenario_png(anvil_bins, model_path, tmp_path):
         assert_chart(png)
 
 
-def test_attention_png(anvil_bin, tmp_path):
+def test_attention_png(microbench_bin, tmp_path):
     png = tmp_path / "a.png"
-    p = run([anvil_bin, "bench", "--attention", "--shape", "smollm2", "--batch", "1,4", "--ctx",
+    p = run([microbench_bin, "--attention", "--shape", "smollm2", "--batch", "1,4", "--ctx",
              "64,128", "--threads", "2", "--footprint", "8", "-r", "3", "--no-bw", "--json",
              "--png", str(png)], text=True, timeout=600)
     assert p.returncode == 0, p.stderr
@@ -334,12 +382,12 @@ def test_attention_png(anvil_bin, tmp_path):
     assert_chart(png)
 
 
-def test_attention_help_and_bad_input(anvil_bin):
-    p = run([anvil_bin, "bench", "--attention", "--help"], text=True)
+def test_attention_help_and_bad_input(microbench_bin):
+    p = run([microbench_bin, "--attention", "--help"], text=True)
     assert p.returncode == 0 and "--footprint" in p.stdout and "--png" in p.stdout
     for args, want in ((["--batch", "1,,2"], "--batch"), (["--ctx", "0"], "--ctx"),
                        (["--threads", "x"], "--threads"), (["--block", "24"], "multiple of 16"),
                        (["--png"], "needs a value")):
-        p = run([anvil_bin, "bench", "--attention"] + args, text=True)
+        p = run([microbench_bin, "--attention"] + args, text=True)
         assert p.returncode == 2 and want in p.stderr, (args, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1

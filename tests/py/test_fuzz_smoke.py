@@ -25,11 +25,10 @@ import tempfile
 
 import pytest
 
-ROOT = os.environ.get("ANVIL_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from conftest import MODEL, ROOT
+
 FUZZ_CC = os.environ.get("FUZZ_CC", "clang-14")
-# about 10-20 s each on the development machine; fuzz_request is the
-# cheapest per input, fuzz_http (an engine step per generated token),
+# fuzz_request is the cheapest per input, fuzz_http (an engine step per generated token),
 # fuzz_gguf (a forward pass per model that loads) and fuzz_constrain (every
 # byte checked against the Earley reference) the dearest
 RUNS = {"gguf": 3000, "tok": 3000, "request": 20000, "http": 3000, "constrain": 1500,
@@ -74,7 +73,7 @@ def test_fuzz_smoke(fuzz_bins, name):
     for old in glob.glob(os.path.join(art, "*")):
         os.remove(old)
     env = dict(os.environ)
-    env.setdefault("ANVIL_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    env.setdefault("ANVIL_MODEL", MODEL)
     env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
     with tempfile.TemporaryDirectory() as work:
         # libFuzzer writes new units into the first corpus directory

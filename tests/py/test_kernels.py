@@ -6,7 +6,7 @@
   stale file. Inputs and quantized bytes must match exactly; computed
   floats within 4 ulps, since the generators' libm may round differently
   on another machine (their sums are order-fixed);
-- `anvil bench --kernels` runs, verifies each kernel against the reference
+- `anvil-microbench --kernels` runs, verifies each kernel against the reference
   before timing, and prints well-formed JSON records and a PNG. Speed is
   never asserted here.
 """
@@ -94,9 +94,9 @@ def test_golden_attn_reproducible(root, tmp_path):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_bench_kernels_json(anvil_bin, tmp_path, threads):
+def test_bench_kernels_json(microbench_bin, tmp_path, threads):
     png = tmp_path / "k.png"
-    p = subprocess.run([anvil_bin, "bench", "--kernels", "--json", "--hot", "-r", "1", "-t", str(threads),
+    p = subprocess.run([microbench_bin, "--kernels", "--json", "--hot", "-r", "1", "-t", str(threads),
                         "--types", "Q4_1,Q8_0,BF16", "--shapes", "kv", "--m", "1,4",
                         "--no-membw", "--png", str(png)],
                        capture_output=True, text=True, timeout=600)
@@ -115,7 +115,7 @@ def test_bench_kernels_json(anvil_bin, tmp_path, threads):
     assert_chart(png)
 
 
-def test_bench_kernels_bad_options(anvil_bin):
+def test_bench_kernels_bad_options(microbench_bin):
     for args in (["--types", "Q9_Z"], ["-t", "0"], ["--cpu-time", "-t", "2"], ["--m", "3"]):
-        p = subprocess.run([anvil_bin, "bench", "--kernels"] + args, capture_output=True, text=True)
+        p = subprocess.run([microbench_bin, "--kernels"] + args, capture_output=True, text=True)
         assert p.returncode == 2, (args, p.stderr)
