@@ -1,18 +1,21 @@
 /*
- * cn_int.h - internals of the constraint engine shared by its files:
+ * cn_int.h - internals of the constraint engine shared by its files, from
+ * the front door down (a file calls only files below it in this list):
  *
- *   ir.c       the grammar IR every source language lowers to, with its
- *              builder (byte sets, code-point classes as UTF-8 sequences)
- *   regex.c    regex text -> IR
- *   gbnf.c     GBNF text -> IR
- *   schema.c   JSON Schema -> IR (formats as regexes; numrange.c:
- *              integer and number ranges as digit automata)
- *   compile.c  IR checks (undefined, left recursion, productive), inlining,
- *              Thompson NFA per call-rule
- *   dfa.c      byte classes, subset construction, pruning -> cn_program
- *   runtime.c  parse-stack sets, stepping, the per-request state
- *   vocab.c    token trie and the mask walk
- *   ref.c      the slow twin: an Earley recognizer straight on the IR
+ *   constrain.c the front door: cn_compile (parse, or_text, compile)
+ *   vocab.c     token trie and the mask walk
+ *   runtime.c   parse-stack sets, stepping, the per-request state
+ *   ref.c       the slow twin: an Earley recognizer straight on the IR
+ *   compile.c   IR checks (undefined, left recursion, productive),
+ *               inlining, Thompson NFA per call-rule
+ *   dfa.c       byte classes, subset construction, pruning -> cn_program
+ *   schema.c    JSON Schema -> IR (formats as regexes)
+ *   numrange.c  integer and number ranges as digit automata
+ *   gbnf.c      GBNF text -> IR
+ *   regex.c     regex text -> IR
+ *   ir.c        the grammar IR every source language lowers to, with its
+ *               builder (byte sets, code-point classes as UTF-8 sequences)
+ *   limits.c    options and limits with their defaults, array growth
  *
  * IR. A grammar is a list of rules; a rule's body is a node of an
  * expression DAG over byte sets: NONE (no string), EMPTY (the empty
@@ -48,6 +51,21 @@
 /* Largest repetition count any parser accepts (bigger ones cannot fit the
  * NFA budget anyway; this keeps the arithmetic small). */
 #define CN_MAX_REPEAT 100000
+
+/* ---------------------------------------------------------------------- */
+/* limits.c */
+
+/* The limits with defaults filled in (l NULL: all defaults). */
+struct cn_limits cn_limits_resolve(const struct cn_limits *l);
+
+/* Grow *p (elements of sz bytes, capacity *cap) to hold at least need:
+ * doubling from 16, the capacity a uint32 below UINT32_MAX. False when
+ * the size overflows or memory runs out (*p and *cap unchanged). The
+ * check is inline: the run time's steps call it for every configuration. */
+bool cn_grow_slow(void **p, uint32_t *cap, uint64_t need, size_t sz);
+static inline bool cn_grow(void **p, uint32_t *cap, uint64_t need, size_t sz) {
+    return need <= *cap || cn_grow_slow(p, cap, need, sz);
+}
 
 /* ---------------------------------------------------------------------- */
 /* IR */
@@ -199,7 +217,7 @@ anvil_status cn_parse_schema(const char *text, size_t len, const struct cn_optio
 /* any JSON object (CN_JSON) */
 anvil_status cn_parse_json_any(const struct cn_options *opt, struct cn_ir **out, char *err,
                                size_t err_cap);
-/* Dispatch on kind. */
+/* Dispatch on kind (constrain.c). */
 anvil_status cn_parse(enum cn_kind kind, const char *text, size_t len,
                       const struct cn_options *opt, struct cn_ir **out, char *err,
                       size_t err_cap);
@@ -296,12 +314,6 @@ anvil_status dfa_build(const struct cn_ir *g, const struct cn_nfa *a, const stru
 anvil_status cn_compile_ir(const struct cn_ir *g, const struct cn_options *opt,
                            struct cn_program **out, char *err, size_t err_cap);
 
-/* Left recursion, undefined rules, root checks only (compile.c; the
- * reference recognizer's tests use it). */
-anvil_status ir_check(const struct cn_ir *g, char *err, size_t err_cap);
-
-/* limits with defaults filled in */
-struct cn_limits cn_limits_resolve(const struct cn_limits *l);
 
 /* ---------------------------------------------------------------------- */
 /* runtime internals exposed to vocab.c and tests */
@@ -447,7 +459,6 @@ void cn_ref_free(struct cn_ref *r);
 /* Feed bytes; returns false once the input is no prefix of the language
  * (later feeds keep it false). */
 bool cn_ref_feed(struct cn_ref *r, const uint8_t *b, size_t n);
-bool cn_ref_viable(const struct cn_ref *r); /* still a prefix of some string */
 bool cn_ref_accepts(const struct cn_ref *r);
 void cn_ref_reset(struct cn_ref *r);
 /* Undo the last byte fed (tests probe every next byte this way). */

@@ -58,28 +58,12 @@ uint32_t ir_fail(struct cn_ir *g, anvil_status st, const char *fmt, ...) {
 
 static uint32_t oom(struct cn_ir *g) { return ir_fail(g, ANVIL_ERR_NOMEM, NULL); }
 
-/* grow *p (elements of size sz) to hold at least need; false on OOM */
-static bool grow(void **p, uint32_t *cap, uint32_t need, size_t sz) {
-    if (need <= *cap) return true;
-    uint64_t nc = *cap ? (uint64_t)*cap * 2 : 16;
-    while (nc < need) nc *= 2;
-    if (nc > UINT32_MAX - 1) nc = UINT32_MAX - 1;
-    if (nc < need) return false;
-    size_t bytes;
-    if (!size_mul((size_t)nc, sz, &bytes)) return false;
-    void *q = core_realloc(*p, bytes);
-    if (!q) return false;
-    *p = q;
-    *cap = (uint32_t)nc;
-    return true;
-}
-
 static uint32_t new_node(struct cn_ir *g, uint8_t op) {
     if (!ir_ok(g)) return CN_NIL;
     if (g->n_nodes + g->n_kids >= g->max_nodes)
         return ir_fail(g, ANVIL_ERR_UNSUPPORTED,
                        "constraint too large: more than %u grammar nodes", g->max_nodes);
-    if (!grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes)) return oom(g);
+    if (!cn_grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes)) return oom(g);
     struct ir_node *n = &g->nodes[g->n_nodes];
     memset(n, 0, sizeof *n);
     n->op = op;
@@ -123,7 +107,7 @@ static uint32_t set_id(struct cn_ir *g, const struct cn_bset *s) {
         if (!memcmp(&g->sets[g->set_hash[j]], s, sizeof *s)) return g->set_hash[j];
         j = (j + 1) & (g->cap_hash - 1);
     }
-    if (!grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return oom(g);
+    if (!cn_grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return oom(g);
     g->sets[g->n_sets] = *s;
     g->set_hash[j] = g->n_sets;
     return g->n_sets++;
@@ -165,7 +149,7 @@ uint32_t ir_str(struct cn_ir *g, const char *s) { return ir_lit(g, s, strlen(s))
 
 static bool grow_kids(struct cn_ir *g, uint32_t need) {
     uint32_t cap = g->cap_kids;
-    if (!grow((void **)&g->kids, &cap, need, sizeof *g->kids)) return false;
+    if (!cn_grow((void **)&g->kids, &cap, need, sizeof *g->kids)) return false;
     if (cap != g->cap_kids) {
         uint8_t *r = core_realloc(g->kreq, cap);
         if (!r) return false; /* kids grew, kreq did not: cap_kids stays, retried next time */
@@ -269,7 +253,7 @@ uint32_t ir_rule_add(struct cn_ir *g, const char *name, size_t len) {
     if (!ir_ok(g)) return CN_NIL;
     if (g->n_rules >= g->max_nodes)
         return ir_fail(g, ANVIL_ERR_UNSUPPORTED, "constraint too large: too many rules");
-    if (!grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return oom(g);
+    if (!cn_grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return oom(g);
     char *nm = core_malloc(len + 1);
     if (!nm) return oom(g);
     memcpy(nm, name, len);
@@ -289,7 +273,7 @@ void ir_list_push(struct cn_ir *g, struct ir_list *l, uint32_t x) {
         ir_fail(g, ANVIL_ERR_INVALID, "internal: nil node");
         return;
     }
-    if (!grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) {
+    if (!cn_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) {
         oom(g);
         return;
     }
@@ -369,7 +353,7 @@ void cps_add(struct cn_ir *g, struct cp_set *s, uint32_t lo, uint32_t hi) {
     if (!ir_ok(g) || lo > hi) return;
     if (hi > CN_MAX_CP) hi = CN_MAX_CP;
     if (lo > hi) return;
-    if (!grow((void **)&s->r, &s->cap, s->n + 1, sizeof *s->r)) {
+    if (!cn_grow((void **)&s->r, &s->cap, s->n + 1, sizeof *s->r)) {
         oom(g);
         return;
     }

@@ -36,22 +36,10 @@
 /* ---------------------------------------------------------------------- */
 /* scratch */
 
-static bool grow(void **p, uint32_t *cap, uint64_t need, size_t sz) {
-    if (need <= *cap) return true;
-    uint64_t nc = *cap ? (uint64_t)*cap * 2 : 16;
-    while (nc < need) nc *= 2;
-    if (nc > UINT32_MAX / 2) return false;
-    void *q = core_realloc(*p, (size_t)nc * sz);
-    if (!q) return false;
-    *p = q;
-    *cap = (uint32_t)nc;
-    return true;
-}
-
 /* grow for the stepping code: a failure is remembered in sc.oom so that
  * the API can tell "out of memory" from "not allowed" */
 static bool sgrow(struct cn_state *s, void **p, uint32_t *cap, uint64_t need, size_t sz) {
-    if (grow(p, cap, need, sz)) return true;
+    if (cn_grow(p, cap, need, sz)) return true;
     s->sc.oom = true;
     return false;
 }
@@ -255,11 +243,11 @@ static bool commit(struct cn_state *s, uint32_t off, uint32_t n, bool acc, uint3
     struct cn_scratch *sc = &s->sc;
     uint32_t cap = 16;
     while (cap < 2 * ftop + 2) cap *= 2;
-    if (!grow((void **)&s->fr2, &s->cap_fr2, (uint64_t)ftop + 1, sizeof *s->fr2) ||
-        !grow((void **)&sc->map, &sc->cap_map, (uint64_t)ftop + 1, sizeof *sc->map) ||
-        !grow((void **)&sc->chain, &sc->cap_chain, (uint64_t)ftop + 1, sizeof *sc->chain) ||
-        !grow((void **)&sc->hash, &sc->cap_hash, cap, sizeof *sc->hash) ||
-        !grow((void **)&s->cfg2, &s->cap_cfg2, n ? n : 1, sizeof *s->cfg2)) {
+    if (!cn_grow((void **)&s->fr2, &s->cap_fr2, (uint64_t)ftop + 1, sizeof *s->fr2) ||
+        !cn_grow((void **)&sc->map, &sc->cap_map, (uint64_t)ftop + 1, sizeof *sc->map) ||
+        !cn_grow((void **)&sc->chain, &sc->cap_chain, (uint64_t)ftop + 1, sizeof *sc->chain) ||
+        !cn_grow((void **)&sc->hash, &sc->cap_hash, cap, sizeof *sc->hash) ||
+        !cn_grow((void **)&s->cfg2, &s->cap_cfg2, n ? n : 1, sizeof *s->cfg2)) {
         sc->oom = true;
         return false;
     }
@@ -394,8 +382,8 @@ void cn_state_free(struct cn_state *s) {
 anvil_status cn_state_copy(struct cn_state *dst, const struct cn_state *src) {
     if (!dst || !src || dst->p != src->p || dst->v != src->v) return ANVIL_ERR_INVALID;
     if (dst == src) return ANVIL_OK;
-    if (!grow((void **)&dst->cfg, &dst->cap_cfg, src->n_cfg ? src->n_cfg : 1, sizeof *dst->cfg) ||
-        !grow((void **)&dst->fr, &dst->cap_fr, src->n_fr, sizeof *dst->fr))
+    if (!cn_grow((void **)&dst->cfg, &dst->cap_cfg, src->n_cfg ? src->n_cfg : 1, sizeof *dst->cfg) ||
+        !cn_grow((void **)&dst->fr, &dst->cap_fr, src->n_fr, sizeof *dst->fr))
         return ANVIL_ERR_NOMEM;
     memcpy(dst->cfg, src->cfg, (size_t)src->n_cfg * sizeof *dst->cfg);
     memcpy(dst->fr, src->fr, (size_t)src->n_fr * sizeof *dst->fr);
