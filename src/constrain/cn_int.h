@@ -9,7 +9,9 @@
  *   compile.c   IR checks (undefined, left recursion, productive),
  *               inlining, Thompson NFA per call-rule
  *   dfa.c       byte classes, subset construction, pruning -> cn_program
- *   schema.c    JSON Schema -> IR (formats as regexes)
+ *   schema.c    JSON Schema -> IR, the keyword walk (schema_int.h:
+ *               schema_scalar.c strings and numbers, schema_json.c JSON
+ *               syntax, errors, the value writer)
  *   numrange.c  integer and number ranges as digit automata
  *   gbnf.c      GBNF text -> IR
  *   regex.c     regex text -> IR
@@ -186,6 +188,13 @@ uint32_t ir_cps(struct cn_ir *g, struct cp_set *s);
 uint32_t ir_cp_range(struct cn_ir *g, uint32_t lo, uint32_t hi);
 uint32_t ir_any_cp(struct cn_ir *g);           /* any scalar value */
 uint32_t ir_cp(struct cn_ir *g, uint32_t cp);  /* one code point's UTF-8 bytes */
+/* The value of hex digit c, -1 when c is none. */
+static inline int cn_hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
 /* Encode cp (<= 0x10FFFF) as UTF-8 into out; returns the length 1..4. */
 int cn_utf8_encode(uint32_t cp, uint8_t out[4]);
 /* Decode one code point from s[0..n): returns its length (1..4), 0 when

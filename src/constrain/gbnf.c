@@ -118,13 +118,6 @@ static uint32_t rule_for(struct gp *p, const uint8_t *s, size_t n) {
 /* ---------------------------------------------------------------------- */
 /* terminals */
 
-static int hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* One character of a string or class: a code point, or -1 on error. */
 static int64_t parse_char(struct gp *p) {
     int c = peek(p);
@@ -140,7 +133,7 @@ static int64_t parse_char(struct gp *p) {
             int k = e == 'x' ? 2 : e == 'u' ? 4 : 8;
             int64_t v = 0;
             for (int j = 0; j < k; j++) {
-                int h = hexval(peek(p));
+                int h = cn_hexval(peek(p));
                 if (h < 0) {
                     gp_fail(p, "expecting hex digits in escape");
                     return -1;

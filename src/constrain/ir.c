@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "constrain/cn_int.h"
+#include "core/sbuf.h"
 
 /* ---------------------------------------------------------------------- */
 /* lifetime and errors */
@@ -493,46 +494,12 @@ uint32_t ir_cp(struct cn_ir *g, uint32_t cp) {
 /* ---------------------------------------------------------------------- */
 /* dump */
 
-struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-};
-
-static void sb_put(struct sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 256;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *q = core_realloc(b->p, nc);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_fmt(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_fmt(struct sbuf *b, const char *fmt, ...) {
-    char tmp[64];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 static void dump_byte(struct sbuf *b, unsigned c) {
     if (c >= 0x21 && c < 0x7F && c != '\\' && c != ']' && c != '[' && c != '"' && c != '-' &&
         c != '^')
-        sb_fmt(b, "%c", c);
+        sb_printf(b, "%c", c);
     else
-        sb_fmt(b, "\\x%02X", c);
+        sb_printf(b, "\\x%02X", c);
 }
 
 static void dump_node(const struct cn_ir *g, struct sbuf *b, uint32_t id, int depth) {
@@ -576,9 +543,9 @@ static void dump_node(const struct cn_ir *g, struct sbuf *b, uint32_t id, int de
     case IR_REP:
         dump_node(g, b, n->a, depth + 1);
         if (n->max < 0)
-            sb_fmt(b, "{%d,}", n->min);
+            sb_printf(b, "{%d,}", n->min);
         else
-            sb_fmt(b, "{%d,%d}", n->min, n->max);
+            sb_printf(b, "{%d,%d}", n->min, n->max);
         break;
     case IR_REF: sb_put(b, g->rules[n->a].name, strlen(g->rules[n->a].name)); break;
     case IR_SUBSEQ:
@@ -594,7 +561,8 @@ static void dump_node(const struct cn_ir *g, struct sbuf *b, uint32_t id, int de
 }
 
 char *ir_to_gbnf(const struct cn_ir *g) {
-    struct sbuf b = {0};
+    struct sbuf b;
+    sb_init(&b);
     sb_put(&b, "", 0);
     for (uint32_t r = 0; r < g->n_rules; r++) {
         const char *nm = g->rules[r].name;
@@ -608,8 +576,8 @@ char *ir_to_gbnf(const struct cn_ir *g) {
         sb_put(&b, "\n", 1);
     }
     if (b.oom) {
-        core_free(b.p);
+        sb_free(&b);
         return NULL;
     }
-    return b.p;
+    return sb_take(&b, NULL);
 }

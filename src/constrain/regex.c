@@ -68,18 +68,11 @@ static void add_class_escape(struct cn_ir *g, struct cp_set *s, int c) {
     cps_free(&t);
 }
 
-static int hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* Read exactly k hex digits; -1 when malformed. */
 static int64_t read_hex(struct rx *p, int k) {
     int64_t v = 0;
     for (int j = 0; j < k; j++) {
-        int h = hexval(peek(p));
+        int h = cn_hexval(peek(p));
         if (h < 0) return -1;
         v = v * 16 + h;
         p->i++;
