@@ -111,35 +111,17 @@ static uint32_t push_frame(struct cn_state *s, uint32_t *top, uint32_t mark, int
     return (*top)++;
 }
 
-/* The general step. Frames made go above *ftop (updated). */
-static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, uint32_t n_in,
-                        uint8_t byte, uint32_t out_off, bool *acc, uint32_t *ftop) {
+/* The closure of the work list sc->work[0..nw) (no byte consumed): every
+ * configuration reached through rule ends and calls, those with a byte
+ * transition written to scratch cfg[out_off ..), *acc set when one may end
+ * the output. Frames made go above *ftop (updated: those above the
+ * caller's value are this step's, and shared where equal). The visited
+ * table is of a fresh generation. */
+static int32_t close_work(struct cn_state *s, uint32_t nw, uint32_t out_off, bool *acc,
+                          uint32_t *ftop) {
     const struct cn_program *p = s->p;
     struct cn_scratch *sc = &s->sc;
-    uint32_t nc = (uint32_t)p->n_classes, cls = p->class_of[byte];
-    *acc = false;
-    /* fast path: one configuration moving to a plain state */
-    if (n_in == 1) {
-        struct cn_cfg c = in_scratch ? sc->cfg[in_off] : s->cfg[0];
-        int32_t t = p->trans[(size_t)c.top * nc + cls];
-        if (t < 0) return 0;
-        if (p->flags[t] == CN_SF_BYTES) {
-            if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + 1, sizeof *sc->cfg))
-                return -1;
-            sc->cfg[out_off] = (struct cn_cfg){t, c.stk};
-            return 1;
-        }
-    }
-    if (!vis_ready(s)) return -1;
-    vis_new_gen(sc);
-    uint32_t nw = 0, n_out = 0, visits = 0, mark = *ftop;
-    for (uint32_t i = 0; i < n_in; i++) {
-        struct cn_cfg c = in_scratch ? sc->cfg[in_off + i] : s->cfg[i];
-        int32_t t = p->trans[(size_t)c.top * nc + cls];
-        if (t < 0) continue;
-        if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work)) return -1;
-        sc->work[nw++] = (struct cn_cfg){t, c.stk};
-    }
+    uint32_t n_out = 0, visits = 0, mark = *ftop;
     uint32_t max_out = (uint32_t)p->max_stacks;
     while (nw > 0) {
         struct cn_cfg c = sc->work[--nw];
@@ -180,6 +162,38 @@ static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, ui
     return (int32_t)n_out;
 }
 
+/* The general step. Frames made go above *ftop (updated). */
+static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, uint32_t n_in,
+                        uint8_t byte, uint32_t out_off, bool *acc, uint32_t *ftop) {
+    const struct cn_program *p = s->p;
+    struct cn_scratch *sc = &s->sc;
+    uint32_t nc = (uint32_t)p->n_classes, cls = p->class_of[byte];
+    *acc = false;
+    /* fast path: one configuration moving to a plain state */
+    if (n_in == 1) {
+        struct cn_cfg c = in_scratch ? sc->cfg[in_off] : s->cfg[0];
+        int32_t t = p->trans[(size_t)c.top * nc + cls];
+        if (t < 0) return 0;
+        if (p->flags[t] == CN_SF_BYTES) {
+            if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + 1, sizeof *sc->cfg))
+                return -1;
+            sc->cfg[out_off] = (struct cn_cfg){t, c.stk};
+            return 1;
+        }
+    }
+    if (!vis_ready(s)) return -1;
+    vis_new_gen(sc);
+    uint32_t nw = 0;
+    for (uint32_t i = 0; i < n_in; i++) {
+        struct cn_cfg c = in_scratch ? sc->cfg[in_off + i] : s->cfg[i];
+        int32_t t = p->trans[(size_t)c.top * nc + cls];
+        if (t < 0) continue;
+        if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work)) return -1;
+        sc->work[nw++] = (struct cn_cfg){t, c.stk};
+    }
+    return close_work(s, nw, out_off, acc, ftop);
+}
+
 int32_t rt_step(struct cn_state *s, bool in_scratch, uint32_t in_off, uint32_t n_in, uint8_t b,
                 uint32_t out_off, bool *acc, uint32_t *ftop) {
     return step_gen(s, in_scratch, in_off, n_in, b, out_off, acc, ftop);
@@ -189,48 +203,13 @@ int32_t rt_step(struct cn_state *s, bool in_scratch, uint32_t in_off, uint32_t n
  * start of the output. Same rules as a step. */
 static int32_t closure_one(struct cn_state *s, int32_t top, uint32_t out_off, bool *acc,
                            uint32_t *ftop) {
-    const struct cn_program *p = s->p;
     struct cn_scratch *sc = &s->sc;
     if (!vis_ready(s)) return -1;
     vis_new_gen(sc);
-    uint32_t nw = 0, n_out = 0, visits = 0, mark = *ftop;
     *acc = false;
     if (!sgrow(s, (void **)&sc->work, &sc->cap_work, 1, sizeof *sc->work)) return -1;
-    sc->work[nw++] = (struct cn_cfg){top, 0};
-    while (nw > 0) {
-        struct cn_cfg c = sc->work[--nw];
-        if (!vis_insert(sc, c.top, c.stk)) continue;
-        if (++visits > visit_max(p)) return bound(s);
-        uint8_t f = p->flags[c.top];
-        if (f & CN_SF_BYTES) {
-            if (n_out >= (uint32_t)p->max_stacks) return bound(s);
-            if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + n_out + 1,
-                      sizeof *sc->cfg))
-                return -1;
-            sc->cfg[out_off + n_out++] = c;
-        }
-        if (f & CN_SF_FINAL) {
-            if (c.stk == 0) {
-                *acc = true;
-            } else {
-                const struct cn_frame *fr = &s->fr[c.stk];
-                if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
-                    return -1;
-                sc->work[nw++] = (struct cn_cfg){fr->ret, fr->parent};
-            }
-        }
-        if ((f & CN_SF_CALLS) && s->fr[c.stk].depth + 1 > (uint32_t)p->max_stack) s->sc.bound = true;
-        if ((f & CN_SF_CALLS) && s->fr[c.stk].depth + 1 <= (uint32_t)p->max_stack) {
-            for (uint32_t k = p->call_off[c.top]; k < p->call_off[c.top + 1]; k++) {
-                uint32_t nf = push_frame(s, ftop, mark, p->calls[k].ret, c.stk);
-                if (nf == CN_NIL) return -1;
-                if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
-                    return -1;
-                sc->work[nw++] = (struct cn_cfg){p->calls[k].start, nf};
-            }
-        }
-    }
-    return (int32_t)n_out;
+    sc->work[0] = (struct cn_cfg){top, 0};
+    return close_work(s, 1, out_off, acc, ftop);
 }
 
 /* ---------------------------------------------------------------------- */
