@@ -185,7 +185,6 @@ void cps_free(struct cp_set *s);
 /* The UTF-8 encodings of the set's code points (surrogates excluded) as an
  * ALT of byte-set sequences. The set is normalized first. */
 uint32_t ir_cps(struct cn_ir *g, struct cp_set *s);
-uint32_t ir_cp_range(struct cn_ir *g, uint32_t lo, uint32_t hi);
 uint32_t ir_any_cp(struct cn_ir *g);           /* any scalar value */
 uint32_t ir_cp(struct cn_ir *g, uint32_t cp);  /* one code point's UTF-8 bytes */
 /* The value of hex digit c, -1 when c is none. */
@@ -313,7 +312,6 @@ struct cn_nfa {
     uint32_t *cr_start, *cr_final; /* (n_crules) NFA states */
     uint32_t *cr_rule;             /* (n_crules) IR rule id (for messages) */
 };
-void nfa_free(struct cn_nfa *a);
 
 /* dfa.c: determinize each call-rule of the NFA and build the program. */
 anvil_status dfa_build(const struct cn_ir *g, const struct cn_nfa *a, const struct cn_limits *lim,

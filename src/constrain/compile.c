@@ -636,7 +636,7 @@ static void build(struct cc *c, uint32_t id, uint32_t from, uint32_t to, int dep
     }
 }
 
-void nfa_free(struct cn_nfa *a) {
+static void nfa_free(struct cn_nfa *a) {
     core_free(a->off);
     core_free(a->out);
     core_free(a->cr_start);

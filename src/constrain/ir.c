@@ -472,7 +472,7 @@ uint32_t ir_cps(struct cn_ir *g, struct cp_set *s) {
     return r;
 }
 
-uint32_t ir_cp_range(struct cn_ir *g, uint32_t lo, uint32_t hi) {
+static uint32_t cp_range(struct cn_ir *g, uint32_t lo, uint32_t hi) {
     struct cp_set s = {0};
     cps_add(g, &s, lo, hi);
     uint32_t r = ir_cps(g, &s);
@@ -480,7 +480,7 @@ uint32_t ir_cp_range(struct cn_ir *g, uint32_t lo, uint32_t hi) {
     return r;
 }
 
-uint32_t ir_any_cp(struct cn_ir *g) { return ir_cp_range(g, 0, CN_MAX_CP); }
+uint32_t ir_any_cp(struct cn_ir *g) { return cp_range(g, 0, CN_MAX_CP); }
 
 uint32_t ir_cp(struct cn_ir *g, uint32_t cp) {
     uint8_t b[4];
