@@ -313,41 +313,16 @@ int cn_utf8_encode(uint32_t cp, uint8_t out[4]) {
     return 4;
 }
 
+/* Validity is core's rule (sb_utf8_len: no overlongs, no surrogates,
+ * nothing above U+10FFFF); this adds the value. */
 int cn_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     if (n == 0) return 0;
-    uint8_t c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    int len;
-    uint32_t v;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        v = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        v = c & 0x0F;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        v = c & 0x07;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n < (size_t)len) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    v = (v << 6) | (s[1] & 0x3F);
-    for (int i = 2; i < len; i++) {
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
+    size_t len = sb_utf8_len(s, n);
+    if (len == 0) return 0;
+    uint32_t v = len == 1 ? s[0] : s[0] & (0x7Fu >> len);
+    for (size_t i = 1; i < len; i++) v = (v << 6) | (s[i] & 0x3F);
     *cp = v;
-    return len;
+    return (int)len;
 }
 
 void cps_add(struct cn_ir *g, struct cp_set *s, uint32_t lo, uint32_t hi) {
