@@ -9,7 +9,9 @@
  *                          (small, medium ~20 nested properties, large:
  *                          hundreds of enum values and recursion), of a
  *                          10,000-value string enum (enum10k: a trie-shaped
- *                          DFA) and of two grammars
+ *                          DFA), rep5000x2 ([a-z]{1,5000}[0-9]{1,5000}),
+ *                          gbnf_seq20k (20,000 literals in a row) and
+ *                          the json_object and gbnf_arith grammars
  *   refuse:BOUND           a compile that a bound refuses: how long until
  *                          the error (work: (a|b)*a(a|b){20}, nfa: a
  *                          100,000-fold repetition of any code point,
@@ -328,6 +330,12 @@ int main(int argc, char **argv) {
         m += (size_t)snprintf(sch + m, cap - m, "%s\"value-%d-%x\"", i ? "," : "", i, i * 2654435761u);
     m += (size_t)snprintf(sch + m, cap - m, "]}");
     cn_program_free(bench_compile("enum10k", CN_JSON_SCHEMA, sch, m, reps));
+    /* long bounded repetitions, and a GBNF sequence of 20,000 literals */
+    const char *reps2 = "[a-z]{1,5000}[0-9]{1,5000}";
+    cn_program_free(bench_compile("rep5000x2", CN_REGEX, reps2, strlen(reps2), reps));
+    m = (size_t)snprintf(sch, cap, "root ::=");
+    for (int i = 0; i < 20000; i++) m += (size_t)snprintf(sch + m, cap - m, " \"%d\"", i);
+    cn_program_free(bench_compile("gbnf_seq20k", CN_GBNF, sch, m, reps));
     /* bounds */
     const char *work = "(a|b)*a(a|b){20}", *nfa = "[\\u0000-\\U0010ffff]{100000}";
     bench_refuse("work", CN_REGEX, work, strlen(work), reps);

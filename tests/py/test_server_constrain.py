@@ -396,21 +396,24 @@ def test_dead_end(srv, model_id, stream):
 
 
 def test_pathological_bounded(srv, model_id):
-    """Past a bound: a 400 saying so, quickly; the server answers after."""
+    """Big constraints: within the bounds they simply work; past one
+    (the state bound of the exploding regex) a 400 saying so; the server
+    answers after. How long each compile takes is bench_constrain's
+    business (compile:enum10k, refuse:work); the request timeout here is
+    only a watchdog for a hang."""
     big_enum = {"enum": [f"value-{i:05d}-{'x' * (i % 7)}" for i in range(10000)]}
     cases = [
-        {"response_format": rf(big_enum)},
-        {"regex": "(a|b)*a(a|b){24}"},
-        {"regex": "[a-z]{1,5000}[0-9]{1,5000}"},
-        {"grammar": "root ::= " + " ".join(f'"{i}"' for i in range(20000))},
+        ({"response_format": rf(big_enum)}, None),
+        ({"regex": "(a|b)*a(a|b){24}"}, "regex"),
+        ({"regex": "[a-z]{1,5000}[0-9]{1,5000}"}, None),
+        ({"grammar": "root ::= " + " ".join(f'"{i}"' for i in range(20000))}, None),
     ]
-    for extra in cases:
-        t0 = time.time()
-        st, _, data = srv.post("/v1/chat/completions", chat(model_id, **extra))
-        dt = time.time() - t0
-        assert dt < 30, (list(extra), dt)
-        if st != 200:  # within the bounds it simply works
-            e = check_error(st, data, 400)
-            assert e["param"] in ("response_format", "regex", "grammar"), e
+    for extra, refused in cases:
+        st, _, data = srv.post("/v1/chat/completions", chat(model_id, **extra), timeout=300)
+        if refused:
+            e = check_error(st, data, 400, param=refused)
+            assert "too large" in e["message"], e
+        else:
+            assert st == 200, (list(extra), data)
     st, _, data = srv.post("/v1/chat/completions", chat(model_id))
     assert st == 200, data
