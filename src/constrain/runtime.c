@@ -116,9 +116,10 @@ static uint32_t push_frame(struct cn_state *s, uint32_t *top, uint32_t mark, int
  * transition written to scratch cfg[out_off ..), *acc set when one may end
  * the output. Frames made go above *ftop (updated: those above the
  * caller's value are this step's, and shared where equal). The visited
- * table is of a fresh generation. */
-static int32_t close_work(struct cn_state *s, uint32_t nw, uint32_t out_off, bool *acc,
-                          uint32_t *ftop) {
+ * table is of a fresh generation. Forced inline into both callers: the
+ * step is the inner loop of a pushdown program's mask walk. */
+static inline __attribute__((always_inline)) int32_t
+close_work(struct cn_state *s, uint32_t nw, uint32_t out_off, bool *acc, uint32_t *ftop) {
     const struct cn_program *p = s->p;
     struct cn_scratch *sc = &s->sc;
     uint32_t n_out = 0, visits = 0, mark = *ftop;
