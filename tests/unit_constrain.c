@@ -584,6 +584,13 @@ static void test_schema_language(void **state) {
         {"{\"enum\":[\"a\\\"b\",{\"k\":[1,2.5]},-0.5,true]}",
          {"\"a\\\"b\"", "{\"k\":[1,2.5]}", "{\"k\": [1, 2.5]}", "-0.5", "true", NULL},
          {"\"a\"b\"", "{\"k\":[2.5,1]}", "{\"k\":[1,2.50]}", "-.5", "false", NULL}},
+        /* the value writer's one spelling (schema_json.c): DEL and UTF-8 raw,
+         * controls as lowercase \u00XX; integers below 2^53 plain, other
+         * numbers the shortest round trip */
+        {"{\"enum\":[\"a\\u007fb\\u001F\xc3\xa9\",1.0,0.1,1e21,123456789012345678]}",
+         {"\"a\x7f" "b\\u001f\xc3\xa9\"", "1", "0.1", "1e+21", "1.2345678901234568e+17", NULL},
+         {"\"a\\u007fb\\u001f\xc3\xa9\"", "\"a\x7f" "b\\u001F\xc3\xa9\"",
+          "\"a\x7f" "b\\u001f\\u00e9\"", "1.0", "1e21", "123456789012345678", NULL}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct cn_program *p = NULL;
