@@ -290,16 +290,16 @@ anvil_status cn_advance_bytes(struct cn_state *s, const uint8_t *bytes, size_t n
 
 /* The output so far is a complete match (an EOG token is allowed). */
 bool cn_accepts(const struct cn_state *s);
-/* More bytes may follow (some byte continues a valid output). */
+/* More bytes may follow (some byte continues a valid output). When a
+ * state neither accepts nor can continue, no output can ever complete from
+ * it; a state reached only through successful cn_advance calls is never so
+ * (every automaton state kept at compile time can reach acceptance), but
+ * the vocabulary may still offer no token: check cn_fill_mask's count. */
 bool cn_can_continue(const struct cn_state *s);
-/* Neither: no output can ever complete from here. A state reached only
- * through successful cn_advance calls is never dead (every automaton state
- * kept at compile time can reach acceptance), but the vocabulary may still
- * offer no token: check cn_fill_mask's count. */
-bool cn_is_dead(const struct cn_state *s);
 
 /* Fewest bytes that complete the output from here (0 when accepting), or
- * -1 for a dead state. For tools that steer random walks to an end. */
+ * -1 when it neither accepts nor can continue. For tools that steer
+ * random walks to an end. */
 int64_t cn_min_remaining(const struct cn_state *s);
 
 #endif /* ANVIL_CONSTRAIN_H */

@@ -376,7 +376,6 @@ anvil_status cn_state_copy(struct cn_state *dst, const struct cn_state *src) {
 
 bool cn_accepts(const struct cn_state *s) { return s->acc; }
 bool cn_can_continue(const struct cn_state *s) { return !s->done && s->n_cfg > 0; }
-bool cn_is_dead(const struct cn_state *s) { return !s->acc && s->n_cfg == 0; }
 
 int64_t cn_min_remaining(const struct cn_state *s) {
     if (s->acc) return 0;
