@@ -14,10 +14,13 @@
  *     (single bytes, random multi-byte tokens, duplicates, EOG, NEVER);
  *   - JSON Schema lowering: integer and number ranges against exact
  *     comparisons on enumerated decimal strings;
+ *   - the schema lowering's languages spelled out (accepted and refused
+ *     texts, the value writer's one spelling of enum/const values);
  *   - errors (syntax, undefined rules, left recursion, unsupported
  *     features, keywords), bounds (exploding regexes, huge enums, deep
- *     nesting) with a time limit, state copy/reset, and out-of-memory at
- *     every allocation of compile, state init and advance.
+ *     nesting: the error, not its time, which bench_constrain measures),
+ *     state copy/reset, and out-of-memory at every allocation of compile,
+ *     state init and advance.
  */
 #include <setjmp.h>
 #include <stdarg.h>
