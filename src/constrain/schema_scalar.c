@@ -22,7 +22,7 @@
 #define INT_DIGITS 19 /* unbounded integers */
 
 /* ---------------------------------------------------------------------- */
-/* strings: escaping a regex language into JSON text */
+/* escaping a regex language into JSON text */
 
 /* Rewrite node id (a regex over the decoded text) into its JSON-escaped
  * form. memo maps old node ids (< n_memo) to new ones. */
@@ -131,6 +131,9 @@ static const struct {
     {"email", RX_ATOM "(?:\\." RX_ATOM ")*@" RX_LABEL "(?:\\." RX_LABEL ")+", 0},
 };
 
+/* ---------------------------------------------------------------------- */
+/* strings */
+
 bool schema_nonneg_int(const cJSON *v, int64_t *out) {
     if (!cJSON_IsNumber(v)) return false;
     double d = v->valuedouble;
@@ -178,6 +181,9 @@ uint32_t schema_string(struct sc *c, const struct kws *k) {
     }
     return schema_quoted(g, ir_rep(g, schema_json_char(g), (int32_t)min, (int32_t)max));
 }
+
+/* ---------------------------------------------------------------------- */
+/* numbers */
 
 /* the bounds of a number keyword: numeric, or draft-04 boolean exclusives */
 static bool num_kw(struct sc *c, const cJSON *v, const char *name, double *out) {
