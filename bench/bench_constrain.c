@@ -7,7 +7,15 @@
  *                          plus seeded concatenations of two of them)
  *   compile:NAME           cn_compile of tests/data/constrain/schemas/NAME
  *                          (small, medium ~20 nested properties, large:
- *                          hundreds of enum values and recursion)
+ *                          hundreds of enum values and recursion), of a
+ *                          10,000-value string enum (enum10k: a trie-shaped
+ *                          DFA), rep5000x2 ([a-z]{1,5000}[0-9]{1,5000}),
+ *                          gbnf_seq20k (20,000 literals in a row) and
+ *                          the json_object and gbnf_arith grammars
+ *   refuse:BOUND           a compile that a bound refuses: how long until
+ *                          the error (work: (a|b)*a(a|b){20}, nfa: a
+ *                          100,000-fold repetition of any code point,
+ *                          depth: a schema nested 200 deep)
  *   mask:NAME@STATE        cn_fill_mask over the model's vocabulary after
  *                          a given prefix (inside a string: most tokens
  *                          allowed; after '{': few)
@@ -115,12 +123,7 @@ static void load_toks(const char *model, struct toks *t) {
 }
 
 static uint64_t rs = 42;
-static uint64_t rnd(void) {
-    uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return core_splitmix64(&rs); }
 
 static void bench_vocab(const char *name, const struct toks *t, int reps) {
     double *v = malloc((size_t)reps * sizeof *v);
@@ -167,6 +170,23 @@ static struct cn_program *bench_compile(const char *name, enum cn_kind kind, con
     report(label, "ms", stats(v, reps), extra);
     free(v);
     return p;
+}
+
+/* A compile that must fail with ANVIL_ERR_UNSUPPORTED (a bound): the
+ * time until the error. */
+static void bench_refuse(const char *name, enum cn_kind kind, const char *text, size_t n, int reps) {
+    double *v = malloc((size_t)reps * sizeof *v);
+    char err[512], label[96];
+    for (int r = 0; r < reps; r++) {
+        struct cn_program *p = NULL;
+        double c0 = cpu_s();
+        anvil_status st = cn_compile(kind, text, n, NULL, &p, err, sizeof err);
+        v[r] = (cpu_s() - c0) * 1e3;
+        if (st != ANVIL_ERR_UNSUPPORTED) die("a bound did not refuse the refuse: case");
+    }
+    snprintf(label, sizeof label, "refuse:%s", name);
+    report(label, "ms", stats(v, reps), "");
+    free(v);
 }
 
 static void bench_mask(const char *name, const struct cn_program *p, const struct cn_vocab *voc,
@@ -303,6 +323,31 @@ int bench_constrain(int argc, char **argv) {
     struct cn_program *pg = bench_compile("gbnf_arith", CN_GBNF, arith, strlen(arith), reps);
     bench_mask("gbnf_arith@nested", pg, voc, "((1+2)*(3", reps);
     cn_program_free(pg);
+    /* 10,000 string values, one DFA */
+    size_t cap = 400000, m = 0;
+    char *sch = malloc(cap);
+    m += (size_t)snprintf(sch + m, cap - m, "{\"enum\":[");
+    for (int i = 0; i < 10000; i++)
+        m += (size_t)snprintf(sch + m, cap - m, "%s\"value-%d-%x\"", i ? "," : "", i, i * 2654435761u);
+    m += (size_t)snprintf(sch + m, cap - m, "]}");
+    cn_program_free(bench_compile("enum10k", CN_JSON_SCHEMA, sch, m, reps));
+    /* long bounded repetitions, and a GBNF sequence of 20,000 literals */
+    const char *reps2 = "[a-z]{1,5000}[0-9]{1,5000}";
+    cn_program_free(bench_compile("rep5000x2", CN_REGEX, reps2, strlen(reps2), reps));
+    m = (size_t)snprintf(sch, cap, "root ::=");
+    for (int i = 0; i < 20000; i++) m += (size_t)snprintf(sch + m, cap - m, " \"%d\"", i);
+    cn_program_free(bench_compile("gbnf_seq20k", CN_GBNF, sch, m, reps));
+    /* bounds */
+    const char *work = "(a|b)*a(a|b){20}", *nfa = "[\\u0000-\\U0010ffff]{100000}";
+    bench_refuse("work", CN_REGEX, work, strlen(work), reps);
+    bench_refuse("nfa", CN_REGEX, nfa, strlen(nfa), reps);
+    m = 0;
+    for (int i = 0; i < 200; i++) m += (size_t)snprintf(sch + m, cap - m, "{\"type\":\"array\",\"items\":");
+    m += (size_t)snprintf(sch + m, cap - m, "{\"type\":\"null\"}");
+    for (int i = 0; i < 200; i++) sch[m++] = '}';
+    sch[m] = 0;
+    bench_refuse("depth", CN_JSON_SCHEMA, sch, m, reps);
+    free(sch);
     cn_vocab_free(voc);
     return 0;
 }

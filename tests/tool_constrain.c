@@ -95,10 +95,16 @@ static char *load_src(const char *src, bool text, size_t *n) {
     return b;
 }
 
-static struct cn_program *compile_or_exit(enum cn_kind kind, const char *t, size_t n,
-                                          const struct opts *o, double *ms) {
+/* the options of the command line (whitespace; limits only for check) */
+static struct cn_options options_of(const struct opts *o) {
     struct cn_options co = cn_default_options();
     co.ws = o->compact ? CN_WS_COMPACT : CN_WS_FLEX;
+    return co;
+}
+
+static struct cn_program *compile_or_exit(enum cn_kind kind, const char *t, size_t n,
+                                          const struct opts *o, double *ms) {
+    struct cn_options co = options_of(o);
     co.limits.max_dfa_states = o->max_dfa;
     co.limits.max_nfa_states = o->max_nfa;
     struct cn_program *p = NULL;
@@ -117,12 +123,7 @@ static struct cn_program *compile_or_exit(enum cn_kind kind, const char *t, size
 /* rng */
 
 static uint64_t rs;
-static uint64_t rnd(void) {
-    uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return core_splitmix64(&rs); }
 static uint32_t below(uint32_t n) { return (uint32_t)(rnd() % n); }
 
 /* ---------------------------------------------------------------------- */
@@ -216,15 +217,22 @@ static int cmd_check(enum cn_kind kind, const char *t, size_t n, const struct op
     return 0;
 }
 
-static int cmd_dump(enum cn_kind kind, const char *t, size_t n, const struct opts *o) {
-    struct cn_options co = cn_default_options();
-    co.ws = o->compact ? CN_WS_COMPACT : CN_WS_FLEX;
+/* The IR of the constraint, or NULL after printing the error. */
+static struct cn_ir *parse_or_say(enum cn_kind kind, const char *t, size_t n,
+                                  const struct cn_options *co) {
     struct cn_ir *g = NULL;
     char err[512];
-    if (cn_parse(kind, t, n, &co, &g, err, sizeof err) != ANVIL_OK) {
+    if (cn_parse(kind, t, n, co, &g, err, sizeof err) != ANVIL_OK) {
         fprintf(stderr, "error: %s\n", err);
-        return 2;
+        return NULL;
     }
+    return g;
+}
+
+static int cmd_dump(enum cn_kind kind, const char *t, size_t n, const struct opts *o) {
+    struct cn_options co = options_of(o);
+    struct cn_ir *g = parse_or_say(kind, t, n, &co);
+    if (!g) return 2;
     char *s = ir_to_gbnf(g);
     fputs(s ? s : "(out of memory)\n", stdout);
     core_free(s);
@@ -233,14 +241,10 @@ static int cmd_dump(enum cn_kind kind, const char *t, size_t n, const struct opt
 }
 
 static int cmd_match(enum cn_kind kind, const char *t, size_t n, const struct opts *o) {
-    struct cn_options co = cn_default_options();
-    co.ws = o->compact ? CN_WS_COMPACT : CN_WS_FLEX;
-    struct cn_ir *g = NULL;
+    struct cn_options co = options_of(o);
+    struct cn_ir *g = parse_or_say(kind, t, n, &co);
+    if (!g) return 2;
     char err[512];
-    if (cn_parse(kind, t, n, &co, &g, err, sizeof err) != ANVIL_OK) {
-        fprintf(stderr, "error: %s\n", err);
-        return 2;
-    }
     struct cn_program *p = NULL;
     if (cn_compile_ir(g, &co, &p, err, sizeof err) != ANVIL_OK) {
         fprintf(stderr, "error: %s\n", err);
@@ -289,8 +293,7 @@ static void put_hex(const uint8_t *b, size_t n) {
 
 static int walk_one(int idx, struct cn_vocab *v, enum cn_kind kind, const char *t, size_t n,
                     const struct opts *o) {
-    struct cn_options co = cn_default_options();
-    co.ws = o->compact ? CN_WS_COMPACT : CN_WS_FLEX;
+    struct cn_options co = options_of(o);
     struct cn_program *p = NULL;
     char err[512] = "";
     if (cn_compile(kind, t, n, &co, &p, err, sizeof err) != ANVIL_OK) {

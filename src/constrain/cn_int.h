@@ -1,18 +1,23 @@
 /*
- * cn_int.h - internals of the constraint engine shared by its files:
+ * cn_int.h - internals of the constraint engine shared by its files, from
+ * the front door down (a file calls only files below it in this list):
  *
- *   ir.c       the grammar IR every source language lowers to, with its
- *              builder (byte sets, code-point classes as UTF-8 sequences)
- *   regex.c    regex text -> IR
- *   gbnf.c     GBNF text -> IR
- *   schema.c   JSON Schema -> IR (formats as regexes; numrange.c:
- *              integer and number ranges as digit automata)
- *   compile.c  IR checks (undefined, left recursion, productive), inlining,
- *              Thompson NFA per call-rule
- *   dfa.c      byte classes, subset construction, pruning -> cn_program
- *   runtime.c  parse-stack sets, stepping, the per-request state
- *   vocab.c    token trie and the mask walk
- *   ref.c      the slow twin: an Earley recognizer straight on the IR
+ *   constrain.c the front door: cn_compile (parse, or_text, compile)
+ *   vocab.c     token trie and the mask walk
+ *   runtime.c   parse-stack sets, stepping, the per-request state
+ *   ref.c       the slow twin: an Earley recognizer straight on the IR
+ *   compile.c   IR checks (undefined, left recursion, productive),
+ *               inlining, Thompson NFA per call-rule
+ *   dfa.c       byte classes, subset construction, pruning -> cn_program
+ *   schema.c    JSON Schema -> IR, the keyword walk (schema_int.h:
+ *               schema_scalar.c strings and numbers, schema_json.c JSON
+ *               syntax, errors, the value writer)
+ *   numrange.c  integer and number ranges as digit automata
+ *   gbnf.c      GBNF text -> IR
+ *   regex.c     regex text -> IR
+ *   ir.c        the grammar IR every source language lowers to, with its
+ *               builder (byte sets, code-point classes as UTF-8 sequences)
+ *   limits.c    options and limits with their defaults, array growth
  *
  * IR. A grammar is a list of rules; a rule's body is a node of an
  * expression DAG over byte sets: NONE (no string), EMPTY (the empty
@@ -48,6 +53,21 @@
 /* Largest repetition count any parser accepts (bigger ones cannot fit the
  * NFA budget anyway; this keeps the arithmetic small). */
 #define CN_MAX_REPEAT 100000
+
+/* ---------------------------------------------------------------------- */
+/* limits.c */
+
+/* The limits with defaults filled in (l NULL: all defaults). */
+struct cn_limits cn_limits_resolve(const struct cn_limits *l);
+
+/* Grow *p (elements of sz bytes, capacity *cap) to hold at least need:
+ * doubling from 16, the capacity a uint32 below UINT32_MAX. False when
+ * the size overflows or memory runs out (*p and *cap unchanged). The
+ * check is inline: the run time's steps call it for every configuration. */
+bool cn_grow_slow(void **p, uint32_t *cap, uint64_t need, size_t sz);
+static inline bool cn_grow(void **p, uint32_t *cap, uint64_t need, size_t sz) {
+    return need <= *cap || cn_grow_slow(p, cap, need, sz);
+}
 
 /* ---------------------------------------------------------------------- */
 /* IR */
@@ -165,9 +185,15 @@ void cps_free(struct cp_set *s);
 /* The UTF-8 encodings of the set's code points (surrogates excluded) as an
  * ALT of byte-set sequences. The set is normalized first. */
 uint32_t ir_cps(struct cn_ir *g, struct cp_set *s);
-uint32_t ir_cp_range(struct cn_ir *g, uint32_t lo, uint32_t hi);
 uint32_t ir_any_cp(struct cn_ir *g);           /* any scalar value */
 uint32_t ir_cp(struct cn_ir *g, uint32_t cp);  /* one code point's UTF-8 bytes */
+/* The value of hex digit c, -1 when c is none. */
+static inline int cn_hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
 /* Encode cp (<= 0x10FFFF) as UTF-8 into out; returns the length 1..4. */
 int cn_utf8_encode(uint32_t cp, uint8_t out[4]);
 /* Decode one code point from s[0..n): returns its length (1..4), 0 when
@@ -199,7 +225,7 @@ anvil_status cn_parse_schema(const char *text, size_t len, const struct cn_optio
 /* any JSON object (CN_JSON) */
 anvil_status cn_parse_json_any(const struct cn_options *opt, struct cn_ir **out, char *err,
                                size_t err_cap);
-/* Dispatch on kind. */
+/* Dispatch on kind (constrain.c). */
 anvil_status cn_parse(enum cn_kind kind, const char *text, size_t len,
                       const struct cn_options *opt, struct cn_ir **out, char *err,
                       size_t err_cap);
@@ -286,7 +312,6 @@ struct cn_nfa {
     uint32_t *cr_start, *cr_final; /* (n_crules) NFA states */
     uint32_t *cr_rule;             /* (n_crules) IR rule id (for messages) */
 };
-void nfa_free(struct cn_nfa *a);
 
 /* dfa.c: determinize each call-rule of the NFA and build the program. */
 anvil_status dfa_build(const struct cn_ir *g, const struct cn_nfa *a, const struct cn_limits *lim,
@@ -296,12 +321,6 @@ anvil_status dfa_build(const struct cn_ir *g, const struct cn_nfa *a, const stru
 anvil_status cn_compile_ir(const struct cn_ir *g, const struct cn_options *opt,
                            struct cn_program **out, char *err, size_t err_cap);
 
-/* Left recursion, undefined rules, root checks only (compile.c; the
- * reference recognizer's tests use it). */
-anvil_status ir_check(const struct cn_ir *g, char *err, size_t err_cap);
-
-/* limits with defaults filled in */
-struct cn_limits cn_limits_resolve(const struct cn_limits *l);
 
 /* ---------------------------------------------------------------------- */
 /* runtime internals exposed to vocab.c and tests */
@@ -447,7 +466,6 @@ void cn_ref_free(struct cn_ref *r);
 /* Feed bytes; returns false once the input is no prefix of the language
  * (later feeds keep it false). */
 bool cn_ref_feed(struct cn_ref *r, const uint8_t *b, size_t n);
-bool cn_ref_viable(const struct cn_ref *r); /* still a prefix of some string */
 bool cn_ref_accepts(const struct cn_ref *r);
 void cn_ref_reset(struct cn_ref *r);
 /* Undo the last byte fed (tests probe every next byte this way). */

@@ -44,26 +44,6 @@
 #define MIN_SPLIT 256u     /* inlined rules smaller than this are never split off */
 #define BUILD_DEPTH 4096   /* recursion of the builders (nesting of the IR) */
 
-struct cn_options cn_default_options(void) {
-    struct cn_options o;
-    memset(&o, 0, sizeof o);
-    o.ws = CN_WS_FLEX;
-    return o;
-}
-
-struct cn_limits cn_limits_resolve(const struct cn_limits *l) {
-    struct cn_limits r;
-    memset(&r, 0, sizeof r);
-    if (l) r = *l;
-    if (r.max_nfa_states <= 0) r.max_nfa_states = CN_DEF_MAX_NFA;
-    if (r.max_dfa_states <= 0) r.max_dfa_states = CN_DEF_MAX_DFA;
-    if (r.max_work <= 0) r.max_work = CN_DEF_MAX_WORK;
-    if (r.max_depth <= 0) r.max_depth = CN_DEF_MAX_DEPTH;
-    if (r.max_stack <= 0) r.max_stack = CN_DEF_MAX_STACK;
-    if (r.max_stacks <= 0) r.max_stacks = CN_DEF_MAX_STACKS;
-    return r;
-}
-
 /* ---------------------------------------------------------------------- */
 /* the variable graph: nodes 0..N-1, rules N..N+R-1 */
 
@@ -312,18 +292,6 @@ static anvil_status an_init(struct an *a, const struct cn_ir *g, char *err, size
 static void an_free(struct an *a) {
     core_free(a->nullable);
     core_free(a->productive);
-}
-
-anvil_status ir_check(const struct cn_ir *g, char *err, size_t err_cap) {
-    struct an a;
-    anvil_status st = an_init(&a, g, err, err_cap);
-    if (st == ANVIL_OK) st = check_left_rec(&a, err, err_cap);
-    if (st == ANVIL_OK && !a.productive[rvar(&a, g->root)]) {
-        errmsg_set(err, err_cap, "the constraint matches no string at all");
-        st = ANVIL_ERR_INVALID;
-    }
-    an_free(&a);
-    return st;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -668,7 +636,7 @@ static void build(struct cc *c, uint32_t id, uint32_t from, uint32_t to, int dep
     }
 }
 
-void nfa_free(struct cn_nfa *a) {
+static void nfa_free(struct cn_nfa *a) {
     core_free(a->off);
     core_free(a->out);
     core_free(a->cr_start);
@@ -798,68 +766,4 @@ done:
     core_free(c.e);
     nfa_free(&c.nfa);
     return st;
-}
-
-/* ---------------------------------------------------------------------- */
-/* entry points */
-
-anvil_status cn_parse(enum cn_kind kind, const char *text, size_t len,
-                      const struct cn_options *opt, struct cn_ir **out, char *err,
-                      size_t err_cap) {
-    if (!out || (!text && len && kind != CN_JSON)) {
-        errmsg_set(err, err_cap, "no constraint text");
-        return ANVIL_ERR_INVALID;
-    }
-    switch (kind) {
-    case CN_REGEX: return cn_parse_regex(text ? text : "", len, opt, out, err, err_cap);
-    case CN_GBNF: return cn_parse_gbnf(text ? text : "", len, opt, out, err, err_cap);
-    case CN_JSON_SCHEMA: return cn_parse_schema(text ? text : "", len, opt, out, err, err_cap);
-    case CN_JSON: return cn_parse_json_any(opt, out, err, err_cap);
-    }
-    errmsg_set(err, err_cap, "unknown constraint kind %d", (int)kind);
-    return ANVIL_ERR_INVALID;
-}
-
-/* cn_options.or_text: root' ::= root | "" | [^{] .* (code points). The
- * text branch is one DFA state looping on UTF-8, so it costs nothing. */
-static anvil_status or_text(struct cn_ir *g, char *err, size_t err_cap) {
-    static const char name[] = "root_or_text";
-    uint32_t r = ir_rule_add(g, name, sizeof name - 1);
-    struct cp_set first = {0};
-    cps_add(g, &first, 0, '{' - 1);
-    cps_add(g, &first, '{' + 1, CN_MAX_CP);
-    uint32_t lead = ir_cps(g, &first);
-    cps_free(&first);
-    uint32_t text = ir_opt(g, ir_seq2(g, lead, ir_rep(g, ir_any_cp(g), 0, -1)));
-    ir_rule_define(g, r, ir_alt2(g, ir_ref(g, g->root), text));
-    if (!ir_ok(g)) {
-        errmsg_set(err, err_cap, "%s", g->err);
-        return g->st;
-    }
-    g->root = r;
-    return ANVIL_OK;
-}
-
-anvil_status cn_compile(enum cn_kind kind, const char *text, size_t len,
-                        const struct cn_options *opt, struct cn_program **out, char *err,
-                        size_t err_cap) {
-    struct cn_ir *g = NULL;
-    anvil_status st = cn_parse(kind, text, len, opt, &g, err, err_cap);
-    if (st != ANVIL_OK) return st;
-    if (opt && opt->or_text && (st = or_text(g, err, err_cap)) != ANVIL_OK) {
-        ir_free(g);
-        return st;
-    }
-    st = cn_compile_ir(g, opt, out, err, err_cap);
-    ir_free(g);
-    return st;
-}
-
-void cn_program_info(const struct cn_program *p, struct cn_program_info *out) {
-    memset(out, 0, sizeof *out);
-    out->n_states = p->n_states;
-    out->n_classes = p->n_classes;
-    out->n_rules = p->pure ? 0 : p->n_rules;
-    out->n_nfa = p->n_nfa;
-    out->bytes = p->bytes;
 }

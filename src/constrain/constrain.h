@@ -115,19 +115,18 @@
  * allow an invalid one; grammars that reach them are pathological (JSON
  * nests once per level; 64 simultaneous parses means heavy ambiguity).
  *
- * Costs (bench/bench_constrain.c, SmolLM2's 49,152 tokens, thread CPU time
- * on the development VM): cn_vocab_build 17 ms (100k trie nodes, 3.2 MB;
- * 147 ms for 262,144 tokens); cn_compile 0.1 ms for a small schema, 8 ms
- * for a nested one with ~20 properties; cn_allowed 7-30 ns for a JSON
- * schema, 25-100 ns for free-form JSON; cn_fill_mask 1-10 us where few
- * tokens fit (after '{', in an enum or a number), ~55 us inside a free
- * string where nearly all 49k fit (subtrees whose bytes all loop on the
- * state are taken whole), and 0.55-0.8 ms inside a string with a
- * maxLength (each character moves to the next counting state, so every
- * live trie node is stepped). Each state's mask is computed once: masks
- * are cached per program by DFA state (shared by all requests, 16 MiB
- * budget, thread-safe) and per request by exact parse state (4 entries);
- * a cached mask costs ~0.15 us.
+ * Costs (measured by bench/bench_constrain.c; a run on SmolLM2's 49,152
+ * tokens: bench/results/bench-constrain-2026-12-02.txt). cn_vocab_build
+ * and cn_compile are milliseconds; cn_allowed is tens of nanoseconds (one
+ * table lookup per byte of the token). cn_fill_mask costs what the trie
+ * walk steps: microseconds where few tokens fit (after '{', in an enum or
+ * a number), tens inside a free string where nearly all fit (subtrees
+ * whose bytes all loop on the state are taken whole), and most inside a
+ * string with a maxLength (each character moves to the next counting
+ * state, so every live trie node is stepped). Each state's mask is
+ * computed once: masks are cached per program by DFA state (shared by all
+ * requests, 16 MiB budget, thread-safe) and per request by exact parse
+ * state (4 entries); a cached mask is a copy.
  *
  * ---------------------------------------------------------------------------
  * Use by the engine (the integration task):
@@ -185,7 +184,7 @@ enum cn_ws {
 struct cn_limits {
     int32_t max_nfa_states; /* NFA states over all rules (and grammar nodes); 0 = 1,000,000 */
     int32_t max_dfa_states; /* DFA states over all rules; 0 = 200,000 */
-    int64_t max_work;       /* determinization steps; 0 = 400,000,000 (~1 s) */
+    int64_t max_work;       /* determinization steps; 0 = 400,000,000 */
     int32_t max_depth;      /* syntax nesting: ( ), schema levels; 0 = 128 */
     int32_t max_stack;      /* run time: frames per parse stack; 0 = 1024 */
     int32_t max_stacks;     /* run time: parse stacks at once; 0 = 64 */
@@ -291,16 +290,16 @@ anvil_status cn_advance_bytes(struct cn_state *s, const uint8_t *bytes, size_t n
 
 /* The output so far is a complete match (an EOG token is allowed). */
 bool cn_accepts(const struct cn_state *s);
-/* More bytes may follow (some byte continues a valid output). */
+/* More bytes may follow (some byte continues a valid output). When a
+ * state neither accepts nor can continue, no output can ever complete from
+ * it; a state reached only through successful cn_advance calls is never so
+ * (every automaton state kept at compile time can reach acceptance), but
+ * the vocabulary may still offer no token: check cn_fill_mask's count. */
 bool cn_can_continue(const struct cn_state *s);
-/* Neither: no output can ever complete from here. A state reached only
- * through successful cn_advance calls is never dead (every automaton state
- * kept at compile time can reach acceptance), but the vocabulary may still
- * offer no token: check cn_fill_mask's count. */
-bool cn_is_dead(const struct cn_state *s);
 
 /* Fewest bytes that complete the output from here (0 when accepting), or
- * -1 for a dead state. For tools that steer random walks to an end. */
+ * -1 when it neither accepts nor can continue. For tools that steer
+ * random walks to an end. */
 int64_t cn_min_remaining(const struct cn_state *s);
 
 #endif /* ANVIL_CONSTRAIN_H */

@@ -89,18 +89,6 @@ static bool spend(struct dfab *b, int64_t w) {
     return true;
 }
 
-static bool grow(void **p, uint32_t *cap, uint32_t need, size_t sz) {
-    if (need <= *cap) return true;
-    uint64_t nc = *cap ? (uint64_t)*cap * 2 : 64;
-    while (nc < need) nc *= 2;
-    if (nc > UINT32_MAX / 2) return false;
-    void *q = core_realloc(*p, (size_t)nc * sz);
-    if (!q) return false;
-    *p = q;
-    *cap = (uint32_t)nc;
-    return true;
-}
-
 /* ---------------------------------------------------------------------- */
 /* byte classes */
 
@@ -282,7 +270,7 @@ static uint32_t intern(struct dfab *b, uint32_t k) {
              "more than 16M NFA states in all");
         return CN_NIL;
     }
-    if (!grow((void **)&b->keys, &b->cap_keys, b->n_keys + b->n_clo, sizeof *b->keys)) {
+    if (!cn_grow((void **)&b->keys, &b->cap_keys, b->n_keys + b->n_clo, sizeof *b->keys)) {
         fail(b, ANVIL_ERR_NOMEM, "out of memory");
         return CN_NIL;
     }
@@ -344,7 +332,7 @@ static void determinize(struct dfab *b) {
                     w += hi - lo;
                     for (uint32_t j = lo; j < hi; j++) cnt[b->set_cls[j] + 1]++;
                 } else if (ed->kind == NFA_CALL) {
-                    if (!grow((void **)&pend, &cap_pend, n_pend + 1, sizeof *pend)) {
+                    if (!cn_grow((void **)&pend, &cap_pend, n_pend + 1, sizeof *pend)) {
                         fail(b, ANVIL_ERR_NOMEM, "out of memory");
                         goto done;
                     }
@@ -354,7 +342,7 @@ static void determinize(struct dfab *b) {
         }
         if (!spend(b, w + b->key_len[d])) goto done;
         for (uint32_t c = 0; c < nc; c++) cnt[c + 1] += cnt[c];
-        if (!grow((void **)&bk, &cap_bk, cnt[nc] + 1, sizeof *bk)) {
+        if (!cn_grow((void **)&bk, &cap_bk, cnt[nc] + 1, sizeof *bk)) {
             fail(b, ANVIL_ERR_NOMEM, "out of memory");
             goto done;
         }
@@ -409,7 +397,7 @@ static void determinize(struct dfab *b) {
                 }
                 j++;
             }
-            if (!grow((void **)&bk, &cap_bk, m, sizeof *bk)) {
+            if (!cn_grow((void **)&bk, &cap_bk, m, sizeof *bk)) {
                 fail(b, ANVIL_ERR_NOMEM, "out of memory");
                 goto done;
             }
@@ -417,7 +405,7 @@ static void determinize(struct dfab *b) {
             closure(b, bk, m, k);
             uint32_t t = intern(b, k);
             if (t != CN_NIL) {
-                if (!grow((void **)&b->calls, &b->cap_calls, b->n_calls + 1, sizeof *b->calls)) {
+                if (!cn_grow((void **)&b->calls, &b->cap_calls, b->n_calls + 1, sizeof *b->calls)) {
                     fail(b, ANVIL_ERR_NOMEM, "out of memory");
                     goto done;
                 }

@@ -17,15 +17,14 @@
 #include <string.h>
 
 #include "constrain/cn_int.h"
+#include "core/hash.h"
 
 struct gp {
     struct cn_ir *g;
     const uint8_t *s;
     size_t n, i;
     int depth, max_depth;
-    /* rule name -> id, open addressing on the IR's rule names */
-    uint32_t *map;
-    uint32_t cap_map;
+    struct hash_index names; /* rule name -> rule id (every rule is made by rule_for) */
     uint8_t *defined; /* per rule: defined once already */
     uint32_t cap_def;
 };
@@ -76,54 +75,29 @@ static void skip_space(struct gp *p, bool nl_ok) {
 /* ---------------------------------------------------------------------- */
 /* rule names */
 
-static uint64_t name_hash(const uint8_t *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t k = 0; k < n; k++) h = (h ^ s[k]) * 1099511628211ull;
-    return h;
+static void rule_name(const void *ctx, uint32_t id, const void **key, size_t *len) {
+    const struct cn_ir *g = ctx;
+    *key = g->rules[id].name;
+    *len = strlen(g->rules[id].name);
 }
 
 /* Rule id for name s[0..n), created (undefined) when new. */
 static uint32_t rule_for(struct gp *p, const uint8_t *s, size_t n) {
     struct cn_ir *g = p->g;
-    if ((uint64_t)(g->n_rules + 1) * 2 > p->cap_map) {
-        uint32_t nc = p->cap_map ? p->cap_map * 2 : 64;
-        uint32_t *m = core_malloc((size_t)nc * sizeof *m);
-        if (!m) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
-        for (uint32_t k = 0; k < nc; k++) m[k] = CN_NIL;
-        for (uint32_t r = 0; r < g->n_rules; r++) {
-            const char *nm = g->rules[r].name;
-            uint32_t j = (uint32_t)name_hash((const uint8_t *)nm, strlen(nm)) & (nc - 1);
-            while (m[j] != CN_NIL) j = (j + 1) & (nc - 1);
-            m[j] = r;
-        }
-        core_free(p->map);
-        p->map = m;
-        p->cap_map = nc;
-    }
-    uint32_t j = (uint32_t)name_hash(s, n) & (p->cap_map - 1);
-    while (p->map[j] != CN_NIL) {
-        const char *nm = g->rules[p->map[j]].name;
-        if (strlen(nm) == n && !memcmp(nm, s, n)) return p->map[j];
-        j = (j + 1) & (p->cap_map - 1);
-    }
+    int64_t id = hash_index_find(&p->names, s, n, rule_name, g);
+    if (id >= 0) return (uint32_t)id;
     uint32_t r = ir_rule_add(g, (const char *)s, n);
     if (r == CN_NIL) return CN_NIL;
+    if (hash_index_add(&p->names, r, s, n, rule_name, g, NULL) != ANVIL_OK)
+        return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
     int l, c;
     line_col(p, p->i, &l, &c);
     g->rules[r].line = l;
-    p->map[j] = r;
     return r;
 }
 
 /* ---------------------------------------------------------------------- */
 /* terminals */
-
-static int hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
 
 /* One character of a string or class: a code point, or -1 on error. */
 static int64_t parse_char(struct gp *p) {
@@ -140,7 +114,7 @@ static int64_t parse_char(struct gp *p) {
             int k = e == 'x' ? 2 : e == 'u' ? 4 : 8;
             int64_t v = 0;
             for (int j = 0; j < k; j++) {
-                int h = hexval(peek(p));
+                int h = cn_hexval(peek(p));
                 if (h < 0) {
                     gp_fail(p, "expecting hex digits in escape");
                     return -1;
@@ -446,6 +420,11 @@ anvil_status cn_parse_gbnf(const char *text, size_t len, const struct cn_options
         return st;
     }
     struct gp p = {.g = g, .s = (const uint8_t *)text, .n = len, .max_depth = lim.max_depth};
+    if (hash_index_init(&p.names, 64) != ANVIL_OK) {
+        ir_free(g);
+        errmsg_set(err, err_cap, "out of memory");
+        return ANVIL_ERR_NOMEM;
+    }
     skip_space(&p, true);
     while (p.i < p.n && ir_ok(g)) {
         if (!parse_rule(&p)) break;
@@ -465,7 +444,7 @@ anvil_status cn_parse_gbnf(const char *text, size_t len, const struct cn_options
             if (!strcmp(g->rules[r].name, "root")) g->root = r;
         if (g->root == CN_NIL) ir_fail(g, ANVIL_ERR_INVALID, "grammar: no 'root' rule");
     }
-    core_free(p.map);
+    hash_index_free(&p.names);
     core_free(p.defined);
     if (!ir_ok(g)) {
         errmsg_set(err, err_cap, "%s", g->err);

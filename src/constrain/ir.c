@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "constrain/cn_int.h"
+#include "core/sbuf.h"
 
 /* ---------------------------------------------------------------------- */
 /* lifetime and errors */
@@ -58,28 +59,12 @@ uint32_t ir_fail(struct cn_ir *g, anvil_status st, const char *fmt, ...) {
 
 static uint32_t oom(struct cn_ir *g) { return ir_fail(g, ANVIL_ERR_NOMEM, NULL); }
 
-/* grow *p (elements of size sz) to hold at least need; false on OOM */
-static bool grow(void **p, uint32_t *cap, uint32_t need, size_t sz) {
-    if (need <= *cap) return true;
-    uint64_t nc = *cap ? (uint64_t)*cap * 2 : 16;
-    while (nc < need) nc *= 2;
-    if (nc > UINT32_MAX - 1) nc = UINT32_MAX - 1;
-    if (nc < need) return false;
-    size_t bytes;
-    if (!size_mul((size_t)nc, sz, &bytes)) return false;
-    void *q = core_realloc(*p, bytes);
-    if (!q) return false;
-    *p = q;
-    *cap = (uint32_t)nc;
-    return true;
-}
-
 static uint32_t new_node(struct cn_ir *g, uint8_t op) {
     if (!ir_ok(g)) return CN_NIL;
     if (g->n_nodes + g->n_kids >= g->max_nodes)
         return ir_fail(g, ANVIL_ERR_UNSUPPORTED,
                        "constraint too large: more than %u grammar nodes", g->max_nodes);
-    if (!grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes)) return oom(g);
+    if (!cn_grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes)) return oom(g);
     struct ir_node *n = &g->nodes[g->n_nodes];
     memset(n, 0, sizeof *n);
     n->op = op;
@@ -123,7 +108,7 @@ static uint32_t set_id(struct cn_ir *g, const struct cn_bset *s) {
         if (!memcmp(&g->sets[g->set_hash[j]], s, sizeof *s)) return g->set_hash[j];
         j = (j + 1) & (g->cap_hash - 1);
     }
-    if (!grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return oom(g);
+    if (!cn_grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return oom(g);
     g->sets[g->n_sets] = *s;
     g->set_hash[j] = g->n_sets;
     return g->n_sets++;
@@ -165,7 +150,7 @@ uint32_t ir_str(struct cn_ir *g, const char *s) { return ir_lit(g, s, strlen(s))
 
 static bool grow_kids(struct cn_ir *g, uint32_t need) {
     uint32_t cap = g->cap_kids;
-    if (!grow((void **)&g->kids, &cap, need, sizeof *g->kids)) return false;
+    if (!cn_grow((void **)&g->kids, &cap, need, sizeof *g->kids)) return false;
     if (cap != g->cap_kids) {
         uint8_t *r = core_realloc(g->kreq, cap);
         if (!r) return false; /* kids grew, kreq did not: cap_kids stays, retried next time */
@@ -269,7 +254,7 @@ uint32_t ir_rule_add(struct cn_ir *g, const char *name, size_t len) {
     if (!ir_ok(g)) return CN_NIL;
     if (g->n_rules >= g->max_nodes)
         return ir_fail(g, ANVIL_ERR_UNSUPPORTED, "constraint too large: too many rules");
-    if (!grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return oom(g);
+    if (!cn_grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return oom(g);
     char *nm = core_malloc(len + 1);
     if (!nm) return oom(g);
     memcpy(nm, name, len);
@@ -289,7 +274,7 @@ void ir_list_push(struct cn_ir *g, struct ir_list *l, uint32_t x) {
         ir_fail(g, ANVIL_ERR_INVALID, "internal: nil node");
         return;
     }
-    if (!grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) {
+    if (!cn_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) {
         oom(g);
         return;
     }
@@ -328,48 +313,23 @@ int cn_utf8_encode(uint32_t cp, uint8_t out[4]) {
     return 4;
 }
 
+/* Validity is core's rule (sb_utf8_len: no overlongs, no surrogates,
+ * nothing above U+10FFFF); this adds the value. */
 int cn_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     if (n == 0) return 0;
-    uint8_t c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    int len;
-    uint32_t v;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        v = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        v = c & 0x0F;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        v = c & 0x07;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n < (size_t)len) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    v = (v << 6) | (s[1] & 0x3F);
-    for (int i = 2; i < len; i++) {
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
+    size_t len = sb_utf8_len(s, n);
+    if (len == 0) return 0;
+    uint32_t v = len == 1 ? s[0] : s[0] & (0x7Fu >> len);
+    for (size_t i = 1; i < len; i++) v = (v << 6) | (s[i] & 0x3F);
     *cp = v;
-    return len;
+    return (int)len;
 }
 
 void cps_add(struct cn_ir *g, struct cp_set *s, uint32_t lo, uint32_t hi) {
     if (!ir_ok(g) || lo > hi) return;
     if (hi > CN_MAX_CP) hi = CN_MAX_CP;
     if (lo > hi) return;
-    if (!grow((void **)&s->r, &s->cap, s->n + 1, sizeof *s->r)) {
+    if (!cn_grow((void **)&s->r, &s->cap, s->n + 1, sizeof *s->r)) {
         oom(g);
         return;
     }
@@ -487,7 +447,7 @@ uint32_t ir_cps(struct cn_ir *g, struct cp_set *s) {
     return r;
 }
 
-uint32_t ir_cp_range(struct cn_ir *g, uint32_t lo, uint32_t hi) {
+static uint32_t cp_range(struct cn_ir *g, uint32_t lo, uint32_t hi) {
     struct cp_set s = {0};
     cps_add(g, &s, lo, hi);
     uint32_t r = ir_cps(g, &s);
@@ -495,7 +455,7 @@ uint32_t ir_cp_range(struct cn_ir *g, uint32_t lo, uint32_t hi) {
     return r;
 }
 
-uint32_t ir_any_cp(struct cn_ir *g) { return ir_cp_range(g, 0, CN_MAX_CP); }
+uint32_t ir_any_cp(struct cn_ir *g) { return cp_range(g, 0, CN_MAX_CP); }
 
 uint32_t ir_cp(struct cn_ir *g, uint32_t cp) {
     uint8_t b[4];
@@ -509,46 +469,12 @@ uint32_t ir_cp(struct cn_ir *g, uint32_t cp) {
 /* ---------------------------------------------------------------------- */
 /* dump */
 
-struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-};
-
-static void sb_put(struct sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 256;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *q = core_realloc(b->p, nc);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_fmt(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_fmt(struct sbuf *b, const char *fmt, ...) {
-    char tmp[64];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 static void dump_byte(struct sbuf *b, unsigned c) {
     if (c >= 0x21 && c < 0x7F && c != '\\' && c != ']' && c != '[' && c != '"' && c != '-' &&
         c != '^')
-        sb_fmt(b, "%c", c);
+        sb_printf(b, "%c", c);
     else
-        sb_fmt(b, "\\x%02X", c);
+        sb_printf(b, "\\x%02X", c);
 }
 
 static void dump_node(const struct cn_ir *g, struct sbuf *b, uint32_t id, int depth) {
@@ -592,9 +518,9 @@ static void dump_node(const struct cn_ir *g, struct sbuf *b, uint32_t id, int de
     case IR_REP:
         dump_node(g, b, n->a, depth + 1);
         if (n->max < 0)
-            sb_fmt(b, "{%d,}", n->min);
+            sb_printf(b, "{%d,}", n->min);
         else
-            sb_fmt(b, "{%d,%d}", n->min, n->max);
+            sb_printf(b, "{%d,%d}", n->min, n->max);
         break;
     case IR_REF: sb_put(b, g->rules[n->a].name, strlen(g->rules[n->a].name)); break;
     case IR_SUBSEQ:
@@ -610,7 +536,8 @@ static void dump_node(const struct cn_ir *g, struct sbuf *b, uint32_t id, int de
 }
 
 char *ir_to_gbnf(const struct cn_ir *g) {
-    struct sbuf b = {0};
+    struct sbuf b;
+    sb_init(&b);
     sb_put(&b, "", 0);
     for (uint32_t r = 0; r < g->n_rules; r++) {
         const char *nm = g->rules[r].name;
@@ -624,8 +551,8 @@ char *ir_to_gbnf(const struct cn_ir *g) {
         sb_put(&b, "\n", 1);
     }
     if (b.oom) {
-        core_free(b.p);
+        sb_free(&b);
         return NULL;
     }
-    return b.p;
+    return sb_take(&b, NULL);
 }

@@ -433,8 +433,6 @@ bool cn_ref_feed(struct cn_ref *r, const uint8_t *b, size_t n) {
     return !r->dead && !r->oom;
 }
 
-bool cn_ref_viable(const struct cn_ref *r) { return !r->dead && !r->oom; }
-
 bool cn_ref_accepts(const struct cn_ref *r) {
     if (r->dead || r->oom) return false;
     uint32_t cur = (uint32_t)(r->n_sets - 1);

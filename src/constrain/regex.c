@@ -68,18 +68,11 @@ static void add_class_escape(struct cn_ir *g, struct cp_set *s, int c) {
     cps_free(&t);
 }
 
-static int hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* Read exactly k hex digits; -1 when malformed. */
 static int64_t read_hex(struct rx *p, int k) {
     int64_t v = 0;
     for (int j = 0; j < k; j++) {
-        int h = hexval(peek(p));
+        int h = cn_hexval(peek(p));
         if (h < 0) return -1;
         v = v * 16 + h;
         p->i++;
@@ -171,6 +164,16 @@ static int read_escape(struct rx *p, bool in_class, int64_t *cp) {
     return ESC_CP;
 }
 
+/* One member of a set: an escape (after a backslash) or a code point. */
+static int read_class_item(struct rx *p, int64_t *cp) {
+    if (peek(p) == '\\') {
+        p->i++;
+        return read_escape(p, true, cp);
+    }
+    *cp = read_cp(p);
+    return *cp < 0 ? -1 : ESC_CP;
+}
+
 static uint32_t parse_class(struct rx *p) {
     struct cn_ir *g = p->g;
     struct cp_set set = {0};
@@ -191,14 +194,7 @@ static uint32_t parse_class(struct rx *p) {
             break;
         }
         int64_t lo;
-        int kind;
-        if (c == '\\') {
-            p->i++;
-            kind = read_escape(p, true, &lo);
-        } else {
-            lo = read_cp(p);
-            kind = lo < 0 ? -1 : ESC_CP;
-        }
+        int kind = read_class_item(p, &lo);
         if (kind < 0) {
             cps_free(&set);
             return CN_NIL;
@@ -221,14 +217,7 @@ static uint32_t parse_class(struct rx *p) {
             }
             p->i++;
             int64_t hi;
-            int kind2;
-            if (d == '\\') {
-                p->i++;
-                kind2 = read_escape(p, true, &hi);
-            } else {
-                hi = read_cp(p);
-                kind2 = hi < 0 ? -1 : ESC_CP;
-            }
+            int kind2 = read_class_item(p, &hi);
             if (kind2 < 0) {
                 cps_free(&set);
                 return CN_NIL;

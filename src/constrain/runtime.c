@@ -36,22 +36,10 @@
 /* ---------------------------------------------------------------------- */
 /* scratch */
 
-static bool grow(void **p, uint32_t *cap, uint64_t need, size_t sz) {
-    if (need <= *cap) return true;
-    uint64_t nc = *cap ? (uint64_t)*cap * 2 : 16;
-    while (nc < need) nc *= 2;
-    if (nc > UINT32_MAX / 2) return false;
-    void *q = core_realloc(*p, (size_t)nc * sz);
-    if (!q) return false;
-    *p = q;
-    *cap = (uint32_t)nc;
-    return true;
-}
-
 /* grow for the stepping code: a failure is remembered in sc.oom so that
  * the API can tell "out of memory" from "not allowed" */
 static bool sgrow(struct cn_state *s, void **p, uint32_t *cap, uint64_t need, size_t sz) {
-    if (grow(p, cap, need, sz)) return true;
+    if (cn_grow(p, cap, need, sz)) return true;
     s->sc.oom = true;
     return false;
 }
@@ -123,35 +111,18 @@ static uint32_t push_frame(struct cn_state *s, uint32_t *top, uint32_t mark, int
     return (*top)++;
 }
 
-/* The general step. Frames made go above *ftop (updated). */
-static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, uint32_t n_in,
-                        uint8_t byte, uint32_t out_off, bool *acc, uint32_t *ftop) {
+/* The closure of the work list sc->work[0..nw) (no byte consumed): every
+ * configuration reached through rule ends and calls, those with a byte
+ * transition written to scratch cfg[out_off ..), *acc set when one may end
+ * the output. Frames made go above *ftop (updated: those above the
+ * caller's value are this step's, and shared where equal). The visited
+ * table is of a fresh generation. Forced inline into both callers: the
+ * step is the inner loop of a pushdown program's mask walk. */
+static inline __attribute__((always_inline)) int32_t
+close_work(struct cn_state *s, uint32_t nw, uint32_t out_off, bool *acc, uint32_t *ftop) {
     const struct cn_program *p = s->p;
     struct cn_scratch *sc = &s->sc;
-    uint32_t nc = (uint32_t)p->n_classes, cls = p->class_of[byte];
-    *acc = false;
-    /* fast path: one configuration moving to a plain state */
-    if (n_in == 1) {
-        struct cn_cfg c = in_scratch ? sc->cfg[in_off] : s->cfg[0];
-        int32_t t = p->trans[(size_t)c.top * nc + cls];
-        if (t < 0) return 0;
-        if (p->flags[t] == CN_SF_BYTES) {
-            if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + 1, sizeof *sc->cfg))
-                return -1;
-            sc->cfg[out_off] = (struct cn_cfg){t, c.stk};
-            return 1;
-        }
-    }
-    if (!vis_ready(s)) return -1;
-    vis_new_gen(sc);
-    uint32_t nw = 0, n_out = 0, visits = 0, mark = *ftop;
-    for (uint32_t i = 0; i < n_in; i++) {
-        struct cn_cfg c = in_scratch ? sc->cfg[in_off + i] : s->cfg[i];
-        int32_t t = p->trans[(size_t)c.top * nc + cls];
-        if (t < 0) continue;
-        if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work)) return -1;
-        sc->work[nw++] = (struct cn_cfg){t, c.stk};
-    }
+    uint32_t n_out = 0, visits = 0, mark = *ftop;
     uint32_t max_out = (uint32_t)p->max_stacks;
     while (nw > 0) {
         struct cn_cfg c = sc->work[--nw];
@@ -192,6 +163,38 @@ static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, ui
     return (int32_t)n_out;
 }
 
+/* The general step. Frames made go above *ftop (updated). */
+static int32_t step_gen(struct cn_state *s, bool in_scratch, uint32_t in_off, uint32_t n_in,
+                        uint8_t byte, uint32_t out_off, bool *acc, uint32_t *ftop) {
+    const struct cn_program *p = s->p;
+    struct cn_scratch *sc = &s->sc;
+    uint32_t nc = (uint32_t)p->n_classes, cls = p->class_of[byte];
+    *acc = false;
+    /* fast path: one configuration moving to a plain state */
+    if (n_in == 1) {
+        struct cn_cfg c = in_scratch ? sc->cfg[in_off] : s->cfg[0];
+        int32_t t = p->trans[(size_t)c.top * nc + cls];
+        if (t < 0) return 0;
+        if (p->flags[t] == CN_SF_BYTES) {
+            if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + 1, sizeof *sc->cfg))
+                return -1;
+            sc->cfg[out_off] = (struct cn_cfg){t, c.stk};
+            return 1;
+        }
+    }
+    if (!vis_ready(s)) return -1;
+    vis_new_gen(sc);
+    uint32_t nw = 0;
+    for (uint32_t i = 0; i < n_in; i++) {
+        struct cn_cfg c = in_scratch ? sc->cfg[in_off + i] : s->cfg[i];
+        int32_t t = p->trans[(size_t)c.top * nc + cls];
+        if (t < 0) continue;
+        if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work)) return -1;
+        sc->work[nw++] = (struct cn_cfg){t, c.stk};
+    }
+    return close_work(s, nw, out_off, acc, ftop);
+}
+
 int32_t rt_step(struct cn_state *s, bool in_scratch, uint32_t in_off, uint32_t n_in, uint8_t b,
                 uint32_t out_off, bool *acc, uint32_t *ftop) {
     return step_gen(s, in_scratch, in_off, n_in, b, out_off, acc, ftop);
@@ -201,48 +204,13 @@ int32_t rt_step(struct cn_state *s, bool in_scratch, uint32_t in_off, uint32_t n
  * start of the output. Same rules as a step. */
 static int32_t closure_one(struct cn_state *s, int32_t top, uint32_t out_off, bool *acc,
                            uint32_t *ftop) {
-    const struct cn_program *p = s->p;
     struct cn_scratch *sc = &s->sc;
     if (!vis_ready(s)) return -1;
     vis_new_gen(sc);
-    uint32_t nw = 0, n_out = 0, visits = 0, mark = *ftop;
     *acc = false;
     if (!sgrow(s, (void **)&sc->work, &sc->cap_work, 1, sizeof *sc->work)) return -1;
-    sc->work[nw++] = (struct cn_cfg){top, 0};
-    while (nw > 0) {
-        struct cn_cfg c = sc->work[--nw];
-        if (!vis_insert(sc, c.top, c.stk)) continue;
-        if (++visits > visit_max(p)) return bound(s);
-        uint8_t f = p->flags[c.top];
-        if (f & CN_SF_BYTES) {
-            if (n_out >= (uint32_t)p->max_stacks) return bound(s);
-            if (!sgrow(s, (void **)&sc->cfg, &sc->cap_cfg, (uint64_t)out_off + n_out + 1,
-                      sizeof *sc->cfg))
-                return -1;
-            sc->cfg[out_off + n_out++] = c;
-        }
-        if (f & CN_SF_FINAL) {
-            if (c.stk == 0) {
-                *acc = true;
-            } else {
-                const struct cn_frame *fr = &s->fr[c.stk];
-                if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
-                    return -1;
-                sc->work[nw++] = (struct cn_cfg){fr->ret, fr->parent};
-            }
-        }
-        if ((f & CN_SF_CALLS) && s->fr[c.stk].depth + 1 > (uint32_t)p->max_stack) s->sc.bound = true;
-        if ((f & CN_SF_CALLS) && s->fr[c.stk].depth + 1 <= (uint32_t)p->max_stack) {
-            for (uint32_t k = p->call_off[c.top]; k < p->call_off[c.top + 1]; k++) {
-                uint32_t nf = push_frame(s, ftop, mark, p->calls[k].ret, c.stk);
-                if (nf == CN_NIL) return -1;
-                if (!sgrow(s, (void **)&sc->work, &sc->cap_work, (uint64_t)nw + 1, sizeof *sc->work))
-                    return -1;
-                sc->work[nw++] = (struct cn_cfg){p->calls[k].start, nf};
-            }
-        }
-    }
-    return (int32_t)n_out;
+    sc->work[0] = (struct cn_cfg){top, 0};
+    return close_work(s, 1, out_off, acc, ftop);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -255,11 +223,11 @@ static bool commit(struct cn_state *s, uint32_t off, uint32_t n, bool acc, uint3
     struct cn_scratch *sc = &s->sc;
     uint32_t cap = 16;
     while (cap < 2 * ftop + 2) cap *= 2;
-    if (!grow((void **)&s->fr2, &s->cap_fr2, (uint64_t)ftop + 1, sizeof *s->fr2) ||
-        !grow((void **)&sc->map, &sc->cap_map, (uint64_t)ftop + 1, sizeof *sc->map) ||
-        !grow((void **)&sc->chain, &sc->cap_chain, (uint64_t)ftop + 1, sizeof *sc->chain) ||
-        !grow((void **)&sc->hash, &sc->cap_hash, cap, sizeof *sc->hash) ||
-        !grow((void **)&s->cfg2, &s->cap_cfg2, n ? n : 1, sizeof *s->cfg2)) {
+    if (!cn_grow((void **)&s->fr2, &s->cap_fr2, (uint64_t)ftop + 1, sizeof *s->fr2) ||
+        !cn_grow((void **)&sc->map, &sc->cap_map, (uint64_t)ftop + 1, sizeof *sc->map) ||
+        !cn_grow((void **)&sc->chain, &sc->cap_chain, (uint64_t)ftop + 1, sizeof *sc->chain) ||
+        !cn_grow((void **)&sc->hash, &sc->cap_hash, cap, sizeof *sc->hash) ||
+        !cn_grow((void **)&s->cfg2, &s->cap_cfg2, n ? n : 1, sizeof *s->cfg2)) {
         sc->oom = true;
         return false;
     }
@@ -394,8 +362,8 @@ void cn_state_free(struct cn_state *s) {
 anvil_status cn_state_copy(struct cn_state *dst, const struct cn_state *src) {
     if (!dst || !src || dst->p != src->p || dst->v != src->v) return ANVIL_ERR_INVALID;
     if (dst == src) return ANVIL_OK;
-    if (!grow((void **)&dst->cfg, &dst->cap_cfg, src->n_cfg ? src->n_cfg : 1, sizeof *dst->cfg) ||
-        !grow((void **)&dst->fr, &dst->cap_fr, src->n_fr, sizeof *dst->fr))
+    if (!cn_grow((void **)&dst->cfg, &dst->cap_cfg, src->n_cfg ? src->n_cfg : 1, sizeof *dst->cfg) ||
+        !cn_grow((void **)&dst->fr, &dst->cap_fr, src->n_fr, sizeof *dst->fr))
         return ANVIL_ERR_NOMEM;
     memcpy(dst->cfg, src->cfg, (size_t)src->n_cfg * sizeof *dst->cfg);
     memcpy(dst->fr, src->fr, (size_t)src->n_fr * sizeof *dst->fr);
@@ -408,7 +376,6 @@ anvil_status cn_state_copy(struct cn_state *dst, const struct cn_state *src) {
 
 bool cn_accepts(const struct cn_state *s) { return s->acc; }
 bool cn_can_continue(const struct cn_state *s) { return !s->done && s->n_cfg > 0; }
-bool cn_is_dead(const struct cn_state *s) { return !s->acc && s->n_cfg == 0; }
 
 int64_t cn_min_remaining(const struct cn_state *s) {
     if (s->acc) return 0;

@@ -1,5 +1,7 @@
 /*
- * schema.c - JSON Schema (the subset of constrain.h) to the grammar IR.
+ * schema.c - JSON Schema (the subset of constrain.h) to the grammar IR:
+ * the keyword walk. Strings and numbers are schema_scalar.c's, the JSON
+ * syntax pieces and the value writer schema_json.c's (schema_int.h).
  *
  * The schema is parsed with cJSON and walked once. Each keyword is looked
  * up in a table that says what it is: handled, an annotation (ignored on
@@ -12,36 +14,21 @@
  * inlines the small ones and keeps big or recursive ones as calls. $ref
  * targets are memoized by the node they point at, so a recursive schema is
  * a recursive rule; other sub-schemas by content (member order included),
- * so a shape repeated under many properties is one rule. Objects use IR_SUBSEQ for "declared properties in
- * order, optional ones may be missing, commas between", which stays linear
- * in the number of properties. Free-form JSON (any value) is a small
- * recursive grammar built once per schema.
- *
- * Strings: the JSON text of a string is bytes; a pattern or format regex
- * describes the decoded characters, so its IR is rewritten to JSON's
- * escaped form (a '"' in the pattern's language becomes \" in the output,
- * a control character its escape) - escape_json below.
+ * so a shape repeated under many properties is one rule. Objects use
+ * IR_SUBSEQ for "declared properties in order, optional ones may be
+ * missing, commas between", which stays linear in the number of
+ * properties. Free-form JSON (any value) is a small recursive grammar
+ * built once per schema.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
+#include "constrain/schema_int.h"
+#include "core/hash.h"
 
-#include "constrain/cn_int.h"
-
-#define KEY_MAX_CPS 512   /* declared property names excluded from extra names */
-#define INT_DIGITS 19     /* unbounded integers */
-#define MAX_SAFE 9007199254740992.0 /* 2^53: integer bounds beyond are not exact in a double */
-
-enum kw {
-    KW_ANNOT, KW_DEFS, KW_TYPE, KW_ENUM, KW_CONST, KW_REF, KW_ANYOF, KW_ONEOF, KW_ALLOF,
-    KW_PROPS, KW_REQ, KW_ADDL, KW_ITEMS, KW_PREFIX, KW_ADDITEMS, KW_MINITEMS, KW_MAXITEMS,
-    KW_UNIQUE, KW_MINLEN, KW_MAXLEN, KW_PATTERN, KW_FORMAT, KW_MIN, KW_MAX, KW_XMIN, KW_XMAX,
-    KW_MULTOF, KW_UNSUP, KW_COUNT
-};
+#define KEY_MAX_CPS 512 /* declared property names excluded from extra names */
 
 static const struct {
     const char *name;
@@ -70,407 +57,22 @@ static const struct {
     {"$vocabulary", KW_UNSUP},
 };
 
-struct sc {
-    struct cn_ir *g;
-    const cJSON *doc;
-    enum cn_ws ws;
-    int max_depth;
-    struct {
-        const cJSON *target;
-        uint32_t rule;
-    } *refs;
-    uint32_t n_refs, cap_refs;
-    uint32_t r_value, r_object; /* any JSON value / object: recursive rules, CN_NIL until built */
-    /* sub-schemas by content: identical ones share one rule */
-    struct sub_memo {
-        uint64_t h;
-        const cJSON *s;
-        uint32_t rule;
-    } *subs;
-    uint32_t n_subs, cap_subs; /* cap_subs: power of two, open addressing */
-    char path[320];
-    size_t plen;
-};
-
 /* ---------------------------------------------------------------------- */
-/* errors and paths */
-
-static uint32_t sc_fail(struct sc *c, anvil_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static uint32_t sc_fail(struct sc *c, anvil_status st, const char *fmt, ...) {
-    char msg[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    /* a deep path keeps its last part, so that the message stays readable */
-    const char *path = c->plen ? c->path : "/";
-    bool cut = c->plen > 80;
-    if (cut) path = c->path + c->plen - 80;
-    return ir_fail(c->g, st, "JSON Schema at %s%s: %s", cut ? "..." : "", path, msg);
-}
-
-static size_t path_push(struct sc *c, const char *seg, const char *seg2) {
-    size_t save = c->plen;
-    int n = snprintf(c->path + c->plen, sizeof c->path - c->plen, "/%s%s%s", seg, seg2 ? "/" : "",
-                     seg2 ? seg2 : "");
-    if (n > 0) c->plen += (size_t)n;
-    if (c->plen >= sizeof c->path) c->plen = sizeof c->path - 1;
-    return save;
-}
-
-static void path_pop(struct sc *c, size_t save) {
-    c->plen = save;
-    c->path[save] = 0;
-}
-
-/* ---------------------------------------------------------------------- */
-/* shared pieces of JSON text */
-
-static uint32_t ws(struct sc *c) {
-    struct cn_ir *g = c->g;
-    if (c->ws == CN_WS_COMPACT) return ir_empty(g);
-    struct cn_bset sp = {{0}};
-    bset_add(&sp, ' ');
-    bset_add(&sp, '\t');
-    uint32_t nl = ir_seq2(g, ir_byte(g, '\n'), ir_rep(g, ir_bytes(g, &sp), 0, 20));
-    return ir_opt(g, ir_alt2(g, ir_byte(g, ' '), nl));
-}
-
-static uint32_t colon(struct sc *c) {
-    struct cn_ir *g = c->g;
-    if (c->ws == CN_WS_COMPACT) return ir_byte(g, ':');
-    return ir_seq2(g, ir_byte(g, ':'), ir_opt(g, ir_byte(g, ' ')));
-}
-
-static uint32_t sep(struct sc *c) { return ir_seq2(c->g, ir_byte(c->g, ','), ws(c)); }
-
-static uint32_t hex(struct cn_ir *g) {
-    struct cn_bset s = {{0}};
-    bset_add_range(&s, '0', '9');
-    bset_add_range(&s, 'a', 'f');
-    bset_add_range(&s, 'A', 'F');
-    return ir_bytes(g, &s);
-}
-
-/* One character of a JSON string's text: an unescaped character (no '"',
- * '\\', control) or an escape; \u escapes of surrogates are left out so
- * that one escape is one code point. */
-static uint32_t json_char(struct cn_ir *g) {
-    struct cp_set raw = {0};
-    cps_add(g, &raw, 0x20, 0x21);
-    cps_add(g, &raw, 0x23, 0x5B);
-    cps_add(g, &raw, 0x5D, CN_MAX_CP);
-    uint32_t plain = ir_cps(g, &raw);
-    cps_free(&raw);
-    struct cn_bset e = {{0}};
-    const char *simple = "\"\\/bfnrt";
-    for (const char *p = simple; *p; p++) bset_add(&e, (uint8_t)*p);
-    struct cn_bset nd = {{0}}, d = {{0}}, lo8 = {{0}};
-    bset_add_range(&nd, '0', '9');
-    bset_add_range(&nd, 'a', 'c');
-    bset_add_range(&nd, 'A', 'C');
-    bset_add_range(&nd, 'e', 'f');
-    bset_add_range(&nd, 'E', 'F');
-    bset_add(&d, 'd');
-    bset_add(&d, 'D');
-    bset_add_range(&lo8, '0', '7');
-    uint32_t u4 = ir_alt2(g, ir_seq(g, (uint32_t[]){ir_bytes(g, &nd), hex(g), hex(g), hex(g)}, 4),
-                          ir_seq(g, (uint32_t[]){ir_bytes(g, &d), ir_bytes(g, &lo8), hex(g), hex(g)}, 4));
-    uint32_t esc = ir_seq2(g, ir_byte(g, '\\'), ir_alt2(g, ir_bytes(g, &e), ir_seq2(g, ir_byte(g, 'u'), u4)));
-    return ir_alt2(g, plain, esc);
-}
-
-static uint32_t quoted(struct cn_ir *g, uint32_t body) {
-    return ir_seq3(g, ir_byte(g, '"'), body, ir_byte(g, '"'));
-}
-
-static uint32_t any_string(struct cn_ir *g) { return quoted(g, ir_rep(g, json_char(g), 0, -1)); }
-
-static uint32_t any_number(struct cn_ir *g) {
-    uint32_t d = ir_byte_range(g, '0', '9');
-    uint32_t ip = ir_alt2(g, ir_byte(g, '0'), ir_seq2(g, ir_byte_range(g, '1', '9'), ir_rep(g, d, 0, 15)));
-    uint32_t frac = ir_opt(g, ir_seq2(g, ir_byte(g, '.'), ir_rep(g, d, 1, 16)));
-    struct cn_bset eE = {{0}}, pm = {{0}};
-    bset_add(&eE, 'e');
-    bset_add(&eE, 'E');
-    bset_add(&pm, '+');
-    bset_add(&pm, '-');
-    uint32_t ex = ir_opt(g, ir_seq3(g, ir_bytes(g, &eE), ir_opt(g, ir_bytes(g, &pm)), ir_rep(g, d, 1, 3)));
-    return ir_seq(g, (uint32_t[]){ir_opt(g, ir_byte(g, '-')), ip, frac, ex}, 4);
-}
-
-/* Any JSON value / object: value ::= object | array | string | number |
- * true | false | null, recursive through object and array. */
-static void build_any(struct sc *c) {
-    struct cn_ir *g = c->g;
-    if (c->r_value != CN_NIL) return;
-    uint32_t rv = ir_rule_add(g, "json-value", 10);
-    uint32_t ro = ir_rule_add(g, "json-object", 11);
-    uint32_t ra = ir_rule_add(g, "json-array", 10);
-    if (!ir_ok(g)) return;
-    c->r_value = rv;
-    c->r_object = ro;
-    uint32_t member = ir_seq3(g, any_string(g), colon(c), ir_ref(g, rv));
-    uint32_t members = ir_seq2(g, member, ir_rep(g, ir_seq2(g, sep(c), member), 0, -1));
-    ir_rule_define(g, ro, ir_seq(g, (uint32_t[]){ir_byte(g, '{'), ws(c),
-                                                 ir_opt(g, ir_seq2(g, members, ws(c))),
-                                                 ir_byte(g, '}')}, 4));
-    uint32_t vals = ir_seq2(g, ir_ref(g, rv), ir_rep(g, ir_seq2(g, sep(c), ir_ref(g, rv)), 0, -1));
-    ir_rule_define(g, ra, ir_seq(g, (uint32_t[]){ir_byte(g, '['), ws(c),
-                                                 ir_opt(g, ir_seq2(g, vals, ws(c))),
-                                                 ir_byte(g, ']')}, 4));
-    uint32_t alts[7] = {ir_ref(g, ro), ir_ref(g, ra), any_string(g), any_number(g),
-                        ir_str(g, "true"), ir_str(g, "false"), ir_str(g, "null")};
-    ir_rule_define(g, rv, ir_alt(g, alts, 7));
-}
-
-static uint32_t any_value(struct sc *c) {
-    build_any(c);
-    return c->r_value == CN_NIL ? CN_NIL : ir_ref(c->g, c->r_value);
-}
-
-/* ---------------------------------------------------------------------- */
-/* JSON text of schema values (enum, const, property names) */
-
-struct jbuf {
-    char *p;
-    size_t n, cap;
-    bool bad; /* OOM or a value JSON cannot hold */
-    bool oom;
-};
-
-static void jb_put(struct jbuf *b, const char *s, size_t n) {
-    if (b->bad) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 64;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *q = core_realloc(b->p, nc);
-        if (!q) {
-            b->bad = b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void jb_string(struct jbuf *b, const char *s) {
-    jb_put(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char e[8];
-        switch (*p) {
-        case '"': jb_put(b, "\\\"", 2); break;
-        case '\\': jb_put(b, "\\\\", 2); break;
-        case '\b': jb_put(b, "\\b", 2); break;
-        case '\f': jb_put(b, "\\f", 2); break;
-        case '\n': jb_put(b, "\\n", 2); break;
-        case '\r': jb_put(b, "\\r", 2); break;
-        case '\t': jb_put(b, "\\t", 2); break;
-        default:
-            if (*p < 0x20) {
-                snprintf(e, sizeof e, "\\u%04x", *p);
-                jb_put(b, e, 6);
-            } else {
-                jb_put(b, (const char *)p, 1);
-            }
-        }
-    }
-    jb_put(b, "\"", 1);
-}
-
-static void jb_number(struct jbuf *b, double v) {
-    char t[40];
-    if (!isfinite(v)) {
-        b->bad = true;
-        return;
-    }
-    if (v == floor(v) && fabs(v) < MAX_SAFE) {
-        snprintf(t, sizeof t, "%lld", (long long)v);
-    } else {
-        for (int p = 1; p <= 17; p++) {
-            snprintf(t, sizeof t, "%.*g", p, v);
-            if (strtod(t, NULL) == v) break;
-        }
-    }
-    jb_put(b, t, strlen(t));
-}
-
-static void jb_value(struct jbuf *b, const cJSON *v, int depth) {
-    if (depth > 64) {
-        b->bad = true;
-        return;
-    }
-    if (cJSON_IsNull(v)) jb_put(b, "null", 4);
-    else if (cJSON_IsTrue(v)) jb_put(b, "true", 4);
-    else if (cJSON_IsFalse(v)) jb_put(b, "false", 5);
-    else if (cJSON_IsNumber(v)) jb_number(b, v->valuedouble);
-    else if (cJSON_IsString(v)) jb_string(b, v->valuestring);
-    else if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
-        bool obj = cJSON_IsObject(v);
-        jb_put(b, obj ? "{" : "[", 1);
-        int i = 0;
-        for (const cJSON *k = v->child; k; k = k->next, i++) {
-            if (i) jb_put(b, ",", 1);
-            if (obj) {
-                jb_string(b, k->string);
-                jb_put(b, ":", 1);
-            }
-            jb_value(b, k, depth + 1);
-        }
-        jb_put(b, obj ? "}" : "]", 1);
-    } else {
-        b->bad = true;
-    }
-}
-
-/* ---------------------------------------------------------------------- */
-/* strings: escaping a regex language into JSON text */
-
-/* Rewrite node id (a regex over the decoded text) into its JSON-escaped
- * form. memo maps old node ids (< n_memo) to new ones. */
-static uint32_t escape_json(struct cn_ir *g, uint32_t id, uint32_t *memo, uint32_t n_memo,
-                            int depth) {
-    if (!ir_ok(g)) return CN_NIL;
-    if (id < n_memo && memo[id] != CN_NIL) return memo[id];
-    if (depth > 4 * CN_DEF_MAX_DEPTH) return ir_fail(g, ANVIL_ERR_UNSUPPORTED, "pattern nested too deeply");
-    struct ir_node n = g->nodes[id];
-    uint32_t r = id;
-    switch (n.op) {
-    case IR_BYTES: {
-        /* ASCII bytes only occur at character starts in UTF-8, so a set
-         * holding one is a one-byte character position */
-        struct cn_bset s = g->sets[n.a], keep = s;
-        bool special = false;
-        for (unsigned b = 0; b < 0x20; b++) special |= bset_has(&s, b);
-        special |= bset_has(&s, '"') || bset_has(&s, '\\');
-        if (!special) break;
-        struct ir_list l = {0};
-        for (unsigned b = 0; b < 256; b++) {
-            if (!bset_has(&s, b) || (b >= 0x20 && b != '"' && b != '\\')) continue;
-            keep.w[b >> 6] &= ~((uint64_t)1 << (b & 63));
-            char e[8];
-            switch (b) {
-            case '"': strcpy(e, "\\\""); break;
-            case '\\': strcpy(e, "\\\\"); break;
-            case '\b': strcpy(e, "\\b"); break;
-            case '\f': strcpy(e, "\\f"); break;
-            case '\n': strcpy(e, "\\n"); break;
-            case '\r': strcpy(e, "\\r"); break;
-            case '\t': strcpy(e, "\\t"); break;
-            default: snprintf(e, sizeof e, "\\u%04x", b); break;
-            }
-            ir_list_push(g, &l, ir_str(g, e));
-        }
-        if (!bset_empty(&keep)) ir_list_push(g, &l, ir_bytes(g, &keep));
-        r = ir_alt(g, l.v, l.n);
-        ir_list_free(&l);
-        break;
-    }
-    case IR_SEQ:
-    case IR_ALT: {
-        struct ir_list l = {0};
-        bool changed = false;
-        for (uint32_t i = 0; i < n.n; i++) {
-            uint32_t k = g->kids[n.a + i];
-            uint32_t k2 = escape_json(g, k, memo, n_memo, depth + 1);
-            changed |= k2 != k;
-            ir_list_push(g, &l, k2);
-        }
-        if (changed) r = n.op == IR_SEQ ? ir_seq(g, l.v, l.n) : ir_alt(g, l.v, l.n);
-        ir_list_free(&l);
-        break;
-    }
-    case IR_REP: {
-        uint32_t k2 = escape_json(g, n.a, memo, n_memo, depth + 1);
-        if (k2 != n.a) r = ir_rep(g, k2, n.min, n.max);
-        break;
-    }
-    default: break;
-    }
-    if (id < n_memo && r != CN_NIL) memo[id] = r;
-    return r;
-}
-
-static uint32_t regex_string(struct sc *c, const char *re, bool search) {
-    struct cn_ir *g = c->g;
-    struct cn_regex_opts o = {.search = search, .max_depth = c->max_depth};
-    uint32_t r = regex_to_ir(g, re, strlen(re), &o);
-    if (r == CN_NIL) {
-        /* put the schema path in front of the regex error */
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", g->err);
-        anvil_status st = g->st;
-        g->st = ANVIL_OK;
-        return sc_fail(c, st, "pattern: %s", msg);
-    }
-    uint32_t n_memo = g->n_nodes;
-    uint32_t *full = core_malloc((size_t)n_memo * sizeof *full);
-    if (!full) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
-    for (uint32_t i = 0; i < n_memo; i++) full[i] = CN_NIL;
-    uint32_t e = escape_json(g, r, full, n_memo, 0);
-    core_free(full);
-    return quoted(g, e);
-}
-
-/* formats: regexes over the decoded text */
-#define RX_YEAR "(?:[1-9]\\d{3}|0[1-9]\\d{2}|00[1-9]\\d|000[1-9])"
-#define RX_LEAP "(?:\\d\\d(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
-#define RX_DATE                                                                                   \
-    "(?:" RX_YEAR "-(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|" RX_YEAR                         \
-    "-(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|" RX_YEAR "-02-(?:0[1-9]|1\\d|2[0-8])|" RX_LEAP "-02-29)"
-#define RX_TIME "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,6})?(?:Z|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)"
-#define RX_ATOM "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
-#define RX_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-
-static const struct {
-    const char *name, *re;
-    int len; /* fixed length in characters, 0 variable */
-} formats[] = {
-    {"date", RX_DATE, 10},
-    {"time", RX_TIME, 0},
-    {"date-time", RX_DATE "T" RX_TIME, 0},
-    {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", 36},
-    {"email", RX_ATOM "(?:\\." RX_ATOM ")*@" RX_LABEL "(?:\\." RX_LABEL ")+", 0},
-};
-
-/* ---------------------------------------------------------------------- */
-/* keyword access */
-
-struct kws {
-    const cJSON *k[KW_COUNT];
-    const char *first_other; /* a constraint keyword other than the structural ones, for messages */
-};
-
-static bool is_nonneg_int(const cJSON *v, int64_t *out) {
-    if (!cJSON_IsNumber(v)) return false;
-    double d = v->valuedouble;
-    if (!(d >= 0) || d != floor(d) || d > 1e15) return false;
-    *out = (int64_t)d;
-    return true;
-}
+/* identical sub-schemas */
 
 static uint32_t schema_node(struct sc *c, const cJSON *s, int depth);
 
-/* a sub-schema as its own rule (the compiler inlines it when small) */
 /* structural hash and equality of JSON values, member order included
  * (order matters: properties are produced in declared order) */
 static uint64_t json_hash(const cJSON *v, int depth) {
-    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)(v->type & 0xff);
+    const uint64_t mix = 0x9e3779b97f4a7c15ull;
+    uint64_t h = ((uint64_t)(v->type & 0xff) + 1) * mix;
     if (depth > 200) return h;
     if (v->string && depth > 0) /* a member's key; not the top node's own key */
-        for (const unsigned char *p = (const unsigned char *)v->string; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
-    if (cJSON_IsString(v))
-        for (const unsigned char *p = (const unsigned char *)v->valuestring; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
-    if (cJSON_IsNumber(v)) {
-        uint64_t bits;
-        memcpy(&bits, &v->valuedouble, sizeof bits);
-        h = (h ^ bits) * 0x100000001b3ull;
-    }
-    for (const cJSON *k = v->child; k; k = k->next) h = (h ^ json_hash(k, depth + 1)) * 0x9e3779b97f4a7c15ull;
+        h = (h ^ hash_fnv1a(v->string, strlen(v->string))) * mix;
+    if (cJSON_IsString(v)) h = (h ^ hash_fnv1a(v->valuestring, strlen(v->valuestring))) * mix;
+    if (cJSON_IsNumber(v)) h = (h ^ hash_fnv1a(&v->valuedouble, sizeof v->valuedouble)) * mix;
+    for (const cJSON *k = v->child; k; k = k->next) h = (h ^ json_hash(k, depth + 1)) * mix;
     return h;
 }
 
@@ -525,13 +127,6 @@ static uint32_t sub_rule(struct sc *c, const cJSON *s, int depth) {
 /* ---------------------------------------------------------------------- */
 /* $ref */
 
-static int hexv(int ch) {
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
-}
-
 static const cJSON *resolve(struct sc *c, const char *ref) {
     if (ref[0] != '#') return NULL;
     const cJSON *cur = c->doc;
@@ -544,8 +139,8 @@ static const cJSON *resolve(struct sc *c, const char *ref) {
         size_t n = 0;
         while (*p && *p != '/') {
             int ch = (unsigned char)*p++;
-            if (ch == '%' && hexv(p[0]) >= 0 && hexv(p[1]) >= 0) {
-                ch = hexv(p[0]) * 16 + hexv(p[1]);
+            if (ch == '%' && cn_hexval(p[0]) >= 0 && cn_hexval(p[1]) >= 0) {
+                ch = cn_hexval(p[0]) * 16 + cn_hexval(p[1]);
                 p += 2;
             } else if (ch == '~' && (*p == '0' || *p == '1')) {
                 ch = *p++ == '0' ? '~' : '/';
@@ -576,13 +171,13 @@ static const cJSON *resolve(struct sc *c, const char *ref) {
 
 static uint32_t ref_node(struct sc *c, const cJSON *refv, int depth) {
     struct cn_ir *g = c->g;
-    if (!cJSON_IsString(refv)) return sc_fail(c, ANVIL_ERR_INVALID, "'$ref' must be a string");
+    if (!cJSON_IsString(refv)) return schema_fail(c, ANVIL_ERR_INVALID, "'$ref' must be a string");
     const char *ref = refv->valuestring;
     if (ref[0] != '#')
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED,
+        return schema_fail(c, ANVIL_ERR_UNSUPPORTED,
                        "$ref '%.80s' is not supported (only '#' and '#/...' pointers)", ref);
     const cJSON *t = resolve(c, ref);
-    if (!t) return sc_fail(c, ANVIL_ERR_INVALID, "$ref '%.80s' points at nothing", ref);
+    if (!t) return schema_fail(c, ANVIL_ERR_INVALID, "$ref '%.80s' points at nothing", ref);
     for (uint32_t i = 0; i < c->n_refs; i++)
         if (c->refs[i].target == t) return ir_ref(g, c->refs[i].rule);
     if (c->n_refs == c->cap_refs) {
@@ -634,128 +229,6 @@ static bool value_has_type(const cJSON *v, int types) {
     return false;
 }
 
-static uint32_t string_node(struct sc *c, const struct kws *k) {
-    struct cn_ir *g = c->g;
-    int64_t min = 0, max = -1;
-    if (k->k[KW_MINLEN] && !is_nonneg_int(k->k[KW_MINLEN], &min))
-        return sc_fail(c, ANVIL_ERR_INVALID, "'minLength' must be a non-negative integer");
-    if (k->k[KW_MAXLEN] && !is_nonneg_int(k->k[KW_MAXLEN], &max))
-        return sc_fail(c, ANVIL_ERR_INVALID, "'maxLength' must be a non-negative integer");
-    if (max >= 0 && max < min)
-        return sc_fail(c, ANVIL_ERR_INVALID, "'maxLength' is below 'minLength'");
-    bool lens = k->k[KW_MINLEN] || k->k[KW_MAXLEN];
-    if (min > CN_MAX_REPEAT || max > CN_MAX_REPEAT)
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "string length bounds above %d", CN_MAX_REPEAT);
-    const cJSON *pat = k->k[KW_PATTERN], *fmt = k->k[KW_FORMAT];
-    if (pat && !cJSON_IsString(pat)) return sc_fail(c, ANVIL_ERR_INVALID, "'pattern' must be a string");
-    if (fmt && !cJSON_IsString(fmt)) return sc_fail(c, ANVIL_ERR_INVALID, "'format' must be a string");
-    if (pat && fmt)
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "'pattern' together with 'format' is not supported");
-    if (pat && lens)
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED,
-                       "'pattern' together with 'minLength'/'maxLength' is not supported");
-    if (pat) return regex_string(c, pat->valuestring, true);
-    if (fmt) {
-        for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
-            if (strcmp(formats[i].name, fmt->valuestring)) continue;
-            if (lens) {
-                if (!formats[i].len)
-                    return sc_fail(c, ANVIL_ERR_UNSUPPORTED,
-                                   "format '%s' together with 'minLength'/'maxLength' is not "
-                                   "supported", formats[i].name);
-                if (formats[i].len < min || (max >= 0 && formats[i].len > max))
-                    return sc_fail(c, ANVIL_ERR_INVALID,
-                                   "format '%s' strings have %d characters, outside the length "
-                                   "bounds", formats[i].name, formats[i].len);
-            }
-            return regex_string(c, formats[i].re, false);
-        }
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "format '%.40s' is not supported", fmt->valuestring);
-    }
-    return quoted(g, ir_rep(g, json_char(g), (int32_t)min, (int32_t)max));
-}
-
-/* the bounds of a number keyword: numeric, or draft-04 boolean exclusives */
-static bool num_kw(struct sc *c, const cJSON *v, const char *name, double *out) {
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-        sc_fail(c, ANVIL_ERR_INVALID, "'%s' must be a number", name);
-        return false;
-    }
-    *out = v->valuedouble;
-    return true;
-}
-
-/* lower/upper bounds from minimum/exclusiveMinimum/... (draft-04 booleans
- * included): *x set exclusive. Returns false on error. */
-static bool bounds(struct sc *c, const struct kws *k, bool lower, bool *set, double *v, bool *x) {
-    const cJSON *inc = k->k[lower ? KW_MIN : KW_MAX], *exc = k->k[lower ? KW_XMIN : KW_XMAX];
-    *set = false;
-    *x = false;
-    double a;
-    if (inc) {
-        if (!num_kw(c, inc, lower ? "minimum" : "maximum", &a)) return false;
-        *set = true;
-        *v = a;
-    }
-    if (exc) {
-        if (cJSON_IsBool(exc)) {
-            if (cJSON_IsTrue(exc)) {
-                if (!inc) {
-                    sc_fail(c, ANVIL_ERR_INVALID, "boolean '%s' without '%s'",
-                            lower ? "exclusiveMinimum" : "exclusiveMaximum",
-                            lower ? "minimum" : "maximum");
-                    return false;
-                }
-                *x = true;
-            }
-        } else {
-            if (!num_kw(c, exc, lower ? "exclusiveMinimum" : "exclusiveMaximum", &a)) return false;
-            if (!*set || (lower ? a >= *v : a <= *v)) {
-                *set = true;
-                *v = a;
-                *x = true;
-            }
-        }
-    }
-    return true;
-}
-
-static uint32_t number_node(struct sc *c, const struct kws *k, bool integer) {
-    struct cn_ir *g = c->g;
-    if (k->k[KW_MULTOF]) {
-        const cJSON *m = k->k[KW_MULTOF];
-        if (!(integer && cJSON_IsNumber(m) && m->valuedouble == 1.0))
-            return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "keyword 'multipleOf' is not supported");
-    }
-    bool lo_set, hi_set, lo_x, hi_x;
-    double lo = 0, hi = 0;
-    if (!bounds(c, k, true, &lo_set, &lo, &lo_x) || !bounds(c, k, false, &hi_set, &hi, &hi_x))
-        return CN_NIL;
-    if (integer) {
-        if ((lo_set && fabs(lo) > MAX_SAFE) || (hi_set && fabs(hi) > MAX_SAFE))
-            return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "integer bounds beyond 2^53 are not supported");
-        int64_t a = 0, b = 0;
-        if (lo_set) a = lo_x ? (int64_t)floor(lo) + 1 : (int64_t)ceil(lo);
-        if (hi_set) b = hi_x ? (int64_t)ceil(hi) - 1 : (int64_t)floor(hi);
-        if (lo_set && hi_set && a > b)
-            return sc_fail(c, ANVIL_ERR_INVALID, "no integer lies between the minimum and maximum");
-        return ir_int_range(g, lo_set, a, hi_set, b, INT_DIGITS);
-    }
-    if (!lo_set && !hi_set) return any_number(g);
-    struct dec_bound dl = {0}, dh = {0};
-    if (lo_set && !dec_from_double(lo, lo_x, &dl))
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED,
-                       "lower bound %.17g: bounds need at most 15 significant digits and |x| < 1e15",
-                       lo);
-    if (hi_set && !dec_from_double(hi, hi_x, &dh))
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED,
-                       "upper bound %.17g: bounds need at most 15 significant digits and |x| < 1e15",
-                       hi);
-    if (lo_set && hi_set && (lo > hi || (lo == hi && (lo_x || hi_x))))
-        return sc_fail(c, ANVIL_ERR_INVALID, "no number lies between the minimum and maximum");
-    return ir_num_range(g, &dl, &dh);
-}
-
 /* ---------------------------------------------------------------------- */
 /* objects */
 
@@ -768,7 +241,7 @@ struct ktrie {
 
 static uint32_t not_in(struct sc *c, struct ktrie *t, uint32_t node, int depth) {
     struct cn_ir *g = c->g;
-    if (depth > KEY_MAX_CPS) return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "property name too long");
+    if (depth > KEY_MAX_CPS) return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "property name too long");
     struct ir_list l = {0};
     /* the raw characters of a JSON string */
     struct cp_set other = {0};
@@ -810,7 +283,7 @@ static uint32_t not_in(struct sc *c, struct ktrie *t, uint32_t node, int depth) 
  * names. Names that need escaping cannot collide with escape-free text. */
 static uint32_t extra_name(struct sc *c, const cJSON *props) {
     struct cn_ir *g = c->g;
-    if (!props || !props->child) return any_string(g);
+    if (!props || !props->child) return schema_any_string(g);
     uint32_t cap = 64, n = 1;
     struct ktrie *t = core_calloc(cap, sizeof *t);
     if (!t) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
@@ -826,7 +299,7 @@ static uint32_t extra_name(struct sc *c, const cJSON *props) {
             int m = cn_utf8_decode(s + i, len - i, &cp);
             if (m == 0) {
                 core_free(t);
-                return sc_fail(c, ANVIL_ERR_INVALID, "property name is not valid UTF-8");
+                return schema_fail(c, ANVIL_ERR_INVALID, "property name is not valid UTF-8");
             }
             i += (size_t)m;
             uint32_t k = t[node].child;
@@ -851,7 +324,7 @@ static uint32_t extra_name(struct sc *c, const cJSON *props) {
         }
         t[node].end = true;
     }
-    uint32_t r = quoted(g, not_in(c, t, 0, 0));
+    uint32_t r = schema_quoted(g, not_in(c, t, 0, 0));
     core_free(t);
     return r;
 }
@@ -860,16 +333,16 @@ static uint32_t object_node(struct sc *c, const struct kws *k, int depth) {
     struct cn_ir *g = c->g;
     const cJSON *props = k->k[KW_PROPS], *req = k->k[KW_REQ], *addl = k->k[KW_ADDL];
     if (props && !cJSON_IsObject(props))
-        return sc_fail(c, ANVIL_ERR_INVALID, "'properties' must be an object");
-    if (req && !cJSON_IsArray(req)) return sc_fail(c, ANVIL_ERR_INVALID, "'required' must be an array");
+        return schema_fail(c, ANVIL_ERR_INVALID, "'properties' must be an object");
+    if (req && !cJSON_IsArray(req)) return schema_fail(c, ANVIL_ERR_INVALID, "'required' must be an array");
     if (addl && !cJSON_IsBool(addl) && !cJSON_IsObject(addl))
-        return sc_fail(c, ANVIL_ERR_INVALID, "'additionalProperties' must be a boolean or a schema");
+        return schema_fail(c, ANVIL_ERR_INVALID, "'additionalProperties' must be a boolean or a schema");
     if (req) {
         for (const cJSON *r = req->child; r; r = r->next) {
             if (!cJSON_IsString(r))
-                return sc_fail(c, ANVIL_ERR_INVALID, "'required' must list strings");
+                return schema_fail(c, ANVIL_ERR_INVALID, "'required' must list strings");
             if (!props || !cJSON_GetObjectItemCaseSensitive(props, r->valuestring))
-                return sc_fail(c, ANVIL_ERR_UNSUPPORTED,
+                return schema_fail(c, ANVIL_ERR_UNSUPPORTED,
                                "required property '%.60s' is not in 'properties' (extra "
                                "properties are never required)", r->valuestring);
         }
@@ -885,19 +358,20 @@ static uint32_t object_node(struct sc *c, const struct kws *k, int depth) {
     if (!rq) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
     uint32_t i = 0;
     for (const cJSON *p = props ? props->child : NULL; p && ir_ok(g); p = p->next, i++) {
-        struct jbuf kb = {0};
-        jb_string(&kb, p->string);
-        if (kb.bad) {
-            core_free(kb.p);
+        struct sbuf kb;
+        sb_init(&kb);
+        schema_write_string(&kb, p->string);
+        if (kb.oom) {
+            sb_free(&kb);
             core_free(rq);
             ir_list_free(&m);
             return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
         }
-        size_t save = path_push(c, "properties", p->string);
+        size_t save = schema_path_push(c, "properties", p->string);
         uint32_t val = sub_rule(c, p, depth + 1);
-        path_pop(c, save);
-        ir_list_push(g, &m, ir_seq3(g, ir_lit(g, kb.p, kb.n), colon(c), val));
-        core_free(kb.p);
+        schema_path_pop(c, save);
+        ir_list_push(g, &m, ir_seq3(g, ir_lit(g, kb.p, kb.len), schema_colon(c), val));
+        sb_free(&kb);
         if (req)
             for (const cJSON *r = req->child; r; r = r->next)
                 if (!strcmp(r->valuestring, p->string)) rq[i] = true;
@@ -905,14 +379,14 @@ static uint32_t object_node(struct sc *c, const struct kws *k, int depth) {
     if (extras && ir_ok(g)) {
         uint32_t val;
         if (addl && cJSON_IsObject(addl)) {
-            size_t save = path_push(c, "additionalProperties", NULL);
+            size_t save = schema_path_push(c, "additionalProperties", NULL);
             val = sub_rule(c, addl, depth + 1);
-            path_pop(c, save);
+            schema_path_pop(c, save);
         } else {
-            val = any_value(c);
+            val = schema_any_value(c);
         }
-        uint32_t one = ir_seq3(g, extra_name(c, props), colon(c), val);
-        ir_list_push(g, &m, ir_seq2(g, one, ir_rep(g, ir_seq2(g, sep(c), one), 0, -1)));
+        uint32_t one = ir_seq3(g, extra_name(c, props), schema_colon(c), val);
+        ir_list_push(g, &m, ir_seq2(g, one, ir_rep(g, ir_seq2(g, schema_sep(c), one), 0, -1)));
         if (ir_ok(g)) rq[m.n - 1] = false; /* (after an error nothing was pushed: fuzz_constrain) */
     }
     /* "{" ws (members ws)? "}": one whitespace slot when empty */
@@ -920,12 +394,12 @@ static uint32_t object_node(struct sc *c, const struct kws *k, int depth) {
     for (uint32_t j = 0; j < m.n; j++) any_req |= rq[j];
     uint32_t body = ir_empty(g);
     if (m.n) {
-        body = ir_seq2(g, ir_subseq(g, sep(c), m.v, rq, m.n, true), ws(c));
+        body = ir_seq2(g, ir_subseq(g, schema_sep(c), m.v, rq, m.n, true), schema_ws(c));
         if (!any_req) body = ir_opt(g, body);
     }
     ir_list_free(&m);
     core_free(rq);
-    return ir_seq(g, (uint32_t[]){ir_byte(g, '{'), ws(c), body, ir_byte(g, '}')}, 4);
+    return ir_seq(g, (uint32_t[]){ir_byte(g, '{'), schema_ws(c), body, ir_byte(g, '}')}, 4);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -935,62 +409,62 @@ static uint32_t array_node(struct sc *c, const struct kws *k, int depth) {
     struct cn_ir *g = c->g;
     const cJSON *prefix = k->k[KW_PREFIX], *items = k->k[KW_ITEMS], *more = k->k[KW_ADDITEMS];
     int64_t min = 0, max = -1;
-    if (k->k[KW_MINITEMS] && !is_nonneg_int(k->k[KW_MINITEMS], &min))
-        return sc_fail(c, ANVIL_ERR_INVALID, "'minItems' must be a non-negative integer");
-    if (k->k[KW_MAXITEMS] && !is_nonneg_int(k->k[KW_MAXITEMS], &max))
-        return sc_fail(c, ANVIL_ERR_INVALID, "'maxItems' must be a non-negative integer");
+    if (k->k[KW_MINITEMS] && !schema_nonneg_int(k->k[KW_MINITEMS], &min))
+        return schema_fail(c, ANVIL_ERR_INVALID, "'minItems' must be a non-negative integer");
+    if (k->k[KW_MAXITEMS] && !schema_nonneg_int(k->k[KW_MAXITEMS], &max))
+        return schema_fail(c, ANVIL_ERR_INVALID, "'maxItems' must be a non-negative integer");
     if (k->k[KW_UNIQUE] && !cJSON_IsFalse(k->k[KW_UNIQUE])) {
         if (!cJSON_IsBool(k->k[KW_UNIQUE]))
-            return sc_fail(c, ANVIL_ERR_INVALID, "'uniqueItems' must be a boolean");
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "'uniqueItems': true is not supported");
+            return schema_fail(c, ANVIL_ERR_INVALID, "'uniqueItems' must be a boolean");
+        return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "'uniqueItems': true is not supported");
     }
     if (min > CN_MAX_REPEAT || max > CN_MAX_REPEAT)
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "array length bounds above %d", CN_MAX_REPEAT);
+        return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "array length bounds above %d", CN_MAX_REPEAT);
     /* draft-04..07 tuples: items as an array, additionalItems for the rest */
     const cJSON *tuple = prefix, *rest = items;
     if (items && cJSON_IsArray(items)) {
-        if (prefix) return sc_fail(c, ANVIL_ERR_INVALID, "both 'prefixItems' and array 'items'");
+        if (prefix) return schema_fail(c, ANVIL_ERR_INVALID, "both 'prefixItems' and array 'items'");
         tuple = items;
         rest = more;
     } else if (more) {
-        return sc_fail(c, ANVIL_ERR_INVALID, "'additionalItems' without array 'items'");
+        return schema_fail(c, ANVIL_ERR_INVALID, "'additionalItems' without array 'items'");
     }
     if (tuple && !cJSON_IsArray(tuple))
-        return sc_fail(c, ANVIL_ERR_INVALID, "'prefixItems' must be an array");
+        return schema_fail(c, ANVIL_ERR_INVALID, "'prefixItems' must be an array");
     if (rest && !cJSON_IsBool(rest) && !cJSON_IsObject(rest))
-        return sc_fail(c, ANVIL_ERR_INVALID, "'items' must be a schema");
+        return schema_fail(c, ANVIL_ERR_INVALID, "'items' must be a schema");
     int nt = tuple ? cJSON_GetArraySize(tuple) : 0;
     /* items absent: any items without a tuple, none after one (constrain.h) */
     bool rest_any = rest ? !cJSON_IsFalse(rest) : !tuple;
     if (!rest_any && (max < 0 || max > nt)) max = nt;
     if (max >= 0 && min > max)
-        return sc_fail(c, ANVIL_ERR_INVALID, "'minItems' above the number of items allowed");
+        return schema_fail(c, ANVIL_ERR_INVALID, "'minItems' above the number of items allowed");
     if (max >= 0 && nt > max) nt = (int)max;
     uint32_t item = CN_NIL;
     if (rest_any) {
-        size_t save = path_push(c, tuple == prefix ? "items" : "additionalItems", NULL);
-        item = rest ? sub_rule(c, rest, depth + 1) : any_value(c);
-        path_pop(c, save);
+        size_t save = schema_path_push(c, tuple == prefix ? "items" : "additionalItems", NULL);
+        item = rest ? sub_rule(c, rest, depth + 1) : schema_any_value(c);
+        schema_path_pop(c, save);
         if (item == CN_NIL) return CN_NIL;
     }
     /* after the tuple: (sep item){max(0, min-nt), max-nt} */
     uint32_t tail = ir_empty(g);
     if (rest_any) {
         int64_t a = min > nt ? min - nt : 0, b = max < 0 ? -1 : max - nt;
-        tail = ir_rep(g, ir_seq2(g, sep(c), item), (int32_t)a, (int32_t)b);
+        tail = ir_rep(g, ir_seq2(g, schema_sep(c), item), (int32_t)a, (int32_t)b);
     }
     /* the tuple from the back: R_j = what follows element j */
     uint32_t r = tail;
     for (int j = nt; j >= 1 && ir_ok(g); j--) {
         char idx[16];
         snprintf(idx, sizeof idx, "%d", j - 1);
-        size_t save = path_push(c, tuple == prefix ? "prefixItems" : "items", idx);
+        size_t save = schema_path_push(c, tuple == prefix ? "prefixItems" : "items", idx);
         uint32_t e = sub_rule(c, cJSON_GetArrayItem(tuple, j - 1), depth + 1);
-        path_pop(c, save);
+        schema_path_pop(c, save);
         if (j == 1) {
             r = ir_seq2(g, e, r);
         } else {
-            uint32_t x = ir_seq3(g, sep(c), e, r);
+            uint32_t x = ir_seq3(g, schema_sep(c), e, r);
             r = j <= min ? x : ir_opt(g, x);
         }
     }
@@ -1000,15 +474,15 @@ static uint32_t array_node(struct sc *c, const struct kws *k, int depth) {
         list = r;
     } else if (rest_any && max != 0) {
         int64_t b = max < 0 ? -1 : max - 1;
-        list = ir_seq2(g, item, ir_rep(g, ir_seq2(g, sep(c), item), min > 0 ? (int32_t)min - 1 : 0,
+        list = ir_seq2(g, item, ir_rep(g, ir_seq2(g, schema_sep(c), item), min > 0 ? (int32_t)min - 1 : 0,
                                        (int32_t)b));
     }
     uint32_t content = ir_empty(g);
     if (list != CN_NIL) {
-        content = ir_seq2(g, list, ws(c));
+        content = ir_seq2(g, list, schema_ws(c));
         if (min < 1) content = ir_opt(g, content);
     }
-    return ir_seq(g, (uint32_t[]){ir_byte(g, '['), ws(c), content, ir_byte(g, ']')}, 4);
+    return ir_seq(g, (uint32_t[]){ir_byte(g, '['), schema_ws(c), content, ir_byte(g, ']')}, 4);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1032,40 +506,42 @@ static bool constraining(enum kw w) { return w != KW_ANNOT && w != KW_DEFS; }
 static uint32_t literal_ir(struct sc *c, const cJSON *v, int depth) {
     struct cn_ir *g = c->g;
     if (depth > c->max_depth)
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "value nested deeper than %d levels", c->max_depth);
+        return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "value nested deeper than %d levels", c->max_depth);
     if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
         bool obj = cJSON_IsObject(v);
         struct ir_list l = {0};
         for (const cJSON *k = v->child; k && ir_ok(g); k = k->next) {
             uint32_t item = literal_ir(c, k, depth + 1);
             if (obj) {
-                struct jbuf kb = {0};
-                jb_string(&kb, k->string);
-                if (kb.bad) {
-                    core_free(kb.p);
+                struct sbuf kb;
+                sb_init(&kb);
+                schema_write_string(&kb, k->string);
+                if (kb.oom) {
+                    sb_free(&kb);
                     ir_list_free(&l);
                     return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
                 }
-                item = ir_seq3(g, ir_lit(g, kb.p, kb.n), colon(c), item);
-                core_free(kb.p);
+                item = ir_seq3(g, ir_lit(g, kb.p, kb.len), schema_colon(c), item);
+                sb_free(&kb);
             }
-            if (l.n) item = ir_seq2(g, sep(c), item);
+            if (l.n) item = ir_seq2(g, schema_sep(c), item);
             ir_list_push(g, &l, item);
         }
-        uint32_t body = l.n ? ir_seq2(g, ir_seq(g, l.v, l.n), ws(c)) : ir_empty(g);
+        uint32_t body = l.n ? ir_seq2(g, ir_seq(g, l.v, l.n), schema_ws(c)) : ir_empty(g);
         ir_list_free(&l);
-        return ir_seq(g, (uint32_t[]){ir_byte(g, obj ? '{' : '['), ws(c), body,
+        return ir_seq(g, (uint32_t[]){ir_byte(g, obj ? '{' : '['), schema_ws(c), body,
                                      ir_byte(g, obj ? '}' : ']')}, 4);
     }
-    struct jbuf b = {0};
-    jb_value(&b, v, 0);
-    if (b.bad) {
-        core_free(b.p);
-        if (b.oom) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
-        return sc_fail(c, ANVIL_ERR_INVALID, "a value of 'enum'/'const' cannot be written as JSON");
+    struct sbuf b;
+    sb_init(&b);
+    bool ok = schema_write_value(&b, v, 0), oom = b.oom;
+    if (oom || !ok) {
+        sb_free(&b);
+        if (oom) return ir_fail(g, ANVIL_ERR_NOMEM, "out of memory");
+        return schema_fail(c, ANVIL_ERR_INVALID, "a value of 'enum'/'const' cannot be written as JSON");
     }
-    uint32_t r = ir_lit(g, b.p, b.n);
-    core_free(b.p);
+    uint32_t r = ir_lit(g, b.p, b.len);
+    sb_free(&b);
     return r;
 }
 
@@ -1078,7 +554,7 @@ static uint32_t literal_alt(struct sc *c, const cJSON *vals, int types, const ch
     }
     if (ir_ok(g) && l.n == 0) {
         ir_list_free(&l);
-        return sc_fail(c, ANVIL_ERR_INVALID, "'%s' leaves no value (of the given type)", what);
+        return schema_fail(c, ANVIL_ERR_INVALID, "'%s' leaves no value (of the given type)", what);
     }
     uint32_t r = ir_alt(g, l.v, l.n);
     ir_list_free(&l);
@@ -1089,21 +565,21 @@ static uint32_t schema_node(struct sc *c, const cJSON *s, int depth) {
     struct cn_ir *g = c->g;
     if (!ir_ok(g)) return CN_NIL;
     if (depth > c->max_depth)
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "schema nested deeper than %d levels", c->max_depth);
-    if (cJSON_IsTrue(s)) return any_value(c);
+        return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "schema nested deeper than %d levels", c->max_depth);
+    if (cJSON_IsTrue(s)) return schema_any_value(c);
     if (cJSON_IsFalse(s)) return ir_none(g);
-    if (!cJSON_IsObject(s)) return sc_fail(c, ANVIL_ERR_INVALID, "a schema must be an object or a boolean");
+    if (!cJSON_IsObject(s)) return schema_fail(c, ANVIL_ERR_INVALID, "a schema must be an object or a boolean");
     struct kws k;
     memset(&k, 0, sizeof k);
     const char *other = NULL; /* first constraining keyword that is not $ref/anyOf/... */
     for (const cJSON *e = s->child; e; e = e->next) {
         enum kw w;
         if (!kw_lookup(e->string, &w))
-            return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "unknown keyword '%.60s'", e->string);
+            return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "unknown keyword '%.60s'", e->string);
         if (w == KW_UNSUP)
-            return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "keyword '%.60s' is not supported", e->string);
+            return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "keyword '%.60s' is not supported", e->string);
         if (k.k[w] && w != KW_ANNOT && w != KW_DEFS)
-            return sc_fail(c, ANVIL_ERR_INVALID, "keyword '%.60s' given twice", e->string);
+            return schema_fail(c, ANVIL_ERR_INVALID, "keyword '%.60s' given twice", e->string);
         k.k[w] = e;
         if (constraining(w) && w != KW_REF && w != KW_ANYOF && w != KW_ONEOF && w != KW_ALLOF &&
             !other)
@@ -1112,37 +588,37 @@ static uint32_t schema_node(struct sc *c, const cJSON *s, int depth) {
     /* composition keywords take the whole schema */
     int n_comp = !!k.k[KW_REF] + !!k.k[KW_ANYOF] + !!k.k[KW_ONEOF] + !!k.k[KW_ALLOF];
     if (n_comp > 1)
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED,
+        return schema_fail(c, ANVIL_ERR_UNSUPPORTED,
                        "combining '$ref', 'anyOf', 'oneOf' and 'allOf' in one schema is not supported");
     if (n_comp == 1 && other)
-        return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "keyword '%.60s' next to '%s' is not supported",
+        return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "keyword '%.60s' next to '%s' is not supported",
                        other,
                        k.k[KW_REF] ? "$ref" : k.k[KW_ANYOF] ? "anyOf" : k.k[KW_ONEOF] ? "oneOf" : "allOf");
     if (k.k[KW_REF]) return ref_node(c, k.k[KW_REF], depth);
     if (k.k[KW_ALLOF]) {
         const cJSON *a = k.k[KW_ALLOF];
         if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0)
-            return sc_fail(c, ANVIL_ERR_INVALID, "'allOf' must be a non-empty array");
+            return schema_fail(c, ANVIL_ERR_INVALID, "'allOf' must be a non-empty array");
         if (cJSON_GetArraySize(a) > 1)
-            return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "'allOf' with more than one schema is not supported");
-        size_t save = path_push(c, "allOf", "0");
+            return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "'allOf' with more than one schema is not supported");
+        size_t save = schema_path_push(c, "allOf", "0");
         uint32_t r = schema_node(c, a->child, depth + 1);
-        path_pop(c, save);
+        schema_path_pop(c, save);
         return r;
     }
     if (k.k[KW_ANYOF] || k.k[KW_ONEOF]) {
         const cJSON *a = k.k[KW_ANYOF] ? k.k[KW_ANYOF] : k.k[KW_ONEOF];
         const char *nm = k.k[KW_ANYOF] ? "anyOf" : "oneOf";
         if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0)
-            return sc_fail(c, ANVIL_ERR_INVALID, "'%s' must be a non-empty array", nm);
+            return schema_fail(c, ANVIL_ERR_INVALID, "'%s' must be a non-empty array", nm);
         struct ir_list l = {0};
         int i = 0;
         for (const cJSON *b = a->child; b && ir_ok(g); b = b->next, i++) {
             char idx[16];
             snprintf(idx, sizeof idx, "%d", i);
-            size_t save = path_push(c, nm, idx);
+            size_t save = schema_path_push(c, nm, idx);
             ir_list_push(g, &l, sub_rule(c, b, depth + 1));
-            path_pop(c, save);
+            schema_path_pop(c, save);
         }
         uint32_t r = ir_alt(g, l.v, l.n);
         ir_list_free(&l);
@@ -1154,25 +630,25 @@ static uint32_t schema_node(struct sc *c, const cJSON *s, int depth) {
     if (tv) {
         if (cJSON_IsString(tv)) {
             types = type_bit(tv->valuestring);
-            if (!types) return sc_fail(c, ANVIL_ERR_INVALID, "unknown type '%.40s'", tv->valuestring);
+            if (!types) return schema_fail(c, ANVIL_ERR_INVALID, "unknown type '%.40s'", tv->valuestring);
         } else if (cJSON_IsArray(tv) && tv->child) {
             for (const cJSON *t = tv->child; t; t = t->next) {
                 int b = cJSON_IsString(t) ? type_bit(t->valuestring) : 0;
-                if (!b) return sc_fail(c, ANVIL_ERR_INVALID, "'type' lists an unknown type");
+                if (!b) return schema_fail(c, ANVIL_ERR_INVALID, "'type' lists an unknown type");
                 types |= b;
             }
         } else {
-            return sc_fail(c, ANVIL_ERR_INVALID, "'type' must be a string or a non-empty array");
+            return schema_fail(c, ANVIL_ERR_INVALID, "'type' must be a string or a non-empty array");
         }
     }
     if (k.k[KW_ENUM] || k.k[KW_CONST]) {
         for (int w = 0; w < KW_COUNT; w++)
             if (k.k[w] && constraining((enum kw)w) && w != KW_ENUM && w != KW_CONST && w != KW_TYPE)
-                return sc_fail(c, ANVIL_ERR_UNSUPPORTED,
+                return schema_fail(c, ANVIL_ERR_UNSUPPORTED,
                                "keyword '%.60s' together with 'enum'/'const' is not supported",
                                k.k[w]->string);
         if (k.k[KW_ENUM] && k.k[KW_CONST])
-            return sc_fail(c, ANVIL_ERR_UNSUPPORTED, "'enum' together with 'const' is not supported");
+            return schema_fail(c, ANVIL_ERR_UNSUPPORTED, "'enum' together with 'const' is not supported");
         if (k.k[KW_CONST]) {
             /* one value: detach a view of it */
             const cJSON *v = k.k[KW_CONST];
@@ -1183,7 +659,7 @@ static uint32_t schema_node(struct sc *c, const cJSON *s, int depth) {
         }
         const cJSON *e = k.k[KW_ENUM];
         if (!cJSON_IsArray(e) || !e->child)
-            return sc_fail(c, ANVIL_ERR_INVALID, "'enum' must be a non-empty array");
+            return schema_fail(c, ANVIL_ERR_INVALID, "'enum' must be a non-empty array");
         return literal_alt(c, e->child, types, "enum");
     }
     if (!types) {
@@ -1194,14 +670,14 @@ static uint32_t schema_node(struct sc *c, const cJSON *s, int depth) {
         if (k.k[KW_MINLEN] || k.k[KW_MAXLEN] || k.k[KW_PATTERN] || k.k[KW_FORMAT]) types |= T_STR;
         if (k.k[KW_MIN] || k.k[KW_MAX] || k.k[KW_XMIN] || k.k[KW_XMAX] || k.k[KW_MULTOF])
             types |= T_NUM;
-        if (!types) return any_value(c);
+        if (!types) return schema_any_value(c);
     }
     struct ir_list l = {0};
     if (types & T_OBJ) ir_list_push(g, &l, object_node(c, &k, depth));
     if (types & T_ARR) ir_list_push(g, &l, array_node(c, &k, depth));
-    if (types & T_STR) ir_list_push(g, &l, string_node(c, &k));
-    if (types & T_NUM) ir_list_push(g, &l, number_node(c, &k, false));
-    else if (types & T_INT) ir_list_push(g, &l, number_node(c, &k, true));
+    if (types & T_STR) ir_list_push(g, &l, schema_string(c, &k));
+    if (types & T_NUM) ir_list_push(g, &l, schema_number(c, &k, false));
+    else if (types & T_INT) ir_list_push(g, &l, schema_number(c, &k, true));
     if (types & T_BOOL) ir_list_push(g, &l, ir_alt2(g, ir_str(g, "true"), ir_str(g, "false")));
     if (types & T_NULL) ir_list_push(g, &l, ir_str(g, "null"));
     uint32_t r = ir_alt(g, l.v, l.n);
@@ -1277,7 +753,8 @@ anvil_status cn_parse_json_any(const struct cn_options *opt, struct cn_ir **out,
     struct sc c;
     anvil_status st = sc_init(&c, opt, err, err_cap);
     if (st != ANVIL_OK) return st;
-    build_any(&c);
+    schema_build_any(&c);
     uint32_t body = c.r_object == CN_NIL ? CN_NIL : ir_ref(c.g, c.r_object);
     return finish(&c, body, out, err, err_cap);
 }
+

@@ -104,7 +104,8 @@ static void walk(const struct cn_ir *g, const struct cn_program *p, int steps) {
         if (cn_accepts(s)) check(cn_ref_accepts(r), "accepts what the reference refuses");
         else check(!cn_ref_accepts(r) || bound_seen, "refuses what the reference accepts");
         int64_t rem = cn_min_remaining(s);
-        check(cn_is_dead(s) ? rem < 0 : rem >= 0, "min_remaining and liveness");
+        check(!cn_accepts(s) && !cn_can_continue(s) ? rem < 0 : rem >= 0,
+              "min_remaining and liveness");
         /* bytes */
         uint8_t ok[256];
         int n_ok = 0;

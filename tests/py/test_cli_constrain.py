@@ -41,12 +41,9 @@ def test_json_schema(anvil_bin, model_path, temp, seed):
     out, st = anvil(anvil_bin, model_path, "run", "--chat", "-p", "Describe a person as JSON.",
                     "--json-schema", PERSON, "-n", "96", "--temp", temp, "--seed", seed)
     assert len(st) == 1
-    if temp == "0":
-        assert st[0][3] == "eos (output complete)", st
-    if st[0][3] == "eos (output complete)":
-        validator(json.load(open(PERSON))).validate(json.loads(out))
-    else:
-        assert st[0][3] == "length" and int(st[0][2]) == 96, st
+    # (96 tokens leave room: each of these seeds completes the object)
+    assert st[0][3] == "eos (output complete)", st
+    validator(json.load(open(PERSON))).validate(json.loads(out))
 
 
 def test_regex(anvil_bin, model_path):

@@ -163,13 +163,14 @@ def test_json_schema_chat(client, model_id, stream):
 
 
 def test_json_object(client, model_id):
-    r = client.chat.completions.create(model=model_id, messages=ask("Some JSON please."),
-                                       max_tokens=200, temperature=0,
-                                       response_format={"type": "json_object"})
-    if r.choices[0].finish_reason == "stop":
-        assert isinstance(json.loads(r.choices[0].message.content), dict)
-    else:
-        assert r.choices[0].message.content.startswith("{")
+    """A prompt that the model answers with a complete object at temperature
+    0 (to "Some JSON please." it nests until max_tokens, and a cut object
+    proves little)."""
+    r = client.chat.completions.create(
+        model=model_id, messages=ask("A person as a JSON object with a name and an age."),
+        max_tokens=200, temperature=0, response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "stop", r
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -280,9 +281,13 @@ def test_tool_call_stream(client, model_id):
 
 
 def test_tool_auto(client, model_id):
-    """auto: either a complete call or an answer that is not JSON."""
+    """auto: either a complete call or an answer that is not JSON. The
+    prompts and seeds are chosen so that both come out (SmolLM2 answers the
+    first two in words; seed 2 of the third is a call)."""
     kinds = set()
-    for q in ("Call GetWeather for Oslo.", "Say hello in one word."):
+    for q in ("Call GetWeather for Oslo.", "Say hello in one word.",
+              'Reply with only this JSON: {"name": "GetWeather", "arguments": '
+              '{"city": "Oslo", "unit": "celsius"}}'):
         for seed in range(3):
             comp = client.chat.completions.create(
                 model=model_id, messages=ask(q), tools=TOOLS, tool_choice="auto", max_tokens=80,
@@ -293,11 +298,14 @@ def test_tool_auto(client, model_id):
                 if ch.finish_reason == "tool_calls":
                     want = {"GetWeather": GetWeather, "SendEmail": SendEmail}[call.function.name]
                     want.model_validate_json(call.function.arguments)
+                else:  # cut by max_tokens: a prefix of a call
+                    assert ch.finish_reason == "length", ch
                 kinds.add("call")
             else:
+                assert ch.finish_reason in ("stop", "length"), ch
                 assert not ch.message.content.startswith("{")
                 kinds.add("text")
-    assert len(kinds) >= 1  # every answer above was checked
+    assert kinds == {"call", "text"}
 
 
 def test_tool_conversation(client, model_id):
@@ -396,21 +404,24 @@ def test_dead_end(srv, model_id, stream):
 
 
 def test_pathological_bounded(srv, model_id):
-    """Past a bound: a 400 saying so, quickly; the server answers after."""
+    """Big constraints: within the bounds they simply work; past one
+    (the state bound of the exploding regex) a 400 saying so; the server
+    answers after. How long each compile takes is bench_constrain's
+    business (compile:enum10k, refuse:work); the request timeout here is
+    only a watchdog for a hang."""
     big_enum = {"enum": [f"value-{i:05d}-{'x' * (i % 7)}" for i in range(10000)]}
     cases = [
-        {"response_format": rf(big_enum)},
-        {"regex": "(a|b)*a(a|b){24}"},
-        {"regex": "[a-z]{1,5000}[0-9]{1,5000}"},
-        {"grammar": "root ::= " + " ".join(f'"{i}"' for i in range(20000))},
+        ({"response_format": rf(big_enum)}, None),
+        ({"regex": "(a|b)*a(a|b){24}"}, "regex"),
+        ({"regex": "[a-z]{1,5000}[0-9]{1,5000}"}, None),
+        ({"grammar": "root ::= " + " ".join(f'"{i}"' for i in range(20000))}, None),
     ]
-    for extra in cases:
-        t0 = time.time()
-        st, _, data = srv.post("/v1/chat/completions", chat(model_id, **extra))
-        dt = time.time() - t0
-        assert dt < 30, (list(extra), dt)
-        if st != 200:  # within the bounds it simply works
-            e = check_error(st, data, 400)
-            assert e["param"] in ("response_format", "regex", "grammar"), e
+    for extra, refused in cases:
+        st, _, data = srv.post("/v1/chat/completions", chat(model_id, **extra), timeout=300)
+        if refused:
+            e = check_error(st, data, 400, param=refused)
+            assert "too large" in e["message"], e
+        else:
+            assert st == 200, (list(extra), data)
     st, _, data = srv.post("/v1/chat/completions", chat(model_id))
     assert st == 200, data
