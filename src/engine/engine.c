@@ -49,7 +49,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
-#include "engine/cons.h"
+#include "engine/guide.h"
 #include "engine/spec.h"
 #include "model/ctx.h"
 #include "sample/sample.h"
@@ -85,7 +85,7 @@ struct request {
     anvil_token draft[ANVIL_SPEC_K_MAX];
     int32_t draft_cached;     /* positions in the draft model's cache */
     bool constrained;         /* cq holds a constraint state */
-    struct cons_req cq;       /* structured output (cons.h) */
+    struct guide_req cq;       /* structured output (guide.h) */
     struct request *next;      /* inbox / waiting list */
     struct request *live_prev, *live_next; /* live list, under mu */
 };
@@ -126,7 +126,7 @@ struct anvil_engine {
     int32_t *d_pos, *d_seq;
     int8_t *d_out;
     int32_t *d_take;          /* (max_running) draft catch-up rows per request */
-    struct cons_index cix;    /* the model's vocabulary index for constraints (built on first use) */
+    struct guide_index cix;    /* the model's vocabulary index for constraints (built on first use) */
     double row_cost0;         /* ctx_model_row_cost at position 0 (build_batch) */
     char *text;               /* (text_cap) event text scratch */
     int32_t text_cap;
@@ -154,7 +154,7 @@ int32_t anvil_engine_n_ctx(const struct anvil_engine *e) { return e->n_ctx; }
 static void request_free(struct request *r) {
     if (!r) return;
     anvil_sampler_free(r->smp);
-    cons_req_free(&r->cq);
+    guide_req_free(&r->cq);
     for (int i = 0; i < r->n_stop; i++) core_free(r->stop[i]);
     core_free(r->tokens);
     core_free(r->held);
@@ -329,7 +329,7 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    cons_index_init(&e->cix);
+    guide_index_init(&e->cix);
 
     anvil_status st = ANVIL_ERR_NOMEM;
     struct anvil_ctx_params cp = anvil_ctx_default_params();
@@ -420,7 +420,7 @@ void anvil_engine_free(struct anvil_engine *e) {
     core_free(e->b_req);
     core_free(e->out_req);
     core_free(e->text);
-    cons_index_free(&e->cix);
+    guide_index_free(&e->cix);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     core_free(e);
@@ -497,7 +497,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
             return ANVIL_ERR_INVALID;
         }
         /* the index is built once, by the first constrained request */
-        anvil_status ist = cons_index_get(&e->cix, e->m, &cv, err, err_cap);
+        anvil_status ist = guide_index_get(&e->cix, e->m, &cv, err, err_cap);
         if (ist != ANVIL_OK) return ist;
     }
 
@@ -545,7 +545,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     if ((st = anvil_sampler_init(&rp->sampling, e->n_vocab, &r->smp)) != ANVIL_OK) goto fail;
     for (int i = 0; i < r->n_prompt; i++) anvil_sampler_accept(r->smp, r->tokens[i]);
     if (rp->constraint) {
-        if ((st = cons_req_init(&r->cq, rp->constraint, cv, err, err_cap)) != ANVIL_OK) goto fail;
+        if ((st = guide_req_init(&r->cq, rp->constraint, cv, err, err_cap)) != ANVIL_OK) goto fail;
         r->constrained = true;
     }
 
@@ -945,7 +945,7 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
             if (r->n_draft > e->n_out_max - no) r->n_draft = e->n_out_max - no;
             /* a proposal the constraint refuses could never be accepted:
              * cut there (a prefix, so a draft model's cache stays right) */
-            if (r->constrained) r->n_draft = cons_cut(&r->cq, r->draft, r->n_draft);
+            if (r->constrained) r->n_draft = guide_cut(&r->cq, r->draft, r->n_draft);
             for (int32_t j = 0; j < r->n_draft; j++) {
                 e->b_token[n] = r->draft[j];
                 e->b_pos[n] = r->n_tokens + j;
@@ -964,7 +964,7 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
 
 /* The token of output row o for request r: the fused argmax for
  * argmax-only rows, else a draw from the row's logits (under the
- * constraint when there is one: cons.h), preferring the proposal `draft`
+ * constraint when there is one: guide.h), preferring the proposal `draft`
  * when it is >= 0. -1 with *why when no token can be drawn. */
 static anvil_token draw(struct anvil_engine *e, struct request *r, int32_t o,
                         const float *logits, anvil_token draft, const char **why) {
@@ -973,7 +973,7 @@ static anvil_token draw(struct anvil_engine *e, struct request *r, int32_t o,
     if (!logits) return -1;
     if (r->constrained) {
         bool greedy = r->smp->p.temperature == 0.0f;
-        return cons_choose(&r->cq, r->smp, greedy, sample_penalties_on(r->smp), logits,
+        return guide_choose(&r->cq, r->smp, greedy, sample_penalties_on(r->smp), logits,
                            anvil_get_argmax(e->ctx, o), draft, why);
     }
     return draft >= 0 ? anvil_sampler_sample_spec(r->smp, logits, NULL, draft)
@@ -987,7 +987,7 @@ static anvil_token draw(struct anvil_engine *e, struct request *r, int32_t o,
 static bool take_token(struct anvil_engine *e, struct request *r, anvil_token t,
                        const float *logits, double now, const char *why) {
     if (t < 0) {
-        finish(e, r, t == CONS_DEAD_END ? ANVIL_FINISH_CONSTRAINT : ANVIL_FINISH_ERROR, why,
+        finish(e, r, t == GUIDE_DEAD_END ? ANVIL_FINISH_CONSTRAINT : ANVIL_FINISH_ERROR, why,
                true);
         return false;
     }
@@ -996,7 +996,7 @@ static bool take_token(struct anvil_engine *e, struct request *r, anvil_token t,
         finish(e, r, ANVIL_FINISH_STOP, NULL, true);
         return false;
     }
-    if (r->constrained && cons_advance(&r->cq, t) != ANVIL_OK) {
+    if (r->constrained && guide_advance(&r->cq, t) != ANVIL_OK) {
         /* the token was chosen under the constraint: only memory can fail */
         finish(e, r, ANVIL_FINISH_ERROR, "out of memory (constraint state)", true);
         return false;
@@ -1028,7 +1028,7 @@ static bool take_token(struct anvil_engine *e, struct request *r, anvil_token t,
         finish(e, r, ANVIL_FINISH_STOP, NULL, false);
         return false;
     }
-    if (r->constrained && cons_complete(&r->cq)) {
+    if (r->constrained && guide_complete(&r->cq)) {
         /* complete, and no byte may follow: only end of generation is
          * allowed, so end now instead of spending a step to draw it */
         finish(e, r, ANVIL_FINISH_STOP, NULL, true);
