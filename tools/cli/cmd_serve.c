@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "core/core.h"
 #include "server/server.h"
 
 #define CMD "serve"
@@ -156,17 +157,11 @@ static bool fit_fd_limit(long *max_conn, bool explicit_max) {
     return true;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Wait up to `secs` for the in-flight requests to end; false when a
  * signal arrived first. */
 static bool drain(struct srv *s, const sigset_t *set, double secs) {
-    double t_end = now_s() + secs;
-    while (srv_n_active(s) > 0 && now_s() < t_end) {
+    double t_end = time_now_s() + secs;
+    while (srv_n_active(s) > 0 && time_now_s() < t_end) {
         struct timespec ts = {0, 50 * 1000000L};
         if (sigtimedwait(set, NULL, &ts) > 0) return false;
     }
