@@ -12,9 +12,10 @@
  *   stats.c      counters and profile
  *   guide.c      constraints (guide.h); spec.c n-gram proposals (spec.h)
  *
- * Calls between them go one way, down this order: step.c -> sched.c,
- * speculate.c, output.c, stats.c -> request.c; engine.c and submit.c ->
- * request.c.
+ * Calls between them go one way (no circle): engine.c's driver calls
+ * step.c; step.c calls sched.c, speculate.c, output.c and stats.c;
+ * speculate.c calls output.c; all of them may call request.c, which calls
+ * none of them.
  */
 #ifndef ANVIL_ENGINE_INT_H
 #define ANVIL_ENGINE_INT_H
@@ -54,7 +55,7 @@ struct request {
     anvil_token draft[ANVIL_SPEC_K_MAX];
     int32_t draft_cached;     /* positions in the draft model's cache */
     bool constrained;         /* cq holds a constraint state */
-    struct guide_req cq;       /* structured output (guide.h) */
+    struct guide_req cq;      /* structured output (guide.h) */
     struct request *next;      /* inbox / waiting list */
     struct request *live_prev, *live_next; /* live list, under mu */
 };
@@ -95,7 +96,7 @@ struct anvil_engine {
     int32_t *d_pos, *d_seq;
     int8_t *d_out;
     int32_t *d_take;          /* (max_running) draft catch-up rows per request */
-    struct guide_index cix;    /* the model's vocabulary index for constraints (built on first use) */
+    struct guide_index cix;   /* the model's vocabulary index for constraints (built on first use) */
     double row_cost0;         /* ctx_model_row_cost at position 0 (build_batch) */
     char *text;               /* (text_cap) event text scratch */
     int32_t text_cap;

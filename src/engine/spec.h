@@ -1,9 +1,9 @@
 /*
  * spec.h - the proposing half of speculative decoding, for the engine:
  * prompt-lookup (n-gram) proposals and the per-request adaptation of how
- * many tokens to propose. The verifying half is in engine.c (one
- * multi-row forward pass, anvil_sampler_sample_spec on each row; see
- * speculate.c).
+ * many tokens to propose, and the check of the speculation settings. The
+ * draft model's proposals and the verifying half (one multi-row forward
+ * pass, anvil_sampler_sample_spec on each row) are in speculate.c.
  */
 #ifndef ANVIL_SPEC_H
 #define ANVIL_SPEC_H
