@@ -453,20 +453,33 @@ enum anvil_spec {
 };
 #define ANVIL_SPEC_K_MAX 16
 
+/* What a zero field of anvil_engine_params means (the CLI's help and the
+ * server print these) */
+#define ANVIL_ENGINE_MAX_RUNNING_DEFAULT 64
+#define ANVIL_ENGINE_MAX_QUEUE_DEFAULT 1024
+#define ANVIL_ENGINE_N_CTX_DEFAULT_MAX 8192 /* n_ctx 0: min(train ctx, this) */
+#define ANVIL_ENGINE_STEP_TOKENS_DEFAULT 512
+#define ANVIL_ENGINE_PREFILL_CHUNK_DEFAULT 256
+#define ANVIL_SPEC_K_DEFAULT 8
+
 struct anvil_engine_params {
     int32_t n_threads;     /* 0 = online CPUs */
-    int32_t max_running;   /* sequences decoded at once; 0 = 64 */
-    int32_t max_queue;     /* waiting requests before submit says KV_FULL; 0 = 1024 */
-    int32_t n_ctx;         /* max positions per request; 0 = min(train ctx, 8192) */
-    int32_t step_tokens;   /* token budget per step; 0 = 512 */
-    int32_t prefill_chunk; /* max prompt tokens of one request per step; 0 = 256 */
+    int32_t max_running;   /* sequences decoded at once; 0 = ANVIL_ENGINE_MAX_RUNNING_DEFAULT */
+    int32_t max_queue;     /* waiting requests before submit says KV_FULL;
+                              0 = ANVIL_ENGINE_MAX_QUEUE_DEFAULT */
+    int32_t n_ctx;         /* max positions per request;
+                              0 = min(train ctx, ANVIL_ENGINE_N_CTX_DEFAULT_MAX) */
+    int32_t step_tokens;   /* token budget per step; 0 = ANVIL_ENGINE_STEP_TOKENS_DEFAULT */
+    int32_t prefill_chunk; /* max prompt tokens of one request per step;
+                              0 = ANVIL_ENGINE_PREFILL_CHUNK_DEFAULT */
     int64_t kv_mem;        /* KV cache bytes; 0 = sized from the machine: room for
                               max_running sequences at n_ctx, at most half of
                               the memory available at start (reserved, not
                               touched: pages are used as the cache fills) */
     int kv_type;           /* ANVIL_TYPE_F16 (default when 0) or ANVIL_TYPE_Q8_0 */
     enum anvil_spec spec;  /* speculation for requests that do not choose; DEFAULT = off */
-    int32_t spec_k;        /* max proposed tokens per step (1..ANVIL_SPEC_K_MAX); 0 = 8 */
+    int32_t spec_k;        /* max proposed tokens per step (1..ANVIL_SPEC_K_MAX);
+                              0 = ANVIL_SPEC_K_DEFAULT */
     struct anvil_model *draft; /* for ANVIL_SPEC_DRAFT: borrowed; same vocabulary */
 };
 

@@ -140,12 +140,12 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     }
     e->m = m;
     e->p = *p;
-    if (!e->p.max_running) e->p.max_running = 64;
-    if (!e->p.max_queue) e->p.max_queue = 1024;
-    if (!e->p.step_tokens) e->p.step_tokens = 512;
-    if (!e->p.prefill_chunk) e->p.prefill_chunk = 256;
+    if (!e->p.max_running) e->p.max_running = ANVIL_ENGINE_MAX_RUNNING_DEFAULT;
+    if (!e->p.max_queue) e->p.max_queue = ANVIL_ENGINE_MAX_QUEUE_DEFAULT;
+    if (!e->p.step_tokens) e->p.step_tokens = ANVIL_ENGINE_STEP_TOKENS_DEFAULT;
+    if (!e->p.prefill_chunk) e->p.prefill_chunk = ANVIL_ENGINE_PREFILL_CHUNK_DEFAULT;
     if (e->p.step_tokens < e->p.max_running) e->p.step_tokens = e->p.max_running;
-    if (!e->p.spec_k) e->p.spec_k = 8;
+    if (!e->p.spec_k) e->p.spec_k = ANVIL_SPEC_K_DEFAULT;
     e->row_cost0 = ctx_model_row_cost(m, 0);
     /* output rows: one per running request, plus proposals when anything
      * may speculate (a request can ask even if the engine default is off) */
@@ -154,7 +154,8 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
     if (e->n_out_max < e->p.max_running) e->n_out_max = e->p.max_running;
     if (!e->p.kv_type) e->p.kv_type = ANVIL_TYPE_F16;
     int32_t train = anvil_model_n_ctx_train(m);
-    if (!e->p.n_ctx) e->p.n_ctx = train < 8192 ? train : 8192;
+    if (!e->p.n_ctx)
+        e->p.n_ctx = train < ANVIL_ENGINE_N_CTX_DEFAULT_MAX ? train : ANVIL_ENGINE_N_CTX_DEFAULT_MAX;
     e->n_vocab = anvil_model_n_vocab(m);
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);

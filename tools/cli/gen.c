@@ -43,11 +43,11 @@ void gen_print_opts_help(FILE *f) {
             "                        (one of the three; see README, Structured output)\n"
             "      --spec ngram|draft  speculative decoding: prompt lookup, or --draft\n"
             "      --draft FILE      draft model (same vocabulary) for --spec draft\n"
-            "      --spec-k K        most tokens proposed per step (1..16, default 8)\n"
+            "      --spec-k K        most tokens proposed per step (1..%d, default %d)\n"
             "      --kernels K       auto, ref, avx2 or avx512\n"
             "  -v, --verbose         print the model, kernels and seed\n",
             (double)d.temperature, (int)d.top_k, (double)d.top_p, (double)d.min_p,
-            (double)d.repeat_penalty, (int)d.repeat_last_n);
+            (double)d.repeat_penalty, (int)d.repeat_last_n, ANVIL_SPEC_K_MAX, ANVIL_SPEC_K_DEFAULT);
 }
 
 int gen_parse_opt(const char *cmd, struct gen_opts *o, int argc, char **argv, int *i) {
