@@ -34,7 +34,7 @@
 #include "args.h"
 #include "bench.h"
 #include "bench_util.h"
-#include "engine/cons.h"
+#include "engine/guide.h"
 
 #define CMD "bench --constrained"
 #define MAX_BATCH 64
@@ -175,14 +175,14 @@ static int run_decode(struct anvil_engine *e, const anvil_token *prompt, int n_p
 static int time_index(const struct anvil_model *m, int reps, double *out) {
     double t[16];
     for (int r = 0; r < reps; r++) {
-        struct cons_index ix;
-        cons_index_init(&ix);
+        struct guide_index ix;
+        guide_index_init(&ix);
         const struct cn_vocab *v = NULL;
         char err[256];
         double t0 = bench_thread_cpu_s();
-        anvil_status st = cons_index_get(&ix, m, &v, err, sizeof(err));
+        anvil_status st = guide_index_get(&ix, m, &v, err, sizeof(err));
         t[r] = bench_thread_cpu_s() - t0;
-        cons_index_free(&ix);
+        guide_index_free(&ix);
         if (st != ANVIL_OK) {
             fprintf(stderr, "anvil %s: vocabulary index: %s\n", CMD, err);
             return 1;

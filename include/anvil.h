@@ -1,6 +1,7 @@
 /*
  * anvil.h - the one public header of libanvil, an LLM inference engine for
- * Llama-family GGUF models.
+ * decoder-only transformer models in GGUF files (the architectures of
+ * src/model/arch/: Llama, Qwen2, Qwen3, Gemma 3, Phi-3).
  *
  * Handles are opaque. Every constructor returns an anvil_status and writes
  * *out only on success. Every _load/_init has one _free that accepts NULL.
@@ -113,9 +114,6 @@ int32_t anvil_model_n_embd(const struct anvil_model *m);
 int32_t anvil_model_n_layer(const struct anvil_model *m);
 /* Weight type of most matrices (from general.file_type or the tensors). */
 int anvil_model_type(const struct anvil_model *m);
-/* general.architecture of the model ("llama", "qwen2", "qwen3", "gemma3",
- * "phi3"). */
-const char *anvil_model_arch(const struct anvil_model *m);
 /* Bytes of KV cache one sequence of n_ctx positions needs with KV type
  * kv_type (ANVIL_TYPE_F16 or ANVIL_TYPE_Q8_0): sliding-window layers count
  * only their window when `windowed` is true (what anvil allocates), and
@@ -161,12 +159,12 @@ int32_t anvil_token_to_piece(const struct anvil_model *m, anvil_token t, char *b
                              int32_t cap, bool special);
 
 /* Streaming detokenizer: holds back an incomplete UTF-8 sequence so that
- * a stream never prints half a character. Zero-init or use _reset. */
+ * a stream never prints half a character. Zero-initialise it to start a
+ * stream (and again to restart one). */
 struct anvil_detok {
     unsigned char pend[8];
     int n_pend;
 };
-void anvil_detok_reset(struct anvil_detok *d);
 /* Append token t; writes only complete UTF-8 characters to buf (NUL
  * terminated). Returns bytes written, or -(needed) when cap is too small.
  * buf needs room for the token's bytes, 8 pending bytes and the NUL. */
@@ -455,20 +453,33 @@ enum anvil_spec {
 };
 #define ANVIL_SPEC_K_MAX 16
 
+/* What a zero field of anvil_engine_params means (the CLI's help and the
+ * server print these) */
+#define ANVIL_ENGINE_MAX_RUNNING_DEFAULT 64
+#define ANVIL_ENGINE_MAX_QUEUE_DEFAULT 1024
+#define ANVIL_ENGINE_N_CTX_DEFAULT_MAX 8192 /* n_ctx 0: min(train ctx, this) */
+#define ANVIL_ENGINE_STEP_TOKENS_DEFAULT 512
+#define ANVIL_ENGINE_PREFILL_CHUNK_DEFAULT 256
+#define ANVIL_SPEC_K_DEFAULT 8
+
 struct anvil_engine_params {
     int32_t n_threads;     /* 0 = online CPUs */
-    int32_t max_running;   /* sequences decoded at once; 0 = 64 */
-    int32_t max_queue;     /* waiting requests before submit says KV_FULL; 0 = 1024 */
-    int32_t n_ctx;         /* max positions per request; 0 = min(train ctx, 8192) */
-    int32_t step_tokens;   /* token budget per step; 0 = 512 */
-    int32_t prefill_chunk; /* max prompt tokens of one request per step; 0 = 256 */
+    int32_t max_running;   /* sequences decoded at once; 0 = ANVIL_ENGINE_MAX_RUNNING_DEFAULT */
+    int32_t max_queue;     /* waiting requests before submit says KV_FULL;
+                              0 = ANVIL_ENGINE_MAX_QUEUE_DEFAULT */
+    int32_t n_ctx;         /* max positions per request;
+                              0 = min(train ctx, ANVIL_ENGINE_N_CTX_DEFAULT_MAX) */
+    int32_t step_tokens;   /* token budget per step; 0 = ANVIL_ENGINE_STEP_TOKENS_DEFAULT */
+    int32_t prefill_chunk; /* max prompt tokens of one request per step;
+                              0 = ANVIL_ENGINE_PREFILL_CHUNK_DEFAULT */
     int64_t kv_mem;        /* KV cache bytes; 0 = sized from the machine: room for
                               max_running sequences at n_ctx, at most half of
                               the memory available at start (reserved, not
                               touched: pages are used as the cache fills) */
     int kv_type;           /* ANVIL_TYPE_F16 (default when 0) or ANVIL_TYPE_Q8_0 */
     enum anvil_spec spec;  /* speculation for requests that do not choose; DEFAULT = off */
-    int32_t spec_k;        /* max proposed tokens per step (1..ANVIL_SPEC_K_MAX); 0 = 8 */
+    int32_t spec_k;        /* max proposed tokens per step (1..ANVIL_SPEC_K_MAX);
+                              0 = ANVIL_SPEC_K_DEFAULT */
     struct anvil_model *draft; /* for ANVIL_SPEC_DRAFT: borrowed; same vocabulary */
 };
 
@@ -484,6 +495,10 @@ enum anvil_finish {
                                 continue the output (error says why) */
 };
 
+#define ANVIL_MAX_TOP_LOGPROBS 20 /* alternatives a request may ask for per token */
+#define ANVIL_MAX_STOP 16         /* stop strings per request */
+#define ANVIL_MAX_STOP_LEN 256    /* bytes of one stop string */
+
 struct anvil_request_params {
     const anvil_token *prompt; /* copied at submit */
     int32_t n_prompt;          /* >= 1 */
@@ -491,8 +506,8 @@ struct anvil_request_params {
     struct anvil_sampler_params sampling;
     bool ignore_eos;
     const char *const *stop;   /* stop strings, copied at submit; may be NULL */
-    int32_t n_stop;            /* <= 16 */
-    int32_t top_logprobs;      /* 0 = no logprobs; else report this many alternatives (<= 20) */
+    int32_t n_stop;            /* <= ANVIL_MAX_STOP, each <= ANVIL_MAX_STOP_LEN bytes */
+    int32_t top_logprobs;      /* 0 = no logprobs; else this many alternatives (<= ANVIL_MAX_TOP_LOGPROBS) */
     enum anvil_spec spec;      /* DEFAULT: the engine's; DRAFT needs an engine with a draft */
     int32_t spec_k;            /* 0 = the engine's; else 1..ANVIL_SPEC_K_MAX */
     /* Structured output (NULL: none). The request takes its own reference.
@@ -540,6 +555,10 @@ void anvil_engine_free(struct anvil_engine *e);
 const char *anvil_engine_errmsg(const struct anvil_engine *e);
 /* Positions one request may use (prompt plus generated tokens). */
 int32_t anvil_engine_n_ctx(const struct anvil_engine *e);
+/* The KV-fit rule: positions one request may hold, n_ctx or fewer when the
+ * whole KV pool holds fewer for one sequence. anvil_engine_submit refuses
+ * a prompt plus max_tokens above it. */
+int64_t anvil_engine_seq_capacity(const struct anvil_engine *e);
 
 /* Thread-safe. Validates and queues a request: ANVIL_ERR_INVALID for bad
  * params or a request that can never run (prompt plus max_tokens over
@@ -569,6 +588,9 @@ struct anvil_engine_stats {
      * tokens proposed, proposals accepted, and tokens those rows produced
      * (accepted + one of the model's own each) */
     uint64_t n_spec_verify, n_spec_proposed, n_spec_accepted, n_spec_tokens;
+    /* requests that stopped speculating with the draft model because one
+     * of its decodes failed (the log says why; their output is unchanged) */
+    uint64_t n_spec_draft_failed;
     /* positions taken from the prefix cache when requests were admitted */
     uint64_t n_prefix_tokens;
     /* constraints: tokens drawn under a constraint, and how many of those

@@ -639,9 +639,11 @@ static void test_spm_details(void **state) {
     toy_free(&t);
 }
 
-/* 1 MB of text through SPM in one fragment stays linear: far below what a
- * quadratic merge would take (the timing is printed; the bound is loose
- * enough for a loaded machine and ASan). */
+/* 1 MB of text through SPM in one fragment: a linear merge ends in well
+ * under a second, a quadratic one would run for hours. The test asserts
+ * no duration: a watchdog (alarm, SPM_WATCHDOG_S) that only such a hang
+ * can trip ends the process. */
+#define SPM_WATCHDOG_S 600
 static void test_spm_linear(void **state) {
     (void)state;
     struct toy t = {0};
@@ -663,18 +665,14 @@ static void test_spm_linear(void **state) {
         n += strlen(w);
     }
     anvil_token *ids = malloc(sizeof(anvil_token) * (n + 1));
-    double t0 = time_now_s();
+    alarm(SPM_WATCHDOG_S);
     int32_t got = tok_encode(v, text, n, ids, (int32_t)n + 1, false, false);
-    double dt = time_now_s() - t0;
+    alarm(0);
     assert_true(got > 0);
-    print_message("SPM: %zu bytes -> %d tokens in %.3f s\n", n, got, dt);
-    assert_true(dt < 20.0);
-    /* the same text in 64 pieces gives the same tokens: merging is local */
-    size_t piece = 0;
-    int32_t total = 0;
+    /* the first half alone gives the tokens of the whole up to its last
+     * one (the cut may split a word): merging is local */
     anvil_token *ids2 = malloc(sizeof(anvil_token) * (n + 1));
-    (void)piece;
-    total = tok_encode(v, text, n / 2, ids2, (int32_t)n + 1, false, false);
+    int32_t total = tok_encode(v, text, n / 2, ids2, (int32_t)n + 1, false, false);
     assert_true(total > 0);
     for (int32_t i = 0; i + 1 < total; i++) assert_int_equal(ids2[i], ids[i]);
     free(ids2);

@@ -1,5 +1,6 @@
 /*
- * spec.c - n-gram proposals and proposal-length adaptation (spec.h).
+ * spec.c - n-gram proposals, proposal-length adaptation and the check of
+ * the speculation settings (spec.h).
  *
  * Prompt lookup (as in llama.cpp's lookup decoding and vLLM's n-gram
  * proposer): text that copies its input - code edits, summaries, answers
@@ -11,6 +12,11 @@
 #include <string.h>
 
 #include "engine/spec.h"
+
+bool spec_params_ok(enum anvil_spec spec, int32_t k) {
+    return spec >= ANVIL_SPEC_DEFAULT && spec <= ANVIL_SPEC_DRAFT && k >= 0 &&
+           k <= ANVIL_SPEC_K_MAX;
+}
 
 int32_t spec_ngram_propose(const anvil_token *toks, int32_t n_toks, int32_t k, anvil_token *out) {
     if (k <= 0) return 0;

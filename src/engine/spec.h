@@ -1,15 +1,21 @@
 /*
  * spec.h - the proposing half of speculative decoding, for the engine:
  * prompt-lookup (n-gram) proposals and the per-request adaptation of how
- * many tokens to propose. The verifying half is in engine.c (one
- * multi-row forward pass, anvil_sampler_sample_spec on each row).
+ * many tokens to propose, and the check of the speculation settings. The
+ * draft model's proposals and the verifying half (one multi-row forward
+ * pass, anvil_sampler_sample_spec on each row) are in speculate.c.
  */
 #ifndef ANVIL_SPEC_H
 #define ANVIL_SPEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "anvil.h"
+
+/* The speculation settings of engine or request params are in range:
+ * a mode of enum anvil_spec, k 0 (the default) .. ANVIL_SPEC_K_MAX. */
+bool spec_params_ok(enum anvil_spec spec, int32_t k);
 
 /* Prompt lookup: find the most recent earlier occurrence of the last n
  * tokens of toks[0, n_toks) (n from SPEC_NGRAM_MAX down to SPEC_NGRAM_MIN,

@@ -946,7 +946,6 @@ int32_t anvil_model_n_layer(const struct anvil_model *m) { return m->hp.n_layer;
 int anvil_model_type(const struct anvil_model *m) { return m->wtype; }
 const char *anvil_model_kernels(const struct anvil_model *m) { return m->ops->name; }
 const char *anvil_model_desc(const struct anvil_model *m) { return m->desc; }
-const char *anvil_model_arch(const struct anvil_model *m) { return m->arch->name; }
 
 int32_t anvil_model_meta_str(const struct anvil_model *m, const char *key, char *buf,
                              size_t cap) {
@@ -997,8 +996,6 @@ int32_t anvil_token_to_piece(const struct anvil_model *m, anvil_token t, char *b
                              bool special) {
     return tok_piece(m->vocab, t, buf, cap, special);
 }
-
-void anvil_detok_reset(struct anvil_detok *d) { memset(d, 0, sizeof(*d)); }
 
 int32_t anvil_detok_push(const struct anvil_model *m, struct anvil_detok *d, anvil_token t,
                          char *buf, int32_t cap) {

@@ -622,7 +622,7 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
         .model_id = s->model_id,
         .n_vocab = anvil_model_n_vocab(m),
         .n_ctx = cfg->n_ctx,
-        .kv_tokens = (int64_t)st.kv_blocks_total * st.kv_block_tokens,
+        .kv_tokens = anvil_engine_seq_capacity(e),
         .default_seed = cfg->default_seed,
         .cc = srv_ccache_new(), /* NULL (out of memory) only means no cache */
     };

@@ -236,7 +236,7 @@ static bool parse_logprobs(const cJSON *root, enum srv_kind kind, struct srv_req
         return true;
     }
     if (!srv_get_bool(root, "logprobs", &r->logprobs, NULL, e)) return false;
-    if (!srv_get_int(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &v, &present, e)) return false;
+    if (!srv_get_int(root, "top_logprobs", 0, ANVIL_MAX_TOP_LOGPROBS, &v, &present, e)) return false;
     if (present && !r->logprobs)
         return srv_bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     r->top_logprobs = (int32_t)v;

@@ -46,9 +46,8 @@
 
 enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION };
 
-#define SRV_MAX_STOP 16
-#define SRV_MAX_STOP_LEN 256
-#define SRV_MAX_TOP_LOGPROBS 20
+#define SRV_MAX_STOP ANVIL_MAX_STOP
+#define SRV_MAX_STOP_LEN ANVIL_MAX_STOP_LEN
 /* Arrays and objects nested deeper than this are a 400. The deepest body
  * the OpenAI API defines (a message's content parts) nests 4 levels; a
  * JSON schema in response_format may go deeper, so the bound leaves room
@@ -131,7 +130,7 @@ struct srv_limits {
     const char *model_id;
     int32_t n_vocab;
     int32_t n_ctx;       /* prompt + max_tokens must fit */
-    int64_t kv_tokens;   /* total KV capacity in tokens (0 = unknown) */
+    int64_t kv_tokens;   /* anvil_engine_seq_capacity (0 = unknown) */
     uint64_t default_seed; /* seed of a request that gives none; 0 = a fresh random one */
     struct srv_ccache *cc; /* compiled constraints, or NULL (compile every time) */
 };

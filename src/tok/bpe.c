@@ -106,32 +106,7 @@ static inline bool bigram_less(const struct bpe_bigram *a, const struct bpe_bigr
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static void heap_push(struct bpe_bigram *h, size_t *n, struct bpe_bigram b) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bigram_less(&b, &h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = b;
-}
-
-static struct bpe_bigram heap_pop(struct bpe_bigram *h, size_t *n) {
-    struct bpe_bigram top = h[0];
-    struct bpe_bigram last = h[--(*n)];
-    size_t i = 0, m = *n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= m) break;
-        if (c + 1 < m && bigram_less(&h[c + 1], &h[c])) c++;
-        if (!bigram_less(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (m > 0) h[i] = last;
-    return top;
-}
+TOK_BIGRAM_HEAP(struct bpe_bigram, bigram_less)
 
 static void try_pair(const struct tok_bpe *b, const struct bpe_sym *sym, int32_t l, int32_t r,
                      struct bpe_bigram *heap, size_t *n_heap) {

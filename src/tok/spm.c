@@ -47,32 +47,7 @@ static inline bool better(const struct spm_bigram *a, const struct spm_bigram *b
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(struct spm_bigram *h, size_t *n, struct spm_bigram b) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!better(&b, &h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = b;
-}
-
-static struct spm_bigram heap_pop(struct spm_bigram *h, size_t *n) {
-    struct spm_bigram top = h[0];
-    struct spm_bigram last = h[--(*n)];
-    size_t i = 0, m = *n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= m) break;
-        if (c + 1 < m && better(&h[c + 1], &h[c])) c++;
-        if (!better(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (m > 0) h[i] = last;
-    return top;
-}
+TOK_BIGRAM_HEAP(struct spm_bigram, better)
 
 /* The token a text is, or -1 (merge-only symbols of the table are not
  * tokens). */

@@ -69,6 +69,36 @@ enum {
 };
 #define TOK_ATTR_SPECIAL (TOK_ATTR_CONTROL | TOK_ATTR_USER | TOK_ATTR_UNKNOWN)
 
+/* The merge queue of BPE and SPM: a binary heap over an array of bigrams
+ * of type T, BEFORE(a, b) true when a pops first. Defines the file-local
+ * heap_push(T *h, size_t *n, T b) and T heap_pop(T *h, size_t *n) (n > 0). */
+#define TOK_BIGRAM_HEAP(T, BEFORE) \
+    static void heap_push(T *h, size_t *n, T b) { \
+        size_t i = (*n)++; \
+        while (i > 0) { \
+            size_t p = (i - 1) / 2; \
+            if (!BEFORE(&b, &h[p])) break; \
+            h[i] = h[p]; \
+            i = p; \
+        } \
+        h[i] = b; \
+    } \
+    static T heap_pop(T *h, size_t *n) { \
+        T top = h[0]; \
+        T last = h[--(*n)]; \
+        size_t i = 0, m = *n; \
+        for (;;) { \
+            size_t c = 2 * i + 1; \
+            if (c >= m) break; \
+            if (c + 1 < m && BEFORE(&h[c + 1], &h[c])) c++; \
+            if (!BEFORE(&h[c], &last)) break; \
+            h[i] = h[c]; \
+            i = c; \
+        } \
+        if (m > 0) h[i] = last; \
+        return top; \
+    }
+
 struct tok_spec {
     enum tok_kind kind;
     bool bpe_raw;             /* BPE over raw UTF-8 with U+2581 for spaces and

@@ -88,7 +88,7 @@ static void check_request(const struct srv_req *r, enum srv_kind kind) {
         size_t n = strlen(r->stop[i]);
         fuzz_check(n > 0 && n <= SRV_MAX_STOP_LEN, "stop string length");
     }
-    fuzz_check(r->top_logprobs >= 0 && r->top_logprobs <= SRV_MAX_TOP_LOGPROBS, "top_logprobs");
+    fuzz_check(r->top_logprobs >= 0 && r->top_logprobs <= ANVIL_MAX_TOP_LOGPROBS, "top_logprobs");
     fuzz_check(!r->include_usage || r->stream, "include_usage only with stream");
     fuzz_check((r->tools != SRV_TOOLS_REQUIRED && r->tools != SRV_TOOLS_NAMED) || r->constraint,
           "a required or named tool call is constrained");

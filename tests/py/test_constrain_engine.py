@@ -149,7 +149,7 @@ def test_grammar_outputs_parse(runs):
 
 
 def test_greedy_masks_are_rare(runs):
-    """Sampled requests build the mask for every token (cons.h says why);
+    """Sampled requests build the mask for every token (guide.h says why);
     greedy ones only when the model's top token is refused. A third of
     the requests are greedy, so fewer masks than tokens means the
     candidate test works."""

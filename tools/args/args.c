@@ -1,11 +1,13 @@
 /*
  * args.c - strict argument parsing shared by the commands (tools/cli) and
  * the benchmarks (bench/): whole-string numbers with range checks, option
- * values, and the one-line "anvil CMD: message" error with exit status 2.
+ * values, the one-line "anvil CMD: message" error with exit status 2, and
+ * reading the whole of a file an argument names.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -79,4 +81,32 @@ int cli_int_list(const char *cmd, const char *opt, const char *s, long lo, long 
     cli_fail(cmd, "%s expects a comma-separated list of up to %d integers in [%ld, %ld], got '%s'",
              opt, cap, lo, hi, s);
     return -1;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        n += fread(b + n, 1, cap - 1 - n, f);
+        if (n < cap - 1) break; /* a short read: end of file or an error */
+        char *nb = cap <= SIZE_MAX / 2 ? realloc(b, cap * 2) : NULL;
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    if (b && ferror(f)) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (!b) return NULL;
+    b[n] = '\0';
+    *len = n;
+    return b;
 }

@@ -1,5 +1,6 @@
 /*
- * args.h - strict argument parsing for the anvil commands and benchmarks.
+ * args.h - strict argument parsing for the anvil commands and benchmarks,
+ * and reading a file an argument names.
  * Every parser prints one line "anvil CMD: message" on bad input and
  * reports failure; the caller returns exit status 2.
  */
@@ -7,6 +8,7 @@
 #define ANVIL_CLI_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Print "anvil CMD: message" to stderr and return 2 (bad usage/input). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -24,5 +26,10 @@ int cli_int_list(const char *cmd, const char *opt, const char *s, long lo, long 
 
 /* Value of option argv[*i] (advances *i); NULL with an error when missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+
+/* The whole of the file at path (a file named by an argument), malloc'd
+ * and NUL-terminated (the NUL not counted in *len); NULL with errno when
+ * it cannot be read. The caller frees it with free(). */
+char *cli_read_file(const char *path, size_t *len);
 
 #endif

@@ -89,35 +89,6 @@ static void usage(FILE *f) {
 // ----------------------------------------------------------------------------
 // small helpers
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 4096 > cap) {
-            char *nb = cap < ((size_t)1 << 31) ? realloc(buf, cap *= 2) : NULL;
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (buf && ferror(f)) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
@@ -351,7 +322,7 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (o.text) {
         size_t len;
-        if (!(text = read_text(o.text, &len))) {
+        if (!(text = cli_read_file(o.text, &len))) {
             rc = cli_fail("perplexity", "cannot read %s", o.text);
             goto done;
         }
@@ -452,9 +423,12 @@ int cmd_perplexity(int argc, char **argv) {
             struct anvil_batch ab = {nb, btok, bpos, bseq, bout};
             st = anvil_decode(c, &ab);
             if (st != ANVIL_OK) {
-                rc = cli_fail("perplexity", "decode failed: %s", anvil_status_str(st));
-                if (pr.tty) fputc('\n', stderr);
-                rc = 1;
+                /* the context's message says why; the status alone does not */
+                const char *why = anvil_ctx_errmsg(c);
+                if (pr.tty) fputc('\n', stderr); /* end the progress line first */
+                cli_fail("perplexity", "decode failed: %s",
+                         why && why[0] ? why : anvil_status_str(st));
+                rc = 1; /* a run failure, not a usage error (cli_fail's 2) */
                 goto done;
             }
             int row = 0;

@@ -29,10 +29,11 @@
 #include <time.h>
 
 #include "cli.h"
+#include "core/core.h"
 #include "server/server.h"
 
 #define CMD "serve"
-#define DEFAULT_MAX_QUEUE 1024
+#define DEFAULT_MAX_QUEUE ANVIL_ENGINE_MAX_QUEUE_DEFAULT
 #define DEFAULT_TIMEOUT 600
 #define DEFAULT_HEADER_TIMEOUT 30
 #define DEFAULT_MAX_CONN 4096
@@ -49,7 +50,7 @@ static void usage(FILE *f) {
             "  -m, --model FILE      GGUF model (required)\n"
             "      --host ADDR       address to bind (default 127.0.0.1; numeric or localhost)\n"
             "      --port N          TCP port, 0 = any free port (default 8080)\n"
-            "      --parallel N      sequences decoded at once (default: engine's, 64)\n"
+            "      --parallel N      sequences decoded at once (default: engine's, %d)\n"
             "      --kv-mem SIZE     KV cache memory, e.g. 512M, 2G (default: engine's)\n"
             "      --api-key KEY     require 'Authorization: Bearer KEY' (not on /health,\n"
             "                        /openapi.json)\n"
@@ -64,9 +65,9 @@ static void usage(FILE *f) {
             "      --spec MODE       speculative decoding for requests that do not choose:\n"
             "                        off (default), ngram (prompt lookup) or draft\n"
             "      --draft FILE      draft model for --spec draft (same vocabulary)\n"
-            "      --spec-k K        most proposed tokens per step, 1..16 (default 8)\n"
+            "      --spec-k K        most proposed tokens per step, 1..%d (default %d)\n"
             "  -c, --ctx N           max tokens per request, prompt + completion\n"
-            "                        (default: min(train ctx, 8192))\n"
+            "                        (default: min(train ctx, %d))\n"
             "      --kernels K       auto, ref, avx2 or avx512\n"
             "      --chat-template NAME  chat template family instead of the file's:\n"
             "                        %s\n"
@@ -76,8 +77,9 @@ static void usage(FILE *f) {
             "      --drain-timeout S on SIGTERM/SIGINT, let in-flight requests run this\n"
             "                        long before cancelling them (default %d; a second\n"
             "                        signal cancels at once)\n",
-            DEFAULT_MAX_QUEUE, DEFAULT_MAX_CONN, DEFAULT_HEADER_TIMEOUT, DEFAULT_TIMEOUT,
-            anvil_chat_template_names(), DEFAULT_DRAIN);
+            ANVIL_ENGINE_MAX_RUNNING_DEFAULT, DEFAULT_MAX_QUEUE, DEFAULT_MAX_CONN,
+            DEFAULT_HEADER_TIMEOUT, DEFAULT_TIMEOUT, ANVIL_SPEC_K_MAX, ANVIL_SPEC_K_DEFAULT,
+            ANVIL_ENGINE_N_CTX_DEFAULT_MAX, anvil_chat_template_names(), DEFAULT_DRAIN);
 }
 
 /* "512M", "2G", "1048576", "64k": bytes, binary suffixes. */
@@ -156,17 +158,11 @@ static bool fit_fd_limit(long *max_conn, bool explicit_max) {
     return true;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Wait up to `secs` for the in-flight requests to end; false when a
  * signal arrived first. */
 static bool drain(struct srv *s, const sigset_t *set, double secs) {
-    double t_end = now_s() + secs;
-    while (srv_n_active(s) > 0 && now_s() < t_end) {
+    double t_end = time_now_s() + secs;
+    while (srv_n_active(s) > 0 && time_now_s() < t_end) {
         struct timespec ts = {0, 50 * 1000000L};
         if (sigtimedwait(set, NULL, &ts) > 0) return false;
     }
@@ -368,7 +364,7 @@ int cmd_serve(int argc, char **argv) {
         .max_body = MAX_BODY,
         .webui = webui,
         .replica_id = replica_id,
-        .parallel = parallel ? (int32_t)parallel : 64, /* the engine's default */
+        .parallel = parallel ? (int32_t)parallel : ANVIL_ENGINE_MAX_RUNNING_DEFAULT,
     };
     struct srv *s = NULL;
     if (srv_start(m, e, &cfg, &s, err, sizeof(err)) != 0) {

@@ -71,32 +71,6 @@ static void put_piece(const char *s, int32_t n) {
     putchar('\'');
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = realloc(b, cap * 2);
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    if (b && ferror(f)) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = n;
-    return b;
-}
-
 int cmd_tokenize(int argc, char **argv) {
     const char *cmd = "tokenize", *model = NULL, *prompt = NULL, *file = NULL;
     const char *system = NULL, *tmpl = NULL;
@@ -136,7 +110,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *text = NULL;
     size_t len;
     if (file) {
-        text = read_file(file, &len);
+        text = cli_read_file(file, &len);
         if (!text) return cli_fail(cmd, "cannot read '%s'", file);
     } else {
         len = strlen(prompt);

@@ -9,36 +9,28 @@
 #include <time.h>
 
 #include "cli.h"
+#include "core/core.h"
 #include "gen.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void gen_opts_default(struct gen_opts *o) {
     memset(o, 0, sizeof(*o));
     o->n_predict = 128;
     o->sp = anvil_sampler_default_params();
-    o->sp.temperature = 0.8f;
-    o->sp.top_k = 40;
-    o->sp.top_p = 0.95f;
-    o->sp.min_p = 0.05f;
 }
 
 void gen_print_opts_help(FILE *f) {
+    const struct anvil_sampler_params d = anvil_sampler_default_params();
     fprintf(f,
             "  -m, --model FILE      GGUF model (required)\n"
             "  -n, --n-predict N     tokens to generate (default 128, >= 1)\n"
             "  -t, --threads N       threads (default: all online CPUs)\n"
             "  -c, --ctx N           context length (default: min(train, 4096))\n"
-            "      --temp T          temperature, 0 = greedy (default 0.8)\n"
-            "      --top-k K         top-k, 0 = off (default 40)\n"
-            "      --top-p P         top-p in (0, 1] (default 0.95)\n"
-            "      --min-p P         min-p in [0, 1] (default 0.05)\n"
-            "      --repeat-penalty R  repetition penalty, 1 = off (default 1)\n"
-            "      --repeat-last-n N   penalty window (default 64)\n"
+            "      --temp T          temperature, 0 = greedy (default %g)\n"
+            "      --top-k K         top-k, 0 = off (default %d)\n"
+            "      --top-p P         top-p in (0, 1] (default %g)\n"
+            "      --min-p P         min-p in [0, 1] (default %g)\n"
+            "      --repeat-penalty R  repetition penalty, 1 = off (default %g)\n"
+            "      --repeat-last-n N   penalty window (default %d)\n"
             "      --presence-penalty P, --frequency-penalty P   in [-2, 2]\n"
             "      --seed S          RNG seed (default: random, printed in the stats)\n"
             "      --system TEXT     system message (chat template)\n"
@@ -51,9 +43,11 @@ void gen_print_opts_help(FILE *f) {
             "                        (one of the three; see README, Structured output)\n"
             "      --spec ngram|draft  speculative decoding: prompt lookup, or --draft\n"
             "      --draft FILE      draft model (same vocabulary) for --spec draft\n"
-            "      --spec-k K        most tokens proposed per step (1..16, default 8)\n"
+            "      --spec-k K        most tokens proposed per step (1..%d, default %d)\n"
             "      --kernels K       auto, ref, avx2 or avx512\n"
-            "  -v, --verbose         print the model, kernels and seed\n");
+            "  -v, --verbose         print the model, kernels and seed\n",
+            (double)d.temperature, (int)d.top_k, (double)d.top_p, (double)d.min_p,
+            (double)d.repeat_penalty, (int)d.repeat_last_n, ANVIL_SPEC_K_MAX, ANVIL_SPEC_K_DEFAULT);
 }
 
 int gen_parse_opt(const char *cmd, struct gen_opts *o, int argc, char **argv, int *i) {
@@ -170,29 +164,6 @@ int gen_parse_opt(const char *cmd, struct gen_opts *o, int argc, char **argv, in
     return 1;
 }
 
-/* The whole of a file (malloc'd), or NULL with errno. */
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, len = 0;
-    char *b = malloc(cap);
-    while (b) {
-        len += fread(b + len, 1, cap - len, f);
-        if (len < cap) break;
-        char *nb = realloc(b, cap *= 2);
-        if (!nb) free(b);
-        b = nb;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(b);
-        return NULL;
-    }
-    *n = len;
-    return b;
-}
-
 /* --json-schema / --grammar / --regex: compile (exit 2 with the message
  * on error). */
 static int open_constraint(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
@@ -211,7 +182,7 @@ static int open_constraint(const char *cmd, const struct gen_opts *o, struct gen
     char *text = NULL;
     if (o->regex) {
         n = strlen(o->regex);
-    } else if (!(text = read_file(path, &n))) {
+    } else if (!(text = cli_read_file(path, &n))) {
         return cli_fail(cmd, "%s: cannot read '%s'", opt, path);
     }
     char err[512];
@@ -344,11 +315,11 @@ static void on_event(void *user, const struct anvil_event *ev) {
     struct run_state *rs = user;
     put_text(rs, ev->text, ev->text_len);
     if (ev->type == ANVIL_EVENT_TOKEN) {
-        if (rs->t_first == 0) rs->t_first = now_s();
+        if (rs->t_first == 0) rs->t_first = time_now_s();
         return;
     }
     rs->done = true;
-    rs->t_done = now_s();
+    rs->t_done = time_now_s();
     rs->finish = ev->finish;
     rs->n_gen = ev->n_gen;
     rs->n_reused = ev->n_reused;
@@ -383,7 +354,7 @@ static int generate(const char *cmd, const struct gen_opts *o, struct gen_sessio
         if (rs.reply) rs.reply[0] = '\0';
     }
     char err[256];
-    double t0 = now_s();
+    double t0 = time_now_s();
     anvil_status st = anvil_engine_submit(s->engine, &rp, on_event, &rs, NULL, err, sizeof(err));
     if (st != ANVIL_OK) {
         free(rs.reply);

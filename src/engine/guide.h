@@ -1,11 +1,12 @@
 /*
- * cons.h - constraints in the engine: the public compiled-constraint
- * handle (anvil_constraint_*), the vocabulary index an engine builds once
- * for its model, and the per-request state with the two operations the
+ * guide.h - constraints as the engine uses them to guide sampling (the
+ * automata themselves are the src/constrain/ room): the public
+ * compiled-constraint handle (anvil_constraint_*), the vocabulary index an
+ * engine builds once for its model, and the per-request state with the two operations the
  * step needs: choose a token under the constraint, and cut speculative
  * proposals at the first one the constraint refuses.
  *
- * How a token is chosen (cons_choose), and why each case is exact:
+ * How a token is chosen (guide_choose), and why each case is exact:
  *   - greedy: the model's top token (the forward pass's fused argmax, or
  *     the sampler's penalized argmax) is tested with cn_allowed first. If
  *     the constraint allows it, it is the masked argmax too (the lowest id
@@ -27,11 +28,11 @@
  *     anvil_sampler_sample_spec with the same mask, so the rejection step
  *     keeps the masked distribution.
  * The state advances only with tokens the request keeps: proposals are
- * checked on a scratch copy of the state (cons_cut), never on the state
+ * checked on a scratch copy of the state (guide_cut), never on the state
  * itself, so a rejected proposal needs no rollback.
  */
-#ifndef ANVIL_ENGINE_CONS_H
-#define ANVIL_ENGINE_CONS_H
+#ifndef ANVIL_ENGINE_GUIDE_H
+#define ANVIL_ENGINE_GUIDE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,58 +47,58 @@ struct anvil_constraint {
 };
 
 /* Take one more reference (a request holds one from submit to DONE). */
-void cons_ref(struct anvil_constraint *c);
+void guide_ref(struct anvil_constraint *c);
 
 /* The vocabulary index of one model, built on first use by whoever needs
  * it, under a mutex; read-only and shared afterwards. */
-struct cons_index {
+struct guide_index {
     pthread_mutex_t mu;
     struct cn_vocab *_Atomic v;
 };
 
-void cons_index_init(struct cons_index *ix);
-void cons_index_free(struct cons_index *ix);
+void guide_index_init(struct guide_index *ix);
+void guide_index_free(struct guide_index *ix);
 /* The index for model m (built now if needed: ~20 ms for 49k tokens).
  * Thread-safe. ANVIL_ERR_NOMEM or ANVIL_ERR_INVALID with err. */
-anvil_status cons_index_get(struct cons_index *ix, const struct anvil_model *m,
+anvil_status guide_index_get(struct guide_index *ix, const struct anvil_model *m,
                             const struct cn_vocab **out, char *err, size_t err_cap);
 
 /* A request's constraint state. */
-struct cons_req {
+struct guide_req {
     struct anvil_constraint *c; /* referenced */
     const struct cn_vocab *v;
     struct cn_state *st;        /* after the tokens the request kept */
     struct cn_state *scratch;   /* proposals are tried here (made on first use) */
     uint8_t *mask;              /* ((n_vocab + 7) / 8) allowed-token bitmask */
     uint64_t n_tokens, n_masks; /* tokens chosen, masks built (stats) */
-    double secs;                /* in cons_choose, cons_cut and cons_advance (stats) */
+    double secs;                /* in guide_choose, guide_cut and guide_advance (stats) */
 };
 
 /* Start a state at the beginning of the output; takes a reference to c.
  * ANVIL_ERR_UNSUPPORTED when a run-time bound refuses even the start. */
-anvil_status cons_req_init(struct cons_req *q, struct anvil_constraint *c,
+anvil_status guide_req_init(struct guide_req *q, struct anvil_constraint *c,
                            const struct cn_vocab *v, char *err, size_t err_cap);
-void cons_req_free(struct cons_req *q); /* zeroed or initialised */
+void guide_req_free(struct guide_req *q); /* zeroed or initialised */
 
 /* The token for one output row (see the header). greedy: the sampler has
  * temperature 0; penalized: its penalties change the logits; argmax: the
  * row's argmax from the forward pass (used when greedy and not
  * penalized); draft: the proposal to prefer, or -1. Returns -1 with *why
- * set when no token can be drawn, CONS_DEAD_END (with *why) when that is
+ * set when no token can be drawn, GUIDE_DEAD_END (with *why) when that is
  * because no token of the vocabulary can continue the output. */
-#define CONS_DEAD_END (-2)
-anvil_token cons_choose(struct cons_req *q, struct anvil_sampler *smp, bool greedy, bool penalized,
+#define GUIDE_DEAD_END (-2)
+anvil_token guide_choose(struct guide_req *q, struct anvil_sampler *smp, bool greedy, bool penalized,
                         const float *logits, anvil_token argmax, anvil_token draft,
                         const char **why);
 
 /* How many of the n proposals d[0..n) the constraint allows in a row from
  * the current state (the first refused one and all after it are cut). */
-int32_t cons_cut(struct cons_req *q, const anvil_token *d, int32_t n);
+int32_t guide_cut(struct guide_req *q, const anvil_token *d, int32_t n);
 
 /* Append a kept token (not an end-of-generation token). */
-anvil_status cons_advance(struct cons_req *q, anvil_token t);
+anvil_status guide_advance(struct guide_req *q, anvil_token t);
 
 /* The output is complete and nothing may follow: the request can end. */
-bool cons_complete(const struct cons_req *q);
+bool guide_complete(const struct guide_req *q);
 
 #endif

@@ -1,13 +1,13 @@
 /*
- * cons.c - constraints in the engine: the compiled-constraint handle of
+ * guide.c - constraints in the engine: the compiled-constraint handle of
  * the public API, the per-model vocabulary index, and the per-request
- * choice of tokens under a constraint. cons.h says how a token is chosen
+ * choice of tokens under a constraint. guide.h says how a token is chosen
  * and why that is exact; src/constrain does the automata.
  */
 #include <string.h>
 
 #include "core/core.h"
-#include "engine/cons.h"
+#include "engine/guide.h"
 
 /* ---------------------------------------------------------------------- */
 /* the public handle */
@@ -52,10 +52,10 @@ anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_co
     return ANVIL_OK;
 }
 
-void cons_ref(struct anvil_constraint *c) { atomic_fetch_add(&c->refs, 1); }
+void guide_ref(struct anvil_constraint *c) { atomic_fetch_add(&c->refs, 1); }
 
 struct anvil_constraint *anvil_constraint_retain(struct anvil_constraint *c) {
-    if (c) cons_ref(c);
+    if (c) guide_ref(c);
     return c;
 }
 
@@ -76,12 +76,12 @@ bool anvil_constraint_matches(const struct anvil_constraint *c, const char *text
 /* ---------------------------------------------------------------------- */
 /* the vocabulary index */
 
-void cons_index_init(struct cons_index *ix) {
+void guide_index_init(struct guide_index *ix) {
     pthread_mutex_init(&ix->mu, NULL);
     atomic_init(&ix->v, NULL);
 }
 
-void cons_index_free(struct cons_index *ix) {
+void guide_index_free(struct guide_index *ix) {
     cn_vocab_free(atomic_load(&ix->v));
     pthread_mutex_destroy(&ix->mu);
 }
@@ -131,7 +131,7 @@ fail:
     return st;
 }
 
-anvil_status cons_index_get(struct cons_index *ix, const struct anvil_model *m,
+anvil_status guide_index_get(struct guide_index *ix, const struct anvil_model *m,
                             const struct cn_vocab **out, char *err, size_t err_cap) {
     struct cn_vocab *v = atomic_load_explicit(&ix->v, memory_order_acquire);
     if (v) {
@@ -151,7 +151,7 @@ anvil_status cons_index_get(struct cons_index *ix, const struct anvil_model *m,
 /* ---------------------------------------------------------------------- */
 /* per request */
 
-anvil_status cons_req_init(struct cons_req *q, struct anvil_constraint *c,
+anvil_status guide_req_init(struct guide_req *q, struct anvil_constraint *c,
                            const struct cn_vocab *v, char *err, size_t err_cap) {
     memset(q, 0, sizeof(*q));
     anvil_status st = cn_state_init(c->prog, v, &q->st);
@@ -168,13 +168,13 @@ anvil_status cons_req_init(struct cons_req *q, struct anvil_constraint *c,
         memset(q, 0, sizeof(*q));
         return st;
     }
-    cons_ref(c);
+    guide_ref(c);
     q->c = c;
     q->v = v;
     return ANVIL_OK;
 }
 
-void cons_req_free(struct cons_req *q) {
+void guide_req_free(struct guide_req *q) {
     if (!q->c) return;
     cn_state_free(q->st);
     cn_state_free(q->scratch);
@@ -183,7 +183,7 @@ void cons_req_free(struct cons_req *q) {
     memset(q, 0, sizeof(*q));
 }
 
-static anvil_token choose(struct cons_req *q, struct anvil_sampler *smp, bool greedy,
+static anvil_token choose(struct guide_req *q, struct anvil_sampler *smp, bool greedy,
                           bool penalized, const float *logits, anvil_token argmax,
                           anvil_token draft, const char **why) {
     if (greedy) {
@@ -205,7 +205,7 @@ static anvil_token choose(struct cons_req *q, struct anvil_sampler *smp, bool gr
         *why = "constraint: no token of the vocabulary can continue the output here (the "
                "grammar needs text the model cannot spell, or a run-time bound of the "
                "constraint was reached)";
-        return CONS_DEAD_END;
+        return GUIDE_DEAD_END;
     }
     anvil_token t = draft >= 0 ? anvil_sampler_sample_spec(smp, logits, q->mask, draft)
                                : anvil_sampler_sample(smp, logits, q->mask);
@@ -213,7 +213,7 @@ static anvil_token choose(struct cons_req *q, struct anvil_sampler *smp, bool gr
     return t;
 }
 
-anvil_token cons_choose(struct cons_req *q, struct anvil_sampler *smp, bool greedy, bool penalized,
+anvil_token guide_choose(struct guide_req *q, struct anvil_sampler *smp, bool greedy, bool penalized,
                         const float *logits, anvil_token argmax, anvil_token draft,
                         const char **why) {
     double t0 = time_now_s();
@@ -223,7 +223,7 @@ anvil_token cons_choose(struct cons_req *q, struct anvil_sampler *smp, bool gree
     return t;
 }
 
-static int32_t cut(struct cons_req *q, const anvil_token *d, int32_t n) {
+static int32_t cut(struct guide_req *q, const anvil_token *d, int32_t n) {
     if (!q->scratch && cn_state_init(q->c->prog, q->v, &q->scratch) != ANVIL_OK) return 0;
     if (cn_state_copy(q->scratch, q->st) != ANVIL_OK) return 0;
     int32_t i = 0;
@@ -233,7 +233,7 @@ static int32_t cut(struct cons_req *q, const anvil_token *d, int32_t n) {
     return i;
 }
 
-int32_t cons_cut(struct cons_req *q, const anvil_token *d, int32_t n) {
+int32_t guide_cut(struct guide_req *q, const anvil_token *d, int32_t n) {
     if (n <= 0) return 0;
     double t0 = time_now_s();
     int32_t k = cut(q, d, n);
@@ -241,13 +241,13 @@ int32_t cons_cut(struct cons_req *q, const anvil_token *d, int32_t n) {
     return k;
 }
 
-anvil_status cons_advance(struct cons_req *q, anvil_token t) {
+anvil_status guide_advance(struct guide_req *q, anvil_token t) {
     double t0 = time_now_s();
     anvil_status st = cn_advance(q->st, t);
     q->secs += time_now_s() - t0;
     return st;
 }
 
-bool cons_complete(const struct cons_req *q) {
+bool guide_complete(const struct guide_req *q) {
     return cn_accepts(q->st) && !cn_can_continue(q->st);
 }

@@ -1,11 +1,11 @@
 /*
- * unit_engine_cons.c - constraints in the engine (src/engine/cons.c)
+ * unit_engine_guide.c - constraints in the engine (src/engine/guide.c)
  * against brute force, on small vocabularies built by hand:
  *
- *   - greedy: cons_choose (the argmax tested first, the mask only when it
+ *   - greedy: guide_choose (the argmax tested first, the mask only when it
  *     is refused) equals the argmax over the tokens cn_allowed accepts,
  *     with and without penalties, along whole outputs;
- *   - sampling: cons_choose draws exactly the token the sampler draws
+ *   - sampling: guide_choose draws exactly the token the sampler draws
  *     with the brute-force mask and the same random word (the masked
  *     distribution, not a candidates-first approximation), plain and with
  *     a preferred proposal;
@@ -28,7 +28,7 @@
 
 #include "constrain/constrain.h"
 #include "core/core.h"
-#include "engine/cons.h"
+#include "engine/guide.h"
 #include "sample/sample.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
@@ -66,7 +66,7 @@ static struct cn_vocab *small_vocab(const char *alpha, int32_t n) {
     return v;
 }
 
-/* A constraint handle without a model (cons.c only reads prog). */
+/* A constraint handle without a model (guide.c only reads prog). */
 static struct anvil_constraint *handle(enum cn_kind kind, const char *text) {
     struct anvil_constraint *c = core_calloc(1, sizeof(*c));
     char err[256] = "";
@@ -127,9 +127,9 @@ static void run_greedy(bool penalized) {
     for (size_t s = 0; s < sizeof(SOURCES) / sizeof(SOURCES[0]); s++) {
         struct anvil_constraint *c = handle(kind_of(SOURCES[s][0]), SOURCES[s][1]);
         for (int run = 0; run < 20; run++) {
-            struct cons_req q;
+            struct guide_req q;
             char err[128];
-            assert_int_equal(cons_req_init(&q, c, v, err, sizeof err), ANVIL_OK);
+            assert_int_equal(guide_req_init(&q, c, v, err, sizeof err), ANVIL_OK);
             struct anvil_sampler_params sp = anvil_sampler_default_params();
             sp.temperature = 0.0f;
             if (penalized) {
@@ -145,7 +145,7 @@ static void run_greedy(bool penalized) {
                 if (penalized) sample_apply_penalties(smp, lp);
                 int32_t k = brute_mask(q.st, n, mask);
                 const char *why = NULL;
-                anvil_token got = cons_choose(&q, smp, true, penalized, l, plain_argmax(l, n), -1,
+                anvil_token got = guide_choose(&q, smp, true, penalized, l, plain_argmax(l, n), -1,
                                               &why);
                 if (k == 0) {
                     assert_int_equal(got, -1);
@@ -159,12 +159,12 @@ static void run_greedy(bool penalized) {
                 if (!cn_allowed(q.st, plain_argmax(lp, n))) refused++;
                 checked++;
                 if (got == n - 1) break; /* EOG */
-                assert_int_equal(cons_advance(&q, got), ANVIL_OK);
+                assert_int_equal(guide_advance(&q, got), ANVIL_OK);
                 anvil_sampler_accept(smp, got);
-                if (cons_complete(&q)) break;
+                if (guide_complete(&q)) break;
             }
             anvil_sampler_free(smp);
-            cons_req_free(&q);
+            guide_req_free(&q);
         }
         anvil_constraint_free(c);
     }
@@ -186,7 +186,7 @@ static void test_greedy_penalized(void **st) {
     run_greedy(true);
 }
 
-/* With the same seed, cons_choose and the sampler with the brute-force
+/* With the same seed, guide_choose and the sampler with the brute-force
  * mask consume the same random word and must return the same token. */
 static void test_sampled_is_masked_draw(void **st) {
     (void)st;
@@ -213,16 +213,16 @@ static void test_sampled_is_masked_draw(void **st) {
             struct anvil_sampler *a = NULL, *b = NULL;
             assert_int_equal(anvil_sampler_init(&sp, n, &a), ANVIL_OK);
             assert_int_equal(anvil_sampler_init(&sp, n, &b), ANVIL_OK);
-            struct cons_req q;
+            struct guide_req q;
             char err[128];
-            assert_int_equal(cons_req_init(&q, c, v, err, sizeof err), ANVIL_OK);
+            assert_int_equal(guide_req_init(&q, c, v, err, sizeof err), ANVIL_OK);
             for (int step = 0; step < 40; step++) {
                 random_logits(l, n);
                 int32_t k = brute_mask(q.st, n, mask);
                 anvil_token draft = step % 3 == 0 ? (anvil_token)(rnd() % (uint64_t)n) : -1;
                 if (draft >= 0 && !((mask[draft >> 3] >> (draft & 7)) & 1)) draft = -1;
                 const char *why = NULL;
-                anvil_token got = cons_choose(&q, a, false, sample_penalties_on(a), l,
+                anvil_token got = guide_choose(&q, a, false, sample_penalties_on(a), l,
                                               plain_argmax(l, n), draft, &why);
                 if (k == 0) {
                     assert_int_equal(got, -1);
@@ -234,14 +234,14 @@ static void test_sampled_is_masked_draw(void **st) {
                 assert_true((mask[got >> 3] >> (got & 7)) & 1);
                 checked++;
                 if (got == n - 1) break;
-                assert_int_equal(cons_advance(&q, got), ANVIL_OK);
+                assert_int_equal(guide_advance(&q, got), ANVIL_OK);
                 anvil_sampler_accept(a, got);
                 anvil_sampler_accept(b, got);
-                if (cons_complete(&q)) break;
+                if (guide_complete(&q)) break;
             }
             anvil_sampler_free(a);
             anvil_sampler_free(b);
-            cons_req_free(&q);
+            guide_req_free(&q);
         }
         anvil_constraint_free(c);
     }
@@ -262,23 +262,23 @@ static void test_cut(void **st) {
     char err[128];
     assert_int_equal(cn_vocab_build(4, bytes, lens, kinds, &v, err, sizeof err), ANVIL_OK);
     struct anvil_constraint *c = handle(CN_REGEX, "ab*c?");
-    struct cons_req q;
-    assert_int_equal(cons_req_init(&q, c, v, err, sizeof err), ANVIL_OK);
+    struct guide_req q;
+    assert_int_equal(guide_req_init(&q, c, v, err, sizeof err), ANVIL_OK);
     anvil_constraint_free(c); /* the request holds its own reference */
     anvil_token d1[] = {0, 1, 1, 2, 1};
-    assert_int_equal(cons_cut(&q, d1, 5), 4); /* "abbc", then nothing */
+    assert_int_equal(guide_cut(&q, d1, 5), 4); /* "abbc", then nothing */
     anvil_token d2[] = {1, 0};
-    assert_int_equal(cons_cut(&q, d2, 2), 0); /* the state has not moved: 'b' first is refused */
+    assert_int_equal(guide_cut(&q, d2, 2), 0); /* the state has not moved: 'b' first is refused */
     anvil_token d3[] = {0, 3, 0};
-    assert_int_equal(cons_cut(&q, d3, 3), 2); /* "a" EOG: nothing after the end */
+    assert_int_equal(guide_cut(&q, d3, 3), 2); /* "a" EOG: nothing after the end */
     anvil_token d4[] = {3};
-    assert_int_equal(cons_cut(&q, d4, 1), 0); /* EOG before the output is complete */
-    assert_int_equal(cons_cut(&q, d1, 0), 0);
-    assert_int_equal(cons_advance(&q, 0), ANVIL_OK);
-    assert_false(cons_complete(&q)); /* "a" may go on */
-    assert_int_equal(cons_advance(&q, 2), ANVIL_OK);
-    assert_true(cons_complete(&q)); /* "ac": complete, nothing may follow */
-    cons_req_free(&q);
+    assert_int_equal(guide_cut(&q, d4, 1), 0); /* EOG before the output is complete */
+    assert_int_equal(guide_cut(&q, d1, 0), 0);
+    assert_int_equal(guide_advance(&q, 0), ANVIL_OK);
+    assert_false(guide_complete(&q)); /* "a" may go on */
+    assert_int_equal(guide_advance(&q, 2), ANVIL_OK);
+    assert_true(guide_complete(&q)); /* "ac": complete, nothing may follow */
+    guide_req_free(&q);
     cn_vocab_free(v);
 }
 
@@ -292,21 +292,21 @@ static void test_dead_end(void **st) {
     assert_int_equal(cn_vocab_build(3, bytes, lens, kinds, &v, err, sizeof err), ANVIL_OK);
     /* "ab" needs a lone b after a: no token spells it */
     struct anvil_constraint *c = handle(CN_REGEX, "ab");
-    struct cons_req q;
-    assert_int_equal(cons_req_init(&q, c, v, err, sizeof err), ANVIL_OK);
+    struct guide_req q;
+    assert_int_equal(guide_req_init(&q, c, v, err, sizeof err), ANVIL_OK);
     struct anvil_sampler_params sp = anvil_sampler_default_params();
     struct anvil_sampler *smp = NULL;
     assert_int_equal(anvil_sampler_init(&sp, 3, &smp), ANVIL_OK);
     float l[3] = {1.0f, 2.0f, 3.0f};
     const char *why = NULL;
-    assert_int_equal(cons_choose(&q, smp, true, false, l, 2, -1, &why), 0);
-    assert_int_equal(cons_advance(&q, 0), ANVIL_OK);
+    assert_int_equal(guide_choose(&q, smp, true, false, l, 2, -1, &why), 0);
+    assert_int_equal(guide_advance(&q, 0), ANVIL_OK);
     why = NULL;
-    assert_int_equal(cons_choose(&q, smp, true, false, l, 2, -1, &why), CONS_DEAD_END);
+    assert_int_equal(guide_choose(&q, smp, true, false, l, 2, -1, &why), GUIDE_DEAD_END);
     assert_non_null(why);
     assert_non_null(strstr(why, "no token of the vocabulary"));
     anvil_sampler_free(smp);
-    cons_req_free(&q);
+    guide_req_free(&q);
     anvil_constraint_free(c);
     cn_vocab_free(v);
 }
