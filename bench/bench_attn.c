@@ -54,9 +54,11 @@
 #include "bench_util.h"
 #include "core/core.h"
 #include "core/pool.h"
-#include "kernels/attn.h"
-#include "kernels/attn_hp1.h"
+#include "attn/attn.h"
+#include "attn/hp1/attn_hp1.h"
 #include "kernels/ops.h"
+#include "attn/attn_plan.h"
+#include "attn/hp1/hp1_plan.h"
 #include "kv/kv_cache.h"
 
 struct shape {

@@ -34,20 +34,14 @@
 
 #include "core/core.h"
 #include "core/pool.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
+#include "attn/attn_plan.h"
+#include "attn/hp1/hp1_plan.h"
 #include "kv/kv_cache.h"
+#include "attn_fixture.h"
 
 /* ---------------------------------------------------------------------- */
 /* helpers */
-
-/* The generator shared with tests/gen/gen_hp1_golden.py. */
-static float lcg_uniform(uint32_t *x) {
-    *x = *x * 1664525u + 1013904223u;
-    return (float)(*x >> 8) * 0x1p-23f - 1.0f;
-}
-
-static const char *VARIANTS[] = {"ref", "avx2", "avx512"};
-#define N_VARIANTS 3
 
 /* Variant i, or NULL when the CPU cannot run it or its table is one an
  * earlier name already gave (a family without kernels of its own). */
@@ -65,53 +59,6 @@ static void report_skips(void) {
                    VARIANTS[i]);
 }
 
-static int g_block = 16; /* block size of make_kv */
-
-static struct kv_cache *make_kv(int type, int hd, int n_head, int n_head_kv, int n_ctx, int n_seq,
-                                int n_threads) {
-    struct kv_params p = {
-        .n_layer = 1,
-        .n_head = n_head,
-        .n_head_kv = n_head_kv,
-        .head_dim = hd,
-        .type = type,
-        .block_size = g_block,
-        .n_seq_max = n_seq,
-        .n_ctx = n_ctx,
-        .n_threads = n_threads,
-    };
-    p.n_blocks = n_seq * ((n_ctx + g_block - 1) / g_block) + 2;
-    struct kv_cache *kv = NULL;
-    char err[256];
-    anvil_status st = kv_init(&p, &kv, err, sizeof(err));
-    if (st != ANVIL_OK) fail_msg("kv_init: %s", err);
-    return kv;
-}
-
-/* Append n_kv tokens to seq (layer 0): K and V rows from k and v, or LCG
- * values when NULL. With dummy >= 0, blocks alternate with that sequence
- * so the table is not contiguous. */
-static void fill_seq(struct kv_cache *kv, int seq, int dummy, int n_kv, int n_head_kv, int hd,
-                     uint32_t *x, const float *k_in, const float *v_in) {
-    size_t row = (size_t)n_head_kv * hd;
-    float *k = malloc((size_t)n_kv * row * sizeof(float) + 1);
-    float *v = malloc((size_t)n_kv * row * sizeof(float) + 1);
-    assert_true(k && v);
-    for (size_t i = 0; i < (size_t)n_kv * row; i++) k[i] = k_in ? k_in[i] : lcg_uniform(x);
-    for (size_t i = 0; i < (size_t)n_kv * row; i++) v[i] = v_in ? v_in[i] : lcg_uniform(x);
-    int base = kv_seq_len(kv, seq);
-    for (int t0 = 0; t0 < n_kv; t0 += 16) {
-        int n = n_kv - t0 < 16 ? n_kv - t0 : 16;
-        assert_int_equal(kv_seq_reserve(kv, seq, n), ANVIL_OK);
-        kv_write(kv, 0, seq, base + t0, n, k + (size_t)t0 * row, row, v + (size_t)t0 * row, row);
-        assert_int_equal(kv_seq_commit(kv, seq, n, NULL), ANVIL_OK);
-        if (dummy >= 0 && kv_seq_blocks_needed(kv, dummy, 16) <= kv_n_available(kv)) {
-            if (kv_seq_reserve(kv, dummy, 16) == ANVIL_OK) kv_seq_commit(kv, dummy, 16, NULL);
-        }
-    }
-    free(k);
-    free(v);
-}
 
 /* HP1 parameter sets the tests cycle through. */
 struct pset {
@@ -247,14 +194,6 @@ static void expect_bound(const float *a, const float *b, const float *bound, siz
         }
     }
     if (bad) fail_msg("%s: %d outside the rounding bound", what, bad);
-}
-
-static void expect_same(const float *a, const float *b, size_t n, const char *what) {
-    if (memcmp(a, b, n * sizeof(float)) != 0) {
-        for (size_t i = 0; i < n; i++)
-            if (memcmp(&a[i], &b[i], sizeof(float)))
-                fail_msg("%s: not bit-identical at [%zu]: %.9g vs %.9g", what, i, a[i], b[i]);
-    }
 }
 
 /* The bound must be able to fail: it stays far below the outputs' scale

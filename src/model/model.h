@@ -23,7 +23,7 @@
 #include "anvil.h"
 #include "core/core.h"
 #include "gguf/gguf.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
 #include "kernels/ops.h"
 #include "tok/tok.h"
 

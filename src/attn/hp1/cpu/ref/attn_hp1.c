@@ -17,7 +17,7 @@
 
 #include "anvil.h"
 #include "core/core.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
 
 #define HDMAX KN_ATTN_MAX_HEAD_DIM
 

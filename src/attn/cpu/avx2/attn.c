@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "anvil.h"
-#include "kernels/attn.h"
+#include "attn/attn.h"
 
 #define SUB KN_ATTN_SUB
 #define HDMAX KN_ATTN_MAX_HEAD_DIM

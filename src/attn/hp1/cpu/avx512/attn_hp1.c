@@ -18,13 +18,14 @@
  *      and runs its PV one span later, reading only the V rows some gate
  *      asked for, prefetched meanwhile. Here each step's PV runs right
  *      after its gate, from the tile its K came from, while the whole next
- *      tile (K and V) streams in a few lines per loop iteration. On the
- *      AVX-512 machines measured, the span pipeline paid for its saved V
- *      rows with V read from memory a second time (the KV of the other
- *      layers flushes the cache between gate and PV): dense HP1 ran at
- *      0.60-0.77 of the softmax kernel's speed, the step path at about
- *      0.85-1.1, and the step path was ahead of the span pipeline at every
- *      sparsity measured (0 to 90% zeros). Sparsity still saves the FMAs:
+ *      tile (K and V) streams in a few lines per loop iteration. The span
+ *      pipeline pays for its saved V rows with V read from memory a
+ *      second time (the KV of the other layers flushes the cache between
+ *      gate and PV), so on AVX-512 machines the step path is the faster
+ *      one at every sparsity from 0 to 90% zeros, dense HP1 at about the
+ *      softmax kernel's speed (commit 9fe5f67, bench/results/
+ *      hp1-attention-avx512-2026-11-27.jsonl). Sparsity still saves the
+ *      FMAs:
  *      a step walks the union of its row's masks, merge-masked per query
  *      vector, and skips a step no query vector needs.
  * The arithmetic is avx2's, lane for lane: a_u = FMA chain over d = u mod
@@ -40,7 +41,7 @@
 
 #include "anvil.h"
 #include "core/core.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
 
 #define SUB KN_ATTN_SUB
 #define HDMAX KN_ATTN_MAX_HEAD_DIM

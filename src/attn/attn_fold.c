@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/attn.h"
+#include "attn/attn.h"
 
 static void states_clear(struct kn_attn_states *s, int nq, int hd) {
     for (int i = 0; i < nq; i++) {

@@ -36,7 +36,7 @@
 
 #include "anvil.h"
 #include "core/core.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
 
 #define SUB KN_ATTN_SUB
 #define HDMAX KN_ATTN_MAX_HEAD_DIM
@@ -240,8 +240,8 @@ static inline uint32_t gate(const float *rb, const float *c, int K, __m256 lo, _
  * stays in L1): the gate of a span leaves, per query vector, the 64-bit
  * mask of its nonzero p, and one walk per vector and span keeps branch
  * mispredictions (one per walk, at its end) rare: per 16-key step they
- * cost as much as the FMAs they skipped (measured: PV at 70% zeros was
- * no faster than dense). A span's PV runs after the gate of the next
+ * cost as much as the FMAs they skipped (PV at 70% zeros then runs no
+ * faster than dense, commit 6c9e073). A span's PV runs after the gate of the next
  * span, so the V rows it needs are prefetched meanwhile, and only those
  * are read and converted. */
 #define VBUF_FLOATS 4096
@@ -456,12 +456,12 @@ static void span_pv(const struct kn_hp1_task *t, struct ws *w, const struct span
     }
     /* F16 sparse walks read V straight from the tiles while their rows
      * are used twice or less on average: a conversion in a walk costs
-     * about half of a conversion into the buffer plus its store (measured
-     * on Cascade Lake, KV in DRAM: PV x at 70% zeros 1.3 -> 1.8-2.0 at 3
-     * heads per kv head; unchanged at 8, where a row serves ~2.5). Only up
-     * to 64 columns: at head_dim 128 (two passes over the mask) it won
-     * with the KV in L3 (1.4 -> 1.8 at 4 heads) but lost 3-4% of sparse
-     * PV time with the KV in DRAM, the decode case. */
+     * about half of a conversion into the buffer plus its store, which
+     * pays at a few heads per kv head and not at 8, where a row serves
+     * about 2.5. Only up to 64 columns: at head_dim 128 (two passes over
+     * the mask) it wins with the KV in L3 but loses a few percent of
+     * sparse PV time with the KV in DRAM, the decode case (commit
+     * aa51bc7). */
     bool direct = f16 && hd <= 64 && sparse_terms <= 2 * __builtin_popcountll(sparse_rows);
     if (f16 && !direct) rows |= sparse_rows;
     while (rows) {

@@ -71,7 +71,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/attn.h"
+#include "attn/attn.h"
 
 #define KN_HP1_MAX_TAPS 8 /* K; the FIR history (K-1 keys) fits in one step */
 
