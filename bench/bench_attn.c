@@ -3,7 +3,7 @@
  * KV cache: µs per call and
  * GB/s of KV read, split-K on and off, against the read bandwidth measured
  * on this machine (SCENARIOS.md, "Kernel micro-benchmarks"). With --kind
- * hp1, HP1 gated attention (kernels/attn_hp1.h) next to the softmax at the
+ * hp1, HP1 gated attention (attn/hp1/attn_hp1.h) next to the softmax at the
  * same shapes, at controlled sparsities (below).
  *
  * One case = (shape, batch, ctx): `batch` sequences of `ctx` cached tokens,

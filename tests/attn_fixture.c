@@ -2,6 +2,7 @@
  * attn_fixture.c - the attention tests' shared fixture (attn_fixture.h),
  * linked into unit_attn and unit_attn_hp1.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -59,6 +60,43 @@ void fill_seq(struct kv_cache *kv, int seq, int dummy, int n_kv, int n_head_kv, 
     }
     free(k);
     free(v);
+}
+
+uint32_t fixture_start(struct kv_cache **kv, int type, int hd, int n_head, int n_head_kv,
+                       int n_kv, int n_rows, uint32_t seed, bool dummy, float **q, float **want,
+                       float **got) {
+    *kv = make_kv(type, hd, n_head, n_head_kv, n_kv + 16, dummy ? 2 : 1, 4);
+    uint32_t x = seed;
+    fill_seq(*kv, 0, dummy ? 1 : -1, n_kv, n_head_kv, hd, &x, NULL, NULL);
+    size_t n = (size_t)n_rows * n_head * hd;
+    *q = malloc(n * sizeof(float));
+    *want = malloc(n * sizeof(float));
+    *got = malloc(n * sizeof(float));
+    assert_true(*q && *want && *got);
+    for (size_t i = 0; i < n; i++) (*q)[i] = 4.0f * lcg_uniform(&x);
+    return x;
+}
+
+struct kn_attn_task fixture_attn_task(const struct kv_cache *kv, int n_head, int hd, int group,
+                                      const float *q, int n_kv, int n_rows_all, int h, int r0,
+                                      int n_rows, float *out, int window) {
+    size_t stride = (size_t)n_head * hd;
+    struct kn_attn_task t = {
+        .kv = kv_layout(kv),
+        .base = kv_layer_base(kv, 0),
+        .blocks = kv_seq_blocks(kv, 0),
+        .kv_head = h,
+        .group = group,
+        .scale = 1.0f / sqrtf((float)hd),
+        .q = q + (size_t)r0 * stride + (size_t)h * group * hd,
+        .q_stride = stride,
+        .out = out + (size_t)r0 * stride + (size_t)h * group * hd,
+        .out_stride = stride,
+        .pos = n_kv - n_rows_all + r0,
+        .n_rows = n_rows,
+        .window = window,
+    };
+    return t;
 }
 
 void expect_same(const float *a, const float *b, size_t n, const char *what) {

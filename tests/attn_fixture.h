@@ -7,9 +7,11 @@
 #ifndef ANVIL_TESTS_ATTN_FIXTURE_H
 #define ANVIL_TESTS_ATTN_FIXTURE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn/attn.h"
 #include "kv/kv_cache.h"
 
 /* Uniform in [-1, 1): the generator of tests/gen/gen_attn_golden.py and
@@ -39,6 +41,23 @@ struct kv_cache *make_kv(int type, int hd, int n_head, int n_head_kv, int n_ctx,
  * block table is not contiguous. */
 void fill_seq(struct kv_cache *kv, int seq, int dummy, int n_kv, int n_head_kv, int hd,
               uint32_t *x, const float *k_in, const float *v_in);
+
+/* The common start of a test fixture: *kv, a cache of n_kv + 16
+ * positions (two sequences when dummy), sequence 0 filled with n_kv LCG
+ * keys and values (seeded with seed; interleaved with sequence 1 when
+ * dummy), then *q, n_rows query rows (n_rows, n_head, hd) of 4 * LCG
+ * values, and *want and *got of the same size. Returns the LCG state
+ * after the queries, for the test's own draws. */
+uint32_t fixture_start(struct kv_cache **kv, int type, int hd, int n_head, int n_head_kv,
+                       int n_kv, int n_rows, uint32_t seed, bool dummy, float **q, float **want,
+                       float **got);
+
+/* The task of kv head h over rows [r0, r0 + n_rows) of such a fixture
+ * (query rows (n_rows_all, n_head, hd) at q, the last at position
+ * n_kv - 1; out of the same layout), scale 1/sqrt(hd). */
+struct kn_attn_task fixture_attn_task(const struct kv_cache *kv, int n_head, int hd, int group,
+                                      const float *q, int n_kv, int n_rows_all, int h, int r0,
+                                      int n_rows, float *out, int window);
 
 /* Fails unless a[0, n) and b[0, n) are bit-identical; names the first
  * difference. */

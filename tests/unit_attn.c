@@ -1,6 +1,6 @@
 /*
- * unit_attn.c - attention over the paged KV cache (kernels/attn.h,
- * kv/kv_attn.c):
+ * unit_attn.c - attention over the paged KV cache (attn/attn.h,
+ * attn/attn_plan.c; fixture: attn_fixture.h):
  *   - the naive double reference against numpy golden outputs
  *     (tests/data/attn_golden.bin, made by tests/gen/gen_attn_golden.py);
  *   - every kernel variant the CPU runs (ref, avx2, avx512; others SKIP)
@@ -71,15 +71,8 @@ static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_
     f->group = n_head / n_head_kv;
     f->n_kv = n_kv;
     f->n_rows = n_rows;
-    f->kv = make_kv(type, hd, n_head, n_head_kv, n_kv + 16, dummy ? 2 : 1, 4);
-    uint32_t x = seed;
-    fill_seq(f->kv, 0, dummy ? 1 : -1, n_kv, n_head_kv, hd, &x, NULL, NULL);
-    size_t n = (size_t)n_rows * n_head * hd;
-    f->q = malloc(n * sizeof(float));
-    f->want = malloc(n * sizeof(float));
-    f->got = malloc(n * sizeof(float));
-    assert_true(f->q && f->want && f->got);
-    for (size_t i = 0; i < n; i++) f->q[i] = 4.0f * lcg_uniform(&x);
+    fixture_start(&f->kv, type, hd, n_head, n_head_kv, n_kv, n_rows, seed, dummy, &f->q, &f->want,
+                  &f->got);
     double *scratch = malloc(((size_t)n_kv + 1) * sizeof(double));
     assert_non_null(scratch);
     size_t stride = (size_t)n_head * hd;
@@ -99,23 +92,8 @@ static void fixture_free(struct fixture *f) {
 /* A task for kv head h over rows [r0, r0 + n_rows) of the fixture. */
 static struct kn_attn_task fixture_task(const struct fixture *f, int h, int r0, int n_rows,
                                         float *out) {
-    size_t stride = (size_t)f->n_head * f->hd;
-    struct kn_attn_task t = {
-        .kv = kv_layout(f->kv),
-        .base = kv_layer_base(f->kv, 0),
-        .blocks = kv_seq_blocks(f->kv, 0),
-        .kv_head = h,
-        .group = f->group,
-        .scale = 1.0f / sqrtf((float)f->hd),
-        .q = f->q + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
-        .q_stride = stride,
-        .out = out + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
-        .out_stride = stride,
-        .pos = f->n_kv - f->n_rows + r0,
-        .n_rows = n_rows,
-        .window = g_window,
-    };
-    return t;
+    return fixture_attn_task(f->kv, f->n_head, f->hd, f->group, f->q, f->n_kv, f->n_rows, h, r0,
+                             n_rows, out, g_window);
 }
 
 /* |a - b| <= atol + rtol*|b| everywhere and nmse <= 1e-9; prints the first

@@ -1,5 +1,5 @@
 /*
- * unit_attn_hp1.c - HP1 gated attention kernels (kernels/attn_hp1.h):
+ * unit_attn_hp1.c - HP1 gated attention kernels (attn/hp1/attn_hp1.h):
  *   - the double oracle (kn_hp1_naive_ref) against numpy golden outputs
  *     (tests/data/hp1_golden.bin, made by tests/gen/gen_hp1_golden.py);
  *   - every variant the CPU runs (ref, avx2, avx512) against the oracle,
@@ -114,17 +114,12 @@ static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_
     f->group = n_head / n_head_kv;
     f->n_kv = n_kv;
     f->n_rows = n_rows;
-    f->kv = make_kv(type, hd, n_head, n_head_kv, n_kv + 16, dummy ? 2 : 1, 4);
-    uint32_t x = seed;
-    fill_seq(f->kv, 0, dummy ? 1 : -1, n_kv, n_head_kv, hd, &x, NULL, NULL);
+    uint32_t x = fixture_start(&f->kv, type, hd, n_head, n_head_kv, n_kv, n_rows, seed, dummy,
+                               &f->q, &f->want, &f->got);
     size_t n = (size_t)n_rows * n_head * hd;
-    f->q = malloc(n * sizeof(float));
-    f->want = malloc(n * sizeof(float));
     f->bound = malloc(n * sizeof(float));
-    f->got = malloc(n * sizeof(float));
     f->taps = malloc((size_t)n_head * KN_HP1_MAX_TAPS * sizeof(float));
-    assert_true(f->q && f->want && f->bound && f->got && f->taps);
-    for (size_t i = 0; i < n; i++) f->q[i] = 4.0f * lcg_uniform(&x);
+    assert_true(f->bound && f->taps);
     for (int i = 0; i < n_head * ps->n_taps; i++) {
         f->taps[i] = ps->tap_scale * lcg_uniform(&x);
         if (ps->tap_scale < 0.0f) f->taps[i] = fabsf(f->taps[i]);
@@ -146,22 +141,9 @@ static void fixture_free(struct fixture *f) {
 
 /* A task for kv head h over rows [r0, r0 + n_rows) of the fixture. */
 static struct kn_hp1_task fixture_task(const struct fixture *f, int h, int r0, int n_rows, float *out) {
-    size_t stride = (size_t)f->n_head * f->hd;
     struct kn_hp1_task t = {
-        .at = {
-            .kv = kv_layout(f->kv),
-            .base = kv_layer_base(f->kv, 0),
-            .blocks = kv_seq_blocks(f->kv, 0),
-            .kv_head = h,
-            .group = f->group,
-            .scale = 1.0f / sqrtf((float)f->hd),
-            .q = f->q + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
-            .q_stride = stride,
-            .out = out + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
-            .out_stride = stride,
-            .pos = f->n_kv - f->n_rows + r0,
-            .n_rows = n_rows,
-        },
+        .at = fixture_attn_task(f->kv, f->n_head, f->hd, f->group, f->q, f->n_kv, f->n_rows, h, r0,
+                                n_rows, out, 0),
         .hp = f->hp,
         .pv = KN_HP1_PV_SPARSE,
     };
@@ -659,6 +641,26 @@ static void bjob_plan(struct bjob *j, const int *order, int n, int tile, uint32_
     }
 }
 
+/* The queries (q, with room for ref and out) and the K/V of the BN
+ * sequences of B: the queries of every sequence first, then the K/V
+ * block by block in turn, so the block tables interleave. */
+static void batch_fill(struct kv_cache *kv, const struct bseq *B, float **q, float **ref,
+                       float **out, uint32_t *x) {
+    for (int s = 0; s < BN; s++) {
+        size_t n = (size_t)B[s].n_tokens * BNH * BHD;
+        q[s] = malloc(n * sizeof(float));
+        ref[s] = malloc(n * sizeof(float));
+        out[s] = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) q[s][i] = 4.0f * lcg_uniform(x);
+    }
+    for (int t0 = 0; t0 < 1100; t0 += 16)
+        for (int s = 0; s < BN; s++)
+            if (t0 < B[s].n_kv) {
+                int nn = B[s].n_kv - t0 < 16 ? B[s].n_kv - t0 : 16;
+                fill_seq(kv, s, -1, nn, BNKV, BHD, x, NULL, NULL);
+            }
+}
+
 static void test_batch_invariance(void **state) {
     (void)state;
     static const struct bseq B[BN] = {{1, 1}, {3, 1}, {300, 1}, {1100, 1}, {300, 20}, {40, 40}};
@@ -669,20 +671,7 @@ static void test_batch_invariance(void **state) {
         struct kv_cache *kv = make_kv(type, BHD, BNH, BNKV, 1200, BN, 2);
         uint32_t x = 77 + ti;
         float *q[BN], *ref[BN], *out[BN];
-        /* sequences written block by block in turn: interleaved tables */
-        for (int s = 0; s < BN; s++) {
-            size_t n = (size_t)B[s].n_tokens * BNH * BHD;
-            q[s] = malloc(n * sizeof(float));
-            ref[s] = malloc(n * sizeof(float));
-            out[s] = malloc(n * sizeof(float));
-            for (size_t i = 0; i < n; i++) q[s][i] = 4.0f * lcg_uniform(&x);
-        }
-        for (int t0 = 0; t0 < 1100; t0 += 16)
-            for (int s = 0; s < BN; s++)
-                if (t0 < B[s].n_kv) {
-                    int nn = B[s].n_kv - t0 < 16 ? B[s].n_kv - t0 : 16;
-                    fill_seq(kv, s, -1, nn, BNKV, BHD, &x, NULL, NULL);
-                }
+        batch_fill(kv, B, q, ref, out, &x);
         float taps[BNH * 3];
         for (int i = 0; i < BNH * 3; i++) taps[i] = lcg_uniform(&x);
         struct bjob j = {.kv = kv, .bs = B, .q = q, .out = out, .taps = taps};
@@ -749,7 +738,7 @@ static void test_batch_invariance(void **state) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* the engine's attention driver (kv/kv_attn.c) with HP1 plans */
+/* the engine's attention driver (attn/attn_plan.c) with HP1 plans */
 
 /* One layer's HP1 attention for sequences order[0, n) of B through
  * kv_attn_prepare_hp1 + kv_attn_run. */
@@ -787,19 +776,7 @@ static void test_driver(void **state) {
         struct kv_cache *kv = make_kv(type, BHD, BNH, BNKV, 1200, BN, 3);
         uint32_t x = 91 + ti;
         float *q[BN], *ref[BN], *out[BN];
-        for (int s = 0; s < BN; s++) {
-            size_t n = (size_t)B[s].n_tokens * BNH * BHD;
-            q[s] = malloc(n * sizeof(float));
-            ref[s] = malloc(n * sizeof(float));
-            out[s] = malloc(n * sizeof(float));
-            for (size_t i = 0; i < n; i++) q[s][i] = 4.0f * lcg_uniform(&x);
-        }
-        for (int t0 = 0; t0 < 1100; t0 += 16)
-            for (int s = 0; s < BN; s++)
-                if (t0 < B[s].n_kv) {
-                    int nn = B[s].n_kv - t0 < 16 ? B[s].n_kv - t0 : 16;
-                    fill_seq(kv, s, -1, nn, BNKV, BHD, &x, NULL, NULL);
-                }
+        batch_fill(kv, B, q, ref, out, &x);
         float taps[BNH * 4];
         for (int i = 0; i < BNH * 4; i++) taps[i] = lcg_uniform(&x);
         struct kn_hp1_params hp = {.taps = taps, .n_taps = 4, .gamma = 0.5f, .lo = 0.0f,

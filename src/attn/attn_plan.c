@@ -1,7 +1,7 @@
 /*
  * attn_plan.c - the attention driver over the paged cache: turns one layer's
  * batch (decode rows and prefill chunks of many sequences) into kernel
- * tasks (kernels/attn.h), spreads them over threads by estimated cost, and
+ * tasks (attn.h), spreads them over threads by estimated cost, and
  * runs split-K decode as a chunk pass, a barrier and a reduction.
  *
  * Work items, in entry order, each for one kv head h:

@@ -61,7 +61,7 @@ enum model_act {
 };
 
 /* A layer's attention (README "Attention kinds"): the softmax, or HP1 gated
- * attention (kernels/attn_hp1.h: ReLU, a causal FIR over the key positions,
+ * attention (attn/hp1/attn_hp1.h: ReLU, a causal FIR over the key positions,
  * a clamp, no normalisation). */
 enum model_attn {
     MODEL_ATTN_SOFTMAX = 0,

@@ -1,5 +1,5 @@
 /*
- * attn.c (avx512) - attention kernels of kernels/attn.h with AVX-512F.
+ * attn.c (avx512) - attention kernels of attn/attn.h with AVX-512F.
  *
  * Same algorithm and structure as the reference (cpu/ref/attn.c): steps of
  * 16 keys, chunks of 256, left fold of chunk partials. One step is one

@@ -1,8 +1,8 @@
 /*
- * attn_hp1.c (avx2) - HP1 gated attention (kernels/attn_hp1.h) with AVX2 +
+ * attn_hp1.c (avx2) - HP1 gated attention (attn/hp1/attn_hp1.h) with AVX2 +
  * FMA + F16C, F16 and Q8_0 KV. Also the avx512 family's HP1 table.
  *
- * Same grid as the softmax kernels (kernels/attn.h): steps of 16 keys,
+ * Same grid as the softmax kernels (attn/attn.h): steps of 16 keys,
  * chunks of 256 at fixed positions; PV in spans of up to 64 keys.
  *   1. Scores, per step: every query vector of the task (the GQA group,
  *      times the rows of a prefill tile) runs over the step's K, up to 3

@@ -1,5 +1,5 @@
 /*
- * attn_hp1.c (avx512) - HP1 gated attention (kernels/attn_hp1.h) with
+ * attn_hp1.c (avx512) - HP1 gated attention (attn/hp1/attn_hp1.h) with
  * AVX-512 F/BW/VL/DQ + FMA + F16C, F16 and Q8_0 KV.
  *
  * The numerics of cpu/avx2/attn_hp1.c (read its header first): steps of
