@@ -588,17 +588,8 @@ static void ws_poison(struct ws *w) {
 #endif
 }
 
-/* The task limits every variant relies on (the buffers are sized by
- * them); cheap next to the task. */
-static void check_task(const struct kn_hp1_task *t) {
-    ANVIL_ASSERT(t->hp.n_taps >= 1 && t->hp.n_taps <= KN_HP1_MAX_TAPS);
-    ANVIL_ASSERT(t->at.n_rows >= 1 && t->at.group >= 1 && t->at.n_rows * t->at.group <= KN_ATTN_MAXQ);
-    ANVIL_ASSERT(t->at.kv->head_dim % 32 == 0 && t->at.kv->head_dim <= KN_ATTN_MAX_HEAD_DIM);
-    ANVIL_ASSERT(t->at.window == 0); /* no sliding window for HP1 (yet) */
-}
-
 static void attn_avx2(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group, nq = a->n_rows * G;
     struct ws w;
@@ -621,7 +612,7 @@ static void attn_avx2(const struct kn_hp1_task *t) {
 }
 
 static void partial_avx2(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group;
     size_t rec = kn_hp1_rec_floats(G, hd);
@@ -635,7 +626,7 @@ static void partial_avx2(const struct kn_hp1_task *t) {
 }
 
 static void reduce_avx2(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group;
     size_t rec = kn_hp1_rec_floats(G, hd);
