@@ -50,7 +50,7 @@ def test_no_hp1_objects(nohp1):
 def test_unit_binaries_pass(nohp1, unit):
     p = run([os.path.join(nohp1, "tests", unit)], text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "PASSED" in p.stdout
+    assert "PASSED" in p.stdout + p.stderr
 
 
 def test_greedy_run_matches_default_build(nohp1, model_path):
