@@ -57,6 +57,14 @@ ifeq ($(NATIVE),1)
   OPT += -march=native
 endif
 
+# HP1=0 leaves HP1 attention out (src/attn/hp1/; src/attn/hp1_none.c
+# refuses HP1 models instead), in its own build directory and binary
+HP1     ?= 1
+ifeq ($(HP1),0)
+  BUILD := $(BUILD)-nohp1
+  SUFFIX := $(SUFFIX)-nohp1
+endif
+
 CFLAGS_ALL := $(BASEFLAGS) $(OPT) $(CFLAGS)
 LDFLAGS_ALL := $(OPT) -pthread $(LDFLAGS)
 
@@ -65,6 +73,7 @@ ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf
 ISA_AMX    := -mamx-tile -mamx-int8
 
 LIB_SRC    := $(sort $(shell find src -name '*.c' -not -path 'src/server/*'))
+LIB_SRC    := $(if $(filter 0,$(HP1)),$(filter-out src/attn/hp1/%,$(LIB_SRC)),$(filter-out src/attn/hp1_none.c,$(LIB_SRC)))
 SERVER_SRC := $(sort $(wildcard src/server/*.c))
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 OPENAPI_O  := $(BUILD)/gen/openapi_json.o
@@ -90,6 +99,7 @@ CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o) $(BENCH_SRC:%.c=$(BUILD)/%.o) $(COMMON
 MICRO_OBJ  := $(MICRO_SRC:%.c=$(BUILD)/%.o) $(COMMON_OBJ)
 MICRO_BIN  := bin/anvil-microbench$(SUFFIX)
 UNIT_SRC   := $(sort $(wildcard tests/unit_*.c))
+UNIT_SRC   := $(if $(filter 0,$(HP1)),$(filter-out tests/unit_attn_hp1.c,$(UNIT_SRC)),$(UNIT_SRC))
 UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC   := $(sort $(wildcard tests/tool_*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -127,6 +137,9 @@ $(BUILD)/bench/bench_util.o: CFLAGS_ALL += -DANVIL_COMMIT=\"$(GIT_COMMIT)\"
 $(BUILD)/src/kernels/cpu/avx2/%.o: CFLAGS_ALL += $(ISA_AVX2)
 $(BUILD)/src/kernels/cpu/avx512/%.o: CFLAGS_ALL += $(ISA_AVX512)
 $(BUILD)/src/kernels/cpu/amx/%.o: CFLAGS_ALL += $(ISA_AVX512) $(ISA_AMX)
+# the attention room's kernels (src/attn), same flags per ISA
+$(BUILD)/src/attn/cpu/avx2/%.o $(BUILD)/src/attn/hp1/cpu/avx2/%.o: CFLAGS_ALL += $(ISA_AVX2)
+$(BUILD)/src/attn/cpu/avx512/%.o $(BUILD)/src/attn/hp1/cpu/avx512/%.o: CFLAGS_ALL += $(ISA_AVX512)
 # the command table names `anvil bench`'s entry point (bench/bench.h); the
 # benchmarks use the commands' strict argument parsers (tools/args/args.h)
 # floors (tests/layers/floors.txt): tools/args < bench < tools/cli
@@ -140,6 +153,7 @@ ifeq ($(MODE),fuzz)
 # No parser reaches the SIMD kernels, and instrumenting them costs clang a
 # quarter of an hour: they are built plain.
 $(BUILD)/src/kernels/cpu/avx2/%.o $(BUILD)/src/kernels/cpu/avx512/%.o $(BUILD)/src/kernels/cpu/amx/%.o: CFLAGS_ALL += -fno-sanitize=all
+$(BUILD)/src/attn/cpu/avx2/%.o $(BUILD)/src/attn/cpu/avx512/%.o $(BUILD)/src/attn/hp1/cpu/avx2/%.o $(BUILD)/src/attn/hp1/cpu/avx512/%.o: CFLAGS_ALL += -fno-sanitize=all
 endif
 
 $(BUILD)/%.o: %.c
@@ -205,6 +219,8 @@ $(BUILD)/tests/%.o: CFLAGS_ALL += -Itests $(DEFAULT_MODEL_DEF)
 # unit_bench tests the benchmarks' shared helper, which is not in libanvil
 $(BUILD)/tests/unit_bench: $(BUILD)/bench/bench_util.o
 $(BUILD)/tests/unit_bench.o: CFLAGS_ALL += -Ibench
+# the attention tests share one fixture (tests/attn_fixture.c)
+$(BUILD)/tests/unit_attn $(BUILD)/tests/unit_attn_hp1: $(BUILD)/tests/attn_fixture.o
 
 # ---------------------------------------------------------------------------
 # fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang

@@ -3,7 +3,7 @@
  * KV cache: µs per call and
  * GB/s of KV read, split-K on and off, against the read bandwidth measured
  * on this machine (SCENARIOS.md, "Kernel micro-benchmarks"). With --kind
- * hp1, HP1 gated attention (kernels/attn_hp1.h) next to the softmax at the
+ * hp1, HP1 gated attention (attn/hp1/attn_hp1.h) next to the softmax at the
  * same shapes, at controlled sparsities (below).
  *
  * One case = (shape, batch, ctx): `batch` sequences of `ctx` cached tokens,
@@ -54,9 +54,11 @@
 #include "bench_util.h"
 #include "core/core.h"
 #include "core/pool.h"
-#include "kernels/attn.h"
-#include "kernels/attn_hp1.h"
+#include "attn/attn.h"
+#include "attn/hp1/attn_hp1.h"
 #include "kernels/ops.h"
+#include "attn/attn_plan.h"
+#include "attn/hp1/hp1_plan.h"
 #include "kv/kv_cache.h"
 
 struct shape {

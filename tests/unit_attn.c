@@ -1,6 +1,6 @@
 /*
- * unit_attn.c - attention over the paged KV cache (kernels/attn.h,
- * kv/kv_attn.c):
+ * unit_attn.c - attention over the paged KV cache (attn/attn.h,
+ * attn/attn_plan.c; fixture: attn_fixture.h):
  *   - the naive double reference against numpy golden outputs
  *     (tests/data/attn_golden.bin, made by tests/gen/gen_attn_golden.py);
  *   - every kernel variant the CPU runs (ref, avx2, avx512; others SKIP)
@@ -23,22 +23,15 @@
 #include <cmocka.h>
 
 #include "core/core.h"
-#include "kernels/attn_policy.h"
+#include "attn/attn_policy.h"
 #include "core/pool.h"
-#include "kernels/attn.h"
+#include "attn/attn.h"
+#include "attn/attn_plan.h"
 #include "kv/kv_cache.h"
+#include "attn_fixture.h"
 
 /* ---------------------------------------------------------------------- */
 /* helpers */
-
-/* The generator shared with tests/gen/gen_attn_golden.py. */
-static float lcg_uniform(uint32_t *x) {
-    *x = *x * 1664525u + 1013904223u;
-    return (float)(*x >> 8) * 0x1p-23f - 1.0f;
-}
-
-static const char *VARIANTS[] = {"ref", "avx2", "avx512"};
-#define N_VARIANTS 3
 
 /* Variant i, or NULL when the CPU cannot run it or it is the reference
  * under another name (entries not written yet point at the reference). */
@@ -66,55 +59,7 @@ struct fixture {
     float *got;
 };
 
-static int g_block = 16; /* block size of make_kv */
 static int g_window;      /* sliding window of fixture tasks and the naive reference; 0 = none */
-
-static struct kv_cache *make_kv(int type, int hd, int n_head, int n_head_kv, int n_ctx, int n_seq,
-                                int n_threads) {
-    struct kv_params p = {
-        .n_layer = 1,
-        .n_head = n_head,
-        .n_head_kv = n_head_kv,
-        .head_dim = hd,
-        .type = type,
-        .block_size = g_block,
-        .n_seq_max = n_seq,
-        .n_ctx = n_ctx,
-        .n_threads = n_threads,
-    };
-    p.n_blocks = n_seq * ((n_ctx + g_block - 1) / g_block) + 2;
-    struct kv_cache *kv = NULL;
-    char err[256];
-    anvil_status st = kv_init(&p, &kv, err, sizeof(err));
-    if (st != ANVIL_OK) fail_msg("kv_init: %s", err);
-    return kv;
-}
-
-/* Append n_kv tokens of LCG K then V to seq (layer 0), interleaving block
- * by block with `dummy` (when >= 0) so the table is not contiguous. */
-static void fill_seq(struct kv_cache *kv, int seq, int dummy, int n_kv, int n_head_kv, int hd,
-                     uint32_t *x) {
-    size_t row = (size_t)n_head_kv * hd;
-    float *k = malloc((size_t)n_kv * row * sizeof(float) + 1);
-    float *v = malloc((size_t)n_kv * row * sizeof(float) + 1);
-    assert_non_null(k);
-    assert_non_null(v);
-    for (size_t i = 0; i < (size_t)n_kv * row; i++) k[i] = lcg_uniform(x);
-    for (size_t i = 0; i < (size_t)n_kv * row; i++) v[i] = lcg_uniform(x);
-    int base = kv_seq_len(kv, seq);
-    for (int t0 = 0; t0 < n_kv; t0 += 16) {
-        int n = n_kv - t0 < 16 ? n_kv - t0 : 16;
-        assert_int_equal(kv_seq_reserve(kv, seq, n), ANVIL_OK);
-        kv_write(kv, 0, seq, base + t0, n, k + (size_t)t0 * row, row, v + (size_t)t0 * row, row);
-        assert_int_equal(kv_seq_commit(kv, seq, n, NULL), ANVIL_OK);
-        if (dummy >= 0 && kv_seq_blocks_needed(kv, dummy, 16) <= kv_n_available(kv) &&
-            kv_seq_len(kv, dummy) + 16 <= 1 << 20) {
-            if (kv_seq_reserve(kv, dummy, 16) == ANVIL_OK) kv_seq_commit(kv, dummy, 16, NULL);
-        }
-    }
-    free(k);
-    free(v);
-}
 
 static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_head_kv, int n_kv,
                          int n_rows, uint32_t seed, bool dummy) {
@@ -126,15 +71,8 @@ static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_
     f->group = n_head / n_head_kv;
     f->n_kv = n_kv;
     f->n_rows = n_rows;
-    f->kv = make_kv(type, hd, n_head, n_head_kv, n_kv + 16, dummy ? 2 : 1, 4);
-    uint32_t x = seed;
-    fill_seq(f->kv, 0, dummy ? 1 : -1, n_kv, n_head_kv, hd, &x);
-    size_t n = (size_t)n_rows * n_head * hd;
-    f->q = malloc(n * sizeof(float));
-    f->want = malloc(n * sizeof(float));
-    f->got = malloc(n * sizeof(float));
-    assert_true(f->q && f->want && f->got);
-    for (size_t i = 0; i < n; i++) f->q[i] = 4.0f * lcg_uniform(&x);
+    fixture_start(&f->kv, type, hd, n_head, n_head_kv, n_kv, n_rows, seed, dummy, &f->q, &f->want,
+                  &f->got);
     double *scratch = malloc(((size_t)n_kv + 1) * sizeof(double));
     assert_non_null(scratch);
     size_t stride = (size_t)n_head * hd;
@@ -154,23 +92,8 @@ static void fixture_free(struct fixture *f) {
 /* A task for kv head h over rows [r0, r0 + n_rows) of the fixture. */
 static struct kn_attn_task fixture_task(const struct fixture *f, int h, int r0, int n_rows,
                                         float *out) {
-    size_t stride = (size_t)f->n_head * f->hd;
-    struct kn_attn_task t = {
-        .kv = kv_layout(f->kv),
-        .base = kv_layer_base(f->kv, 0),
-        .blocks = kv_seq_blocks(f->kv, 0),
-        .kv_head = h,
-        .group = f->group,
-        .scale = 1.0f / sqrtf((float)f->hd),
-        .q = f->q + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
-        .q_stride = stride,
-        .out = out + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
-        .out_stride = stride,
-        .pos = f->n_kv - f->n_rows + r0,
-        .n_rows = n_rows,
-        .window = g_window,
-    };
-    return t;
+    return fixture_attn_task(f->kv, f->n_head, f->hd, f->group, f->q, f->n_kv, f->n_rows, h, r0,
+                             n_rows, out, g_window);
 }
 
 /* |a - b| <= atol + rtol*|b| everywhere and nmse <= 1e-9; prints the first
@@ -190,15 +113,6 @@ static void expect_close(const float *a, const float *b, size_t n, double atol, 
     }
     double nmse = den > 0 ? num / den : num;
     if (bad || !(nmse <= 1e-9)) fail_msg("%s: %d mismatches, nmse %.3g", what, bad, nmse);
-}
-
-static void expect_same(const float *a, const float *b, size_t n, const char *what) {
-    if (memcmp(a, b, n * sizeof(float)) != 0) {
-        for (size_t i = 0; i < n; i++)
-            if (memcmp(&a[i], &b[i], sizeof(float))) {
-                fail_msg("%s: not bit-identical at [%zu]: %.9g vs %.9g", what, i, a[i], b[i]);
-            }
-    }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -481,7 +395,7 @@ static void test_driver_invariance(void **state) {
         uint32_t x = 77;
         float *q[N], *ref[N], *out[N];
         for (int i = 0; i < N; i++) {
-            fill_seq(kv, bc[i].seq, -1, bc[i].n_kv, NKV, HD, &x);
+            fill_seq(kv, bc[i].seq, -1, bc[i].n_kv, NKV, HD, &x, NULL, NULL);
             size_t n = (size_t)bc[i].n_tokens * NH * HD;
             q[i] = malloc(n * sizeof(float));
             ref[i] = malloc(n * sizeof(float));
@@ -553,7 +467,7 @@ static void test_driver_bad_input(void **state) {
     (void)state;
     struct kv_cache *kv = make_kv(ANVIL_TYPE_F16, 64, 3, 1, 64, 2, 2);
     uint32_t x = 1;
-    fill_seq(kv, 0, -1, 20, 1, 64, &x);
+    fill_seq(kv, 0, -1, 20, 1, 64, &x, NULL, NULL);
     float q[3 * 64] = {0}, o[3 * 64];
     struct kv_attn_seq s[2] = {{0, 19, 1, q, o}, {0, 19, 1, q, o}};
     struct kv_attn_job *job = NULL;

@@ -1,5 +1,5 @@
 /*
- * unit_attn_hp1.c - HP1 gated attention kernels (kernels/attn_hp1.h):
+ * unit_attn_hp1.c - HP1 gated attention kernels (attn/hp1/attn_hp1.h):
  *   - the double oracle (kn_hp1_naive_ref) against numpy golden outputs
  *     (tests/data/hp1_golden.bin, made by tests/gen/gen_hp1_golden.py);
  *   - every variant the CPU runs (ref, avx2, avx512) against the oracle,
@@ -34,20 +34,14 @@
 
 #include "core/core.h"
 #include "core/pool.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
+#include "attn/attn_plan.h"
+#include "attn/hp1/hp1_plan.h"
 #include "kv/kv_cache.h"
+#include "attn_fixture.h"
 
 /* ---------------------------------------------------------------------- */
 /* helpers */
-
-/* The generator shared with tests/gen/gen_hp1_golden.py. */
-static float lcg_uniform(uint32_t *x) {
-    *x = *x * 1664525u + 1013904223u;
-    return (float)(*x >> 8) * 0x1p-23f - 1.0f;
-}
-
-static const char *VARIANTS[] = {"ref", "avx2", "avx512"};
-#define N_VARIANTS 3
 
 /* Variant i, or NULL when the CPU cannot run it or its table is one an
  * earlier name already gave (a family without kernels of its own). */
@@ -65,53 +59,6 @@ static void report_skips(void) {
                    VARIANTS[i]);
 }
 
-static int g_block = 16; /* block size of make_kv */
-
-static struct kv_cache *make_kv(int type, int hd, int n_head, int n_head_kv, int n_ctx, int n_seq,
-                                int n_threads) {
-    struct kv_params p = {
-        .n_layer = 1,
-        .n_head = n_head,
-        .n_head_kv = n_head_kv,
-        .head_dim = hd,
-        .type = type,
-        .block_size = g_block,
-        .n_seq_max = n_seq,
-        .n_ctx = n_ctx,
-        .n_threads = n_threads,
-    };
-    p.n_blocks = n_seq * ((n_ctx + g_block - 1) / g_block) + 2;
-    struct kv_cache *kv = NULL;
-    char err[256];
-    anvil_status st = kv_init(&p, &kv, err, sizeof(err));
-    if (st != ANVIL_OK) fail_msg("kv_init: %s", err);
-    return kv;
-}
-
-/* Append n_kv tokens to seq (layer 0): K and V rows from k and v, or LCG
- * values when NULL. With dummy >= 0, blocks alternate with that sequence
- * so the table is not contiguous. */
-static void fill_seq(struct kv_cache *kv, int seq, int dummy, int n_kv, int n_head_kv, int hd,
-                     uint32_t *x, const float *k_in, const float *v_in) {
-    size_t row = (size_t)n_head_kv * hd;
-    float *k = malloc((size_t)n_kv * row * sizeof(float) + 1);
-    float *v = malloc((size_t)n_kv * row * sizeof(float) + 1);
-    assert_true(k && v);
-    for (size_t i = 0; i < (size_t)n_kv * row; i++) k[i] = k_in ? k_in[i] : lcg_uniform(x);
-    for (size_t i = 0; i < (size_t)n_kv * row; i++) v[i] = v_in ? v_in[i] : lcg_uniform(x);
-    int base = kv_seq_len(kv, seq);
-    for (int t0 = 0; t0 < n_kv; t0 += 16) {
-        int n = n_kv - t0 < 16 ? n_kv - t0 : 16;
-        assert_int_equal(kv_seq_reserve(kv, seq, n), ANVIL_OK);
-        kv_write(kv, 0, seq, base + t0, n, k + (size_t)t0 * row, row, v + (size_t)t0 * row, row);
-        assert_int_equal(kv_seq_commit(kv, seq, n, NULL), ANVIL_OK);
-        if (dummy >= 0 && kv_seq_blocks_needed(kv, dummy, 16) <= kv_n_available(kv)) {
-            if (kv_seq_reserve(kv, dummy, 16) == ANVIL_OK) kv_seq_commit(kv, dummy, 16, NULL);
-        }
-    }
-    free(k);
-    free(v);
-}
 
 /* HP1 parameter sets the tests cycle through. */
 struct pset {
@@ -167,17 +114,12 @@ static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_
     f->group = n_head / n_head_kv;
     f->n_kv = n_kv;
     f->n_rows = n_rows;
-    f->kv = make_kv(type, hd, n_head, n_head_kv, n_kv + 16, dummy ? 2 : 1, 4);
-    uint32_t x = seed;
-    fill_seq(f->kv, 0, dummy ? 1 : -1, n_kv, n_head_kv, hd, &x, NULL, NULL);
+    uint32_t x = fixture_start(&f->kv, type, hd, n_head, n_head_kv, n_kv, n_rows, seed, dummy,
+                               &f->q, &f->want, &f->got);
     size_t n = (size_t)n_rows * n_head * hd;
-    f->q = malloc(n * sizeof(float));
-    f->want = malloc(n * sizeof(float));
     f->bound = malloc(n * sizeof(float));
-    f->got = malloc(n * sizeof(float));
     f->taps = malloc((size_t)n_head * KN_HP1_MAX_TAPS * sizeof(float));
-    assert_true(f->q && f->want && f->bound && f->got && f->taps);
-    for (size_t i = 0; i < n; i++) f->q[i] = 4.0f * lcg_uniform(&x);
+    assert_true(f->bound && f->taps);
     for (int i = 0; i < n_head * ps->n_taps; i++) {
         f->taps[i] = ps->tap_scale * lcg_uniform(&x);
         if (ps->tap_scale < 0.0f) f->taps[i] = fabsf(f->taps[i]);
@@ -199,22 +141,9 @@ static void fixture_free(struct fixture *f) {
 
 /* A task for kv head h over rows [r0, r0 + n_rows) of the fixture. */
 static struct kn_hp1_task fixture_task(const struct fixture *f, int h, int r0, int n_rows, float *out) {
-    size_t stride = (size_t)f->n_head * f->hd;
     struct kn_hp1_task t = {
-        .at = {
-            .kv = kv_layout(f->kv),
-            .base = kv_layer_base(f->kv, 0),
-            .blocks = kv_seq_blocks(f->kv, 0),
-            .kv_head = h,
-            .group = f->group,
-            .scale = 1.0f / sqrtf((float)f->hd),
-            .q = f->q + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
-            .q_stride = stride,
-            .out = out + (size_t)r0 * stride + (size_t)h * f->group * f->hd,
-            .out_stride = stride,
-            .pos = f->n_kv - f->n_rows + r0,
-            .n_rows = n_rows,
-        },
+        .at = fixture_attn_task(f->kv, f->n_head, f->hd, f->group, f->q, f->n_kv, f->n_rows, h, r0,
+                                n_rows, out, 0),
         .hp = f->hp,
         .pv = KN_HP1_PV_SPARSE,
     };
@@ -247,14 +176,6 @@ static void expect_bound(const float *a, const float *b, const float *bound, siz
         }
     }
     if (bad) fail_msg("%s: %d outside the rounding bound", what, bad);
-}
-
-static void expect_same(const float *a, const float *b, size_t n, const char *what) {
-    if (memcmp(a, b, n * sizeof(float)) != 0) {
-        for (size_t i = 0; i < n; i++)
-            if (memcmp(&a[i], &b[i], sizeof(float)))
-                fail_msg("%s: not bit-identical at [%zu]: %.9g vs %.9g", what, i, a[i], b[i]);
-    }
 }
 
 /* The bound must be able to fail: it stays far below the outputs' scale
@@ -720,6 +641,26 @@ static void bjob_plan(struct bjob *j, const int *order, int n, int tile, uint32_
     }
 }
 
+/* The queries (q, with room for ref and out) and the K/V of the BN
+ * sequences of B: the queries of every sequence first, then the K/V
+ * block by block in turn, so the block tables interleave. */
+static void batch_fill(struct kv_cache *kv, const struct bseq *B, float **q, float **ref,
+                       float **out, uint32_t *x) {
+    for (int s = 0; s < BN; s++) {
+        size_t n = (size_t)B[s].n_tokens * BNH * BHD;
+        q[s] = malloc(n * sizeof(float));
+        ref[s] = malloc(n * sizeof(float));
+        out[s] = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) q[s][i] = 4.0f * lcg_uniform(x);
+    }
+    for (int t0 = 0; t0 < 1100; t0 += 16)
+        for (int s = 0; s < BN; s++)
+            if (t0 < B[s].n_kv) {
+                int nn = B[s].n_kv - t0 < 16 ? B[s].n_kv - t0 : 16;
+                fill_seq(kv, s, -1, nn, BNKV, BHD, x, NULL, NULL);
+            }
+}
+
 static void test_batch_invariance(void **state) {
     (void)state;
     static const struct bseq B[BN] = {{1, 1}, {3, 1}, {300, 1}, {1100, 1}, {300, 20}, {40, 40}};
@@ -730,20 +671,7 @@ static void test_batch_invariance(void **state) {
         struct kv_cache *kv = make_kv(type, BHD, BNH, BNKV, 1200, BN, 2);
         uint32_t x = 77 + ti;
         float *q[BN], *ref[BN], *out[BN];
-        /* sequences written block by block in turn: interleaved tables */
-        for (int s = 0; s < BN; s++) {
-            size_t n = (size_t)B[s].n_tokens * BNH * BHD;
-            q[s] = malloc(n * sizeof(float));
-            ref[s] = malloc(n * sizeof(float));
-            out[s] = malloc(n * sizeof(float));
-            for (size_t i = 0; i < n; i++) q[s][i] = 4.0f * lcg_uniform(&x);
-        }
-        for (int t0 = 0; t0 < 1100; t0 += 16)
-            for (int s = 0; s < BN; s++)
-                if (t0 < B[s].n_kv) {
-                    int nn = B[s].n_kv - t0 < 16 ? B[s].n_kv - t0 : 16;
-                    fill_seq(kv, s, -1, nn, BNKV, BHD, &x, NULL, NULL);
-                }
+        batch_fill(kv, B, q, ref, out, &x);
         float taps[BNH * 3];
         for (int i = 0; i < BNH * 3; i++) taps[i] = lcg_uniform(&x);
         struct bjob j = {.kv = kv, .bs = B, .q = q, .out = out, .taps = taps};
@@ -810,7 +738,7 @@ static void test_batch_invariance(void **state) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* the engine's attention driver (kv/kv_attn.c) with HP1 plans */
+/* the engine's attention driver (attn/attn_plan.c) with HP1 plans */
 
 /* One layer's HP1 attention for sequences order[0, n) of B through
  * kv_attn_prepare_hp1 + kv_attn_run. */
@@ -848,19 +776,7 @@ static void test_driver(void **state) {
         struct kv_cache *kv = make_kv(type, BHD, BNH, BNKV, 1200, BN, 3);
         uint32_t x = 91 + ti;
         float *q[BN], *ref[BN], *out[BN];
-        for (int s = 0; s < BN; s++) {
-            size_t n = (size_t)B[s].n_tokens * BNH * BHD;
-            q[s] = malloc(n * sizeof(float));
-            ref[s] = malloc(n * sizeof(float));
-            out[s] = malloc(n * sizeof(float));
-            for (size_t i = 0; i < n; i++) q[s][i] = 4.0f * lcg_uniform(&x);
-        }
-        for (int t0 = 0; t0 < 1100; t0 += 16)
-            for (int s = 0; s < BN; s++)
-                if (t0 < B[s].n_kv) {
-                    int nn = B[s].n_kv - t0 < 16 ? B[s].n_kv - t0 : 16;
-                    fill_seq(kv, s, -1, nn, BNKV, BHD, &x, NULL, NULL);
-                }
+        batch_fill(kv, B, q, ref, out, &x);
         float taps[BNH * 4];
         for (int i = 0; i < BNH * 4; i++) taps[i] = lcg_uniform(&x);
         struct kn_hp1_params hp = {.taps = taps, .n_taps = 4, .gamma = 0.5f, .lo = 0.0f,

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "core/core.h"
-#include "kernels/attn.h"
+#include "attn/attn.h"
 #include "kernels/quant.h"
 #include "kv/kv_cache.h"
 

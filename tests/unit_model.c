@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "anvil.h"
+#include "attn/hp1/attn_hp1.h"
 #include "core/core.h"
 
 static const char *model_path(void) {
@@ -256,6 +257,17 @@ static void test_oom_walk(void **state) {
  * the model owns and the HP1 kernel selection at ctx init. */
 static void test_oom_walk_hp1(void **state) {
     (void)state;
+    if (!kn_hp1_select("ref")) {
+        /* built without HP1 (make HP1=0): the model is refused, cleanly */
+        char err[256] = "";
+        struct anvil_model *m = NULL;
+        assert_int_equal(anvil_model_load("tests/fuzz/corpus/gguf/micro_llama_hp1.gguf", NULL, &m,
+                                          err, sizeof(err)),
+                         ANVIL_ERR_UNSUPPORTED);
+        assert_null(m);
+        assert_non_null(strstr(err, "built without HP1"));
+        return;
+    }
     assert_true(oom_walk("tests/fuzz/corpus/gguf/micro_llama_hp1.gguf") > 50);
 }
 

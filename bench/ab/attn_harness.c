@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "anvil.h"
-#include "kernels/attn.h"
+#include "attn/attn.h"
 
 extern const struct kn_attn_ops A_attn_ops, B_attn_ops;
 

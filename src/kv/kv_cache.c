@@ -4,7 +4,9 @@
  * cached blocks), K/V writes in F16 or Q8_0, and the invariant checker.
  * See kv_cache.h for the layout and the contract.
  *
- * Does not: run attention (kv_attn.c), schedule or preempt (the engine),
+ * Does not: run attention (src/attn, which reads the tiles of
+ * kv_layout.h and hangs its plan on the cache: kv_set_ext), schedule or
+ * preempt (the engine),
  * know about models or tokens beyond their ids.
  *
  * Invariants (kv_check): every block is FREE, CACHED or USED; FREE blocks
@@ -63,10 +65,6 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
                    p->n_head_kv, p->n_layer);
         return ANVIL_ERR_INVALID;
     }
-    if (p->n_head / p->n_head_kv > KN_ATTN_MAXQ) {
-        errmsg_set(err, err_cap, "kv: GQA group %d > %d", p->n_head / p->n_head_kv, KN_ATTN_MAXQ);
-        return ANVIL_ERR_UNSUPPORTED;
-    }
     if (kn_kv_layout_init(&lay, type, bs, p->head_dim, p->n_head_kv)) {
         errmsg_set(err, err_cap,
                    "kv: unsupported type %d / block_size %d / head_dim %d (F16 or Q8_0, block a "
@@ -96,20 +94,9 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
     int32_t max_blocks_seq = (p->n_ctx + bs - 1) / bs;
     uint32_t nbuckets = 16;
     while (nbuckets < (uint32_t)nb && nbuckets < (1u << 30)) nbuckets <<= 1;
-    int32_t group = p->n_head / p->n_head_kv;
-    /* split-K records: every (sequence, kv head, chunk) at full context,
-     * capped: splitting pays only with few tasks, and a plan that would
-     * need more records runs unsplit (same numbers, kv_attn.c) */
-    size_t part_recs = 1;
-    bool ok = size_mul((size_t)p->n_seq_max * (size_t)p->n_head_kv,
-                       (size_t)kn_attn_n_chunks(p->n_ctx), &part_recs);
-    size_t rec_cap = (size_t)64 * (size_t)n_threads < 8192 ? 8192 : (size_t)64 * (size_t)n_threads;
-    if (part_recs > rec_cap) part_recs = rec_cap;
-    size_t part_floats = 0;
-    ok = ok && size_mul(part_recs, kn_attn_rec_floats(group, p->head_dim), &part_floats);
+    bool ok = true;
 
-    size_t off = 0, o_kv, o_blk, o_tok, o_tab, o_seq, o_htab, o_ent, o_ioff, o_th, o_red, o_nkv, o_part,
-           o_pool, pool_bytes = 0;
+    size_t off = 0, o_kv, o_blk, o_tok, o_tab, o_seq, o_htab, o_pool, pool_bytes = 0;
     size_t nseq = (size_t)p->n_seq_max;
     ok = ok && carve(&off, sizeof(struct kv_cache), 64, &o_kv) &&
          carve(&off, (size_t)nb * sizeof(struct kv_block), 64, &o_blk) &&
@@ -117,12 +104,6 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
          carve(&off, nseq * (size_t)max_blocks_seq * sizeof(int32_t), 64, &o_tab) &&
          carve(&off, nseq * sizeof(struct kv_seq), 64, &o_seq) &&
          carve(&off, (size_t)nbuckets * sizeof(int32_t), 64, &o_htab) &&
-         carve(&off, nseq * sizeof(struct kv_attn_ent), 64, &o_ent) &&
-         carve(&off, (nseq + 1) * sizeof(int32_t), 64, &o_ioff) &&
-         carve(&off, ((size_t)n_threads + 1) * sizeof(int32_t), 64, &o_th) &&
-         carve(&off, nseq * sizeof(int32_t), 64, &o_red) &&
-         carve(&off, nseq * sizeof(int32_t), 64, &o_nkv) &&
-         carve(&off, part_floats * sizeof(float), 64, &o_part) &&
          size_mul((size_t)nb, block_bytes, &pool_bytes);
     /* big pools start on a 2 MiB boundary and ask for huge pages: tiles of
      * one sequence are scattered, so 4 KiB pages would cost a TLB miss per
@@ -163,16 +144,8 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
     kv->seqs = (struct kv_seq *)(base + o_seq);
     kv->htab = (int32_t *)(base + o_htab);
     kv->hmask = nbuckets - 1;
-    kv->part_recs = part_recs;
     kv->pool = base + o_pool;
     if (palign == HUGE_ALIGN) (void)madvise(kv->pool, pool_bytes & ~(HUGE_ALIGN - 1), MADV_HUGEPAGE);
-    kv->job.ent = (struct kv_attn_ent *)(base + o_ent);
-    kv->job.item_off = (int32_t *)(base + o_ioff);
-    kv->job.th_start = (int32_t *)(base + o_th);
-    kv->job.red = (int32_t *)(base + o_red);
-    kv->job.nkv = (int32_t *)(base + o_nkv);
-    kv->job.part = (float *)(base + o_part);
-    kv->job.kv = kv;
 
     for (uint32_t i = 0; i <= kv->hmask; i++) kv->htab[i] = -1;
     /* free list in index order: low blocks are handed out first */
@@ -191,8 +164,20 @@ anvil_status kv_init(const struct kv_params *p, struct kv_cache **out, char *err
 }
 
 void kv_free(struct kv_cache *kv) {
-    if (kv) core_free(kv->mem);
+    if (!kv) return;
+    if (kv->ext_free) kv->ext_free(kv->ext);
+    core_free(kv->mem);
 }
+
+void *kv_ext(const struct kv_cache *kv) { return kv->ext; }
+
+void kv_set_ext(struct kv_cache *kv, void *ext, void (*ext_free)(void *)) {
+    ANVIL_ASSERT(!kv->ext);
+    kv->ext = ext;
+    kv->ext_free = ext_free;
+}
+
+const struct kv_params *kv_params_of(const struct kv_cache *kv) { return &kv->p; }
 
 /* ---------------------------------------------------------------------- */
 /* block lists and the hash table */
@@ -498,6 +483,10 @@ void kv_seq_trim(struct kv_cache *kv, int32_t seq) {
     }
 }
 
+int32_t kv_seq_capacity(const struct kv_cache *kv, int32_t seq) {
+    return seq_ok(kv, seq) ? kv->seqs[seq].n_blocks * kv->bs : 0;
+}
+
 int32_t kv_seq_n_held(const struct kv_cache *kv, int32_t seq) {
     return seq_ok(kv, seq) ? kv->seqs[seq].n_blocks - kv->seqs[seq].first : 0;
 }
@@ -593,7 +582,7 @@ void kv_write(struct kv_cache *kv, int32_t layer, int32_t seq, int32_t pos, int3
                 cvt(kt + j, (size_t)bs, kh, hd);
                 cvt(vt + (size_t)j * hd, 1, vh, hd);
             } else {
-                struct blk_q8_0 qk[KN_ATTN_MAX_HEAD_DIM / QK], qv[KN_ATTN_MAX_HEAD_DIM / QK];
+                struct blk_q8_0 qk[KN_KV_MAX_HEAD_DIM / QK], qv[KN_KV_MAX_HEAD_DIM / QK];
                 kn_quantize_row(ANVIL_TYPE_Q8_0, kh, qk, hd);
                 kn_quantize_row(ANVIL_TYPE_Q8_0, vh, qv, hd);
                 int8_t *kq = (int8_t *)tile, *vq = (int8_t *)(tile + L->v_off);

@@ -1,6 +1,6 @@
 /*
  * kv_cache.h - paged KV cache: one pool of fixed-size blocks, per-sequence
- * block tables, prefix sharing, and the attention driver over it.
+ * block tables and prefix sharing. The attention over it is src/attn.
  *
  * Knows nothing about models: it stores per layer, per token, n_head_kv
  * vectors of head_dim for K and for V, in F16 (default) or Q8_0.
@@ -10,24 +10,21 @@
  * afterwards. A block covers block_size consecutive positions of one
  * sequence for every layer and kv head. Pool layout:
  *     pool  (n_layer, n_blocks, n_head_kv, tile)
- * with the tile of kernels/attn.h: for F16 and block_size 16, head_dim 64,
+ * with the tile of kv_layout.h: for F16 and block_size 16, head_dim 64,
  * K^T (64, 16) f16 then V (16, 64) f16 = 4 KiB. An attention task (one
  * sequence, one kv head, one layer) reads one contiguous tile per block.
  * KV memory = n_blocks * kv_block_bytes(), plus metadata (~110 bytes per
- * block, 4 bytes per table entry) and the split-K scratch (one record of
- * group * (head_dim + 2) floats per (sequence, kv head, 256-key chunk) at
- * n_ctx, capped at max(8192, 64 * n_threads) records); kv_get_stats()
- * reports the total.
+ * block, 4 bytes per table entry); kv_get_stats() reports the total. The
+ * attention plan's split-K scratch is allocated by src/attn beside it.
  *
  * Block size. 16 tokens by default: a tile is then 4 KiB (F16, head_dim
  * 64), a whole page, long enough for the hardware prefetcher, while the
  * per-sequence waste (half a block on average) and the prefix-sharing
  * granularity stay small. 32 is allowed (and any multiple of 16); the
  * attention numerics do not depend on it (steps of 16 keys, chunks of 256
- * at fixed positions). bench_attention measures both: smollm2 shape,
- * batch 16, ctx 2048, one thread, three interleaved runs: 3.5/3.5/3.8 ms
- * with 16, 3.8/3.1/3.8 ms with 32 - no difference above the noise, so
- * the finer block wins.
+ * at fixed positions), and `anvil bench --attention` shows no speed
+ * difference between 16 and 32 above the noise (commit dc72612), so the
+ * finer block wins.
  *
  * Block states (checked by kv_check):
  *   FREE    ref 0, not hashed, on the free list;
@@ -51,7 +48,7 @@
  *   kv_reserve(...)          room for the step's new tokens, all or nothing
  *                            (ANVIL_ERR_KV_FULL leaves everything as it was)
  *   per layer: kv_write(...) K, V of the new tokens (after RoPE)
- *              kv_attn_prepare(...) + kv_attn_run / kv_attn_work
+ *              kv_attn_prepare(...) + kv_attn_run (src/attn/attn_plan.h)
  *   kv_seq_commit(...)       the tokens are now part of the sequence
  * On an error between reserve and commit, kv_seq_truncate(kv, seq,
  * kv_seq_len(kv, seq)) gives the reserved blocks back.
@@ -67,9 +64,8 @@
 #include <stdint.h>
 
 #include "anvil.h"
-#include "kernels/attn.h"
 #include "kernels/ops.h"
-#include "kernels/attn_hp1.h"
+#include "kv/kv_layout.h"
 
 struct pool;
 struct kv_cache;
@@ -85,7 +81,8 @@ struct kv_params {
     size_t mem_bytes;     /* pool budget when n_blocks == 0 */
     int32_t n_seq_max;    /* sequence ids are 0 .. n_seq_max-1 */
     int32_t n_ctx;        /* max positions per sequence */
-    int32_t n_threads;    /* max threads the attention driver plans for; 0 = 1 */
+    int32_t n_threads;    /* max threads the attention plan (src/attn) is
+                           * sized for; 0 = 1 */
     bool prefix_cache;    /* hash full blocks so that prefixes are shared */
     kn_f16_row_fn f16_row; /* F16 cache: the conversion kv_write uses (the
                            * kernel family's; NULL = the reference's). Every
@@ -208,64 +205,18 @@ void kv_get_stats(const struct kv_cache *kv, struct kv_stats *st);
 anvil_status kv_check(const struct kv_cache *kv, char *err, size_t err_cap);
 
 /* ---------------------------------------------------------------------- */
-/* attention over the cache (kv_attn.c) */
+/* for the attention room (src/attn), which reads the cache */
 
-/* One sequence's query rows in an attention call. Row i is at position
- * pos + i and attends to positions [0, pos + i], whose K/V must be
- * written (committed or reserved). n_tokens == 1 is a decode row. */
-struct kv_attn_seq {
-    int32_t seq;
-    int32_t pos;
-    int32_t n_tokens;
-    const float *q; /* (n_tokens, n_head, head_dim): row i at q + i*q_stride */
-    float *out;     /* (n_tokens, n_head, head_dim): row i at out + i*out_stride */
-};
-
-enum kv_split {
-    KV_SPLIT_AUTO = 0, /* the policy decides (kernels/attn_policy.h) */
-    KV_SPLIT_OFF,      /* one thread per (sequence, kv head) decode task */
-    KV_SPLIT_ON,       /* decode chunks spread over threads, then reduced
-                        * (unless the chunk records would not fit the
-                        * scratch: 64 per thread, at least 8192) */
-};
-
-struct kv_attn_job;
-
-/* Plan one layer's attention for a batch: at most one entry per sequence,
- * at most n_seq_max entries. scale multiplies q.k (1/sqrt(head_dim) for
- * most models). A windowed cache's window applies to every row; its ops
- * table must honour windows (kn_attn_ops.window), else ANVIL_ERR_INVALID. The plan is held by the cache (one at a
- * time) and stays valid until the next prepare. n_threads (<= the
- * kv_params n_threads) is how many threads will call kv_attn_work.
- * The split choice never changes the numbers, only their schedule. */
-anvil_status kv_attn_prepare(struct kv_cache *kv, const struct kn_attn_ops *ops, int32_t layer,
-                             const struct kv_attn_seq *seqs, int32_t n_seqs, size_t q_stride,
-                             size_t out_stride, int n_threads, enum kv_split split, float scale,
-                             struct kv_attn_job **out);
-/* The same plan for a layer with HP1 gated attention (kernels/attn_hp1.h):
- * HP1 kernels, the layer's parameters (hp->taps: (n_head, n_taps), head i
- * at taps + i*n_taps; copied into the plan, the taps themselves borrowed
- * until the run ends) and the PV mode (KN_HP1_PV_SPARSE; the others are
- * for benchmarks). Split decode rows run as HP1 partials (each re-reads
- * the FIR history left of its first chunk) and a plain-sum reduction;
- * prefill rows as tiles, like the softmax. A windowed cache is refused
- * (ANVIL_ERR_INVALID): HP1 has no sliding window. */
-anvil_status kv_attn_prepare_hp1(struct kv_cache *kv, const struct kn_hp1_ops *ops,
-                                 const struct kn_hp1_params *hp, enum kn_hp1_pv pv, int32_t layer,
-                                 const struct kv_attn_seq *seqs, int32_t n_seqs, size_t q_stride,
-                                 size_t out_stride, int n_threads, enum kv_split split,
-                                 float scale, struct kv_attn_job **out);
-/* Thread ith of nth (nth == the planned n_threads) does its share. When
- * the plan splits decode rows it calls pool_barrier(pool) once between
- * the chunk pass and the reduction, so every thread of the pool must call
- * it (pool may be NULL when nth == 1). Outputs are complete once every
- * thread has returned (the caller's barrier or pool_run's end). */
-void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int nth);
-/* Run the whole job on a pool of the planned size (NULL = the calling
- * thread only, for a plan of 1 thread). */
-void kv_attn_run(const struct kv_attn_job *job, struct pool *pool);
-/* Whether the job splits decode rows (for benchmarks and logs). */
-bool kv_attn_job_split(const struct kv_attn_job *job);
-
+/* The cache's parameters as resolved by kv_init (type, block_size,
+ * n_threads and n_blocks filled in). */
+const struct kv_params *kv_params_of(const struct kv_cache *kv);
+/* Positions the block table of seq covers (written or reserved), 0 for a
+ * bad id. */
+int32_t kv_seq_capacity(const struct kv_cache *kv, int32_t seq);
+/* One object a user of the cache hangs on it (the attention plan,
+ * src/attn/attn_plan.c), freed by kv_free through ext_free. At most one:
+ * setting it twice is a bug. kv_ext is NULL until then. */
+void *kv_ext(const struct kv_cache *kv);
+void kv_set_ext(struct kv_cache *kv, void *ext, void (*ext_free)(void *));
 
 #endif

@@ -176,6 +176,9 @@ static anvil_status init_kv(struct anvil_ctx *c, const struct anvil_ctx_params *
         }
         anvil_status st = kv_init(&kp, &c->kv[g], c->errmsg, sizeof(c->errmsg));
         if (st != ANVIL_OK) return st;
+        /* the attention plan now, so that no decode step allocates */
+        st = kv_attn_plan_init(c->kv[g], c->errmsg, sizeof(c->errmsg));
+        if (st != ANVIL_OK) return st;
         c->attn_ops[g] = kn_attn_select(m->ops->name);
         if (c->attn_ops[g] && kp.window > 0 && !c->attn_ops[g]->window)
             c->attn_ops[g] = &kn_attn_ops_avx2; /* every AVX-512 CPU runs it */

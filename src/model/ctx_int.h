@@ -15,8 +15,8 @@
 #define ANVIL_CTX_INT_H
 
 #include "core/pool.h"
-#include "kernels/attn.h"
-#include "kernels/attn_hp1.h"
+#include "attn/attn_plan.h"
+#include "attn/hp1/hp1_plan.h"
 #include "kv/kv_cache.h"
 #include "model/ctx.h"
 #include "model/model.h"

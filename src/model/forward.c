@@ -18,7 +18,7 @@
  *         partial rotary, per-layer frequencies); k, v -> cache
  *   attn = softmax(scale * q k^T) v over the row's own sequence, causal,
  *         within the layer's sliding window if it has one; or HP1 gated
- *         attention (kernels/attn_hp1.h) on layers whose kind is hp1
+ *         attention (attn/hp1/attn_hp1.h) on layers whose kind is hp1
  *   x  += attn_post_norm(Wo attn); act = rmsnorm(x) * ffn_norm -> act
  *   gu  = Wgu act                   (one matmul over stacked gate, up)
  *   act = silu(gate) * up  or  gelu_tanh(gate) * up -> activation format

@@ -23,7 +23,7 @@
 #include "anvil.h"
 #include "core/core.h"
 #include "gguf/gguf.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
 #include "kernels/ops.h"
 #include "tok/tok.h"
 
@@ -61,7 +61,7 @@ enum model_act {
 };
 
 /* A layer's attention (README "Attention kinds"): the softmax, or HP1 gated
- * attention (kernels/attn_hp1.h: ReLU, a causal FIR over the key positions,
+ * attention (attn/hp1/attn_hp1.h: ReLU, a causal FIR over the key positions,
  * a clamp, no normalisation). */
 enum model_attn {
     MODEL_ATTN_SOFTMAX = 0,

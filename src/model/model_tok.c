@@ -1,8 +1,9 @@
 /*
- * model_tok.c - the public calls of the tokenizer and chat templates that
- * model.c does not already wrap: choosing and reporting the chat template,
- * rendering + tokenizing a conversation, and loading a vocabulary without
- * weights. Each is a thin wrapper over src/tok (tok.h).
+ * model_tok.c - the public calls of the tokenizer and chat templates:
+ * special tokens, tokenize, pieces, detokenizing, vocabulary comparison,
+ * choosing, reporting and applying the chat template, rendering +
+ * tokenizing a conversation, and loading a vocabulary without weights.
+ * Each is a thin wrapper over src/tok (tok.h).
  *
  * A vocabulary-only model holds the mapping and the tokenizer, and no
  * weights: m->layers stays NULL.
@@ -58,4 +59,58 @@ fail:
     if (st == ANVIL_ERR_NOMEM && err && err_cap && !err[0]) errmsg_set(err, err_cap, "out of memory");
     anvil_model_free(m);
     return st;
+}
+
+/* ---------------------------------------------------------------------- */
+/* tokens, pieces, chat */
+
+anvil_token anvil_token_bos(const struct anvil_model *m) { return tok_bos(m->vocab); }
+anvil_token anvil_token_eos(const struct anvil_model *m) { return tok_eos(m->vocab); }
+bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t) {
+    return tok_is_eog(m->vocab, t);
+}
+
+anvil_status anvil_vocab_compatible(const struct anvil_model *a, const struct anvil_model *b,
+                                    char *err, size_t err_cap) {
+    if (!a || !b) return ANVIL_ERR_INVALID;
+    if (a->hp.n_vocab != b->hp.n_vocab) {
+        errmsg_set(err, err_cap, "the vocabularies differ: %d tokens against %d", a->hp.n_vocab,
+                   b->hp.n_vocab);
+        return ANVIL_ERR_INVALID;
+    }
+    char pa[512], pb[512];
+    for (int32_t t = 0; t < a->hp.n_vocab; t++) {
+        int32_t na = tok_piece(a->vocab, t, pa, sizeof(pa), true);
+        int32_t nb = tok_piece(b->vocab, t, pb, sizeof(pb), true);
+        if (na != nb || (na > 0 && memcmp(pa, pb, (size_t)na) != 0) ||
+            tok_is_eog(a->vocab, t) != tok_is_eog(b->vocab, t)) {
+            errmsg_set(err, err_cap, "the vocabularies differ at token %d", t);
+            return ANVIL_ERR_INVALID;
+        }
+    }
+    return ANVIL_OK;
+}
+
+int32_t anvil_tokenize(const struct anvil_model *m, const char *text, size_t len,
+                       anvil_token *out, int32_t cap, bool add_special, bool parse_special) {
+    return tok_encode(m->vocab, text, len, out, cap, add_special, parse_special);
+}
+
+int32_t anvil_token_to_piece(const struct anvil_model *m, anvil_token t, char *buf, int32_t cap,
+                             bool special) {
+    return tok_piece(m->vocab, t, buf, cap, special);
+}
+
+int32_t anvil_detok_push(const struct anvil_model *m, struct anvil_detok *d, anvil_token t,
+                         char *buf, int32_t cap) {
+    return tok_detok_push(m->vocab, d, t, buf, cap);
+}
+
+int32_t anvil_detok_flush(struct anvil_detok *d, char *buf, int32_t cap) {
+    return tok_detok_flush(d, buf, cap);
+}
+
+int32_t anvil_chat_apply(const struct anvil_model *m, const struct anvil_chat_msg *msgs,
+                         size_t n_msgs, bool add_assistant, char *buf, int32_t cap) {
+    return tok_chat_apply(m->vocab, msgs, n_msgs, add_assistant, buf, cap);
 }

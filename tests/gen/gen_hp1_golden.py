@@ -5,7 +5,7 @@ math.fsum (exactly rounded), so the file does not depend on the BLAS or
 SIMD of the machine that writes it; there is no transcendental function
 in HP1.
 
-The formula (src/kernels/attn_hp1.h), for query head i at position P:
+The formula (src/attn/hp1/attn_hp1.h), for query head i at position P:
     s_t = (q . k_t) * scale          r_t = ReLU(s_t) or s_t, 0 for t < 0
     z_t = sum_j c_j r_{t-j}          p_t = gamma * min(max(z_t, lo), hi)
     o   = sum_t p_t v_t

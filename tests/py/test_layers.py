@@ -42,7 +42,7 @@ def test_core_including_the_engine_fails(tmp_path):
     f.write_text('#include "engine/engine.c"\n' + f.read_text())
     p = check(root, "--only", "includes")
     assert p.returncode == 1
-    assert "src/core/alloc.c:1: src/core (floor 0) includes engine/engine.c of src/engine (floor 6)" in p.stdout
+    assert "src/core/alloc.c:1: src/core (floor 0) includes engine/engine.c of src/engine (floor 7)" in p.stdout
 
 
 def test_sibling_modules_may_not_lean_on_each_other(tmp_path):

@@ -17,7 +17,7 @@
 
 #include "anvil.h"
 #include "core/core.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
 
 #define HDMAX KN_ATTN_MAX_HEAD_DIM
 
@@ -90,17 +90,8 @@ static void chunk_acc(const struct kn_hp1_task *t, int g, const float *q, int P,
 /* ---------------------------------------------------------------------- */
 /* the table */
 
-/* The task limits every variant relies on (the buffers are sized by
- * them); cheap next to the task. */
-static void check_task(const struct kn_hp1_task *t) {
-    ANVIL_ASSERT(t->hp.n_taps >= 1 && t->hp.n_taps <= KN_HP1_MAX_TAPS);
-    ANVIL_ASSERT(t->at.n_rows >= 1 && t->at.group >= 1 && t->at.n_rows * t->at.group <= KN_ATTN_MAXQ);
-    ANVIL_ASSERT(t->at.kv->head_dim % 32 == 0 && t->at.kv->head_dim <= KN_ATTN_MAX_HEAD_DIM);
-    ANVIL_ASSERT(t->at.window == 0); /* no sliding window for HP1 (yet) */
-}
-
 static void attn_ref(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim;
     float acc[HDMAX];
@@ -120,7 +111,7 @@ static void attn_ref(const struct kn_hp1_task *t) {
 }
 
 static void partial_ref(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim;
     size_t rec = kn_hp1_rec_floats(a->group, hd);
@@ -131,7 +122,7 @@ static void partial_ref(const struct kn_hp1_task *t) {
 }
 
 static void reduce_ref(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim;
     size_t rec = kn_hp1_rec_floats(a->group, hd);

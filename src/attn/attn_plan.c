@@ -1,7 +1,7 @@
 /*
- * kv_attn.c - the attention driver over the paged cache: turns one layer's
+ * attn_plan.c - the attention driver over the paged cache: turns one layer's
  * batch (decode rows and prefill chunks of many sequences) into kernel
- * tasks (kernels/attn.h), spreads them over threads by estimated cost, and
+ * tasks (attn.h), spreads them over threads by estimated cost, and
  * runs split-K decode as a chunk pass, a barrier and a reduction.
  *
  * Work items, in entry order, each for one kv head h:
@@ -15,25 +15,102 @@
  * Numerics never depend on the plan (attn.h: fixed chunk positions, fixed
  * fold order), so the policy is free to pick whatever is fastest.
  *
- * The cost model and the split policy are scheduling decisions, not
- * storage: they live in kernels/attn_policy.c. This file only applies them.
+ * The cost model and the split policy live in attn_policy.c; this file
+ * only applies them. The plan reads the cache through kv_cache.h alone
+ * (block tables, capacities, the tile layout) and keeps its own
+ * workspace, hung on the cache (kv_attn_plan_init).
  *
- * Two kinds of attention share the plan: the softmax (kernels/attn.h) and
- * HP1 gated attention (kernels/attn_hp1.h). They have the same task, the
- * same chunk grid and the same partial/reduce split; only the kernel
- * table, the record size (HP1: acc alone, summed rather than folded) and
- * the HP1 parameters differ, so the plan is kind-blind and call() picks
- * the table. The HP1 cost is taken to be the softmax's at the same shape
- * (no exp, but a gate pass; sparse PV makes it cheaper, by an amount the
- * plan cannot know), which keeps the split decisions the same.
+ * Other kinds of attention share the plan: HP1 gated attention
+ * (hp1/hp1_plan.c) has the same task, the same chunk grid and the same
+ * partial/reduce split; only the kernel table, the record size (HP1: acc
+ * alone, summed rather than folded) and its layer parameters differ, so
+ * the plan is kind-blind and call() hands a task to the kind's kernels
+ * (job->kind_call). Another kind's cost is taken to be the softmax's at
+ * the same shape (HP1: no exp, but a gate pass; sparse PV makes it
+ * cheaper, by an amount the plan cannot know), which keeps the split
+ * decisions the same.
  */
 #include <math.h>
 #include <string.h>
 
+#include "attn/attn_plan_int.h"
+#include "attn/attn_policy.h"
 #include "core/core.h"
 #include "core/pool.h"
-#include "kernels/attn_policy.h"
-#include "kv/kv_internal.h"
+
+/* ---------------------------------------------------------------------- */
+/* workspace */
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* n * size into *acc, aligned to 64; false on overflow */
+static bool grow(size_t *acc, size_t n, size_t size, size_t *at) {
+    if (size && n > (SIZE_MAX - 64 - *acc) / size) return false;
+    *at = align64(*acc);
+    *acc = *at + n * size;
+    return true;
+}
+
+static void plan_free(void *p) {
+    struct kv_attn_job *job = p;
+    if (job) core_free(job->mem);
+}
+
+anvil_status kv_attn_plan_init(struct kv_cache *kv, char *err, size_t err_cap) {
+    if (kv_ext(kv)) return ANVIL_OK;
+    const struct kv_params *p = kv_params_of(kv);
+    int32_t group = p->n_head / p->n_head_kv;
+    if (group > KN_ATTN_MAXQ) {
+        errmsg_set(err, err_cap, "kv: GQA group %d > %d", group, KN_ATTN_MAXQ);
+        return ANVIL_ERR_UNSUPPORTED;
+    }
+    size_t nseq = (size_t)p->n_seq_max, nth = (size_t)p->n_threads;
+    size_t part_recs = (size_t)kn_attn_n_chunks(p->n_ctx);
+    size_t rec_cap = 64 * nth < 8192 ? 8192 : 64 * nth;
+    bool ok = nseq * (size_t)p->n_head_kv <= SIZE_MAX / (part_recs ? part_recs : 1);
+    part_recs *= nseq * (size_t)p->n_head_kv;
+    if (part_recs > rec_cap) part_recs = rec_cap;
+    size_t rec = kn_attn_rec_floats(group, p->head_dim);
+    size_t off = 0, o_ent, o_ioff, o_th, o_red, o_nkv, o_mark, o_part;
+    ok = ok && grow(&off, 1, sizeof(struct kv_attn_job), &(size_t){0}) &&
+         grow(&off, nseq, sizeof(struct kv_attn_ent), &o_ent) &&
+         grow(&off, nseq + 1, sizeof(int32_t), &o_ioff) &&
+         grow(&off, nth + 1, sizeof(int32_t), &o_th) &&
+         grow(&off, nseq, sizeof(int32_t), &o_red) &&
+         grow(&off, nseq, sizeof(int32_t), &o_nkv) &&
+         grow(&off, nseq, sizeof(uint8_t), &o_mark) &&
+         part_recs <= SIZE_MAX / sizeof(float) / rec &&
+         grow(&off, part_recs * rec, sizeof(float), &o_part) && off <= SIZE_MAX - 64;
+    if (!ok) {
+        errmsg_set(err, err_cap, "kv: size overflow");
+        return ANVIL_ERR_INVALID;
+    }
+    uint8_t *mem = core_malloc(off + 64);
+    if (!mem) {
+        errmsg_set(err, err_cap, "kv: cannot allocate %zu bytes", off + 64);
+        return ANVIL_ERR_NOMEM;
+    }
+    uint8_t *base = mem + (64 - (uintptr_t)mem % 64) % 64;
+    memset(base, 0, o_part);
+    struct kv_attn_job *job = (struct kv_attn_job *)base;
+    job->mem = mem;
+    job->kv = kv;
+    job->ent = (struct kv_attn_ent *)(base + o_ent);
+    job->item_off = (int32_t *)(base + o_ioff);
+    job->th_start = (int32_t *)(base + o_th);
+    job->red = (int32_t *)(base + o_red);
+    job->nkv = (int32_t *)(base + o_nkv);
+    job->mark = base + o_mark;
+    job->part = (float *)(base + o_part);
+    job->part_recs = part_recs;
+    kv_set_ext(kv, job, plan_free);
+    return ANVIL_OK;
+}
+
+struct kv_attn_job *kv_attn_job_of(struct kv_cache *kv, anvil_status *st) {
+    *st = kv_attn_plan_init(kv, NULL, 0);
+    return *st == ANVIL_OK ? kv_ext(kv) : NULL;
+}
 
 /* ---------------------------------------------------------------------- */
 /* plan */
@@ -60,17 +137,17 @@ static double item_cost(const struct kv_attn_job *job, const struct kv_attn_ent 
     return kn_attn_cost_prefill(e->s.pos, r0, r1, G, hd, job->window);
 }
 
-/* The plan of either kind; the caller has set job->ops or job->hp1 (and
- * job->rec) and checked them. */
-static anvil_status prepare(struct kv_cache *kv, int32_t layer, const struct kv_attn_seq *seqs,
-                            int32_t n_seqs, size_t q_stride, size_t out_stride, int n_threads,
-                            enum kv_split split, float scale, struct kv_attn_job **out) {
-    struct kv_attn_job *job = &kv->job;
-    if (layer < 0 || layer >= kv->p.n_layer || n_seqs < 0 || n_seqs > kv->p.n_seq_max ||
-        n_threads < 1 || n_threads > kv->p.n_threads)
+anvil_status kv_attn_plan(struct kv_cache *kv, struct kv_attn_job *job, int32_t layer,
+                          const struct kv_attn_seq *seqs, int32_t n_seqs, size_t q_stride,
+                          size_t out_stride, int n_threads, enum kv_split split, float scale,
+                          struct kv_attn_job **out) {
+    const struct kv_params *p = kv_params_of(kv);
+    if (layer < 0 || layer >= p->n_layer || n_seqs < 0 || n_seqs > p->n_seq_max ||
+        n_threads < 1 || n_threads > p->n_threads)
         return ANVIL_ERR_INVALID;
-    int32_t hd = kv->lay.head_dim, nkv = kv->lay.n_head_kv;
-    int32_t G = kv->p.n_head / nkv;
+    const struct kn_kv_layout *lay = kv_layout(kv);
+    int32_t hd = lay->head_dim, nkv = lay->n_head_kv;
+    int32_t G = p->n_head / nkv;
     anvil_status st = ANVIL_OK;
     int32_t i = 0, n_decode = 0;
     double other = 0.0;
@@ -78,20 +155,20 @@ static anvil_status prepare(struct kv_cache *kv, int32_t layer, const struct kv_
     job->q_stride = q_stride;
     job->out_stride = out_stride;
     job->scale = scale;
-    job->window = kv->p.window;
+    job->window = p->window;
     job->group = G;
     job->n_threads = n_threads;
     job->n_ent = n_seqs;
     job->split = false;
     for (; i < n_seqs; i++) {
         const struct kv_attn_seq *s = &seqs[i];
-        if (s->seq < 0 || s->seq >= kv->p.n_seq_max || kv->seqs[s->seq].mark || s->n_tokens < 1 ||
-            s->pos < 0 || (int64_t)s->pos + s->n_tokens > (int64_t)kv->seqs[s->seq].n_blocks * kv->bs ||
+        if (s->seq < 0 || s->seq >= p->n_seq_max || job->mark[s->seq] || s->n_tokens < 1 ||
+            s->pos < 0 || (int64_t)s->pos + s->n_tokens > kv_seq_capacity(kv, s->seq) ||
             !s->q || !s->out) {
             st = ANVIL_ERR_INVALID;
             break;
         }
-        kv->seqs[s->seq].mark = 1;
+        job->mark[s->seq] = 1;
         struct kv_attn_ent *e = &job->ent[i];
         e->s = *s;
         e->blocks = kv_seq_blocks(kv, s->seq);
@@ -109,18 +186,19 @@ static anvil_status prepare(struct kv_cache *kv, int32_t layer, const struct kv_
             for (int32_t u = 0; u < e->units; u++) other += nkv * item_cost(job, e, u, hd);
         }
     }
-    for (int32_t j = 0; j < i; j++) kv->seqs[seqs[j].seq].mark = 0;
+    for (int32_t j = 0; j < i; j++) job->mark[seqs[j].seq] = 0;
     if (st != ANVIL_OK) return st;
 
     if (split == KV_SPLIT_ON) job->split = n_decode > 0;
     else if (split == KV_SPLIT_AUTO)
         job->split = kn_attn_split_policy(n_decode, job->nkv, nkv, G, hd, other, n_threads);
     if (job->split) {
-        /* records must fit the scratch (kv_init caps it); else run unsplit */
+        /* records must fit the scratch (kv_attn_plan_init caps it); else
+         * run unsplit */
         int64_t need = 0;
         for (i = 0; i < n_seqs; i++)
             if (job->ent[i].decode) need += (int64_t)nkv * job->ent[i].n_chunks;
-        if ((uint64_t)need > kv->part_recs) job->split = false;
+        if ((uint64_t)need > job->part_recs) job->split = false;
     }
 
     /* items and split records */
@@ -141,7 +219,7 @@ static anvil_status prepare(struct kv_cache *kv, int32_t layer, const struct kv_
         ANVIL_ASSERT(items < INT32_MAX);
     }
     job->item_off[n_seqs] = (int32_t)items;
-    ANVIL_ASSERT((uint64_t)recs <= kv->part_recs);
+    ANVIL_ASSERT((uint64_t)recs <= job->part_recs);
 
     /* contiguous partition by cost midpoints */
     double total = 0.0;
@@ -173,29 +251,16 @@ anvil_status kv_attn_prepare(struct kv_cache *kv, const struct kn_attn_ops *ops,
                              const struct kv_attn_seq *seqs, int32_t n_seqs, size_t q_stride,
                              size_t out_stride, int n_threads, enum kv_split split, float scale,
                              struct kv_attn_job **out) {
-    if (!ops || (kv->p.window > 0 && !ops->window)) return ANVIL_ERR_INVALID;
-    kv->job.ops = ops;
-    kv->job.hp1 = NULL;
-    kv->job.rec = kn_attn_rec_floats(kv->p.n_head / kv->lay.n_head_kv, kv->lay.head_dim);
-    return prepare(kv, layer, seqs, n_seqs, q_stride, out_stride, n_threads, split, scale, out);
-}
-
-anvil_status kv_attn_prepare_hp1(struct kv_cache *kv, const struct kn_hp1_ops *ops,
-                                 const struct kn_hp1_params *hp, enum kn_hp1_pv pv, int32_t layer,
-                                 const struct kv_attn_seq *seqs, int32_t n_seqs, size_t q_stride,
-                                 size_t out_stride, int n_threads, enum kv_split split,
-                                 float scale, struct kv_attn_job **out) {
-    if (!ops || !hp || !hp->taps || hp->n_taps < 1 || hp->n_taps > KN_HP1_MAX_TAPS ||
-        kv->p.window > 0 || (pv != KN_HP1_PV_SPARSE && pv != KN_HP1_PV_DENSE && pv != KN_HP1_PV_NONE))
-        return ANVIL_ERR_INVALID;
-    kv->job.ops = NULL;
-    kv->job.hp1 = ops;
-    kv->job.hp = *hp;
-    kv->job.pv = pv;
-    /* an HP1 record (no max, no sum) is smaller than a softmax one, which
-     * sized the scratch */
-    kv->job.rec = kn_hp1_rec_floats(kv->p.n_head / kv->lay.n_head_kv, kv->lay.head_dim);
-    return prepare(kv, layer, seqs, n_seqs, q_stride, out_stride, n_threads, split, scale, out);
+    if (!ops || (kv_params_of(kv)->window > 0 && !ops->window)) return ANVIL_ERR_INVALID;
+    anvil_status st;
+    struct kv_attn_job *job = kv_attn_job_of(kv, &st);
+    if (!job) return st;
+    job->ops = ops;
+    job->kind_call = NULL;
+    job->rec = kn_attn_rec_floats(kv_params_of(kv)->n_head / kv_layout(kv)->n_head_kv,
+                                  kv_layout(kv)->head_dim);
+    return kv_attn_plan(kv, job, layer, seqs, n_seqs, q_stride, out_stride, n_threads, split,
+                        scale, out);
 }
 
 bool kv_attn_job_split(const struct kv_attn_job *job) { return job->split; }
@@ -205,10 +270,10 @@ bool kv_attn_job_split(const struct kv_attn_job *job) { return job->split; }
 
 static void task_init(const struct kv_attn_job *job, const struct kv_attn_ent *e, int32_t h,
                       struct kn_attn_task *t) {
-    const struct kv_cache *kv = job->kv;
-    int32_t hd = kv->lay.head_dim;
+    const struct kn_kv_layout *lay = kv_layout(job->kv);
+    int32_t hd = lay->head_dim;
     memset(t, 0, sizeof(*t));
-    t->kv = &kv->lay;
+    t->kv = lay;
     t->base = job->base;
     t->blocks = e->blocks;
     t->kv_head = h;
@@ -228,29 +293,23 @@ static float *rec_ptr(const struct kv_attn_job *job, const struct kv_attn_ent *e
     return job->part + ((size_t)e->part_off + (size_t)h * e->n_chunks + (size_t)c) * job->rec;
 }
 
-enum call { CALL_ATTN, CALL_PARTIAL, CALL_REDUCE };
-
 /* Run task t (of kv head h) with the job's kernels: the softmax table, or
- * the HP1 one with the layer's parameters, the taps from the group's
- * first head on. */
-static void call(const struct kv_attn_job *job, enum call which, int32_t h,
+ * another kind's (HP1) through its entry point. */
+static void call(const struct kv_attn_job *job, enum kv_attn_call which, int32_t h,
                  const struct kn_attn_task *t) {
-    if (!job->hp1) {
-        kn_attn_fn f = which == CALL_ATTN ? job->ops->attn
-                       : which == CALL_PARTIAL ? job->ops->partial : job->ops->reduce;
-        f(t);
+    if (job->kind_call) {
+        job->kind_call(job, which, h, t);
         return;
     }
-    struct kn_hp1_task ht = {.at = *t, .hp = job->hp, .pv = job->pv};
-    ht.hp.taps = job->hp.taps + (size_t)h * job->group * job->hp.n_taps;
-    kn_hp1_fn f = which == CALL_ATTN ? job->hp1->attn
-                  : which == CALL_PARTIAL ? job->hp1->partial : job->hp1->reduce;
-    f(&ht);
+    kn_attn_fn f = which == KV_ATTN_CALL_ATTN      ? job->ops->attn
+                   : which == KV_ATTN_CALL_PARTIAL ? job->ops->partial
+                                                   : job->ops->reduce;
+    f(t);
 }
 
 void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int nth) {
     ANVIL_ASSERT(nth == job->n_threads && ith >= 0 && ith < nth && (pool || nth == 1));
-    int32_t nkv = job->kv->lay.n_head_kv;
+    int32_t nkv = kv_layout(job->kv)->n_head_kv;
     int32_t i = job->th_start[ith], end = job->th_start[ith + 1];
     /* first entry holding item i */
     int32_t lo = 0, hi = job->n_ent;
@@ -274,10 +333,10 @@ void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int
             t.c0 = e->c_lo + u;
             t.c1 = e->c_lo + c1;
             t.part = rec_ptr(job, e, h, u);
-            call(job, CALL_PARTIAL, h, &t);
+            call(job, KV_ATTN_CALL_PARTIAL, h, &t);
             i += c1 - u;
         } else if (e->decode) {
-            call(job, CALL_ATTN, h, &t);
+            call(job, KV_ATTN_CALL_ATTN, h, &t);
             i++;
         } else {
             int32_t r0 = u * e->rows;
@@ -285,7 +344,7 @@ void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int
             t.pos = e->s.pos + r0;
             t.q += (size_t)r0 * job->q_stride;
             t.out += (size_t)r0 * job->out_stride;
-            call(job, CALL_ATTN, h, &t);
+            call(job, KV_ATTN_CALL_ATTN, h, &t);
             i++;
         }
     }
@@ -300,7 +359,7 @@ void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int
         t.c0 = e->c_lo;
         t.c1 = e->c_lo + e->n_chunks;
         t.part = rec_ptr(job, e, h, 0);
-        call(job, CALL_REDUCE, h, &t);
+        call(job, KV_ATTN_CALL_REDUCE, h, &t);
     }
 }
 

@@ -2,44 +2,32 @@
  * attn_policy.c - how attention work is scheduled: the cost model that
  * partitions a layer's attention tasks over threads, and the split-K
  * policy (whether decode rows are cut into chunks spread over threads).
- * Used by the attention driver (src/kv/kv_attn.c); the numbers never
- * depend on these choices (kernels/attn.h), only the time does.
+ * Used by the attention driver (attn_plan.c); the numbers never depend
+ * on these choices (attn.h), only the time does.
  *
  * Cost model (key*vector units: one key against one query vector at
  * head_dim 64 is 1): a kv task over K keys costs K * (COST_LOAD + group);
  * a kernel call adds COST_CALL; a split adds COST_SPLIT once (barrier and
- * reduction). Calibrated with bench_attention --cpu-time --threads 1 on
- * the development machine (Sapphire Rapids, avx512, F16, caches warm):
- *     smollm2  (G 3, hd 64)   21.5 ns per key and kv head
- *     llama3-8b (G 4, hd 128) 56 ns            (-> 28 per 64 dims)
- *     mqa      (G 8, hd 128)  96 ns            (-> 48 per 64 dims)
- * i.e. about 6.5 ns per unit with COST_LOAD under 1 unit per key; a
- * barrier plus the reduction of a batch-1 step is 1-2 us, ~300 units.
- * At batch 1, ctx 512, smollm2 shape, 2 threads, split measured 15%
- * faster than no split (35 vs 41 us), which these constants reproduce.
+ * reduction). One unit is about 6.5 ns of one core with COST_LOAD under
+ * one unit per key, and a barrier plus the reduction of a batch-1 step
+ * about 300 units: the constants come from `anvil bench --attention
+ * --cpu-time --threads 1` over the smollm2, llama3-8b and mqa shapes
+ * (commit 92c4b5d has the per-shape timings).
  *
- * Split-K speedup measured (bench_attention --cpu-time, 2 threads, F16,
- * ctx 8192; a call costs the slowest thread's CPU time, because the
- * shared machine's descheduling swamps the wall clock), three runs each:
- *     mqa 8/1 heads (1 task),  batch 1: 1.69x 1.86x 1.89x   -> split
- *     smollm2 9/3 (3 tasks),   batch 1: 1.05x 1.07x 1.10x   -> split
- *     llama3-8b 32/8 (8 tasks),batch 1: 0.95x 0.96x 0.97x   -> no split
- *     any shape,               batch 4: 0.92x .. 0.99x      -> no split
- * Wall clock in a quiet spell (after the spread-prefetch kernel, measured
- * read bandwidth 11.0 GB/s on 1 thread, 22.6 on 2), smollm2 shape, batch
- * 1, split off -> on: ctx 512 1.26x, 1024 1.35x, 2048 1.37x, 8192 1.21x;
- * batch 4..64 within 0.87x..1.15x of no split (noise), and the policy
- * kept those unsplit.
- * With one task per kv head, a batch-1 step already has n_head_kv tasks;
- * splitting helps by the imbalance of n_head_kv over the threads (at most
- * 4/3 for 3 heads on 2 threads), and the full factor only when there are
- * fewer tasks than threads. The policy's choices match every row.
-  */
+ * Split-K. With one task per kv head, a batch-1 step already has
+ * n_head_kv tasks; splitting helps by the imbalance of n_head_kv over the
+ * threads (at most 4/3 for 3 heads on 2 threads), and the full factor
+ * only when there are fewer tasks than threads. So the policy splits
+ * batch-1 steps of few kv heads (mqa, smollm2) and keeps many-head
+ * shapes (llama3-8b) and batches of 4 or more unsplit, which is what the
+ * split-K timings at 2 threads show (CPU time: commit dc72612; wall clock:
+ * commit df20a36).
+ */
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/attn.h"
-#include "kernels/attn_policy.h"
+#include "attn/attn.h"
+#include "attn/attn_policy.h"
 
 #define COST_LOAD 1.0    /* per key: read and convert K and V once per task */
 #define COST_CALL 32.0   /* per kernel call: setup, state init, record write */

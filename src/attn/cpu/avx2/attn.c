@@ -1,5 +1,5 @@
 /*
- * attn.c (avx2) - attention kernels of kernels/attn.h with AVX2 + FMA.
+ * attn.c (avx2) - attention kernels of attn/attn.h with AVX2 + FMA.
  *
  * The structure of the avx512 variant with 8-lane vectors: a step's 16
  * keys are two vectors (keys 0-7 and 8-15). Per query vector the
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "anvil.h"
-#include "kernels/attn.h"
+#include "attn/attn.h"
 
 #define SUB KN_ATTN_SUB
 #define HDMAX KN_ATTN_MAX_HEAD_DIM

@@ -1,5 +1,5 @@
 /*
- * attn_hp1.c (avx512) - HP1 gated attention (kernels/attn_hp1.h) with
+ * attn_hp1.c (avx512) - HP1 gated attention (attn/hp1/attn_hp1.h) with
  * AVX-512 F/BW/VL/DQ + FMA + F16C, F16 and Q8_0 KV.
  *
  * The numerics of cpu/avx2/attn_hp1.c (read its header first): steps of
@@ -18,13 +18,14 @@
  *      and runs its PV one span later, reading only the V rows some gate
  *      asked for, prefetched meanwhile. Here each step's PV runs right
  *      after its gate, from the tile its K came from, while the whole next
- *      tile (K and V) streams in a few lines per loop iteration. On the
- *      AVX-512 machines measured, the span pipeline paid for its saved V
- *      rows with V read from memory a second time (the KV of the other
- *      layers flushes the cache between gate and PV): dense HP1 ran at
- *      0.60-0.77 of the softmax kernel's speed, the step path at about
- *      0.85-1.1, and the step path was ahead of the span pipeline at every
- *      sparsity measured (0 to 90% zeros). Sparsity still saves the FMAs:
+ *      tile (K and V) streams in a few lines per loop iteration. The span
+ *      pipeline pays for its saved V rows with V read from memory a
+ *      second time (the KV of the other layers flushes the cache between
+ *      gate and PV), so on AVX-512 machines the step path is the faster
+ *      one at every sparsity from 0 to 90% zeros, dense HP1 at about the
+ *      softmax kernel's speed (commit 9fe5f67, bench/results/
+ *      hp1-attention-avx512-2026-11-27.jsonl). Sparsity still saves the
+ *      FMAs:
  *      a step walks the union of its row's masks, merge-masked per query
  *      vector, and skips a step no query vector needs.
  * The arithmetic is avx2's, lane for lane: a_u = FMA chain over d = u mod
@@ -40,7 +41,7 @@
 
 #include "anvil.h"
 #include "core/core.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
 
 #define SUB KN_ATTN_SUB
 #define HDMAX KN_ATTN_MAX_HEAD_DIM
@@ -419,16 +420,8 @@ static void ws_poison(struct ws *w) {
 #endif
 }
 
-/* The task limits the buffers are sized by; cheap next to the task. */
-static void check_task(const struct kn_hp1_task *t) {
-    ANVIL_ASSERT(t->hp.n_taps >= 1 && t->hp.n_taps <= KN_HP1_MAX_TAPS);
-    ANVIL_ASSERT(t->at.n_rows >= 1 && t->at.group >= 1 && t->at.n_rows * t->at.group <= KN_ATTN_MAXQ);
-    ANVIL_ASSERT(t->at.kv->head_dim % 32 == 0 && t->at.kv->head_dim <= KN_ATTN_MAX_HEAD_DIM);
-    ANVIL_ASSERT(t->at.window == 0); /* no sliding window for HP1 (yet) */
-}
-
 static void attn_avx512(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group, nq = a->n_rows * G;
     struct ws w;
@@ -451,7 +444,7 @@ static void attn_avx512(const struct kn_hp1_task *t) {
 }
 
 static void partial_avx512(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group;
     size_t rec = kn_hp1_rec_floats(G, hd);
@@ -465,7 +458,7 @@ static void partial_avx512(const struct kn_hp1_task *t) {
 }
 
 static void reduce_avx512(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group;
     size_t rec = kn_hp1_rec_floats(G, hd);

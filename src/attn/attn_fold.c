@@ -1,5 +1,5 @@
 /*
- * attn_fold.c - the fold driver of kernels/attn.h, shared by the SIMD
+ * attn_fold.c - the fold driver of attn/attn.h, shared by the SIMD
  * variants: which chunks a task reads, the order in which their partials
  * are folded (left to right, chunk by chunk), and the split-K record
  * format. This order is the numeric specification of batch invariance, so
@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/attn.h"
+#include "attn/attn.h"
 
 static void states_clear(struct kn_attn_states *s, int nq, int hd) {
     for (int i = 0; i < nq; i++) {

@@ -71,7 +71,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/attn.h"
+#include "attn/attn.h"
+#include "core/core.h"
 
 #define KN_HP1_MAX_TAPS 8 /* K; the FIR history (K-1 keys) fits in one step */
 
@@ -109,6 +110,15 @@ struct kn_hp1_task {
  * heads g, acc_c[head_dim] at rec + g*head_dim (no max, no sum). */
 static inline size_t kn_hp1_rec_floats(int group, int head_dim) {
     return (size_t)group * (size_t)head_dim;
+}
+
+/* The task limits every variant relies on (its buffers are sized by
+ * them); each kernel entry checks them, cheap next to the task. */
+static inline void kn_hp1_check_task(const struct kn_hp1_task *t) {
+    ANVIL_ASSERT(t->hp.n_taps >= 1 && t->hp.n_taps <= KN_HP1_MAX_TAPS);
+    ANVIL_ASSERT(t->at.n_rows >= 1 && t->at.group >= 1 && t->at.n_rows * t->at.group <= KN_ATTN_MAXQ);
+    ANVIL_ASSERT(t->at.kv->head_dim % 32 == 0 && t->at.kv->head_dim <= KN_ATTN_MAX_HEAD_DIM);
+    ANVIL_ASSERT(t->at.window == 0); /* HP1 has no sliding window */
 }
 
 /*   attn:    every chunk of every row (decode or a prefill tile), summed

@@ -1,5 +1,5 @@
 /*
- * attn.c (avx512) - attention kernels of kernels/attn.h with AVX-512F.
+ * attn.c (avx512) - attention kernels of attn/attn.h with AVX-512F.
  *
  * Same algorithm and structure as the reference (cpu/ref/attn.c): steps of
  * 16 keys, chunks of 256, left fold of chunk partials. One step is one
@@ -34,18 +34,16 @@
 #include <string.h>
 
 #include "anvil.h"
-#include "kernels/attn.h"
+#include "attn/attn.h"
 
 #define SUB KN_ATTN_SUB
 #define HDMAX KN_ATTN_MAX_HEAD_DIM
 #define QGROUP 4 /* query vectors sharing one pass over the step buffer */
 /* decode: besides the next tile into L1, the tile PF_AHEAD blocks on into
  * L2, spread the same way. The paged blocks are scattered, so the hardware
- * prefetchers cannot run ahead across them, and the L1 prefetch of one
- * tile ahead alone held the stream at 17-20 GB/s of 33 at 2 threads (8-9
- * of 16.6 at one); with the L2 one 4 blocks (32 KiB at head_dim 128)
- * ahead, 22-25 (12; Sapphire Rapids class VM, F16 KV, ctx 2048-8192,
- * 2026-12-01). 2 and 8 blocks measured about the same. */
+ * prefetchers cannot run ahead across them; 4 blocks (32 KiB at head_dim
+ * 128) ahead covers the memory latency and stays well inside L2, and 2 or
+ * 8 do about as well. The KV read rate before and after: commit 364b6ba. */
 #define PF_AHEAD 4
 #define LAZY_M 8.0f /* how far a score may pass m before m moves (p <= e^8) */
 
@@ -554,8 +552,8 @@ static void chunk_pass_buf(const struct kn_attn_task *t, int c, struct kn_attn_s
              * every row's scores first, then the softmax and P.V step by
              * step, row by row, so that K (then V) stays in L1 while all
              * rows run over it instead of being evicted by each row's
-             * accumulators in turn (1.4x at head_dim 256, 1.2x at 128 with
-             * two steps; Q8_0 measured no gain). Per query vector the
+             * accumulators in turn (faster at head_dim 256 and at 128 with
+             * two steps, no gain for Q8_0: commit 43cd0e0). Per query vector the
              * operations and their order are those of the row path. */
             for (int r = 0; r < t->n_rows; r++) {
                 bool in0 = first[0][r] < valid[0][r], in1 = two && first[1][r] < valid[1][r];

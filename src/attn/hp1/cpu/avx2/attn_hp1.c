@@ -1,8 +1,8 @@
 /*
- * attn_hp1.c (avx2) - HP1 gated attention (kernels/attn_hp1.h) with AVX2 +
+ * attn_hp1.c (avx2) - HP1 gated attention (attn/hp1/attn_hp1.h) with AVX2 +
  * FMA + F16C, F16 and Q8_0 KV. Also the avx512 family's HP1 table.
  *
- * Same grid as the softmax kernels (kernels/attn.h): steps of 16 keys,
+ * Same grid as the softmax kernels (attn/attn.h): steps of 16 keys,
  * chunks of 256 at fixed positions; PV in spans of up to 64 keys.
  *   1. Scores, per step: every query vector of the task (the GQA group,
  *      times the rows of a prefill tile) runs over the step's K, up to 3
@@ -36,7 +36,7 @@
 
 #include "anvil.h"
 #include "core/core.h"
-#include "kernels/attn_hp1.h"
+#include "attn/hp1/attn_hp1.h"
 
 #define SUB KN_ATTN_SUB
 #define HDMAX KN_ATTN_MAX_HEAD_DIM
@@ -240,8 +240,8 @@ static inline uint32_t gate(const float *rb, const float *c, int K, __m256 lo, _
  * stays in L1): the gate of a span leaves, per query vector, the 64-bit
  * mask of its nonzero p, and one walk per vector and span keeps branch
  * mispredictions (one per walk, at its end) rare: per 16-key step they
- * cost as much as the FMAs they skipped (measured: PV at 70% zeros was
- * no faster than dense). A span's PV runs after the gate of the next
+ * cost as much as the FMAs they skipped (PV at 70% zeros then runs no
+ * faster than dense, commit 6c9e073). A span's PV runs after the gate of the next
  * span, so the V rows it needs are prefetched meanwhile, and only those
  * are read and converted. */
 #define VBUF_FLOATS 4096
@@ -456,12 +456,12 @@ static void span_pv(const struct kn_hp1_task *t, struct ws *w, const struct span
     }
     /* F16 sparse walks read V straight from the tiles while their rows
      * are used twice or less on average: a conversion in a walk costs
-     * about half of a conversion into the buffer plus its store (measured
-     * on Cascade Lake, KV in DRAM: PV x at 70% zeros 1.3 -> 1.8-2.0 at 3
-     * heads per kv head; unchanged at 8, where a row serves ~2.5). Only up
-     * to 64 columns: at head_dim 128 (two passes over the mask) it won
-     * with the KV in L3 (1.4 -> 1.8 at 4 heads) but lost 3-4% of sparse
-     * PV time with the KV in DRAM, the decode case. */
+     * about half of a conversion into the buffer plus its store, which
+     * pays at a few heads per kv head and not at 8, where a row serves
+     * about 2.5. Only up to 64 columns: at head_dim 128 (two passes over
+     * the mask) it wins with the KV in L3 but loses a few percent of
+     * sparse PV time with the KV in DRAM, the decode case (commit
+     * aa51bc7). */
     bool direct = f16 && hd <= 64 && sparse_terms <= 2 * __builtin_popcountll(sparse_rows);
     if (f16 && !direct) rows |= sparse_rows;
     while (rows) {
@@ -588,17 +588,8 @@ static void ws_poison(struct ws *w) {
 #endif
 }
 
-/* The task limits every variant relies on (the buffers are sized by
- * them); cheap next to the task. */
-static void check_task(const struct kn_hp1_task *t) {
-    ANVIL_ASSERT(t->hp.n_taps >= 1 && t->hp.n_taps <= KN_HP1_MAX_TAPS);
-    ANVIL_ASSERT(t->at.n_rows >= 1 && t->at.group >= 1 && t->at.n_rows * t->at.group <= KN_ATTN_MAXQ);
-    ANVIL_ASSERT(t->at.kv->head_dim % 32 == 0 && t->at.kv->head_dim <= KN_ATTN_MAX_HEAD_DIM);
-    ANVIL_ASSERT(t->at.window == 0); /* no sliding window for HP1 (yet) */
-}
-
 static void attn_avx2(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group, nq = a->n_rows * G;
     struct ws w;
@@ -621,7 +612,7 @@ static void attn_avx2(const struct kn_hp1_task *t) {
 }
 
 static void partial_avx2(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group;
     size_t rec = kn_hp1_rec_floats(G, hd);
@@ -635,7 +626,7 @@ static void partial_avx2(const struct kn_hp1_task *t) {
 }
 
 static void reduce_avx2(const struct kn_hp1_task *t) {
-    check_task(t);
+    kn_hp1_check_task(t);
     const struct kn_attn_task *a = &t->at;
     int hd = a->kv->head_dim, G = a->group;
     size_t rec = kn_hp1_rec_floats(G, hd);

@@ -8,45 +8,18 @@
  *     left fold of chunk partials). Slow on purpose; the SIMD variants
  *     compute the same thing with the same structure.
  *
- * Also the KV tile layout (kn_kv_layout_init) and the element getter.
+ * Also the element getter of the KV tiles (kn_kv_get; the layout is
+ * kv/kv_layout.h).
  */
 #include <math.h>
 #include <string.h>
 
 #include "anvil.h"
-#include "kernels/attn.h"
+#include "attn/attn.h"
 #include "kernels/quant.h"
 
 /* ---------------------------------------------------------------------- */
-/* layout */
-
-static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-int kn_kv_layout_init(struct kn_kv_layout *l, int type, int block_size, int head_dim,
-                      int n_head_kv) {
-    if (block_size < KN_ATTN_SUB || block_size % KN_ATTN_SUB || block_size > 1024) return -1;
-    if (head_dim < 32 || head_dim % 32 || head_dim > KN_ATTN_MAX_HEAD_DIM) return -1;
-    if (n_head_kv < 1 || n_head_kv > 1024) return -1;
-    memset(l, 0, sizeof(*l));
-    l->type = type;
-    l->block_size = block_size;
-    l->head_dim = head_dim;
-    l->n_head_kv = n_head_kv;
-    size_t n = (size_t)block_size * (size_t)head_dim;
-    if (type == ANVIL_TYPE_F16) {
-        l->v_off = n * 2;
-        l->tile_bytes = n * 4;
-    } else if (type == ANVIL_TYPE_Q8_0) {
-        size_t scales = round64((size_t)block_size * (size_t)(head_dim / 32) * 2);
-        l->ks_off = n;
-        l->v_off = n + scales;
-        l->vs_off = l->v_off + n;
-        l->tile_bytes = round64(l->vs_off + scales);
-    } else {
-        return -1;
-    }
-    return 0;
-}
+/* the element getter */
 
 float kn_kv_get(const struct kn_kv_layout *kv, const uint8_t *base, const int32_t *blocks,
                 int h, int t, int d, int is_v) {

@@ -1,0 +1,40 @@
+/*
+ * loader.h - the model loader's state and its steps, shared by the files
+ * of the load (model.c runs them in order): model_bind.c (hyperparameters,
+ * weights bound by name), model_attn.c (attention kinds), model_pack.c
+ * (weight packing). Not for use outside src/model.
+ */
+#ifndef ANVIL_MODEL_LOADER_H
+#define ANVIL_MODEL_LOADER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/arch.h"
+#include "model/model.h"
+
+struct model_loader {
+    struct gguf_file *f;
+    const char *arch;
+    char *err;
+    size_t err_cap;
+    bool failed;
+    uint64_t n_params;
+};
+
+/* The common hyperparameters, then the architecture's own (arch->hparams);
+ * *swa_out (n_layer, core_malloc'ed, the caller's) marks windowed layers. */
+anvil_status load_hparams(struct model_loader *L, const struct arch_desc *arch,
+                          struct model_hparams *hp, const struct tok_vocab *vocab,
+                          bool **swa_out);
+/* Every tensor bound by name with its shape checked, the Q/K/V biases
+ * stacked, the RoPE frequencies; m->layers allocated. */
+anvil_status load_weights(struct model_loader *L, struct anvil_model *m, const bool *swa);
+/* Each layer's attention kind (<arch>.attention.kind) and, for HP1
+ * layers, their parameters (attn/hp1/hp1_meta.h). */
+anvil_status load_attn_kinds(struct model_loader *L, struct anvil_model *m, const bool *swa);
+/* Copy the matrices whose type the kernel table packs into one packed
+ * allocation (m->packed) and release the mapping's pages under them. */
+anvil_status pack_weights(struct anvil_model *m);
+
+#endif
