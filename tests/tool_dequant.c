@@ -31,7 +31,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 static void *read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");

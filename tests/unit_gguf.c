@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "gguf/gguf.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 // ----------------------------------------------------------------------------
 // image builder

@@ -30,9 +30,9 @@
 #include "core/core.h"
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 #include "packed_variant.h"
-#include "quant/quant.h"
+#include "quantize/quantize.h"
 
 /* ---------------------------------------------------------------------- */
 /* variants */
@@ -292,7 +292,7 @@ static void mm_case_make(struct mm_case *c, int type, int n, int rows, int n_tok
     rng_seed((uint64_t)seed * 1000003u + (uint64_t)type * 7919u + (uint64_t)n * 31u + rows);
     fill(f, (size_t)n * rows, n);
     if (type == ANVIL_TYPE_Q5_0) {
-        /* the kernels' reference has no Q5_0 quantizer (src/quant has the
+        /* the kernels' reference has no Q5_0 quantizer (src/quantize has the
          * searching one): ggml's plain rule, d = the block's value of
          * largest magnitude / -16, q = round(x / d) + 16 in 0..31 */
         for (int r = 0; r < rows; r++)
@@ -1024,7 +1024,7 @@ static void parts_make(struct parts_case *c, int type, int n, int rows, int n_to
     float *f = xmalloc((size_t)n * sizeof(float) * (rows > n_tokens ? rows : n_tokens));
     rng_seed((uint64_t)type * 7919u + (uint64_t)n);
     fill(f, (size_t)n * rows, n);
-    /* the searched quantizers of src/quant: they do every type (the
+    /* the searched quantizers of src/quantize: they do every type (the
      * kernels' reference quantizer only the legacy ones) */
     for (int r = 0; r < rows; r++)
         assert_true(qt_quantize_row(type, f + (size_t)r * n, c->w + r * c->w_stride, n));

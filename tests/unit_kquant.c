@@ -41,7 +41,7 @@
 #include "gguf/gguf.h"
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 #include "packed_variant.h"
 
 extern const struct kn_ops kn_ops_avx512_nobf16;

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "anvil.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 #define KN_TYPE_MAX 31 /* table size: ggml type ids 0..30 */
 

@@ -8,7 +8,7 @@
 
 #include "cli.h"
 #include "core/core.h"
-#include "quant/quant_int.h"
+#include "quantize/quantize_int.h"
 
 static void help(FILE *f) {
     fprintf(f,

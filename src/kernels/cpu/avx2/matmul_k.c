@@ -218,7 +218,7 @@ static inline __m256i dup8_epi16(__m128i b8, int sign) {
 
 /* Scales (sc, as a vector of 16 int16, one per 16 elements) and S2
  * coefficients (c, likewise) of a K-type super-block, and its float scales,
- * in the reference's form (quant.h, cpu/ref/matmul.c). */
+ * in the reference's form (blocks.h, cpu/ref/matmul.c). */
 static inline __attribute__((always_inline)) void k_scales(int t, const uint8_t *b, __m256i *sc,
                                                            __m256i *c, float *d1, float *d2) {
     switch (t) {

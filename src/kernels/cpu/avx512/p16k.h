@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "kernels/cpu/avx512/tile16.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 /* Q2_K, Q3_K: super-blocks per decoded window (32 KB of bytes: 8 and 4
  * read the same, 16 was 7% slower at 8192 wide) */

@@ -15,7 +15,7 @@
 
 #include "anvil.h"
 #include "kernels/attn.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 /* ---------------------------------------------------------------------- */
 /* layout */

@@ -1,10 +1,10 @@
 /*
- * tool_quant.c - test helper exposing the searched row quantizers of
- * src/quant (qt_quantize_row) to the Python tests (tests/py/
+ * tool_quantize.c - test helper exposing the searched row quantizers of
+ * src/quantize (qt_quantize_row) to the Python tests (tests/py/
  * test_quantizers.py), which decode the bytes with the gguf package and
  * compare the error with llama.cpp's quantizer on the same rows.
  *
- *   tool_quant TYPE N_PER_ROW IN OUT     float32 rows -> raw rows of TYPE
+ *   tool_quantize TYPE N_PER_ROW IN OUT     float32 rows -> raw rows of TYPE
  *
  * TYPE is a type name (Q4_K, IQ4_NL, ...). IN holds whole rows of
  * N_PER_ROW little-endian floats; N_PER_ROW must be a multiple of the
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "quant/quant_int.h"
+#include "quantize/quantize_int.h"
 
 static void *read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -35,7 +35,7 @@ static void *read_all(const char *path, size_t *n) {
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: tool_quant TYPE N_PER_ROW IN OUT\n");
+        fprintf(stderr, "usage: tool_quantize TYPE N_PER_ROW IN OUT\n");
         return 2;
     }
     int type = -1;
@@ -46,13 +46,13 @@ int main(int argc, char **argv) {
     long npr = strtol(argv[2], NULL, 10);
     const struct qt_type *q = qt_type_get(type);
     if (!q || npr <= 0 || npr % q->blck) {
-        fprintf(stderr, "tool_quant: bad type '%s' or row length %ld\n", argv[1], npr);
+        fprintf(stderr, "tool_quantize: bad type '%s' or row length %ld\n", argv[1], npr);
         return 2;
     }
     size_t n;
     float *x = read_all(argv[3], &n);
     if (!x || n % ((size_t)npr * sizeof(float))) {
-        fprintf(stderr, "tool_quant: cannot read whole rows from %s\n", argv[3]);
+        fprintf(stderr, "tool_quantize: cannot read whole rows from %s\n", argv[3]);
         return 2;
     }
     size_t rows = n / ((size_t)npr * sizeof(float)), rs = qt_row_size(type, (uint64_t)npr);

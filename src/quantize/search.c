@@ -40,8 +40,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/quant.h"
-#include "quant/quant_int.h"
+#include "kernels/blocks.h"
+#include "quantize/quantize_int.h"
 
 void qs_weights(const float *x, int n, float *w) {
     double s2 = 0.0;

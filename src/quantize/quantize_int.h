@@ -1,16 +1,16 @@
 /*
- * quant_int.h - internals of the quantize module (src/quant): the searched
+ * quantize_int.h - internals of the quantize module (src/quantize): the searched
  * row quantizers (search.c, blocks32.c, kquants.c), the mix rules
- * (mix.c) and the file writer (quantize.c). Nothing outside src/quant and
+ * (mix.c) and the file writer (quantize.c). Nothing outside src/quantize and
  * its tests includes this.
  *
- * Layering: above gguf/ (the file format) and kernels/quant.h (the block
+ * Layering: above gguf/ (the file format) and kernels/blocks.h (the block
  * structs and f16 conversion); neither depends on this module.
  */
-#ifndef ANVIL_QUANT_INT_H
-#define ANVIL_QUANT_INT_H
+#ifndef ANVIL_QUANTIZE_INT_H
+#define ANVIL_QUANTIZE_INT_H
 
-#include "quant/quant.h"
+#include "quantize/quantize.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,7 +29,7 @@ struct qt_type {
 };
 
 /* Geometry of a type anvil can write, or NULL. Agrees with
- * gguf_type_block for every type both know (tests/unit_quant.c). */
+ * gguf_type_block for every type both know (tests/unit_quantize.c). */
 const struct qt_type *qt_type_get(int type);
 /* Bytes of a row of n elements (n a multiple of the block), 0 if unknown. */
 size_t qt_row_size(int type, uint64_t n);
@@ -41,7 +41,7 @@ const char *qt_type_name(int type);
 /* ---------------------------------------------------------------------- */
 /* row quantizers (blocks32.c, kquants.c) */
 
-/* qt_quantize_row (quant.h): one row of n floats (n a multiple of the
+/* qt_quantize_row (blocks.h): one row of n floats (n a multiple of the
  * type's block) into dst (qt_row_size(type, n) bytes), every type of
  * qt_type_get: F32, F16, BF16 and Q8_0/Q4_0/Q4_1 with the reference
  * conversions of kernels/cpu/ref (bit-compatible with ggml's), the others

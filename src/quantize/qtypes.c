@@ -5,12 +5,12 @@
  * The geometry is GGUF's (ggml's type traits). It is kept here rather than
  * taken from gguf_type_block because the writer must know every type it
  * can produce even where the reader (gguf/) does not run that type yet;
- * tests/unit_quant.c checks that both agree wherever both know a type.
+ * tests/unit_quantize.c checks that both agree wherever both know a type.
  */
 #include <string.h>
 
-#include "kernels/quant.h"
-#include "quant/quant_int.h"
+#include "kernels/blocks.h"
+#include "quantize/quantize_int.h"
 
 static const struct qt_type types[] = {
     {ANVIL_TYPE_F32, "F32", 1, 4, false},

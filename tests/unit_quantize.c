@@ -1,5 +1,5 @@
 /*
- * unit_quant.c - the quantize module (src/quant): the scale search, the
+ * unit_quantize.c - the quantize module (src/quantize): the scale search, the
  * type table, the mix rules and anvil_quantize on small GGUF files written
  * here with gguf_write.h.
  *
@@ -30,8 +30,8 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
-#include "kernels/quant.h"
-#include "quant/quant_int.h"
+#include "kernels/blocks.h"
+#include "quantize/quantize_int.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double urand(void) { /* xorshift64*, [0, 1) */

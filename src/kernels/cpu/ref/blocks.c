@@ -1,5 +1,5 @@
 /*
- * quant.c - the reference definition of every weight format: half/bfloat16
+ * blocks.c - the reference definition of every weight format: half/bfloat16
  * conversions, dequantization of every type GGUF files hold that anvil
  * reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K,
  * IQ4_XS, Q8_K), quantization of the simple ones (F16, BF16, Q8_0, Q4_0,
@@ -11,16 +11,16 @@
  * a file written by `anvil quantize` matches what llama.cpp would write.
  * Dequantization is bit-exact with the gguf Python package (gguf/quants.py,
  * tests/py/test_quant.py): each element is the same float32 products in
- * the same order (quant.h spells them out), never contracted to FMAs.
+ * the same order (blocks.h spells them out), never contracted to FMAs.
  * The weight quantizers with scale search for the other types live in
- * src/quant, above this layer.
+ * src/quantize, above this layer.
  */
 #include <math.h>
 #include <stddef.h>
 
 #include "core/core.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 /* ---------------------------------------------------------------------- */
 /* half and bfloat16 */
@@ -305,7 +305,7 @@ void kn_quantize_row(int type, const float *src, void *dst, int64_t k) {
     case ANVIL_TYPE_Q8_0: quant_q8_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_0: quant_q4_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_1: quant_q4_1(src, dst, k); break;
-    default: ANVIL_ASSERT(!"kn_quantize_row: type not quantized here (src/quant has the others)");
+    default: ANVIL_ASSERT(!"kn_quantize_row: type not quantized here (src/quantize has the others)");
     }
 }
 

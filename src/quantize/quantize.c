@@ -22,7 +22,7 @@
  * complete, so OUT is never half-written; on failure OUT.tmp is removed.
  *
  * Layering: quantizing is a tool above both the file format (gguf/) and
- * the block formats (kernels/quant.h), so it has its own module and
+ * the block formats (kernels/blocks.h), so it has its own module and
  * neither of those depends on it.
  */
 #include <errno.h>
@@ -33,8 +33,8 @@
 #include "core/pool.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
-#include "kernels/quant.h"
-#include "quant/quant_int.h"
+#include "kernels/blocks.h"
+#include "quantize/quantize_int.h"
 
 /* floats per chunk of rows converted between two writes (and progress
  * reports): 4 MiB of them */
