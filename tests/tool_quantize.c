@@ -40,11 +40,11 @@ int main(int argc, char **argv) {
     }
     int type = -1;
     for (int t = 0; t < 64 && type < 0; t++) {
-        const struct qt_type *q = qt_type_get(t);
+        const struct gguf_type_info *q = qt_type_get(t);
         if (q && !strcasecmp(q->name, argv[1])) type = t;
     }
     long npr = strtol(argv[2], NULL, 10);
-    const struct qt_type *q = qt_type_get(type);
+    const struct gguf_type_info *q = qt_type_get(type);
     if (!q || npr <= 0 || npr % q->blck) {
         fprintf(stderr, "tool_quantize: bad type '%s' or row length %ld\n", argv[1], npr);
         return 2;
@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tool_quantize: cannot read whole rows from %s\n", argv[3]);
         return 2;
     }
-    size_t rows = n / ((size_t)npr * sizeof(float)), rs = qt_row_size(type, (uint64_t)npr);
+    size_t rows = n / ((size_t)npr * sizeof(float)), rs = gguf_row_size(type, (uint64_t)npr);
     unsigned char *y = malloc(rows * rs + 1);
     for (size_t r = 0; r < rows; r++) qt_quantize_row(type, x + r * (size_t)npr, y + r * rs, npr);
     FILE *f = fopen(argv[4], "wb");

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "core/core.h"
+#include "gguf/gguf_types.h"
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
 #include "kernels/blocks.h"
@@ -162,39 +163,8 @@ static const struct variant *case_variant(void **state, bool *skip) {
 /* ---------------------------------------------------------------------- */
 /* matmul */
 
-static const char *type_name(int type) {
-    switch (type) {
-    case ANVIL_TYPE_F32: return "F32";
-    case ANVIL_TYPE_F16: return "F16";
-    case ANVIL_TYPE_BF16: return "BF16";
-    case ANVIL_TYPE_Q8_0: return "Q8_0";
-    case ANVIL_TYPE_Q4_0: return "Q4_0";
-    case ANVIL_TYPE_Q4_1: return "Q4_1";
-    case ANVIL_TYPE_Q5_1: return "Q5_1";
-    case ANVIL_TYPE_Q5_0: return "Q5_0";
-    default: return "?";
-    }
-}
-
 static const int MM_TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q5_0,
                                ANVIL_TYPE_Q5_1, ANVIL_TYPE_F16,  ANVIL_TYPE_BF16, ANVIL_TYPE_F32};
-
-static size_t row_bytes(int type, int n) {
-    switch (type) {
-    case ANVIL_TYPE_F32: return (size_t)n * 4;
-    case ANVIL_TYPE_F16:
-    case ANVIL_TYPE_BF16: return (size_t)n * 2;
-    case ANVIL_TYPE_Q8_0: return (size_t)(n / QK) * sizeof(struct blk_q8_0);
-    case ANVIL_TYPE_Q4_0: return (size_t)(n / QK) * sizeof(struct blk_q4_0);
-    case ANVIL_TYPE_Q4_1: return (size_t)(n / QK) * sizeof(struct blk_q4_1);
-    case ANVIL_TYPE_Q5_0: return (size_t)(n / QK) * sizeof(struct blk_q5_0);
-    case ANVIL_TYPE_Q5_1: return (size_t)(n / QK) * sizeof(struct blk_q5_1);
-    case ANVIL_TYPE_Q4_K: return (size_t)(n / QK_K) * sizeof(struct blk_q4_k);
-    case ANVIL_TYPE_Q5_K: return (size_t)(n / QK_K) * sizeof(struct blk_q5_k);
-    case ANVIL_TYPE_Q6_K: return (size_t)(n / QK_K) * sizeof(struct blk_q6_k);
-    default: return 0;
-    }
-}
 
 /* |terms| of one weight row as the kernels see them (see the header). */
 static void abs_weights(int type, const void *w, int n, float *out) {
@@ -284,7 +254,7 @@ static void mm_case_make(struct mm_case *c, int type, int n, int rows, int n_tok
     c->n_tokens = n_tokens;
     c->seed = seed;
     int act = kn_act_for_type(type);
-    c->w_stride = row_bytes(type, n);
+    c->w_stride = gguf_row_size(type, (uint64_t)n);
     c->x_stride = kn_act_row_size(act, n);
     c->w = xmalloc(c->w_stride * rows);
     c->x = xmalloc(c->x_stride * n_tokens);
@@ -406,7 +376,7 @@ static bool mm_run_check(const struct variant *v, struct mm_case *c, int r0, int
             else if (val != -777.0f) {
                 if (ok)
                     printf("FAIL matmul %s [%s] n %d rows %d: wrote y[t %d][r %zu] outside [%d, %d)\n",
-                           type_name(c->type), v->name, c->n, c->rows, t, r, r0, r1);
+                           gguf_type_name_any(c->type), v->name, c->n, c->rows, t, r, r0, r1);
                 ok = false;
             }
         }
@@ -424,7 +394,7 @@ static bool mm_run_check(const struct variant *v, struct mm_case *c, int r0, int
     snprintf(shape, sizeof(shape), "n %d rows [%d,%d) of %d, n_tokens %d", c->n, r0, r1, c->rows,
              c->n_tokens);
     char op[32];
-    snprintf(op, sizeof(op), "matmul %s", type_name(c->type));
+    snprintf(op, sizeof(op), "matmul %s", gguf_type_name_any(c->type));
     /* Q5_0: the reference subtracts 16 * sa with sa = da * sum(qa) rounded
      * to float, the packed kernel 16 * sum(qa) in int32 before scaling; on
      * a dot that cancels, the reference's rounding (bounded by atol)
@@ -514,7 +484,7 @@ static void test_batch_invariance(void **state) {
             }
             if (memcmp(full, part, sizeof(float) * R * T)) {
                 printf("FAIL batch invariance %s [%s] n %d rows %d: n_tokens %d vs 1\n",
-                       type_name(type), v->name, n, R, T);
+                       gguf_type_name_any(type), v->name, n, R, T);
                 fails++;
             }
             /* token windows of odd sizes at odd offsets, rows in 3 pieces */
@@ -530,7 +500,7 @@ static void test_batch_invariance(void **state) {
             }
             if (memcmp(full, part, sizeof(float) * R * T)) {
                 printf("FAIL batch invariance %s [%s] n %d rows %d: token windows\n",
-                       type_name(type), v->name, n, R);
+                       gguf_type_name_any(type), v->name, n, R);
                 fails++;
             }
             free(full);
@@ -952,10 +922,10 @@ static bool golden_one(const struct grec *r) {
     if (!strcmp(nm, "matmul")) {
         int type = r->ints[0], n = r->ints[1], rows = r->ints[2], nt = r->ints[3];
         int act = kn_act_for_type(type);
-        size_t ws = row_bytes(type, n), xs = kn_act_row_size(act, n);
+        size_t ws = gguf_row_size(type, (uint64_t)n), xs = kn_act_row_size(act, n);
         if (r->arr[0].count != ws * rows) {
             printf("FAIL golden matmul: %zu weight bytes for %s n %d rows %d\n",
-                   (size_t)r->arr[0].count, type_name(type), n, rows);
+                   (size_t)r->arr[0].count, gguf_type_name_any(type), n, rows);
             return false;
         }
         uint8_t *x = xmalloc(xs * nt);
@@ -963,7 +933,7 @@ static bool golden_one(const struct grec *r) {
         for (int t = 0; t < nt; t++)
             kn_ops_ref.act[act](x + xs * t, (const float *)r->arr[1].data + (size_t)t * n, n);
         kn_ops_ref.matmul[type](y, rows, r->arr[0].data, ws, x, xs, n, nt, 0, rows);
-        snprintf(shape, sizeof(shape), "%s n %d rows %d n_tokens %d", type_name(type), n, rows, nt);
+        snprintf(shape, sizeof(shape), "%s n %d rows %d n_tokens %d", gguf_type_name_any(type), n, rows, nt);
         bool ok = check("golden matmul", "ref", shape, 0, y, r->arr[2].data, r->arr[3].data,
                         (size_t)rows * nt, (struct cmp){mm_atol_c(type, n), 0, 1e-10});
         free(x);
@@ -1017,7 +987,7 @@ struct parts_case {
 };
 static void parts_make(struct parts_case *c, int type, int n, int rows, int n_tokens) {
     int act = kn_act_for_type(type);
-    c->w_stride = row_bytes(type, n);
+    c->w_stride = gguf_row_size(type, (uint64_t)n);
     c->x_stride = kn_act_row_size(act, n);
     c->w = xmalloc(c->w_stride * rows);
     c->x = xmalloc(c->x_stride * n_tokens);
@@ -1031,6 +1001,31 @@ static void parts_make(struct parts_case *c, int type, int n, int rows, int n_to
     fill(f, (size_t)n * n_tokens, n);
     for (int t = 0; t < n_tokens; t++) kn_ops_ref.act[act](c->x + t * c->x_stride, f + (size_t)t * n, n);
     free(f);
+}
+
+/* The block structs of kernels/blocks.h are the layouts of the type table
+ * (gguf/gguf_types.h, checked against ggml's numbers in unit_gguf.c). */
+static void test_block_sizes(void **state) {
+    (void)state;
+    static const struct {
+        int type;
+        size_t size, blck;
+    } blk[] = {
+        {ANVIL_TYPE_Q8_0, sizeof(struct blk_q8_0), QK},     {ANVIL_TYPE_Q4_0, sizeof(struct blk_q4_0), QK},
+        {ANVIL_TYPE_Q4_1, sizeof(struct blk_q4_1), QK},     {ANVIL_TYPE_Q5_0, sizeof(struct blk_q5_0), QK},
+        {ANVIL_TYPE_Q5_1, sizeof(struct blk_q5_1), QK},     {ANVIL_TYPE_IQ4_NL, sizeof(struct blk_iq4_nl), QK},
+        {ANVIL_TYPE_Q2_K, sizeof(struct blk_q2_k), QK_K},   {ANVIL_TYPE_Q3_K, sizeof(struct blk_q3_k), QK_K},
+        {ANVIL_TYPE_Q4_K, sizeof(struct blk_q4_k), QK_K},   {ANVIL_TYPE_Q5_K, sizeof(struct blk_q5_k), QK_K},
+        {ANVIL_TYPE_Q6_K, sizeof(struct blk_q6_k), QK_K},   {ANVIL_TYPE_IQ4_XS, sizeof(struct blk_iq4_xs), QK_K},
+        {ANVIL_TYPE_Q8_K, sizeof(struct blk_q8_k), QK_K},   {ANVIL_TYPE_F16, sizeof(kn_f16), 1},
+        {ANVIL_TYPE_BF16, sizeof(kn_bf16), 1},              {ANVIL_TYPE_F32, sizeof(float), 1},
+    };
+    for (size_t i = 0; i < sizeof(blk) / sizeof(blk[0]); i++) {
+        uint32_t bl, by;
+        assert_true(gguf_type_block(blk[i].type, &bl, &by));
+        assert_int_equal(by, blk[i].size);
+        assert_int_equal(bl, blk[i].blck);
+    }
 }
 
 static void test_packed_parts(void **state) {
@@ -1103,7 +1098,7 @@ enum { N_TDEF = sizeof(TESTS) / sizeof(TESTS[0]) };
 
 int main(int argc, char **argv) {
     variants_init();
-    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 3];
+    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 4];
     static char names[N_TDEF * N_VARIANTS][64];
     const char *filter = argc > 1 ? argv[1] : NULL;
     size_t nt = 0;
@@ -1116,6 +1111,8 @@ int main(int argc, char **argv) {
             tests[nt] = (struct CMUnitTest){names[nt], TESTS[i].fn, NULL, NULL, &variants[v]};
             nt++;
         }
+    if (!filter || strstr("block_sizes", filter))
+        tests[nt++] = (struct CMUnitTest){"block_sizes", test_block_sizes, NULL, NULL, NULL};
     if (!filter || strstr("packed_parts", filter))
         tests[nt++] = (struct CMUnitTest){"packed_parts", test_packed_parts, NULL, NULL, NULL};
     if (!filter || strstr("golden", filter))

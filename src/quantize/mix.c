@@ -247,7 +247,7 @@ static bool more_bits(int i, int n) {
 }
 
 static uint32_t blck_of(int type) {
-    const struct qt_type *t = qt_type_get(type);
+    const struct gguf_type_info *t = qt_type_get(type);
     return t ? t->blck : 1;
 }
 

@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "core/core.h"
+#include "gguf/gguf_types.h"
 #include "kernels/ops.h"
 #include "kernels/blocks.h"
 
@@ -331,31 +332,12 @@ static int scale_offsets(int type, int off[2]) {
     }
 }
 
-static int64_t block_bytes(int type, int *blck) {
-    switch (type) {
-    case ANVIL_TYPE_Q8_0: *blck = QK; return sizeof(struct blk_q8_0);
-    case ANVIL_TYPE_Q4_0: *blck = QK; return sizeof(struct blk_q4_0);
-    case ANVIL_TYPE_Q4_1: *blck = QK; return sizeof(struct blk_q4_1);
-    case ANVIL_TYPE_Q5_0: *blck = QK; return sizeof(struct blk_q5_0);
-    case ANVIL_TYPE_Q5_1: *blck = QK; return sizeof(struct blk_q5_1);
-    case ANVIL_TYPE_IQ4_NL: *blck = QK; return sizeof(struct blk_iq4_nl);
-    case ANVIL_TYPE_Q2_K: *blck = QK_K; return sizeof(struct blk_q2_k);
-    case ANVIL_TYPE_Q3_K: *blck = QK_K; return sizeof(struct blk_q3_k);
-    case ANVIL_TYPE_Q4_K: *blck = QK_K; return sizeof(struct blk_q4_k);
-    case ANVIL_TYPE_Q5_K: *blck = QK_K; return sizeof(struct blk_q5_k);
-    case ANVIL_TYPE_Q6_K: *blck = QK_K; return sizeof(struct blk_q6_k);
-    case ANVIL_TYPE_IQ4_XS: *blck = QK_K; return sizeof(struct blk_iq4_xs);
-    case ANVIL_TYPE_Q8_K: *blck = QK_K; return sizeof(struct blk_q8_k);
-    default: *blck = 1; return 0;
-    }
-}
-
 int64_t kn_find_bad_scale(int type, const void *data, int64_t nrows, int64_t n,
                           size_t row_bytes) {
-    int blck, off[2];
-    int64_t bb = block_bytes(type, &blck);
-    if (bb == 0) return -1;
-    int64_t nb = n / blck;
+    const struct gguf_type_info *ti = gguf_type_info(type);
+    if (!ti || !ti->read || !ti->quantized) return -1;
+    int off[2];
+    int64_t bb = ti->bytes, nb = n / ti->blck;
     if (type == ANVIL_TYPE_Q8_K) {
         for (int64_t r = 0; r < nrows; r++)
             for (int64_t b = 0; b < nb; b++) {
