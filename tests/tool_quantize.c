@@ -17,21 +17,7 @@
 
 #include "quantize/quantize_int.h"
 
-static void *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(sz > 0 ? (size_t)sz : 1);
-    if (p && fread(p, 1, (size_t)sz, f) != (size_t)sz) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *n = (size_t)sz;
-    return p;
-}
+#include "tool_io.h"
 
 int main(int argc, char **argv) {
     if (argc != 5) {
@@ -58,9 +44,7 @@ int main(int argc, char **argv) {
     size_t rows = n / ((size_t)npr * sizeof(float)), rs = gguf_row_size(type, (uint64_t)npr);
     unsigned char *y = malloc(rows * rs + 1);
     for (size_t r = 0; r < rows; r++) qt_quantize_row(type, x + r * (size_t)npr, y + r * rs, npr);
-    FILE *f = fopen(argv[4], "wb");
-    int rc = f && fwrite(y, 1, rows * rs, f) == rows * rs ? 0 : 2;
-    if (f && fclose(f) != 0) rc = 2;
+    int rc = write_all(argv[4], y, rows * rs);
     free(x);
     free(y);
     return rc;
