@@ -33,21 +33,11 @@
 #include "kernels/ops.h"
 #include "kernels/blocks.h"
 #include "packed_variant.h"
+#include "kernel_variants.h"
 #include "quantize/quantize.h"
 
 /* ---------------------------------------------------------------------- */
 /* variants */
-
-extern const struct kn_ops kn_ops_avx512_nobf16;
-
-struct variant {
-    const char *name;
-    const struct kn_ops *ops; /* NULL: this CPU cannot run it */
-};
-static struct variant variants[] = {{"ref", NULL},           {"avx2", NULL},
-                                    {"avx512", NULL},        {"avx512-nobf16", NULL},
-                                    {"avx512-packed", NULL}};
-enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
 
 /* The "-packed" variant (packed_variant.h) for these types: every matmul
  * test below also covers packing and the packed kernels */
@@ -55,34 +45,11 @@ static const int PACKED_TYPES[] = {ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_
                                    ANVIL_TYPE_Q5_0, ANVIL_TYPE_Q5_1};
 #define N_PACKED ((int)(sizeof(PACKED_TYPES) / sizeof(PACKED_TYPES[0])))
 
-static void variants_init(void) {
-    variants[0].ops = &kn_ops_ref;
-    variants[1].ops = kn_select("avx2");
-    variants[2].ops = kn_select("avx512");
-    /* the AVX-512 table without AVX512_BF16 instructions runs wherever the
-     * avx512 family does */
-    variants[3].ops = variants[2].ops ? &kn_ops_avx512_nobf16 : NULL;
-    variants[4].ops =
-        variants[2].ops ? packed_table(variants[2].ops, PACKED_TYPES, N_PACKED) : NULL;
-}
+static void variants_init(void) { variants_init_packed(PACKED_TYPES, N_PACKED); }
 
 /* ---------------------------------------------------------------------- */
 /* deterministic inputs */
 
-static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
-static uint32_t rng_u32(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    uint32_t x = (uint32_t)(((rng_state >> 18) ^ rng_state) >> 27);
-    uint32_t rot = (uint32_t)(rng_state >> 59);
-    return (x >> rot) | (x << ((32 - rot) & 31));
-}
-/* roughly N(0,1) (Irwin-Hall of 4 uniforms): cheap, enough for test data */
-static float rng_normal(void) {
-    uint32_t a = rng_u32(), b = rng_u32();
-    float s = (float)(a & 0xffff) + (float)(a >> 16) + (float)(b & 0xffff) + (float)(b >> 16);
-    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
-}
 /* Mostly N(0,1); a few rows or elements are large or small, some exact
  * zeros and block-constant runs, so that scales, saturation and zero
  * blocks are exercised. */
@@ -104,12 +71,6 @@ static void fill(float *x, size_t count, int row_len) {
         memset(x + 32, 0, 32 * sizeof(float));
         for (int j = 0; j < 32; j++) x[96 + j] = 0.75f;
     }
-}
-
-static void *xmalloc(size_t n) {
-    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    assert_non_null(p);
-    return p;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -151,13 +112,6 @@ static bool check(const char *op, const char *var, const char *shape, int seed, 
                c.atol_c * (scale ? scale[i] : 1.0) + c.rtol * fabs(ref[i]));
     }
     return false;
-}
-
-static const struct variant *case_variant(void **state, bool *skip) {
-    const struct variant *v = *state;
-    *skip = v->ops == NULL;
-    if (*skip) printf("SKIP %s: not supported by this CPU\n", v->name);
-    return v;
 }
 
 /* ---------------------------------------------------------------------- */
