@@ -46,7 +46,7 @@
 #include "kernels/cpu/amx/amx.h"
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
-#include "quant/quant.h"
+#include "quantize/quantize.h"
 
 #define CMD "microbench --kernels"
 
@@ -163,7 +163,7 @@ static void measure_bw(int threads, int reps, double *mean, double *sd) {
 }
 
 /* One weight row of `type` from floats: the reference quantizer for the
- * types the kernels define, the searched quantizers of src/quant for the
+ * types the kernels define, the searched quantizers of src/quantize for the
  * others (what `anvil quantize` writes). */
 static void fill_row(int type, const float *f, uint8_t *dst, int n) {
     if (type == ANVIL_TYPE_F32 || type == ANVIL_TYPE_F16 || type == ANVIL_TYPE_BF16 ||

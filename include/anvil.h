@@ -647,7 +647,7 @@ struct anvil_quantize_stats {
 };
 
 /* Write a copy of GGUF `in` to `out` with its weight matrices quantized
- * by the rules of p->type (see src/quant/mix.c and README "Quantize").
+ * by the rules of p->type (see src/quantize/mix.c and README "Quantize").
  * Metadata is copied; general.file_type is set to llama.cpp's ftype of
  * the mix. OUT is written as OUT.tmp and renamed when complete.
  * ANVIL_ERR_INVALID for an unknown type, or when a tensor to convert is

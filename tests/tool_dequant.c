@@ -31,30 +31,9 @@
 
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
-static void *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(sz > 0 ? (size_t)sz : 1);
-    if (p && fread(p, 1, (size_t)sz, f) != (size_t)sz) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *n = (size_t)sz;
-    return p;
-}
-
-static int write_all(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return 2;
-    size_t w = fwrite(p, 1, n, f);
-    return (fclose(f) == 0 && w == n) ? 0 : 2;
-}
+#include "tool_io.h"
 
 static int usage(void) {
     fprintf(stderr, "usage: tool_dequant dequant|quant TYPE IN OUT\n"

@@ -12,7 +12,7 @@
 
 #include "core/core.h"
 #include "core/pool.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 static void test_f16_roundtrip_all(void **state) {
     (void)state;

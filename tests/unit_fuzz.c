@@ -16,7 +16,7 @@
 
 #include "core/core.h"
 #include "kernels/cpu/ref/ref.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 /* fuzz_gguf (a fuzzed model's forward pass): the reference Q8A activation
  * quantizer converted x * (127 / amax) to int with NaN (a NaN or infinite

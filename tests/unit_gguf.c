@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "gguf/gguf.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 // ----------------------------------------------------------------------------
 // image builder
@@ -297,6 +297,73 @@ static void test_truncated_everywhere(void **state) {
         assert_null(f);
     }
     free(b.p);
+}
+
+/* Every row of the type table against ggml's numbers (ggml/include/ggml.h
+ * enum ggml_type, ggml/src/ggml.c type_traits): name, elements and bytes
+ * per block; which of them anvil reads and writes. */
+static void test_type_table(void **state) {
+    (void)state;
+    static const struct {
+        int id;
+        const char *name;
+        uint32_t blck, bytes;
+        bool read, write;
+    } spec[] = {
+        {0, "F32", 1, 4, true, true},         {1, "F16", 1, 2, true, true},
+        {2, "Q4_0", 32, 18, true, true},      {3, "Q4_1", 32, 20, true, true},
+        {6, "Q5_0", 32, 22, true, true},      {7, "Q5_1", 32, 24, true, true},
+        {8, "Q8_0", 32, 34, true, true},      {9, "Q8_1", 32, 36, false, false},
+        {10, "Q2_K", 256, 84, true, true},    {11, "Q3_K", 256, 110, true, true},
+        {12, "Q4_K", 256, 144, true, true},   {13, "Q5_K", 256, 176, true, true},
+        {14, "Q6_K", 256, 210, true, true},   {15, "Q8_K", 256, 292, true, false},
+        {16, "IQ2_XXS", 256, 66, false, false}, {17, "IQ2_XS", 256, 74, false, false},
+        {18, "IQ3_XXS", 256, 98, false, false}, {19, "IQ1_S", 256, 50, false, false},
+        {20, "IQ4_NL", 32, 18, true, true},   {21, "IQ3_S", 256, 110, false, false},
+        {22, "IQ2_S", 256, 82, false, false}, {23, "IQ4_XS", 256, 136, true, true},
+        {24, "I8", 1, 1, false, false},       {25, "I16", 1, 2, false, false},
+        {26, "I32", 1, 4, false, false},      {27, "I64", 1, 8, false, false},
+        {28, "F64", 1, 8, false, false},      {29, "IQ1_M", 256, 56, false, false},
+        {30, "BF16", 1, 2, true, true},       {34, "TQ1_0", 256, 54, false, false},
+        {35, "TQ2_0", 256, 66, false, false}, {39, "MXFP4", 32, 17, false, false},
+    };
+    const size_t n_spec = sizeof(spec) / sizeof(spec[0]);
+    int listed = 0;
+    for (int id = -2; id < 64; id++) {
+        const struct gguf_type_info *t = gguf_type_info(id);
+        size_t k = 0;
+        while (k < n_spec && spec[k].id != id) k++;
+        if (k == n_spec) { /* ids ggml removed or never used */
+            assert_null(t);
+            assert_string_equal(gguf_type_name_any(id), "?");
+            assert_false(gguf_type_block(id, NULL, NULL));
+            continue;
+        }
+        listed++;
+        assert_non_null(t);
+        assert_string_equal(t->name, spec[k].name);
+        assert_string_equal(gguf_type_name_any(id), spec[k].name);
+        assert_int_equal(t->blck, spec[k].blck);
+        assert_int_equal(t->bytes, spec[k].bytes);
+        assert_int_equal(t->read, spec[k].read);
+        assert_int_equal(t->write, spec[k].write);
+        assert_int_equal(t->quantized, spec[k].blck > 1);
+        uint32_t bl = 0, by = 0;
+        assert_int_equal(gguf_type_block(id, &bl, &by), spec[k].read);
+        assert_int_equal(gguf_row_size(id, 3 * (uint64_t)spec[k].blck), spec[k].read ? 3 * spec[k].bytes : 0);
+        if (spec[k].read) {
+            assert_int_equal(bl, spec[k].blck);
+            assert_int_equal(by, spec[k].bytes);
+            assert_string_equal(anvil_type_name(id), spec[k].name);
+            assert_int_equal(anvil_type_from_name(spec[k].name), id);
+            assert_true(gguf_type_bpw(id) == 8.0 * spec[k].bytes / spec[k].blck);
+        } else {
+            assert_null(anvil_type_name(id));
+            assert_int_equal(anvil_type_from_name(spec[k].name), -1);
+            assert_true(gguf_type_bpw(id) == 0.0);
+        }
+    }
+    assert_int_equal(listed, (int)n_spec);
 }
 
 static void test_type_helpers(void **state) {
@@ -611,6 +678,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_good),
         cmocka_unit_test(test_empty_file_sections),
         cmocka_unit_test(test_truncated_everywhere),
+        cmocka_unit_test(test_type_table),
         cmocka_unit_test(test_type_helpers),
         cmocka_unit_test(test_io_errors),
         cmocka_unit_test(test_bad_header),

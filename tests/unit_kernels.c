@@ -28,25 +28,16 @@
 #include <cmocka.h>
 
 #include "core/core.h"
+#include "gguf/gguf_types.h"
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 #include "packed_variant.h"
-#include "quant/quant.h"
+#include "kernel_variants.h"
+#include "quantize/quantize.h"
 
 /* ---------------------------------------------------------------------- */
 /* variants */
-
-extern const struct kn_ops kn_ops_avx512_nobf16;
-
-struct variant {
-    const char *name;
-    const struct kn_ops *ops; /* NULL: this CPU cannot run it */
-};
-static struct variant variants[] = {{"ref", NULL},           {"avx2", NULL},
-                                    {"avx512", NULL},        {"avx512-nobf16", NULL},
-                                    {"avx512-packed", NULL}};
-enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
 
 /* The "-packed" variant (packed_variant.h) for these types: every matmul
  * test below also covers packing and the packed kernels */
@@ -54,34 +45,11 @@ static const int PACKED_TYPES[] = {ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_
                                    ANVIL_TYPE_Q5_0, ANVIL_TYPE_Q5_1};
 #define N_PACKED ((int)(sizeof(PACKED_TYPES) / sizeof(PACKED_TYPES[0])))
 
-static void variants_init(void) {
-    variants[0].ops = &kn_ops_ref;
-    variants[1].ops = kn_select("avx2");
-    variants[2].ops = kn_select("avx512");
-    /* the AVX-512 table without AVX512_BF16 instructions runs wherever the
-     * avx512 family does */
-    variants[3].ops = variants[2].ops ? &kn_ops_avx512_nobf16 : NULL;
-    variants[4].ops =
-        variants[2].ops ? packed_table(variants[2].ops, PACKED_TYPES, N_PACKED) : NULL;
-}
+static void variants_init(void) { variants_init_packed(PACKED_TYPES, N_PACKED); }
 
 /* ---------------------------------------------------------------------- */
 /* deterministic inputs */
 
-static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
-static uint32_t rng_u32(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    uint32_t x = (uint32_t)(((rng_state >> 18) ^ rng_state) >> 27);
-    uint32_t rot = (uint32_t)(rng_state >> 59);
-    return (x >> rot) | (x << ((32 - rot) & 31));
-}
-/* roughly N(0,1) (Irwin-Hall of 4 uniforms): cheap, enough for test data */
-static float rng_normal(void) {
-    uint32_t a = rng_u32(), b = rng_u32();
-    float s = (float)(a & 0xffff) + (float)(a >> 16) + (float)(b & 0xffff) + (float)(b >> 16);
-    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
-}
 /* Mostly N(0,1); a few rows or elements are large or small, some exact
  * zeros and block-constant runs, so that scales, saturation and zero
  * blocks are exercised. */
@@ -103,12 +71,6 @@ static void fill(float *x, size_t count, int row_len) {
         memset(x + 32, 0, 32 * sizeof(float));
         for (int j = 0; j < 32; j++) x[96 + j] = 0.75f;
     }
-}
-
-static void *xmalloc(size_t n) {
-    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    assert_non_null(p);
-    return p;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -152,49 +114,11 @@ static bool check(const char *op, const char *var, const char *shape, int seed, 
     return false;
 }
 
-static const struct variant *case_variant(void **state, bool *skip) {
-    const struct variant *v = *state;
-    *skip = v->ops == NULL;
-    if (*skip) printf("SKIP %s: not supported by this CPU\n", v->name);
-    return v;
-}
-
 /* ---------------------------------------------------------------------- */
 /* matmul */
 
-static const char *type_name(int type) {
-    switch (type) {
-    case ANVIL_TYPE_F32: return "F32";
-    case ANVIL_TYPE_F16: return "F16";
-    case ANVIL_TYPE_BF16: return "BF16";
-    case ANVIL_TYPE_Q8_0: return "Q8_0";
-    case ANVIL_TYPE_Q4_0: return "Q4_0";
-    case ANVIL_TYPE_Q4_1: return "Q4_1";
-    case ANVIL_TYPE_Q5_1: return "Q5_1";
-    case ANVIL_TYPE_Q5_0: return "Q5_0";
-    default: return "?";
-    }
-}
-
 static const int MM_TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q5_0,
                                ANVIL_TYPE_Q5_1, ANVIL_TYPE_F16,  ANVIL_TYPE_BF16, ANVIL_TYPE_F32};
-
-static size_t row_bytes(int type, int n) {
-    switch (type) {
-    case ANVIL_TYPE_F32: return (size_t)n * 4;
-    case ANVIL_TYPE_F16:
-    case ANVIL_TYPE_BF16: return (size_t)n * 2;
-    case ANVIL_TYPE_Q8_0: return (size_t)(n / QK) * sizeof(struct blk_q8_0);
-    case ANVIL_TYPE_Q4_0: return (size_t)(n / QK) * sizeof(struct blk_q4_0);
-    case ANVIL_TYPE_Q4_1: return (size_t)(n / QK) * sizeof(struct blk_q4_1);
-    case ANVIL_TYPE_Q5_0: return (size_t)(n / QK) * sizeof(struct blk_q5_0);
-    case ANVIL_TYPE_Q5_1: return (size_t)(n / QK) * sizeof(struct blk_q5_1);
-    case ANVIL_TYPE_Q4_K: return (size_t)(n / QK_K) * sizeof(struct blk_q4_k);
-    case ANVIL_TYPE_Q5_K: return (size_t)(n / QK_K) * sizeof(struct blk_q5_k);
-    case ANVIL_TYPE_Q6_K: return (size_t)(n / QK_K) * sizeof(struct blk_q6_k);
-    default: return 0;
-    }
-}
 
 /* |terms| of one weight row as the kernels see them (see the header). */
 static void abs_weights(int type, const void *w, int n, float *out) {
@@ -284,7 +208,7 @@ static void mm_case_make(struct mm_case *c, int type, int n, int rows, int n_tok
     c->n_tokens = n_tokens;
     c->seed = seed;
     int act = kn_act_for_type(type);
-    c->w_stride = row_bytes(type, n);
+    c->w_stride = gguf_row_size(type, (uint64_t)n);
     c->x_stride = kn_act_row_size(act, n);
     c->w = xmalloc(c->w_stride * rows);
     c->x = xmalloc(c->x_stride * n_tokens);
@@ -292,7 +216,7 @@ static void mm_case_make(struct mm_case *c, int type, int n, int rows, int n_tok
     rng_seed((uint64_t)seed * 1000003u + (uint64_t)type * 7919u + (uint64_t)n * 31u + rows);
     fill(f, (size_t)n * rows, n);
     if (type == ANVIL_TYPE_Q5_0) {
-        /* the kernels' reference has no Q5_0 quantizer (src/quant has the
+        /* the kernels' reference has no Q5_0 quantizer (src/quantize has the
          * searching one): ggml's plain rule, d = the block's value of
          * largest magnitude / -16, q = round(x / d) + 16 in 0..31 */
         for (int r = 0; r < rows; r++)
@@ -406,7 +330,7 @@ static bool mm_run_check(const struct variant *v, struct mm_case *c, int r0, int
             else if (val != -777.0f) {
                 if (ok)
                     printf("FAIL matmul %s [%s] n %d rows %d: wrote y[t %d][r %zu] outside [%d, %d)\n",
-                           type_name(c->type), v->name, c->n, c->rows, t, r, r0, r1);
+                           gguf_type_name_any(c->type), v->name, c->n, c->rows, t, r, r0, r1);
                 ok = false;
             }
         }
@@ -424,7 +348,7 @@ static bool mm_run_check(const struct variant *v, struct mm_case *c, int r0, int
     snprintf(shape, sizeof(shape), "n %d rows [%d,%d) of %d, n_tokens %d", c->n, r0, r1, c->rows,
              c->n_tokens);
     char op[32];
-    snprintf(op, sizeof(op), "matmul %s", type_name(c->type));
+    snprintf(op, sizeof(op), "matmul %s", gguf_type_name_any(c->type));
     /* Q5_0: the reference subtracts 16 * sa with sa = da * sum(qa) rounded
      * to float, the packed kernel 16 * sum(qa) in int32 before scaling; on
      * a dot that cancels, the reference's rounding (bounded by atol)
@@ -514,7 +438,7 @@ static void test_batch_invariance(void **state) {
             }
             if (memcmp(full, part, sizeof(float) * R * T)) {
                 printf("FAIL batch invariance %s [%s] n %d rows %d: n_tokens %d vs 1\n",
-                       type_name(type), v->name, n, R, T);
+                       gguf_type_name_any(type), v->name, n, R, T);
                 fails++;
             }
             /* token windows of odd sizes at odd offsets, rows in 3 pieces */
@@ -530,7 +454,7 @@ static void test_batch_invariance(void **state) {
             }
             if (memcmp(full, part, sizeof(float) * R * T)) {
                 printf("FAIL batch invariance %s [%s] n %d rows %d: token windows\n",
-                       type_name(type), v->name, n, R);
+                       gguf_type_name_any(type), v->name, n, R);
                 fails++;
             }
             free(full);
@@ -952,10 +876,10 @@ static bool golden_one(const struct grec *r) {
     if (!strcmp(nm, "matmul")) {
         int type = r->ints[0], n = r->ints[1], rows = r->ints[2], nt = r->ints[3];
         int act = kn_act_for_type(type);
-        size_t ws = row_bytes(type, n), xs = kn_act_row_size(act, n);
+        size_t ws = gguf_row_size(type, (uint64_t)n), xs = kn_act_row_size(act, n);
         if (r->arr[0].count != ws * rows) {
             printf("FAIL golden matmul: %zu weight bytes for %s n %d rows %d\n",
-                   (size_t)r->arr[0].count, type_name(type), n, rows);
+                   (size_t)r->arr[0].count, gguf_type_name_any(type), n, rows);
             return false;
         }
         uint8_t *x = xmalloc(xs * nt);
@@ -963,7 +887,7 @@ static bool golden_one(const struct grec *r) {
         for (int t = 0; t < nt; t++)
             kn_ops_ref.act[act](x + xs * t, (const float *)r->arr[1].data + (size_t)t * n, n);
         kn_ops_ref.matmul[type](y, rows, r->arr[0].data, ws, x, xs, n, nt, 0, rows);
-        snprintf(shape, sizeof(shape), "%s n %d rows %d n_tokens %d", type_name(type), n, rows, nt);
+        snprintf(shape, sizeof(shape), "%s n %d rows %d n_tokens %d", gguf_type_name_any(type), n, rows, nt);
         bool ok = check("golden matmul", "ref", shape, 0, y, r->arr[2].data, r->arr[3].data,
                         (size_t)rows * nt, (struct cmp){mm_atol_c(type, n), 0, 1e-10});
         free(x);
@@ -1017,20 +941,45 @@ struct parts_case {
 };
 static void parts_make(struct parts_case *c, int type, int n, int rows, int n_tokens) {
     int act = kn_act_for_type(type);
-    c->w_stride = row_bytes(type, n);
+    c->w_stride = gguf_row_size(type, (uint64_t)n);
     c->x_stride = kn_act_row_size(act, n);
     c->w = xmalloc(c->w_stride * rows);
     c->x = xmalloc(c->x_stride * n_tokens);
     float *f = xmalloc((size_t)n * sizeof(float) * (rows > n_tokens ? rows : n_tokens));
     rng_seed((uint64_t)type * 7919u + (uint64_t)n);
     fill(f, (size_t)n * rows, n);
-    /* the searched quantizers of src/quant: they do every type (the
+    /* the searched quantizers of src/quantize: they do every type (the
      * kernels' reference quantizer only the legacy ones) */
     for (int r = 0; r < rows; r++)
         assert_true(qt_quantize_row(type, f + (size_t)r * n, c->w + r * c->w_stride, n));
     fill(f, (size_t)n * n_tokens, n);
     for (int t = 0; t < n_tokens; t++) kn_ops_ref.act[act](c->x + t * c->x_stride, f + (size_t)t * n, n);
     free(f);
+}
+
+/* The block structs of kernels/blocks.h are the layouts of the type table
+ * (gguf/gguf_types.h, checked against ggml's numbers in unit_gguf.c). */
+static void test_block_sizes(void **state) {
+    (void)state;
+    static const struct {
+        int type;
+        size_t size, blck;
+    } blk[] = {
+        {ANVIL_TYPE_Q8_0, sizeof(struct blk_q8_0), QK},     {ANVIL_TYPE_Q4_0, sizeof(struct blk_q4_0), QK},
+        {ANVIL_TYPE_Q4_1, sizeof(struct blk_q4_1), QK},     {ANVIL_TYPE_Q5_0, sizeof(struct blk_q5_0), QK},
+        {ANVIL_TYPE_Q5_1, sizeof(struct blk_q5_1), QK},     {ANVIL_TYPE_IQ4_NL, sizeof(struct blk_iq4_nl), QK},
+        {ANVIL_TYPE_Q2_K, sizeof(struct blk_q2_k), QK_K},   {ANVIL_TYPE_Q3_K, sizeof(struct blk_q3_k), QK_K},
+        {ANVIL_TYPE_Q4_K, sizeof(struct blk_q4_k), QK_K},   {ANVIL_TYPE_Q5_K, sizeof(struct blk_q5_k), QK_K},
+        {ANVIL_TYPE_Q6_K, sizeof(struct blk_q6_k), QK_K},   {ANVIL_TYPE_IQ4_XS, sizeof(struct blk_iq4_xs), QK_K},
+        {ANVIL_TYPE_Q8_K, sizeof(struct blk_q8_k), QK_K},   {ANVIL_TYPE_F16, sizeof(kn_f16), 1},
+        {ANVIL_TYPE_BF16, sizeof(kn_bf16), 1},              {ANVIL_TYPE_F32, sizeof(float), 1},
+    };
+    for (size_t i = 0; i < sizeof(blk) / sizeof(blk[0]); i++) {
+        uint32_t bl, by;
+        assert_true(gguf_type_block(blk[i].type, &bl, &by));
+        assert_int_equal(by, blk[i].size);
+        assert_int_equal(bl, blk[i].blck);
+    }
 }
 
 static void test_packed_parts(void **state) {
@@ -1103,7 +1052,7 @@ enum { N_TDEF = sizeof(TESTS) / sizeof(TESTS[0]) };
 
 int main(int argc, char **argv) {
     variants_init();
-    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 3];
+    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 4];
     static char names[N_TDEF * N_VARIANTS][64];
     const char *filter = argc > 1 ? argv[1] : NULL;
     size_t nt = 0;
@@ -1116,6 +1065,8 @@ int main(int argc, char **argv) {
             tests[nt] = (struct CMUnitTest){names[nt], TESTS[i].fn, NULL, NULL, &variants[v]};
             nt++;
         }
+    if (!filter || strstr("block_sizes", filter))
+        tests[nt++] = (struct CMUnitTest){"block_sizes", test_block_sizes, NULL, NULL, NULL};
     if (!filter || strstr("packed_parts", filter))
         tests[nt++] = (struct CMUnitTest){"packed_parts", test_packed_parts, NULL, NULL, NULL};
     if (!filter || strstr("golden", filter))

@@ -41,21 +41,9 @@
 #include "gguf/gguf.h"
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 #include "packed_variant.h"
-
-extern const struct kn_ops kn_ops_avx512_nobf16;
-
-struct variant {
-    const char *name;
-    const struct kn_ops *ops; /* NULL: this CPU cannot run it */
-};
-static struct variant variants[] = {{"ref", NULL},
-                                    {"avx2", NULL},
-                                    {"avx512", NULL},
-                                    {"avx512-nobf16", NULL},
-                                    {"avx512-packed", NULL}};
-enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
+#include "kernel_variants.h"
 
 /* The "-packed" variant (packed_variant.h) for these types: every test
  * below, the exact comparisons included, covers packing and the packed
@@ -64,44 +52,10 @@ static const int PACKED_TYPES[] = {ANVIL_TYPE_Q2_K, ANVIL_TYPE_Q3_K, ANVIL_TYPE_
                                    ANVIL_TYPE_Q6_K, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_IQ4_XS};
 #define N_PACKED ((int)(sizeof(PACKED_TYPES) / sizeof(PACKED_TYPES[0])))
 
-static void variants_init(void) {
-    variants[0].ops = &kn_ops_ref;
-    variants[1].ops = kn_select("avx2");
-    variants[2].ops = kn_select("avx512");
-    variants[3].ops = variants[2].ops ? &kn_ops_avx512_nobf16 : NULL;
-    variants[4].ops =
-        variants[2].ops ? packed_table(variants[2].ops, PACKED_TYPES, N_PACKED) : NULL;
-}
-
-static const struct variant *case_variant(void **state, bool *skip) {
-    const struct variant *v = *state;
-    *skip = v->ops == NULL;
-    if (*skip) printf("SKIP %s: not supported by this CPU\n", v->name);
-    return v;
-}
+static void variants_init(void) { variants_init_packed(PACKED_TYPES, N_PACKED); }
 
 /* ---------------------------------------------------------------------- */
-/* deterministic inputs */
-
-static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
-static uint32_t rng_u32(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    uint32_t x = (uint32_t)(((rng_state >> 18) ^ rng_state) >> 27);
-    uint32_t rot = (uint32_t)(rng_state >> 59);
-    return (x >> rot) | (x << ((32 - rot) & 31));
-}
-static float rng_normal(void) {
-    uint32_t a = rng_u32(), b = rng_u32();
-    float s = (float)(a & 0xffff) + (float)(a >> 16) + (float)(b & 0xffff) + (float)(b >> 16);
-    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
-}
-
-static void *xmalloc(size_t n) {
-    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    assert_non_null(p);
-    return p;
-}
+/* types */
 
 /* The types, their block bytes, the offsets of their f16 scales, and
  * whether the AVX-512 matmul is bit-exact too (see the header). */

@@ -17,7 +17,7 @@
 
 #include "core/core.h"
 #include "attn/attn.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 #include "kv/kv_cache.h"
 
 enum { HD = 32, NKV = 2, NL = 2 };

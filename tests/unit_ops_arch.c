@@ -22,7 +22,7 @@
 
 #include "kernels/cpu/ref/ref.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 static uint64_t rng = 1;
 static float frand(void) { /* uniform in [-1, 1) */

@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,75 +44,7 @@
 #define TENSOR_MIN_BYTES 32 /* u64 name len + u32 n_dims + u64 ne + u32 type + u64 offset */
 
 /* ---------------------------------------------------------------------- */
-/* type tables */
-
-/* ggml type ids and names, so that an unsupported file names what it holds
- * (ggml/include/ggml.h enum ggml_type; gaps are ids ggml removed). */
-static const char *const ggml_type_names[] = {
-    [0] = "F32",      [1] = "F16",       [2] = "Q4_0",     [3] = "Q4_1",
-    [6] = "Q5_0",     [7] = "Q5_1",      [8] = "Q8_0",     [9] = "Q8_1",
-    [10] = "Q2_K",    [11] = "Q3_K",     [12] = "Q4_K",    [13] = "Q5_K",
-    [14] = "Q6_K",    [15] = "Q8_K",     [16] = "IQ2_XXS", [17] = "IQ2_XS",
-    [18] = "IQ3_XXS", [19] = "IQ1_S",    [20] = "IQ4_NL",  [21] = "IQ3_S",
-    [22] = "IQ2_S",   [23] = "IQ4_XS",   [24] = "I8",      [25] = "I16",
-    [26] = "I32",     [27] = "I64",      [28] = "F64",     [29] = "IQ1_M",
-    [30] = "BF16",    [34] = "TQ1_0",    [35] = "TQ2_0",   [39] = "MXFP4",
-};
-#define N_GGML_TYPE_NAMES (sizeof(ggml_type_names) / sizeof(ggml_type_names[0]))
-
-bool gguf_type_block(int type, uint32_t *blck, uint32_t *bytes) {
-    uint32_t b, s;
-    switch (type) {
-    case ANVIL_TYPE_F32: b = 1, s = 4; break;
-    case ANVIL_TYPE_F16: b = 1, s = 2; break;
-    case ANVIL_TYPE_BF16: b = 1, s = 2; break;
-    case ANVIL_TYPE_Q8_0: b = 32, s = 34; break;
-    case ANVIL_TYPE_Q4_0: b = 32, s = 18; break;
-    case ANVIL_TYPE_Q4_1: b = 32, s = 20; break;
-    case ANVIL_TYPE_Q5_0: b = 32, s = 22; break;
-    case ANVIL_TYPE_Q5_1: b = 32, s = 24; break;
-    case ANVIL_TYPE_IQ4_NL: b = 32, s = 18; break;
-    case ANVIL_TYPE_Q2_K: b = 256, s = 84; break;
-    case ANVIL_TYPE_Q3_K: b = 256, s = 110; break;
-    case ANVIL_TYPE_Q4_K: b = 256, s = 144; break;
-    case ANVIL_TYPE_Q5_K: b = 256, s = 176; break;
-    case ANVIL_TYPE_Q6_K: b = 256, s = 210; break;
-    case ANVIL_TYPE_Q8_K: b = 256, s = 292; break;
-    case ANVIL_TYPE_IQ4_XS: b = 256, s = 136; break;
-    default: return false;
-    }
-    if (blck) *blck = b;
-    if (bytes) *bytes = s;
-    return true;
-}
-
-size_t gguf_row_size(int type, uint64_t n) {
-    uint32_t b, s;
-    if (!gguf_type_block(type, &b, &s)) return 0;
-    return (size_t)(n / b) * s;
-}
-
-const char *anvil_type_name(int type) {
-    if (!gguf_type_block(type, NULL, NULL)) return NULL;
-    return ggml_type_names[type];
-}
-
-int anvil_type_from_name(const char *name) {
-    static const int known[] = {ANVIL_TYPE_F32,  ANVIL_TYPE_F16,  ANVIL_TYPE_BF16,   ANVIL_TYPE_Q8_0,
-                                ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q5_0,   ANVIL_TYPE_Q5_1,
-                                ANVIL_TYPE_Q2_K, ANVIL_TYPE_Q3_K, ANVIL_TYPE_Q4_K,   ANVIL_TYPE_Q5_K,
-                                ANVIL_TYPE_Q6_K, ANVIL_TYPE_Q8_K, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_IQ4_XS};
-    if (!name) return -1;
-    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-        if (!strcasecmp(name, ggml_type_names[known[i]])) return known[i];
-    return -1;
-}
-
-/* Name of any ggml type id, supported or not; "?" when unknown. */
-static const char *any_type_name(uint32_t type) {
-    if (type < N_GGML_TYPE_NAMES && ggml_type_names[type]) return ggml_type_names[type];
-    return "?";
-}
+/* value types */
 
 static const uint32_t vtype_size[GGUF_VT_COUNT] = {
     [GGUF_VT_UINT8] = 1,  [GGUF_VT_INT8] = 1,    [GGUF_VT_UINT16] = 2, [GGUF_VT_INT16] = 2,
@@ -423,13 +354,13 @@ static anvil_status parse_tensor(struct rd *r, struct gguf_tensor *t, uint64_t i
         errmsg_set(r->err, r->err_cap,
                    "gguf: tensor '%s': type %u (%s) is not supported (anvil reads F32, F16, "
                    "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS)",
-                   nb, type, any_type_name(type));
+                   nb, type, gguf_type_name_any((int)type));
         return ANVIL_ERR_UNSUPPORTED;
     }
     if (t->ne[0] % blck != 0) {
         errmsg_set(r->err, r->err_cap,
                    "gguf: tensor '%s': row length %llu is not a multiple of the %s block size %u",
-                   nb, (unsigned long long)t->ne[0], any_type_name(type), blck);
+                   nb, (unsigned long long)t->ne[0], gguf_type_name_any((int)type), blck);
         return ANVIL_ERR_FORMAT;
     }
     /* nel / blck * bsz: at most INT64_MAX / 32 * 34 or INT64_MAX * 4 - check */
@@ -655,7 +586,7 @@ static anvil_status parse(struct gguf_impl *g, struct rd *r) {
                            "tensor '%s' starts at %llu: a tensor size does not match its type and "
                            "shape",
                            printable(np, sizeof(np), t[-1].name, strlen(t[-1].name)),
-                           any_type_name((uint32_t)t[-1].type), (unsigned long long)t[-1].nbytes,
+                           gguf_type_name_any(t[-1].type), (unsigned long long)t[-1].nbytes,
                            (unsigned long long)(t[-1].offset + t[-1].nbytes),
                            printable(nb, sizeof(nb), t->name, strlen(t->name)),
                            (unsigned long long)t->offset);

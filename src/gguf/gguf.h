@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "gguf/gguf_types.h" /* tensor types: geometry and names */
 
 enum gguf_vtype {
     GGUF_VT_UINT8 = 0,
@@ -76,12 +77,6 @@ struct gguf_file {
     size_t map_size;
     size_t data_offset; /* start of the tensor data section */
 };
-
-/* Block geometry of a tensor type: elements per block and bytes per block.
- * Returns false for a type id anvil does not support. */
-bool gguf_type_block(int type, uint32_t *blck, uint32_t *bytes);
-/* Bytes of one row of n elements (n must be a multiple of the block). */
-size_t gguf_row_size(int type, uint64_t n);
 
 /* Open and fully validate. On failure writes a one-line reason to err and
  * returns ANVIL_ERR_IO (cannot open/map), ANVIL_ERR_FORMAT (malformed) or

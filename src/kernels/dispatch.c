@@ -6,9 +6,8 @@
  * FMA, F16C), ref. ANVIL_KERNELS=ref|avx2|avx512 overrides the automatic
  * choice; a forced family the CPU cannot run is refused, never run.
  * AMX is not a family of its own: the avx512 packed matmuls use it when
- * kn_amx_active() (ANVIL_AMX=0 turns it off).
+ * kn_amx_active() (amx_switch.c; ANVIL_AMX=0 turns it off).
  */
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,23 +46,4 @@ const struct kn_ops *kn_select(const char *force) {
         return t ? t : &kn_ops_ref;
     }
     return NULL;
-}
-
-/* -1: not read yet; 0 off; 1 on */
-static atomic_int amx_state = -1;
-
-bool kn_amx_active(void) {
-    int s = atomic_load_explicit(&amx_state, memory_order_relaxed);
-    if (s < 0) {
-        const char *env = getenv("ANVIL_AMX");
-        s = cpu_get_features()->amx && !(env && !strcmp(env, "0"));
-        atomic_store_explicit(&amx_state, s, memory_order_relaxed);
-    }
-    return s == 1;
-}
-
-bool kn_amx_set(int on) {
-    if (on && !cpu_get_features()->amx) return false;
-    atomic_store_explicit(&amx_state, on ? 1 : 0, memory_order_relaxed);
-    return true;
 }

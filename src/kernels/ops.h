@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "anvil.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 #define KN_TYPE_MAX 31 /* table size: ggml type ids 0..30 */
 
@@ -136,8 +136,8 @@ extern const struct kn_ops kn_ops_ref;
  * forced family is unknown or the CPU cannot run it. */
 const struct kn_ops *kn_select(const char *force);
 
-/* AMX (Intel's tile matrix unit) inside the avx512 family: the packed
- * matmuls of many tokens run their integer dot products on it when the
+/* AMX (Intel's tile matrix unit) inside the avx512 family (amx_switch.c):
+ * the packed matmuls of many tokens run their integer dot products on it when the
  * CPU has it and the OS grants it (core/cpu.c), with bits identical to
  * the AVX-512 VNNI path (cpu/amx/matmul_p_amx.c). ANVIL_AMX=0 in the
  * environment turns it off; kn_amx_set() does it for tests and benchmarks

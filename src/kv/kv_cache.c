@@ -22,7 +22,7 @@
 #include <sys/mman.h>
 
 #include "core/core.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 #include "kv/kv_internal.h"
 
 #define HUGE_ALIGN ((size_t)2 << 20)

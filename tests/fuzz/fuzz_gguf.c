@@ -21,7 +21,7 @@
 
 #include "core/core.h"
 #include "gguf/gguf.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 #include "tok/tok.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -9,7 +9,7 @@ Cases:
   rope      Llama "norm" RoPE, adjacent pairs, theta = f32(pos * inv_freq)
             rounded to float32 as the spec says, then cos/sin in float64
   silu_mul  y = g / (1 + exp(-g)) * u                            (float64)
-  q8a       the Q8A activation format of kernels/quant.h, re-implemented
+  q8a       the Q8A activation format of kernels/blocks.h, re-implemented
             here in float32 numpy arithmetic: bit-exact expectation
   matmul    weights quantized by gguf.quants (ggml's reference quantizers,
             not ours), activations converted as kn_act_for_type says
@@ -104,7 +104,7 @@ def silu_case(n):
 
 
 def q8a(x):
-    """The Q8A row format (kernels/quant.h) in float32 arithmetic:
+    """The Q8A row format (kernels/blocks.h) in float32 arithmetic:
     d = amax / 127, q = round_half_even(x * (127 / amax)), s = d * sum(q)."""
     x = x.astype(np.float32).reshape(-1, QK)
     amax = np.max(np.abs(x), axis=1)

@@ -8,7 +8,7 @@ and numpy, through tests/tool_dequant.c:
     Q6_K, Q5_0, Q8_0, F32), read through our GGUF reader, bit for bit with
     gguf.GGUFReader + gguf.quants;
   - the Q8K activation format, byte for byte with a numpy transcription of
-    its definition (kernels/quant.h), and the Q8A half of Q8A_Q8K;
+    its definition (kernels/blocks.h), and the Q8A half of Q8A_Q8K;
   - the reference matmul of every type against numpy in float64 on
     the dequantized weights and activations, on random blocks and on the
     Gemma tensors (tolerance from the float32 arithmetic, below), and the
@@ -236,7 +236,7 @@ def q8_round(v):
 
 
 def q8k_numpy(x):
-    """One row of floats -> Q8K bytes (quant.h), float32 arithmetic."""
+    """One row of floats -> Q8K bytes (blocks.h), float32 arithmetic."""
     x = x.astype(np.float32).reshape(-1, 256)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         amax = np.max(np.where(np.isnan(x), np.float32(0), np.abs(x)), axis=1).astype(np.float32)

@@ -1,4 +1,4 @@
-"""Differential tests of the reference quant formats (src/kernels/cpu/ref/quant.c)
+"""Differential tests of the reference quant formats (src/kernels/cpu/ref/blocks.c)
 against the `gguf` Python package (gguf.quants), bit for bit.
 
 tests/tool_dequant.c exposes kn_dequantize_row / kn_quantize_row and the GGUF

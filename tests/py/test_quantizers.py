@@ -1,4 +1,4 @@
-"""anvil's searched row quantizers (src/quant, through tests/tool_quant.c)
+"""anvil's searched row quantizers (src/quantize, through tests/tool_quantize.c)
 against llama.cpp's own on the same rows.
 
 llama.cpp's side is ggml_quantize_chunk from the libggml-base that
@@ -31,7 +31,7 @@ import conftest  # noqa: E402  (the default model: written once, in the Makefile
 ROOT = os.environ.get("ANVIL_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 MODEL = conftest.MODEL
-TOOL = os.path.join(ROOT, "build", "release", "tests", "tool_quant")
+TOOL = os.path.join(ROOT, "build", "release", "tests", "tool_quantize")
 
 TYPES = ["Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]
 
@@ -98,7 +98,7 @@ def datasets():
     return {k: np.asarray(v, dtype=np.float32) for k, v in sets.items()}
 
 
-@pytest.mark.skipif(not os.path.exists(TOOL), reason="build/release/tests/tool_quant not built")
+@pytest.mark.skipif(not os.path.exists(TOOL), reason="build/release/tests/tool_quantize not built")
 @pytest.mark.parametrize("name", TYPES)
 def test_no_worse_than_llama_cpp(ggml, datasets, name, tmp_path):
     t = QT[name]
@@ -115,14 +115,14 @@ def test_no_worse_than_llama_cpp(ggml, datasets, name, tmp_path):
     print(name, "; ".join(report))
 
 
-@pytest.mark.skipif(not os.path.exists(TOOL), reason="build/release/tests/tool_quant not built")
+@pytest.mark.skipif(not os.path.exists(TOOL), reason="build/release/tests/tool_quantize not built")
 @pytest.mark.parametrize("name", TYPES)
 def test_edge_rows(ggml, name, tmp_path):
     """All-zero rows decode to zero; a row with one huge outlier, tiny
     values (f16 subnormal scales), one-signed and constant rows decode
     finitely and close to llama.cpp's error (one row of 512 is too small a
     sample to ask for <=: the measure anvil minimises is weighted, see
-    src/quant/search.c; the data sets above are the real comparison)."""
+    src/quantize/search.c; the data sets above are the real comparison)."""
     t = QT[name]
     rng = np.random.default_rng(3)
     x = np.zeros((6, 512), dtype=np.float32)
@@ -141,7 +141,7 @@ def test_edge_rows(ggml, name, tmp_path):
         assert rmse(x[r], ours[r]) <= rmse(x[r], theirs[r]) * 1.05 + 1e-3 * scale, (name, r)
 
 
-@pytest.mark.skipif(not os.path.exists(TOOL), reason="build/release/tests/tool_quant not built")
+@pytest.mark.skipif(not os.path.exists(TOOL), reason="build/release/tests/tool_quantize not built")
 def test_tool_errors(tmp_path):
     f = tmp_path / "x.f32"
     np.zeros(100, dtype=np.float32).tofile(f)

@@ -10,7 +10,7 @@
 
 #include "cli.h"
 #include "gguf/gguf.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 #define STR_SHOW 64 /* characters of a string value shown */
 #define ARR_SHOW 4  /* array elements shown */

@@ -8,7 +8,7 @@
 
 #include "cli.h"
 #include "core/core.h"
-#include "quant/quant_int.h"
+#include "quantize/quantize_int.h"
 
 static void help(FILE *f) {
     fprintf(f,
@@ -43,7 +43,7 @@ static void on_progress(void *user, const struct anvil_quantize_event *ev) {
     struct prog *p = user;
     if (p->quiet) return;
     int pct = ev->total ? (int)(100.0 * (double)ev->done / (double)ev->total) : 100;
-    const char *ti = qt_type_name(ev->type_in), *to = qt_type_name(ev->type_out);
+    const char *ti = gguf_type_name_any(ev->type_in), *to = gguf_type_name_any(ev->type_out);
     bool last = ev->done == ev->total && ev->tensor == ev->n_tensors;
     /* a terminal gets a live line; a log gets a line every ~10% */
     if (p->tty) {

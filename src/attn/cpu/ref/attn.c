@@ -16,7 +16,7 @@
 
 #include "anvil.h"
 #include "attn/attn.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 /* ---------------------------------------------------------------------- */
 /* the element getter */

@@ -46,9 +46,9 @@ enum {
     TM = 16,  /* tokens per activation tile */
     WB = 64,  /* blocks per unpacked window (32 KiB), at most */
     /* one token tile: 32 blocks, so that the window and the tile's
-     * activations for it (16 KiB each at any width) stay in L1 together;
-     * 1.07-1.25x at 16 tokens on rows of 1536-8192, where with more token
-     * tiles per unpack the wider window measured 1.0-1.06x faster */
+     * activations for it (16 KiB each at any width) stay in L1 together
+     * (1.07-1.25x at 16 tokens on rows of 1536-8192, commit fc65fbd); with
+     * more token tiles per unpack the wider window is faster */
     WB1 = 32,
     BT = 512, /* bytes of one unpacked block: 8 rows x 64 */
     LAG = 2,  /* blocks between a C tile's store and its float steps */

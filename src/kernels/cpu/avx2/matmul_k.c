@@ -104,9 +104,9 @@ static inline int mins16(int t) { return t == T_Q2_K; }
 /* Fewest tokens for the tiled shape, by operand form: below, the matvec
  * (MV_TOKENS tokens per pass) is faster. The tiled shape pays for a whole
  * 8-token tile and a decode through memory whatever the token count, the
- * sign trick (KF = 1) most; crossovers measured single-threaded on Zen 3,
- * SmolLM2 gate_up / down shapes, hot weights (Q4_K, Q4_1, Q4_0: between 4
- * and 5 tokens; Q6_K: 5 and 6; Q8_0: 8 and 9). */
+ * sign trick (KF = 1) most. The crossovers (single-threaded on Zen 3,
+ * SmolLM2 gate_up / down shapes, hot weights; commit 5db2d78): Q4_K,
+ * Q4_1, Q4_0 between 4 and 5 tokens; Q6_K 5 and 6; Q8_0 8 and 9. */
 static inline int tiled_min(int t) {
     if (sign_trick(t)) return 9;
     if (biased(t)) return 6;
@@ -218,7 +218,7 @@ static inline __m256i dup8_epi16(__m128i b8, int sign) {
 
 /* Scales (sc, as a vector of 16 int16, one per 16 elements) and S2
  * coefficients (c, likewise) of a K-type super-block, and its float scales,
- * in the reference's form (quant.h, cpu/ref/matmul.c). */
+ * in the reference's form (blocks.h, cpu/ref/matmul.c). */
 static inline __attribute__((always_inline)) void k_scales(int t, const uint8_t *b, __m256i *sc,
                                                            __m256i *c, float *d1, float *d2) {
     switch (t) {

@@ -54,7 +54,7 @@ static inline __m256i q8_round8(__m256 v) {
     return _mm256_cvtps_epi32(v);
 }
 
-/* One block of 32 floats v[0..3] -> Q8A qs[32], *d, *s (quant.h). */
+/* One block of 32 floats v[0..3] -> Q8A qs[32], *d, *s (blocks.h). */
 static inline void q8a_block(const __m256 v[4], int8_t *qs, float *d, float *s) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     /* the running max second: vmaxps returns it when the new value is NaN,
@@ -88,7 +88,7 @@ void kn_act_q8a_avx2(void *restrict dst, const float *restrict x, int n) {
     }
 }
 
-/* One Q8K super-block: 256 floats at x -> qs[256], *d, bs[16] (quant.h).
+/* One Q8K super-block: 256 floats at x -> qs[256], *d, bs[16] (blocks.h).
  * Same operations as kn_act_block_ref: amax ignores NaN lanes (fmaxf does:
  * vmaxps returns its second operand when either is NaN, so the running max
  * goes second), q = round-to-even(clamp(x * id)) with NaN lanes 0. */

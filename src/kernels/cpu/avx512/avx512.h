@@ -15,24 +15,25 @@
  * matmul_p.c, matmul_pk.c): how many tiles it walks in lockstep (separate
  * memory streams) and whether it prefetches them in software. Tuned per
  * vendor, on cold (streamed) weights:
- *   Intel (Cascade Lake): 4 streams, each prefetched a page ahead into L1,
- *     as chosen when the kernels were written (~1.5x no prefetch; 4
- *     streams ~100% of the read bandwidth where one reached ~60%);
+ *   Intel (Cascade Lake): 4 streams, each prefetched a page ahead into L1:
+ *     ~1.5x no prefetch, and 4 streams reach ~100% of the read bandwidth
+ *     where one reaches ~60% (commit 9faad9c);
  *   AMD (Zen 4): the tiles in order, one stream, no software prefetch.
  *     The tiles are laid out to be read strictly forward, and the hardware
  *     prefetchers then hold one core at 22-31 GB/s; prefetching into L2
- *     (prefetcht1) held it at 17-21, into L1 with 4 streams lower still
- *     (1B-shaped Q4_K_M decode at 2 threads: 0.6x llama.cpp's).
+ *     (prefetcht1) holds it at 17-21, into L1 with 4 streams lower still
+ *     (1B-shaped Q4_K_M decode at 2 threads: 0.6x llama.cpp's; commit
+ *     dd84934).
  * The multi-token tiles (prefill) reuse each weight line from L1 for every
  * token of a register tile and prefetch into L1 everywhere: prefetching
- * into L2 cost 1B-shaped prefill about 10% on Zen 4. Speed only: the
+ * into L2 costs 1B-shaped prefill about 10% on Zen 4. Speed only: the
  * arithmetic is the same either way. */
 static inline int kn_one_stream(void) { return cpu_get_features()->amd; }
 /* always_inline: GCC 12's IPA mod-ref pass takes a plain inline function
- * whose only statement is a prefetch for one without effects, and deletes
- * its calls before inlining it (from 2026-11-28, when this helper replaced
- * a macro, until 2026-12-01 the packed matmuls held no prefetch at all;
- * tests/py/test_prefetch.py now checks the objects) */
+ * whose only statement is a prefetch for one without effects and deletes
+ * its calls before inlining it, leaving the matmuls with no prefetch at
+ * all (fixed in commit 25c113d; tests/py/test_prefetch.py checks the
+ * objects) */
 static inline __attribute__((always_inline)) void kn_pf(const void *p) { _mm_prefetch((const char *)p, _MM_HINT_T0); }
 
 #define DECLARE_MATMUL_AVX512(NAME) \

@@ -204,10 +204,10 @@ static inline __m512i bcast32(const int8_t *p) {
  * Per 64-byte weight chunk, every tile's chunk is loaded (and for Q4
  * unpacked) once, every token's 4 activation bytes are broadcast once, and
  * the nt x mt vpdpbusd run from registers. Loads, not the dot products,
- * bound this loop on the machines measured (2 loads per cycle): a 1 x 8
- * shape needs 9 loads per 8 vpdpbusd, 2 x 6 needs 5.3 (GT x GM). Measured
- * (hot weights, 1 thread, n 576 and 1536, 64 tokens): 1 x 8 ~200 GOP/s,
- * 2 x 4 ~260, 2 x 6 ~285 (Q4) / ~310 (Q8_0). */
+ * bound this loop (2 loads per cycle): a 1 x 8 shape needs 9 loads per 8
+ * vpdpbusd, 2 x 6 needs 5.3 (GT x GM), hence 2 x 6: ~285 GOP/s (Q4) and
+ * ~310 (Q8_0) against ~200 for 1 x 8 and ~260 for 2 x 4, hot weights,
+ * 1 thread, n 576 and 1536, 64 tokens (commit 82a1cc2). */
 static inline __attribute__((always_inline)) void
 pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const struct pk_act *a,
          int t0, float *y, size_t ldy, const int rb[NT], const __mmask16 sm[NT], int pf) {

@@ -134,9 +134,9 @@ enum {
      * itself from about 16 tokens for Q2_K, 20 for Q3_K) */
     DEC_MIN = 24,
     /* tokens from which AMX runs (when kn_amx_active): every type here
-     * beats its VNNI kernel from one token tile (IQ4_XS, whose four-pass
-     * decode wanted 64 tokens, since its two-pass one: 1.13-1.21x at 16
-     * tokens, 1.6-1.7x at 32, one thread, hot) */
+     * beats its VNNI kernel from one token tile (IQ4_XS with its two-pass
+     * decode: 1.13-1.21x at 16 tokens, 1.6-1.7x at 32, one thread, hot;
+     * commit 6faf8a1) */
     AMX_MIN = 16,
 };
 

@@ -114,9 +114,9 @@ enum { GB = 16 }; /* blocks per group */
 
 /* Software prefetch distance for weight rows, which are read once per call
  * as one contiguous stream. The hardware prefetcher stops at 4 KB page
- * boundaries; prefetching a page ahead measured ~1.5x faster on cold
- * (streamed) weights here (1 thread, SmolLM2 lm_head, Q4_1 and Q8_0);
- * 1-16 KB were tried, 4 KB was best or close to it. */
+ * boundaries, so the prefetch runs a page ahead: ~1.5x on cold (streamed)
+ * weights, 1 thread, SmolLM2 lm_head, Q4_1 and Q8_0; of distances of 1-16
+ * KB, 4 KB is best or close to it (commit 9faad9c). */
 enum { PF_DIST = 4096 };
 
 static inline __attribute__((always_inline)) void prefetch_group(const uint8_t *gp, int gbytes) {

@@ -44,7 +44,7 @@ static inline __m512 amax_step(__m512 v, __m512 m) {
     return _mm512_max_ps(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), v), m);
 }
 
-/* One block of 32 floats (a, b) -> Q8A: qs[32], *d, *s (see quant.h). */
+/* One block of 32 floats (a, b) -> Q8A: qs[32], *d, *s (see blocks.h). */
 static inline void q8a_block(__m512 a, __m512 b, int8_t *qs, float *d, float *s) {
     float amax = _mm512_reduce_max_ps(amax_step(b, amax_step(a, _mm512_setzero_ps())));
     float db = amax / 127.0f, id = db != 0.0f ? 127.0f / amax : 0.0f;
@@ -57,7 +57,7 @@ static inline void q8a_block(__m512 a, __m512 b, int8_t *qs, float *d, float *s)
     *s = db * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
 }
 
-/* One Q8K super-block: 256 floats at x -> qs[256], *d, bs[16] (quant.h),
+/* One Q8K super-block: 256 floats at x -> qs[256], *d, bs[16] (blocks.h),
  * the operations of kn_act_block_ref, 16 lanes at a time. */
 static void q8k_block(const float *x, int8_t *qs, float *d, int16_t *bs) {
     __m512 m = _mm512_setzero_ps();

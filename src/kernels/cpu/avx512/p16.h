@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/avx512/tile16.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 enum { T_Q8_0, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_IQ4_NL };
 enum { GB = 8 }; /* blocks per group: d (and m) first, then the quants */

@@ -118,6 +118,29 @@ void kn_act_f32_ref(void *restrict dst, const float *restrict x, int n) {
 /* ---------------------------------------------------------------------- */
 /* one dot product per weight type */
 
+/* Integer dot product of one 32-element block's unsigned 4-bit quants
+ * (low nibbles elements 0..15, high 16..31) with 32 int8 activations. */
+static inline int isum_q4(const uint8_t qs[QK / 2], const int8_t *qa) {
+    int isum = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        isum += (qs[j] & 0x0f) * qa[j];
+        isum += (qs[j] >> 4) * qa[QK / 2 + j];
+    }
+    return isum;
+}
+
+/* The same for 5-bit quants: bit 4 of element j is bit j of qh. */
+static inline int isum_q5(const uint8_t qs[QK / 2], const uint8_t qh4[4], const int8_t *qa) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    int isum = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        isum += ((qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4) * qa[j];
+        isum += ((qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4) * qa[QK / 2 + j];
+    }
+    return isum;
+}
+
 static float dot_q8_0(const struct blk_q8_0 *w, const uint8_t *xa, int n) {
     int nb = n / QK;
     const int8_t *qa = (const int8_t *)xa;
@@ -138,11 +161,7 @@ static float dot_q4_0(const struct blk_q4_0 *w, const uint8_t *xa, int n) {
     const float *sa = da + nb;
     float acc = 0.0f;
     for (int b = 0; b < nb; b++) {
-        int isum = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            isum += (w[b].qs[j] & 0x0f) * qa[b * QK + j];
-            isum += (w[b].qs[j] >> 4) * qa[b * QK + QK / 2 + j];
-        }
+        int isum = isum_q4(w[b].qs, qa + b * QK);
         acc += kn_f16_to_f32(w[b].d) * (da[b] * (float)isum - 8.0f * sa[b]);
     }
     return acc;
@@ -155,11 +174,7 @@ static float dot_q4_1(const struct blk_q4_1 *w, const uint8_t *xa, int n) {
     const float *sa = da + nb;
     float acc = 0.0f;
     for (int b = 0; b < nb; b++) {
-        int isum = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            isum += (w[b].qs[j] & 0x0f) * qa[b * QK + j];
-            isum += (w[b].qs[j] >> 4) * qa[b * QK + QK / 2 + j];
-        }
+        int isum = isum_q4(w[b].qs, qa + b * QK);
         acc += kn_f16_to_f32(w[b].d) * da[b] * (float)isum + kn_f16_to_f32(w[b].m) * sa[b];
     }
     return acc;
@@ -172,13 +187,7 @@ static float dot_q5_0(const struct blk_q5_0 *w, const uint8_t *xa, int n) {
     const float *sa = da + nb;
     float acc = 0.0f;
     for (int b = 0; b < nb; b++) {
-        uint32_t qh;
-        memcpy(&qh, w[b].qh, 4);
-        int isum = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            isum += ((w[b].qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4) * qa[b * QK + j];
-            isum += ((w[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4) * qa[b * QK + QK / 2 + j];
-        }
+        int isum = isum_q5(w[b].qs, w[b].qh, qa + b * QK);
         acc += kn_f16_to_f32(w[b].d) * (da[b] * (float)isum - 16.0f * sa[b]);
     }
     return acc;
@@ -191,13 +200,7 @@ static float dot_q5_1(const struct blk_q5_1 *w, const uint8_t *xa, int n) {
     const float *sa = da + nb;
     float acc = 0.0f;
     for (int b = 0; b < nb; b++) {
-        uint32_t qh;
-        memcpy(&qh, w[b].qh, 4);
-        int isum = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            isum += ((w[b].qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4) * qa[b * QK + j];
-            isum += ((w[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4) * qa[b * QK + QK / 2 + j];
-        }
+        int isum = isum_q5(w[b].qs, w[b].qh, qa + b * QK);
         acc += kn_f16_to_f32(w[b].d) * da[b] * (float)isum + kn_f16_to_f32(w[b].m) * sa[b];
     }
     return acc;

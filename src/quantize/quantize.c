@@ -22,7 +22,7 @@
  * complete, so OUT is never half-written; on failure OUT.tmp is removed.
  *
  * Layering: quantizing is a tool above both the file format (gguf/) and
- * the block formats (kernels/quant.h), so it has its own module and
+ * the block formats (kernels/blocks.h), so it has its own module and
  * neither of those depends on it.
  */
 #include <errno.h>
@@ -33,8 +33,8 @@
 #include "core/pool.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
-#include "kernels/quant.h"
-#include "quant/quant_int.h"
+#include "kernels/blocks.h"
+#include "quantize/quantize_int.h"
 
 /* floats per chunk of rows converted between two writes (and progress
  * reports): 4 MiB of them */
@@ -44,12 +44,6 @@ static bool is_float_type(int type) {
     return type == ANVIL_TYPE_F32 || type == ANVIL_TYPE_F16 || type == ANVIL_TYPE_BF16;
 }
 
-/* bits per weight of a type the reader knows (the source side) */
-static double src_bpw(int type) {
-    uint32_t b, s;
-    if (!gguf_type_block(type, &b, &s)) return qt_bpw(type);
-    return 8.0 * s / b;
-}
 
 // ----------------------------------------------------------------------------
 // one chunk of rows, split over the threads
@@ -138,17 +132,17 @@ anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_
         uint64_t nel = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; /* checked by gguf_open */
         if (to != t->type) {
             if (!qt_type_get(to)) { /* a copied type the reader knows: cannot happen */
-                errmsg_set(err, err_cap, "quantize: cannot write type %s", qt_type_name(to));
+                errmsg_set(err, err_cap, "quantize: cannot write type %s", gguf_type_name_any(to));
                 st = ANVIL_ERR_UNSUPPORTED;
                 goto fail;
             }
             if (!is_float_type(t->type) && qt_type_get(to)->quantized &&
-                src_bpw(t->type) < qt_bpw(to) - 1e-9) {
+                gguf_type_bpw(t->type) < gguf_type_bpw(to) - 1e-9) {
                 errmsg_set(err, err_cap,
                            "quantize: tensor '%s' is already quantized to %s (%.2f bits per "
                            "weight), below its target %s (%.2f): quantize from an F16 or F32 "
-                           "file instead", t->name, qt_type_name(t->type), src_bpw(t->type),
-                           qt_type_name(to), qt_bpw(to));
+                           "file instead", t->name, gguf_type_name_any(t->type), gguf_type_bpw(t->type),
+                           gguf_type_name_any(to), gguf_type_bpw(to));
                 st = ANVIL_ERR_INVALID;
                 goto fail;
             }
@@ -156,7 +150,7 @@ anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_
         } else {
             sx.n_copied++;
         }
-        uint64_t nb = to == t->type ? t->nbytes : qt_row_size(to, t->ne[0]) * (nel / t->ne[0]);
+        uint64_t nb = to == t->type ? t->nbytes : gguf_row_size(to, t->ne[0]) * (nel / t->ne[0]);
         offs[i] = off;
         off += (nb + f->alignment - 1) / f->alignment * f->alignment;
         sx.bytes_in += t->nbytes;
@@ -165,8 +159,8 @@ anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_
         if (to != t->type) {
             uint64_t rows = (CHUNK_ELEMS + t->ne[0] - 1) / t->ne[0];
             if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
-            if (rows * qt_row_size(to, t->ne[0]) > max_chunk)
-                max_chunk = rows * qt_row_size(to, t->ne[0]);
+            if (rows * gguf_row_size(to, t->ne[0]) > max_chunk)
+                max_chunk = rows * gguf_row_size(to, t->ne[0]);
         }
     }
 
@@ -232,7 +226,7 @@ anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_
             struct job j = {.t = t,
                             .type_out = types[i],
                             .row_in = gguf_row_size(t->type, t->ne[0]),
-                            .row_out = qt_row_size(types[i], t->ne[0]),
+                            .row_out = gguf_row_size(types[i], t->ne[0]),
                             .out = chunk,
                             .scratch = scratch,
                             .bad_row = bad_row};

@@ -16,8 +16,8 @@
  */
 #include <string.h>
 
-#include "kernels/quant.h"
-#include "quant/quant_int.h"
+#include "kernels/blocks.h"
+#include "quantize/quantize_int.h"
 
 /* Next f16 value away from (dir > 0) or towards (dir < 0) zero; 0 when
  * there is none (zero magnitude, or the next would be inf). */

@@ -1,5 +1,5 @@
 /*
- * unit_quant.c - the quantize module (src/quant): the scale search, the
+ * unit_quantize.c - the quantize module (src/quantize): the scale search, the
  * type table, the mix rules and anvil_quantize on small GGUF files written
  * here with gguf_write.h.
  *
@@ -30,8 +30,8 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
-#include "kernels/quant.h"
-#include "quant/quant_int.h"
+#include "kernels/blocks.h"
+#include "quantize/quantize_int.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double urand(void) { /* xorshift64*, [0, 1) */
@@ -52,27 +52,20 @@ static void test_types(void **state) {
                        ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q5_0,   ANVIL_TYPE_Q5_1,
                        ANVIL_TYPE_Q2_K, ANVIL_TYPE_Q3_K, ANVIL_TYPE_Q4_K,   ANVIL_TYPE_Q5_K,
                        ANVIL_TYPE_Q6_K, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_IQ4_XS};
-    /* GGUF's geometry, from the spec (elements, bytes per block) */
-    const uint32_t geo[][2] = {{1, 4},   {1, 2},    {1, 2},    {32, 34},  {32, 18},
-                               {32, 20}, {32, 22},  {32, 24},  {256, 84}, {256, 110},
-                               {256, 144}, {256, 176}, {256, 210}, {32, 18}, {256, 136}};
+    /* the write set: geometry and names are the type table's
+     * (gguf_types.h, checked against the spec in unit_gguf.c) */
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        const struct qt_type *t = qt_type_get(all[i]);
+        const struct gguf_type_info *t = qt_type_get(all[i]);
         assert_non_null(t);
-        assert_int_equal(t->blck, geo[i][0]);
-        assert_int_equal(t->bytes, geo[i][1]);
-        uint32_t b, s;
-        if (gguf_type_block(all[i], &b, &s)) { /* the reader, where it knows the type */
-            assert_int_equal(b, t->blck);
-            assert_int_equal(s, t->bytes);
-        }
-        assert_int_equal(qt_row_size(all[i], 2 * t->blck), 2 * t->bytes);
+        assert_true(t->read && t->write);
+        assert_true(t->quantized == (i >= 3));
+        assert_int_equal(gguf_row_size(all[i], 2 * t->blck), 2 * t->bytes);
     }
     assert_null(qt_type_get(ANVIL_TYPE_Q8_K));
+    assert_null(qt_type_get(16)); /* IQ2_XXS: read by neither */
     assert_null(qt_type_get(9999));
-    assert_true(fabs(qt_bpw(ANVIL_TYPE_Q4_K) - 4.5) < 1e-12);
-    assert_true(fabs(qt_bpw(ANVIL_TYPE_Q6_K) - 6.5625) < 1e-12);
-    assert_string_equal(qt_type_name(ANVIL_TYPE_IQ4_XS), "IQ4_XS");
+    assert_true(fabs(gguf_type_bpw(ANVIL_TYPE_Q4_K) - 4.5) < 1e-12);
+    assert_true(fabs(gguf_type_bpw(ANVIL_TYPE_Q6_K) - 6.5625) < 1e-12);
     /* mixes: case-insensitive names, llama.cpp's ftype numbers */
     assert_int_equal(qt_mix_find("q4_k_m")->ftype, 15);
     assert_int_equal(qt_mix_find("Q6_K")->ftype, 18);
@@ -218,7 +211,7 @@ static void test_row_quantizers(void **state) {
     static float x[N];
     static uint8_t a[N * 2], b[N * 2];
     for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
-        size_t rs = qt_row_size(types[k], N);
+        size_t rs = gguf_row_size(types[k], N);
         assert_true(rs > 0 && rs <= sizeof(a));
         for (int pass = 0; pass < 4; pass++) {
             for (int i = 0; i < N; i++) {
@@ -304,19 +297,19 @@ static int make_model(const char *path, int n_layer, uint64_t ne0, uint64_t ff, 
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         gguf_wr_tensor_info(&w, td[i].name, td[i].n_dims, td[i].ne, td[i].type, off);
-        off += (qt_row_size(td[i].type, td[i].ne[0]) * td[i].ne[1] + 31) / 32 * 32;
+        off += (gguf_row_size(td[i].type, td[i].ne[0]) * td[i].ne[1] + 31) / 32 * 32;
     }
     gguf_wr_pad(&w, 32);
     for (int i = 0; i < n; i++) {
         uint64_t nel = td[i].ne[0] * td[i].ne[1];
         float *x = malloc(nel * sizeof(float));
-        uint8_t *q = malloc(qt_row_size(td[i].type, td[i].ne[0]) * td[i].ne[1] + 1);
+        uint8_t *q = malloc(gguf_row_size(td[i].type, td[i].ne[0]) * td[i].ne[1] + 1);
         for (uint64_t j = 0; j < nel; j++) x[j] = td[i].n_dims == 1 ? 1.0f : 0.02f * nrand();
         if (poison && !strcmp(td[i].name, "blk.0.ffn_up.weight")) x[nel / 2] = NAN;
         for (uint64_t r = 0; r < td[i].ne[1]; r++)
             kn_quantize_row(td[i].type, x + r * td[i].ne[0],
-                            q + r * qt_row_size(td[i].type, td[i].ne[0]), (int64_t)td[i].ne[0]);
-        gguf_wr_bytes(&w, q, qt_row_size(td[i].type, td[i].ne[0]) * td[i].ne[1]);
+                            q + r * gguf_row_size(td[i].type, td[i].ne[0]), (int64_t)td[i].ne[0]);
+        gguf_wr_bytes(&w, q, gguf_row_size(td[i].type, td[i].ne[0]) * td[i].ne[1]);
         gguf_wr_pad(&w, 32);
         free(x);
         free(q);

@@ -58,7 +58,7 @@
 #include <strings.h>
 
 #include "gguf/gguf.h"
-#include "quant/quant_int.h"
+#include "quantize/quantize_int.h"
 
 enum {
     FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
@@ -247,7 +247,7 @@ static bool more_bits(int i, int n) {
 }
 
 static uint32_t blck_of(int type) {
-    const struct qt_type *t = qt_type_get(type);
+    const struct gguf_type_info *t = qt_type_get(type);
     return t ? t->blck : 1;
 }
 

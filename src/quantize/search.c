@@ -12,10 +12,11 @@
  * small ones: with no activation statistics (no importance matrix), large
  * weights are the best available proxy for the columns that matter, and
  * the floor keeps the plain squared error (what an unknown activation
- * sees on average) in the measure. Measured on random and SmolLM2 rows
- * against llama.cpp's quantizers, this weighting is better than w = x^2
- * and w = sigma2 + x^2 on plain RMSE and on the sigma2 + x^2 measure alike
- * (tests/py/test_quantizers.py checks plain RMSE per type).
+ * sees on average) in the measure. On random and SmolLM2 rows against
+ * llama.cpp's quantizers, this weighting is better than w = x^2 and
+ * w = sigma2 + x^2 on plain RMSE and on the sigma2 + x^2 measure alike
+ * (commit db51ce7; tests/py/test_quantizers.py checks plain RMSE per
+ * type).
  *
  * Two fits, on one block of n <= 32 elements:
  *   - symmetric, x ~= s * lv[L] with lv a grid of levels (linear or the
@@ -40,8 +41,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/quant.h"
-#include "quant/quant_int.h"
+#include "kernels/blocks.h"
+#include "quantize/quantize_int.h"
 
 void qs_weights(const float *x, int n, float *w) {
     double s2 = 0.0;

@@ -1,5 +1,5 @@
 /*
- * quant.c - the reference definition of every weight format: half/bfloat16
+ * blocks.c - the reference definition of every weight format: half/bfloat16
  * conversions, dequantization of every type GGUF files hold that anvil
  * reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K,
  * IQ4_XS, Q8_K), quantization of the simple ones (F16, BF16, Q8_0, Q4_0,
@@ -11,16 +11,17 @@
  * a file written by `anvil quantize` matches what llama.cpp would write.
  * Dequantization is bit-exact with the gguf Python package (gguf/quants.py,
  * tests/py/test_quant.py): each element is the same float32 products in
- * the same order (quant.h spells them out), never contracted to FMAs.
+ * the same order (blocks.h spells them out), never contracted to FMAs.
  * The weight quantizers with scale search for the other types live in
- * src/quant, above this layer.
+ * src/quantize, above this layer.
  */
 #include <math.h>
 #include <stddef.h>
 
 #include "core/core.h"
+#include "gguf/gguf_types.h"
 #include "kernels/ops.h"
-#include "kernels/quant.h"
+#include "kernels/blocks.h"
 
 /* ---------------------------------------------------------------------- */
 /* half and bfloat16 */
@@ -305,7 +306,7 @@ void kn_quantize_row(int type, const float *src, void *dst, int64_t k) {
     case ANVIL_TYPE_Q8_0: quant_q8_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_0: quant_q4_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_1: quant_q4_1(src, dst, k); break;
-    default: ANVIL_ASSERT(!"kn_quantize_row: type not quantized here (src/quant has the others)");
+    default: ANVIL_ASSERT(!"kn_quantize_row: type not quantized here (src/quantize has the others)");
     }
 }
 
@@ -331,31 +332,12 @@ static int scale_offsets(int type, int off[2]) {
     }
 }
 
-static int64_t block_bytes(int type, int *blck) {
-    switch (type) {
-    case ANVIL_TYPE_Q8_0: *blck = QK; return sizeof(struct blk_q8_0);
-    case ANVIL_TYPE_Q4_0: *blck = QK; return sizeof(struct blk_q4_0);
-    case ANVIL_TYPE_Q4_1: *blck = QK; return sizeof(struct blk_q4_1);
-    case ANVIL_TYPE_Q5_0: *blck = QK; return sizeof(struct blk_q5_0);
-    case ANVIL_TYPE_Q5_1: *blck = QK; return sizeof(struct blk_q5_1);
-    case ANVIL_TYPE_IQ4_NL: *blck = QK; return sizeof(struct blk_iq4_nl);
-    case ANVIL_TYPE_Q2_K: *blck = QK_K; return sizeof(struct blk_q2_k);
-    case ANVIL_TYPE_Q3_K: *blck = QK_K; return sizeof(struct blk_q3_k);
-    case ANVIL_TYPE_Q4_K: *blck = QK_K; return sizeof(struct blk_q4_k);
-    case ANVIL_TYPE_Q5_K: *blck = QK_K; return sizeof(struct blk_q5_k);
-    case ANVIL_TYPE_Q6_K: *blck = QK_K; return sizeof(struct blk_q6_k);
-    case ANVIL_TYPE_IQ4_XS: *blck = QK_K; return sizeof(struct blk_iq4_xs);
-    case ANVIL_TYPE_Q8_K: *blck = QK_K; return sizeof(struct blk_q8_k);
-    default: *blck = 1; return 0;
-    }
-}
-
 int64_t kn_find_bad_scale(int type, const void *data, int64_t nrows, int64_t n,
                           size_t row_bytes) {
-    int blck, off[2];
-    int64_t bb = block_bytes(type, &blck);
-    if (bb == 0) return -1;
-    int64_t nb = n / blck;
+    const struct gguf_type_info *ti = gguf_type_info(type);
+    if (!ti || !ti->read || !ti->quantized) return -1;
+    int off[2];
+    int64_t bb = ti->bytes, nb = n / ti->blck;
     if (type == ANVIL_TYPE_Q8_K) {
         for (int64_t r = 0; r < nrows; r++)
             for (int64_t b = 0; b < nb; b++) {

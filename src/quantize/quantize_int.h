@@ -1,48 +1,37 @@
 /*
- * quant_int.h - internals of the quantize module (src/quant): the searched
+ * quantize_int.h - internals of the quantize module (src/quantize): the searched
  * row quantizers (search.c, blocks32.c, kquants.c), the mix rules
- * (mix.c) and the file writer (quantize.c). Nothing outside src/quant and
+ * (mix.c) and the file writer (quantize.c). Nothing outside src/quantize and
  * its tests includes this.
  *
- * Layering: above gguf/ (the file format) and kernels/quant.h (the block
+ * Layering: above gguf/ (the file format) and kernels/blocks.h (the block
  * structs and f16 conversion); neither depends on this module.
  */
-#ifndef ANVIL_QUANT_INT_H
-#define ANVIL_QUANT_INT_H
+#ifndef ANVIL_QUANTIZE_INT_H
+#define ANVIL_QUANTIZE_INT_H
 
-#include "quant/quant.h"
+#include "quantize/quantize.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/core.h"
+#include "gguf/gguf_types.h"
 
 /* ---------------------------------------------------------------------- */
 /* types the quantizer writes (qtypes.c) */
 
-struct qt_type {
-    int type;         /* enum anvil_type */
-    const char *name; /* "Q4_K" */
-    uint32_t blck;    /* elements per block */
-    uint32_t bytes;   /* bytes per block */
-    bool quantized;   /* false for F32/F16/BF16 */
-};
-
-/* Geometry of a type anvil can write, or NULL. Agrees with
- * gguf_type_block for every type both know (tests/unit_quant.c). */
-const struct qt_type *qt_type_get(int type);
-/* Bytes of a row of n elements (n a multiple of the block), 0 if unknown. */
-size_t qt_row_size(int type, uint64_t n);
-/* Bits per weight of a type (8 * bytes / blck). */
-double qt_bpw(int type);
-/* Name of any type id anvil writes or reads ("?" if none). */
-const char *qt_type_name(int type);
+/* The row of gguf_types.h for a type anvil quantize writes (write set:
+ * F32, F16, BF16 and every block type the reader runs but Q8_K), or NULL.
+ * Geometry, names and bits per weight are that table's (gguf_row_size,
+ * gguf_type_bpw, gguf_type_name_any). */
+const struct gguf_type_info *qt_type_get(int type);
 
 /* ---------------------------------------------------------------------- */
 /* row quantizers (blocks32.c, kquants.c) */
 
-/* qt_quantize_row (quant.h): one row of n floats (n a multiple of the
- * type's block) into dst (qt_row_size(type, n) bytes), every type of
+/* qt_quantize_row (blocks.h): one row of n floats (n a multiple of the
+ * type's block) into dst (gguf_row_size(type, n) bytes), every type of
  * qt_type_get: F32, F16, BF16 and Q8_0/Q4_0/Q4_1 with the reference
  * conversions of kernels/cpu/ref (bit-compatible with ggml's), the others
  * with the searched quantizers of this module. Deterministic: the same

@@ -21,7 +21,7 @@
  * The encoding with the lowest error is kept. (llama.cpp without an
  * importance matrix does steps 1 and 2, then re-rounds the indices once.)
  *
- * Layouts (GGUF, see kernels/quant.h): sub-block j of a 16-element type
+ * Layouts (GGUF, see kernels/blocks.h): sub-block j of a 16-element type
  * covers elements 16j..16j+15, of a 32-element type 32j..32j+31.
  *   Q2_K   x = d*sc*q - dmin*m, q 2-bit, sc and m 4-bit (scales[j] = sc | m<<4)
  *   Q3_K   x = d*(sc-32)*(q-4), q 3-bit (2 low bits in qs, the high in hmask),
@@ -37,8 +37,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/quant.h"
-#include "quant/quant_int.h"
+#include "kernels/blocks.h"
+#include "quantize/quantize_int.h"
 
 #define SB_ITERS 4
 #define NSUB_MAX 16

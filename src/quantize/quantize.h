@@ -1,11 +1,11 @@
 /*
- * quant.h - what the quantization module offers the rest of the project
+ * quantize.h - what the quantization module offers the rest of the project
  * besides anvil_quantize (include/anvil.h): the searched row quantizers,
  * for tools that need weights of a type (benchmarks, tests). The module's
- * internals (search, mixes, the file writer) are in quant_int.h.
+ * internals (search, mixes, the file writer) are in quantize_int.h.
  */
-#ifndef ANVIL_QUANT_H
-#define ANVIL_QUANT_H
+#ifndef ANVIL_QUANTIZE_H
+#define ANVIL_QUANTIZE_H
 
 #include <stdbool.h>
 #include <stdint.h>
