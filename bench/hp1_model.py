@@ -8,7 +8,7 @@ the serving scenarios of HP1 and softmax side by side.
 
 convert writes a copy of a llama-architecture GGUF (default: the default
 model, SmolLM2-135M-Instruct Q4_1) whose every layer has HP1 gated
-attention (README "Attention kinds"), into ~/.cache/anvil/hp1/ unless --out
+attention (docs/attention.md), into ~/.cache/anvil/hp1/ unless --out
 says otherwise. Every tensor and every other metadata value is copied as
 is; the file gains <arch>.attention.kind = "hp1" and the HP1 parameters.
 No model ships with this attention, so the parameters are chosen, not

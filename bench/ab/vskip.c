@@ -7,7 +7,7 @@
  * the bytes cross the memory bus whatever the kernel reads. This loop
  * measures exactly that, without any attention arithmetic: one thread
  * streams a 128 MiB pool of 16-key F16 tiles (head_dim 64: K 2 KiB, V
- * 2 KiB per tile, as src/kernels/attn.h lays them out), reads every K
+ * 2 KiB per tile, as src/attn/attn.h lays them out), reads every K
  * line and, of V, every row ("dense"), the rows of a random mask
  * ("sparse"), or none ("K only"), for two layouts: K and V of a tile side
  * by side (the engine's) and K and V in two separate regions. The masks

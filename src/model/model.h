@@ -60,7 +60,7 @@ enum model_act {
     MODEL_ACT_GELU_TANH, /* GeGLU: gelu_tanh(gate) * up */
 };
 
-/* A layer's attention (README "Attention kinds"): the softmax, or HP1 gated
+/* A layer's attention (docs/attention.md): the softmax, or HP1 gated
  * attention (attn/hp1/attn_hp1.h: ReLU, a causal FIR over the key positions,
  * a clamp, no normalisation). */
 enum model_attn {

@@ -11,7 +11,7 @@
 #include "model/loader.h"
 
 /* ---------------------------------------------------------------------- */
-/* attention kinds (README "Attention kinds")
+/* attention kinds (docs/attention.md)
  *
  *   <arch>.attention.kind        string "softmax" | "hp1" (every layer), or an
  *                                array of n_layer such strings; absent = softmax

@@ -99,7 +99,7 @@ def tokenizer_kvs(pre="smollm"):
 
 def micro_llama(hp1=False):
     """One layer, n_embd 32, one head of 32, tied embeddings; with hp1,
-    HP1 gated attention (README "Attention kinds")."""
+    HP1 gated attention (docs/attention.md)."""
     kvs, n_vocab = tokenizer_kvs()
     hp = [
         ("general.architecture", g.STR, "llama"),

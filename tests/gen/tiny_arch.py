@@ -11,8 +11,8 @@ CONFIGS names one small model per architecture feature set:
            window on 5 of 6 layers with a different RoPE base, tied output
   phi3     fused attn_qkv and gate/up (ffn_up of 2*n_ff rows), partial
            rotary (rope.dimension_count = head_dim / 2)
-  hp1      llama with HP1 gated attention on every layer (README "Attention
-           kinds"): one kv head for 4 query heads, K = 3 taps (1, -a, -a)
+  hp1      llama with HP1 gated attention on every layer (docs/attention.md):
+           one kv head for 4 query heads, K = 3 taps (1, -a, -a)
            per head with the ReLU, lo 0, hi 1: about 70% of the p are zero
   hp1mix   qwen2 with layers hp1, softmax, hp1: K = 5 random taps, no ReLU,
            lo < 0 (mostly nonzero p), gamma and hi of their own
@@ -22,7 +22,7 @@ stored (dequantized, float64); forward(name, w, tokens) gives the logits of
 every position. K and V are rounded to float16 like the engine's cache.
 HP1 taps are drawn by make_gguf (hp1_taps) and returned with the weights
 as "hp1.taps" (n_layer, n_head, K); forward() runs the HP1 formula of
-src/kernels/attn_hp1.h in float64 and, given a stats dict, counts the
+src/attn/hp1/attn_hp1.h in float64 and, given a stats dict, counts the
 share of p that are exactly zero.
 The vocabulary is the byte-level BPE of tiny_llama.py (300 tokens), which
 both anvil and llama.cpp load for every architecture. Nothing here is
@@ -148,7 +148,7 @@ def hp1_taps(c, seed):
 
 
 def hp1_meta(c, taps):
-    """The HP1 metadata of README "Attention kinds": suffix -> value."""
+    """The HP1 metadata of docs/attention.md: suffix -> value."""
     if not c["hp1"]:
         return {}
     h = c["hp1"]

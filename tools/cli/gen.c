@@ -40,7 +40,7 @@ void gen_print_opts_help(FILE *f) {
             "      --json-schema FILE  the output is one JSON value valid under the schema\n"
             "      --grammar FILE    the output follows the GBNF grammar (start rule root)\n"
             "      --regex RE        the whole output matches the regular expression\n"
-            "                        (one of the three; see README, Structured output)\n"
+            "                        (one of the three; see docs/structured-output.md)\n"
             "      --spec ngram|draft  speculative decoding: prompt lookup, or --draft\n"
             "      --draft FILE      draft model (same vocabulary) for --spec draft\n"
             "      --spec-k K        most tokens proposed per step (1..%d, default %d)\n"

@@ -1,6 +1,6 @@
 /*
  * hp1_meta.h - the HP1 configuration of a model from its GGUF metadata
- * (docs: README "Attention kinds"):
+ * (docs: docs/attention.md):
  *
  *   <arch>.attention.hp1.fir_k   u32 K, 1..KN_HP1_MAX_TAPS          (required)
  *   <arch>.attention.hp1.taps    f32 array (n_layer, n_head, K)      (required)
