@@ -8,17 +8,28 @@ ground truth for the format:
     magnitudes, all-zero blocks, ties and values next to powers of two;
   - the matmuls: the reference against float64 numpy on the dequantized
     weights and the Q8A activations, every other kernel family this CPU
-    runs (avx2, avx512, auto) equal to the reference bit for bit.
-tests/tool_dequant.c runs our side; the helpers are test_kquant's.
+    runs (avx2, avx512, auto) equal to the reference bit for bit;
+  - a tiny llama (tests/gen/tiny_arch.py) with every matrix in MXFP4:
+    anvil's logits against the numpy forward pass, every kernel family.
+tests/tool_dequant.c and tool_logits run our side; the helpers are
+test_kquant's and test_archs'.
 """
+import os
+import sys
+
 import numpy as np
 import pytest
 
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
+from conftest import ROOT
 from test_kquant import (TOOLS, TOOL_IDS, run, has_avx2, assert_same_bits,
                          check_matmul, write_gguf)
+from test_archs import anvil_rows, rel_err, kernel_families as arch_families
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "gen"))
+import tiny_arch  # noqa: E402
 
 pytestmark = [pytest.mark.kernels,
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")]
@@ -148,3 +159,20 @@ def test_matmul_random_blocks(tmp_path):
                          f"MXFP4 n {n} rows {rows} n_tokens {nt}")
             for k, y in ys.items():
                 assert_same_bits(y.reshape(-1), y_ref, f"MXFP4 n {n} nt {nt} {k} vs ref")
+
+
+# ----------------------------------------------------------------------------
+# a whole model: the tiny llama of tests/gen/tiny_arch.py with every matrix
+# (embeddings, attention, FFN, output) in MXFP4, through gguf_open, the
+# weight binding and the forward pass, against numpy on the dequantized
+# weights (Q8A activations add about the error of test_archs.py's Q8_0)
+
+def test_tiny_llama_runs(tmp_path, monkeypatch):
+    monkeypatch.setitem(tiny_arch.QTYPES, "MXFP4", QT.MXFP4)
+    path = str(tmp_path / "llama3-mxfp4.gguf")
+    w = tiny_arch.make_gguf(path, "llama3", "MXFP4", seed=5)
+    toks = [int(t) for t in np.random.default_rng(11).integers(0, 256, 120)]
+    ref = tiny_arch.forward("llama3", w, toks)
+    for fam in arch_families():
+        err = rel_err(anvil_rows(path, toks, fam), ref)
+        assert err.max() <= 4e-2, f"MXFP4 llama3 {fam}: worst row {err.argmax()} {err.max():.2e}"
