@@ -57,7 +57,7 @@
  *         activation sums (4 or 8 vpmaddwd per unit; none for the Q8A
  *         types, whose sa terms are in the float step);
  *       signed weights, the sign trick |w| * sign(a, w) (Q8_0, IQ4_NL,
- *         IQ4_XS, MXFP4): KF = 1 (MXFP4, |w| <= 12: 8); no S2. (Q8_0 cannot take the biased form: a
+ *         IQ4_XS: KF = 1; MXFP4, |w| <= 12: KF = 8); no S2. (Q8_0 cannot take the biased form: a
  *         pair of 255 * |-128| products overflows int16 even at KF = 1);
  *       biased activations a + 128 (unsigned) x signed weights q - 32
  *         (Q6_K) or q - 4 * !h (Q3_K): 2 * KF * 255 * max|w| <= 32767,

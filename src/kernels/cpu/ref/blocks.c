@@ -307,8 +307,9 @@ static void quant_q4_1(const float *x, struct blk_q4_1 *y, int64_t k) {
 
 /* ggml's rule: the scale byte from the block's largest magnitude a,
  * e = floor(log2(a)) - 2 + 127 (so that a / 2^(e-127) lands in [4, 8), the
- * top of the E2M1 range; 0 for an all-zero block; taken mod 256, as ggml's
- * conversion does for a below 2^-125), then each element the code of the
+ * top of the E2M1 range; 0 for an all-zero block; for a below 2^-125,
+ * where ggml's float-to-uint8 conversion is undefined, taken mod 256 as
+ * x86 builds of ggml do), then each element the code of the
  * nearest value h * kv (the first of equal errors: +0 before -0). log2f as
  * ggml calls it, so that a just below a power of two rounds like ggml's. */
 static int mxfp4_nearest(float x, float h) {
@@ -328,7 +329,10 @@ static void quant_mxfp4(const float *x, struct blk_mxfp4 *y, int64_t k) {
     for (int64_t i = 0; i < k / QK; i++) {
         float amax = 0.0f;
         for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[i * QK + j]));
-        uint8_t e = amax > 0.0f ? (uint8_t)(int)(floorf(log2f(amax)) - 2.0f + 127.0f) : 0;
+        /* finite amax gives -24..252 here; an infinite one (where ggml's
+         * conversion is undefined) the largest scale */
+        float ef = amax > 0.0f ? floorf(log2f(amax)) - 2.0f + 127.0f : 0.0f;
+        uint8_t e = ef <= 255.0f ? (uint8_t)(int)ef : 255;
         float h = kn_e8m0_half(e);
         y[i].e = e;
         for (int j = 0; j < QK / 2; j++)
