@@ -353,7 +353,7 @@ static anvil_status parse_tensor(struct rd *r, struct gguf_tensor *t, uint64_t i
     if (type > INT32_MAX || !gguf_type_block((int)type, &blck, &bsz)) {
         errmsg_set(r->err, r->err_cap,
                    "gguf: tensor '%s': type %u (%s) is not supported (anvil reads F32, F16, "
-                   "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS)",
+                   "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4)",
                    nb, type, gguf_type_name_any((int)type));
         return ANVIL_ERR_UNSUPPORTED;
     }

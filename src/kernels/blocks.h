@@ -12,6 +12,10 @@
  *                                element j is bit j of qh (little endian)
  *   Q5_1: x = d * q + m,         q 5-bit as Q5_0
  *   IQ4_NL: x = d * kv[q],       q 4-bit as Q4_0, kv = kn_iq4nl_values
+ *   MXFP4: x = h * kv[q],        q 4-bit as Q4_0, kv = kn_mxfp4_values (the
+ *                                E2M1 values doubled), h = 2^(e - 128) =
+ *                                half the E8M0 scale byte e's 2^(e - 127)
+ *                                (kn_e8m0_half; e 0 and 1 give subnormals)
  *
  * Super-blocks of 256 elements (QK_K), "K-quants" (field order as in the
  * file; every product below is a float32 product, in this order):
@@ -40,7 +44,8 @@
  *         activation type; anvil reads it from files but never runs it.
  *
  * Activation row formats (one row of n elements):
- *   Q8A  (for the 32-element types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL),
+ *   Q8A  (for the 32-element types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
+ *        MXFP4),
  *        n a multiple of 32: qs[n] int8, then d[n/32] float, then s[n/32]
  *        float with s = d * sum(qs of the block). Blocks are quantized
  *        symmetrically: d = max|x| / 127, q = round(x / d) in [-127, 127]
@@ -107,12 +112,20 @@ struct blk_iq4_nl {
     uint8_t qs[QK / 2];
 };
 
+/* MXFP4 (ggml type 39): one E8M0 scale byte, then 4-bit indices into
+ * kn_mxfp4_values; 17 bytes, so blocks in a row are unaligned */
+struct blk_mxfp4 {
+    uint8_t e;
+    uint8_t qs[QK / 2];
+};
+
 _Static_assert(sizeof(struct blk_q8_0) == 34, "q8_0 block size");
 _Static_assert(sizeof(struct blk_q4_0) == 18, "q4_0 block size");
 _Static_assert(sizeof(struct blk_q4_1) == 20, "q4_1 block size");
 _Static_assert(sizeof(struct blk_q5_0) == 22, "q5_0 block size");
 _Static_assert(sizeof(struct blk_q5_1) == 24, "q5_1 block size");
 _Static_assert(sizeof(struct blk_iq4_nl) == 18, "iq4_nl block size");
+_Static_assert(sizeof(struct blk_mxfp4) == 17, "mxfp4 block size");
 
 /* ---------------------------------------------------------------------- */
 /* K-quants: super-blocks of QK_K = 256 elements in sub-blocks of 16 or 32
@@ -171,6 +184,19 @@ _Static_assert(sizeof(struct blk_q8_k) == 292, "q8_k block size");
 
 /* The 16 values of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 extern const int8_t kn_iq4nl_values[16];
+/* The 16 MXFP4 (E2M1) values times 2 (ggml's kvalues_mxfp4): codes 0..7
+ * are 0, 0.5, 1, 1.5, 2, 3, 4, 6 doubled, 8..15 the same negated. */
+extern const int8_t kn_mxfp4_values[16];
+
+/* Half the value 2^(e - 127) of an E8M0 scale byte: 2^(e - 128), built
+ * from its bits (a subnormal for e < 2; every e is finite, ggml has no
+ * NaN code 255 here), as ggml_e8m0_to_fp32_half does. */
+static inline float kn_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* Scale and min j (< 8) of a Q4_K/Q5_K super-block from its 12 packed
  * bytes: bytes 0..3 hold sc 0..3 (low 6 bits) and the high 2 bits of sc

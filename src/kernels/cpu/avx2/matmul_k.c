@@ -1,7 +1,7 @@
 /*
  * matmul_k.c (avx2) - matmuls of every quantized weight type with AVX2
- * (vpmaddubsw + vpmaddwd): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL against
- * Q8A activations, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS against Q8K. The specification is
+ * (vpmaddubsw + vpmaddwd): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, MXFP4
+ * against Q8A activations, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS against Q8K. The specification is
  * cpu/ref/matmul.c; the kernels are bit-exact with it.
  *
  * Units. A weight row is a sequence of units: the 32-element block of the
@@ -15,7 +15,9 @@
  *   Q6_K, Q3_K, IQ4_XS: acc + (d * da) * (S1 - S2)
  *   Q4_0: acc + d * (da * S1 - 8 * sa)     Q5_0: acc + d * (da * S1 - 16 * sa)
  *   Q4_1, Q5_1: acc + ((d * da) * S1 + m * sa)
- *   Q8_0, IQ4_NL: acc + (d * da) * S1
+ *   Q8_0, IQ4_NL: acc + (d * da) * S1     MXFP4: acc + (h * da) * S1,
+ *   h the E8M0 byte's half scale (kn_e8m0_half; gathered for 8 rows by
+ *   building the same bits in vector lanes)
  * Integer sums are exact in any order (bounds in cpu/ref/matmul.c), and
  * the float step of each (row, token) runs unit by unit in row order with
  * separate mul/add intrinsics (no FMA: these files are built with -std=c11,
@@ -55,7 +57,7 @@
  *         activation sums (4 or 8 vpmaddwd per unit; none for the Q8A
  *         types, whose sa terms are in the float step);
  *       signed weights, the sign trick |w| * sign(a, w) (Q8_0, IQ4_NL,
- *         IQ4_XS): KF = 1; no S2. (Q8_0 cannot take the biased form: a
+ *         IQ4_XS: KF = 1; MXFP4, |w| <= 12: KF = 8); no S2. (Q8_0 cannot take the biased form: a
  *         pair of 255 * |-128| products overflows int16 even at KF = 1);
  *       biased activations a + 128 (unsigned) x signed weights q - 32
  *         (Q6_K) or q - 4 * !h (Q3_K): 2 * KF * 255 * max|w| <= 32767,
@@ -74,7 +76,7 @@
 
 #include "kernels/cpu/avx2/avx2.h"
 
-enum { T_Q4_0, T_Q4_1, T_Q8_0, T_Q5_0, T_Q5_1, T_IQ4_NL, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS };
+enum { T_Q4_0, T_Q4_1, T_Q8_0, T_Q5_0, T_Q5_1, T_IQ4_NL, T_MXFP4, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_IQ4_XS };
 
 enum {
     GR = 3,              /* rows per register tile (tiled) */
@@ -89,11 +91,13 @@ enum {
 static inline int is_k(int t) { return t >= T_Q2_K; }
 static inline int unit_len(int t) { return is_k(t) ? QK_K : QK; }
 static inline int unit_bytes(int t) {
-    static const int b[] = {18, 20, 34, 22, 24, 18, 84, 110, 144, 176, 210, 136};
+    static const int b[] = {18, 20, 34, 22, 24, 18, 17, 84, 110, 144, 176, 210, 136};
     return b[t];
 }
 /* operand forms of the tiled shape (see the header) */
-static inline int sign_trick(int t) { return t == T_Q8_0 || t == T_IQ4_NL || t == T_IQ4_XS; }
+static inline int sign_trick(int t) {
+    return t == T_Q8_0 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_MXFP4;
+}
 /* Q8A types with a min term m * sa (Q4_1, Q5_1) */
 static inline int has_m(int t) { return t == T_Q4_1 || t == T_Q5_1; }
 static inline int biased(int t) { return t == T_Q6_K || t == T_Q3_K; }
@@ -118,6 +122,7 @@ static inline int kflush(int t) {
     case T_Q4_0:
     case T_Q4_1:
     case T_Q4_K: return 8;  /* 2 * 8 * 127 * 15 = 30480 */
+    case T_MXFP4: return 8; /* 2 * 8 * 12 * 127 = 24384 */
     case T_Q6_K: return 2;  /* 2 * 2 * 255 * 32 = 32640 */
     case T_Q8_0:             /* 2 * 128 * 127 = 32512 (|-128| = 128) */
     case T_IQ4_NL:
@@ -180,11 +185,25 @@ static inline __m256i kv_lookup(__m256i idx) {
     const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kn_iq4nl_values));
     return _mm256_shuffle_epi8(tab, idx);
 }
+static inline __m256i mx_lookup(__m256i idx) {
+    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kn_mxfp4_values));
+    return _mm256_shuffle_epi8(tab, idx);
+}
 /* f16 -> f32 with F16C: exact, as kn_f16_to_f32 is */
 static inline float h2f(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return _cvtsh_ss(h);
+}
+/* a Q8A type's block scale d from the block's first bytes */
+static inline float q8a_d(int t, const uint8_t *b) { return t == T_MXFP4 ? kn_e8m0_half(b[0]) : h2f(b); }
+/* kn_e8m0_half of the low byte of each dword lane */
+static inline __m256 e8m0_half8(__m256i v) {
+    __m256i e = _mm256_and_si256(v, _mm256_set1_epi32(0xff));
+    __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e); /* e < 2 */
+    __m256i nrm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(nrm, sub, small));
 }
 static inline uint32_t rd32(const uint8_t *p) {
     uint32_t v;
@@ -304,6 +323,7 @@ static inline __attribute__((always_inline)) __m256i mv_w32(int t, const uint8_t
     case T_Q5_0: return _mm256_or_si256(nib_split(b + 6), bits_to_16(b + 2));
     case T_Q5_1: return _mm256_or_si256(nib_split(b + 8), bits_to_16(b + 4));
     case T_IQ4_NL: return kv_lookup(nib_split(b + 2));
+    case T_MXFP4: return mx_lookup(nib_split(b + 1));
     case T_Q2_K: {
         __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (k / 4)));
         return _mm256_and_si256(srl2s(q, k % 4), _mm256_set1_epi8(3));
@@ -359,7 +379,7 @@ static inline __attribute__((always_inline)) void tl_decode_q8a(int t, const uin
     for (int j = 0; j < nb; j++) {
         const uint8_t *bj = b + (size_t)j * ub;
         _mm256_store_si256((__m256i *)(u->w + 32 * j), mv_w32(t, bj, 0));
-        u->d1[j] = h2f(bj);
+        u->d1[j] = q8a_d(t, bj);
         u->d2[j] = has_m(t) ? h2f(bj + 2) : 0.0f;
     }
 }
@@ -421,7 +441,7 @@ static inline __attribute__((always_inline)) __m256 fstep(int t, __m256 acc, __m
     case T_Q5_1:
         return _mm256_add_ps(acc, _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d1, da), _mm256_cvtepi32_ps(s1)),
                                                 _mm256_mul_ps(d2, sa)));
-    default: /* T_Q8_0, T_IQ4_NL */
+    default: /* T_Q8_0, T_IQ4_NL, T_MXFP4 */
         return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d1, da), _mm256_cvtepi32_ps(s1)));
     }
 }
@@ -542,7 +562,7 @@ mv_rows(int t, int nt, const uint8_t *const row[MV_ROWS], __m256i offs, bool gat
             vd2 = _mm256_load_ps(d2);
         } else if (!gather) {
             for (int i = 0; i < MV_ROWS; i++) {
-                d1[i] = h2f(row[i] + (size_t)k * ub);
+                d1[i] = q8a_d(t, row[i] + (size_t)k * ub);
                 d2[i] = has_m(t) ? h2f(row[i] + (size_t)k * ub + 2) : 0.0f;
             }
             vd1 = _mm256_load_ps(d1);
@@ -554,7 +574,7 @@ mv_rows(int t, int nt, const uint8_t *const row[MV_ROWS], __m256i offs, bool gat
             __m256i dm = _mm256_i32gather_epi32((const int *)(row[0] + (size_t)k * ub), offs, 1);
             __m128i lo = _mm256_castsi256_si128(dm), hi = _mm256_extracti128_si256(dm, 1);
             const __m128i m16 = _mm_set1_epi32(0xffff);
-            vd1 = _mm256_cvtph_ps(_mm_packus_epi32(_mm_and_si128(lo, m16), _mm_and_si128(hi, m16)));
+            vd1 = t == T_MXFP4 ? e8m0_half8(dm) : _mm256_cvtph_ps(_mm_packus_epi32(_mm_and_si128(lo, m16), _mm_and_si128(hi, m16)));
             vd2 = has_m(t) ? _mm256_cvtph_ps(_mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16)))
                            : _mm256_setzero_ps();
         }
@@ -933,6 +953,7 @@ DEFINE_MATMUL_K(kn_matmul_q8_0_avx2, T_Q8_0)
 DEFINE_MATMUL_K(kn_matmul_q5_0_avx2, T_Q5_0)
 DEFINE_MATMUL_K(kn_matmul_q5_1_avx2, T_Q5_1)
 DEFINE_MATMUL_K(kn_matmul_iq4_nl_avx2, T_IQ4_NL)
+DEFINE_MATMUL_K(kn_matmul_mxfp4_avx2, T_MXFP4)
 DEFINE_MATMUL_K(kn_matmul_q2_k_avx2, T_Q2_K)
 DEFINE_MATMUL_K(kn_matmul_q3_k_avx2, T_Q3_K)
 DEFINE_MATMUL_K(kn_matmul_q4_k_avx2, T_Q4_K)

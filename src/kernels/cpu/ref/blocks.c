@@ -1,9 +1,9 @@
 /*
  * blocks.c - the reference definition of every weight format: half/bfloat16
  * conversions, dequantization of every type GGUF files hold that anvil
- * reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K,
- * IQ4_XS, Q8_K), quantization of the simple ones (F16, BF16, Q8_0, Q4_0,
- * Q4_1), the scale check, and the activation-format bookkeeping (sizes,
+ * reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
+ * Q2_K..Q6_K, IQ4_XS, Q8_K), quantization of the simple ones (F16, BF16,
+ * Q8_0, Q4_0, Q4_1, MXFP4), the scale check, and the activation-format bookkeeping (sizes,
  * which format a type consumes). The activation conversions themselves are
  * in matmul.c, next to the dot products that define their use.
  *
@@ -196,6 +196,16 @@ static void dequant_q6_k(const struct blk_q6_k *x, float *y, int64_t k) {
     }
 }
 
+static void dequant_mxfp4(const struct blk_mxfp4 *x, float *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK; i++) {
+        float d = kn_e8m0_half(x[i].e);
+        for (int j = 0; j < QK / 2; j++) {
+            y[i * QK + j] = d * (float)kn_mxfp4_values[x[i].qs[j] & 0x0f];
+            y[i * QK + j + QK / 2] = d * (float)kn_mxfp4_values[x[i].qs[j] >> 4];
+        }
+    }
+}
+
 static void dequant_iq4_xs(const struct blk_iq4_xs *x, float *y, int64_t k) {
     for (int64_t i = 0; i < k / QK_K; i++, y += QK_K) {
         float d = kn_f16_to_f32(x[i].d);
@@ -230,6 +240,7 @@ void kn_dequantize_row(int type, const void *src, float *dst, int64_t k) {
     case ANVIL_TYPE_Q5_0: dequant_q5_0(src, dst, k); break;
     case ANVIL_TYPE_Q5_1: dequant_q5_1(src, dst, k); break;
     case ANVIL_TYPE_IQ4_NL: dequant_iq4_nl(src, dst, k); break;
+    case KN_TYPE_MXFP4: dequant_mxfp4(src, dst, k); break;
     case ANVIL_TYPE_Q2_K: dequant_q2_k(src, dst, k); break;
     case ANVIL_TYPE_Q3_K: dequant_q3_k(src, dst, k); break;
     case ANVIL_TYPE_Q4_K: dequant_q4_k(src, dst, k); break;
@@ -294,6 +305,42 @@ static void quant_q4_1(const float *x, struct blk_q4_1 *y, int64_t k) {
     }
 }
 
+/* ggml's rule: the scale byte from the block's largest magnitude a,
+ * e = floor(log2(a)) - 2 + 127 (so that a / 2^(e-127) lands in [4, 8), the
+ * top of the E2M1 range; 0 for an all-zero block; for a below 2^-125,
+ * where ggml's float-to-uint8 conversion is undefined, taken mod 256 as
+ * x86 builds of ggml do), then each element the code of the
+ * nearest value h * kv (the first of equal errors: +0 before -0). log2f as
+ * ggml calls it, so that a just below a power of two rounds like ggml's. */
+static int mxfp4_nearest(float x, float h) {
+    int best = 0;
+    float best_err = fabsf(h * (float)kn_mxfp4_values[0] - x);
+    for (int i = 1; i < 16; i++) {
+        float err = fabsf(h * (float)kn_mxfp4_values[i] - x);
+        if (err < best_err) {
+            best = i;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+static void quant_mxfp4(const float *x, struct blk_mxfp4 *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK; i++) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[i * QK + j]));
+        /* finite amax gives -24..252 here; an infinite one (where ggml's
+         * conversion is undefined) the largest scale */
+        float ef = amax > 0.0f ? floorf(log2f(amax)) - 2.0f + 127.0f : 0.0f;
+        uint8_t e = ef <= 255.0f ? (uint8_t)(int)ef : 255;
+        float h = kn_e8m0_half(e);
+        y[i].e = e;
+        for (int j = 0; j < QK / 2; j++)
+            y[i].qs[j] = (uint8_t)(mxfp4_nearest(x[i * QK + j], h) |
+                                   mxfp4_nearest(x[i * QK + QK / 2 + j], h) << 4);
+    }
+}
+
 void kn_quantize_row(int type, const float *src, void *dst, int64_t k) {
     switch (type) {
     case ANVIL_TYPE_F32: memcpy(dst, src, (size_t)k * sizeof(float)); break;
@@ -306,6 +353,7 @@ void kn_quantize_row(int type, const float *src, void *dst, int64_t k) {
     case ANVIL_TYPE_Q8_0: quant_q8_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_0: quant_q4_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_1: quant_q4_1(src, dst, k); break;
+    case KN_TYPE_MXFP4: quant_mxfp4(src, dst, k); break;
     default: ANVIL_ASSERT(!"kn_quantize_row: type not quantized here (src/quantize has the others)");
     }
 }
@@ -370,6 +418,7 @@ int64_t kn_find_bad_scale(int type, const void *data, int64_t nrows, int64_t n,
 
 const int8_t kn_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                     1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t kn_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 int kn_act_for_type(int type) {
     switch (type) {
@@ -381,7 +430,8 @@ int kn_act_for_type(int type) {
     case ANVIL_TYPE_Q4_1:
     case ANVIL_TYPE_Q5_0:
     case ANVIL_TYPE_Q5_1:
-    case ANVIL_TYPE_IQ4_NL: return KN_ACT_Q8A;
+    case ANVIL_TYPE_IQ4_NL:
+    case KN_TYPE_MXFP4: return KN_ACT_Q8A;
     case ANVIL_TYPE_Q2_K:
     case ANVIL_TYPE_Q3_K:
     case ANVIL_TYPE_Q4_K:

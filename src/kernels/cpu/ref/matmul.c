@@ -10,6 +10,7 @@
  *   Q5_0:   acc += dw * (da * sum(qw * qa) - 16 * sa)     qw in 0..31
  *   Q5_1:   acc += dw * da * sum(qw * qa) + mw * sa        qw in 0..31
  *   IQ4_NL: acc += dw * da * sum(kv[qw] * qa)
+ *   MXFP4:  acc += hw * da * sum(kv[qw] * qa)      hw = kn_e8m0_half(e)
  * where sa = da * sum(qa) is stored with the activation block.
  *
  * The super-block types take Q8K activations (one scale da per 256). A
@@ -222,6 +223,22 @@ static float dot_iq4_nl(const struct blk_iq4_nl *w, const uint8_t *xa, int n) {
     return acc;
 }
 
+static float dot_mxfp4(const struct blk_mxfp4 *w, const uint8_t *xa, int n) {
+    int nb = n / QK;
+    const int8_t *qa = (const int8_t *)xa;
+    const float *da = (const float *)(xa + n);
+    float acc = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        int isum = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            isum += kn_mxfp4_values[w[b].qs[j] & 0x0f] * qa[b * QK + j];
+            isum += kn_mxfp4_values[w[b].qs[j] >> 4] * qa[b * QK + QK / 2 + j];
+        }
+        acc += kn_e8m0_half(w[b].e) * da[b] * (float)isum;
+    }
+    return acc;
+}
+
 /* A Q8K activation row: qs, the scale of super-block i, the sum of the 16
  * qs starting at element e (e a multiple of 16). */
 struct q8k_row {
@@ -385,6 +402,7 @@ DEFINE_MATMUL(kn_matmul_q4_1_ref, dot_q4_1, struct blk_q4_1, uint8_t)
 DEFINE_MATMUL(kn_matmul_q5_0_ref, dot_q5_0, struct blk_q5_0, uint8_t)
 DEFINE_MATMUL(kn_matmul_q5_1_ref, dot_q5_1, struct blk_q5_1, uint8_t)
 DEFINE_MATMUL(kn_matmul_iq4_nl_ref, dot_iq4_nl, struct blk_iq4_nl, uint8_t)
+DEFINE_MATMUL(kn_matmul_mxfp4_ref, dot_mxfp4, struct blk_mxfp4, uint8_t)
 DEFINE_MATMUL(kn_matmul_q2_k_ref, dot_q2_k, struct blk_q2_k, uint8_t)
 DEFINE_MATMUL(kn_matmul_q3_k_ref, dot_q3_k, struct blk_q3_k, uint8_t)
 DEFINE_MATMUL(kn_matmul_q4_k_ref, dot_q4_k, struct blk_q4_k, uint8_t)

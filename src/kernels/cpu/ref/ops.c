@@ -121,6 +121,7 @@ const struct kn_ops kn_ops_ref = {
             [ANVIL_TYPE_Q5_0] = kn_matmul_q5_0_ref,
             [ANVIL_TYPE_Q5_1] = kn_matmul_q5_1_ref,
             [ANVIL_TYPE_IQ4_NL] = kn_matmul_iq4_nl_ref,
+            [KN_TYPE_MXFP4] = kn_matmul_mxfp4_ref,
             [ANVIL_TYPE_Q2_K] = kn_matmul_q2_k_ref,
             [ANVIL_TYPE_Q3_K] = kn_matmul_q3_k_ref,
             [ANVIL_TYPE_Q4_K] = kn_matmul_q4_k_ref,
