@@ -65,6 +65,7 @@ enum anvil_type {
     ANVIL_TYPE_IQ4_NL = 20,
     ANVIL_TYPE_IQ4_XS = 23,
     ANVIL_TYPE_BF16 = 30,
+    ANVIL_TYPE_MXFP4 = 39, /* read and run, not written by anvil quantize */
 };
 
 /* Name of a type ("Q4_1"), or NULL for an id anvil does not know. */

@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
         size_t nel = n / sizeof(float);
         if (type != ANVIL_TYPE_F32 && type != ANVIL_TYPE_F16 && type != ANVIL_TYPE_BF16 &&
             type != ANVIL_TYPE_Q8_0 && type != ANVIL_TYPE_Q4_0 && type != ANVIL_TYPE_Q4_1 &&
-            type != KN_TYPE_MXFP4) {
+            type != ANVIL_TYPE_MXFP4) {
             fprintf(stderr, "tool_dequant: kn_quantize_row does not write %s\n", argv[2]);
         } else if (n % sizeof(float) == 0 && nel % blck == 0) {
             size_t out_n = nel / blck * bsz;

@@ -119,7 +119,7 @@ static bool check(const char *op, const char *var, const char *shape, int seed, 
 
 static const int MM_TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q5_0,
                                ANVIL_TYPE_Q5_1, ANVIL_TYPE_F16,  ANVIL_TYPE_BF16, ANVIL_TYPE_F32,
-                               KN_TYPE_MXFP4};
+                               ANVIL_TYPE_MXFP4};
 
 /* |terms| of one weight row as the kernels see them (see the header). */
 static void abs_weights(int type, const void *w, int n, float *out) {
@@ -414,7 +414,7 @@ MM_TEST(F16)
 MM_TEST(BF16)
 MM_TEST(F32)
 /* MXFP4: weights by the reference's quantizer (ggml's rule) */
-static void test_matmul_MXFP4(void **state) { test_matmul_type(state, KN_TYPE_MXFP4); }
+static void test_matmul_MXFP4(void **state) { test_matmul_type(state, ANVIL_TYPE_MXFP4); }
 
 /* Batch invariance: y(t, r) from one call over n_tokens tokens and all rows
  * must equal, bit for bit, the value from calls over one token, other
@@ -976,7 +976,7 @@ static void test_block_sizes(void **state) {
         {ANVIL_TYPE_Q6_K, sizeof(struct blk_q6_k), QK_K},   {ANVIL_TYPE_IQ4_XS, sizeof(struct blk_iq4_xs), QK_K},
         {ANVIL_TYPE_Q8_K, sizeof(struct blk_q8_k), QK_K},   {ANVIL_TYPE_F16, sizeof(kn_f16), 1},
         {ANVIL_TYPE_BF16, sizeof(kn_bf16), 1},              {ANVIL_TYPE_F32, sizeof(float), 1},
-        {KN_TYPE_MXFP4, sizeof(struct blk_mxfp4), QK},
+        {ANVIL_TYPE_MXFP4, sizeof(struct blk_mxfp4), QK},
     };
     for (size_t i = 0; i < sizeof(blk) / sizeof(blk[0]); i++) {
         uint32_t bl, by;

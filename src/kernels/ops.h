@@ -25,7 +25,6 @@
 #include "kernels/blocks.h"
 
 #define KN_TYPE_MAX 40  /* table size: ggml type ids 0..39 */
-#define KN_TYPE_MXFP4 39 /* ggml's GGML_TYPE_MXFP4 (anvil.h names no such type) */
 
 /* y[t*ldy + r] = dot(W row r, X row t) for t in [0, n_tokens), r in [r0, r1).
  *   w: weight rows of n elements in the weight type's format, w_stride bytes apart

@@ -240,7 +240,7 @@ void kn_dequantize_row(int type, const void *src, float *dst, int64_t k) {
     case ANVIL_TYPE_Q5_0: dequant_q5_0(src, dst, k); break;
     case ANVIL_TYPE_Q5_1: dequant_q5_1(src, dst, k); break;
     case ANVIL_TYPE_IQ4_NL: dequant_iq4_nl(src, dst, k); break;
-    case KN_TYPE_MXFP4: dequant_mxfp4(src, dst, k); break;
+    case ANVIL_TYPE_MXFP4: dequant_mxfp4(src, dst, k); break;
     case ANVIL_TYPE_Q2_K: dequant_q2_k(src, dst, k); break;
     case ANVIL_TYPE_Q3_K: dequant_q3_k(src, dst, k); break;
     case ANVIL_TYPE_Q4_K: dequant_q4_k(src, dst, k); break;
@@ -353,7 +353,7 @@ void kn_quantize_row(int type, const float *src, void *dst, int64_t k) {
     case ANVIL_TYPE_Q8_0: quant_q8_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_0: quant_q4_0(src, dst, k); break;
     case ANVIL_TYPE_Q4_1: quant_q4_1(src, dst, k); break;
-    case KN_TYPE_MXFP4: quant_mxfp4(src, dst, k); break;
+    case ANVIL_TYPE_MXFP4: quant_mxfp4(src, dst, k); break;
     default: ANVIL_ASSERT(!"kn_quantize_row: type not quantized here (src/quantize has the others)");
     }
 }
@@ -431,7 +431,7 @@ int kn_act_for_type(int type) {
     case ANVIL_TYPE_Q5_0:
     case ANVIL_TYPE_Q5_1:
     case ANVIL_TYPE_IQ4_NL:
-    case KN_TYPE_MXFP4: return KN_ACT_Q8A;
+    case ANVIL_TYPE_MXFP4: return KN_ACT_Q8A;
     case ANVIL_TYPE_Q2_K:
     case ANVIL_TYPE_Q3_K:
     case ANVIL_TYPE_Q4_K:
