@@ -473,4 +473,7 @@ void srv_jobs_sweep(struct srv *s);
  * (s->stopping is set). */
 void srv_jobs_wake_all(struct srv *s);
 
+/* API dialects and the output parser */
+#include "server/dialect.h"
+
 #endif
