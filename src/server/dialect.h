@@ -48,41 +48,7 @@ typedef void (*srv_part_fn)(void *user, const struct srv_part *p);
 /* ---------------------------------------------------------------------- */
 /* the output parser of one choice (outparse.c) */
 
-/* The tool-call formats (how a family's template shows a call, and so
- * how its model writes one). */
-enum srv_toolfmt {
-    SRV_TOOLFMT_JSON = 0,    /* anvil's own: {"name": ..., "arguments": {...}} (no template says) */
-    SRV_TOOLFMT_HERMES,      /* <tool_call>{"name", "arguments"}</tool_call> (Hermes, Qwen 2.5/3) */
-    SRV_TOOLFMT_LLAMA3,      /* {"name", "parameters"} / <|python_tag|> (Llama 3.x) */
-    SRV_TOOLFMT_MISTRAL,     /* [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...} */
-    SRV_TOOLFMT_HARMONY,     /* gpt-oss: to=functions.NAME on the commentary channel */
-    SRV_TOOLFMT_DEEPSEEK_R1, /* <｜tool▁calls▁begin｜>... */
-    SRV_TOOLFMT_DEEPSEEK_V3,
-    SRV_TOOLFMT_GRANITE,     /* <|tool_call|>[{...}] */
-    SRV_TOOLFMT_COMMAND_R,   /* Action: ```json [...]``` */
-    SRV_TOOLFMT_FUNCTIONARY, /* >>>name\n{...} / <function=name>{...}</function> */
-    SRV_TOOLFMT_GENERIC,     /* {"tool_calls": [...]} / {"response": ...} */
-    SRV_TOOLFMT_COUNT
-};
-
-/* How a family marks its thoughts. */
-enum srv_reasoningfmt {
-    SRV_REASONING_NONE = 0, /* all text is content */
-    SRV_REASONING_THINK,    /* <think>...</think> (DeepSeek-R1, Qwen 3, QwQ, Granite) */
-    SRV_REASONING_HARMONY,  /* gpt-oss: the analysis channel */
-    SRV_REASONING_COUNT
-};
-
-/* Which reasoning markers and tool-call format apply; read from the
- * model's chat template (never from its name) by srv_outfmt_detect. */
-struct srv_outfmt {
-    enum srv_toolfmt tool_format;
-    enum srv_reasoningfmt reasoning_format;
-};
-/* From the template source (NULL or "" = none: JSON, no reasoning). */
-void srv_outfmt_detect(const char *template_src, struct srv_outfmt *out);
-const char *srv_toolfmt_name(enum srv_toolfmt f);
-const char *srv_reasoningfmt_name(enum srv_reasoningfmt f);
+/* enum srv_toolfmt, enum srv_reasoningfmt, struct srv_outfmt: server/outfmt.h */
 
 struct srv_outparse;
 /* A parser for one choice. tools: the request's tools mode (enum

@@ -38,6 +38,7 @@
 
 #include "anvil.h"
 #include "core/sbuf.h"
+#include "server/outfmt.h"
 #include "server/server.h"
 
 
@@ -133,6 +134,7 @@ struct srv_limits {
     int64_t kv_tokens;   /* anvil_engine_seq_capacity (0 = unknown) */
     uint64_t default_seed; /* seed of a request that gives none; 0 = a fresh random one */
     struct srv_ccache *cc; /* compiled constraints, or NULL (compile every time) */
+    struct srv_outfmt outfmt; /* the template's tool-call format and reasoning markers */
 };
 
 /* tool_choice, resolved (toolcall.c) */
@@ -178,6 +180,7 @@ struct srv_req {
      * extensions grammar / regex, or the tool call; NULL = free text */
     struct anvil_constraint *constraint;
     enum srv_tools_mode tools; /* the output may be (or must be) a tool call */
+    bool reasoning_open; /* the rendered prompt ends inside a thought (the template opened it) */
 };
 
 /* Parse and validate a JSON body. On failure fills err (400 and the
