@@ -398,7 +398,7 @@ struct anvil_sampler_params {
     int32_t n_order;         /* 0 = the default order; else order[0..n_order) */
     uint8_t order[ANVIL_SAMPLER_MAX_ORDER]; /* enum anvil_sampler_stage values */
     int32_t n_bias;          /* <= ANVIL_SAMPLER_MAX_BIAS */
-    struct anvil_logit_bias bias[ANVIL_SAMPLER_MAX_BIAS]; /* ids must be distinct */
+    struct anvil_logit_bias bias[ANVIL_SAMPLER_MAX_BIAS]; /* an id listed twice gets both */
 };
 
 struct anvil_sampler_params anvil_sampler_default_params(void);

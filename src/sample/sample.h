@@ -44,6 +44,11 @@
  *
  * Each draw with temperature > 0 consumes exactly one 64-bit RNG output
  * (xoshiro256**, seeded through splitmix64); greedy draws consume none.
+ *
+ * This is the default chain. Params that ask for more (logit bias, DRY,
+ * typical, top-n-sigma, XTC, mirostat, min_keep > 1, a stage order) take
+ * the general chain instead, defined in chain.c, with its twin
+ * sample_ext_draw_ref in sampler_ref.c.
  */
 #ifndef ANVIL_SAMPLE_H
 #define ANVIL_SAMPLE_H

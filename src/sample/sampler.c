@@ -7,7 +7,9 @@
  * same token for the same random word.
  *
  * Not here: grammar / constrained decoding (it passes the `allowed` mask),
- * stop strings, logit bias (the engine's), batching of samplers.
+ * stop strings, batching of samplers; logit bias, DRY, typical, top-n-sigma,
+ * XTC, mirostat and custom orders are the general chain's (chain.c), which
+ * a sampler takes only when its params ask for one of them.
  *
  * Invariants and costs:
  *   - All memory is one allocation made at init, sized from n_vocab and

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -112,7 +113,7 @@ static bool parse_order(const cJSON *root, struct anvil_sampler_params *s, struc
         return srv_bad(e, "samplers", "'samplers' must be an array of strings or a string, got %s",
                        srv_type_name(v));
     }
-    if (s->n_order == 0 && !(cJSON_IsArray(v) ? v->child : v->valuestring[0]))
+    if (s->n_order == 0 && !(cJSON_IsArray(v) ? v->child != NULL : v->valuestring[0] != 0))
         return srv_bad(e, "samplers", "'samplers' must not be empty");
     return true;
 }

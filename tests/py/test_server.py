@@ -398,7 +398,7 @@ BAD_CHAT = [
     ({"model": 3}, "model"),
     ({"bogus_field": 1}, "bogus_field"),
     ({"tools": [{"type": "function"}]}, "tools[0]"),
-    ({"logit_bias": {"1": 5}}, "logit_bias"),
+    ({"logit_bias": {"1": "x"}}, "logit_bias"),
     ({"messages": []}, "messages"),
     ({"messages": "hi"}, "messages"),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
