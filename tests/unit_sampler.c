@@ -645,7 +645,7 @@ static struct anvil_sampler_params rand_ext_params(int nv) {
         for (int b = 0; b < p.n_dry_breakers; b++) {
             p.dry_breaker_len[b] = 1 + (int32_t)(trng() % 2);
             for (int j = 0; j < p.dry_breaker_len[b]; j++)
-                p.dry_breakers[b][j] = (anvil_token)(trng() % 8);
+                p.dry_breakers[b][j] = (anvil_token)(trng() % (uint64_t)(nv < 8 ? nv : 8));
         }
     }
     if (trng() % 2) {
@@ -664,6 +664,10 @@ static struct anvil_sampler_params rand_ext_params(int nv) {
         p.bias[i].bias = trng() % 4 == 0 ? -INFINITY : 6.0f * trng_normal();
     }
     p.seed = trng();
+    if (!sample_ext_needed(&p)) { /* a bias of 0 changes nothing but the path */
+        p.n_bias = 1;
+        p.bias[0] = (struct anvil_logit_bias){0, 0.0f};
+    }
     return p;
 }
 
@@ -794,7 +798,7 @@ static void test_logit_bias(void **state) {
     for (int i = 0; i < 6; i++) z += exp(bl[i] - 2.5);
     for (int i = 0; i < n; i++) {
         assert_true(ids[i] != 1);
-        assert_double_equal(pr[i], exp(bl[ids[i]] - 2.5) / z, 1e-12);
+        assert_true(fabs((pr[i]) - (exp(bl[ids[i]] - 2.5) / z)) <= 1e-12);
     }
     for (int i = 0; i < 2000; i++) assert_int_not_equal(anvil_sampler_sample(s, l, NULL), 1);
     anvil_sampler_free(s);
@@ -909,7 +913,7 @@ static void test_xtc_mirostat_effect(void **state) {
     double pr[3];
     assert_int_equal(sample_kept(s, l, NULL, ids, pr), 2);
     assert_int_equal(ids[0], 1);
-    assert_double_equal(pr[0], 0.6, 1e-6);
+    assert_true(fabs((pr[0]) - (0.6)) <= 1e-6);
     anvil_sampler_free(s);
     /* min_keep 3 keeps them all */
     p.min_keep = 3;
@@ -923,7 +927,7 @@ static void test_xtc_mirostat_effect(void **state) {
     p.mirostat_tau = 1.0f;
     assert_int_equal(anvil_sampler_init(&p, 3, &s), ANVIL_OK);
     assert_int_equal(sample_kept(s, l, NULL, ids, pr), 2);
-    assert_double_equal(pr[0], 0.5 / 0.8, 1e-6);
+    assert_true(fabs((pr[0]) - (0.5 / 0.8)) <= 1e-6);
     anvil_sampler_free(s);
 }
 

@@ -21,7 +21,7 @@
  *      product of the temperatures applied so far (1 at the start) and
  *      m = max l over S, x(t) = sample_shift(l, m) / tc:
  *      top_n_sigma n: v = l / tc in double; keep v >= max v - n * std(v)
- *        (population std over S).
+ *        (population std over S); no-op when that is NaN (a +inf logit).
  *      top_k k: keep the first k (min_keep does not apply, as llama.cpp).
  *      typical p: q = softmax(x) in double over S in order, H = -sum q ln q;
  *        sort S by (|-ln q - H| asc, order asc); keep the shortest prefix
@@ -305,6 +305,7 @@ static void st_top_n_sigma(struct chain *k, double nsig) {
         acc += d * d;
     }
     double thr = mx - nsig * sqrt(acc / k->n);
+    if (isnan(thr)) return; /* an infinite logit: no spread to measure, keep the set */
     int32_t w = 0;
     for (int32_t i = 0; i < k->n; i++)
         if ((double)k->c[i].l / k->tc >= thr) k->c[w++] = k->c[i];

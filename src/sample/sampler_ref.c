@@ -250,7 +250,7 @@ anvil_token sample_ext_draw_ref(const struct anvil_sampler *s, const float *logi
                 double thr = mx - (double)p->top_n_sigma * sqrt(acc / n);
                 int32_t keep = 0;
                 while (keep < n && (double)c[keep].l / tc >= thr) keep++;
-                n = keep;
+                if (!isnan(thr)) n = keep; /* NaN: an infinite logit, the set stays */
             }
             break;
         case ANVIL_STAGE_TOP_K:
@@ -350,6 +350,7 @@ anvil_token sample_ext_draw_ref(const struct anvil_sampler *s, const float *logi
     }
 
     /* 5. the draw */
+    if (n == 0) goto done; /* result is -1 */
     sample_u128 z = 0, cum = 0;
     for (int32_t i = 0; i < n; i++) z += sample_fx(sample_exp(sample_shift(c[i].l, c[0].l) / tc));
     sample_u128 r = sample_target(rand64, z);
