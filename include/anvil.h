@@ -340,6 +340,35 @@ void anvil_ctx_get_profile(const struct anvil_ctx *c, struct anvil_prof *out);
 
 struct anvil_sampler;
 
+/* Limits of the fixed-size parts of anvil_sampler_params (the struct is
+ * copied by value, so nothing in it can dangle). */
+#define ANVIL_SAMPLER_MAX_BIAS 512        /* logit-bias entries */
+#define ANVIL_SAMPLER_MAX_BREAKERS 16     /* DRY sequence breakers */
+#define ANVIL_SAMPLER_MAX_BREAKER_LEN 8   /* tokens per breaker */
+#define ANVIL_SAMPLER_MAX_ORDER 16        /* stages in a custom order */
+
+/* The stages of the sampler chain, for anvil_sampler_params.order (names
+ * as llama-server's `samplers`). See docs/sampling.md. */
+enum anvil_sampler_stage {
+    ANVIL_STAGE_PENALTIES = 1, /* repeat/presence/frequency penalties */
+    ANVIL_STAGE_DRY,           /* DRY repetition penalty */
+    ANVIL_STAGE_TOP_N_SIGMA,
+    ANVIL_STAGE_TOP_K,
+    ANVIL_STAGE_TYPICAL,
+    ANVIL_STAGE_TOP_P,
+    ANVIL_STAGE_MIN_P,
+    ANVIL_STAGE_XTC,
+    ANVIL_STAGE_TEMPERATURE,
+    ANVIL_STAGE_COUNT_
+};
+
+/* One logit-bias entry: bias is added to the raw logit of id before any
+ * other step; -INFINITY bans the token. */
+struct anvil_logit_bias {
+    anvil_token id;
+    float bias;
+};
+
 struct anvil_sampler_params {
     float temperature;       /* 0 = greedy (argmax); must be >= 0 */
     int32_t top_k;           /* 0 = off; must be >= 0 */
@@ -350,6 +379,26 @@ struct anvil_sampler_params {
     float presence_penalty;  /* in [-2, 2] */
     float frequency_penalty; /* in [-2, 2] */
     uint64_t seed;           /* same seed, same draws */
+    /* llama.cpp's other samplers; zero = off for every one */
+    int32_t min_keep;        /* >= 0: top-p, min-p, typical and XTC keep at least this many */
+    float typical_p;         /* in [0, 1]; 0 and 1 = off (locally typical sampling) */
+    float top_n_sigma;       /* >= 0; 0 = off: keep l >= max - n * std(l) */
+    float dry_multiplier;    /* >= 0; 0 = off */
+    float dry_base;          /* >= 1 when DRY is on (< 1 turns DRY off) */
+    int32_t dry_allowed_length; /* >= 0: repeats up to this long are free */
+    int32_t dry_last_n;      /* DRY window in tokens; 0 = off; <= 2^20 */
+    int32_t n_dry_breakers;  /* <= ANVIL_SAMPLER_MAX_BREAKERS */
+    int32_t dry_breaker_len[ANVIL_SAMPLER_MAX_BREAKERS]; /* 1..MAX_BREAKER_LEN each */
+    anvil_token dry_breakers[ANVIL_SAMPLER_MAX_BREAKERS][ANVIL_SAMPLER_MAX_BREAKER_LEN];
+    float xtc_probability;   /* in [0, 1]; 0 = off */
+    float xtc_threshold;     /* in [0, 1]; > 0.5 = off */
+    int32_t mirostat;        /* 0 = off, 1 or 2 (replaces the filter chain) */
+    float mirostat_tau;      /* >= 0: target surprise in bits */
+    float mirostat_eta;      /* >= 0: learning rate */
+    int32_t n_order;         /* 0 = the default order; else order[0..n_order) */
+    uint8_t order[ANVIL_SAMPLER_MAX_ORDER]; /* enum anvil_sampler_stage values */
+    int32_t n_bias;          /* <= ANVIL_SAMPLER_MAX_BIAS */
+    struct anvil_logit_bias bias[ANVIL_SAMPLER_MAX_BIAS]; /* an id listed twice gets both */
 };
 
 struct anvil_sampler_params anvil_sampler_default_params(void);
@@ -357,6 +406,9 @@ struct anvil_sampler_params anvil_sampler_default_params(void);
 /* Check params; ANVIL_ERR_INVALID with a message in err when out of range. */
 anvil_status anvil_sampler_params_check(const struct anvil_sampler_params *p, char *err,
                                         size_t err_cap);
+/* True when p makes every draw the argmax of the raw logits (greedy, no
+ * penalties, no logit bias, no DRY): the engine may use a fused argmax. */
+bool anvil_sampler_params_plain_greedy(const struct anvil_sampler_params *p);
 anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_vocab,
                                 struct anvil_sampler **out);
 void anvil_sampler_free(struct anvil_sampler *s);

@@ -613,6 +613,324 @@ static void test_fast_vs_ref(void **state) {
     print_message("fast vs ref: %d configurations, %d draws agree\n", n_cases, n_draws);
 }
 
+
+/* ---------------------------------------------------------------------- */
+/* the general chain (chain.c): logit bias, DRY, top-n-sigma, typical, XTC,
+ * mirostat, min_keep, custom orders */
+
+static const uint8_t stage_pool[] = {
+    ANVIL_STAGE_PENALTIES, ANVIL_STAGE_DRY,   ANVIL_STAGE_TOP_N_SIGMA, ANVIL_STAGE_TOP_K,
+    ANVIL_STAGE_TYPICAL,   ANVIL_STAGE_TOP_P, ANVIL_STAGE_MIN_P,       ANVIL_STAGE_XTC,
+    ANVIL_STAGE_TEMPERATURE,
+};
+
+static struct anvil_sampler_params rand_ext_params(int nv) {
+    struct anvil_sampler_params p = anvil_sampler_default_params();
+    const float temps[] = {0.0f, 0.5f, 1.0f, 1.5f};
+    p.temperature = temps[trng() % 4];
+    p.top_k = (int32_t)(trng() % 3 == 0 ? 0 : trng() % 60);
+    p.top_p = trng() % 2 ? 1.0f : 0.5f + 0.49f * (float)trng_unit();
+    p.min_p = trng() % 2 ? 0.0f : 0.2f * (float)trng_unit();
+    p.repeat_penalty = trng() % 2 ? 1.0f : 1.3f;
+    p.repeat_last_n = 32;
+    p.min_keep = (int32_t)(trng() % 4);
+    p.typical_p = trng() % 2 ? 0.0f : 0.2f + 0.7f * (float)trng_unit();
+    p.top_n_sigma = trng() % 2 ? 0.0f : 0.5f + 2.0f * (float)trng_unit();
+    if (trng() % 2) {
+        p.dry_multiplier = 0.8f;
+        p.dry_base = 1.75f;
+        p.dry_allowed_length = (int32_t)(trng() % 4);
+        p.dry_last_n = 16 + (int32_t)(trng() % 64);
+        p.n_dry_breakers = (int32_t)(trng() % 3);
+        for (int b = 0; b < p.n_dry_breakers; b++) {
+            p.dry_breaker_len[b] = 1 + (int32_t)(trng() % 2);
+            for (int j = 0; j < p.dry_breaker_len[b]; j++)
+                p.dry_breakers[b][j] = (anvil_token)(trng() % (uint64_t)(nv < 8 ? nv : 8));
+        }
+    }
+    if (trng() % 2) {
+        p.xtc_probability = (float)trng_unit();
+        p.xtc_threshold = 0.05f + 0.5f * (float)trng_unit();
+    }
+    p.mirostat = trng() % 4 == 0 ? 1 + (int32_t)(trng() % 2) : 0;
+    p.mirostat_tau = 1.0f + 4.0f * (float)trng_unit();
+    if (trng() % 3 == 0) { /* a random order, stages may repeat or be missing */
+        p.n_order = 1 + (int32_t)(trng() % ANVIL_SAMPLER_MAX_ORDER);
+        for (int i = 0; i < p.n_order; i++) p.order[i] = stage_pool[trng() % 9];
+    }
+    p.n_bias = (int32_t)(trng() % 6);
+    for (int i = 0; i < p.n_bias; i++) {
+        p.bias[i].id = (anvil_token)(trng() % (uint64_t)nv);
+        p.bias[i].bias = trng() % 4 == 0 ? -INFINITY : 6.0f * trng_normal();
+    }
+    p.seed = trng();
+    if (!sample_ext_needed(&p)) { /* a bias of 0 changes nothing but the path */
+        p.n_bias = 1;
+        p.bias[0] = (struct anvil_logit_bias){0, 0.0f};
+    }
+    return p;
+}
+
+static void test_ext_fast_vs_ref(void **state) {
+    (void)state;
+    int n_draws = 0;
+    for (int rep = 0; rep < 500; rep++) {
+        int nv = rep % 10 == 0 ? 2000 : 1 + (int)(trng() % 300);
+        struct anvil_sampler_params p = rand_ext_params(nv);
+        struct anvil_sampler *s = NULL;
+        assert_int_equal(anvil_sampler_init(&p, nv, &s), ANVIL_OK);
+        assert_non_null(s->ext);
+        float *l = malloc((size_t)nv * sizeof *l);
+        uint8_t *mask = malloc((size_t)(nv + 7) / 8);
+        int kind = (int)(trng() % 5);
+        /* a history with repeats, for DRY: a short motif, over and over */
+        for (int j = 0; j < 40; j++) anvil_sampler_accept(s, (anvil_token)((j % 5) % nv));
+        for (int step = 0; step < 4; step++) {
+            fill_logits(l, nv, kind);
+            const uint8_t *al = NULL;
+            if (trng() % 4 == 0) {
+                for (int i = 0; i < (nv + 7) / 8; i++) mask[i] = (uint8_t)(trng() | trng());
+                al = mask;
+            }
+            for (int d = 0; d < 4; d++) {
+                uint64_t r = d == 0 ? 0 : d == 1 ? UINT64_MAX : trng(), x = trng();
+                anvil_token b = sample_ext_draw_ref(s, l, al, r, x);
+                anvil_token a = sample_ext_draw(s, l, al, r, x, -1, 0);
+                if (a != b)
+                    fail_msg("rep %d step %d: fast %d ref %d (nv %d T %g k %d p %g minp %g typ %g "
+                             "sigma %g dry %g xtc %g miro %d order %d keep %d)",
+                             rep, step, a, b, nv, (double)p.temperature, p.top_k, (double)p.top_p,
+                             (double)p.min_p, (double)p.typical_p, (double)p.top_n_sigma,
+                             (double)p.dry_multiplier, (double)p.xtc_probability, p.mirostat,
+                             p.n_order, p.min_keep);
+                n_draws++;
+            }
+            /* the public draw moves mirostat's state; both twins follow it */
+            anvil_token t = anvil_sampler_sample(s, l, al);
+            anvil_sampler_accept(s, t >= 0 ? t : 0);
+        }
+        free(l);
+        free(mask);
+        anvil_sampler_free(s);
+    }
+    print_message("chain fast vs ref: %d draws agree\n", n_draws);
+}
+
+static void test_ext_params(void **state) {
+    (void)state;
+    struct anvil_sampler_params p = anvil_sampler_default_params();
+    p.mirostat = 3;
+    expect_reject(p, "mirostat");
+    p = anvil_sampler_default_params();
+    p.typical_p = 1.5f;
+    expect_reject(p, "typical_p");
+    p = anvil_sampler_default_params();
+    p.top_n_sigma = NAN;
+    expect_reject(p, "top_n_sigma");
+    p = anvil_sampler_default_params();
+    p.xtc_probability = -0.1f;
+    expect_reject(p, "xtc_probability");
+    p = anvil_sampler_default_params();
+    p.dry_last_n = -1;
+    expect_reject(p, "dry_penalty_last_n");
+    p = anvil_sampler_default_params();
+    p.n_bias = ANVIL_SAMPLER_MAX_BIAS + 1;
+    expect_reject(p, "logit-bias");
+    p = anvil_sampler_default_params();
+    p.n_bias = 1;
+    p.bias[0].bias = INFINITY;
+    expect_reject(p, "logit bias");
+    p = anvil_sampler_default_params();
+    p.n_order = 1;
+    p.order[0] = 99;
+    expect_reject(p, "stage");
+    p = anvil_sampler_default_params();
+    p.n_dry_breakers = 1;
+    p.dry_breaker_len[0] = 0;
+    expect_reject(p, "breaker");
+    /* ids beyond the vocabulary are caught at init */
+    p = anvil_sampler_default_params();
+    p.n_bias = 1;
+    p.bias[0].id = 100;
+    struct anvil_sampler *s = NULL;
+    assert_int_equal(anvil_sampler_params_check(&p, NULL, 0), ANVIL_OK);
+    assert_int_equal(anvil_sampler_init(&p, 100, &s), ANVIL_ERR_INVALID);
+    assert_int_equal(anvil_sampler_init(&p, 101, &s), ANVIL_OK);
+    anvil_sampler_free(s);
+    /* defaults stay on the plain path */
+    p = anvil_sampler_default_params();
+    assert_int_equal(sample_ext_needed(&p), 0);
+    p.temperature = 0.0f;
+    assert_true(anvil_sampler_params_plain_greedy(&p));
+    p.n_bias = 1;
+    assert_false(anvil_sampler_params_plain_greedy(&p));
+}
+
+static void test_logit_bias(void **state) {
+    (void)state;
+    float l[6] = {1.0f, 3.0f, 2.0f, 0.5f, -1.0f, 0.0f};
+    struct anvil_sampler_params p = anvil_sampler_default_params();
+    p.temperature = 0.0f;
+    p.n_bias = 2;
+    p.bias[0] = (struct anvil_logit_bias){1, -INFINITY}; /* banned */
+    p.bias[1] = (struct anvil_logit_bias){4, 2.5f};      /* -1 + 2.5 = 1.5 */
+    struct anvil_sampler *s = NULL;
+    assert_int_equal(anvil_sampler_init(&p, 6, &s), ANVIL_OK);
+    assert_int_equal(anvil_sampler_sample(s, l, NULL), 2);
+    assert_true(sample_penalties_on(s)); /* the greedy answer is not the raw argmax */
+    anvil_sampler_free(s);
+    p.bias[1].bias = 3.5f; /* 2.5 beats 2 */
+    assert_int_equal(anvil_sampler_init(&p, 6, &s), ANVIL_OK);
+    assert_int_equal(anvil_sampler_sample(s, l, NULL), 4);
+    anvil_sampler_free(s);
+    /* sampling: a banned token is never drawn; the kept probabilities are
+     * the softmax of the biased logits */
+    p.temperature = 1.0f;
+    p.top_p = 1.0f;
+    p.top_k = 0;
+    p.min_p = 0.0f;
+    assert_int_equal(anvil_sampler_init(&p, 6, &s), ANVIL_OK);
+    anvil_token ids[6];
+    double pr[6];
+    int32_t n = sample_kept(s, l, NULL, ids, pr);
+    assert_int_equal(n, 5);
+    double bl[6] = {1.0, -INFINITY, 2.0, 0.5, 2.5, 0.0}, z = 0.0;
+    for (int i = 0; i < 6; i++) z += exp(bl[i] - 2.5);
+    for (int i = 0; i < n; i++) {
+        assert_true(ids[i] != 1);
+        assert_true(fabs((pr[i]) - (exp(bl[ids[i]] - 2.5) / z)) <= 1e-12);
+    }
+    for (int i = 0; i < 2000; i++) assert_int_not_equal(anvil_sampler_sample(s, l, NULL), 1);
+    anvil_sampler_free(s);
+}
+
+static void test_dry(void **state) {
+    (void)state;
+    /* history 1 2 3 1 2: a 3 next would repeat "1 2 3" (match length 2) */
+    float l[8] = {0.0f, 0.0f, 0.0f, 1.0f, 0.2f, 0.0f, 0.0f, 0.0f};
+    const anvil_token hist[] = {1, 2, 3, 1, 2};
+    struct anvil_sampler_params p = anvil_sampler_default_params();
+    p.temperature = 0.0f;
+    p.dry_multiplier = 1.0f;
+    p.dry_base = 2.0f;
+    p.dry_allowed_length = 2;
+    p.dry_last_n = 64;
+    struct anvil_sampler *s = NULL;
+    assert_int_equal(anvil_sampler_init(&p, 8, &s), ANVIL_OK);
+    for (int i = 0; i < 5; i++) anvil_sampler_accept(s, hist[i]);
+    /* 1 - 1 * 2^(2-2) = 0 < 0.2 */
+    assert_int_equal(anvil_sampler_sample(s, l, NULL), 4);
+    float w[8];
+    memcpy(w, l, sizeof w);
+    assert_int_equal(sample_ext_draw_ref(s, l, NULL, 0, 0), 4);
+    anvil_sampler_free(s);
+    /* allowed length 3: the repeat is too short to cost anything */
+    p.dry_allowed_length = 3;
+    assert_int_equal(anvil_sampler_init(&p, 8, &s), ANVIL_OK);
+    for (int i = 0; i < 5; i++) anvil_sampler_accept(s, hist[i]);
+    assert_int_equal(anvil_sampler_sample(s, l, NULL), 3);
+    anvil_sampler_free(s);
+    /* a breaker (token 1) right before the end cuts the match to 1 token */
+    p.dry_allowed_length = 2;
+    p.n_dry_breakers = 1;
+    p.dry_breaker_len[0] = 1;
+    p.dry_breakers[0][0] = 1;
+    assert_int_equal(anvil_sampler_init(&p, 8, &s), ANVIL_OK);
+    for (int i = 0; i < 5; i++) anvil_sampler_accept(s, hist[i]);
+    assert_int_equal(anvil_sampler_sample(s, l, NULL), 3);
+    anvil_sampler_free(s);
+    /* a longer repeat costs base^(len - allowed): 1 2 3 1 2 3 1 2 -> len 5,
+     * penalty 0.01 * 2^3 = 0.08: 1 - 0.08 still beats 0.2; multiplier 0.2
+     * makes it 1 - 1.6 */
+    const anvil_token h2[] = {1, 2, 3, 1, 2, 3, 1, 2};
+    p.n_dry_breakers = 0;
+    p.dry_multiplier = 0.01f;
+    assert_int_equal(anvil_sampler_init(&p, 8, &s), ANVIL_OK);
+    for (int i = 0; i < 8; i++) anvil_sampler_accept(s, h2[i]);
+    assert_int_equal(anvil_sampler_sample(s, l, NULL), 3);
+    anvil_sampler_free(s);
+    p.dry_multiplier = 0.2f;
+    assert_int_equal(anvil_sampler_init(&p, 8, &s), ANVIL_OK);
+    for (int i = 0; i < 8; i++) anvil_sampler_accept(s, h2[i]);
+    assert_int_equal(anvil_sampler_sample(s, l, NULL), 4);
+    /* the window: dry_last_n 4 sees only "1 2 3 1 2"'s tail "3 1 2"... */
+    anvil_sampler_free(s);
+    p.dry_last_n = 3; /* "3 1 2": 2 never seen before 1 2 -> no penalty */
+    assert_int_equal(anvil_sampler_init(&p, 8, &s), ANVIL_OK);
+    for (int i = 0; i < 8; i++) anvil_sampler_accept(s, h2[i]);
+    assert_int_equal(anvil_sampler_sample(s, l, NULL), 3);
+    anvil_sampler_free(s);
+}
+
+static void test_ext_determinism(void **state) {
+    (void)state;
+    /* XTC and mirostat: same seed, same tokens; reset replays them */
+    for (int mode = 0; mode < 3; mode++) {
+        struct anvil_sampler_params p = anvil_sampler_default_params();
+        p.seed = 77;
+        if (mode == 0) {
+            p.xtc_probability = 0.5f;
+            p.xtc_threshold = 0.05f;
+        } else {
+            p.mirostat = mode;
+        }
+        struct anvil_sampler *a = NULL, *b = NULL;
+        assert_int_equal(anvil_sampler_init(&p, 500, &a), ANVIL_OK);
+        assert_int_equal(anvil_sampler_init(&p, 500, &b), ANVIL_OK);
+        float *l = malloc(500 * sizeof *l);
+        anvil_token ta[64];
+        float mu_a[64];
+        for (int i = 0; i < 64; i++) {
+            fill_logits(l, 500, 0);
+            ta[i] = anvil_sampler_sample(a, l, NULL);
+            mu_a[i] = a->ext->mu;
+            assert_int_equal(anvil_sampler_sample(b, l, NULL), ta[i]);
+            assert_true(a->ext->mu == b->ext->mu);
+        }
+        if (mode) assert_true(mu_a[63] != 2.0f * p.mirostat_tau); /* it moved */
+        anvil_sampler_free(a);
+        anvil_sampler_free(b);
+        free(l);
+    }
+}
+
+static void test_xtc_mirostat_effect(void **state) {
+    (void)state;
+    /* XTC at probability 1: every token above the threshold but the least
+     * likely of them goes; probs 0.5, 0.3, 0.2 at threshold 0.25 leave 0.3
+     * and 0.2 renormalized */
+    float l[3] = {logf(0.5f), logf(0.3f), logf(0.2f)};
+    struct anvil_sampler_params p = anvil_sampler_default_params();
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.temperature = 1.0f;
+    p.xtc_probability = 1.0f;
+    p.xtc_threshold = 0.25f;
+    struct anvil_sampler *s = NULL;
+    assert_int_equal(anvil_sampler_init(&p, 3, &s), ANVIL_OK);
+    anvil_token ids[3];
+    double pr[3];
+    assert_int_equal(sample_kept(s, l, NULL, ids, pr), 2);
+    assert_int_equal(ids[0], 1);
+    assert_true(fabs((pr[0]) - (0.6)) <= 1e-6);
+    anvil_sampler_free(s);
+    /* min_keep 3 keeps them all */
+    p.min_keep = 3;
+    assert_int_equal(anvil_sampler_init(&p, 3, &s), ANVIL_OK);
+    assert_int_equal(sample_kept(s, l, NULL, ids, pr), 3);
+    anvil_sampler_free(s);
+    /* mirostat v2 at mu = 2 * tau = 2 bits: -log2 0.3 = 1.74 stays, 0.2 (2.32) goes */
+    p = anvil_sampler_default_params();
+    p.temperature = 1.0f;
+    p.mirostat = 2;
+    p.mirostat_tau = 1.0f;
+    assert_int_equal(anvil_sampler_init(&p, 3, &s), ANVIL_OK);
+    assert_int_equal(sample_kept(s, l, NULL, ids, pr), 2);
+    assert_true(fabs((pr[0]) - (0.5 / 0.8)) <= 1e-6);
+    anvil_sampler_free(s);
+}
+
 /* ---------------------------------------------------------------------- */
 /* sample_exp and logprobs */
 
@@ -701,6 +1019,12 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_allowed_mask),
         cmocka_unit_test(test_fast_vs_ref),
+        cmocka_unit_test(test_ext_fast_vs_ref),
+        cmocka_unit_test(test_ext_params),
+        cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_dry),
+        cmocka_unit_test(test_ext_determinism),
+        cmocka_unit_test(test_xtc_mirostat_effect),
         cmocka_unit_test(test_sample_exp),
         cmocka_unit_test(test_logprobs),
     };

@@ -91,9 +91,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     r->ignore_eos = rp->ignore_eos;
     r->top_logprobs = rp->top_logprobs;
     /* a constrained request needs its logits when the argmax is refused */
-    r->argmax_only = rp->sampling.temperature == 0.0f && rp->sampling.repeat_penalty == 1.0f &&
-                     rp->sampling.presence_penalty == 0.0f &&
-                     rp->sampling.frequency_penalty == 0.0f && rp->top_logprobs == 0 &&
+    r->argmax_only = anvil_sampler_params_plain_greedy(&rp->sampling) && rp->top_logprobs == 0 &&
                      !rp->constraint;
     r->t_submit = time_now_s();
     r->spec = rp->spec != ANVIL_SPEC_DEFAULT ? rp->spec

@@ -44,6 +44,11 @@
  *
  * Each draw with temperature > 0 consumes exactly one 64-bit RNG output
  * (xoshiro256**, seeded through splitmix64); greedy draws consume none.
+ *
+ * This is the default chain. Params that ask for more (logit bias, DRY,
+ * typical, top-n-sigma, XTC, mirostat, min_keep > 1, a stage order) take
+ * the general chain instead, defined in chain.c, with its twin
+ * sample_ext_draw_ref in sampler_ref.c.
  */
 #ifndef ANVIL_SAMPLE_H
 #define ANVIL_SAMPLE_H
@@ -84,7 +89,63 @@ struct anvil_sampler {
     anvil_token *pen_id;  /* (last_n,) scratch: distinct window tokens, ascending */
     int32_t *pen_cnt;     /* (last_n,) scratch: their counts */
     struct sample_cand *cand; /* (n_vocab,) scratch; NULL for greedy samplers */
+    /* the general chain (chain.c): everything beyond the default path */
+    struct sample_ext *ext;   /* NULL when sample_ext_needed(p) is false */
 };
+
+/* State and scratch of the general chain, one allocation (chain.c). */
+struct sample_ext {
+    uint8_t order[ANVIL_STAGE_COUNT_ * 2]; /* the stages to run, in order */
+    int32_t n_order;
+    int pen_at, dry_at;      /* index of penalties / DRY in order, -1 when absent */
+    float mu;                /* mirostat's running surprise bound (2 * tau at reset) */
+    double log_min_p;
+    int32_t dry_cap;         /* DRY window: p.dry_last_n, or 0 when DRY is off */
+    int32_t dry_n, dry_head; /* tokens in the ring, next slot */
+    anvil_token *dry_hist;   /* (dry_cap,) ring of accepted tokens */
+    anvil_token *dry_seq;    /* (dry_cap,) scratch: the window, oldest first */
+    int32_t *dry_z;          /* (dry_cap,) scratch: Z-array of the reversed window */
+    int32_t *dry_max;        /* (n_vocab,) longest repeat per next token, -1 = none */
+    float *work;             /* (n_vocab,) logits after bias, penalties, DRY */
+    struct sample_aux *aux;  /* (n_vocab,) typical-p scratch */
+};
+
+struct sample_aux {
+    double score;
+    int32_t pos;
+};
+
+/* True when p needs the general chain (logit bias, DRY, typical,
+ * top-n-sigma, XTC, mirostat, min_keep > 1 or a custom order). */
+int sample_ext_needed(const struct anvil_sampler_params *p);
+/* Allocate s->ext for s (s->p, s->n_vocab set). ANVIL_ERR_INVALID for a
+ * bias or breaker id outside the vocabulary, ANVIL_ERR_NOMEM. */
+anvil_status sample_ext_init(struct anvil_sampler *s);
+void sample_ext_free(struct anvil_sampler *s);
+void sample_ext_reset(struct anvil_sampler *s);
+void sample_ext_accept(struct anvil_sampler *s, anvil_token t);
+/* The chain's draw (fast path): rand64 the draw's word, rand_xtc XTC's
+ * (used only when xtc_probability > 0), prefer as in sample_draw_prefer
+ * (-1: none). update: advance mirostat's mu after the draw. */
+anvil_token sample_ext_draw(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
+                            uint64_t rand64, uint64_t rand_xtc, anvil_token prefer, int update);
+/* sample_kept for the chain (same contract), XTC's word given. */
+int32_t sample_ext_kept(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
+                        uint64_t rand_xtc, anvil_token *ids, double *probs);
+/* Slow twin of sample_ext_draw (update 0, prefer -1): plain code, full
+ * sort, naive DRY. Allocates; -2 when that fails. */
+anvil_token sample_ext_draw_ref(const struct anvil_sampler *s, const float *logits,
+                                const uint8_t *allowed, uint64_t rand64, uint64_t rand_xtc);
+/* Walk c[0..n) in candidate order to the first running sum > r (r < the
+ * sum of w): the index, with c partitioned (sampler.c's walk_find). */
+int32_t sample_walk_draw(struct sample_cand *c, int32_t n, sample_u128 r);
+/* The same walk with top-p's rule: the first position whose running sum
+ * s has (double)s >= thr; n when none. */
+int32_t sample_walk_topp(struct sample_cand *c, int32_t n, double thr);
+/* XTC's uniform in [0, 1) from a random word: top 53 bits. */
+static inline double sample_unit(uint64_t r) {
+    return (double)(r >> 11) * 0x1p-53;
+}
 
 /* ---------------------------------------------------------------------- */
 /* shared numerics: both twins call exactly these */

@@ -7,7 +7,9 @@
  * same token for the same random word.
  *
  * Not here: grammar / constrained decoding (it passes the `allowed` mask),
- * stop strings, logit bias (the engine's), batching of samplers.
+ * stop strings, batching of samplers; logit bias, DRY, typical, top-n-sigma,
+ * XTC, mirostat and custom orders are the general chain's (chain.c), which
+ * a sampler takes only when its params ask for one of them.
  *
  * Invariants and costs:
  *   - All memory is one allocation made at init, sized from n_vocab and
@@ -85,8 +87,83 @@ struct anvil_sampler_params anvil_sampler_default_params(void) {
         .presence_penalty = 0.0f,
         .frequency_penalty = 0.0f,
         .seed = 0,
+        /* the rest off, with llama.cpp's values for when they are turned on */
+        .dry_base = 1.75f,
+        .dry_allowed_length = 2,
+        .dry_last_n = 4096,
+        .xtc_threshold = 0.1f,
+        .mirostat_tau = 5.0f,
+        .mirostat_eta = 0.1f,
     };
     return p;
+}
+
+bool anvil_sampler_params_plain_greedy(const struct anvil_sampler_params *p) {
+    int dry = p->dry_multiplier > 0.0f && p->dry_base >= 1.0f && p->dry_last_n > 0;
+    return p->temperature == 0.0f && p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f &&
+           p->frequency_penalty == 0.0f && p->n_bias == 0 && !dry;
+}
+
+#define CHECK(cond, ...)                                                                        \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            errmsg_set(err, err_cap, __VA_ARGS__);                                             \
+            return ANVIL_ERR_INVALID;                                                          \
+        }                                                                                      \
+    } while (0)
+
+/* the parameters of the general chain (every float test fails on NaN) */
+static anvil_status check_ext(const struct anvil_sampler_params *p, char *err, size_t err_cap) {
+    CHECK(p->min_keep >= 0 && p->min_keep <= SAMPLE_MAX_VOCAB, "min_keep must be >= 0 (got %d)",
+          (int)p->min_keep);
+    CHECK(p->typical_p >= 0.0f && p->typical_p <= 1.0f, "typical_p must be in [0, 1] (got %g)",
+          (double)p->typical_p);
+    CHECK(p->top_n_sigma >= 0.0f && isfinite(p->top_n_sigma),
+          "top_n_sigma must be a finite number >= 0 (got %g)", (double)p->top_n_sigma);
+    CHECK(p->dry_multiplier >= 0.0f && isfinite(p->dry_multiplier),
+          "dry_multiplier must be a finite number >= 0 (got %g)", (double)p->dry_multiplier);
+    CHECK(p->dry_base >= 0.0f && isfinite(p->dry_base),
+          "dry_base must be a finite number >= 0 (got %g)", (double)p->dry_base);
+    CHECK(p->dry_allowed_length >= 0 && p->dry_allowed_length <= SAMPLE_MAX_LAST_N,
+          "dry_allowed_length must be in [0, %d] (got %d)", SAMPLE_MAX_LAST_N,
+          (int)p->dry_allowed_length);
+    CHECK(p->dry_last_n >= 0 && p->dry_last_n <= SAMPLE_MAX_LAST_N,
+          "dry_penalty_last_n must be in [0, %d] (got %d)", SAMPLE_MAX_LAST_N, (int)p->dry_last_n);
+    CHECK(p->n_dry_breakers >= 0 && p->n_dry_breakers <= ANVIL_SAMPLER_MAX_BREAKERS,
+          "at most %d DRY sequence breakers (got %d)", ANVIL_SAMPLER_MAX_BREAKERS,
+          (int)p->n_dry_breakers);
+    for (int32_t i = 0; i < p->n_dry_breakers; i++) {
+        CHECK(p->dry_breaker_len[i] >= 1 && p->dry_breaker_len[i] <= ANVIL_SAMPLER_MAX_BREAKER_LEN,
+              "a DRY sequence breaker must be 1 to %d tokens (got %d)",
+              ANVIL_SAMPLER_MAX_BREAKER_LEN, (int)p->dry_breaker_len[i]);
+        for (int32_t j = 0; j < p->dry_breaker_len[i]; j++)
+            CHECK(p->dry_breakers[i][j] >= 0, "DRY sequence breaker token ids must be >= 0");
+    }
+    CHECK(p->xtc_probability >= 0.0f && p->xtc_probability <= 1.0f,
+          "xtc_probability must be in [0, 1] (got %g)", (double)p->xtc_probability);
+    CHECK(p->xtc_threshold >= 0.0f && p->xtc_threshold <= 1.0f,
+          "xtc_threshold must be in [0, 1] (got %g)", (double)p->xtc_threshold);
+    CHECK(p->mirostat >= 0 && p->mirostat <= 2, "mirostat must be 0, 1 or 2 (got %d)",
+          (int)p->mirostat);
+    CHECK(p->mirostat_tau >= 0.0f && isfinite(p->mirostat_tau),
+          "mirostat_tau must be a finite number >= 0 (got %g)", (double)p->mirostat_tau);
+    CHECK(p->mirostat_eta >= 0.0f && isfinite(p->mirostat_eta),
+          "mirostat_eta must be a finite number >= 0 (got %g)", (double)p->mirostat_eta);
+    CHECK(p->n_order >= 0 && p->n_order <= ANVIL_SAMPLER_MAX_ORDER,
+          "the sampler order holds at most %d stages (got %d)", ANVIL_SAMPLER_MAX_ORDER,
+          (int)p->n_order);
+    for (int32_t i = 0; i < p->n_order; i++)
+        CHECK(p->order[i] >= ANVIL_STAGE_PENALTIES && p->order[i] < ANVIL_STAGE_COUNT_,
+              "unknown sampler stage %d", (int)p->order[i]);
+    CHECK(p->n_bias >= 0 && p->n_bias <= ANVIL_SAMPLER_MAX_BIAS,
+          "at most %d logit-bias entries (got %d)", ANVIL_SAMPLER_MAX_BIAS, (int)p->n_bias);
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        CHECK(p->bias[i].id >= 0, "logit-bias token ids must be >= 0 (got %d)",
+              (int)p->bias[i].id);
+        CHECK(!isnan(p->bias[i].bias) && p->bias[i].bias != INFINITY,
+              "a logit bias must be a number or -inf (got %g)", (double)p->bias[i].bias);
+    }
+    return ANVIL_OK;
 }
 
 anvil_status anvil_sampler_params_check(const struct anvil_sampler_params *p, char *err,
@@ -133,7 +210,7 @@ anvil_status anvil_sampler_params_check(const struct anvil_sampler_params *p, ch
                    (double)p->frequency_penalty);
         return ANVIL_ERR_INVALID;
     }
-    return ANVIL_OK;
+    return check_ext(p, err, err_cap);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -166,6 +243,9 @@ static void rng_seed(struct anvil_sampler *s) {
 /* lifetime */
 
 int sample_penalties_on(const struct anvil_sampler *s) {
+    if (s->ext) /* does the greedy answer differ from the raw argmax? */
+        return s->p.mirostat == 0 ? s->ext->pen_at >= 0 || s->ext->dry_at >= 0 || s->p.n_bias > 0
+                                  : s->p.n_bias > 0;
     return s->last_n > 0;
 }
 
@@ -183,7 +263,7 @@ anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_
     int32_t last_n = p->repeat_last_n;
     if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
         last_n = 0;
-    int need_cand = p->temperature > 0.0f;
+    int need_cand = p->temperature > 0.0f || sample_ext_needed(p);
 
     /* one allocation: struct | cand (n_vocab) | hist, sorted, pen_id, pen_cnt (last_n each).
      * n_vocab <= 2^23 and last_n <= 2^20 keep this far from overflow. */
@@ -206,11 +286,20 @@ anvil_status anvil_sampler_init(const struct anvil_sampler_params *p, int32_t n_
     s->pen_id = ring + 2 * (size_t)last_n;
     s->pen_cnt = ring + 3 * (size_t)last_n;
     rng_seed(s);
+    if (sample_ext_needed(p)) {
+        anvil_status st = sample_ext_init(s);
+        if (st != ANVIL_OK) {
+            core_free(mem);
+            return st;
+        }
+    }
     *out = s;
     return ANVIL_OK;
 }
 
 void anvil_sampler_free(struct anvil_sampler *s) {
+    if (!s) return;
+    sample_ext_free(s);
     core_free(s);
 }
 
@@ -219,6 +308,7 @@ void anvil_sampler_reset(struct anvil_sampler *s) {
     s->hist_n = 0;
     s->hist_head = 0;
     rng_seed(s);
+    if (s->ext) sample_ext_reset(s);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -237,7 +327,9 @@ static int32_t lower_bound(const anvil_token *a, int32_t n, anvil_token t, int s
 
 void anvil_sampler_accept(struct anvil_sampler *s, anvil_token t) {
     /* ids outside the vocabulary (e.g. a -1 from sample) cannot be penalized */
-    if (!s || s->last_n == 0 || t < 0 || t >= s->n_vocab) return;
+    if (!s || t < 0 || t >= s->n_vocab) return;
+    if (s->ext) sample_ext_accept(s, t);
+    if (s->last_n == 0) return;
     int32_t n = s->hist_n;
     if (n == s->last_n) { /* evict the oldest from the sorted multiset */
         anvil_token old = s->hist[s->hist_head];
@@ -548,8 +640,19 @@ static int32_t build_kept(struct anvil_sampler *s, const float *logits, const ui
     return n;
 }
 
+int32_t sample_walk_draw(struct sample_cand *c, int32_t n, sample_u128 r) {
+    struct walk wk = {.topp = 0, .r = r};
+    return walk_find(c, n, &wk);
+}
+
+int32_t sample_walk_topp(struct sample_cand *c, int32_t n, double thr) {
+    struct walk wk = {.topp = 1, .thr = thr};
+    return walk_find(c, n, &wk);
+}
+
 anvil_token sample_draw(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
                         uint64_t rand64) {
+    if (s->ext) return sample_ext_draw(s, logits, allowed, rand64, 0, -1, 0);
     if (s->p.temperature == 0.0f) {
         int32_t n_pen = s->last_n ? build_penalties(s) : 0;
         return scan_max(s, n_pen, logits, allowed).arg;
@@ -567,6 +670,7 @@ anvil_token sample_draw(struct anvil_sampler *s, const float *logits, const uint
 
 anvil_token sample_draw_prefer(struct anvil_sampler *s, const float *logits,
                                const uint8_t *allowed, uint64_t rand64, anvil_token prefer) {
+    if (s->ext) return sample_ext_draw(s, logits, allowed, rand64, 0, prefer, 0);
     if (s->p.temperature == 0.0f) return sample_draw(s, logits, allowed, rand64);
     int32_t n = build_kept(s, logits, allowed);
     if (n == 0) return -1;
@@ -595,12 +699,17 @@ anvil_token anvil_sampler_sample_spec(struct anvil_sampler *s, const float *logi
                                       const uint8_t *allowed, anvil_token draft) {
     ANVIL_ASSERT(s && logits);
     uint64_t r = s->p.temperature > 0.0f ? sample_rng_next(s) : 0;
+    if (s->ext) {
+        uint64_t x = s->p.temperature > 0.0f && s->p.xtc_probability > 0.0f ? sample_rng_next(s) : 0;
+        return sample_ext_draw(s, logits, allowed, r, x, draft, 1);
+    }
     return sample_draw_prefer(s, logits, allowed, r, draft);
 }
 
 int32_t sample_kept(struct anvil_sampler *s, const float *logits, const uint8_t *allowed,
                     anvil_token *ids, double *probs) {
     if (s->p.temperature == 0.0f) return 0;
+    if (s->ext) return sample_ext_kept(s, logits, allowed, 0, ids, probs);
     int32_t n = build_kept(s, logits, allowed);
     struct sample_cand *c = s->cand;
     qsort(c, (size_t)n, sizeof *c, cmp_cand);
@@ -617,6 +726,10 @@ anvil_token anvil_sampler_sample(struct anvil_sampler *s, const float *logits,
                                  const uint8_t *allowed) {
     ANVIL_ASSERT(s && logits);
     uint64_t r = s->p.temperature > 0.0f ? sample_rng_next(s) : 0;
+    if (s->ext) {
+        uint64_t x = s->p.temperature > 0.0f && s->p.xtc_probability > 0.0f ? sample_rng_next(s) : 0;
+        return sample_ext_draw(s, logits, allowed, r, x, -1, 1);
+    }
     return sample_draw(s, logits, allowed, r);
 }
 

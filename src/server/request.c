@@ -9,7 +9,7 @@
  *     named in r->ignored (the X-Anvil-Ignored-Fields header) and logged
  *     once per name; with lim->strict (anvil serve --strict) they are
  *     rejected as OpenAI does ("Unrecognized request argument supplied").
- *     Known fields anvil cannot honour (logit_bias, best_of > 1, the
+ *     Known fields anvil cannot honour (echo, best_of > 1, the
  *     deprecated functions, ...) get a clear 400 instead of being ignored
  *     silently;
  *   - the field types and ranges are checked by the validators of
@@ -89,6 +89,25 @@ static const struct fld fields[] = {
     {"echo", CO, FLD_USED},
     {"best_of", CO, FLD_USED},
     {"suffix", CO, FLD_USED},
+    /* llama-server's sampling fields (sampling.c) */
+    {"repeat_penalty", CH | CO, FLD_USED},
+    {"repeat_last_n", CH | CO, FLD_USED},
+    {"typical_p", CH | CO, FLD_USED},
+    {"top_n_sigma", CH | CO, FLD_USED},
+    {"min_keep", CH | CO, FLD_USED},
+    {"dry_multiplier", CH | CO, FLD_USED},
+    {"dry_base", CH | CO, FLD_USED},
+    {"dry_allowed_length", CH | CO, FLD_USED},
+    {"dry_penalty_last_n", CH | CO, FLD_USED},
+    {"dry_sequence_breakers", CH | CO, FLD_USED},
+    {"xtc_probability", CH | CO, FLD_USED},
+    {"xtc_threshold", CH | CO, FLD_USED},
+    {"mirostat", CH | CO, FLD_USED},
+    {"mirostat_tau", CH | CO, FLD_USED},
+    {"mirostat_eta", CH | CO, FLD_USED},
+    {"n_probs", CH | CO, FLD_USED},
+    {"cache_prompt", CH | CO, FLD_USED},
+    {"samplers", CH | CO, FLD_USED},
     {"user", CH | CO, FLD_IGNORED},
     {"metadata", CH, FLD_IGNORED},
     {"store", CH, FLD_IGNORED},
@@ -154,13 +173,7 @@ static bool check_keys(const struct srv_limits *lim, const cJSON *root, unsigned
 
 /* Fields anvil knows but cannot honour: fine when absent, null or neutral. */
 static bool check_unsupported(const cJSON *root, enum srv_kind kind, struct srv_err *e) {
-    const cJSON *v;
-    if ((v = srv_field(root, "logit_bias")) != NULL) {
-        if (!cJSON_IsObject(v))
-            return srv_bad(e, "logit_bias", "'logit_bias' must be an object, got %s",
-                           srv_type_name(v));
-        if (v->child) return srv_bad(e, "logit_bias", "'logit_bias' is not supported by anvil");
-    }
+    const cJSON *v; /* logit_bias: parsed with the sampling fields (sampling.c) */
     if (kind == SRV_KIND_CHAT) {
         static const char *const old[] = {"functions", "function_call"};
         for (int i = 0; i < 2; i++)
@@ -220,52 +233,6 @@ static bool parse_stop(const cJSON *root, struct srv_req *r, struct srv_err *e) 
 
 // ----------------------------------------------------------------------------
 // sampling and the rest
-
-static uint64_t random_seed(void) {
-    static _Atomic uint64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    uint64_t k = atomic_fetch_add(&counter, 1);
-    uint64_t mixed = t ^ core_splitmix64(&k);
-    return core_splitmix64(&mixed);
-}
-
-static bool parse_sampling(const struct srv_limits *lim, const cJSON *root, struct srv_req *r,
-                           struct srv_err *e) {
-    struct anvil_sampler_params *s = &r->sampling;
-    memset(s, 0, sizeof(*s));
-    s->temperature = 1.0f;
-    s->top_p = 1.0f;
-    s->repeat_penalty = 1.0f;
-    s->repeat_last_n = 64;
-    if (!srv_get_num(root, "temperature", 0.0, 2.0, &s->temperature, e)) return false;
-    if (!srv_get_num(root, "top_p", 0.0, 1.0, &s->top_p, e)) return false;
-    if (!srv_get_num(root, "min_p", 0.0, 1.0, &s->min_p, e)) return false;
-    if (!srv_get_num(root, "presence_penalty", -2.0, 2.0, &s->presence_penalty, e)) return false;
-    if (!srv_get_num(root, "frequency_penalty", -2.0, 2.0, &s->frequency_penalty, e)) return false;
-    long long v = 0;
-    bool present = false;
-    if (!srv_get_int(root, "top_k", 0, lim->n_vocab, &v, &present, e)) return false;
-    if (present) s->top_k = (int32_t)v;
-    if (s->top_p == 0.0f) {
-        /* OpenAI accepts top_p 0 (keep only the most likely token); the
-         * sampler wants (0, 1], and top_k 1 is the same distribution */
-        s->top_p = 1.0f;
-        s->top_k = 1;
-    }
-    /* +-(2^53 - 1): every integer in it is exact in a double (cJSON's
-     * numbers), and one past it cannot pass for it: 2^53 + 1 reads as
-     * 2^53, which is out of range (a bound of 2^53 would let 2^53 + 1
-     * through) */
-    if (!srv_get_int(root, "seed", -9007199254740991.0, 9007199254740991.0, &v, &present, e))
-        return false;
-    s->seed = present ? (uint64_t)v : lim->default_seed ? lim->default_seed : random_seed();
-    char msg[160];
-    if (anvil_sampler_params_check(s, msg, sizeof(msg)) != ANVIL_OK)
-        return srv_bad(e, NULL, "%s", msg);
-    return true;
-}
 
 static bool parse_logprobs(const cJSON *root, enum srv_kind kind, struct srv_req *r,
                            struct srv_err *e) {
@@ -405,8 +372,8 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, co
             has_max = true;
         }
     }
-    if (!parse_sampling(lim, root, r, e)) goto out;
     if (!parse_logprobs(root, kind, r, e)) goto out;
+    if (!srv_parse_sampling(lim, root, r, e)) goto out; /* after logprobs: n_probs */
     if (!parse_stop(root, r, e)) goto out;
     struct srv_tools tools = {.mode = SRV_TOOLS_NONE};
     if (kind == SRV_KIND_CHAT && !srv_tools_parse(root, &tools, e)) goto out;

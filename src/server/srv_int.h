@@ -196,6 +196,12 @@ struct srv_req {
 bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
                        size_t len, struct srv_req *out, struct srv_err *err);
 void srv_req_free(struct srv_req *r);
+/* The sampling fields of root into r->sampling (sampling.c): OpenAI's,
+ * top_k/min_p, llama-server's samplers, logit_bias; n_probs sets
+ * r->logprobs/top_logprobs when logprobs was not asked for (call after
+ * those are parsed). false with e filled (400) on a bad field. */
+bool srv_parse_sampling(const struct srv_limits *lim, const struct cJSON *root, struct srv_req *r,
+                        struct srv_err *e);
 
 struct srv_tools;
 

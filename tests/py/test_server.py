@@ -398,7 +398,7 @@ BAD_CHAT = [
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"model": 3}, "model"),
     ({"tools": [{"type": "function"}]}, "tools[0]"),
-    ({"logit_bias": {"1": 5}}, "logit_bias"),
+    ({"logit_bias": {"1": "x"}}, "logit_bias"),
     ({"messages": []}, "messages"),
     ({"messages": "hi"}, "messages"),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
