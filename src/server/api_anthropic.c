@@ -20,6 +20,7 @@
  *     disable_parallel_tool_use      -> parallel_tool_calls false
  *   output_config.format json_schema -> response_format json_schema
  *   thinking enabled/adaptive        -> chat_template_kwargs.enable_thinking
+ *                                       (for a template that marks thoughts)
  *   stop_sequences, temperature, top_p, top_k -> stop and the sampler.
  * max_tokens is a bound, not a promise: the chat side gives the request
  * the rest of the context and it is cut to max_tokens here, so clients
@@ -518,12 +519,8 @@ static cJSON *translate(const struct srv_limits *lim, const cJSON *root, bool co
     }
     o->max_tokens = max_tokens;
     o->thinking = false;
-    bool thinking_given = false;
     const cJSON *th = srv_field(root, "thinking");
-    if (th) {
-        if (!thinking_of(th, max_tokens, count_only, &o->thinking, e)) return NULL;
-        thinking_given = true;
-    }
+    if (th && !thinking_of(th, max_tokens, count_only, &o->thinking, e)) return NULL;
     const cJSON *msgs = srv_field(root, "messages");
     if (!msgs) return bad(e, "messages", "Field required"), NULL;
     if (!cJSON_IsArray(msgs)) return bad(e, "messages", "Input should be a valid list"), NULL;
@@ -636,9 +633,10 @@ static cJSON *translate(const struct srv_limits *lim, const cJSON *root, bool co
     if (tc && !tool_choice_of(&j, tc, out, e)) goto fail;
     const cJSON *oc = srv_field(root, "output_config");
     if (oc && !output_config_of(&j, oc, out, e)) goto fail;
-    /* the template decides what enable_thinking means; sent when the
-     * client chose, or when the template has thoughts to turn off */
-    if (thinking_given || lim->outfmt.reasoning_format != SRV_REASONING_NONE) {
+    /* the template decides what enable_thinking means; sent (on or off:
+     * Anthropic's default is off) to a template that marks thoughts, not
+     * to one that has none to turn on */
+    if (lim->outfmt.reasoning_format != SRV_REASONING_NONE) {
         cJSON *kw = add(&j, out, "chat_template_kwargs", cJSON_CreateObject());
         add(&j, kw, "enable_thinking", cJSON_CreateBool(o->thinking));
     }
