@@ -524,3 +524,50 @@ def test_method_and_alive(srv, client, model_id):
     assert st == 405
     m = client.messages.create(model=model_id, max_tokens=4, messages=ask("Still there?"))
     assert m.usage.output_tokens > 0
+
+
+# ---------------------------------------------------------------------------
+# the OpenAPI document's schemas (src/server/openapi.json)
+
+
+def _validator(name):
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    import anvil_server
+    with open(f"{anvil_server.ROOT}/src/server/openapi.json") as f:
+        doc = json.load(f)
+    uri = "urn:anvil:openapi"
+    reg = Registry().with_resource(uri, Resource.from_contents(doc, default_specification=DRAFT202012))
+    return Draft202012Validator({"$ref": f"{uri}#/components/schemas/{name}"}, registry=reg)
+
+
+def test_answers_match_openapi(srv, model_id):
+    msg, ev, err, cnt = (_validator(n) for n in ("AnthropicMessage", "AnthropicStreamEvent",
+                                                 "AnthropicError", "AnthropicTokenCount"))
+    req = _validator("AnthropicMessagesRequest")
+    bodies = [
+        {"model": model_id, "max_tokens": 6, "messages": ask("Hi"), "stop_sequences": ["."]},
+        {"model": model_id, "max_tokens": 60, "temperature": 0, "messages": ask("Weather in Oslo?"),
+         "tools": [WEATHER], "tool_choice": {"type": "any"}},
+    ]
+    for body in bodies:
+        req.validate(body)
+        st, _, data = post(srv, "/v1/messages", body)
+        assert st == 200, data
+        msg.validate(json.loads(data))
+        st, _, data = post(srv, "/v1/messages", dict(body, stream=True))
+        assert st == 200, data
+        for _, payload in sse(data):
+            ev.validate(payload)
+        st, _, data = post(srv, "/v1/messages/count_tokens",
+                           {k: v for k, v in body.items() if k in COUNT_KEYS})
+        assert st == 200, data
+        cnt.validate(json.loads(data))
+    for body, key in (({"model": model_id, "messages": ask("Hi")}, KEY),
+                      ({"model": "nope", "max_tokens": 1, "messages": ask("Hi")}, KEY),
+                      ({"model": model_id, "max_tokens": 1, "messages": ask("Hi")}, "bad")):
+        st, _, data = post(srv, "/v1/messages", body, key=key)
+        assert st in (400, 401, 404)
+        err.validate(json.loads(data))
