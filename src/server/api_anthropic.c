@@ -165,8 +165,10 @@ static bool text_blocks(const cJSON *v, const char *path, struct sbuf *b, struct
     return true;
 }
 
+/* b's text, NUL terminated even when nothing was written (sb_reserve
+ * allocates without terminating), to free with core_free. */
 static char *take(struct sbuf *b, struct srv_err *e) {
-    sb_reserve(b, 1);
+    if (sb_reserve(b, 1)) b->p[b->len] = '\0';
     if (b->oom) {
         sb_free(b);
         srv_oom(e);
@@ -785,12 +787,54 @@ static void usage_obj(struct sbuf *b, const struct srv_usage *u) {
               (int)(u->n_prompt - cached), (int)cached, (int)u->n_gen);
 }
 
+/* JSON text that cJSON printed, written so that any parser takes it:
+ * bytes that are not UTF-8 become U+FFFD and raw control characters in
+ * strings become \u escapes (cJSON lets both through; a byte-level token
+ * can be half a character). Escapes are left alone: cJSON refused the
+ * text if one was invalid. */
+static void put_clean_json(struct sbuf *b, const char *s, size_t n) {
+    bool str = false, esc = false;
+    for (size_t i = 0; i < n;) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x80) {
+            size_t k = sb_utf8_len((const unsigned char *)s + i, n - i);
+            if (k == 0) {
+                sb_puts(b, "\xEF\xBF\xBD");
+                k = 1;
+            } else {
+                sb_put(b, s + i, k);
+            }
+            i += k;
+            esc = false;
+            continue;
+        }
+        if (str) {
+            if (esc) esc = false;
+            else if (ch == '\\') esc = true;
+            else if (ch == '"') str = false;
+            else if (ch < 0x20) {
+                sb_printf(b, "\\u%04x", ch);
+                i++;
+                continue;
+            }
+        } else if (ch == '"') {
+            str = true;
+        }
+        sb_put(b, s + i, 1);
+        i++;
+    }
+}
+
 /* A call's arguments as an object: the text when it is one, else {} (a
  * call cut short by max_tokens). */
 static void call_input(struct sbuf *b, const struct srv_call_out *c) {
-    cJSON *a = c->args ? cJSON_ParseWithLength(c->args, c->n_args) : NULL;
-    if (cJSON_IsObject(a)) sb_put(b, c->args, c->n_args);
+    cJSON *a = c->args ? srv_json_parse(c->args, c->n_args, NULL) : NULL;
+    /* printed again: cJSON stops at the end of the first value, so the
+     * text itself may carry more after it */
+    char *t = cJSON_IsObject(a) ? cJSON_PrintUnformatted(a) : NULL;
+    if (t) put_clean_json(b, t, strlen(t));
     else sb_puts(b, "{}");
+    free(t);
     cJSON_Delete(a);
 }
 

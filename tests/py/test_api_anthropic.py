@@ -300,6 +300,21 @@ def test_tool_result_turn(client, model_id):
     assert n.input_tokens > 0
 
 
+def test_tool_result_without_content(srv, model_id):
+    # a tool_result with no content (and one with empty text blocks) is an
+    # empty result; fuzz_anthropic found the first read past its buffer
+    for block in ({"type": "tool_result", "tool_use_id": "toolu_1"},
+                  {"type": "tool_result", "tool_use_id": "toolu_1", "content": []}):
+        msgs = ask("Weather?") + [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+                                               "name": "get_weather", "input": {}}]},
+            {"role": "user", "content": [block]}]
+        for path, extra in (("/v1/messages", {"max_tokens": 4}), ("/v1/messages/count_tokens", {})):
+            st, _, data = post(srv, path, {"model": model_id, "tools": [WEATHER], "messages": msgs,
+                                           **extra})
+            assert st == 200, data
+
+
 # ---------------------------------------------------------------------------
 # structured output and thinking
 
