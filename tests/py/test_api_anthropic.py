@@ -142,6 +142,18 @@ def test_large_max_tokens_is_a_bound(client, model_id):
     assert m.stop_reason in ("end_turn", "stop_sequence", "max_tokens")
 
 
+def test_cache_read_tokens(client, model_id):
+    # the same long prompt twice: the second reads its prefix from the cache,
+    # and Anthropic's split keeps input + cache_read = the prompt
+    msgs = ask("Tell me about the history of the city of Paris. " * 12)
+    a = client.messages.create(model=model_id, max_tokens=2, messages=msgs)
+    b = client.messages.create(model=model_id, max_tokens=2, messages=msgs)
+    total = client.messages.count_tokens(model=model_id, messages=msgs).input_tokens
+    assert a.usage.input_tokens + (a.usage.cache_read_input_tokens or 0) == total
+    assert b.usage.input_tokens + b.usage.cache_read_input_tokens == total
+    assert b.usage.cache_read_input_tokens > 0, b.usage
+
+
 # ---------------------------------------------------------------------------
 # streaming
 
