@@ -42,6 +42,9 @@
  * not_found_error, 413 request_too_large, 429 rate_limit_error, 503 and
  * 529 overloaded_error, else api_error).
  *
+ * Unknown top-level fields are ignored and named in X-Anvil-Ignored-Fields
+ * (Anthropic's 400 "Extra inputs are not permitted" with --strict);
+ * unknown fields inside the objects are always a 400.
  * Not here: images, documents, server tools (web search, code execution)
  * and prefill (a last assistant turn is shown as an earlier turn, not
  * continued): each is a 400 or documented in docs/api-anthropic.md.
@@ -501,7 +504,27 @@ static cJSON *translate(const struct srv_limits *lim, const cJSON *root, bool co
     static const char *const keys_count[] = {"model", "messages", "system", "tools",
                                              "tool_choice", "thinking", "output_config",
                                              "cache_control", NULL};
-    if (!only_keys(root, "", count_only ? keys_count : keys_msg, e)) return NULL;
+    /* unknown top-level fields: Anthropic's 400 with --strict, else
+     * ignored and named in X-Anvil-Ignored-Fields, as the chat route does
+     * (clients add fields as the API grows) */
+    const char *const *top = count_only ? keys_count : keys_msg;
+    for (const cJSON *k = root->child; k; k = k->next) {
+        bool known = false;
+        for (int i = 0; top[i]; i++)
+            if (!strcmp(k->string, top[i])) known = true;
+        if (known) continue;
+        if (lim->strict) return bad(e, k->string, "Extra inputs are not permitted"), NULL;
+        char clean[48];
+        size_t n = 0;
+        for (const char *c = k->string; *c && n < sizeof(clean) - 1; c++)
+            if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                *c == '_' || *c == '-' || *c == '.')
+                clean[n++] = *c;
+        clean[n] = '\0';
+        size_t len = strlen(o->ignored);
+        if (n && len + 1 + n + 1 <= sizeof(o->ignored))
+            snprintf(o->ignored + len, sizeof(o->ignored) - len, "%s%s", len ? "," : "", clean);
+    }
     const cJSON *model = srv_field(root, "model");
     if (!model) return bad(e, "model", "Field required"), NULL;
     if (!cJSON_IsString(model)) return bad(e, "model", "Input should be a valid string"), NULL;
@@ -684,6 +707,7 @@ bool srv_anthropic_parse(const struct srv_limits *lim, const char *body, size_t 
     chat = translate(lim, root, count_only, o, e);
     if (!chat) goto out;
     if (!srv_parse_request_json(lim, SRV_KIND_CHAT, chat, out, e)) goto out;
+    snprintf(out->ignored, sizeof(out->ignored), "%s", o->ignored);
     if (!count_only) {
         /* the rest of the context, cut to what was asked (file header) */
         if (out->max_tokens > o->max_tokens) out->max_tokens = (int32_t)o->max_tokens;
@@ -1119,5 +1143,7 @@ enum MHD_Result srv_post_count_tokens(struct srv *s, struct MHD_Connection *c, s
     sb_init(&b);
     sb_printf(&b, "{\"input_tokens\":%d}", (int)req.n_prompt);
     srv_req_free(&req);
-    return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
+    return srv_send_sbuf(s, c, 200, "application/json", &b,
+                         o.ignored[0] ? "X-Anvil-Ignored-Fields" : NULL,
+                         o.ignored[0] ? o.ignored : NULL);
 }

@@ -12,6 +12,7 @@
 struct srv_anth_opts {
     bool thinking;        /* thinking enabled: REASONING parts become thinking blocks */
     long long max_tokens; /* as asked (0 for count_tokens) */
+    char ignored[256];    /* unknown top-level fields ignored, comma separated ("" = none) */
 };
 
 /* Parse an Anthropic Messages body (count_only: a count_tokens body, no

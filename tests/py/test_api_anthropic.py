@@ -408,7 +408,6 @@ def _bad_cases(model_id):
         ("messages not a list", w(messages="hi"), "messages"),
         ("missing model", w(model=None), "model"),
         ("model number", w(model=3), "model"),
-        ("unknown field", w(frequency_penalty=1), "frequency_penalty"),
         ("bad role", w(messages=[{"role": "system", "content": "x"}]), "messages.0.role"),
         ("tool role", w(messages=[{"role": "tool", "content": "x"}]), "messages.0.role"),
         ("no content", w(messages=[{"role": "user"}]), "messages.0.content"),
@@ -503,10 +502,36 @@ def test_bad_fields(srv, model_id):
         if name in MAX_ONLY:
             assert st == 200, (name, data)
         else:
+            assert st == 400, (name, data)
             check_anth_error(st, data, 400, "invalid_request_error", fragment)
-    st, _, data = post(srv, "/v1/messages/count_tokens",
+    # max_tokens is not a count_tokens field: ignored, and said so
+    st, h, data = post(srv, "/v1/messages/count_tokens",
                        {"model": model_id, "messages": ask("Hi"), "max_tokens": 5})
-    check_anth_error(st, data, 400, "invalid_request_error", "max_tokens")
+    assert st == 200 and h.get("X-Anvil-Ignored-Fields") == "max_tokens", (h, data)
+
+
+def test_unknown_fields(srv, model_id, model_path):
+    # ignored and named in a header, as on the chat route; --strict: Anthropic's 400
+    body = {"model": model_id, "max_tokens": 2, "messages": ask("Hi"), "frequency_penalty": 1,
+            "context_management": {"edits": []}}
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        b = body if path == "/v1/messages" else {k: v for k, v in body.items() if k != "max_tokens"}
+        st, h, data = post(srv, path, b)
+        assert st == 200, data
+        assert h.get("X-Anvil-Ignored-Fields") == "frequency_penalty,context_management", h
+    strict = Server(serve_bin(), model_path, "--ctx", "256", "--kv-mem", "64M", "--strict")
+    try:
+        st, _, data = post(strict, "/v1/messages", body)
+        check_anth_error(st, data, 400, "invalid_request_error",
+                         "frequency_penalty: Extra inputs are not permitted")
+        st, _, data = post(strict, "/v1/messages", dict(body, frequency_penalty=None,
+                                                        context_management=None))
+        check_anth_error(st, data, 400, "invalid_request_error", "Extra inputs")
+        ok = {"model": model_id, "max_tokens": 2, "messages": ask("Hi")}
+        st, h, _ = post(strict, "/v1/messages", ok)
+        assert st == 200 and "X-Anvil-Ignored-Fields" not in h
+    finally:
+        assert strict.stop() == 0, strict.stderr()
 
 
 def test_bad_bodies(srv, model_id):
