@@ -80,6 +80,7 @@
 #include "core/core.h"
 #include "server/server.h"
 #include "server/srv_int.h"
+#include "server/api_anthropic.h"
 #include "server/srv_web.h"
 
 #define SWEEP_MS 100
@@ -332,6 +333,8 @@ static const struct srv_route routes[] = {
     {"/v1/chat/completions", SRV_POST, false, srv_post_chat, false},
     {"/tokenize", SRV_POST, false, post_tokenize, false},
     {"/detokenize", SRV_POST, false, post_detokenize, false},
+    {"/v1/messages", SRV_POST, false, srv_post_messages, false},
+    {"/v1/messages/count_tokens", SRV_POST, false, srv_post_count_tokens, false},
     {"/", SRV_GET, true, get_asset, true},
     {"/index.html", SRV_GET, true, get_asset, true},
     {"/app.js", SRV_GET, true, get_asset, true},
@@ -352,17 +355,38 @@ static const struct srv_route *route_of(const struct srv *s, const char *url) {
     return NULL;
 }
 
-/* Constant-time comparison of the bearer token with the key. */
-static bool auth_ok(const struct srv *s, struct MHD_Connection *c) {
-    if (!s->api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
-    h += 7;
-    while (*h == ' ') h++;
+/* Constant-time comparison of h with the key. */
+static bool key_eq(const struct srv *s, const char *h) {
     size_t a = strlen(h), b = strlen(s->api_key);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < a; i++) diff |= (unsigned char)h[i] ^ (unsigned char)s->api_key[i % b];
     return diff == 0;
+}
+
+/* The key as a bearer token, or in x-api-key (how Anthropic's clients
+ * send it). */
+static bool auth_ok(const struct srv *s, struct MHD_Connection *c) {
+    if (!s->api_key) return true;
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (x && key_eq(s, x)) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    return key_eq(s, h);
+}
+
+/* The 401 of a request without the key, in its route's error shape. */
+static enum MHD_Result auth_refused(struct srv *s, struct MHD_Connection *c, const struct conn *k) {
+    if (k->rt->fn == srv_post_messages || k->rt->fn == srv_post_count_tokens) {
+        struct srv_err e;
+        srv_err_set(&e, 401, "authentication_error", NULL, NULL,
+                    "invalid x-api-key: send 'x-api-key: KEY' or 'Authorization: Bearer KEY'");
+        return srv_send_dialect_err(s, c, &srv_dialect_anthropic, &e);
+    }
+    return srv_send_errf(s, c, 401, "invalid_request_error", "invalid_api_key",
+                         MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
+                         "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
 }
 
 /* A CORS preflight (OPTIONS): 204 with what a browser may send; the
@@ -437,10 +461,7 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
     if (atomic_load(&s->draining) && k->rt->fn != get_health && k->rt->fn != get_metrics)
         return srv_send_errf(s, c, 503, "server_error", "server_draining", "Retry-After", "1",
                              "The server is shutting down: retry on another replica.");
-    if (!k->rt->open && !auth_ok(s, c))
-        return srv_send_errf(s, c, 401, "invalid_request_error", "invalid_api_key",
-                             MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
-                             "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
+    if (!k->rt->open && !auth_ok(s, c)) return auth_refused(s, c, k);
     if (get) {
         /* answered at the request's last call, once MHD has read the whole
          * request: libmicrohttpd 0.9 closes a connection whose response is
