@@ -221,6 +221,8 @@ $(BUILD)/tests/unit_bench: $(BUILD)/bench/bench_util.o
 $(BUILD)/tests/unit_bench.o: CFLAGS_ALL += -Ibench
 # the attention tests share one fixture (tests/attn_fixture.c)
 $(BUILD)/tests/unit_attn $(BUILD)/tests/unit_attn_hp1: $(BUILD)/tests/attn_fixture.o
+# the Responses API's store is a server file (not in libanvil)
+$(BUILD)/tests/unit_resp_store: $(BUILD)/src/server/resp_store.o
 
 # ---------------------------------------------------------------------------
 # fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang
