@@ -238,7 +238,7 @@ static bool input_item(const cJSON *it, int i, cJSON *msgs, struct srv_err *e) {
     const char *ty = type ? type->valuestring : "message";
     struct sbuf b;
     sb_init(&b);
-    sb_reserve(&b, 1);
+    sb_put(&b, "", 0); /* allocated and NUL terminated */
     bool ok = false;
     if (!strcmp(ty, "message")) {
         const cJSON *role = srv_field(it, "role");
@@ -579,6 +579,7 @@ static void rename_param(struct srv_err *e) {
     static const struct {
         const char *from, *to;
     } map[] = {
+        {"response_format.json_schema", "text.format"},
         {"messages", "input"},
         {"max_tokens", "max_output_tokens"},
         {"response_format", "text.format"},
@@ -867,7 +868,7 @@ static void keep(struct resp_ctx *x, const char *status, const struct srv_usage 
     cJSON *m = cJSON_CreateObject();
     struct sbuf text;
     sb_init(&text);
-    sb_reserve(&text, 1);
+    sb_put(&text, "", 0);
     cJSON *calls = NULL;
     for (int i = 0; m && i < x->n_items; i++) {
         const struct item *it = &x->items[i];
