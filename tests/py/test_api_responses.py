@@ -404,7 +404,7 @@ def test_store_bounds_and_expiry(model_path):
 
 
 @pytest.mark.full
-def test_agents_sdk(srv):
+def test_agents_sdk(srv, client):
     from agents import (Agent, ModelSettings, Runner, function_tool, set_default_openai_api,
                         set_default_openai_client, set_tracing_disabled)
 
@@ -426,9 +426,16 @@ def test_agents_sdk(srv):
                       model=M["id"], tools=[get_weather],
                       model_settings=ModelSettings(tool_choice="required", max_tokens=64,
                                                    temperature=0),
-                      reset_tool_choice=True)
+                      reset_tool_choice=True,
+                      # the 135M model answers a tool result in "auto" with
+                      # another call: the run ends on the first result
+                      tool_use_behavior="stop_on_first_tool")
         return await Runner.run(agent, "What is the weather in Rome?", max_turns=4)
 
     result = asyncio.run(run())
-    assert calls, "the tool was not called"
-    assert isinstance(result.final_output, str) and result.final_output
+    assert len(calls) == 1 and calls[0], calls
+    assert result.final_output == f"It is sunny and 21 C in {calls[0]}."
+    # the turn went through /v1/responses: its function_call item came back whole
+    raw = result.raw_responses[0].output
+    assert raw[-1].type == "function_call" and raw[-1].name == "get_weather"
+    assert json.loads(raw[-1].arguments)["city"] == calls[0]
