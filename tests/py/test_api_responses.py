@@ -439,3 +439,75 @@ def test_agents_sdk(srv, client):
     raw = result.raw_responses[0].output
     assert raw[-1].type == "function_call" and raw[-1].name == "get_weather"
     assert json.loads(raw[-1].arguments)["city"] == calls[0]
+
+
+# ---------------------------------------------------------------------------
+# the answers against src/server/openapi.json
+
+
+def doc_validator(name):
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+    with open(os.path.join(ROOT, "src", "server", "openapi.json")) as f:
+        doc = json.load(f)
+    uri = "urn:anvil:openapi"
+    reg = Registry().with_resource(uri, Resource(doc, DRAFT202012))
+    schema = {"$ref": f"{uri}#/components/schemas/{name}"}
+    return Draft202012Validator(schema, registry=reg)
+
+
+def sse_pairs(data):
+    """(event, JSON data) of a Responses stream: every block has both lines."""
+    out = []
+    for block in data.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        ev, payload = block.split("\n", 1)
+        assert ev.startswith("event: ") and payload.startswith("data: "), block
+        out.append((ev[7:], json.loads(payload[6:])))
+    return out
+
+
+def test_contract(srv, client):
+    resp_v, ev_v = doc_validator("Response"), doc_validator("ResponseStreamEvent")
+    err_v = doc_validator("Error")
+    for body in ({"input": "Hi", "max_output_tokens": 6},
+                 {"input": "Weather in Rome?", "tools": [WEATHER], "tool_choice": "required",
+                  "max_output_tokens": 48, "temperature": 0},
+                 {"input": "A person", "max_output_tokens": 60, "temperature": 0,
+                  "text": {"format": {"type": "json_schema", "name": "p", "schema": PERSON}}}):
+        body["model"] = M["id"]
+        st, h, data = srv.request("POST", "/v1/responses", body)
+        assert st == 200 and h["Content-Type"] == "application/json"
+        r = json.loads(data)
+        resp_v.validate(r)
+        st, _, got = srv.request("GET", "/v1/responses/" + r["id"])
+        assert st == 200 and json.loads(got) == r
+        st, h, data = srv.request("POST", "/v1/responses", dict(body, stream=True))
+        assert st == 200 and h["Content-Type"] == "text/event-stream"
+        pairs = sse_pairs(data)
+        for name, ev in pairs:
+            assert name == ev["type"]
+            ev_v.validate(ev)
+        assert [ev["sequence_number"] for _, ev in pairs] == list(range(len(pairs)))
+        st, _, data = srv.request("DELETE", "/v1/responses/" + pairs[-1][1]["response"]["id"])
+        assert st == 200
+        doc_validator("ResponseDeleted").validate(json.loads(data))
+    st, _, data = srv.request("POST", "/v1/responses", {"input": 1})
+    assert st == 400
+    err_v.validate(json.loads(data))
+
+
+def test_auth(model_path):
+    s = Server(serve_bin(), model_path, "--ctx", "256", "--api-key", "k1")
+    try:
+        for method, path in (("POST", "/v1/responses"), ("GET", "/v1/responses/resp_x"),
+                             ("DELETE", "/v1/responses/resp_x")):
+            st, _, data = s.request(method, path, {"input": "x"} if method == "POST" else None)
+            check_error(st, data, 401, code="invalid_api_key")
+        st, _, data = s.request("POST", "/v1/responses", {"input": "x", "max_output_tokens": 2},
+                                headers={"Authorization": "Bearer k1"})
+        assert st == 200, data
+    finally:
+        assert s.stop() == 0, s.stderr()
