@@ -202,6 +202,8 @@ def strip_ids(d):
         d.pop(k, None)
     d["output"] = [{k: v for k, v in it.items() if k not in ("id", "call_id")}
                    for it in d["output"]]
+    # how much of the prompt the prefix cache held depends on what ran before
+    d["usage"] = {k: v for k, v in d["usage"].items() if k != "input_tokens_details"}
     return d
 
 
