@@ -483,6 +483,28 @@ static bool check_reasoning(const cJSON *r, bool *summary, const char **effort,
     return true;
 }
 
+/* The fields of a Responses request anvil reads or accepts (the rest is
+ * ignored, or a 400 under anvil serve --strict). */
+static const char *const known_fields[] = {
+    "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
+    "max_output_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "text",
+    "reasoning", "stream", "stream_options", "previous_response_id", "store", "metadata",
+    "user", "safety_identifier", "prompt_cache_key", "service_tier", "truncation", "include",
+    "background", "conversation", "prompt", "top_logprobs", "max_tool_calls",
+};
+
+static bool check_known(const cJSON *root, struct srv_err *e) {
+    for (const cJSON *k = root->child; k; k = k->next) {
+        bool known = false;
+        for (size_t i = 0; !known && i < sizeof(known_fields) / sizeof(known_fields[0]); i++)
+            known = !strcmp(k->string, known_fields[i]);
+        if (!known)
+            return bad(e, k->string, "Unknown parameter: '%.60s' (anvil serve --strict refuses "
+                       "fields it does not know).", k->string);
+    }
+    return true;
+}
+
 /* Type checks of the scalar fields. */
 static bool check_scalars(const cJSON *root, struct srv_err *e) {
     static const char *const bools[] = {"stream", "store", "parallel_tool_calls", "background"};
@@ -622,6 +644,7 @@ bool srv_responses_translate(const struct srv_limits *lim, struct resp_store *st
         bad(e, NULL, "The request body must be a JSON object, got %s", srv_type_name(root));
         goto out;
     }
+    if (lim->strict && !check_known(root, e)) goto out;
     if (!check_scalars(root, e)) goto out;
     bool summary = false;
     const char *effort = NULL;

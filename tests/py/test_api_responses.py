@@ -513,3 +513,20 @@ def test_auth(model_path):
         assert st == 200, data
     finally:
         assert s.stop() == 0, s.stderr()
+
+
+def test_unknown_fields(srv, model_path):
+    # ignored by default (as OpenAI-compatible servers do)
+    st, _, data = srv.request("POST", "/v1/responses",
+                              {"input": "x", "max_output_tokens": 2, "frobnicate": 1})
+    assert st == 200, data
+    s = Server(serve_bin(), model_path, "--ctx", "256", "--strict")
+    try:
+        st, _, data = s.request("POST", "/v1/responses", {"input": "x", "frobnicate": 1})
+        check_error(st, data, 400, param="frobnicate")
+        st, _, data = s.request("POST", "/v1/responses",
+                                {"input": "x", "max_output_tokens": 2, "include": [],
+                                 "store": False, "truncation": "auto"})
+        assert st == 200, data
+    finally:
+        assert s.stop() == 0, s.stderr()
