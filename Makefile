@@ -221,6 +221,11 @@ $(BUILD)/tests/unit_bench: $(BUILD)/bench/bench_util.o
 $(BUILD)/tests/unit_bench.o: CFLAGS_ALL += -Ibench
 # the attention tests share one fixture (tests/attn_fixture.c)
 $(BUILD)/tests/unit_attn $(BUILD)/tests/unit_attn_hp1: $(BUILD)/tests/attn_fixture.o
+# the Responses API's store is a server file (not in libanvil)
+$(BUILD)/tests/unit_resp_store: $(BUILD)/src/server/resp_store.o
+# the Responses API's translation and dialect need the whole server
+$(BUILD)/tests/unit_api_responses: $(SERVER_OBJ)
+$(BUILD)/tests/unit_api_responses: TEST_LIBS += $(SERVER_LIBS)
 
 # ---------------------------------------------------------------------------
 # fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang

@@ -79,6 +79,7 @@
 
 #include "core/core.h"
 #include "server/server.h"
+#include "server/api_responses.h"
 #include "server/srv_int.h"
 #include "server/api_anthropic.h"
 #include "server/srv_web.h"
@@ -331,6 +332,9 @@ static const struct srv_route routes[] = {
     {"/v1/models/", SRV_GET, false, get_model, false},
     {"/v1/completions", SRV_POST, false, srv_post_completions, false},
     {"/v1/chat/completions", SRV_POST, false, srv_post_chat, false},
+    {"/v1/responses", SRV_POST, false, srv_post_responses, false},
+    {"/v1/responses/", SRV_GET, false, srv_get_response, false},
+    {"/v1/responses/", SRV_DELETE, false, srv_delete_response, false},
     {"/tokenize", SRV_POST, false, post_tokenize, false},
     {"/detokenize", SRV_POST, false, post_detokenize, false},
     {"/v1/messages", SRV_POST, false, srv_post_messages, false},
@@ -342,17 +346,27 @@ static const struct srv_route routes[] = {
     {"/favicon.svg", SRV_GET, true, get_asset, true},
 };
 
-static const struct srv_route *route_of(const struct srv *s, const char *url) {
+/* The row for url and method bit m (SRV_GET, ...; 0 = another method):
+ * the first row of the path that takes m, else the path's first row (a
+ * 405); *allow gets the methods of all the path's rows. */
+static const struct srv_route *route_of(const struct srv *s, const char *url, unsigned m,
+                                        unsigned *allow) {
+    const struct srv_route *first = NULL, *hit = NULL;
+    *allow = 0;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         const char *p = routes[i].path;
         size_t n = strlen(p);
         if (routes[i].page && !s->cfg.webui) continue;
         /* "/" is the page, not a prefix */
         bool prefix = n > 1 && p[n - 1] == '/';
-        if (prefix ? !strncmp(url, p, n) && url[n] != '\0' : !strcmp(url, p))
-            return &routes[i];
+        if (prefix ? !strncmp(url, p, n) && url[n] != '\0' : !strcmp(url, p)) {
+            if (first && strcmp(first->path, p)) break; /* another, shorter path */
+            if (!first) first = &routes[i];
+            if (!hit && (routes[i].methods & m)) hit = &routes[i];
+            *allow |= routes[i].methods;
+        }
     }
-    return NULL;
+    return hit ? hit : first;
 }
 
 /* Constant-time comparison of h with the key. */
@@ -437,7 +451,9 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
     }
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
-    k->rt = route_of(s, url);
+    bool del = !strcmp(method, "DELETE");
+    unsigned allow = 0;
+    k->rt = route_of(s, url, get ? SRV_GET : post ? SRV_POST : del ? SRV_DELETE : 0, &allow);
     if (!k->rt) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Invalid URL (%.16s %.100s)", method, url);
@@ -449,12 +465,14 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         k->rt = &preflight_route;
         get = true;
     }
-    bool want_post = k->rt->methods == SRV_POST;
-    if ((want_post && !post) || (!want_post && !get)) {
-        char msg[160];
+    if (!(k->rt->methods & (get ? SRV_GET : post ? SRV_POST : del ? SRV_DELETE : 0))) {
+        char msg[160], allowed[32];
         snprintf(msg, sizeof(msg), "Method %.16s is not allowed on %.100s", method, url);
+        snprintf(allowed, sizeof(allowed), "%s%s%s", (allow & SRV_GET) ? "GET, HEAD" : "",
+                 (allow & SRV_POST) ? ((allow & SRV_GET) ? ", POST" : "POST") : "",
+                 (allow & SRV_DELETE) ? ((allow & ~SRV_DELETE) ? ", DELETE" : "DELETE") : "");
         return srv_send_errf(s, c, 405, "invalid_request_error", NULL, MHD_HTTP_HEADER_ALLOW,
-                             want_post ? "POST" : "GET, HEAD", msg);
+                             allowed, msg);
     }
     /* while draining only the probes answer: everything else is refused
      * before auth or body, so that a load balancer retries it elsewhere */
@@ -462,7 +480,7 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         return srv_send_errf(s, c, 503, "server_error", "server_draining", "Retry-After", "1",
                              "The server is shutting down: retry on another replica.");
     if (!k->rt->open && !auth_ok(s, c)) return auth_refused(s, c, k);
-    if (get) {
+    if (get || del) {
         /* answered at the request's last call, once MHD has read the whole
          * request: libmicrohttpd 0.9 closes a connection whose response is
          * queued at this first call (it cannot tell whether a body

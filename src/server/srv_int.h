@@ -441,7 +441,7 @@ struct conn {
 typedef enum MHD_Result (*srv_handler_fn)(struct srv *s, struct MHD_Connection *c,
                                           struct conn *k, const char *url);
 
-enum { SRV_GET = 1, SRV_POST = 2 };
+enum { SRV_GET = 1, SRV_POST = 2, SRV_DELETE = 4 }; /* SRV_DELETE: /v1/responses/{id} */
 
 struct srv_route {
     const char *path;   /* exact match, or a prefix when it ends in '/' */
