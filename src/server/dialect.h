@@ -109,6 +109,8 @@ struct srv_gen_view {
     const struct srv_resp_info *ri; /* id, created, model id, the model, logprobs */
     const struct srv_req *req;
     void *state;                    /* the dialect's per-request state (make_state) */
+    int n_choices;                  /* choices the request asks for (n: 1 and up) */
+    const struct srv_usage *usage;  /* the usage so far (set for stream_error) */
 };
 
 struct srv_dialect {
@@ -121,7 +123,10 @@ struct srv_dialect {
     void (*free_state)(void *state);
     /* A stream: once before any part (the role chunk, message_start,
      * response.created ...); every part of choice `choice` as it comes;
-     * an error that ends the stream; the end, with every choice whole. */
+     * an error that ends the stream; the end, with every choice whole.
+     * After stream_error, stream_end is not called. A CONTENT part may be
+     * empty (n 0): it carries the logprobs of tokens whose text was held
+     * back, and a dialect without logprobs writes nothing for it. */
     void (*stream_start)(struct sbuf *b, const struct srv_gen_view *v);
     void (*stream_part)(struct sbuf *b, const struct srv_gen_view *v, int choice,
                         const struct srv_part *p, const struct srv_tok *toks, int32_t n_toks);

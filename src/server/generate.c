@@ -90,14 +90,21 @@ struct job {
     struct sbuf rx;   /* text taken in the last drain */
     struct sbuf out;  /* formatted bytes for the wire */
     size_t out_pos;
-    size_t text_sent; /* completion text bytes so far */
     struct sbuf full; /* non-streaming, or a possible tool call: whole text */
     bool sent_first, sent_done;
-    /* tool calls (req.tools != SRV_TOOLS_NONE) */
-    struct srv_call call;
-    char call_id[40];
-    bool call_sent;   /* the first tool_calls delta (id, name) went out */
-    struct sbuf cpart, apart; /* scratch: content and arguments of one feed */
+
+    /* the dialect answering, its state, and the choice's output parser */
+    const struct srv_dialect *d;
+    void *dstate;
+    struct srv_gen_view view;
+    struct srv_usage usage;
+    struct srv_outparse *op;
+    /* the choice whole, accumulated from its parts (also when streaming:
+     * stream_end gets it) */
+    struct sbuf content, reasoning;
+    struct srv_call_out *calls;
+    struct sbuf *cargs; /* (cap_calls,) each call's arguments */
+    int n_calls, cap_calls;
 };
 
 // ----------------------------------------------------------------------------
@@ -114,9 +121,13 @@ static void job_free(struct job *j) {
     sb_free(&j->rx);
     sb_free(&j->out);
     sb_free(&j->full);
-    srv_call_free(&j->call);
-    sb_free(&j->cpart);
-    sb_free(&j->apart);
+    srv_outparse_free(j->op);
+    if (j->d && j->d->free_state && j->dstate) j->d->free_state(j->dstate);
+    sb_free(&j->content);
+    sb_free(&j->reasoning);
+    for (int i = 0; i < j->n_calls; i++) sb_free(&j->cargs[i]);
+    free(j->cargs);
+    free(j->calls);
     pthread_mutex_destroy(&j->mu);
     free(j);
     atomic_fetch_sub(&s->n_live, 1);
@@ -138,7 +149,8 @@ static void job_unref(struct job *j) {
 static void job_unref_cb(void *cls) { job_unref(cls); }
 
 /* Takes ownership of *req (leaves it empty). */
-static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connection *c) {
+static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connection *c,
+                           const struct srv_dialect *d) {
     struct job *j = calloc(1, sizeof(*j));
     if (!j) return NULL;
     pthread_mutex_init(&j->mu, NULL);
@@ -151,13 +163,18 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
     j->fd = ci ? ci->connect_fd : -1;
     j->req = *req;
     memset(req, 0, sizeof(*req));
-    srv_call_init(&j->call, j->req.tools == SRV_TOOLS_REQUIRED || j->req.tools == SRV_TOOLS_NAMED);
-    srv_call_id(j->call_id, sizeof(j->call_id),
-                ((uint64_t)s->salt << 32) ^ (uint64_t)atomic_load(&s->next_seq) ^
-                    (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull);
+    j->d = d;
+    uint64_t id_seed = ((uint64_t)s->salt << 32) ^ (uint64_t)atomic_load(&s->next_seq) ^
+                       (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
+    /* a completion's text is the model's raw continuation: never split */
+    struct srv_outfmt raw = {.tool_format = SRV_TOOLFMT_JSON,
+                             .reasoning_format = SRV_REASONING_NONE};
+    j->op = srv_outparse_new(j->req.kind == SRV_KIND_CHAT ? &s->lim.outfmt : &raw, j->req.tools,
+                             j->req.reasoning_open, id_seed);
+    if (d->make_state) j->dstate = d->make_state();
     j->cap = j->req.max_tokens;
     j->ev_len = calloc((size_t)j->cap, sizeof(*j->ev_len));
-    bool ok = j->ev_len && sb_reserve(&j->pend, 1024);
+    bool ok = j->ev_len && j->op && (!d->make_state || j->dstate) && sb_reserve(&j->pend, 1024);
     if (ok && j->req.logprobs) {
         j->k = j->req.top_logprobs > 0 ? j->req.top_logprobs : 1;
         j->ev_tok = calloc((size_t)j->cap, sizeof(*j->ev_tok));
@@ -181,6 +198,8 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
         .logprobs = j->req.logprobs,
         .top_logprobs = j->req.top_logprobs,
     };
+    j->view = (struct srv_gen_view){
+        .ri = &j->ri, .req = &j->req, .state = j->dstate, .n_choices = 1, .usage = &j->usage};
     return j;
 }
 
@@ -348,51 +367,124 @@ static const struct srv_tok *toks_at(const struct job *j, int32_t from) {
     return j->ev_tok ? j->ev_tok + from : NULL;
 }
 
-static void stream_error(struct job *j, int status, const char *type, const char *code,
-                         const char *msg) {
-    struct srv_err e;
-    srv_err_set(&e, status, type, code, NULL, "%s", msg);
-    sb_puts(&j->out, "data: ");
-    srv_fmt_error(&j->out, &e);
-    sb_puts(&j->out, "\n\n");
-}
-
-/* Whether the output is a complete call (finish_reason "tool_calls"). */
-static bool call_complete(const struct job *j) {
-    return j->call.named && j->finish == ANVIL_FINISH_STOP &&
-           anvil_constraint_matches(j->req.constraint, j->full.p ? j->full.p : "", j->full.len);
-}
-
-/* Content text and call arguments of one piece of output as chunks; the
- * logprobs of toks ride on the first chunk written. Returns whether a
- * chunk was written. */
-static bool stream_pieces(struct job *j, const char *c, size_t nc, const char *a, size_t na,
-                          const struct srv_tok *toks, int32_t nt) {
-    bool wrote = false;
-    if (nc) {
-        srv_fmt_chunk(&j->out, &j->ri, c, nc, toks, nt, false, NULL, j->text_sent);
-        j->text_sent += nc;
-        wrote = true;
+/* The choice whole: one part more. False when out of memory. */
+static bool job_accumulate(struct job *j, const struct srv_part *p) {
+    switch (p->kind) {
+    case SRV_PART_CONTENT: sb_put(&j->content, p->text, p->n); return !j->content.oom;
+    case SRV_PART_REASONING: sb_put(&j->reasoning, p->text, p->n); return !j->reasoning.oom;
+    case SRV_PART_CALL_BEGIN: {
+        if (j->n_calls == j->cap_calls) {
+            int cap = j->cap_calls ? 2 * j->cap_calls : 2;
+            struct srv_call_out *calls = realloc(j->calls, (size_t)cap * sizeof(*calls));
+            if (!calls) return false;
+            j->calls = calls;
+            struct sbuf *cargs = realloc(j->cargs, (size_t)cap * sizeof(*cargs));
+            if (!cargs) return false;
+            j->cargs = cargs;
+            j->cap_calls = cap;
+        }
+        struct srv_call_out *co = &j->calls[j->n_calls];
+        memset(co, 0, sizeof(*co));
+        snprintf(co->id, sizeof(co->id), "%s", p->id ? p->id : "");
+        snprintf(co->name, sizeof(co->name), "%s", p->name ? p->name : "");
+        sb_init(&j->cargs[j->n_calls]);
+        j->n_calls++;
+        return true;
     }
-    if (na || (j->call.named && !j->call_sent)) {
-        srv_fmt_tool_chunk(&j->out, &j->ri, j->call_id, j->call_sent ? NULL : j->call.name, a, na,
-                           wrote ? NULL : toks, wrote ? 0 : nt);
-        j->call_sent = true;
-        wrote = true;
+    case SRV_PART_CALL_ARGS:
+        if (j->n_calls == 0) return true;
+        sb_put(&j->cargs[j->n_calls - 1], p->text, p->n);
+        return !j->cargs[j->n_calls - 1].oom;
+    case SRV_PART_CALL_END:
+        if (j->n_calls > 0) j->calls[j->n_calls - 1].whole = true;
+        return true;
     }
-    return wrote;
+    return true;
 }
 
-/* One piece of output: straight to a content chunk, or through the call
- * splitter when the output may be a tool call. */
+/* One feed of the output parser: the tokens whose logprobs ride on the
+ * first part written, and whether one was. */
+struct feed {
+    struct job *j;
+    const struct srv_tok *toks;
+    int32_t nt;
+    bool wrote;
+    bool oom;
+};
+
+static void on_part(void *user, const struct srv_part *p) {
+    struct feed *f = user;
+    struct job *j = f->j;
+    if (!job_accumulate(j, p)) f->oom = true;
+    if (!j->req.stream) return;
+    bool takes = p->kind != SRV_PART_CALL_END;
+    bool lp = takes && !f->wrote;
+    j->d->stream_part(&j->out, &j->view, 0, p, lp ? f->toks : NULL, lp ? f->nt : 0);
+    if (takes) f->wrote = true;
+}
+
+/* Whether the output ended as it should (not cut by max_tokens, a stop
+ * string or an error): with a possible tool call, the whole output must
+ * also match the call's constraint. */
+static bool output_complete(const struct job *j) {
+    if (j->finish != ANVIL_FINISH_STOP) return false;
+    if (j->req.tools == SRV_TOOLS_NONE || !j->req.constraint) return true;
+    return anvil_constraint_matches(j->req.constraint, j->full.p ? j->full.p : "", j->full.len);
+}
+
+/* The choice whole, from what was accumulated. */
+static void job_choice(struct job *j, struct srv_choice *ch) {
+    static char empty[1];
+    for (int i = 0; i < j->n_calls; i++) {
+        j->calls[i].args = j->cargs[i].p && j->cargs[i].len ? j->cargs[i].p : empty;
+        j->calls[i].n_args = j->cargs[i].len;
+    }
+    bool called = false;
+    for (int i = 0; i < j->n_calls; i++) called |= j->calls[i].whole;
+    const char *finish = srv_finish_str(j->finish);
+    if (called) finish = "tool_calls";
+    *ch = (struct srv_choice){
+        .index = 0,
+        .content = j->content.p ? j->content.p : empty,
+        .n_content = j->content.len,
+        .reasoning = j->reasoning.p ? j->reasoning.p : empty,
+        .n_reasoning = j->reasoning.len,
+        .calls = j->calls,
+        .n_calls = j->n_calls,
+        .toks = toks_at(j, 0),
+        .n_toks = j->ev_tok ? j->consumed : 0,
+        .finish = finish,
+        .engine_finish = j->finish,
+        .n_gen = j->n_gen,
+    };
+}
+
+/* The error a generation that did not finish well answers with; false
+ * for one that did. */
+static bool job_error(const struct job *j, struct srv_err *e) {
+    if (j->finish == ANVIL_FINISH_ERROR)
+        srv_err_set(e, 500, "server_error", NULL, NULL, "%s",
+                    j->errmsg[0] ? j->errmsg : "generation failed");
+    else if (j->finish == ANVIL_FINISH_CONSTRAINT) /* text the model cannot spell */
+        srv_err_set(e, 400, "invalid_request_error", "constraint_unsatisfiable", NULL, "%s",
+                    j->errmsg);
+    else if (j->finish == ANVIL_FINISH_CANCELLED)
+        srv_err_set(e, 503, "server_error", NULL, NULL,
+                    "the request was cancelled: the server is shutting down");
+    else
+        return false;
+    return true;
+}
+
+/* One piece of output through the output parser; the parts go out as the
+ * dialect's stream. Returns whether a part carrying logprobs was written. */
 static bool stream_text(struct job *j, const char *s, size_t n, const struct srv_tok *toks,
                         int32_t nt) {
-    if (j->req.tools == SRV_TOOLS_NONE) return stream_pieces(j, s, n, NULL, 0, toks, nt);
-    sb_put(&j->full, s, n);
-    sb_clear(&j->cpart);
-    sb_clear(&j->apart);
-    srv_call_feed(&j->call, s, n, &j->cpart, &j->apart);
-    return stream_pieces(j, j->cpart.p, j->cpart.len, j->apart.p, j->apart.len, toks, nt);
+    if (j->req.tools != SRV_TOOLS_NONE) sb_put(&j->full, s, n);
+    struct feed f = {.j = j, .toks = toks, .nt = nt};
+    srv_outparse_feed(j->op, s, n, on_part, &f);
+    if (f.oom) j->out.oom = true;
+    return f.wrote;
 }
 
 /* Format what the last drain brought into j->out. */
@@ -415,31 +507,22 @@ static void stream_format(struct job *j, int32_t n_ev, bool done) {
         lp_from = n_ev;
         nt = 0;
     }
-    const char *finish = srv_finish_str(j->finish);
-    if (j->req.tools != SRV_TOOLS_NONE) {
-        bool complete = call_complete(j);
-        sb_clear(&j->cpart);
-        sb_clear(&j->apart);
-        srv_call_end(&j->call, complete, &j->cpart, &j->apart);
-        if (stream_pieces(j, j->cpart.p, j->cpart.len, j->apart.p, j->apart.len,
-                          toks_at(j, lp_from), nt))
-            nt = 0;
-        if (complete) finish = "tool_calls";
+    struct feed f = {.j = j, .toks = toks_at(j, lp_from), .nt = nt};
+    srv_outparse_end(j->op, output_complete(j), on_part, &f);
+    if (f.oom) j->out.oom = true;
+    if (!f.wrote && nt > 0) { /* logprobs of tokens whose text was all held back */
+        struct srv_part p = {.kind = SRV_PART_CONTENT, .text = "", .n = 0};
+        j->d->stream_part(&j->out, &j->view, 0, &p, toks_at(j, lp_from), nt);
     }
-    if (nt > 0) /* logprobs of tokens whose text was all held back */
-        srv_fmt_chunk(&j->out, &j->ri, "", 0, toks_at(j, lp_from), nt, false, NULL, j->text_sent);
-    if (j->finish == ANVIL_FINISH_ERROR)
-        stream_error(j, 500, "server_error", NULL,
-                     j->errmsg[0] ? j->errmsg : "generation failed");
-    else if (j->finish == ANVIL_FINISH_CONSTRAINT)
-        stream_error(j, 400, "invalid_request_error", "constraint_unsatisfiable", j->errmsg);
-    else if (j->finish == ANVIL_FINISH_CANCELLED)
-        stream_error(j, 503, "server_error", NULL, "the request was cancelled: the server is "
-                     "shutting down");
-    else
-        srv_fmt_chunk(&j->out, &j->ri, "", 0, NULL, 0, false, finish, j->text_sent);
-    if (j->req.include_usage) srv_fmt_usage_chunk(&j->out, &j->ri, j->n_prompt, j->n_gen);
-    sb_puts(&j->out, "data: [DONE]\n\n");
+    j->usage = (struct srv_usage){.n_prompt = j->n_prompt, .n_gen = j->n_gen};
+    struct srv_err e;
+    if (job_error(j, &e)) {
+        j->d->stream_error(&j->out, &j->view, &e);
+    } else {
+        struct srv_choice ch;
+        job_choice(j, &ch);
+        j->d->stream_end(&j->out, &j->view, &ch, 1, &j->usage);
+    }
     j->sent_done = true;
 }
 
@@ -460,9 +543,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (j->sent_done || j->out.oom) return MHD_CONTENT_READER_END_OF_STREAM;
         sb_clear(&j->out);
         j->out_pos = 0;
-        if (j->req.kind == SRV_KIND_CHAT && !j->sent_first) {
-            /* the role chunk goes out at once, as OpenAI does */
-            srv_fmt_chunk(&j->out, &j->ri, "", 0, NULL, 0, true, NULL, 0);
+        if (!j->sent_first) { /* the dialect's opening goes out at once */
+            j->d->stream_start(&j->out, &j->view);
             j->sent_first = true;
             continue;
         }
@@ -489,27 +571,29 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 // ----------------------------------------------------------------------------
 // the routes
 
-static enum MHD_Result submit_error(struct srv *s, struct MHD_Connection *c, anvil_status st,
+static enum MHD_Result submit_error(struct srv *s, struct MHD_Connection *c,
+                                    const struct srv_dialect *d, anvil_status st,
                                     const char *msg) {
+    struct srv_err e;
     if (st == ANVIL_ERR_INVALID)
-        return srv_send_errf(s, c, 400, "invalid_request_error", NULL, NULL, NULL, msg);
-    if (st == ANVIL_ERR_KV_FULL) /* the queue is full (what can never fit is INVALID) */
-        return srv_send_errf(s, c, 503, "server_error", "engine_overloaded", "Retry-After", "1",
-                             "The server is overloaded: its request queue is full. Retry later.");
-    return srv_send_errf(s, c, 500, "server_error", NULL, NULL, NULL, msg);
+        srv_err_set(&e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
+    else if (st == ANVIL_ERR_KV_FULL) /* the queue is full (what can never fit is INVALID) */
+        srv_err_set(&e, 503, "server_error", "engine_overloaded", NULL,
+                    "The server is overloaded: its request queue is full. Retry later.");
+    else
+        srv_err_set(&e, 500, "server_error", NULL, NULL, "%s", msg);
+    return srv_send_dialect_err(s, c, d, &e);
 }
 
-static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct conn *k,
-                                enum srv_kind kind) {
-    struct srv_req req;
-    struct srv_err err;
-    if (!srv_parse_request(&s->lim, kind, k->body ? k->body : "", k->body_len, &req, &err)) {
-        srv_req_free(&req);
-        return srv_send_err(s, c, &err, NULL, NULL);
+enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                             struct srv_req *req, const struct srv_dialect *d) {
+    struct job *j = job_new(s, req, c, d);
+    srv_req_free(req);
+    if (!j) {
+        struct srv_err e;
+        srv_oom(&e);
+        return srv_send_dialect_err(s, c, d, &e);
     }
-    struct job *j = job_new(s, &req, c);
-    srv_req_free(&req);
-    if (!j) return srv_send_errf(s, c, 500, "server_error", NULL, NULL, NULL, "out of memory");
     k->job = j;
 
     struct anvil_request_params rp;
@@ -536,7 +620,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
         atomic_fetch_sub(&s->metrics.in_flight, 1);
         job_unlist(s, j);
         job_unref(j);
-        return submit_error(s, c, st, msg[0] ? msg : anvil_status_str(st));
+        return submit_error(s, c, d, st, msg[0] ? msg : anvil_status_str(st));
     }
     pthread_mutex_lock(&j->mu);
     j->id = id;
@@ -552,7 +636,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
             return MHD_NO;
         }
         job_ref(j); /* the response's, dropped by job_unref_cb */
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, d->stream_ctype);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         /* nginx: pass the stream through even where proxy_buffering is on */
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
@@ -561,16 +645,27 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     return srv_generate_resume(s, c, k);
 }
 
+static enum MHD_Result post_openai(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                   enum srv_kind kind) {
+    struct srv_req req;
+    struct srv_err err;
+    if (!srv_parse_request(&s->lim, kind, k->body ? k->body : "", k->body_len, &req, &err)) {
+        srv_req_free(&req);
+        return srv_send_dialect_err(s, c, &srv_dialect_openai, &err);
+    }
+    return srv_generate(s, c, k, &req, &srv_dialect_openai);
+}
+
 enum MHD_Result srv_post_completions(struct srv *s, struct MHD_Connection *c, struct conn *k,
                                      const char *url) {
     (void)url;
-    return generate(s, c, k, SRV_KIND_COMPLETION);
+    return post_openai(s, c, k, SRV_KIND_COMPLETION);
 }
 
 enum MHD_Result srv_post_chat(struct srv *s, struct MHD_Connection *c, struct conn *k,
                               const char *url) {
     (void)url;
-    return generate(s, c, k, SRV_KIND_CHAT);
+    return post_openai(s, c, k, SRV_KIND_CHAT);
 }
 
 enum MHD_Result srv_generate_resume(struct srv *s, struct MHD_Connection *c, struct conn *k) {
@@ -597,34 +692,21 @@ enum MHD_Result srv_generate_resume(struct srv *s, struct MHD_Connection *c, str
         }
     }
     if (j->gone) return MHD_NO;
-    if (j->finish == ANVIL_FINISH_ERROR)
-        return srv_send_errf(s, c, 500, "server_error", NULL, NULL, NULL,
-                             j->errmsg[0] ? j->errmsg : "generation failed");
-    if (j->finish == ANVIL_FINISH_CONSTRAINT) /* the request asked for text the model cannot spell */
-        return srv_send_errf(s, c, 400, "invalid_request_error", "constraint_unsatisfiable", NULL,
-                             NULL, j->errmsg);
-    if (j->finish == ANVIL_FINISH_CANCELLED)
-        return srv_send_errf(s, c, 503, "server_error", NULL, NULL, NULL,
-                             "the request was cancelled: the server is shutting down");
+    struct srv_err e;
+    if (job_error(j, &e)) return srv_send_dialect_err(s, c, j->d, &e);
+    struct feed f = {.j = j};
+    srv_outparse_feed(j->op, j->full.p ? j->full.p : "", j->full.len, on_part, &f);
+    srv_outparse_end(j->op, output_complete(j), on_part, &f);
+    if (f.oom || j->full.oom) {
+        srv_oom(&e);
+        return srv_send_dialect_err(s, c, j->d, &e);
+    }
+    j->usage = (struct srv_usage){.n_prompt = j->n_prompt, .n_gen = j->n_gen};
+    struct srv_choice ch;
+    job_choice(j, &ch);
     struct sbuf b;
     sb_init(&b);
-    const char *finish = srv_finish_str(j->finish);
-    struct srv_tool_call tc = {.id = j->call_id, .name = j->call.name};
-    bool is_call = false;
-    if (j->req.tools != SRV_TOOLS_NONE) {
-        srv_call_feed(&j->call, j->full.p ? j->full.p : "", j->full.len, &j->cpart, &j->apart);
-        bool complete = call_complete(j);
-        srv_call_end(&j->call, complete, &j->cpart, &j->apart);
-        if (j->call.named) { /* a call, complete or cut short by max_tokens */
-            is_call = true;
-            tc.args = j->apart.p ? j->apart.p : "";
-            tc.n_args = j->apart.len;
-            if (complete) finish = "tool_calls";
-        }
-    }
-    srv_fmt_full(&b, &j->ri, j->full.p ? j->full.p : "", j->full.len, toks_at(j, 0),
-                 j->ev_tok ? j->consumed : 0, finish, j->n_prompt, j->n_gen,
-                 is_call ? &tc : NULL);
+    j->d->full(&b, &j->view, &ch, 1, &j->usage);
     return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
 }
 

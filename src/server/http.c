@@ -635,6 +635,13 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
         .default_seed = cfg->default_seed,
         .cc = srv_ccache_new(), /* NULL (out of memory) only means no cache */
     };
+    { /* the tool-call format and reasoning markers, from the chat template */
+        int32_t tn = anvil_model_meta_str(m, "tokenizer.chat_template", NULL, 0);
+        char *tsrc = tn > 0 ? malloc((size_t)tn + 1) : NULL;
+        if (tsrc) anvil_model_meta_str(m, "tokenizer.chat_template", tsrc, (size_t)tn + 1);
+        srv_outfmt_detect(tsrc, &s->lim.outfmt);
+        free(tsrc);
+    }
 
     /* accepted beyond max_conn only to be told 503 (file header) */
     int spare = cfg->max_conn / 8 > 16 ? cfg->max_conn / 8 : 16;

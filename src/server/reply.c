@@ -8,6 +8,7 @@
  * call each other in a circle).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "server/srv_int.h"
@@ -66,4 +67,15 @@ enum MHD_Result srv_send_errf(struct srv *s, struct MHD_Connection *c, int statu
     struct srv_err e;
     srv_err_set(&e, status, type, code, NULL, "%s", msg);
     return srv_send_err(s, c, &e, hdr, val);
+}
+
+enum MHD_Result srv_send_dialect_err(struct srv *s, struct MHD_Connection *c,
+                                     const struct srv_dialect *d, const struct srv_err *e) {
+    struct sbuf b;
+    sb_init(&b);
+    d->error(&b, e);
+    /* an overloaded engine: come back in a second */
+    bool retry = e->status == 503 && e->code && !strcmp(e->code, "engine_overloaded");
+    return srv_send_sbuf(s, c, e->status, "application/json", &b, retry ? "Retry-After" : NULL,
+                         retry ? "1" : NULL);
 }

@@ -273,6 +273,22 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
         srv_bad(e, NULL, "the request body must be a JSON object, got %s", srv_type_name(root));
         goto out;
     }
+    ok = srv_parse_request_json(lim, kind, root, r, e);
+out:
+    cJSON_Delete(root);
+    return ok;
+}
+
+bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, const cJSON *root,
+                            struct srv_req *r, struct srv_err *e) {
+    memset(r, 0, sizeof(*r));
+    memset(e, 0, sizeof(*e));
+    r->kind = kind;
+    bool ok = false;
+    if (!cJSON_IsObject(root)) {
+        srv_bad(e, NULL, "the request body must be a JSON object, got %s", srv_type_name(root));
+        goto out;
+    }
     if (!check_keys(root, kind == SRV_KIND_CHAT ? CH : CO, e)) goto out;
     if (!check_unsupported(root, kind, e)) goto out;
 
@@ -370,7 +386,6 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
     if (!srv_parse_constraint(lim, root, &tools, r, e)) goto out;
     ok = true;
 out:
-    cJSON_Delete(root);
     if (!ok) {
         enum srv_kind k = r->kind;
         srv_req_free(r);

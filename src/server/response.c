@@ -188,16 +188,18 @@ static void usage(struct sbuf *b, int32_t n_prompt, int32_t n_gen) {
               (int)n_prompt, (int)n_gen, (int)(n_prompt + n_gen));
 }
 
-void srv_fmt_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
-                   const struct srv_tok *toks, int32_t n_toks, bool first_chat,
-                   const char *finish, size_t text_offset) {
+/* A chunk of choice `index`: text (may be empty) under `field` of a chat
+ * delta ("content", "reasoning_content"), or a completion's text. */
+static void chunk_ex(struct sbuf *b, const struct srv_resp_info *ri, int index, const char *field,
+                     const char *text, size_t n, const struct srv_tok *toks, int32_t n_toks,
+                     bool first_chat, const char *finish, size_t text_offset) {
     sb_puts(b, "data: ");
     if (ri->kind == SRV_KIND_CHAT) {
         head(b, ri, "chat.completion.chunk");
-        sb_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{");
+        sb_printf(b, ",\"choices\":[{\"index\":%d,\"delta\":{", index);
         if (first_chat) sb_puts(b, "\"role\":\"assistant\"");
         if (n || first_chat) {
-            sb_puts(b, first_chat ? ",\"content\":" : "\"content\":");
+            sb_printf(b, first_chat ? ",\"%s\":" : "\"%s\":", field);
             sb_json_str(b, text, n);
         }
         sb_puts(b, "},\"logprobs\":");
@@ -206,11 +208,17 @@ void srv_fmt_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *t
         head(b, ri, "text_completion");
         sb_puts(b, ",\"choices\":[{\"text\":");
         sb_json_str(b, text, n);
-        sb_puts(b, ",\"index\":0,\"logprobs\":");
+        sb_printf(b, ",\"index\":%d,\"logprobs\":", index);
         chunk_logprobs(b, ri, toks, n_toks, text_offset);
     }
     finish_field(b, finish);
     sb_puts(b, "}]}\n\n");
+}
+
+void srv_fmt_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
+                   const struct srv_tok *toks, int32_t n_toks, bool first_chat,
+                   const char *finish, size_t text_offset) {
+    chunk_ex(b, ri, 0, "content", text, n, toks, n_toks, first_chat, finish, text_offset);
 }
 
 void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t n_prompt,
@@ -222,12 +230,16 @@ void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t
     sb_puts(b, "}\n\n");
 }
 
-void srv_fmt_tool_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *call_id,
-                        const char *name, const char *args, size_t n,
-                        const struct srv_tok *toks, int32_t n_toks) {
+/* A tool_calls delta of choice `index`, call `call_index`: with name (the
+ * call's first delta) its id, type and name, then arguments text. */
+static void tool_chunk_ex(struct sbuf *b, const struct srv_resp_info *ri, int index,
+                          int call_index, const char *call_id, const char *name,
+                          const char *args, size_t n, const struct srv_tok *toks,
+                          int32_t n_toks) {
     sb_puts(b, "data: ");
     head(b, ri, "chat.completion.chunk");
-    sb_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,");
+    sb_printf(b, ",\"choices\":[{\"index\":%d,\"delta\":{\"tool_calls\":[{\"index\":%d,", index,
+              call_index);
     if (name) {
         sb_puts(b, "\"id\":");
         sb_json_str(b, call_id, strlen(call_id));
@@ -237,11 +249,32 @@ void srv_fmt_tool_chunk(struct sbuf *b, const struct srv_resp_info *ri, const ch
     } else {
         sb_puts(b, "\"function\":{\"arguments\":");
     }
-    sb_json_str(b, args, n);
+    sb_json_str(b, args ? args : "", n);
     sb_puts(b, "}}]},\"logprobs\":");
     chunk_logprobs(b, ri, toks, n_toks, 0);
     finish_field(b, NULL);
     sb_puts(b, "}]}\n\n");
+}
+
+void srv_fmt_tool_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *call_id,
+                        const char *name, const char *args, size_t n,
+                        const struct srv_tok *toks, int32_t n_toks) {
+    tool_chunk_ex(b, ri, 0, 0, call_id, name, args, n, toks, n_toks);
+}
+
+static void tool_calls_array(struct sbuf *b, const struct srv_tool_call *calls, int n) {
+    sb_puts(b, "[");
+    for (int i = 0; i < n; i++) {
+        const struct srv_tool_call *call = &calls[i];
+        sb_puts(b, i ? ",{\"id\":" : "{\"id\":");
+        sb_json_str(b, call->id, strlen(call->id));
+        sb_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        sb_json_str(b, call->name, strlen(call->name));
+        sb_puts(b, ",\"arguments\":");
+        sb_json_str(b, call->args ? call->args : "", call->n_args);
+        sb_puts(b, "}}");
+    }
+    sb_puts(b, "]");
 }
 
 void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
@@ -251,13 +284,8 @@ void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *te
         head(b, ri, "chat.completion");
         sb_puts(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
         if (call) {
-            sb_puts(b, "null,\"tool_calls\":[{\"id\":");
-            sb_json_str(b, call->id, strlen(call->id));
-            sb_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
-            sb_json_str(b, call->name, strlen(call->name));
-            sb_puts(b, ",\"arguments\":");
-            sb_json_str(b, call->args, call->n_args);
-            sb_puts(b, "}}]");
+            sb_puts(b, "null,\"tool_calls\":");
+            tool_calls_array(b, call, 1);
         } else {
             sb_json_str(b, text, n);
         }
@@ -274,3 +302,138 @@ void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *te
     usage(b, n_prompt, n_gen);
     sb_puts(b, "}");
 }
+
+// ----------------------------------------------------------------------------
+// the OpenAI dialect (chat completions and completions)
+
+#define OAI_MAX_CHOICES 128
+
+struct oai_state {
+    size_t text_sent[OAI_MAX_CHOICES]; /* completion text so far (text_offset) */
+};
+
+static void *oai_make_state(void) { return calloc(1, sizeof(struct oai_state)); }
+
+static void oai_free_state(void *state) { free(state); }
+
+static void oai_stream_start(struct sbuf *b, const struct srv_gen_view *v) {
+    if (v->ri->kind != SRV_KIND_CHAT) return;
+    /* the role chunk goes out at once, as OpenAI does */
+    int n = v->n_choices > 0 ? v->n_choices : 1;
+    for (int i = 0; i < n; i++) chunk_ex(b, v->ri, i, "content", "", 0, NULL, 0, true, NULL, 0);
+}
+
+static void oai_stream_part(struct sbuf *b, const struct srv_gen_view *v, int choice,
+                            const struct srv_part *p, const struct srv_tok *toks,
+                            int32_t n_toks) {
+    struct oai_state *st = v->state;
+    size_t *sent = st && choice >= 0 && choice < OAI_MAX_CHOICES ? &st->text_sent[choice] : NULL;
+    size_t off = sent ? *sent : 0;
+    bool chat = v->ri->kind == SRV_KIND_CHAT;
+    switch (p->kind) {
+    case SRV_PART_CONTENT:
+    case SRV_PART_REASONING: {
+        const char *field = chat && p->kind == SRV_PART_REASONING ? "reasoning_content" : "content";
+        chunk_ex(b, v->ri, choice, field, p->text, p->n, toks, n_toks, false, NULL, off);
+        if (sent) *sent += p->n;
+        break;
+    }
+    case SRV_PART_CALL_BEGIN:
+        tool_chunk_ex(b, v->ri, choice, p->call_index, p->id, p->name, "", 0, toks, n_toks);
+        break;
+    case SRV_PART_CALL_ARGS:
+        tool_chunk_ex(b, v->ri, choice, p->call_index, NULL, NULL, p->text, p->n, toks, n_toks);
+        break;
+    case SRV_PART_CALL_END: break;
+    }
+}
+
+static void oai_usage_tail(struct sbuf *b, const struct srv_gen_view *v,
+                           const struct srv_usage *u) {
+    if (v->req && v->req->include_usage && u) srv_fmt_usage_chunk(b, v->ri, u->n_prompt, u->n_gen);
+    sb_puts(b, "data: [DONE]\n\n");
+}
+
+static void oai_stream_error(struct sbuf *b, const struct srv_gen_view *v,
+                             const struct srv_err *e) {
+    sb_puts(b, "data: ");
+    srv_fmt_error(b, e);
+    sb_puts(b, "\n\n");
+    oai_usage_tail(b, v, v->usage);
+}
+
+static void oai_stream_end(struct sbuf *b, const struct srv_gen_view *v,
+                           const struct srv_choice *choices, int n_choices,
+                           const struct srv_usage *u) {
+    for (int i = 0; i < n_choices; i++) {
+        size_t off = 0;
+        struct oai_state *st = v->state;
+        if (st && choices[i].index >= 0 && choices[i].index < OAI_MAX_CHOICES)
+            off = st->text_sent[choices[i].index];
+        chunk_ex(b, v->ri, choices[i].index, "content", "", 0, NULL, 0, false, choices[i].finish,
+                 off);
+    }
+    oai_usage_tail(b, v, u);
+}
+
+static void oai_full(struct sbuf *b, const struct srv_gen_view *v,
+                     const struct srv_choice *choices, int n_choices, const struct srv_usage *u) {
+    const struct srv_resp_info *ri = v->ri;
+    bool chat = ri->kind == SRV_KIND_CHAT;
+    head(b, ri, chat ? "chat.completion" : "text_completion");
+    sb_puts(b, ",\"choices\":[");
+    for (int i = 0; i < n_choices; i++) {
+        const struct srv_choice *ch = &choices[i];
+        if (i) sb_puts(b, ",");
+        if (chat) {
+            sb_printf(b, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":",
+                      ch->index);
+            if (ch->n_calls > 0 && ch->n_content == 0)
+                sb_puts(b, "null");
+            else
+                sb_json_str(b, ch->content ? ch->content : "", ch->n_content);
+            if (ch->n_reasoning > 0) {
+                sb_puts(b, ",\"reasoning_content\":");
+                sb_json_str(b, ch->reasoning, ch->n_reasoning);
+            }
+            if (ch->n_calls > 0) {
+                sb_puts(b, ",\"tool_calls\":[");
+                for (int c = 0; c < ch->n_calls; c++) {
+                    const struct srv_call_out *co = &ch->calls[c];
+                    sb_puts(b, c ? ",{\"id\":" : "{\"id\":");
+                    sb_json_str(b, co->id, strlen(co->id));
+                    sb_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+                    sb_json_str(b, co->name, strlen(co->name));
+                    sb_puts(b, ",\"arguments\":");
+                    sb_json_str(b, co->args ? co->args : "", co->n_args);
+                    sb_puts(b, "}}");
+                }
+                sb_puts(b, "]");
+            }
+            sb_puts(b, ",\"refusal\":null},\"logprobs\":");
+        } else {
+            sb_puts(b, "{\"text\":");
+            sb_json_str(b, ch->content ? ch->content : "", ch->n_content);
+            sb_printf(b, ",\"index\":%d,\"logprobs\":", ch->index);
+        }
+        logprobs(b, ri, ch->toks, ch->toks ? ch->n_toks : 0, 0);
+        finish_field(b, ch->finish);
+        sb_puts(b, "}");
+    }
+    sb_puts(b, "],");
+    usage(b, u->n_prompt, u->n_gen);
+    sb_puts(b, "}");
+}
+
+const struct srv_dialect srv_dialect_openai = {
+    .name = "openai",
+    .stream_ctype = "text/event-stream",
+    .error = srv_fmt_error,
+    .make_state = oai_make_state,
+    .free_state = oai_free_state,
+    .stream_start = oai_stream_start,
+    .stream_part = oai_stream_part,
+    .stream_error = oai_stream_error,
+    .stream_end = oai_stream_end,
+    .full = oai_full,
+};
