@@ -789,17 +789,20 @@ static void logprobs_array(struct sbuf *b, const struct srv_gen_view *v,
 static bool call_json(struct sbuf *b, int index, const char *id, const char *name,
                       const char *args, size_t n) {
     cJSON *a = n ? cJSON_ParseWithLength(args, n) : cJSON_CreateObject();
-    bool obj = cJSON_IsObject(a) && sb_utf8_check(args, n) == n;
+    /* printed again, unformatted: the model's newlines inside the object
+     * would break a newline-delimited stream */
+    char *text = cJSON_IsObject(a) && sb_utf8_check(args, n) == n ? cJSON_PrintUnformatted(a)
+                                                                   : NULL;
     cJSON_Delete(a);
-    if (!obj) return false;
+    if (!text) return false;
     sb_puts(b, "{\"id\":");
     sb_json_str(b, id, strlen(id));
     sb_printf(b, ",\"function\":{\"index\":%d,\"name\":", index);
     sb_json_str(b, name, strlen(name));
     sb_puts(b, ",\"arguments\":");
-    if (n) sb_put(b, args, n);
-    else sb_puts(b, "{}");
+    sb_puts(b, text);
     sb_puts(b, "}}");
+    free(text);
     return true;
 }
 
