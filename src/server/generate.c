@@ -1,13 +1,16 @@
 /*
- * generate.c - POST /v1/completions and /v1/chat/completions: a validated
- * request becomes a `job` in the engine, and the engine's events become
- * one JSON answer or a Server-Sent Events stream.
+ * generate.c - the generation routes: a validated request becomes a `job`
+ * of one or more engine requests (its choices, `n`), and the engine's
+ * events become one answer or a stream in the dialect the route speaks
+ * (dialect.h: OpenAI chat/completions, and the dialects of the other
+ * APIs).
  *
  * Nothing here blocks an HTTP worker (http.c runs a few epoll workers for
  * every connection). A request that waits for the engine *parks* its
  * connection (MHD_suspend_connection: MHD stops polling it) and the
  * engine's event callback, on the driver thread, resumes it when there is
- * something to send: every token for a stream, the end for a whole answer.
+ * something to send: every token for a stream, the end of every choice
+ * for a whole answer.
  *
  * No lost wake-up: parking checks for news and suspends under the job's
  * mutex, and the callback records news and resumes under the same mutex,
@@ -24,17 +27,21 @@
  * parked is read and written by MHD, which notices a dead peer itself and
  * reports the request complete (srv_job_closed cancels it).
  *
- * Tool calls (toolcall.c): when the output may be a call, its text goes
- * through a splitter that tells content from the call's arguments; a
- * stream sends the call as tool_calls deltas (the first with its id and
- * name) and ends with finish_reason "tool_calls" when the call is
- * complete (the whole output matches the call's constraint).
+ * Output: every choice's text goes through its output parser (outparse.c:
+ * the model's tool-call format and reasoning markers) into parts, which
+ * the dialect formats (a stream: as they come; whole: at the end). The
+ * job also accumulates each choice whole (content, reasoning, calls),
+ * since a stream's end gets them too.
  *
- * Storage: token records go into arrays of max_tokens slots (the engine
- * never emits more), text into a pending buffer that the HTTP side empties
- * on every drain, so a job holds at most one request's output. A job is
- * reference counted: the connection, the streaming response and the
- * engine (until DONE) each hold one. srv->n_live counts the jobs not yet
+ * n > 1: n engine requests from one prompt, submitted together (the
+ * prefix cache shares the prompt, the engine batches their decoding);
+ * choice i samples with seed + i.
+ *
+ * Storage: token records go into arrays of max_tokens slots per choice
+ * (the engine never emits more), text into a pending buffer that the HTTP
+ * side empties on every drain. A job is reference counted: the
+ * connection, the streaming response and every choice's engine request
+ * (until its DONE) each hold one. srv->n_live counts the jobs not yet
  * freed: a drain (srv_n_active) waits for it, so an answer is not cut
  * between DONE and its last byte.
  */
@@ -48,12 +55,44 @@
 #include "core/core.h"
 #include "server/srv_int.h"
 
+/* One choice: its engine request and its output. */
+struct chc {
+    struct job *j;
+    int index;
+    anvil_req_id id; /* under j->mu */
+    bool id_set;
+
+    /* written by the engine callback under j->mu */
+    int32_t n_ev;           /* token events so far */
+    int32_t *ev_len;        /* (cap,) text bytes released with event i */
+    struct srv_tok *ev_tok; /* (cap,) when logprobs */
+    anvil_token *top_tok;   /* (cap, k) */
+    float *top_lp;          /* (cap, k) */
+    struct sbuf pend;       /* text not yet taken by the HTTP side */
+    bool done;
+    enum anvil_finish finish;
+    int32_t n_prompt, n_gen, n_reused;
+    char errmsg[200];
+    double t_last; /* last token event (ITL), time_now_s */
+
+    /* HTTP side only */
+    int32_t consumed; /* events formatted so far */
+    bool seen_done;   /* the drain that saw done has been taken */
+    bool ended;       /* its output parser has ended (a stream: all its parts out) */
+    struct sbuf rx;   /* text taken in the last drain */
+    struct sbuf full; /* whole text (non-streaming, or a possible tool call) */
+    struct srv_outparse *op;
+    /* the choice whole, accumulated from its parts */
+    struct sbuf content, reasoning;
+    struct srv_call_out *calls;
+    struct sbuf *cargs; /* (cap_calls,) each call's arguments */
+    int n_calls, cap_calls;
+};
+
 struct job {
     struct srv *srv;
     pthread_mutex_t mu;
     int refs; /* under mu */
-    anvil_req_id id;
-    bool id_set;
     struct job *prev, *next; /* srv->jobs, under srv->mu */
     bool listed;
 
@@ -63,71 +102,60 @@ struct job {
     char idstr[48];
     int fd;                      /* client socket, for the disconnect sweep */
     struct MHD_Connection *conn; /* under mu; NULL once MHD closed the request */
+    int32_t cap;                 /* token slots per choice (max_tokens) */
+    int32_t k;                   /* alternatives kept per token */
+
+    /* the choices */
+    int n_alloc; /* choices asked for (n) */
+    int n;      /* under mu: choices submitted (fewer than asked after a submit error) */
+    int n_done; /* under mu: choices whose DONE came */
+    struct chc *ch;
 
     /* parking, under mu */
     bool parked;  /* suspended, waiting for a resume */
     bool resumed; /* resumed, its handler has not run since (n_suspended) */
     bool gone;    /* the sweep saw the client leave */
 
-    /* written by the engine callback under mu */
-    int32_t cap;            /* token slots (max_tokens) */
-    int32_t n_ev;           /* token events so far */
-    int32_t *ev_len;        /* (cap,) text bytes released with event i */
-    struct srv_tok *ev_tok; /* (cap,) when logprobs */
-    anvil_token *top_tok;   /* (cap, k) */
-    float *top_lp;          /* (cap, k) */
-    int32_t k;              /* alternatives kept per token */
-    struct sbuf pend;       /* text not yet taken by the HTTP side */
-    bool done;
-    enum anvil_finish finish;
-    int32_t n_prompt, n_gen;
-    char errmsg[200];
-    double t_last;          /* last token event (ITL), time_now_s */
-
     /* HTTP side only (one handler runs at a time for a connection) */
-    int32_t consumed; /* events formatted so far */
-    bool seen_done;   /* the drain that saw done has been taken */
-    struct sbuf rx;   /* text taken in the last drain */
-    struct sbuf out;  /* formatted bytes for the wire */
+    struct sbuf out; /* formatted bytes for the wire */
     size_t out_pos;
-    struct sbuf full; /* non-streaming, or a possible tool call: whole text */
     bool sent_first, sent_done;
 
-    /* the dialect answering, its state, and the choice's output parser */
+    /* the dialect answering and its state */
     const struct srv_dialect *d;
     void *dstate;
     struct srv_gen_view view;
     struct srv_usage usage;
-    struct srv_outparse *op;
-    /* the choice whole, accumulated from its parts (also when streaming:
-     * stream_end gets it) */
-    struct sbuf content, reasoning;
-    struct srv_call_out *calls;
-    struct sbuf *cargs; /* (cap_calls,) each call's arguments */
-    int n_calls, cap_calls;
+    struct srv_choice *choices; /* (n,) for stream_end and full */
 };
 
 // ----------------------------------------------------------------------------
 // jobs
 
+static void chc_free(struct chc *c) {
+    free(c->ev_len);
+    free(c->ev_tok);
+    free(c->top_tok);
+    free(c->top_lp);
+    sb_free(&c->pend);
+    sb_free(&c->rx);
+    sb_free(&c->full);
+    srv_outparse_free(c->op);
+    sb_free(&c->content);
+    sb_free(&c->reasoning);
+    for (int i = 0; i < c->n_calls; i++) sb_free(&c->cargs[i]);
+    free(c->cargs);
+    free(c->calls);
+}
+
 static void job_free(struct job *j) {
     struct srv *s = j->srv;
     srv_req_free(&j->req);
-    free(j->ev_len);
-    free(j->ev_tok);
-    free(j->top_tok);
-    free(j->top_lp);
-    sb_free(&j->pend);
-    sb_free(&j->rx);
+    for (int i = 0; j->ch && i < j->n_alloc; i++) chc_free(&j->ch[i]);
+    free(j->ch);
+    free(j->choices);
     sb_free(&j->out);
-    sb_free(&j->full);
-    srv_outparse_free(j->op);
     if (j->d && j->d->free_state && j->dstate) j->d->free_state(j->dstate);
-    sb_free(&j->content);
-    sb_free(&j->reasoning);
-    for (int i = 0; i < j->n_calls; i++) sb_free(&j->cargs[i]);
-    free(j->cargs);
-    free(j->calls);
     pthread_mutex_destroy(&j->mu);
     free(j);
     atomic_fetch_sub(&s->n_live, 1);
@@ -148,6 +176,27 @@ static void job_unref(struct job *j) {
 
 static void job_unref_cb(void *cls) { job_unref(cls); }
 
+static bool chc_init(struct job *j, struct chc *c, int index, uint64_t id_seed) {
+    struct srv *s = j->srv;
+    c->j = j;
+    c->index = index;
+    /* a completion's text is the model's raw continuation: never split */
+    struct srv_outfmt raw = {.tool_format = SRV_TOOLFMT_JSON,
+                             .reasoning_format = SRV_REASONING_NONE};
+    c->op = srv_outparse_new(j->req.kind == SRV_KIND_CHAT ? &s->lim.outfmt : &raw, j->req.tools,
+                             j->req.reasoning_open,
+                             id_seed ^ ((uint64_t)index * 0x94D049BB133111EBull));
+    c->ev_len = calloc((size_t)j->cap, sizeof(*c->ev_len));
+    bool ok = c->op && c->ev_len && sb_reserve(&c->pend, 1024);
+    if (ok && j->req.logprobs) {
+        c->ev_tok = calloc((size_t)j->cap, sizeof(*c->ev_tok));
+        c->top_tok = calloc((size_t)j->cap * (size_t)j->k, sizeof(*c->top_tok));
+        c->top_lp = calloc((size_t)j->cap * (size_t)j->k, sizeof(*c->top_lp));
+        ok = c->ev_tok && c->top_tok && c->top_lp;
+    }
+    return ok;
+}
+
 /* Takes ownership of *req (leaves it empty). */
 static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connection *c,
                            const struct srv_dialect *d) {
@@ -164,24 +213,17 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
     j->req = *req;
     memset(req, 0, sizeof(*req));
     j->d = d;
+    j->cap = j->req.max_tokens;
+    j->k = j->req.logprobs ? (j->req.top_logprobs > 0 ? j->req.top_logprobs : 1) : 0;
+    int n = j->req.n > 0 ? j->req.n : 1;
     uint64_t id_seed = ((uint64_t)s->salt << 32) ^ (uint64_t)atomic_load(&s->next_seq) ^
                        (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
-    /* a completion's text is the model's raw continuation: never split */
-    struct srv_outfmt raw = {.tool_format = SRV_TOOLFMT_JSON,
-                             .reasoning_format = SRV_REASONING_NONE};
-    j->op = srv_outparse_new(j->req.kind == SRV_KIND_CHAT ? &s->lim.outfmt : &raw, j->req.tools,
-                             j->req.reasoning_open, id_seed);
     if (d->make_state) j->dstate = d->make_state();
-    j->cap = j->req.max_tokens;
-    j->ev_len = calloc((size_t)j->cap, sizeof(*j->ev_len));
-    bool ok = j->ev_len && j->op && (!d->make_state || j->dstate) && sb_reserve(&j->pend, 1024);
-    if (ok && j->req.logprobs) {
-        j->k = j->req.top_logprobs > 0 ? j->req.top_logprobs : 1;
-        j->ev_tok = calloc((size_t)j->cap, sizeof(*j->ev_tok));
-        j->top_tok = calloc((size_t)j->cap * (size_t)j->k, sizeof(*j->top_tok));
-        j->top_lp = calloc((size_t)j->cap * (size_t)j->k, sizeof(*j->top_lp));
-        ok = j->ev_tok && j->top_tok && j->top_lp;
-    }
+    j->ch = calloc((size_t)n, sizeof(*j->ch));
+    j->choices = calloc((size_t)n, sizeof(*j->choices));
+    bool ok = j->ch && j->choices && (!d->make_state || j->dstate);
+    if (ok) j->n_alloc = j->n = n;
+    for (int i = 0; ok && i < n; i++) ok = chc_init(j, &j->ch[i], i, id_seed);
     if (!ok) {
         job_free(j);
         return NULL;
@@ -199,7 +241,7 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
         .top_logprobs = j->req.top_logprobs,
     };
     j->view = (struct srv_gen_view){
-        .ri = &j->ri, .req = &j->req, .state = j->dstate, .n_choices = 1, .usage = &j->usage};
+        .ri = &j->ri, .req = &j->req, .state = j->dstate, .n_choices = n, .usage = &j->usage};
     return j;
 }
 
@@ -226,12 +268,20 @@ static void job_unlist(struct srv *s, struct job *j) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Cancel every choice still in the engine. */
 static void job_cancel(struct job *j) {
-    pthread_mutex_lock(&j->mu);
-    bool live = j->id_set && !j->done;
-    anvil_req_id id = j->id;
-    pthread_mutex_unlock(&j->mu);
-    if (live) anvil_engine_cancel(j->srv->engine, id);
+    enum { CHUNK = 32 };
+    anvil_req_id ids[CHUNK];
+    for (int from = 0;; from += CHUNK) {
+        int m = 0;
+        pthread_mutex_lock(&j->mu);
+        int n = j->n;
+        for (int i = from; i < n && i < from + CHUNK; i++)
+            if (j->ch[i].id_set && !j->ch[i].done) ids[m++] = j->ch[i].id;
+        pthread_mutex_unlock(&j->mu);
+        for (int i = 0; i < m; i++) anvil_engine_cancel(j->srv->engine, ids[i]);
+        if (from + CHUNK >= n) break;
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -247,7 +297,11 @@ static void wake_locked(struct job *j) {
 
 /* Under j->mu: is there anything the HTTP side has not taken? */
 static bool news_locked(const struct job *j) {
-    return j->n_ev != j->consumed || j->pend.len > 0 || (j->done && !j->seen_done);
+    for (int i = 0; i < j->n; i++) {
+        const struct chc *c = &j->ch[i];
+        if (c->n_ev != c->consumed || c->pend.len > 0 || (c->done && !c->seen_done)) return true;
+    }
+    return false;
 }
 
 /* A handler of this job's connection runs: a resume (if any) has been
@@ -262,13 +316,13 @@ static void job_running(struct job *j) {
 }
 
 /* Suspend the connection until the engine has news: any event for a
- * stream, the end for a whole answer (tokens_wake false). False, and not
- * suspended, when there is news already or the server is stopping: the
- * caller goes on. */
+ * stream, the end of every choice for a whole answer (tokens_wake false).
+ * False, and not suspended, when there is news already or the server is
+ * stopping: the caller goes on. */
 static bool job_park(struct job *j, bool tokens_wake) {
     struct srv *s = j->srv;
     pthread_mutex_lock(&j->mu);
-    bool news = tokens_wake ? news_locked(j) : j->done;
+    bool news = tokens_wake ? news_locked(j) : j->n_done == j->n;
     if (news || j->gone || !j->conn || atomic_load(&s->stopping)) {
         pthread_mutex_unlock(&j->mu);
         return false;
@@ -280,19 +334,20 @@ static bool job_park(struct job *j, bool tokens_wake) {
     return true;
 }
 
-/* Move what the engine sent since the last drain into j->rx. *n_ev and
- * *done are a consistent snapshot: rx holds the text of events
- * [consumed, n_ev) and, when done, the DONE text. False when there was
- * nothing new. */
-static bool job_take(struct job *j, int32_t *n_ev, bool *done) {
+/* Move what the engine sent for choice c since the last drain into
+ * c->rx. *n_ev and *done are a consistent snapshot: rx holds the text of
+ * events [consumed, n_ev) and, when done, the DONE text. False when there
+ * was nothing new. */
+static bool chc_take(struct chc *c, int32_t *n_ev, bool *done) {
+    struct job *j = c->j;
     pthread_mutex_lock(&j->mu);
-    bool news = news_locked(j);
-    *n_ev = j->n_ev;
-    *done = j->done;
-    if (j->done) j->seen_done = true;
-    sb_clear(&j->rx);
-    sb_put(&j->rx, j->pend.p, j->pend.len);
-    sb_clear(&j->pend);
+    bool news = c->n_ev != c->consumed || c->pend.len > 0 || (c->done && !c->seen_done);
+    *n_ev = c->n_ev;
+    *done = c->done;
+    if (c->done) c->seen_done = true;
+    sb_clear(&c->rx);
+    sb_put(&c->rx, c->pend.p, c->pend.len);
+    sb_clear(&c->pend);
     pthread_mutex_unlock(&j->mu);
     return news;
 }
@@ -302,49 +357,53 @@ static bool job_take(struct job *j, int32_t *n_ev, bool *done) {
 
 /* Record, wake, never block. */
 static void on_event(void *user, const struct anvil_event *ev) {
-    struct job *j = user;
+    struct chc *c = user;
+    struct job *j = c->j;
     struct srv *s = j->srv;
     bool done = ev->type == ANVIL_EVENT_DONE;
-    bool overflow = false;
+    bool overflow = false, last = false, failed = false;
     pthread_mutex_lock(&j->mu);
     if (ev->text_len > 0) {
-        sb_put(&j->pend, ev->text, (size_t)ev->text_len);
-        overflow = j->pend.oom;
+        sb_put(&c->pend, ev->text, (size_t)ev->text_len);
+        overflow = c->pend.oom;
     }
     if (ev->type == ANVIL_EVENT_TOKEN) {
         double t = time_now_s();
-        if (j->n_ev > 0) srv_hist_observe(&s->metrics.itl, t - j->t_last);
-        j->t_last = t;
-        if (j->n_ev < j->cap) {
-            int32_t i = j->n_ev++;
-            j->ev_len[i] = ev->text_len > 0 ? ev->text_len : 0;
-            if (j->ev_tok) {
-                struct srv_tok *r = &j->ev_tok[i];
+        if (c->n_ev > 0) srv_hist_observe(&s->metrics.itl, t - c->t_last);
+        c->t_last = t;
+        if (c->n_ev < j->cap) {
+            int32_t i = c->n_ev++;
+            c->ev_len[i] = ev->text_len > 0 ? ev->text_len : 0;
+            if (c->ev_tok) {
+                struct srv_tok *r = &c->ev_tok[i];
                 r->token = ev->token;
                 r->logprob = ev->logprob;
                 r->n_top = ev->n_top < j->k ? ev->n_top : j->k;
                 if (r->n_top < 0 || !ev->top_tokens || !ev->top_logprobs) r->n_top = 0;
-                r->top_tokens = j->top_tok + (size_t)i * (size_t)j->k;
-                r->top_logprobs = j->top_lp + (size_t)i * (size_t)j->k;
+                r->top_tokens = c->top_tok + (size_t)i * (size_t)j->k;
+                r->top_logprobs = c->top_lp + (size_t)i * (size_t)j->k;
                 for (int32_t a = 0; a < r->n_top; a++) {
-                    j->top_tok[(size_t)i * (size_t)j->k + (size_t)a] = ev->top_tokens[a];
-                    j->top_lp[(size_t)i * (size_t)j->k + (size_t)a] = ev->top_logprobs[a];
+                    c->top_tok[(size_t)i * (size_t)j->k + (size_t)a] = ev->top_tokens[a];
+                    c->top_lp[(size_t)i * (size_t)j->k + (size_t)a] = ev->top_logprobs[a];
                 }
             }
         } else if (j->cap > 0 && ev->text_len > 0) {
             /* more tokens than max_tokens: an engine bug; keep the text */
-            j->ev_len[j->cap - 1] += ev->text_len;
+            c->ev_len[j->cap - 1] += ev->text_len;
         }
     } else if (done) {
-        j->done = true;
-        j->finish = ev->finish;
-        j->n_prompt = ev->n_prompt;
-        j->n_gen = ev->n_gen;
-        if (ev->error) snprintf(j->errmsg, sizeof(j->errmsg), "%s", ev->error);
+        c->done = true;
+        c->finish = ev->finish;
+        c->n_prompt = ev->n_prompt;
+        c->n_gen = ev->n_gen;
+        c->n_reused = ev->n_reused;
+        if (ev->error) snprintf(c->errmsg, sizeof(c->errmsg), "%s", ev->error);
         if (overflow) {
-            j->finish = ANVIL_FINISH_ERROR;
-            snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
+            c->finish = ANVIL_FINISH_ERROR;
+            snprintf(c->errmsg, sizeof(c->errmsg), "out of memory");
         }
+        failed = c->finish == ANVIL_FINISH_ERROR || c->finish == ANVIL_FINISH_CONSTRAINT;
+        last = ++j->n_done == j->n;
     }
     if (done || j->req.stream) wake_locked(j);
     pthread_mutex_unlock(&j->mu);
@@ -352,60 +411,64 @@ static void on_event(void *user, const struct anvil_event *ev) {
         if (ev->n_gen > 0 && ev->ttft_s >= 0) srv_hist_observe(&s->metrics.ttft, ev->ttft_s);
         int f = ev->finish >= 0 && ev->finish < SRV_N_FINISH ? (int)ev->finish : ANVIL_FINISH_ERROR;
         atomic_fetch_add(&s->metrics.finished[f], 1);
-        atomic_fetch_sub(&s->metrics.in_flight, 1);
-        job_unlist(s, j);
-        job_unref(j); /* the engine's reference */
+        /* a choice that failed fails the answer: the others stop */
+        if (failed && !last) job_cancel(j); /* anvil_engine_cancel: allowed from the callback */
+        if (last) {
+            atomic_fetch_sub(&s->metrics.in_flight, 1);
+            job_unlist(s, j);
+        }
+        job_unref(j); /* this choice's engine reference */
     } else if (overflow) {
         anvil_engine_cancel(s->engine, ev->id); /* allowed from the callback */
     }
 }
 
 // ----------------------------------------------------------------------------
-// streaming
+// parts: accumulated per choice, streamed in the dialect
 
-static const struct srv_tok *toks_at(const struct job *j, int32_t from) {
-    return j->ev_tok ? j->ev_tok + from : NULL;
+static const struct srv_tok *toks_at(const struct chc *c, int32_t from) {
+    return c->ev_tok ? c->ev_tok + from : NULL;
 }
 
 /* The choice whole: one part more. False when out of memory. */
-static bool job_accumulate(struct job *j, const struct srv_part *p) {
+static bool chc_accumulate(struct chc *c, const struct srv_part *p) {
     switch (p->kind) {
-    case SRV_PART_CONTENT: sb_put(&j->content, p->text, p->n); return !j->content.oom;
-    case SRV_PART_REASONING: sb_put(&j->reasoning, p->text, p->n); return !j->reasoning.oom;
+    case SRV_PART_CONTENT: sb_put(&c->content, p->text, p->n); return !c->content.oom;
+    case SRV_PART_REASONING: sb_put(&c->reasoning, p->text, p->n); return !c->reasoning.oom;
     case SRV_PART_CALL_BEGIN: {
-        if (j->n_calls == j->cap_calls) {
-            int cap = j->cap_calls ? 2 * j->cap_calls : 2;
-            struct srv_call_out *calls = realloc(j->calls, (size_t)cap * sizeof(*calls));
+        if (c->n_calls == c->cap_calls) {
+            int cap = c->cap_calls ? 2 * c->cap_calls : 2;
+            struct srv_call_out *calls = realloc(c->calls, (size_t)cap * sizeof(*calls));
             if (!calls) return false;
-            j->calls = calls;
-            struct sbuf *cargs = realloc(j->cargs, (size_t)cap * sizeof(*cargs));
+            c->calls = calls;
+            struct sbuf *cargs = realloc(c->cargs, (size_t)cap * sizeof(*cargs));
             if (!cargs) return false;
-            j->cargs = cargs;
-            j->cap_calls = cap;
+            c->cargs = cargs;
+            c->cap_calls = cap;
         }
-        struct srv_call_out *co = &j->calls[j->n_calls];
+        struct srv_call_out *co = &c->calls[c->n_calls];
         memset(co, 0, sizeof(*co));
         snprintf(co->id, sizeof(co->id), "%s", p->id ? p->id : "");
         snprintf(co->name, sizeof(co->name), "%s", p->name ? p->name : "");
-        sb_init(&j->cargs[j->n_calls]);
-        j->n_calls++;
+        sb_init(&c->cargs[c->n_calls]);
+        c->n_calls++;
         return true;
     }
     case SRV_PART_CALL_ARGS:
-        if (j->n_calls == 0) return true;
-        sb_put(&j->cargs[j->n_calls - 1], p->text, p->n);
-        return !j->cargs[j->n_calls - 1].oom;
+        if (c->n_calls == 0) return true;
+        sb_put(&c->cargs[c->n_calls - 1], p->text, p->n);
+        return !c->cargs[c->n_calls - 1].oom;
     case SRV_PART_CALL_END:
-        if (j->n_calls > 0) j->calls[j->n_calls - 1].whole = true;
+        if (c->n_calls > 0) c->calls[c->n_calls - 1].whole = true;
         return true;
     }
     return true;
 }
 
-/* One feed of the output parser: the tokens whose logprobs ride on the
+/* One feed of an output parser: the tokens whose logprobs ride on the
  * first part written, and whether one was. */
 struct feed {
-    struct job *j;
+    struct chc *c;
     const struct srv_tok *toks;
     int32_t nt;
     bool wrote;
@@ -414,115 +477,141 @@ struct feed {
 
 static void on_part(void *user, const struct srv_part *p) {
     struct feed *f = user;
-    struct job *j = f->j;
-    if (!job_accumulate(j, p)) f->oom = true;
+    struct chc *c = f->c;
+    struct job *j = c->j;
+    if (!chc_accumulate(c, p)) f->oom = true;
     if (!j->req.stream) return;
     bool takes = p->kind != SRV_PART_CALL_END;
     bool lp = takes && !f->wrote;
-    j->d->stream_part(&j->out, &j->view, 0, p, lp ? f->toks : NULL, lp ? f->nt : 0);
+    j->d->stream_part(&j->out, &j->view, c->index, p, lp ? f->toks : NULL, lp ? f->nt : 0);
     if (takes) f->wrote = true;
 }
 
 /* Whether the output ended as it should (not cut by max_tokens, a stop
  * string or an error): with a possible tool call, the whole output must
  * also match the call's constraint. */
-static bool output_complete(const struct job *j) {
-    if (j->finish != ANVIL_FINISH_STOP) return false;
+static bool chc_complete(const struct chc *c) {
+    const struct job *j = c->j;
+    if (c->finish != ANVIL_FINISH_STOP) return false;
     if (j->req.tools == SRV_TOOLS_NONE || !j->req.constraint) return true;
-    return anvil_constraint_matches(j->req.constraint, j->full.p ? j->full.p : "", j->full.len);
+    return anvil_constraint_matches(j->req.constraint, c->full.p ? c->full.p : "", c->full.len);
 }
 
 /* The choice whole, from what was accumulated. */
-static void job_choice(struct job *j, struct srv_choice *ch) {
+static void chc_choice(struct chc *c, struct srv_choice *ch) {
     static char empty[1];
-    for (int i = 0; i < j->n_calls; i++) {
-        j->calls[i].args = j->cargs[i].p && j->cargs[i].len ? j->cargs[i].p : empty;
-        j->calls[i].n_args = j->cargs[i].len;
+    for (int i = 0; i < c->n_calls; i++) {
+        c->calls[i].args = c->cargs[i].p && c->cargs[i].len ? c->cargs[i].p : empty;
+        c->calls[i].n_args = c->cargs[i].len;
     }
     bool called = false;
-    for (int i = 0; i < j->n_calls; i++) called |= j->calls[i].whole;
-    const char *finish = srv_finish_str(j->finish);
+    for (int i = 0; i < c->n_calls; i++) called |= c->calls[i].whole;
+    const char *finish = srv_finish_str(c->finish);
     if (called) finish = "tool_calls";
     *ch = (struct srv_choice){
-        .index = 0,
-        .content = j->content.p ? j->content.p : empty,
-        .n_content = j->content.len,
-        .reasoning = j->reasoning.p ? j->reasoning.p : empty,
-        .n_reasoning = j->reasoning.len,
-        .calls = j->calls,
-        .n_calls = j->n_calls,
-        .toks = toks_at(j, 0),
-        .n_toks = j->ev_tok ? j->consumed : 0,
+        .index = c->index,
+        .content = c->content.p ? c->content.p : empty,
+        .n_content = c->content.len,
+        .reasoning = c->reasoning.p ? c->reasoning.p : empty,
+        .n_reasoning = c->reasoning.len,
+        .calls = c->calls,
+        .n_calls = c->n_calls,
+        .toks = toks_at(c, 0),
+        .n_toks = c->ev_tok ? c->consumed : 0,
         .finish = finish,
-        .engine_finish = j->finish,
-        .n_gen = j->n_gen,
+        .engine_finish = c->finish,
+        .n_gen = c->n_gen,
     };
 }
 
-/* The error a generation that did not finish well answers with; false
- * for one that did. */
+/* The whole answer's choices and usage, into j->choices and j->usage. */
+static void job_choices(struct job *j) {
+    j->usage = (struct srv_usage){0};
+    for (int i = 0; i < j->n; i++) {
+        chc_choice(&j->ch[i], &j->choices[i]);
+        j->usage.n_gen += j->ch[i].n_gen;
+    }
+    /* one prompt: counted once */
+    j->usage.n_prompt = j->n > 0 ? j->ch[0].n_prompt : 0;
+    j->usage.n_cached = j->n > 0 ? j->ch[0].n_reused : 0;
+}
+
+/* The error of a generation that did not finish well (the first failed
+ * choice; a cancel only when nothing failed); false when all did. */
 static bool job_error(const struct job *j, struct srv_err *e) {
-    if (j->finish == ANVIL_FINISH_ERROR)
+    const struct chc *bad = NULL;
+    for (int i = 0; i < j->n && !bad; i++)
+        if (j->ch[i].finish == ANVIL_FINISH_ERROR || j->ch[i].finish == ANVIL_FINISH_CONSTRAINT)
+            bad = &j->ch[i];
+    for (int i = 0; i < j->n && !bad; i++)
+        if (j->ch[i].finish == ANVIL_FINISH_CANCELLED) bad = &j->ch[i];
+    if (!bad) return false;
+    if (bad->finish == ANVIL_FINISH_ERROR)
         srv_err_set(e, 500, "server_error", NULL, NULL, "%s",
-                    j->errmsg[0] ? j->errmsg : "generation failed");
-    else if (j->finish == ANVIL_FINISH_CONSTRAINT) /* text the model cannot spell */
+                    bad->errmsg[0] ? bad->errmsg : "generation failed");
+    else if (bad->finish == ANVIL_FINISH_CONSTRAINT) /* text the model cannot spell */
         srv_err_set(e, 400, "invalid_request_error", "constraint_unsatisfiable", NULL, "%s",
-                    j->errmsg);
-    else if (j->finish == ANVIL_FINISH_CANCELLED)
+                    bad->errmsg);
+    else
         srv_err_set(e, 503, "server_error", NULL, NULL,
                     "the request was cancelled: the server is shutting down");
-    else
-        return false;
     return true;
 }
 
-/* One piece of output through the output parser; the parts go out as the
- * dialect's stream. Returns whether a part carrying logprobs was written. */
-static bool stream_text(struct job *j, const char *s, size_t n, const struct srv_tok *toks,
+// ----------------------------------------------------------------------------
+// streaming
+
+/* One piece of choice c's output through its parser; the parts go out in
+ * the dialect. Returns whether a part carrying logprobs was written. */
+static bool stream_text(struct chc *c, const char *s, size_t n, const struct srv_tok *toks,
                         int32_t nt) {
-    if (j->req.tools != SRV_TOOLS_NONE) sb_put(&j->full, s, n);
-    struct feed f = {.j = j, .toks = toks, .nt = nt};
-    srv_outparse_feed(j->op, s, n, on_part, &f);
+    struct job *j = c->j;
+    if (j->req.tools != SRV_TOOLS_NONE) sb_put(&c->full, s, n);
+    struct feed f = {.c = c, .toks = toks, .nt = nt};
+    srv_outparse_feed(c->op, s, n, on_part, &f);
     if (f.oom) j->out.oom = true;
     return f.wrote;
 }
 
-/* Format what the last drain brought into j->out. */
-static void stream_format(struct job *j, int32_t n_ev, bool done) {
+/* Format what the last drain of choice c brought into j->out. */
+static void stream_format(struct chc *c, int32_t n_ev, bool done) {
+    struct job *j = c->j;
     size_t pos = 0;
-    int32_t lp_from = j->consumed;
-    for (int32_t i = j->consumed; i < n_ev; i++) {
-        size_t len = (size_t)j->ev_len[i];
-        if (len > j->rx.len - pos) len = j->rx.len - pos;
+    int32_t lp_from = c->consumed;
+    for (int32_t i = c->consumed; i < n_ev; i++) {
+        size_t len = (size_t)c->ev_len[i];
+        if (len > c->rx.len - pos) len = c->rx.len - pos;
         if (len == 0) continue; /* held text: its logprobs ride with the next chunk */
-        int32_t nt = j->ev_tok ? i + 1 - lp_from : 0;
-        if (stream_text(j, j->rx.p + pos, len, toks_at(j, lp_from), nt)) lp_from = i + 1;
+        int32_t nt = c->ev_tok ? i + 1 - lp_from : 0;
+        if (stream_text(c, c->rx.p + pos, len, toks_at(c, lp_from), nt)) lp_from = i + 1;
         pos += len;
     }
-    j->consumed = n_ev;
+    c->consumed = n_ev;
     if (!done) return;
-    size_t tail = j->rx.len - pos;
-    int32_t nt = j->ev_tok ? n_ev - lp_from : 0;
-    if (tail && stream_text(j, j->rx.p + pos, tail, toks_at(j, lp_from), nt)) {
+    size_t tail = c->rx.len - pos;
+    int32_t nt = c->ev_tok ? n_ev - lp_from : 0;
+    if (tail && stream_text(c, c->rx.p + pos, tail, toks_at(c, lp_from), nt)) {
         lp_from = n_ev;
         nt = 0;
     }
-    struct feed f = {.j = j, .toks = toks_at(j, lp_from), .nt = nt};
-    srv_outparse_end(j->op, output_complete(j), on_part, &f);
+    struct feed f = {.c = c, .toks = toks_at(c, lp_from), .nt = nt};
+    srv_outparse_end(c->op, chc_complete(c), on_part, &f);
     if (f.oom) j->out.oom = true;
     if (!f.wrote && nt > 0) { /* logprobs of tokens whose text was all held back */
         struct srv_part p = {.kind = SRV_PART_CONTENT, .text = "", .n = 0};
-        j->d->stream_part(&j->out, &j->view, 0, &p, toks_at(j, lp_from), nt);
+        j->d->stream_part(&j->out, &j->view, c->index, &p, toks_at(c, lp_from), nt);
     }
-    j->usage = (struct srv_usage){.n_prompt = j->n_prompt, .n_gen = j->n_gen};
+    c->ended = true;
+}
+
+/* Every choice has ended: the stream's end, or its error. */
+static void stream_finish(struct job *j) {
+    job_choices(j);
     struct srv_err e;
-    if (job_error(j, &e)) {
+    if (job_error(j, &e))
         j->d->stream_error(&j->out, &j->view, &e);
-    } else {
-        struct srv_choice ch;
-        job_choice(j, &ch);
-        j->d->stream_end(&j->out, &j->view, &ch, 1, &j->usage);
-    }
+    else
+        j->d->stream_end(&j->out, &j->view, j->choices, j->n, &j->usage);
     j->sent_done = true;
 }
 
@@ -548,13 +637,26 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             j->sent_first = true;
             continue;
         }
-        int32_t n_ev;
-        bool done;
-        if (job_take(j, &n_ev, &done)) {
-            if (j->rx.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
-            stream_format(j, n_ev, done);
+        pthread_mutex_lock(&j->mu);
+        int n = j->n; /* fixed once the stream runs */
+        pthread_mutex_unlock(&j->mu);
+        bool any = false, all_ended = true;
+        for (int i = 0; i < n; i++) {
+            struct chc *c = &j->ch[i];
+            int32_t n_ev;
+            bool done;
+            if (!c->ended && chc_take(c, &n_ev, &done)) {
+                if (c->rx.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+                stream_format(c, n_ev, done);
+                any = true;
+            }
+            all_ended &= c->ended;
+        }
+        if (all_ended) {
+            stream_finish(j);
             continue;
         }
+        if (any) continue;
         if (job_park(j, true)) return 0;
         /* not parked: news came in meanwhile (take it), or the client is
          * gone or the server stopping (end the stream) */
@@ -571,18 +673,19 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 // ----------------------------------------------------------------------------
 // the routes
 
-static enum MHD_Result submit_error(struct srv *s, struct MHD_Connection *c,
-                                    const struct srv_dialect *d, anvil_status st,
-                                    const char *msg) {
-    struct srv_err e;
+static void submit_err(struct srv_err *e, anvil_status st, const char *msg) {
     if (st == ANVIL_ERR_INVALID)
-        srv_err_set(&e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
+        srv_err_set(e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
     else if (st == ANVIL_ERR_KV_FULL) /* the queue is full (what can never fit is INVALID) */
-        srv_err_set(&e, 503, "server_error", "engine_overloaded", NULL,
+        srv_err_set(e, 503, "server_error", "engine_overloaded", NULL,
                     "The server is overloaded: its request queue is full. Retry later.");
     else
-        srv_err_set(&e, 500, "server_error", NULL, NULL, "%s", msg);
-    return srv_send_dialect_err(s, c, d, &e);
+        srv_err_set(e, 500, "server_error", NULL, NULL, "%s", msg);
+}
+
+/* X-Anvil-Ignored-Fields on r when the request had unknown fields. */
+static void ignored_header(struct MHD_Response *r, const struct srv_req *req) {
+    if (req->ignored[0]) MHD_add_response_header(r, "X-Anvil-Ignored-Fields", req->ignored);
 }
 
 enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, struct conn *k,
@@ -607,25 +710,46 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, struct con
     rp.spec_k = j->req.spec_k;
     rp.stop = (const char *const *)j->req.stop;
     rp.n_stop = j->req.n_stop;
-    rp.top_logprobs = j->req.logprobs ? j->k : 0;
-    rp.constraint = j->req.constraint; /* the request takes its own reference */
+    rp.top_logprobs = j->k;
+    rp.constraint = j->req.constraint; /* each request takes its own reference */
 
-    job_ref(j); /* the engine's, dropped at DONE */
     job_list(s, j);
     atomic_fetch_add(&s->metrics.in_flight, 1);
     char msg[256] = "";
-    anvil_req_id id = 0;
-    anvil_status st = anvil_engine_submit(s->engine, &rp, on_event, j, &id, msg, sizeof(msg));
-    if (st != ANVIL_OK) {
-        atomic_fetch_sub(&s->metrics.in_flight, 1);
-        job_unlist(s, j);
-        job_unref(j);
-        return submit_error(s, c, d, st, msg[0] ? msg : anvil_status_str(st));
+    anvil_status st = ANVIL_OK;
+    int n = j->n, submitted = 0;
+    /* all at once: the prefix cache shares the prompt, the engine batches
+     * the choices' decoding */
+    for (; submitted < n; submitted++) {
+        struct chc *ch = &j->ch[submitted];
+        rp.sampling.seed = j->req.sampling.seed + (uint64_t)submitted; /* choice i: seed + i */
+        job_ref(j); /* this choice's engine reference, dropped at its DONE */
+        anvil_req_id id = 0;
+        st = anvil_engine_submit(s->engine, &rp, on_event, ch, &id, msg, sizeof(msg));
+        if (st != ANVIL_OK) {
+            job_unref(j);
+            break;
+        }
+        pthread_mutex_lock(&j->mu);
+        ch->id = id;
+        ch->id_set = true;
+        pthread_mutex_unlock(&j->mu);
     }
-    pthread_mutex_lock(&j->mu);
-    j->id = id;
-    j->id_set = true;
-    pthread_mutex_unlock(&j->mu);
+    if (st != ANVIL_OK) {
+        /* the choices submitted are cancelled; their DONEs end the job */
+        pthread_mutex_lock(&j->mu);
+        j->n = submitted;
+        bool last = j->n_done == j->n;
+        pthread_mutex_unlock(&j->mu);
+        if (last) {
+            atomic_fetch_sub(&s->metrics.in_flight, 1);
+            job_unlist(s, j);
+        }
+        job_cancel(j);
+        struct srv_err e;
+        submit_err(&e, st, msg[0] ? msg : anvil_status_str(st));
+        return srv_send_dialect_err(s, c, d, &e);
+    }
 
     if (j->req.stream) {
         struct MHD_Response *r =
@@ -640,6 +764,7 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, struct con
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         /* nginx: pass the stream through even where proxy_buffering is on */
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        ignored_header(r, &j->req);
         return srv_queue(s, c, MHD_HTTP_OK, r);
     }
     return srv_generate_resume(s, c, k);
@@ -672,16 +797,24 @@ enum MHD_Result srv_generate_resume(struct srv *s, struct MHD_Connection *c, str
     struct job *j = k->job;
     job_running(j);
     for (;;) {
-        int32_t n_ev;
-        bool done;
-        job_take(j, &n_ev, &done);
-        if (j->rx.oom) {
-            job_cancel(j);
-            return MHD_NO;
+        pthread_mutex_lock(&j->mu);
+        int n = j->n;
+        pthread_mutex_unlock(&j->mu);
+        bool all_done = true;
+        for (int i = 0; i < n; i++) {
+            struct chc *ch = &j->ch[i];
+            int32_t n_ev;
+            bool done;
+            chc_take(ch, &n_ev, &done);
+            if (ch->rx.oom) {
+                job_cancel(j);
+                return MHD_NO;
+            }
+            sb_put(&ch->full, ch->rx.p, ch->rx.len);
+            ch->consumed = n_ev;
+            all_done &= done;
         }
-        sb_put(&j->full, j->rx.p, j->rx.len);
-        j->consumed = n_ev;
-        if (done) break;
+        if (all_done) break;
         if (job_park(j, false)) return MHD_YES;
         pthread_mutex_lock(&j->mu);
         bool end = j->gone || atomic_load(&s->stopping);
@@ -694,20 +827,26 @@ enum MHD_Result srv_generate_resume(struct srv *s, struct MHD_Connection *c, str
     if (j->gone) return MHD_NO;
     struct srv_err e;
     if (job_error(j, &e)) return srv_send_dialect_err(s, c, j->d, &e);
-    struct feed f = {.j = j};
-    srv_outparse_feed(j->op, j->full.p ? j->full.p : "", j->full.len, on_part, &f);
-    srv_outparse_end(j->op, output_complete(j), on_part, &f);
-    if (f.oom || j->full.oom) {
+    bool oom = false;
+    for (int i = 0; i < j->n; i++) {
+        struct chc *ch = &j->ch[i];
+        struct feed f = {.c = ch};
+        srv_outparse_feed(ch->op, ch->full.p ? ch->full.p : "", ch->full.len, on_part, &f);
+        srv_outparse_end(ch->op, chc_complete(ch), on_part, &f);
+        ch->ended = true;
+        oom |= f.oom || ch->full.oom;
+    }
+    if (oom) {
         srv_oom(&e);
         return srv_send_dialect_err(s, c, j->d, &e);
     }
-    j->usage = (struct srv_usage){.n_prompt = j->n_prompt, .n_gen = j->n_gen};
-    struct srv_choice ch;
-    job_choice(j, &ch);
+    job_choices(j);
     struct sbuf b;
     sb_init(&b);
-    j->d->full(&b, &j->view, &ch, 1, &j->usage);
-    return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
+    j->d->full(&b, &j->view, j->choices, j->n, &j->usage);
+    return srv_send_sbuf(s, c, 200, "application/json", &b,
+                         j->req.ignored[0] ? "X-Anvil-Ignored-Fields" : NULL,
+                         j->req.ignored[0] ? j->req.ignored : NULL);
 }
 
 void srv_job_closed(struct job *j) {
@@ -732,12 +871,12 @@ void srv_jobs_sweep(struct srv *s) {
     enum { BATCH = 256 };
     struct pollfd pf[BATCH];
     struct job *who[BATCH];
-    anvil_req_id ids[BATCH];
+    struct job *gone[BATCH];
     /* in batches, so that the stack holds them; the list cannot change
-     * while s->mu is held, and a listed job holds the engine's reference */
+     * while s->mu is held, and a listed job holds an engine reference */
     int skip = 0;
     for (;;) {
-        int n = 0, seen = 0, n_ids = 0;
+        int n = 0, seen = 0, n_gone = 0;
         pthread_mutex_lock(&s->mu);
         for (struct job *j = s->jobs; j && n < BATCH; j = j->next) {
             pthread_mutex_lock(&j->mu);
@@ -755,7 +894,8 @@ void srv_jobs_sweep(struct srv *s) {
                 /* still parked: the socket is still this connection's */
                 if (j->parked && !j->gone) {
                     j->gone = true;
-                    if (j->id_set && !j->done) ids[n_ids++] = j->id;
+                    j->refs++; /* held until its cancel, below */
+                    gone[n_gone++] = j;
                     atomic_fetch_add(&s->metrics.client_gone, 1);
                 }
                 pthread_mutex_unlock(&j->mu);
@@ -763,7 +903,10 @@ void srv_jobs_sweep(struct srv *s) {
         }
         pthread_mutex_unlock(&s->mu);
         /* not under s->mu: the driver thread takes it in on_event */
-        for (int i = 0; i < n_ids; i++) anvil_engine_cancel(s->engine, ids[i]);
+        for (int i = 0; i < n_gone; i++) {
+            job_cancel(gone[i]);
+            job_unref(gone[i]);
+        }
         if (n < BATCH) break;
         skip += n;
     }
@@ -786,18 +929,22 @@ int srv_n_active(struct srv *s) {
 }
 
 void srv_cancel_all(struct srv *s) {
-    /* collect ids first: anvil_engine_cancel must not run under s->mu,
+    /* hold the jobs first: anvil_engine_cancel must not run under s->mu,
      * which the driver thread takes in on_event */
     pthread_mutex_lock(&s->mu);
     int cap = s->n_jobs;
-    anvil_req_id *ids = cap > 0 ? malloc((size_t)cap * sizeof(*ids)) : NULL;
+    struct job **js = cap > 0 ? malloc((size_t)cap * sizeof(*js)) : NULL;
     int n = 0;
-    for (struct job *j = s->jobs; ids && j && n < cap; j = j->next) {
+    for (struct job *j = s->jobs; js && j && n < cap; j = j->next) {
         pthread_mutex_lock(&j->mu);
-        if (j->id_set && !j->done) ids[n++] = j->id;
+        j->refs++;
         pthread_mutex_unlock(&j->mu);
+        js[n++] = j;
     }
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < n; i++) anvil_engine_cancel(s->engine, ids[i]);
-    free(ids);
+    for (int i = 0; i < n; i++) {
+        job_cancel(js[i]);
+        job_unref(js[i]);
+    }
+    free(js);
 }

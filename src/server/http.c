@@ -374,6 +374,31 @@ static bool auth_ok(const struct srv *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* A CORS preflight (OPTIONS): 204 with what a browser may send; the
+ * Access-Control-Allow-Origin comes from srv_queue when the origin is
+ * allowed (else the browser refuses the real request). */
+static enum MHD_Result preflight(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                 const char *url) {
+    (void)k;
+    (void)url;
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"",
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST, OPTIONS");
+    if (srv_cors_origin(s, c)) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                    "Access-Control-Request-Headers");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                h && h[0] ? h : "Authorization, Content-Type, X-Api-Key");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    return srv_queue(s, c, 204, r);
+}
+
+static const struct srv_route preflight_route = {.path = "", .methods = SRV_GET, .open = true,
+                                                 .fn = preflight};
+
 /* First call for a request: only headers are in. Everything that can be
  * refused without the body is refused here, before a byte of it is read. */
 static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struct conn *k,
@@ -402,6 +427,12 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         char msg[160];
         snprintf(msg, sizeof(msg), "Invalid URL (%.16s %.100s)", method, url);
         return srv_send_errf(s, c, 404, "invalid_request_error", NULL, NULL, NULL, msg);
+    }
+    if (!strcmp(method, "OPTIONS")) {
+        /* a preflight carries no credentials: answered before auth, at
+         * the request's last call as a GET is (below) */
+        k->rt = &preflight_route;
+        get = true;
     }
     bool want_post = k->rt->methods == SRV_POST;
     if ((want_post && !post) || (!want_post && !get)) {
@@ -600,8 +631,10 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
     s->model_id = strdup(cfg->model_id);
     s->api_key = cfg->api_key && cfg->api_key[0] ? strdup(cfg->api_key) : NULL;
     s->replica_id = cfg->replica_id && cfg->replica_id[0] ? strdup(cfg->replica_id) : NULL;
+    s->cors = cfg->cors_origins && cfg->cors_origins[0] ? strdup(cfg->cors_origins) : NULL;
     if (!s->host || !s->model_id || (cfg->api_key && cfg->api_key[0] && !s->api_key) ||
-        (cfg->replica_id && cfg->replica_id[0] && !s->replica_id)) {
+        (cfg->replica_id && cfg->replica_id[0] && !s->replica_id) ||
+        (cfg->cors_origins && cfg->cors_origins[0] && !s->cors)) {
         snprintf(err, err_cap, "out of memory");
         srv_free(s);
         return -1;
@@ -610,6 +643,7 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
     s->cfg.model_id = s->model_id;
     s->cfg.api_key = s->api_key;
     s->cfg.replica_id = s->replica_id;
+    s->cfg.cors_origins = s->cors;
     s->created = (long long)time(NULL);
     s->salt = (uint32_t)((uint64_t)s->created * 2654435761u ^ (uint64_t)getpid());
     srv_metrics_init(&s->metrics);
@@ -634,6 +668,7 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
         .kv_tokens = anvil_engine_seq_capacity(e),
         .default_seed = cfg->default_seed,
         .cc = srv_ccache_new(), /* NULL (out of memory) only means no cache */
+        .strict = cfg->strict,
     };
     { /* the tool-call format and reasoning markers, from the chat template */
         int32_t tn = anvil_model_meta_str(m, "tokenizer.chat_template", NULL, 0);
@@ -751,6 +786,7 @@ void srv_free(struct srv *s) {
     free(s->model_id);
     free(s->api_key);
     free(s->replica_id);
+    free(s->cors);
     pthread_cond_destroy(&s->watch_cv);
     pthread_mutex_destroy(&s->watch_mu);
     pthread_mutex_destroy(&s->conn_mu);

@@ -13,9 +13,33 @@
 #include "core/core.h"
 #include "server/srv_int.h"
 
+const char *srv_cors_origin(struct srv *s, struct MHD_Connection *c) {
+    if (!s->cors) return NULL;
+    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!o || !o[0]) return NULL;
+    if (!strcmp(s->cors, "*")) return o;
+    size_t n = strlen(o);
+    for (const char *p = s->cors; *p;) {
+        const char *q = strchr(p, ',');
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (len == n && !memcmp(p, o, n)) return o;
+        if (!q) break;
+        p = q + 1;
+    }
+    return NULL;
+}
+
 enum MHD_Result srv_queue(struct srv *s, struct MHD_Connection *c, unsigned status,
                           struct MHD_Response *r) {
     if (s->replica_id) MHD_add_response_header(r, "X-Anvil-Replica", s->replica_id);
+    const char *origin = srv_cors_origin(s, c);
+    if (origin) { /* CORS: a browser page of an allowed origin may read the answer */
+        bool any = !strcmp(s->cors, "*");
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", any ? "*" : origin);
+        if (!any) MHD_add_response_header(r, "Vary", "Origin");
+        MHD_add_response_header(r, "Access-Control-Expose-Headers",
+                                "X-Anvil-Ignored-Fields, X-Anvil-Replica, Retry-After");
+    }
     /* a 503 (overloaded, too many connections, draining) also frees the
      * connection; while draining every answer does */
     if ((status == 503 || atomic_load(&s->draining)) &&

@@ -5,10 +5,13 @@
  *
  * Reference: the OpenAI API reference (Chat Completions, Completions).
  * Rules kept here:
- *   - unknown top-level fields are rejected (OpenAI answers "Unrecognized
- *     request argument supplied"), and known fields anvil cannot honour
- *     (logit_bias, echo, best_of > 1, n > 1, the deprecated functions,
- *     ...) get a clear 400 instead of being ignored silently;
+ *   - unknown top-level fields are ignored, as llama-server and vLLM do,
+ *     named in r->ignored (the X-Anvil-Ignored-Fields header) and logged
+ *     once per name; with lim->strict (anvil serve --strict) they are
+ *     rejected as OpenAI does ("Unrecognized request argument supplied").
+ *     Known fields anvil cannot honour (logit_bias, best_of > 1, the
+ *     deprecated functions, ...) get a clear 400 instead of being ignored
+ *     silently;
  *   - the field types and ranges are checked by the validators of
  *     fields.c (null = absent, no coercion);
  *   - the prompt comes from prompt.c, its fit from fit.c, and the
@@ -18,6 +21,7 @@
  * Defaults are OpenAI's: temperature 1, top_p 1, no top_k/min_p, max_tokens
  * 16 for completions and "the rest of the context" for chat (fit.c).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +96,40 @@ static const struct fld fields[] = {
     {"parallel_tool_calls", CH, FLD_IGNORED},
 };
 
-static bool check_keys(const cJSON *root, unsigned kind_bit, struct srv_err *e) {
+/* Unknown field names already logged (once per name and server process). */
+#define LOGGED_MAX 256
+static pthread_mutex_t logged_mu = PTHREAD_MUTEX_INITIALIZER;
+static char logged[LOGGED_MAX][48];
+static int n_logged;
+
+static void log_ignored(const char *name) {
+    pthread_mutex_lock(&logged_mu);
+    bool seen = false;
+    for (int i = 0; i < n_logged && !seen; i++) seen = !strcmp(logged[i], name);
+    if (!seen && n_logged < LOGGED_MAX) {
+        snprintf(logged[n_logged++], sizeof(logged[0]), "%s", name);
+        fprintf(stderr, "anvil serve: ignoring unknown request field '%s' (logged once; "
+                "--strict refuses it)\n", name);
+    }
+    pthread_mutex_unlock(&logged_mu);
+}
+
+/* name (cut to 47 bytes, anything but printable ASCII and ',' as '_')
+ * appended to the header list when it fits */
+static void note_ignored(struct srv_req *r, const char *name) {
+    char clean[48];
+    size_t k = 0;
+    for (const char *p = name; *p && k + 1 < sizeof(clean); p++)
+        clean[k++] = (*p > 0x20 && *p < 0x7f && *p != ',') ? *p : '_';
+    clean[k] = 0;
+    log_ignored(clean);
+    size_t len = strlen(r->ignored);
+    if (len + (len ? 1 : 0) + k + 1 > sizeof(r->ignored)) return;
+    snprintf(r->ignored + len, sizeof(r->ignored) - len, "%s%s", len ? "," : "", clean);
+}
+
+static bool check_keys(const struct srv_limits *lim, const cJSON *root, unsigned kind_bit,
+                       struct srv_req *r, struct srv_err *e) {
     for (const cJSON *c = root->child; c; c = c->next) {
         bool ok = false;
         for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
@@ -100,11 +137,17 @@ static bool check_keys(const cJSON *root, unsigned kind_bit, struct srv_err *e) 
                 ok = true;
                 break;
             }
-        if (!ok) {
-            char name[48];
-            snprintf(name, sizeof(name), "%s", c->string);
-            return srv_bad(e, name, "Unrecognized request argument supplied: %s", name);
+        if (ok) continue;
+        bool other = false; /* a field of the other endpoint: a mistake worth a 400 */
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+            other |= !strcmp(fields[i].name, c->string);
+        if (!lim->strict && !other) { /* what llama-server and vLLM do; named in a header */
+            note_ignored(r, c->string);
+            continue;
         }
+        char name[48];
+        snprintf(name, sizeof(name), "%s", c->string);
+        return srv_bad(e, name, "Unrecognized request argument supplied: %s", name);
     }
     return true;
 }
@@ -289,7 +332,7 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, co
         srv_bad(e, NULL, "the request body must be a JSON object, got %s", srv_type_name(root));
         goto out;
     }
-    if (!check_keys(root, kind == SRV_KIND_CHAT ? CH : CO, e)) goto out;
+    if (!check_keys(lim, root, kind == SRV_KIND_CHAT ? CH : CO, r, e)) goto out;
     if (!check_unsupported(root, kind, e)) goto out;
 
     const cJSON *model = srv_field(root, "model");
@@ -310,11 +353,7 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, co
     }
     long long n = 1;
     if (!srv_get_int(root, "n", 1, 128, &n, NULL, e)) goto out;
-    if (n != 1) {
-        srv_bad(e, "n", "'n' must be 1: anvil returns one choice per request (send %lld requests "
-                "instead)", n);
-        goto out;
-    }
+    r->n = (int32_t)n; /* choices: n engine requests from one prompt (generate.c) */
     if (!srv_get_bool(root, "stream", &r->stream, NULL, e)) goto out;
     const cJSON *so = srv_field(root, "stream_options");
     if (so) {

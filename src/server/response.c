@@ -183,9 +183,11 @@ static void finish_field(struct sbuf *b, const char *finish) {
         sb_puts(b, "null");
 }
 
-static void usage(struct sbuf *b, int32_t n_prompt, int32_t n_gen) {
-    sb_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}",
-              (int)n_prompt, (int)n_gen, (int)(n_prompt + n_gen));
+/* cached: prompt tokens taken from the prefix cache */
+static void usage(struct sbuf *b, int32_t n_prompt, int32_t n_gen, int32_t cached) {
+    sb_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+              "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
+              (int)n_prompt, (int)n_gen, (int)(n_prompt + n_gen), (int)cached);
 }
 
 /* A chunk of choice `index`: text (may be empty) under `field` of a chat
@@ -226,7 +228,7 @@ void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t
     sb_puts(b, "data: ");
     head(b, ri, ri->kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion");
     sb_puts(b, ",\"choices\":[],");
-    usage(b, n_prompt, n_gen);
+    usage(b, n_prompt, n_gen, 0);
     sb_puts(b, "}\n\n");
 }
 
@@ -299,7 +301,7 @@ void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *te
     logprobs(b, ri, toks, n_toks, 0);
     finish_field(b, finish);
     sb_puts(b, "}],");
-    usage(b, n_prompt, n_gen);
+    usage(b, n_prompt, n_gen, 0);
     sb_puts(b, "}");
 }
 
@@ -350,7 +352,13 @@ static void oai_stream_part(struct sbuf *b, const struct srv_gen_view *v, int ch
 
 static void oai_usage_tail(struct sbuf *b, const struct srv_gen_view *v,
                            const struct srv_usage *u) {
-    if (v->req && v->req->include_usage && u) srv_fmt_usage_chunk(b, v->ri, u->n_prompt, u->n_gen);
+    if (v->req && v->req->include_usage && u) {
+        sb_puts(b, "data: ");
+        head(b, v->ri, v->ri->kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion");
+        sb_puts(b, ",\"choices\":[],");
+        usage(b, u->n_prompt, u->n_gen, u->n_cached);
+        sb_puts(b, "}\n\n");
+    }
     sb_puts(b, "data: [DONE]\n\n");
 }
 
@@ -421,7 +429,7 @@ static void oai_full(struct sbuf *b, const struct srv_gen_view *v,
         sb_puts(b, "}");
     }
     sb_puts(b, "],");
-    usage(b, u->n_prompt, u->n_gen);
+    usage(b, u->n_prompt, u->n_gen, u->n_cached);
     sb_puts(b, "}");
 }
 

@@ -51,6 +51,12 @@ struct srv_config {
     bool webui;           /* serve the chat page at / (else / is a 404) */
     const char *replica_id; /* NULL or "" = none; else sent as X-Anvil-Replica */
     int32_t parallel;     /* the engine's max_running (reported by /props) */
+    /* A request field anvil does not know is a 400 (else it is ignored,
+     * named in an X-Anvil-Ignored-Fields header and logged once). */
+    bool strict;
+    /* Browser origins allowed (CORS): NULL or "" = none, "*" = any, else
+     * a comma-separated list of exact origins ("https://a.example"). */
+    const char *cors_origins;
 };
 
 /* Start the HTTP daemon on its own threads (none with cfg->external).

@@ -135,6 +135,7 @@ struct srv_limits {
     uint64_t default_seed; /* seed of a request that gives none; 0 = a fresh random one */
     struct srv_ccache *cc; /* compiled constraints, or NULL (compile every time) */
     struct srv_outfmt outfmt; /* the template's tool-call format and reasoning markers */
+    bool strict; /* anvil serve --strict: an unknown request field is a 400 (else ignored) */
 };
 
 /* tool_choice, resolved (toolcall.c) */
@@ -181,6 +182,11 @@ struct srv_req {
     struct anvil_constraint *constraint;
     enum srv_tools_mode tools; /* the output may be (or must be) a tool call */
     bool reasoning_open; /* the rendered prompt ends inside a thought (the template opened it) */
+    int32_t n;           /* choices (n), 1 and up; 0 reads as 1 */
+    bool echo;           /* completions: the prompt's text comes first (echo) */
+    /* unknown top-level fields that were ignored, comma separated, for the
+     * X-Anvil-Ignored-Fields header ("" = none; cut to fit) */
+    char ignored[256];
 };
 
 /* Parse and validate a JSON body. On failure fills err (400 and the
@@ -373,6 +379,7 @@ struct srv {
     struct anvil_engine *engine;
     struct srv_config cfg;
     char *host, *api_key, *model_id, *replica_id; /* owned copies of cfg strings */
+    char *cors; /* owned copy of cfg.cors_origins, NULL = no CORS */
     struct srv_info info; /* for /props, /v1/models, /tokenize */
     struct srv_limits lim;
     struct srv_metrics metrics;
@@ -441,8 +448,12 @@ struct srv_route {
 /* ---------------------------------------------------------------------- */
 /* answers (reply.c) */
 
+/* The Origin header of c's request when cfg.cors_origins allows it (then
+ * every answer carries the Access-Control-Allow-* headers), else NULL. */
+const char *srv_cors_origin(struct srv *s, struct MHD_Connection *c);
 /* Queue r on c with the headers every response of the server carries
- * (X-Anvil-Replica; Connection: close on a 503 and while the server
+ * (X-Anvil-Replica; the CORS headers for an allowed Origin; Connection:
+ * close on a 503 and while the server
  * drains, so that a load balancer reconnects elsewhere), count its status
  * in the metrics, and destroy our reference to r. */
 enum MHD_Result srv_queue(struct srv *s, struct MHD_Connection *c, unsigned status,

@@ -276,7 +276,7 @@ def test_generation_matches(srv, doc, model_id, path, body):
 
 ERRORS = [
     ({"prompt": "hi", "max_tokens": "3"}, AUTH, 400),
-    ({"prompt": "hi", "bogus": 1}, AUTH, 400),
+    ({"prompt": "hi", "n": 0}, AUTH, 400),
     ({"prompt": "x " * 400}, AUTH, 400),
     ({"prompt": "hi", "model": "not-this-one"}, AUTH, 404),
     ({"prompt": "hi"}, {}, 401),

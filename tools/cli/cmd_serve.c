@@ -72,6 +72,11 @@ static void usage(FILE *f) {
             "      --chat-template NAME  chat template family instead of the file's:\n"
             "                        %s\n"
             "      --no-webui        do not serve the chat page (GET / is a 404)\n"
+            "      --strict          refuse (400) request fields anvil does not know; by\n"
+            "                        default they are ignored and named in an\n"
+            "                        X-Anvil-Ignored-Fields response header\n"
+            "      --cors-origins L  browser origins allowed to call the API (CORS): a\n"
+            "                        comma-separated list of origins, or * for any\n"
             "      --replica-id ID   name sent in an X-Anvil-Replica header on every\n"
             "                        response (behind a load balancer)\n"
             "      --drain-timeout S on SIGTERM/SIGINT, let in-flight requests run this\n"
@@ -172,7 +177,8 @@ static bool drain(struct srv *s, const sigset_t *set, double secs) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *kernels = NULL;
     const char *replica_id = NULL;
-    bool webui = true;
+    bool webui = true, strict = false;
+    const char *cors_origins = NULL;
     long port = 8080, parallel = 0, max_queue = DEFAULT_MAX_QUEUE, timeout = DEFAULT_TIMEOUT;
     long header_timeout = DEFAULT_HEADER_TIMEOUT, max_conn = DEFAULT_MAX_CONN;
     bool explicit_max_conn = false;
@@ -251,6 +257,19 @@ int cmd_serve(int argc, char **argv) {
             chat_template = v; /* checked against the model's once it is loaded */
         } else if (!strcmp(a, "--no-webui")) {
             webui = false;
+        } else if (!strcmp(a, "--strict")) {
+            strict = true;
+        } else if (!strcmp(a, "--cors-origins")) {
+            VAL();
+            /* echoed in a header: printable ASCII, no spaces */
+            size_t n = strlen(v);
+            for (size_t q = 0; q < n; q++)
+                if (v[q] <= 0x20 || v[q] >= 0x7f)
+                    return cli_fail(CMD, "--cors-origins must be '*' or origins separated by "
+                                    "commas (no spaces or control characters)");
+            if (n == 0 || n > 4096)
+                return cli_fail(CMD, "--cors-origins must be 1-4096 characters");
+            cors_origins = v;
         } else if (!strcmp(a, "--replica-id")) {
             VAL();
             /* it goes into a header: printable ASCII, no separators */
@@ -364,6 +383,8 @@ int cmd_serve(int argc, char **argv) {
         .max_body = MAX_BODY,
         .webui = webui,
         .replica_id = replica_id,
+        .strict = strict,
+        .cors_origins = cors_origins,
         .parallel = parallel ? (int32_t)parallel : ANVIL_ENGINE_MAX_RUNNING_DEFAULT,
     };
     struct srv *s = NULL;
