@@ -491,9 +491,18 @@ static bool parse_options(const struct srv_limits *lim, const cJSON *opts, cJSON
 /* After srv_parse_request_json: the sampler and the completion's length. */
 static bool apply_options(const struct srv_limits *lim, const struct ol_opts *o,
                           struct srv_req *r, struct srv_err *e) {
-    uint64_t seed = r->sampling.seed; /* the parser's: the server's default or a fresh one */
-    r->sampling = o->s;
-    r->sampling.seed = o->has_seed ? (uint64_t)o->seed : seed;
+    /* field by field: the parser's values stay for every sampler field
+     * Ollama has no option for (their neutral defaults are the parser's) */
+    struct anvil_sampler_params *p = &r->sampling;
+    p->temperature = o->s.temperature;
+    p->top_k = o->s.top_k;
+    p->top_p = o->s.top_p;
+    p->min_p = o->s.min_p;
+    p->repeat_penalty = o->s.repeat_penalty;
+    p->repeat_last_n = o->s.repeat_last_n;
+    p->presence_penalty = o->s.presence_penalty;
+    p->frequency_penalty = o->s.frequency_penalty;
+    if (o->has_seed) p->seed = (uint64_t)o->seed; /* else the server's default or a fresh one */
     char msg[160];
     if (anvil_sampler_params_check(&r->sampling, msg, sizeof(msg)) != ANVIL_OK)
         return srv_bad(e, "options", "invalid options: %s", msg);
