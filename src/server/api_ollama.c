@@ -39,6 +39,7 @@
  * is always loaded), prompt_eval_duration to the first output part when
  * streaming, eval_duration the rest.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,7 +426,9 @@ static bool opt_int(const cJSON *o, const char *key, long long lo, long long hi,
     char param[48];
     snprintf(param, sizeof(param), "options.%s", key);
     double d = cJSON_IsNumber(v) ? v->valuedouble : 0;
-    if (!cJSON_IsNumber(v) || d != (double)(long long)d)
+    /* the range before any conversion: a double outside long long's is
+     * undefined behaviour to convert (found by fuzz_ollama) */
+    if (!cJSON_IsNumber(v) || !isfinite(d) || d != floor(d))
         return srv_bad(e, param, "option \"%s\" must be an integer, got %s", key,
                        cJSON_IsNumber(v) ? "a fraction" : srv_type_name(v));
     if (d < (double)lo || d > (double)hi)
@@ -452,7 +455,8 @@ static bool parse_options(const struct srv_limits *lim, const cJSON *opts, cJSON
         return srv_bad(e, "options", "'options' must be an object, got %s", srv_type_name(opts));
     long long v = 0;
     bool present = false;
-    if (!opt_int(opts, "num_predict", -2, 1 << 30, &o->num_predict, NULL, e)) return false;
+    if (!opt_int(opts, "num_predict", -2, 9007199254740991LL, &o->num_predict, NULL, e))
+        return false;
     if (!opt_int(opts, "num_ctx", 1, 1 << 30, &o->num_ctx, NULL, e)) return false;
     if (o->num_ctx > lim->n_ctx)
         return srv_bad(e, "options.num_ctx", "num_ctx %lld is over this server's context of %d "

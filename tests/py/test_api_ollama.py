@@ -360,6 +360,8 @@ BAD = [
     ("/api/chat", {"model": "{name}", "messages": MSGS, "options": {"top_p": 2}}, 400),
     ("/api/chat", {"model": "{name}", "messages": MSGS, "options": {"num_predict": 1.5}}, 400),
     ("/api/chat", {"model": "{name}", "messages": MSGS, "options": {"num_predict": -3}}, 400),
+    ("/api/chat", {"model": "{name}", "messages": MSGS, "options": {"num_predict": 5e49}}, 400),
+    ("/api/chat", {"model": "{name}", "messages": MSGS, "options": {"seed": -1e300}}, 400),
     ("/api/chat", {"model": "{name}", "messages": MSGS, "options": {"top_k": -1}}, 400),
     ("/api/chat", {"model": "{name}", "messages": MSGS, "options": {"num_ctx": 0}}, 400),
     ("/api/chat", {"model": "{name}", "messages": MSGS, "options": {"stop": 3}}, 400),
