@@ -83,6 +83,7 @@
 #include "server/srv_int.h"
 #include "server/api_anthropic.h"
 #include "server/srv_web.h"
+#include "server/api_ollama.h"
 
 #define SWEEP_MS 100
 #define HTTP_WORKERS 4
@@ -339,6 +340,14 @@ static const struct srv_route routes[] = {
     {"/detokenize", SRV_POST, false, post_detokenize, false},
     {"/v1/messages", SRV_POST, false, srv_post_messages, false},
     {"/v1/messages/count_tokens", SRV_POST, false, srv_post_count_tokens, false},
+    {"/api/chat", SRV_POST, false, srv_ollama_chat, false},
+    {"/api/generate", SRV_POST, false, srv_ollama_generate, false},
+    {"/api/tags", SRV_GET, false, srv_ollama_tags, false},
+    {"/api/show", SRV_POST, false, srv_ollama_show, false},
+    {"/api/version", SRV_GET, false, srv_ollama_version, false},
+    {"/api/ps", SRV_GET, false, srv_ollama_ps, false},
+    {"/api/embed", SRV_POST, false, srv_ollama_embed, false},
+    {"/api/embeddings", SRV_POST, false, srv_ollama_embed, false},
     {"/", SRV_GET, true, get_asset, true},
     {"/index.html", SRV_GET, true, get_asset, true},
     {"/app.js", SRV_GET, true, get_asset, true},
