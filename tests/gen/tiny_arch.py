@@ -236,7 +236,20 @@ def add_meta(wr, key, val):
         raise TypeError(type(val))
 
 
-QTYPES = dict(tiny_llama.QTYPES)
+QTYPES = dict(tiny_llama.QTYPES, Q4_K=gguf.GGMLQuantizationType.Q4_K)
+
+
+def q4k_random(arr, seed):
+    """Random Q4_K blocks (gguf.quants cannot quantize to Q4_K) whose
+    values spread about as arr's rows do: the bytes of arr's shape."""
+    rng = np.random.default_rng(seed)
+    n_blocks = arr.size // 256
+    std = float(arr.std()) or 1.0
+    b = rng.integers(0, 256, (n_blocks, 144), dtype=np.uint8)
+    d = np.full(n_blocks, std / 180.0, np.float16)
+    b[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
+    b[:, 2:4] = (d * np.float16(0.9)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return b.reshape(arr.shape[:-1] + (arr.shape[-1] // 256 * 144,))
 
 
 def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None, extra_u32=None,
@@ -315,6 +328,10 @@ def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None
         if arr.ndim == 1 or qt == gguf.GGMLQuantizationType.F32 or tname.endswith("ffn_gate_inp.weight"):
             wr.add_tensor(tname, arr)
             held[tname] = arr.astype(np.float64)
+        elif qt == gguf.GGMLQuantizationType.Q4_K:
+            q = q4k_random(arr, seed + len(held))
+            wr.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qt)
+            held[tname] = gguf.quants.dequantize(q, qt).reshape(arr.shape).astype(np.float64)
         else:
             q = gguf.quants.quantize(arr, qt)
             wr.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qt)
