@@ -247,6 +247,7 @@ static void forward_worker(void *arg, int ith, int nth) {
                 for (int i = 0; i < ne; i++) d[i] *= hp->residual_scale;
             if (ly->moe) {
                 ops->add_rmsnorm(c->x + (size_t)t * ne, d, moe_input_row(c, t), ly->ffn_norm, ne, eps);
+                moe_prepare_row(c, ly, t);
                 continue;
             }
             ops->add_rmsnorm(c->x + (size_t)t * ne, d, nrm, ly->ffn_norm, ne, eps);
@@ -256,6 +257,8 @@ static void forward_worker(void *arg, int ith, int nth) {
         PROF_MARK(ANVIL_PROF_NORM);
         if (ly->moe) { /* model/moe.c: router, experts, weighted sum -> tmp */
             moe_ffn(c, ly, ith, nth);
+            /* its rows are this thread's; the output rows below are not */
+            if (l == hp->n_layer - 1) pool_barrier(c->pool);
             PROF_MARK(ANVIL_PROF_MATMUL);
             continue;
         }

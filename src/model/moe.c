@@ -2,20 +2,27 @@
  * moe.c - the mixture-of-experts FFN (model/moe.h): routing, the reference
  * row-by-row layer and the expert-grouped path, and the context's scratch.
  *
- * The grouped path, per layer (phases separated by pool_barrier):
- *   1. rows: h -> the router's, the experts' and the shared expert's
- *      activation formats; the shared gate's dot product
- *   2. router logits (one matmul over the batch, threads split the
- *      n_expert rows) and the shared expert's gate/up
- *   3. rows: top-k and weights (moe_route); the shared expert's SiLU*up
- *   4. thread 0: a counting sort of the (row, choice) pairs by expert:
- *      slot s holds row slot_row[s]; expert e owns slots [off[e], off[e+1])
- *   5. slots: gather each slot's activation row
- *   6. per expert, one matmul of its gate/up over its slots; threads take
- *      (expert, 64-row tile) units, split by cost (its number of slots)
- *   7. slots: SiLU(gate) * up -> the down projection's format
- *   8. per expert, down over its slots (units as in 6); the shared down
- *   9. rows: out = sum_j w_j down_j (in the order of sel) + g * shared
+ * The grouped path, per layer (four barriers: a barrier costs a scheduler
+ * time slice when the machine is oversubscribed, so phases that can run on
+ * private copies do):
+ *   0. rows, in the forward pass's FFN-norm phase (moe_prepare_row): h ->
+ *      the router's, the experts' and the shared expert's activation
+ *      formats; the shared gate's dot product
+ *   1. router logits (one matmul over the batch, threads split the
+ *      n_expert rows) and the shared expert's gate/up            | barrier
+ *   2. thread 0: top-k and weights of every row (moe_route), then a
+ *      counting sort of the (row, choice) pairs by expert: slot s holds
+ *      row slot_row[s], expert e owns slots [off[e], off[e+1]); the
+ *      others: the shared expert's SiLU*up of their rows          | barrier
+ *   3. per expert, one matmul of its gate/up over its slots; threads take
+ *      (expert, 64-row tile) units, split by cost (its number of slots),
+ *      each gathering the rows of the experts it has units of into a
+ *      private buffer                                             | barrier
+ *   4. down over each expert's slots (units as in 3), each thread making
+ *      SiLU(gate)*up of the experts it has units of privately; the shared
+ *      expert's down                                              | barrier
+ *   5. rows: out = sum_j w_j down_j (in the order of sel) + g * shared
+ *      (the rows the forward pass's split gives this thread: no barrier)
  * Every value a row gets depends on that row only (batch-invariant
  * kernels, fixed summation order), so the grouped and the reference path
  * give the same bits, and a row's output does not depend on its batch.
@@ -46,17 +53,22 @@ void moe_route(const struct model_hparams *hp, const float *logits, float *p, in
         for (int e = 0; e < ne; e++) p[e] *= inv;
     }
     /* k passes of a strict > scan: equal p go to the lowest index first;
-     * NaN never wins (a row of NaN picks experts 0..k-1) */
+     * NaN never wins (a row of NaN picks experts 0..k-1). A chosen
+     * expert's p is set to -1 (below every probability) once its weight
+     * is taken. */
     for (int j = 0; j < k; j++) {
         int best = -1;
-        for (int e = 0; e < ne; e++) {
-            bool taken = false;
-            for (int i = 0; i < j; i++) taken |= sel[i] == e;
-            if (taken) continue;
-            if (best < 0 || p[e] > p[best]) best = e;
-        }
+        for (int e = 0; e < ne; e++)
+            if (p[e] >= 0.0f && (best < 0 || p[e] > p[best])) best = e;
+        if (best < 0) /* NaN everywhere: the lowest untaken */
+            for (int e = 0; e < ne && best < 0; e++) {
+                bool taken = false;
+                for (int i = 0; i < j; i++) taken |= sel[i] == e;
+                if (!taken) best = e;
+            }
         sel[j] = best;
         w[j] = p[best];
+        p[best] = -1.0f;
     }
     if (hp->moe_norm_w) {
         float sum = 0.0f;
@@ -88,7 +100,7 @@ struct moe_scratch {
     float *selw;                  /* (nb, k) */
     int32_t *cnt, *off;           /* (n_expert + 1) */
     int32_t *slot_row, *slot_of;  /* (nb * k) */
-    uint8_t *gact;                /* (nb * k, act_stride) */
+    uint8_t *gact;                /* (nth, nb, act_stride): private gathered rows */
     float *egu;                   /* (nb * k, 2 * n_ff_exp) */
     float *edown;                 /* (nb * k, n_embd) */
     float *sgu;                   /* (nb, 2 * n_ff_shexp) */
@@ -128,7 +140,7 @@ anvil_status moe_ctx_init(struct anvil_ctx *c) {
         !(s->sel = zalloc(nb * k, sizeof(int32_t))) || !(s->selw = zalloc(nb * k, sizeof(float))) ||
         !(s->cnt = zalloc(nx + 1, sizeof(int32_t))) || !(s->off = zalloc(nx + 1, sizeof(int32_t))) ||
         !(s->slot_row = zalloc(nb * k, sizeof(int32_t))) ||
-        !(s->slot_of = zalloc(nb * k, sizeof(int32_t))) || !(s->gact = zalloc(nb * k, st)) ||
+        !(s->slot_of = zalloc(nb * k, sizeof(int32_t))) || !(s->gact = zalloc(nt * nb, st)) ||
         !(s->egu = zalloc(nb * k * 2 * nff, sizeof(float))) ||
         !(s->edown = zalloc(nb * k * ne, sizeof(float))) ||
         !(s->sgu = zalloc(nb * 2 * nsh, sizeof(float))) ||
@@ -221,7 +233,6 @@ static void moe_ref(struct anvil_ctx *c, const struct model_layer *ly, int ith, 
             weigh(out, shared_gate(moe, h, ne), y, ne, false);
         }
     }
-    pool_barrier(c->pool);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -229,26 +240,58 @@ static void moe_ref(struct anvil_ctx *c, const struct model_layer *ly, int ith, 
 
 #define MOE_TILE 64 /* output rows per work unit (a multiple of KN_PACK_ROWS) */
 
-/* y rows of slot s at y + s*ldy: each active expert e's matrix ws[e] over
- * its slots' x rows. Units (expert, tile of MOE_TILE rows) cost the
- * expert's slot count; thread ith runs the units that start in its share
- * of the total cost. */
-static void expert_matmuls(const struct anvil_ctx *c, const struct wmat *ws, int n_out,
-                           const uint8_t *x, float *y, size_t ldy, int ith, int nth) {
-    const struct moe_scratch *s = c->moe;
-    int nx = c->m->hp.n_expert, tiles = (n_out + MOE_TILE - 1) / MOE_TILE;
-    size_t st = c->act_stride;
+/* The units of experts' matrices ws (n_out rows each) that thread ith
+ * runs: units (expert, tile of MOE_TILE rows) cost the expert's slot
+ * count, and a thread runs those that start in its share of the total
+ * cost. For each expert it has units of, prep(e) first writes the
+ * expert's input rows (cnt[e] of them) into x, this thread's private
+ * buffer; y rows are the slots' (y + slot * ldy). */
+struct unit_job {
+    const struct anvil_ctx *c;
+    const struct model_layer *ly;
+    uint8_t *x; /* this thread's buffer */
+    bool down;  /* prep: SiLU(gate)*up of egu (down) or a gather of xact (gate/up) */
+};
+
+static void prep_rows(const struct unit_job *j, int e) {
+    const struct moe_scratch *s = j->c->moe;
+    const struct model_hparams *hp = &j->c->m->hp;
+    const struct kn_ops *ops = j->c->m->ops;
+    size_t st = j->c->act_stride;
+    int o = s->off[e], n = s->cnt[e], nff = hp->n_ff_exp;
+    if (j->down) {
+        for (int i = 0; i < n; i++) {
+            const float *g = s->egu + (size_t)(o + i) * 2 * nff;
+            ops->silu_mul_act(j->x + (size_t)i * st, g, g + nff, nff, j->ly->moe->down[e].act);
+        }
+    } else {
+        size_t bytes = kn_act_row_size(j->ly->moe->gu[e].act, hp->n_embd);
+        for (int i = 0; i < n; i++)
+            memcpy(j->x + (size_t)i * st, s->xact + (size_t)s->slot_row[o + i] * st, bytes);
+    }
+}
+
+static void expert_matmuls(const struct unit_job *j, const struct wmat *ws, int n_out, float *y,
+                           size_t ldy, int ith, int nth) {
+    const struct moe_scratch *s = j->c->moe;
+    int nx = j->c->m->hp.n_expert, tiles = (n_out + MOE_TILE - 1) / MOE_TILE;
+    size_t st = j->c->act_stride;
     int64_t total = 0;
     for (int e = 0; e < nx; e++) total += (int64_t)s->cnt[e] * tiles;
     int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth, at = 0;
     for (int e = 0; e < nx && at < hi; e++) {
         int n = s->cnt[e];
         if (n == 0) continue;
+        bool ready = false;
         for (int tl = 0; tl < tiles; tl++, at += n) {
             if (at < lo || at >= hi) continue;
+            if (!ready) {
+                prep_rows(j, e);
+                ready = true;
+            }
             int r0 = tl * MOE_TILE, r1 = r0 + MOE_TILE < n_out ? r0 + MOE_TILE : n_out;
-            size_t o = (size_t)s->off[e];
-            wmat_matmul(c->m->ops, &ws[e], y + o * ldy, ldy, x + o * st, st, n, r0, r1);
+            wmat_matmul(j->c->m->ops, &ws[e], y + (size_t)s->off[e] * ldy, ldy, j->x, st, n, r0,
+                        r1);
         }
     }
 }
@@ -258,6 +301,22 @@ static void matmul_split(const struct anvil_ctx *c, const struct wmat *w, float 
     int r0, r1;
     pool_split(w->n_out, ith, nth, 16, &r0, &r1);
     if (r0 < r1) wmat_matmul(c->m->ops, w, y, ldy, x, c->act_stride, n_tokens, r0, r1);
+}
+
+void moe_prepare_row(struct anvil_ctx *c, const struct model_layer *ly, int t) {
+    struct moe_scratch *s = c->moe;
+    if (s->ref) return;
+    const struct kn_ops *ops = c->m->ops;
+    const struct model_moe *moe = ly->moe;
+    int ne = c->m->hp.n_embd;
+    size_t st = c->act_stride;
+    const float *h = s->h + (size_t)t * ne;
+    ops->act[moe->router.act](s->ract + (size_t)t * st, h, ne);
+    ops->act[moe->gu[0].act](s->xact + (size_t)t * st, h, ne);
+    if (c->m->hp.n_ff_shexp > 0) {
+        ops->act[moe->sh_gu.act](s->sact + (size_t)t * st, h, ne);
+        s->sgate[t] = shared_gate(moe, h, ne);
+    }
 }
 
 void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth) {
@@ -276,32 +335,19 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
     pool_split(n, ith, nth, 1, &t0, &t1);
 
     /* 1 */
-    for (int t = t0; t < t1; t++) {
-        const float *h = s->h + (size_t)t * ne;
-        ops->act[moe->router.act](s->ract + (size_t)t * st, h, ne);
-        ops->act[moe->gu[0].act](s->xact + (size_t)t * st, h, ne);
-        if (nsh > 0) {
-            ops->act[moe->sh_gu.act](s->sact + (size_t)t * st, h, ne);
-            s->sgate[t] = shared_gate(moe, h, ne);
-        }
-    }
-    pool_barrier(c->pool);
-    /* 2 */
     matmul_split(c, &moe->router, s->rlog, (size_t)nx, s->ract, n, ith, nth);
     if (nsh > 0) matmul_split(c, &moe->sh_gu, s->sgu, (size_t)2 * nsh, s->sact, n, ith, nth);
     pool_barrier(c->pool);
-    /* 3 (the shared expert's activations reuse sact: phase 2 is done with it) */
-    float *p = s->p + (size_t)ith * nx;
-    for (int t = t0; t < t1; t++) {
-        moe_route(hp, s->rlog + (size_t)t * nx, p, s->sel + (size_t)t * k, s->selw + (size_t)t * k);
-        if (nsh > 0) {
+    /* 2 (the shared expert's activations reuse sact: phase 1 is done with it) */
+    if (nsh > 0)
+        for (int t = t0; t < t1; t++) {
             const float *g = s->sgu + (size_t)t * 2 * nsh;
             ops->silu_mul_act(s->sact + (size_t)t * st, g, g + nsh, nsh, moe->sh_down.act);
         }
-    }
-    pool_barrier(c->pool);
-    /* 4 */
     if (ith == 0) {
+        for (int t = 0; t < n; t++)
+            moe_route(hp, s->rlog + (size_t)t * nx, s->p, s->sel + (size_t)t * k,
+                      s->selw + (size_t)t * k);
         memset(s->cnt, 0, (size_t)(nx + 1) * sizeof(int32_t));
         for (int i = 0; i < n * k; i++) s->cnt[s->sel[i]]++;
         s->off[0] = 0;
@@ -315,33 +361,21 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
         for (int e = 0; e < nx; e++) s->cnt[e] = s->off[e + 1] - s->off[e];
     }
     pool_barrier(c->pool);
-    /* 5 */
-    int s0, s1;
-    pool_split(n * k, ith, nth, 1, &s0, &s1);
-    size_t xbytes = kn_act_row_size(moe->gu[0].act, ne);
-    for (int i = s0; i < s1; i++)
-        memcpy(s->gact + (size_t)i * st, s->xact + (size_t)s->slot_row[i] * st, xbytes);
+    /* 3 */
+    struct unit_job j = {.c = c, .ly = ly, .x = s->gact + (size_t)ith * c->n_batch * st};
+    expert_matmuls(&j, moe->gu, 2 * nff, s->egu, (size_t)2 * nff, ith, nth);
     pool_barrier(c->pool);
-    /* 6 */
-    expert_matmuls(c, moe->gu, 2 * nff, s->gact, s->egu, (size_t)2 * nff, ith, nth);
-    pool_barrier(c->pool);
-    /* 7 (the gathered rows are done with: their room takes the down inputs) */
-    for (int i = s0; i < s1; i++) {
-        const float *g = s->egu + (size_t)i * 2 * nff;
-        ops->silu_mul_act(s->gact + (size_t)i * st, g, g + nff, nff, moe->down[0].act);
-    }
-    pool_barrier(c->pool);
-    /* 8 */
-    expert_matmuls(c, moe->down, ne, s->gact, s->edown, (size_t)ne, ith, nth);
+    /* 4 */
+    j.down = true;
+    expert_matmuls(&j, moe->down, ne, s->edown, (size_t)ne, ith, nth);
     if (nsh > 0) matmul_split(c, &moe->sh_down, s->sdown, (size_t)ne, s->sact, n, ith, nth);
     pool_barrier(c->pool);
-    /* 9 */
+    /* 5 */
     for (int t = t0; t < t1; t++) {
         float *out = c->tmp + (size_t)t * ne;
-        for (int j = 0; j < k; j++)
-            weigh(out, s->selw[(size_t)t * k + j],
-                  s->edown + (size_t)s->slot_of[(size_t)t * k + j] * ne, ne, j == 0);
+        for (int jj = 0; jj < k; jj++)
+            weigh(out, s->selw[(size_t)t * k + jj],
+                  s->edown + (size_t)s->slot_of[(size_t)t * k + jj] * ne, ne, jj == 0);
         if (nsh > 0) weigh(out, s->sgate[t], s->sdown + (size_t)t * ne, ne, false);
     }
-    pool_barrier(c->pool);
 }

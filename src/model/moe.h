@@ -50,9 +50,15 @@ void moe_ctx_free(struct anvil_ctx *c);
  * writes (n_embd floats). */
 float *moe_input_row(struct anvil_ctx *c, int t);
 
-/* Layer ly's MoE over the batch's rows, run by all nth threads: reads
- * moe_input_row(c, t), writes c->tmp rows (n_embd). Returns after a
- * barrier. */
+/* Row t's activation rows for layer ly from moe_input_row(c, t), by the
+ * thread that wrote it (the forward pass's FFN-norm phase). */
+void moe_prepare_row(struct anvil_ctx *c, const struct model_layer *ly, int t);
+
+/* Layer ly's MoE over the batch's rows, run by all nth threads after a
+ * barrier that closes the rows' moe_prepare_row: writes c->tmp rows
+ * (n_embd). Thread ith writes the rows pool_split(n_tokens, ith, nth, 1)
+ * gives it and returns without a barrier: the forward pass's next phase
+ * reads exactly those rows on the same thread. */
 void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth);
 
 #endif
