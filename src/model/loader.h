@@ -39,12 +39,13 @@ const struct gguf_tensor *loader_bind(struct model_loader *L, const char *name, 
 bool loader_bind_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_parts,
                       const char *const *names, const int *rows);
 /* The MoE hyperparameters (<arch>.expert_*), when the file or the
- * architecture has experts (model/moe_bind.c). */
+ * architecture has experts (model/moe_bind.c; after load_hparams). */
 anvil_status load_moe_hparams(struct model_loader *L, const struct arch_desc *arch,
                               struct model_hparams *hp);
-/* Layer l's router, experts and shared expert into a new ly->moe. */
-anvil_status load_moe_layer(struct model_loader *L, const struct model_hparams *hp,
-                            struct model_layer *ly, int l);
+/* Every layer's router, experts and shared expert into a new ly->moe, and
+ * m->wtype from them (after load_weights, which leaves a MoE layer's FFN
+ * out); nothing for a dense model. */
+anvil_status load_moe_layers(struct model_loader *L, struct anvil_model *m);
 /* Each layer's attention kind (<arch>.attention.kind) and, for HP1
  * layers, their parameters (attn/hp1/hp1_meta.h). */
 anvil_status load_attn_kinds(struct model_loader *L, struct anvil_model *m, const bool *swa);

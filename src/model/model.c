@@ -91,7 +91,9 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     }
     TRY(tok_load(m->gguf, &m->vocab, err, err_cap));
     TRY(load_hparams(&L, m->arch, &m->hp, m->vocab, &swa));
+    TRY(load_moe_hparams(&L, m->arch, &m->hp));
     TRY(load_weights(&L, m, swa));
+    TRY(load_moe_layers(&L, m));
     TRY(load_attn_kinds(&L, m, swa));
     TRY(pack_weights(m));
     core_free(swa);

@@ -274,8 +274,6 @@ anvil_status load_hparams(struct model_loader *L, const struct arch_desc *arch,
     hp->rope_base_swa = hp->rope_base;
     hp->rope_scale_swa = hp->rope_scale;
 
-    if ((st = load_moe_hparams(L, arch, hp)) != ANVIL_OK) return st;
-
     bool *swa = core_calloc((size_t)hp->n_layer, sizeof(bool));
     if (!swa) return ANVIL_ERR_NOMEM;
     *swa_out = swa;
@@ -395,8 +393,7 @@ static anvil_status load_layer(struct model_loader *L, struct anvil_model *m, in
     if (!bind_wmat(L, &ly->wo, q_dim, 1, wo, wo_rows)) return ANVIL_ERR_FORMAT;
 
     if (hp->n_expert > 0) {
-        st = load_moe_layer(L, hp, ly, l);
-        if (st != ANVIL_OK) return st;
+        /* a mixture of experts: moe_bind.c (load_moe_layers) */
     } else if (arch->flags & ARCH_FUSED_GATE_UP) {
         snprintf(n0, sizeof(n0), "blk.%d.ffn_up.weight", l);
         const char *gu[1] = {n0};
@@ -409,7 +406,7 @@ static anvil_status load_layer(struct model_loader *L, struct anvil_model *m, in
         int gu_rows[2] = {hp->n_ff, hp->n_ff};
         if (!bind_wmat(L, &ly->wgu, hp->n_embd, 2, gu, gu_rows)) return ANVIL_ERR_FORMAT;
     }
-    if (!ly->moe) {
+    if (hp->n_expert == 0) {
         snprintf(n0, sizeof(n0), "blk.%d.ffn_down.weight", l);
         const char *dn[1] = {n0};
         int dn_rows[1] = {hp->n_embd};
@@ -482,8 +479,7 @@ anvil_status load_weights(struct model_loader *L, struct anvil_model *m, const b
     m->layers = core_calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers) return ANVIL_ERR_NOMEM;
     for (int l = 0; l < hp->n_layer; l++) TRY(load_layer(L, m, l, swa[l]));
-    m->wtype = m->layers[0].moe ? m->layers[0].moe->gu[0].part[0].type
-                                : m->layers[0].wgu.part[0].type;
+    m->wtype = m->layers[0].wgu.part[0].type; /* a MoE's: set by load_moe_layers */
     return ANVIL_OK;
 fail:
     return st;

@@ -147,8 +147,8 @@ static bool expert_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_
     return true;
 }
 
-anvil_status load_moe_layer(struct model_loader *L, const struct model_hparams *hp,
-                            struct model_layer *ly, int l) {
+static anvil_status load_moe_layer(struct model_loader *L, const struct model_hparams *hp,
+                                   struct model_layer *ly, int l) {
     char n0[96], n1[96], n2[96];
     int ne = hp->n_embd, nx = hp->n_expert, nff = hp->n_ff_exp, nsh = hp->n_ff_shexp;
     snprintf(n0, sizeof(n0), "blk.%d.ffn_gate.0.weight", l);
@@ -221,5 +221,15 @@ anvil_status load_moe_layer(struct model_loader *L, const struct model_hparams *
             L->n_params += (uint64_t)ne;
         }
     }
+    return ANVIL_OK;
+}
+
+anvil_status load_moe_layers(struct model_loader *L, struct anvil_model *m) {
+    if (m->hp.n_expert == 0) return ANVIL_OK;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        anvil_status st = load_moe_layer(L, &m->hp, &m->layers[l], l);
+        if (st != ANVIL_OK) return st;
+    }
+    m->wtype = m->layers[0].moe->gu[0].part[0].type;
     return ANVIL_OK;
 }

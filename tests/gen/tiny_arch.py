@@ -412,14 +412,14 @@ def forward(name, w, tokens, stats=None, cfg=None):
     x = w["token_embd.weight"][tokens].copy()
     if c["embd_scale"]:
         x = x * np.float64(np.float32(np.sqrt(ne)))
-    g = c["granite"] or {}
+    gr = c["granite"] or {}
     f32 = lambda v: np.float64(np.float32(v))  # noqa: E731  (the file stores float32)
-    if g:
-        x = x * f32(g["embedding_scale"])
-    rs = f32(g["residual_scale"]) if g else 1.0
+    if gr:
+        x = x * f32(gr["embedding_scale"])
+    rs = f32(gr["residual_scale"]) if gr else 1.0
     pos = np.arange(n)
     group = nh // nkv
-    scale = f32(g["attention_scale"]) if g else 1.0 / np.sqrt(hd)
+    scale = f32(gr["attention_scale"]) if gr else 1.0 / np.sqrt(hd)
     for l in range(c["n_layer"]):
         p = f"blk.{l}."
         local = c["swa_layers"][l]
@@ -487,7 +487,7 @@ def forward(name, w, tokens, stats=None, cfg=None):
             d = rmsnorm(d, w[p + "post_ffw_norm.weight"], eps)
         x = x + d
     logits = rmsnorm(x, w["output_norm.weight"], eps) @ w["output.weight"].T
-    return logits / f32(g["logit_scale"]) if g else logits
+    return logits / f32(gr["logit_scale"]) if gr else logits
 
 
 def silu(v):
