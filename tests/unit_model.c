@@ -21,6 +21,7 @@
 #include "anvil.h"
 #include "attn/hp1/attn_hp1.h"
 #include "core/core.h"
+#include "model/moe.h"
 
 static const char *model_path(void) {
     const char *p = getenv("ANVIL_MODEL");
@@ -298,6 +299,55 @@ static void test_meta_str(void **state) {
     assert_string_equal(anvil_chat_template_name(model), "chatml");
 }
 
+/* moe_route (model/moe.h): ties go to the lowest expert, in order of
+ * probability; renormalization and its clamp; sigmoid gating; the scale;
+ * NaN logits still pick k distinct experts. */
+static void test_moe_route(void **state) {
+    (void)state;
+    struct model_hparams hp = {.n_expert = 6, .n_expert_used = 3, .moe_norm_w = false,
+                               .moe_w_scale = 1.0f, .moe_gating = MODEL_GATING_SOFTMAX};
+    float p[6], w[3];
+    int32_t sel[3];
+    const float tie[6] = {0.5f, 2.0f, 0.5f, 2.0f, 0.5f, -1.0f};
+    moe_route(&hp, tie, p, sel, w);
+    assert_int_equal(sel[0], 1);
+    assert_int_equal(sel[1], 3);
+    assert_int_equal(sel[2], 0); /* 0, 2 and 4 tie: the lowest */
+    assert_true(w[0] == w[1] && w[0] > w[2]);
+    float e2 = expf(2.0f - 2.0f), e05 = expf(0.5f - 2.0f), em1 = expf(-1.0f - 2.0f);
+    float sum = 2 * e2 + 3 * e05 + em1;
+    assert_float_equal(w[2], e05 / sum, 1e-6);
+    const float zero[6] = {0};
+    moe_route(&hp, zero, p, sel, w);
+    for (int j = 0; j < 3; j++) {
+        assert_int_equal(sel[j], j);
+        assert_float_equal(w[j], 1.0f / 6.0f, 1e-7);
+    }
+    hp.moe_norm_w = true;
+    hp.moe_w_scale = 2.0f;
+    moe_route(&hp, tie, p, sel, w);
+    assert_float_equal(w[0] + w[1] + w[2], 2.0f, 1e-6);
+    hp.moe_gating = MODEL_GATING_SIGMOID;
+    hp.moe_norm_w = false;
+    hp.moe_w_scale = 1.0f;
+    const float sg[6] = {-3.0f, 1.0f, -40.0f, 0.0f, 4.0f, -40.0f};
+    moe_route(&hp, sg, p, sel, w);
+    assert_int_equal(sel[0], 4);
+    assert_int_equal(sel[1], 1);
+    assert_int_equal(sel[2], 3);
+    assert_float_equal(w[2], 0.5f, 1e-7);
+    /* the clamp: sigmoid weights near 0 renormalize by 2^-14, not by ~0 */
+    hp.moe_norm_w = true;
+    const float tiny[6] = {-40.0f, -40.0f, -40.0f, -41.0f, -42.0f, -43.0f};
+    moe_route(&hp, tiny, p, sel, w);
+    assert_true(isfinite(w[0]) && w[0] < 1e-6f);
+    const float nanl[6] = {NAN, NAN, 1.0f, NAN, NAN, NAN};
+    hp.moe_gating = MODEL_GATING_SOFTMAX;
+    moe_route(&hp, nanl, p, sel, w);
+    assert_true(sel[0] != sel[1] && sel[1] != sel[2] && sel[0] != sel[2]);
+    for (int j = 0; j < 3; j++) assert_true(sel[j] >= 0 && sel[j] < 6);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
@@ -308,6 +358,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_oom_walk),
         cmocka_unit_test(test_oom_walk_hp1),
         cmocka_unit_test(test_meta_str),
+        cmocka_unit_test(test_moe_route),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -23,6 +23,13 @@
  *   ARCH_FUSED_QKV      attn_qkv.weight may stand for attn_q/k/v;
  *   ARCH_FUSED_GATE_UP  ffn_up.weight holds gate then up (2*n_ff rows) and
  *                       there is no ffn_gate.
+ *   ARCH_MOE            every layer's FFN is a mixture of experts (model/moe.h);
+ *                       any architecture becomes one when the file has
+ *                       <arch>.expert_count > 0 (Mixtral is `llama`);
+ *   ARCH_MOE_NORM_W     the top-k weights are renormalized unless the file's
+ *                       <arch>.expert_weights_norm says otherwise;
+ *   ARCH_QK_NORM_FULL   attn_q_norm / attn_k_norm are (q_dim) / (kv_dim) vectors
+ *                       applied to the whole q and k (OLMoE), not per head.
  *
  * Reference: llama.cpp src/models/<arch>.cpp and its convert_hf_to_gguf.py
  * (tensor names, which metadata each architecture writes).
@@ -42,6 +49,9 @@ enum {
     ARCH_EMBD_SCALE = 1u << 3,
     ARCH_FUSED_QKV = 1u << 4,
     ARCH_FUSED_GATE_UP = 1u << 5,
+    ARCH_MOE = 1u << 6,          /* <arch>.expert_count is required: every FFN is a MoE */
+    ARCH_MOE_NORM_W = 1u << 7,   /* default of expert_weights_norm: renormalize top-k */
+    ARCH_QK_NORM_FULL = 1u << 8, /* with ARCH_QK_NORM: one norm over all of q and of k */
 };
 
 struct model_loader;
@@ -82,5 +92,9 @@ extern const struct arch_desc arch_qwen2;
 extern const struct arch_desc arch_qwen3;
 extern const struct arch_desc arch_gemma3;
 extern const struct arch_desc arch_phi3;
+extern const struct arch_desc arch_qwen2moe;
+extern const struct arch_desc arch_qwen3moe;
+extern const struct arch_desc arch_olmoe;
+extern const struct arch_desc arch_granitemoe;
 
 #endif

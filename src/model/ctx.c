@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "model/ctx_int.h"
+#include "model/moe.h"
 
 struct anvil_ctx_params anvil_ctx_default_params(void) {
     struct anvil_ctx_params p = {0};
@@ -57,6 +58,9 @@ double ctx_model_row_cost(const struct anvil_model *m, int32_t pos) {
         const struct model_layer *ly = &m->layers[l];
         w += (double)ly->wqkv.n_in * ly->wqkv.n_out + (double)ly->wo.n_in * ly->wo.n_out +
              (double)ly->wgu.n_in * ly->wgu.n_out + (double)ly->wdown.n_in * ly->wdown.n_out;
+        if (ly->moe) /* the chosen experts, the router and the shared expert */
+            w += (double)hp->n_expert_used * 3.0 * hp->n_ff_exp * hp->n_embd +
+                 (double)hp->n_expert * hp->n_embd + 3.0 * hp->n_ff_shexp * hp->n_embd;
         int32_t keys = ly->n_swa > 0 && ly->n_swa < pos + 1 ? ly->n_swa : pos + 1;
         a += 2.0 * keys * hp->n_head * hp->head_dim;
     }
@@ -90,6 +94,7 @@ void anvil_ctx_free(struct anvil_ctx *c) {
     core_free_aligned(c->attn);
     core_free_aligned(c->tmp);
     core_free_aligned(c->gu);
+    moe_ctx_free(c);
     core_free_aligned(c->nrm);
     core_free_aligned(c->act);
     core_free_aligned(c->logits);
@@ -232,6 +237,8 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     c->max_dim = hp->n_embd;
     if (c->q_dim > c->max_dim) c->max_dim = c->q_dim;
     if (hp->n_ff > c->max_dim) c->max_dim = hp->n_ff;
+    if (hp->n_ff_exp > c->max_dim) c->max_dim = hp->n_ff_exp;
+    if (hp->n_ff_shexp > c->max_dim) c->max_dim = hp->n_ff_shexp;
 
     anvil_status st = ANVIL_ERR_NOMEM;
     const char *what = "";
@@ -283,6 +290,7 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     ALLOC(c->prof_th, alloc_array(nt, sizeof(*c->prof_th)), "profile counters");
     memset(c->prof_th, 0, nt * sizeof(*c->prof_th));
 #undef ALLOC
+    if ((st = moe_ctx_init(c)) != ANVIL_OK) goto fail;
     if ((st = pool_create(c->n_threads, &c->pool)) != ANVIL_OK) {
         snprintf(c->errmsg, sizeof(c->errmsg), "ctx: cannot start %d threads", c->n_threads);
         goto fail;

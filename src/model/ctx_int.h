@@ -76,6 +76,8 @@ struct anvil_ctx {
     double prof_decode_s;                    /* wall of the profiled decodes */
     uint64_t prof_n_decode;
 
+    struct moe_scratch *moe; /* MoE buffers (model/moe.c), or NULL for a dense model */
+
     const struct anvil_batch *b; /* the batch being decoded */
     char errmsg[256];
 };

@@ -23,6 +23,7 @@
  *   gu  = Wgu act                   (one matmul over stacked gate, up)
  *   act = silu(gate) * up  or  gelu_tanh(gate) * up -> activation format
  *   d   = Wdown act
+ *   (a mixture-of-experts layer instead: model/moe.c writes d)
  *
  * then, for the rows that asked for logits only, x += ffn_post_norm(d),
  * the output norm, and lm_head (with the argmax fused into it). No
@@ -38,6 +39,7 @@
 #include <string.h>
 
 #include "model/ctx_int.h"
+#include "model/moe.h"
 
 static void matmul_rows(const struct anvil_ctx *c, const struct wmat *w, float *y, size_t ldy,
                         int n_tokens, int ith, int nth) {
@@ -65,6 +67,11 @@ static void lm_head(struct anvil_ctx *c, int ith, int nth) {
     for (int a = r0; a < r1; a += LM_TILE) {
         int b = a + LM_TILE < r1 ? a + LM_TILE : r1;
         wmat_matmul_tile(m->ops, &m->output, tile, LM_TILE, c->act, c->act_stride, no, a, b);
+        if (m->hp.logit_scale != 1.0f) { /* Granite: logits / logit_scale */
+            float inv = 1.0f / m->hp.logit_scale;
+            for (int o = 0; o < no; o++)
+                for (int r = 0; r < b - a; r++) tile[(size_t)o * LM_TILE + r] *= inv;
+        }
         for (int o = 0; o < no; o++) {
             const float *y = tile + (size_t)o * LM_TILE;
             for (int r = 0; r < b - a; r++)
@@ -101,7 +108,10 @@ static void qk_prepare(const struct anvil_ctx *c, const struct model_layer *ly, 
     float *k = q + c->q_dim;
     if (ly->qkv_bias)
         for (int i = 0; i < c->qkv_dim; i++) q[i] += ly->qkv_bias[i];
-    if (ly->q_norm) {
+    if (ly->q_norm && hp->qk_norm_full) { /* OLMoE: one norm over all heads */
+        ops->rmsnorm(q, q, ly->q_norm, c->q_dim, hp->norm_eps);
+        ops->rmsnorm(k, k, ly->k_norm, c->kv_dim, hp->norm_eps);
+    } else if (ly->q_norm) {
         for (int h = 0; h < hp->n_head; h++)
             ops->rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, ly->q_norm, hd, hp->norm_eps);
         for (int h = 0; h < hp->n_head_kv; h++)
@@ -176,6 +186,8 @@ static void forward_worker(void *arg, int ith, int nth) {
             } else {
                 float *d = c->tmp + (size_t)t * ne;
                 if (prev_post) ops->rmsnorm(d, d, prev_post, ne, eps);
+                if (hp->residual_scale != 1.0f)
+                    for (int i = 0; i < ne; i++) d[i] *= hp->residual_scale;
                 ops->add_rmsnorm(x, d, nrm, ly->attn_norm, ne, eps);
                 ops->act[ly->wqkv.act](a, nrm, ne);
             }
@@ -231,11 +243,25 @@ static void forward_worker(void *arg, int ith, int nth) {
         for (int t = t0; t < t1; t++) {
             float *d = c->tmp + (size_t)t * ne;
             if (ly->attn_post_norm) ops->rmsnorm(d, d, ly->attn_post_norm, ne, eps);
+            if (hp->residual_scale != 1.0f)
+                for (int i = 0; i < ne; i++) d[i] *= hp->residual_scale;
+            if (ly->moe) {
+                ops->add_rmsnorm(c->x + (size_t)t * ne, d, moe_input_row(c, t), ly->ffn_norm, ne, eps);
+                moe_prepare_row(c, ly, t);
+                continue;
+            }
             ops->add_rmsnorm(c->x + (size_t)t * ne, d, nrm, ly->ffn_norm, ne, eps);
             ops->act[ly->wgu.act](c->act + (size_t)t * c->act_stride, nrm, ne);
         }
         pool_barrier(c->pool);
         PROF_MARK(ANVIL_PROF_NORM);
+        if (ly->moe) { /* model/moe.c: router, experts, weighted sum -> tmp */
+            moe_ffn(c, ly, ith, nth);
+            /* its rows are this thread's; the output rows below are not */
+            if (l == hp->n_layer - 1) pool_barrier(c->pool);
+            PROF_MARK(ANVIL_PROF_MATMUL);
+            continue;
+        }
         matmul_rows(c, &ly->wgu, c->gu, 2 * (size_t)hp->n_ff, n, ith, nth);
         pool_barrier(c->pool);
         PROF_MARK(ANVIL_PROF_MATMUL);
@@ -263,6 +289,8 @@ static void forward_worker(void *arg, int ith, int nth) {
         int t = c->out_row[o];
         float *d = c->tmp + (size_t)t * ne;
         if (last_post) ops->rmsnorm(d, d, last_post, ne, eps);
+        if (hp->residual_scale != 1.0f)
+            for (int i = 0; i < ne; i++) d[i] *= hp->residual_scale;
         ops->add_rmsnorm(c->x + (size_t)t * ne, d, nrm, m->output_norm, ne, eps);
         ops->act[m->output.act](c->act + (size_t)o * c->act_stride, nrm, ne);
     }

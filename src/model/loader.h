@@ -30,6 +30,22 @@ anvil_status load_hparams(struct model_loader *L, const struct arch_desc *arch,
 /* Every tensor bound by name with its shape checked, the Q/K/V biases
  * stacked, the RoPE frequencies; m->layers allocated. */
 anvil_status load_weights(struct model_loader *L, struct anvil_model *m, const bool *swa);
+/* Find a tensor and check its 2-D shape (ne0 = n_in, ne1 = n_out; n_out 0
+ * for a vector), type and block scales; counts its parameters. NULL with
+ * the loader's error set (or, when !required and missing, without). */
+const struct gguf_tensor *loader_bind(struct model_loader *L, const char *name, int64_t n_in,
+                                      int64_t n_out, bool required);
+/* Bind 1..3 tensors stacked by rows into one wmat. */
+bool loader_bind_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_parts,
+                      const char *const *names, const int *rows);
+/* The MoE hyperparameters (<arch>.expert_*), when the file or the
+ * architecture has experts (model/moe_bind.c; after load_hparams). */
+anvil_status load_moe_hparams(struct model_loader *L, const struct arch_desc *arch,
+                              struct model_hparams *hp);
+/* Every layer's router, experts and shared expert into a new ly->moe, and
+ * m->wtype from them (after load_weights, which leaves a MoE layer's FFN
+ * out); nothing for a dense model. */
+anvil_status load_moe_layers(struct model_loader *L, struct anvil_model *m);
 /* Each layer's attention kind (<arch>.attention.kind) and, for HP1
  * layers, their parameters (attn/hp1/hp1_meta.h). */
 anvil_status load_attn_kinds(struct model_loader *L, struct anvil_model *m, const bool *swa);

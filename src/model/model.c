@@ -18,6 +18,7 @@
 #include "model/arch.h"
 #include "model/loader.h"
 #include "model/model.h"
+#include "model/moe.h"
 
 /* ---------------------------------------------------------------------- */
 /* public helpers that need no model */
@@ -30,8 +31,9 @@ struct anvil_model_params anvil_model_default_params(void) {
 /* ---------------------------------------------------------------------- */
 /* architectures */
 
-static const struct arch_desc *const archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3,
-                                                &arch_gemma3, &arch_phi3};
+static const struct arch_desc *const archs[] = {
+    &arch_llama, &arch_qwen2,    &arch_qwen3, &arch_gemma3,     &arch_phi3,
+    &arch_qwen2moe, &arch_qwen3moe, &arch_olmoe, &arch_granitemoe};
 
 const struct arch_desc *arch_find(const char *name, size_t len) {
     for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
@@ -39,7 +41,9 @@ const struct arch_desc *arch_find(const char *name, size_t len) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, gemma3, phi3"; }
+const char *arch_names(void) {
+    return "llama, qwen2, qwen3, gemma3, phi3, qwen2moe, qwen3moe, olmoe, granitemoe";
+}
 
 anvil_status anvil_model_load(const char *path, const struct anvil_model_params *p,
                               struct anvil_model **out, char *err, size_t err_cap) {
@@ -87,7 +91,9 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     }
     TRY(tok_load(m->gguf, &m->vocab, err, err_cap));
     TRY(load_hparams(&L, m->arch, &m->hp, m->vocab, &swa));
+    TRY(load_moe_hparams(&L, m->arch, &m->hp));
     TRY(load_weights(&L, m, swa));
+    TRY(load_moe_layers(&L, m));
     TRY(load_attn_kinds(&L, m, swa));
     TRY(pack_weights(m));
     core_free(swa);
@@ -95,9 +101,13 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     m->n_params = L.n_params;
     int n_local = 0;
     for (int l = 0; l < m->hp.n_layer; l++) n_local += m->layers[l].n_swa > 0;
-    char swa_desc[48] = "";
+    char swa_desc[96] = "";
+    if (m->hp.n_expert)
+        snprintf(swa_desc, sizeof(swa_desc), " moe%d/%d ffe%d%s", m->hp.n_expert_used,
+                 m->hp.n_expert, m->hp.n_ff_exp, m->hp.n_ff_shexp ? " +shared" : "");
     if (n_local)
-        snprintf(swa_desc, sizeof(swa_desc), " swa%d/%dL", m->hp.n_swa, n_local);
+        snprintf(swa_desc + strlen(swa_desc), sizeof(swa_desc) - strlen(swa_desc), " swa%d/%dL",
+                 m->hp.n_swa, n_local);
     if (m->n_hp1)
         snprintf(swa_desc + strlen(swa_desc), sizeof(swa_desc) - strlen(swa_desc), " hp1/%dL",
                  m->n_hp1);
@@ -120,7 +130,10 @@ void anvil_model_free(struct anvil_model *m) {
     core_free(m->inv_freq_swa);
     core_free(m->hp1_taps);
     core_free_aligned(m->packed);
-    for (int l = 0; m->layers && l < m->hp.n_layer; l++) core_free(m->layers[l].qkv_bias);
+    for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
+        core_free(m->layers[l].qkv_bias);
+        moe_free(m->layers[l].moe);
+    }
     core_free(m->layers);
     tok_free(m->vocab);
     gguf_close(m->gguf);

@@ -68,6 +68,13 @@ enum model_attn {
     MODEL_ATTN_HP1,
 };
 
+/* How router logits become expert weights (llama.cpp's expert_gating_func
+ * values, which the file's <arch>.expert_gating_func uses). */
+enum model_gating {
+    MODEL_GATING_SOFTMAX = 1, /* softmax over all experts, then top-k */
+    MODEL_GATING_SIGMOID = 2, /* sigmoid of each logit, then top-k */
+};
+
 enum model_rope {
     MODEL_ROPE_NORM = 0, /* pairs (2i, 2i+1): Llama */
     MODEL_ROPE_NEOX,     /* pairs (i, i + n_rot/2): Qwen, Gemma, Phi-3 */
@@ -85,6 +92,29 @@ struct model_hparams {
     int n_swa;           /* sliding window: keys per query, itself included; 0 = none */
     enum model_act act;
     enum model_rope rope;
+    bool qk_norm_full;   /* q_norm/k_norm span the whole q (q_dim) and k (kv_dim): OLMoE */
+    float residual_scale; /* multiplies Wo's and the FFN's outputs before the residual; 1 = none */
+    float logit_scale;   /* logits are divided by it; 1 = none (Granite) */
+    /* mixture of experts (model/moe.h); n_expert 0 = dense FFN */
+    int n_expert, n_expert_used;
+    int n_ff_exp;        /* rows of each expert's gate and up */
+    int n_ff_shexp;      /* rows of the shared expert's gate and up; 0 = none */
+    bool moe_norm_w;     /* the chosen experts' weights are renormalized to sum 1 */
+    float moe_w_scale;   /* the weights are then multiplied by it; 1 = none */
+    enum model_gating moe_gating;
+};
+
+/* A layer's mixture of experts: the router, every expert's gate/up and
+ * down as a matrix of its own (a slice of the file's 3-D tensor, packed at
+ * load like any matrix), and the optional shared expert. */
+struct model_moe {
+    struct wmat router;  /* (n_expert, n_embd) */
+    struct wmat *gu;     /* (n_expert) each (2*n_ff_exp, n_embd): gate rows then up rows */
+    struct wmat *down;   /* (n_expert) each (n_embd, n_ff_exp) */
+    struct wmat sh_gu;   /* (2*n_ff_shexp, n_embd), n_out 0 when there is no shared expert */
+    struct wmat sh_down; /* (n_embd, n_ff_shexp) */
+    float *sh_gate;      /* (n_embd) owned, or NULL: the shared output is scaled by
+                          * sigmoid(sh_gate . h) (Qwen2-MoE), else added as is */
 };
 
 struct model_layer {
@@ -99,6 +129,7 @@ struct model_layer {
     struct wmat wo;              /* (n_embd, q_dim) */
     struct wmat wgu;             /* (2*n_ff, n_embd): gate rows then up rows */
     struct wmat wdown;           /* (n_embd, n_ff) */
+    struct model_moe *moe;       /* owned, or NULL: a dense FFN (wgu, wdown) */
     int n_swa;                   /* this layer's window (hp.n_swa), or 0 = global */
     const float *inv_freq;       /* (n_rot/2): this layer's RoPE frequencies */
     enum model_attn attn;        /* this layer's attention kind */

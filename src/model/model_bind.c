@@ -114,6 +114,11 @@ static const struct gguf_tensor *bind(struct model_loader *L, const char *name, 
     return t;
 }
 
+const struct gguf_tensor *loader_bind(struct model_loader *L, const char *name, int64_t n_in,
+                                      int64_t n_out, bool required) {
+    return bind(L, name, n_in, n_out, required);
+}
+
 /* A norm weight (F32 vector of n). NULL when missing (an error only when
  * required) or malformed (always an error: check loader_failed). */
 static const float *bind_norm(struct model_loader *L, const char *name, int n, bool required) {
@@ -158,6 +163,11 @@ static bool bind_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_pa
     for (int p = 0; p < n_parts; p++)
         w->part[p].act_off = kn_act_part_offset(w->act, kn_act_for_type(w->part[p].type), n_in);
     return true;
+}
+
+bool loader_bind_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_parts,
+                      const char *const *names, const int *rows) {
+    return bind_wmat(L, w, n_in, n_parts, names, rows);
 }
 
 /* RoPE scaling: none or linear (freq scale = 1/factor). */
@@ -214,6 +224,9 @@ anvil_status load_hparams(struct model_loader *L, const struct arch_desc *arch,
     hp->act = arch->act;
     hp->rope = arch->rope;
     hp->embd_scale = 1.0f;
+    hp->residual_scale = 1.0f;
+    hp->logit_scale = 1.0f;
+    hp->qk_norm_full = (arch->flags & ARCH_QK_NORM_FULL) != 0;
 
     /* sanity bounds: generous, but they keep size arithmetic far from
      * overflow and reject absurd files with a clear message */
@@ -348,9 +361,12 @@ static anvil_status load_layer(struct model_loader *L, struct anvil_model *m, in
     }
     if (arch->flags & ARCH_QK_NORM) {
         snprintf(n0, sizeof(n0), "blk.%d.attn_q_norm.weight", l);
-        if (!(ly->q_norm = bind_norm(L, n0, hp->head_dim, true))) return ANVIL_ERR_FORMAT;
+        bool full = hp->qk_norm_full;
+        if (!(ly->q_norm = bind_norm(L, n0, full ? q_dim : hp->head_dim, true)))
+            return ANVIL_ERR_FORMAT;
         snprintf(n0, sizeof(n0), "blk.%d.attn_k_norm.weight", l);
-        if (!(ly->k_norm = bind_norm(L, n0, hp->head_dim, true))) return ANVIL_ERR_FORMAT;
+        if (!(ly->k_norm = bind_norm(L, n0, full ? kv_dim : hp->head_dim, true)))
+            return ANVIL_ERR_FORMAT;
     }
 
     snprintf(n0, sizeof(n0), "blk.%d.attn_qkv.weight", l);
@@ -376,7 +392,9 @@ static anvil_status load_layer(struct model_loader *L, struct anvil_model *m, in
     int wo_rows[1] = {hp->n_embd};
     if (!bind_wmat(L, &ly->wo, q_dim, 1, wo, wo_rows)) return ANVIL_ERR_FORMAT;
 
-    if (arch->flags & ARCH_FUSED_GATE_UP) {
+    if (hp->n_expert > 0) {
+        /* a mixture of experts: moe_bind.c (load_moe_layers) */
+    } else if (arch->flags & ARCH_FUSED_GATE_UP) {
         snprintf(n0, sizeof(n0), "blk.%d.ffn_up.weight", l);
         const char *gu[1] = {n0};
         int gu_rows[1] = {2 * hp->n_ff};
@@ -388,10 +406,12 @@ static anvil_status load_layer(struct model_loader *L, struct anvil_model *m, in
         int gu_rows[2] = {hp->n_ff, hp->n_ff};
         if (!bind_wmat(L, &ly->wgu, hp->n_embd, 2, gu, gu_rows)) return ANVIL_ERR_FORMAT;
     }
-    snprintf(n0, sizeof(n0), "blk.%d.ffn_down.weight", l);
-    const char *dn[1] = {n0};
-    int dn_rows[1] = {hp->n_embd};
-    if (!bind_wmat(L, &ly->wdown, hp->n_ff, 1, dn, dn_rows)) return ANVIL_ERR_FORMAT;
+    if (hp->n_expert == 0) {
+        snprintf(n0, sizeof(n0), "blk.%d.ffn_down.weight", l);
+        const char *dn[1] = {n0};
+        int dn_rows[1] = {hp->n_embd};
+        if (!bind_wmat(L, &ly->wdown, hp->n_ff, 1, dn, dn_rows)) return ANVIL_ERR_FORMAT;
+    }
 
     ly->n_swa = is_swa ? hp->n_swa : 0;
     ly->inv_freq = is_swa ? m->inv_freq_swa : m->inv_freq;
@@ -459,7 +479,7 @@ anvil_status load_weights(struct model_loader *L, struct anvil_model *m, const b
     m->layers = core_calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers) return ANVIL_ERR_NOMEM;
     for (int l = 0; l < hp->n_layer; l++) TRY(load_layer(L, m, l, swa[l]));
-    m->wtype = m->layers[0].wgu.part[0].type;
+    m->wtype = m->layers[0].wgu.part[0].type; /* a MoE's: set by load_moe_layers */
     return ANVIL_OK;
 fail:
     return st;

@@ -91,6 +91,7 @@ static void pack_parts(const struct kn_ops *ops, struct pool *pool, struct gguf_
  * (with a->base NULL: count its bytes only). */
 static void pack_wmat(const struct kn_ops *ops, struct pool *pool, struct gguf_file *f, struct wmat *w,
                       struct pack_arena *a) {
+    if (w->n_out == 0) return; /* absent (a MoE layer's dense FFN, no shared expert) */
     int type = w->part[0].type;
     for (int p = 1; p < w->n_parts; p++)
         if (w->part[p].type != type) {
@@ -120,6 +121,15 @@ static void pack_all(struct anvil_model *m, struct pool *pool, struct pack_arena
         pack_wmat(m->ops, pool, m->gguf, &ly->wo, a);
         pack_wmat(m->ops, pool, m->gguf, &ly->wgu, a);
         pack_wmat(m->ops, pool, m->gguf, &ly->wdown, a);
+        if (!ly->moe) continue;
+        /* each expert on its own: a step reads only the chosen ones */
+        pack_wmat(m->ops, pool, m->gguf, &ly->moe->router, a);
+        for (int e = 0; e < m->hp.n_expert; e++) {
+            pack_wmat(m->ops, pool, m->gguf, &ly->moe->gu[e], a);
+            pack_wmat(m->ops, pool, m->gguf, &ly->moe->down[e], a);
+        }
+        pack_wmat(m->ops, pool, m->gguf, &ly->moe->sh_gu, a);
+        pack_wmat(m->ops, pool, m->gguf, &ly->moe->sh_down, a);
     }
 }
 

@@ -140,6 +140,54 @@ def micro_llama(hp1=False):
     return g.build(hp + kvs, tensors)
 
 
+def micro_moe(used=2, gating=1, router_rows=4):
+    """One qwen2moe layer (model/moe.c): n_embd 32, 4 experts of 32 rows,
+    `used` of them per token, a shared expert with its sigmoid gate; the
+    defaults load and run, the others are the bad inputs around them."""
+    kvs, n_vocab = tokenizer_kvs()
+    e, a = 32, "qwen2moe"
+    hp = [
+        ("general.architecture", g.STR, a),
+        ("general.name", g.STR, "fuzz-micro-moe"),
+        (a + ".block_count", g.U32, 1),
+        (a + ".context_length", g.U32, 64),
+        (a + ".embedding_length", g.U32, e),
+        (a + ".feed_forward_length", g.U32, e),
+        (a + ".attention.head_count", g.U32, 1),
+        (a + ".attention.head_count_kv", g.U32, 1),
+        (a + ".rope.freq_base", g.F32, 10000.0),
+        (a + ".attention.layer_norm_rms_epsilon", g.F32, 1e-5),
+        (a + ".expert_count", g.U32, 4),
+        (a + ".expert_used_count", g.U32, used),
+        (a + ".expert_feed_forward_length", g.U32, e),
+        (a + ".expert_shared_feed_forward_length", g.U32, e),
+        (a + ".expert_gating_func", g.U32, gating),
+    ]
+    tensors = [
+        ("token_embd.weight", [e, n_vocab], g.T_Q8_0),
+        ("output_norm.weight", [e], g.T_F32),
+        ("output.weight", [e, n_vocab], g.T_Q8_0),
+        ("blk.0.attn_norm.weight", [e], g.T_F32),
+        ("blk.0.ffn_norm.weight", [e], g.T_F32),
+        ("blk.0.attn_q.weight", [e, e], g.T_Q8_0),
+        ("blk.0.attn_k.weight", [e, e], g.T_Q8_0),
+        ("blk.0.attn_v.weight", [e, e], g.T_Q8_0),
+        ("blk.0.attn_q.bias", [e], g.T_F32),
+        ("blk.0.attn_k.bias", [e], g.T_F32),
+        ("blk.0.attn_v.bias", [e], g.T_F32),
+        ("blk.0.attn_output.weight", [e, e], g.T_Q8_0),
+        ("blk.0.ffn_gate_inp.weight", [e, router_rows], g.T_F32),
+        ("blk.0.ffn_gate_exps.weight", [e, e, 4], g.T_Q8_0),
+        ("blk.0.ffn_up_exps.weight", [e, e, 4], g.T_Q8_0),
+        ("blk.0.ffn_down_exps.weight", [e, e, 4], g.T_Q4_0),
+        ("blk.0.ffn_gate_shexp.weight", [e, e], g.T_F16),
+        ("blk.0.ffn_up_shexp.weight", [e, e], g.T_F16),
+        ("blk.0.ffn_down_shexp.weight", [e, e], g.T_BF16),
+        ("blk.0.ffn_gate_inp_shexp.weight", [e], g.T_F32),
+    ]
+    return g.build(hp + kvs, tensors)
+
+
 def micro_llama_kquant():
     """One layer of n_embd 256 (two heads of 128) with every K-quant, 5-bit
     and IQ4 type, Q/K/V and gate/up mixing the Q8A and Q8K activation
@@ -224,6 +272,13 @@ def gguf_seeds():
     struct.pack_into("<I", mq, t["type"], g.T_Q5_0)
     put("gguf", "micro_llama_size_mismatch.gguf", bytes(mq))
     put("gguf", "micro_llama_hp1.gguf", micro_llama(hp1=True))
+    # mixtures of experts: one that runs, and used 0, used > count, an
+    # unknown gating function, a router of the wrong shape
+    put("gguf", "micro_moe.gguf", micro_moe())
+    put("gguf", "moe_used_zero.gguf", micro_moe(used=0))
+    put("gguf", "moe_used_too_many.gguf", micro_moe(used=5))
+    put("gguf", "moe_gating_unknown.gguf", micro_moe(gating=7))
+    put("gguf", "moe_router_shape.gguf", micro_moe(router_rows=3))
 
 
 def tok_seeds():

@@ -16,6 +16,17 @@ CONFIGS names one small model per architecture feature set:
            per head with the ReLU, lo 0, hi 1: about 70% of the p are zero
   hp1mix   qwen2 with layers hp1, softmax, hp1: K = 5 random taps, no ReLU,
            lo < 0 (mostly nonzero p), gamma and hi of their own
+  mixtral  llama with llama.expert_count: 8 experts, 2 used, renormalized;
+           the expert length is feed_forward_length
+  qwen3moe qwen3 attention, 8 experts, 3 used, renormalized top-k,
+           expert_feed_forward_length
+  qwen2moe qwen2 attention, 4 experts, 2 used, not renormalized, a shared
+           expert with its sigmoid gate (ffn_gate_inp_shexp)
+  olmoe    one RMSNorm over the whole q and k, 8 experts, 2 used
+  granitemoe  Granite's embedding, residual, attention and logit scales,
+           4 experts, 2 used, an ungated shared expert
+The MoE routers (ffn_gate_inp) stay F32 in quantized files, as
+llama-quantize leaves them.
 
 make_gguf(path, name, wtype) writes the file and returns the weights as
 stored (dequantized, float64); forward(name, w, tokens) gives the logits of
@@ -42,7 +53,15 @@ N_VOCAB = tiny_llama.N_VOCAB
 BASE = dict(n_embd=128, n_ff=192, n_head=4, n_head_kv=2, head_dim=None, n_layer=2, n_rot=None,
             rope_base=10000.0, eps=1e-5, rope="norm", act="silu", bias=False, qk_norm=False,
             post_norms=False, embd_scale=False, fused=False, tied=False, rope_freqs=False,
-            swa=0, swa_layers=None, rope_base_swa=10000.0, attn=None, hp1=None)
+            swa=0, swa_layers=None, rope_base_swa=10000.0, attn=None, hp1=None, moe=None,
+            qk_norm_full=False, granite=None)
+
+# MoE: n_expert, used, n_ff_exp (ffe_key: written as expert_feed_forward_length,
+# else the expert length is feed_forward_length), shared length, shared gate,
+# norm_w (written as expert_weights_norm when "norm_key"), gating (1 softmax,
+# 2 sigmoid; written when given), router_scale (spread of the logits)
+MOE = dict(n_expert=4, used=2, n_ff_exp=64, ffe_key=False, n_sh=0, sh_gate=False, norm_w=True,
+           norm_key=False, gating=None, w_scale=None, router_scale=6.0, zero_router=False)
 
 # HP1 parameters: K taps, gamma, lo, hi, relu; taps "gate" = (1, -a, -a) with
 # a per head in [a_lo, a_hi), "random" = normal(0, 0.5) with c_0 made positive
@@ -62,7 +81,19 @@ CONFIGS = {
     "hp1": dict(BASE, arch="llama", n_head=4, n_head_kv=1, attn="hp1", hp1=HP1_GATE),
     "hp1mix": dict(BASE, arch="qwen2", rope="neox", bias=True, tied=True, rope_base=1000000.0,
                    n_layer=3, attn=["hp1", "softmax", "hp1"], hp1=HP1_RAND),
+    "mixtral": dict(BASE, arch="llama", n_ff=64, moe=dict(MOE, n_expert=8)),
+    "qwen3moe": dict(BASE, arch="qwen3moe", rope="neox", qk_norm=True, head_dim=64,
+                     rope_base=1000000.0, n_ff=96,
+                     moe=dict(MOE, n_expert=8, used=3, n_ff_exp=64, ffe_key=True)),
+    "qwen2moe": dict(BASE, arch="qwen2moe", rope="neox", bias=True, rope_base=1000000.0,
+                     moe=dict(MOE, ffe_key=True, n_sh=96, sh_gate=True, norm_w=False)),
+    "olmoe": dict(BASE, arch="olmoe", rope="neox", qk_norm=True, qk_norm_full=True, n_ff=64, n_head_kv=4,
+                  moe=dict(MOE, n_expert=8, norm_w=False)),
+    "granitemoe": dict(BASE, arch="granitemoe", n_ff=64, moe=dict(MOE, n_sh=64),
+                       granite=dict(embedding_scale=4.0, residual_scale=0.5,
+                                    attention_scale=0.09, logit_scale=3.0)),
 }
+MOE_ARCHS = [n for n, c in CONFIGS.items() if c["moe"]]
 
 
 def cfg_of(name, **changes):
@@ -75,6 +106,8 @@ def cfg_of(name, **changes):
         c["attn_layers"] = list(c["attn"])
     else:
         c["attn_layers"] = [c["attn"] or "softmax"] * c["n_layer"]
+    if c["moe"] and changes.get("moe_changes"):
+        c["moe"] = dict(c["moe"], **changes["moe_changes"])
     if c["swa_layers"] is None:
         if c["swa"] and c["arch"] == "gemma3":
             c["swa_layers"] = [l % 6 < 5 for l in range(c["n_layer"])]
@@ -112,6 +145,21 @@ def weights(c, seed):
             w[p + "attn_q.weight"] = mat(qd, ne)
             w[p + "attn_k.weight"] = mat(kd, ne)
             w[p + "attn_v.weight"] = mat(kd, ne)
+        if c["moe"]:
+            m = c["moe"]
+            E, fe = m["n_expert"], m["n_ff_exp"]
+            w[p + "ffn_gate_inp.weight"] = (np.zeros((E, ne), np.float32) if m["zero_router"]
+                                            else mat(E, ne, m["router_scale"]))
+            w[p + "ffn_gate_exps.weight"] = np.stack([mat(fe, ne) for _ in range(E)])
+            w[p + "ffn_up_exps.weight"] = np.stack([mat(fe, ne) for _ in range(E)])
+            w[p + "ffn_down_exps.weight"] = np.stack([mat(ne, fe, 0.5) for _ in range(E)])
+            if m["n_sh"]:
+                w[p + "ffn_gate_shexp.weight"] = mat(m["n_sh"], ne)
+                w[p + "ffn_up_shexp.weight"] = mat(m["n_sh"], ne)
+                w[p + "ffn_down_shexp.weight"] = mat(ne, m["n_sh"], 0.5)
+                if m["sh_gate"]:
+                    w[p + "ffn_gate_inp_shexp.weight"] = (rng.normal(size=ne) / np.sqrt(ne)).astype(np.float32)
+        elif not c["fused"]:
             w[p + "ffn_gate.weight"] = mat(nf, ne)
             w[p + "ffn_up.weight"] = mat(nf, ne)
         if c["bias"]:
@@ -119,13 +167,14 @@ def weights(c, seed):
             w[p + "attn_k.bias"] = (0.3 * rng.normal(size=kd)).astype(np.float32)
             w[p + "attn_v.bias"] = (0.3 * rng.normal(size=kd)).astype(np.float32)
         if c["qk_norm"]:
-            w[p + "attn_q_norm.weight"] = norm(hd)
-            w[p + "attn_k_norm.weight"] = norm(hd)
+            w[p + "attn_q_norm.weight"] = norm(qd if c["qk_norm_full"] else hd)
+            w[p + "attn_k_norm.weight"] = norm(kd if c["qk_norm_full"] else hd)
         if c["post_norms"]:
             w[p + "post_attention_norm.weight"] = norm(ne)
             w[p + "post_ffw_norm.weight"] = norm(ne)
         w[p + "attn_output.weight"] = mat(ne, qd, 0.5)
-        w[p + "ffn_down.weight"] = mat(ne, nf, 0.5)
+        if not c["moe"]:
+            w[p + "ffn_down.weight"] = mat(ne, nf, 0.5)
     return w
 
 
@@ -187,7 +236,20 @@ def add_meta(wr, key, val):
         raise TypeError(type(val))
 
 
-QTYPES = dict(tiny_llama.QTYPES)
+QTYPES = dict(tiny_llama.QTYPES, Q4_K=gguf.GGMLQuantizationType.Q4_K)
+
+
+def q4k_random(arr, seed):
+    """Random Q4_K blocks (gguf.quants cannot quantize to Q4_K) whose
+    values spread about as arr's rows do: the bytes of arr's shape."""
+    rng = np.random.default_rng(seed)
+    n_blocks = arr.size // 256
+    std = float(arr.std()) or 1.0
+    b = rng.integers(0, 256, (n_blocks, 144), dtype=np.uint8)
+    d = np.full(n_blocks, std / 180.0, np.float16)
+    b[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
+    b[:, 2:4] = (d * np.float16(0.9)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return b.reshape(arr.shape[:-1] + (arr.shape[-1] // 256 * 144,))
 
 
 def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None, extra_u32=None,
@@ -225,6 +287,26 @@ def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None
     if c["swa"]:
         if arch == "gemma3":
             wr.add_float32(f"{arch}.rope.freq_base_swa", c["rope_base_swa"])
+    m = c["moe"]
+    if m:
+        wr.add_expert_count(m["n_expert"])
+        wr.add_expert_used_count(m["used"])
+        if m["ffe_key"]:
+            wr.add_expert_feed_forward_length(m["n_ff_exp"])
+        if m["n_sh"]:
+            wr.add_expert_shared_feed_forward_length(m["n_sh"])
+        if m["norm_key"]:
+            wr.add_expert_weights_norm(m["norm_w"])
+        if m["gating"] is not None:
+            wr.add_uint32(f"{arch}.expert_gating_func", m["gating"])
+        if m["w_scale"] is not None:
+            wr.add_expert_weights_scale(m["w_scale"])
+    if c["granite"]:
+        g = c["granite"]
+        wr.add_embedding_scale(g["embedding_scale"])
+        wr.add_residual_scale(g["residual_scale"])
+        wr.add_float32(f"{arch}.attention.scale", g["attention_scale"])
+        wr.add_logit_scale(g["logit_scale"])
     for key, val in extra_u32.items():
         wr.add_uint32(key, val)
     taps = hp1_taps(c, seed) if c["hp1"] else None
@@ -243,9 +325,13 @@ def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None
     wr.add_add_bos_token(False)
     held = {}
     for tname, arr in w.items():
-        if arr.ndim == 1 or qt == gguf.GGMLQuantizationType.F32:
+        if arr.ndim == 1 or qt == gguf.GGMLQuantizationType.F32 or tname.endswith("ffn_gate_inp.weight"):
             wr.add_tensor(tname, arr)
             held[tname] = arr.astype(np.float64)
+        elif qt == gguf.GGMLQuantizationType.Q4_K:
+            q = q4k_random(arr, seed + len(held))
+            wr.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qt)
+            held[tname] = gguf.quants.dequantize(q, qt).reshape(arr.shape).astype(np.float64)
         else:
             q = gguf.quants.quantize(arr, qt)
             wr.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qt)
@@ -326,9 +412,14 @@ def forward(name, w, tokens, stats=None, cfg=None):
     x = w["token_embd.weight"][tokens].copy()
     if c["embd_scale"]:
         x = x * np.float64(np.float32(np.sqrt(ne)))
+    gr = c["granite"] or {}
+    f32 = lambda v: np.float64(np.float32(v))  # noqa: E731  (the file stores float32)
+    if gr:
+        x = x * f32(gr["embedding_scale"])
+    rs = f32(gr["residual_scale"]) if gr else 1.0
     pos = np.arange(n)
     group = nh // nkv
-    scale = 1.0 / np.sqrt(hd)
+    scale = f32(gr["attention_scale"]) if gr else 1.0 / np.sqrt(hd)
     for l in range(c["n_layer"]):
         p = f"blk.{l}."
         local = c["swa_layers"][l]
@@ -343,8 +434,11 @@ def forward(name, w, tokens, stats=None, cfg=None):
                        h @ w[p + "attn_v.weight"].T)
         if c["bias"]:
             q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+        if c["qk_norm_full"]:
+            q = rmsnorm(q, w[p + "attn_q_norm.weight"], eps)
+            k = rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
         q, k, v = q.reshape(n, nh, hd), k.reshape(n, nkv, hd), v.reshape(n, nkv, hd)
-        if c["qk_norm"]:
+        if c["qk_norm"] and not c["qk_norm_full"]:
             q = rmsnorm(q, w[p + "attn_q_norm.weight"], eps)
             k = rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
         neox = c["rope"] == "neox"
@@ -377,8 +471,11 @@ def forward(name, w, tokens, stats=None, cfg=None):
         o = out.reshape(n, -1) @ w[p + "attn_output.weight"].T
         if c["post_norms"]:
             o = rmsnorm(o, w[p + "post_attention_norm.weight"], eps)
-        x = x + o
+        x = x + o * rs
         h = rmsnorm(x, w[p + "ffn_norm.weight"], eps)
+        if c["moe"]:
+            x = x + moe_ffn(c, w, p, h, stats) * rs
+            continue
         if c["fused"]:
             gu = h @ w[p + "ffn_up.weight"].T
             g, u = gu[:, :nf], gu[:, nf:]
@@ -389,4 +486,46 @@ def forward(name, w, tokens, stats=None, cfg=None):
         if c["post_norms"]:
             d = rmsnorm(d, w[p + "post_ffw_norm.weight"], eps)
         x = x + d
-    return rmsnorm(x, w["output_norm.weight"], eps) @ w["output.weight"].T
+    logits = rmsnorm(x, w["output_norm.weight"], eps) @ w["output.weight"].T
+    return logits / f32(gr["logit_scale"]) if gr else logits
+
+
+def silu(v):
+    return v / (1 + np.exp(-v))
+
+
+def moe_ffn(c, w, p, h, stats=None):
+    """The mixture of experts of src/model/moe.h on rows h (n, n_embd):
+    softmax or sigmoid of the router logits, the top-k largest (equal
+    probabilities: lowest expert first), renormalized (sum clamped at
+    2^-14) or not, scaled, the experts' SwiGLU outputs weighted and summed,
+    plus the shared expert (times sigmoid(gate . h) when it has a gate).
+    stats, when given, gets "chosen": the set of experts some row chose."""
+    m = c["moe"]
+    logits = h @ w[p + "ffn_gate_inp.weight"].T
+    if m["gating"] == 2:
+        probs = 1 / (1 + np.exp(-logits))
+    else:
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs = e / e.sum(axis=1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        order = sorted(range(m["n_expert"]), key=lambda e: (-probs[t, e], e))[:m["used"]]
+        wts = probs[t, order]
+        if m["norm_w"]:
+            wts = wts / max(wts.sum(), 6.103515625e-5)
+        if m["w_scale"] not in (None, 0.0, 1.0):
+            wts = wts * np.float32(m["w_scale"])
+        for e, wt in zip(order, wts):
+            gt = w[p + "ffn_gate_exps.weight"][e] @ h[t]
+            up = w[p + "ffn_up_exps.weight"][e] @ h[t]
+            out[t] += wt * (w[p + "ffn_down_exps.weight"][e] @ (silu(gt) * up))
+        if stats is not None:
+            stats.setdefault("chosen", set()).update(order)
+    if m["n_sh"]:
+        sh = (silu(h @ w[p + "ffn_gate_shexp.weight"].T) * (h @ w[p + "ffn_up_shexp.weight"].T)) \
+            @ w[p + "ffn_down_shexp.weight"].T
+        if m["sh_gate"]:
+            sh = sh / (1 + np.exp(-(h @ w[p + "ffn_gate_inp_shexp.weight"])))[:, None]
+        out = out + sh
+    return out

@@ -1,6 +1,7 @@
 /*
  * llama.c - the Llama architecture (Llama 2/3.x, SmolLM2, Mistral and
- * every GGUF whose general.architecture is "llama"): RMSNorm before
+ * every GGUF whose general.architecture is "llama"; Mixtral when the file
+ * has llama.expert_count, top-k softmax weights renormalized): RMSNorm before
  * attention and FFN, SwiGLU, RoPE on adjacent pairs, optional Q/K/V
  * biases, optional rope_freqs (Llama 3.1 frequency factors, read by
  * model.c for every architecture).
@@ -26,6 +27,6 @@ const struct arch_desc arch_llama = {
     .name = "llama",
     .rope = MODEL_ROPE_NORM,
     .act = MODEL_ACT_SILU,
-    .flags = 0,
+    .flags = ARCH_MOE_NORM_W, /* Mixtral: llama with llama.expert_count */
     .hparams = llama_hparams,
 };
