@@ -221,6 +221,9 @@ $(BUILD)/tests/unit_bench: $(BUILD)/bench/bench_util.o
 $(BUILD)/tests/unit_bench.o: CFLAGS_ALL += -Ibench
 # the attention tests share one fixture (tests/attn_fixture.c)
 $(BUILD)/tests/unit_attn $(BUILD)/tests/unit_attn_hp1: $(BUILD)/tests/attn_fixture.o
+# the tool-call format parsers are server code (src/server/toolfmt*.c)
+$(BUILD)/tests/unit_toolfmt: $(BUILD)/src/server/toolfmt.o $(BUILD)/src/server/toolfmt_json.o
+$(BUILD)/tests/unit_toolfmt: TEST_LIBS += -lcjson
 
 # ---------------------------------------------------------------------------
 # fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang

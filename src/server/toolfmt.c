@@ -639,7 +639,10 @@ static void step(struct srv_tfp *p, unsigned char c) {
         step(p, c);
         return;
     case ST_PYTAG:
-        if (ws(c)) return;
+        if (ws(c)) {
+            sb_put(&p->tent, (const char *)&c, 1);
+            return;
+        }
         if (c == '{') {
             read_cobj(p, false, semi);
             step(p, c);
@@ -655,8 +658,8 @@ static void step(struct srv_tfp *p, unsigned char c) {
         return;
     case ST_DS_WAIT: {
         static const char *const m[] = {DS_CALL_BEGIN, DS_CALLS_END};
-        if (!p->hold.len && ws(c)) return;
         sb_put(&p->tent, (const char *)&c, 1);
+        if (!p->hold.len && ws(c)) return;
         int k = scan(p, c, m, 2, rel_none);
         if (k == 0) {
             sb_clear(&p->tent);
@@ -672,7 +675,10 @@ static void step(struct srv_tfp *p, unsigned char c) {
         return;
     }
     case ST_MISTRAL:
-        if (ws(c)) return;
+        if (ws(c)) {
+            sb_put(&p->tent, (const char *)&c, 1);
+            return;
+        }
         if (c == '[' || c == '{') read_cobj(p, true, to_text);
         else read_name(p, "[ARGS]", mistral_args);
         step(p, c);
