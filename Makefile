@@ -226,6 +226,9 @@ $(BUILD)/tests/unit_resp_store: $(BUILD)/src/server/resp_store.o
 # the Responses API's translation and dialect need the whole server
 $(BUILD)/tests/unit_api_responses: $(SERVER_OBJ)
 $(BUILD)/tests/unit_api_responses: TEST_LIBS += $(SERVER_LIBS)
+# the tool-call format parsers are server code (src/server/toolfmt*.c)
+$(BUILD)/tests/unit_toolfmt: $(BUILD)/src/server/toolfmt.o $(BUILD)/src/server/toolfmt_json.o
+$(BUILD)/tests/unit_toolfmt: TEST_LIBS += -lcjson
 
 # ---------------------------------------------------------------------------
 # fuzzing: tests/fuzz/fuzz_*.c are libFuzzer harnesses, built with clang

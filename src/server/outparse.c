@@ -35,39 +35,7 @@ struct srv_outparse {
 // ----------------------------------------------------------------------------
 // formats
 
-static const char *const toolfmt_names[SRV_TOOLFMT_COUNT] = {
-    [SRV_TOOLFMT_JSON] = "json",
-    [SRV_TOOLFMT_HERMES] = "hermes",
-    [SRV_TOOLFMT_LLAMA3] = "llama3",
-    [SRV_TOOLFMT_MISTRAL] = "mistral",
-    [SRV_TOOLFMT_HARMONY] = "harmony",
-    [SRV_TOOLFMT_DEEPSEEK_R1] = "deepseek_r1",
-    [SRV_TOOLFMT_DEEPSEEK_V3] = "deepseek_v3",
-    [SRV_TOOLFMT_GRANITE] = "granite",
-    [SRV_TOOLFMT_COMMAND_R] = "command_r",
-    [SRV_TOOLFMT_FUNCTIONARY] = "functionary",
-    [SRV_TOOLFMT_GENERIC] = "generic",
-};
-
-static const char *const reasoningfmt_names[SRV_REASONING_COUNT] = {
-    [SRV_REASONING_NONE] = "none",
-    [SRV_REASONING_THINK] = "think",
-    [SRV_REASONING_HARMONY] = "harmony",
-};
-
-const char *srv_toolfmt_name(enum srv_toolfmt f) {
-    return (unsigned)f < SRV_TOOLFMT_COUNT ? toolfmt_names[f] : "unknown";
-}
-
-const char *srv_reasoningfmt_name(enum srv_reasoningfmt f) {
-    return (unsigned)f < SRV_REASONING_COUNT ? reasoningfmt_names[f] : "unknown";
-}
-
-void srv_outfmt_detect(const char *template_src, struct srv_outfmt *out) {
-    (void)template_src; /* the families' formats: not read yet */
-    out->tool_format = SRV_TOOLFMT_JSON;
-    out->reasoning_format = SRV_REASONING_NONE;
-}
+/* The formats' names and srv_outfmt_detect: toolfmt.c. */
 
 // ----------------------------------------------------------------------------
 // the parser
