@@ -3,7 +3,7 @@
  *
  *   tool_sampler rng SEED N     first N outputs of the sampler RNG (hex)
  *   tool_sampler cases FILE     run every case in FILE (format below)
- *   tool_sampler ext FILE       the general chain (chain.c): text cases, below
+ *   tool_sampler ext FILE       the general chain (sampler.c): text cases, below
  *
  * A case is little-endian binary: int32 n_vocab, float temperature,
  * int32 top_k, float top_p, float min_p, float repeat_penalty,

@@ -615,7 +615,7 @@ static void test_fast_vs_ref(void **state) {
 
 
 /* ---------------------------------------------------------------------- */
-/* the general chain (chain.c): logit bias, DRY, top-n-sigma, typical, XTC,
+/* the general chain (sampler.c): logit bias, DRY, top-n-sigma, typical, XTC,
  * mirostat, min_keep, custom orders */
 
 static const uint8_t stage_pool[] = {

@@ -47,7 +47,7 @@
  *
  * This is the default chain. Params that ask for more (logit bias, DRY,
  * typical, top-n-sigma, XTC, mirostat, min_keep > 1, a stage order) take
- * the general chain instead, defined in chain.c, with its twin
+ * the general chain instead, defined in sampler.c, with its twin
  * sample_ext_draw_ref in sampler_ref.c.
  */
 #ifndef ANVIL_SAMPLE_H
@@ -89,11 +89,11 @@ struct anvil_sampler {
     anvil_token *pen_id;  /* (last_n,) scratch: distinct window tokens, ascending */
     int32_t *pen_cnt;     /* (last_n,) scratch: their counts */
     struct sample_cand *cand; /* (n_vocab,) scratch; NULL for greedy samplers */
-    /* the general chain (chain.c): everything beyond the default path */
+    /* the general chain (sampler.c): everything beyond the default path */
     struct sample_ext *ext;   /* NULL when sample_ext_needed(p) is false */
 };
 
-/* State and scratch of the general chain, one allocation (chain.c). */
+/* State and scratch of the general chain, one allocation (sampler.c). */
 struct sample_ext {
     uint8_t order[ANVIL_STAGE_COUNT_ * 2]; /* the stages to run, in order */
     int32_t n_order;

@@ -120,7 +120,7 @@ done:
 }
 
 /* ---------------------------------------------------------------------- */
-/* the general chain's twin (chain.c has the definition) */
+/* the general chain's twin (sampler.c, "the general sampler chain", has the definition) */
 
 /* DRY by direct suffix comparison, O(N^2) */
 static void dry_ref(const struct anvil_sampler *s, float *l) {

@@ -422,9 +422,9 @@ static enum MHD_Result preflight(struct srv *s, struct MHD_Connection *c, struct
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"",
                                                              MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST, OPTIONS");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST, DELETE, OPTIONS");
     if (srv_cors_origin(s, c)) {
-        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS");
         const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                     "Access-Control-Request-Headers");
         MHD_add_response_header(r, "Access-Control-Allow-Headers",
@@ -468,9 +468,10 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         snprintf(msg, sizeof(msg), "Invalid URL (%.16s %.100s)", method, url);
         return srv_send_errf(s, c, 404, "invalid_request_error", NULL, NULL, NULL, msg);
     }
-    if (!strcmp(method, "OPTIONS")) {
+    if (!strcmp(method, "OPTIONS") && s->cors) {
         /* a preflight carries no credentials: answered before auth, at
-         * the request's last call as a GET is (below) */
+         * the request's last call as a GET is (below); without
+         * --cors-origins OPTIONS is a method like any other (405) */
         k->rt = &preflight_route;
         get = true;
     }

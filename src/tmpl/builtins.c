@@ -1356,3 +1356,127 @@ struct tval tm_call_global(struct tm_state *s, const char *name, struct tval *ar
     tm_fail(s, "'%s' is undefined", name);
 #undef IS
 }
+
+/* ---- attribute access (eval.c's obj.name, and the filters attr / map) ---- */
+static struct tval bound(struct tm_state *s, struct tval obj, const char *name)
+{
+    struct tm_func *f = tm_alloc(s, sizeof *f);
+    f->name = name;
+    f->self = tm_alloc(s, sizeof *f->self);
+    *f->self = obj;
+    struct tval v = {.k = TV_FUNC};
+    v.u.fn = f;
+    return v;
+}
+
+static const char *const unsafe_methods[] = {
+    "append", "pop", "popitem", "update", "extend", "insert", "remove", "clear", "sort",
+    "reverse", "setdefault", "add", "discard", "difference_update", NULL};
+
+static void check_safe(struct tm_state *s, struct tval obj, const char *name)
+{
+    if (obj.k != TV_LIST && obj.k != TV_DICT)
+        return;
+    for (int i = 0; unsafe_methods[i]; i++)
+        if (!strcmp(unsafe_methods[i], name))
+            tm_fail(s, "access to attribute '%s' of '%s' object is unsafe", name,
+                    tv_type_name(obj));
+}
+
+static struct tval loop_attr(struct tm_state *s, struct tm_loop *lp, const char *name)
+{
+    size_t n = lp->items->n, i = lp->i;
+    if (!strcmp(name, "index")) return tv_int((int64_t)i + 1);
+    if (!strcmp(name, "index0")) return tv_int((int64_t)i);
+    if (!strcmp(name, "revindex")) return tv_int((int64_t)(n - i));
+    if (!strcmp(name, "revindex0")) return tv_int((int64_t)(n - i - 1));
+    if (!strcmp(name, "first")) return tv_bool(i == 0);
+    if (!strcmp(name, "last")) return tv_bool(i + 1 == n);
+    if (!strcmp(name, "length")) return tv_int((int64_t)n);
+    if (!strcmp(name, "depth")) return tv_int(lp->depth);
+    if (!strcmp(name, "depth0")) return tv_int(lp->depth - 1);
+    if (!strcmp(name, "previtem")) return i > 0 ? lp->items->v[i - 1] : tv_undef();
+    if (!strcmp(name, "nextitem")) return i + 1 < n ? lp->items->v[i + 1] : tv_undef();
+    if (!strcmp(name, "cycle")) {
+        struct tval v = {.k = TV_LOOP};
+        v.u.lp = lp;
+        return bound(s, v, "cycle");
+    }
+    return tv_undef();
+}
+
+struct tval tm_getattr(struct tm_state *s, struct tval obj, const char *name)
+{
+    switch (obj.k) {
+    case TV_UNDEF:
+        tm_fail(s, "'%s' has no attribute '%s' (the value is undefined)", "undefined", name);
+    case TV_LOOP:
+        return loop_attr(s, obj.u.lp, name);
+    case TV_NS: {
+        struct tval *v = tv_dict_gets(obj.u.d, name);
+        return v ? *v : tv_undef();
+    }
+    case TV_DICT:
+        if (tm_has_method(obj, name))
+            return bound(s, obj, name);
+        check_safe(s, obj, name);
+        {
+            struct tval *v = tv_dict_gets(obj.u.d, name);
+            return v ? *v : tv_undef();
+        }
+    case TV_LIST: case TV_STR:
+        if (tm_has_method(obj, name))
+            return bound(s, obj, name);
+        check_safe(s, obj, name);
+        return tv_undef();
+    default:
+        return tv_undef();
+    }
+}
+
+struct tval tm_getitem(struct tm_state *s, struct tval obj, struct tval key)
+{
+    switch (obj.k) {
+    case TV_UNDEF:
+        tm_fail(s, "cannot index an undefined value");
+    case TV_DICT: case TV_NS: {
+        struct tval *v = tv_dict_get(obj.u.d, key);
+        if (v)
+            return *v;
+        if (key.k == TV_STR && obj.k == TV_DICT)
+            return tm_getattr(s, obj, key.u.s->p);
+        return tv_undef();
+    }
+    case TV_LIST:
+        if (key.k == TV_INT || key.k == TV_BOOL) {
+            int64_t i = key.k == TV_INT ? key.u.i : key.u.b;
+            int64_t n = (int64_t)obj.u.l->n;
+            if (i < 0)
+                i += n;
+            return i >= 0 && i < n ? obj.u.l->v[i] : tv_undef();
+        }
+        if (key.k == TV_STR)
+            return tm_getattr(s, obj, key.u.s->p);
+        return tv_undef();
+    case TV_STR:
+        if (key.k == TV_INT || key.k == TV_BOOL) {
+            size_t n;
+            size_t *o = tm_cp_offsets(s, obj.u.s, &n);
+            int64_t i = key.k == TV_INT ? key.u.i : key.u.b;
+            if (i < 0)
+                i += (int64_t)n;
+            if (i < 0 || i >= (int64_t)n)
+                return tv_undef();
+            return tv_str(s, obj.u.s->p + o[i], o[i + 1] - o[i]);
+        }
+        if (key.k == TV_STR)
+            return tm_getattr(s, obj, key.u.s->p);
+        return tv_undef();
+    case TV_LOOP:
+        if (key.k == TV_STR)
+            return tm_getattr(s, obj, key.u.s->p);
+        return tv_undef();
+    default:
+        return tv_undef();
+    }
+}

@@ -24,28 +24,6 @@
 #include "core/core.h"
 #include "tmpl/tmpl_int.h"
 
-_Noreturn void tm_fail(struct tm_state *s, const char *fmt, ...)
-{
-    if (s->err && s->err_cap) {
-        int k = s->line > 0 ? snprintf(s->err, s->err_cap, "line %d: ", s->line) : 0;
-        if (k < 0)
-            k = 0;
-        if ((size_t)k < s->err_cap) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(s->err + k, s->err_cap - (size_t)k, fmt, ap);
-            va_end(ap);
-        }
-    }
-    longjmp(s->jb, 1);
-}
-
-void tm_step(struct tm_state *s)
-{
-    if (++s->steps > s->lim.max_steps)
-        tm_fail(s, "template step limit (%llu) exceeded", (unsigned long long)s->lim.max_steps);
-}
-
 static struct tm_scope *scope_new(struct tm_state *s, struct tm_scope *parent)
 {
     struct tm_scope *sc = tm_alloc(s, sizeof *sc);
@@ -87,172 +65,9 @@ static void out_val(struct tm_state *s, struct tval v)
     out_put(s, t.u.s->p, t.u.s->n);
 }
 
-/* ---- UTF-8 code points (Python indexes strings by code point) ---- */
-static size_t cp_len(const char *p, size_t n, size_t i)
-{
-    unsigned char c = (unsigned char)p[i];
-    size_t l = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-    return i + l > n ? n - i : l;
-}
-
-/* byte offsets of each code point start, plus n at the end */
-static size_t *cp_offsets(struct tm_state *s, const struct tm_str *str, size_t *count)
-{
-    size_t *o = tm_alloc(s, (str->n + 1) * sizeof *o), k = 0;
-    for (size_t i = 0; i < str->n; i += cp_len(str->p, str->n, i))
-        o[k++] = i;
-    o[k] = str->n;
-    *count = k;
-    return o;
-}
-
-struct tm_list *tm_iterate(struct tm_state *s, struct tval v)
-{
-    struct tval l;
-    switch (v.k) {
-    case TV_UNDEF: return tv_list(s, 0).u.l;
-    case TV_LIST: return v.u.l;
-    case TV_DICT:
-        l = tv_list(s, v.u.d->n);
-        for (size_t i = 0; i < v.u.d->n; i++)
-            tv_list_push(s, l.u.l, v.u.d->k[i]);
-        return l.u.l;
-    case TV_STR: {
-        size_t n;
-        size_t *o = cp_offsets(s, v.u.s, &n);
-        l = tv_list(s, n);
-        for (size_t i = 0; i < n; i++)
-            tv_list_push(s, l.u.l, tv_str(s, v.u.s->p + o[i], o[i + 1] - o[i]));
-        return l.u.l;
-    }
-    default:
-        tm_fail(s, "'%s' object is not iterable", tv_type_name(v));
-    }
-}
 
 /* ---- attribute and item access ---- */
-static struct tval bound(struct tm_state *s, struct tval obj, const char *name)
-{
-    struct tm_func *f = tm_alloc(s, sizeof *f);
-    f->name = name;
-    f->self = tm_alloc(s, sizeof *f->self);
-    *f->self = obj;
-    struct tval v = {.k = TV_FUNC};
-    v.u.fn = f;
-    return v;
-}
-
-static const char *const unsafe_methods[] = {
-    "append", "pop", "popitem", "update", "extend", "insert", "remove", "clear", "sort",
-    "reverse", "setdefault", "add", "discard", "difference_update", NULL};
-
-static void check_safe(struct tm_state *s, struct tval obj, const char *name)
-{
-    if (obj.k != TV_LIST && obj.k != TV_DICT)
-        return;
-    for (int i = 0; unsafe_methods[i]; i++)
-        if (!strcmp(unsafe_methods[i], name))
-            tm_fail(s, "access to attribute '%s' of '%s' object is unsafe", name,
-                    tv_type_name(obj));
-}
-
-static struct tval loop_attr(struct tm_state *s, struct tm_loop *lp, const char *name)
-{
-    size_t n = lp->items->n, i = lp->i;
-    if (!strcmp(name, "index")) return tv_int((int64_t)i + 1);
-    if (!strcmp(name, "index0")) return tv_int((int64_t)i);
-    if (!strcmp(name, "revindex")) return tv_int((int64_t)(n - i));
-    if (!strcmp(name, "revindex0")) return tv_int((int64_t)(n - i - 1));
-    if (!strcmp(name, "first")) return tv_bool(i == 0);
-    if (!strcmp(name, "last")) return tv_bool(i + 1 == n);
-    if (!strcmp(name, "length")) return tv_int((int64_t)n);
-    if (!strcmp(name, "depth")) return tv_int(lp->depth);
-    if (!strcmp(name, "depth0")) return tv_int(lp->depth - 1);
-    if (!strcmp(name, "previtem")) return i > 0 ? lp->items->v[i - 1] : tv_undef();
-    if (!strcmp(name, "nextitem")) return i + 1 < n ? lp->items->v[i + 1] : tv_undef();
-    if (!strcmp(name, "cycle")) {
-        struct tval v = {.k = TV_LOOP};
-        v.u.lp = lp;
-        return bound(s, v, "cycle");
-    }
-    return tv_undef();
-}
-
-struct tval tm_getattr(struct tm_state *s, struct tval obj, const char *name)
-{
-    switch (obj.k) {
-    case TV_UNDEF:
-        tm_fail(s, "'%s' has no attribute '%s' (the value is undefined)", "undefined", name);
-    case TV_LOOP:
-        return loop_attr(s, obj.u.lp, name);
-    case TV_NS: {
-        struct tval *v = tv_dict_gets(obj.u.d, name);
-        return v ? *v : tv_undef();
-    }
-    case TV_DICT:
-        if (tm_has_method(obj, name))
-            return bound(s, obj, name);
-        check_safe(s, obj, name);
-        {
-            struct tval *v = tv_dict_gets(obj.u.d, name);
-            return v ? *v : tv_undef();
-        }
-    case TV_LIST: case TV_STR:
-        if (tm_has_method(obj, name))
-            return bound(s, obj, name);
-        check_safe(s, obj, name);
-        return tv_undef();
-    default:
-        return tv_undef();
-    }
-}
-
-struct tval tm_getitem(struct tm_state *s, struct tval obj, struct tval key)
-{
-    switch (obj.k) {
-    case TV_UNDEF:
-        tm_fail(s, "cannot index an undefined value");
-    case TV_DICT: case TV_NS: {
-        struct tval *v = tv_dict_get(obj.u.d, key);
-        if (v)
-            return *v;
-        if (key.k == TV_STR && obj.k == TV_DICT)
-            return tm_getattr(s, obj, key.u.s->p);
-        return tv_undef();
-    }
-    case TV_LIST:
-        if (key.k == TV_INT || key.k == TV_BOOL) {
-            int64_t i = key.k == TV_INT ? key.u.i : key.u.b;
-            int64_t n = (int64_t)obj.u.l->n;
-            if (i < 0)
-                i += n;
-            return i >= 0 && i < n ? obj.u.l->v[i] : tv_undef();
-        }
-        if (key.k == TV_STR)
-            return tm_getattr(s, obj, key.u.s->p);
-        return tv_undef();
-    case TV_STR:
-        if (key.k == TV_INT || key.k == TV_BOOL) {
-            size_t n;
-            size_t *o = cp_offsets(s, obj.u.s, &n);
-            int64_t i = key.k == TV_INT ? key.u.i : key.u.b;
-            if (i < 0)
-                i += (int64_t)n;
-            if (i < 0 || i >= (int64_t)n)
-                return tv_undef();
-            return tv_str(s, obj.u.s->p + o[i], o[i + 1] - o[i]);
-        }
-        if (key.k == TV_STR)
-            return tm_getattr(s, obj, key.u.s->p);
-        return tv_undef();
-    case TV_LOOP:
-        if (key.k == TV_STR)
-            return loop_attr(s, obj.u.lp, key.u.s->p);
-        return tv_undef();
-    default:
-        return tv_undef();
-    }
-}
+/* tm_getattr is builtins.c's: attributes are mostly methods */
 
 static int64_t slice_arg(struct tm_state *s, struct tm_scope *sc, struct tm_node *e, bool *none)
 {
@@ -283,7 +98,7 @@ static struct tval do_slice(struct tm_state *s, struct tm_scope *sc, struct tm_n
     if (obj.k == TV_LIST)
         len = obj.u.l->n;
     else if (obj.k == TV_STR)
-        o = cp_offsets(s, obj.u.s, &len);
+        o = tm_cp_offsets(s, obj.u.s, &len);
     else if (obj.k == TV_UNDEF)
         tm_fail(s, "cannot slice an undefined value");
     else

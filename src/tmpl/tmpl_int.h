@@ -192,6 +192,9 @@ struct tval tm_lookup(struct tm_scope *sc, const char *name);
 struct tval tm_call_value(struct tm_state *s, struct tval fn, struct tval *args, size_t n,
                           const char **knames);
 struct tval tm_getattr(struct tm_state *s, struct tval obj, const char *name);
+/* Byte offsets of each UTF-8 code point of str, plus str->n at the end
+ * (Python indexes strings by code point); *count = code points (value.c). */
+size_t *tm_cp_offsets(struct tm_state *s, const struct tm_str *str, size_t *count);
 struct tval tm_getitem(struct tm_state *s, struct tval obj, struct tval key);
 struct tm_list *tm_iterate(struct tm_state *s, struct tval v);
 /* builtins.c */

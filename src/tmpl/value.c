@@ -734,3 +734,46 @@ struct tval tv_from_json(struct tm_state *s, const char *p, size_t n)
         tm_fail(s, "context JSON: trailing characters");
     return v;
 }
+
+/* ---- UTF-8 code points (Python indexes strings by code point) ---- */
+static size_t cp_len(const char *p, size_t n, size_t i)
+{
+    unsigned char c = (unsigned char)p[i];
+    size_t l = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+    return i + l > n ? n - i : l;
+}
+
+/* byte offsets of each code point start, plus n at the end */
+size_t *tm_cp_offsets(struct tm_state *s, const struct tm_str *str, size_t *count)
+{
+    size_t *o = tm_alloc(s, (str->n + 1) * sizeof *o), k = 0;
+    for (size_t i = 0; i < str->n; i += cp_len(str->p, str->n, i))
+        o[k++] = i;
+    o[k] = str->n;
+    *count = k;
+    return o;
+}
+
+struct tm_list *tm_iterate(struct tm_state *s, struct tval v)
+{
+    struct tval l;
+    switch (v.k) {
+    case TV_UNDEF: return tv_list(s, 0).u.l;
+    case TV_LIST: return v.u.l;
+    case TV_DICT:
+        l = tv_list(s, v.u.d->n);
+        for (size_t i = 0; i < v.u.d->n; i++)
+            tv_list_push(s, l.u.l, v.u.d->k[i]);
+        return l.u.l;
+    case TV_STR: {
+        size_t n;
+        size_t *o = tm_cp_offsets(s, v.u.s, &n);
+        l = tv_list(s, n);
+        for (size_t i = 0; i < n; i++)
+            tv_list_push(s, l.u.l, tv_str(s, v.u.s->p + o[i], o[i + 1] - o[i]));
+        return l.u.l;
+    }
+    default:
+        tm_fail(s, "'%s' object is not iterable", tv_type_name(v));
+    }
+}
