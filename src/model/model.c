@@ -111,10 +111,14 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     if (m->n_hp1)
         snprintf(swa_desc + strlen(swa_desc), sizeof(swa_desc) - strlen(swa_desc), " hp1/%dL",
                  m->n_hp1);
-    snprintf(m->desc, sizeof(m->desc), "%s %dL %dd %dh/%dkv hd%d ff%d%s %s (%.0fM params)",
+    /* composed in room to spare, then cut to the description's size (a
+     * MoE file with windows and HP1 layers may say more than it holds) */
+    char full[320];
+    snprintf(full, sizeof(full), "%s %dL %dd %dh/%dkv hd%d ff%d%s %s (%.0fM params)",
              m->arch->name, m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
              m->hp.head_dim, m->hp.n_ff, swa_desc, anvil_type_name(m->wtype),
              (double)m->n_params / 1e6);
+    snprintf(m->desc, sizeof(m->desc), "%.*s", (int)sizeof(m->desc) - 1, full);
     *out = m;
     return ANVIL_OK;
 fail:
