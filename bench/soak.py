@@ -368,7 +368,7 @@ INVALID = [
     ("POST", "/v1/completions", b'{"prompt": "\xff\xfe", "max_tokens": 1}', 400),
     ("POST", "/v1/completions", b"[" * 100 + b"]" * 100, 400),
     ("POST", "/v1/completions", {"prompt": "hi", "max_tokens": "3"}, 400),
-    ("POST", "/v1/completions", {"prompt": "hi", "bogus": True}, 400),
+    ("POST", "/v1/completions", {"prompt": "hi", "n": 0}, 400),  # (unknown fields are ignored now)
     ("POST", "/v1/chat/completions", {"messages": []}, 400),
     ("POST", "/v1/chat/completions", {"model": "gpt-4", "messages": [{"role": "user",
                                                                      "content": "x"}]}, 404),
