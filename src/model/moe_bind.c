@@ -96,6 +96,16 @@ anvil_status load_moe_hparams(struct model_loader *L, const struct arch_desc *ar
     return ANVIL_OK;
 }
 
+/* The first of n MXFP4 blocks (17 bytes: the E8M0 scale byte, then 16
+ * bytes of 4-bit codes) whose scale is 0xFF, E8M0's NaN (ggml would read
+ * it as 2^128: inf), or -1. */
+static int64_t mxfp4_bad_scale(const void *data, int64_t n) {
+    const uint8_t *b = data;
+    for (int64_t i = 0; i < n; i++)
+        if (b[(size_t)i * 17] == 0xFF) return i;
+    return -1;
+}
+
 /* A 3-D expert tensor [n_in, n_out, n_expert] of a type anvil multiplies,
  * with sane block scales. */
 static const struct gguf_tensor *bind3(struct model_loader *L, const char *name, int n_in, int n_out,
@@ -118,6 +128,7 @@ static const struct gguf_tensor *bind3(struct model_loader *L, const char *name,
     }
     int64_t rows = (int64_t)n_out * n_expert;
     int64_t bad = kn_find_bad_scale(t->type, t->data, rows, n_in, gguf_row_size(t->type, (uint64_t)n_in));
+    if (bad < 0 && t->type == ANVIL_TYPE_MXFP4) bad = mxfp4_bad_scale(t->data, rows * (n_in / 32));
     if (bad >= 0) {
         loader_error(L, "model: tensor %s: block %lld has a NaN or infinite scale", name, (long long)bad);
         return NULL;
