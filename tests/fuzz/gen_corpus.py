@@ -190,7 +190,7 @@ def micro_moe(used=2, gating=1, router_rows=4):
 
 def micro_gptoss(used=2, gating=None, sinks=1, drop=()):
     """Two gpt-oss layers (model/arch/gptoss.c): n_embd 32, one head of 32
-    with its sink, a window of 4 on layer 0, YaRN, 4 experts of 32 rows
+    with its sink, a window of 16 on layer 0, YaRN, 4 experts of 32 rows
     with biases; the defaults load and run, the others are bad inputs
     (`sinks` logits per head, tensors in `drop` left out)."""
     kvs, n_vocab = tokenizer_kvs(pre="gpt-4o")
@@ -204,7 +204,7 @@ def micro_gptoss(used=2, gating=None, sinks=1, drop=()):
         (a + ".feed_forward_length", g.U32, e),
         (a + ".attention.head_count", g.U32, 1),
         (a + ".attention.head_count_kv", g.U32, 1),
-        (a + ".attention.sliding_window", g.U32, 4),
+        (a + ".attention.sliding_window", g.U32, 16),
         (a + ".rope.freq_base", g.F32, 150000.0),
         (a + ".rope.scaling.type", g.STR, "yarn"),
         (a + ".rope.scaling.factor", g.F32, 4.0),

@@ -538,7 +538,7 @@ def moe_ffn(c, w, p, h, stats=None):
 # window (even) and full attention (odd), as gpt-oss does.
 
 GPTOSS = dict(n_embd=128, n_head=4, n_head_kv=2, head_dim=64, n_layer=3, n_expert=4, used=2,
-              n_ff_exp=64, swa=8, rope_base=150000.0, eps=1e-5, yarn_factor=8.0, yarn_orig=64,
+              n_ff_exp=64, swa=16, rope_base=150000.0, eps=1e-5, yarn_factor=8.0, yarn_orig=64,
               beta_fast=None, beta_slow=None, attn_factor=None, sink_scale=1.5, gu_scale=4.0,
               limit=7.0, alpha=1.702)
 

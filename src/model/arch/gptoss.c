@@ -11,7 +11,8 @@
  *     softmax denominator (attn/attn.h), q.k scaled by 1/sqrt(head_dim);
  *   - a sliding window (attention.sliding_window, 128) on the even layers,
  *     full attention on the odd ones (or the file's
- *     attention.sliding_window_pattern, one bool per layer);
+ *     attention.sliding_window_pattern: one bool per layer, or a period);
+ *     rope.freq_base_swa, when present, is the windowed layers' base;
  *   - the FFN is a mixture of experts: the router has a bias, the k largest
  *     logits are chosen and their softmax gives the weights
  *     (MODEL_GATING_SOFTMAX_WEIGHT, unless the file's expert_gating_func
@@ -38,8 +39,14 @@ static anvil_status gptoss_hparams(struct model_loader *L, struct model_hparams 
     hp->n_swa = (int)w;
     if (!loader_bool_array(L, "attention.sliding_window_pattern", swa, hp->n_layer)) {
         if (loader_failed(L)) return ANVIL_ERR_FORMAT;
-        for (int l = 0; l < hp->n_layer; l++) swa[l] = l % 2 == 0;
+        uint32_t period = 2; /* or the file's period: windowed unless l % period == period - 1 */
+        loader_u32(L, "attention.sliding_window_pattern", &period, false);
+        for (int l = 0; l < hp->n_layer; l++)
+            swa[l] = period == 0 || (uint32_t)l % period < period - 1;
     }
+    /* windowed layers: the same RoPE (YaRN included) unless the file gives
+     * them a base of their own */
+    loader_f32(L, "rope.freq_base_swa", &hp->rope_base_swa);
     return ANVIL_OK;
 }
 
