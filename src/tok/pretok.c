@@ -64,8 +64,8 @@
  * and [\p{Ll}\p{Lm}\p{Lo}\p{M}] became "a letter that is not a-z" and "a
  * letter that is not A-Z" (so a non-ASCII letter is both, and marks are not
  * letters), which is what llama.cpp's output follows */
-#define RX_GPT4O_UPPER "(?:(?=\\p{L})[^a-z])"
-#define RX_GPT4O_LOWER "(?:(?=\\p{L})[^A-Z])"
+#define RX_GPT4O_UPPER "[^\\P{L}a-z]" /* (?=\p{L})[^a-z] as one class: no group to */
+#define RX_GPT4O_LOWER "[^\\P{L}A-Z]" /* backtrack through on long words */
 #define RX_GPT4O \
     "[^\\r\\n\\p{L}\\p{N}]?" RX_GPT4O_UPPER "*" RX_GPT4O_LOWER "+" RX_CONTRACTIONS "?" \
     "|[^\\r\\n\\p{L}\\p{N}]?" RX_GPT4O_UPPER "+" RX_GPT4O_LOWER "*" RX_CONTRACTIONS "?" \
