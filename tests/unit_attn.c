@@ -10,7 +10,9 @@
  *   - bit-exactness inside each variant: split-K with every chunk split
  *     equals the unsplit kernel; a prefill row equals the decode of that
  *     row whatever tile it sits in; the driver's output does not depend
- *     on threads, split policy or the rest of the batch.
+ *     on threads, split policy or the rest of the batch;
+ *   - attention sinks (gpt-oss) in every variant, windowed or not, split-K
+ *     adding the sink once; the driver's sinks (kv_attn_job_set_sinks).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -60,6 +62,7 @@ struct fixture {
 };
 
 static int g_window;      /* sliding window of fixture tasks and the naive reference; 0 = none */
+static const float *g_sinks; /* (n_head) sink logits of fixture tasks and the reference, or NULL */
 
 static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_head_kv, int n_kv,
                          int n_rows, uint32_t seed, bool dummy) {
@@ -76,9 +79,9 @@ static void fixture_init(struct fixture *f, int type, int hd, int n_head, int n_
     double *scratch = malloc(((size_t)n_kv + 1) * sizeof(double));
     assert_non_null(scratch);
     size_t stride = (size_t)n_head * hd;
-    kn_attn_naive_window_ref(kv_layout(f->kv), kv_layer_base(f->kv, 0), kv_seq_blocks(f->kv, 0),
-                             n_head, 1.0f / sqrtf((float)hd), f->q, stride, f->want, stride,
-                             n_kv - n_rows, n_rows, g_window, scratch);
+    kn_attn_naive_sink_ref(kv_layout(f->kv), kv_layer_base(f->kv, 0), kv_seq_blocks(f->kv, 0),
+                           n_head, 1.0f / sqrtf((float)hd), f->q, stride, f->want, stride,
+                           n_kv - n_rows, n_rows, g_window, g_sinks, scratch);
     free(scratch);
 }
 
@@ -92,8 +95,10 @@ static void fixture_free(struct fixture *f) {
 /* A task for kv head h over rows [r0, r0 + n_rows) of the fixture. */
 static struct kn_attn_task fixture_task(const struct fixture *f, int h, int r0, int n_rows,
                                         float *out) {
-    return fixture_attn_task(f->kv, f->n_head, f->hd, f->group, f->q, f->n_kv, f->n_rows, h, r0,
-                             n_rows, out, g_window);
+    struct kn_attn_task t = fixture_attn_task(f->kv, f->n_head, f->hd, f->group, f->q, f->n_kv,
+                                              f->n_rows, h, r0, n_rows, out, g_window);
+    t.sinks = g_sinks ? g_sinks + (size_t)h * f->group : NULL;
+    return t;
 }
 
 /* |a - b| <= atol + rtol*|b| everywhere and nmse <= 1e-9; prints the first
@@ -355,6 +360,84 @@ static void test_window_variants(void **state) {
     assert_true(tested >= (int)(sizeof(C) / sizeof(C[0]))); /* the reference at least */
 }
 
+/* Attention sinks (gpt-oss: one learned logit per query head in the
+ * softmax denominator): every variant against the naive reference with
+ * sinks, as decode rows, prefill tiles (bit-identical to the decodes) and
+ * split-K (bit-identical to unsplit: the sink joins once, in the
+ * reduction), with and without a sliding window (gpt-oss: 128 on every
+ * other layer), sinks below, around and far above the scores. A sink of
+ * -inf is no sink: bit-identical to the task without one. */
+static void test_sink_variants(void **state) {
+    (void)state;
+    static const struct {
+        int type, hd, n_head, n_head_kv, pos, n_rows, window;
+        float lo, hi; /* sinks spread over [lo, hi] */
+    } C[] = {
+        {ANVIL_TYPE_F16, 64, 8, 1, 0, 20, 0, -2.0f, 2.0f},       /* gpt-oss heads: GQA 8, hd 64 */
+        {ANVIL_TYPE_F16, 64, 8, 1, 300, 16, 128, -1.0f, 4.0f},   /* windowed, past the window */
+        {ANVIL_TYPE_Q8_0, 64, 8, 2, 530, 8, 0, 0.0f, 8.0f},      /* three chunks, split-K */
+        {ANVIL_TYPE_F16, 128, 4, 4, 250, 12, 0, -30.0f, -20.0f}, /* sinks that hardly count */
+        {ANVIL_TYPE_F16, 64, 3, 3, 40, 5, 16, 20.0f, 40.0f},     /* sinks that dominate */
+    };
+    float sinks[64];
+    for (size_t ci = 0; ci < sizeof(C) / sizeof(C[0]); ci++) {
+        for (int i = 0; i < C[ci].n_head; i++)
+            sinks[i] = C[ci].lo + (C[ci].hi - C[ci].lo) * (float)i / (float)(C[ci].n_head - 1);
+        g_window = C[ci].window;
+        g_sinks = sinks;
+        struct fixture f;
+        fixture_init(&f, C[ci].type, C[ci].hd, C[ci].n_head, C[ci].n_head_kv,
+                     C[ci].pos + C[ci].n_rows, C[ci].n_rows, 900 + (uint32_t)ci, true);
+        for (int vi = 0; vi < N_VARIANTS; vi++) {
+            const struct kn_attn_ops *ops = pick(vi);
+            if (!ops || (g_window && !ops->window)) continue;
+            check_prefill(ops, &f, 100 + (int)ci);
+            struct fixture last = f;
+            size_t stride = (size_t)f.n_head * f.hd;
+            last.n_rows = 1;
+            last.q = f.q + (size_t)(f.n_rows - 1) * stride;
+            last.want = f.want + (size_t)(f.n_rows - 1) * stride;
+            check_decode(ops, &last);
+        }
+        /* the sink changes the output (the test can fail): without it the
+         * reference differs */
+        size_t stride = (size_t)f.n_head * f.hd, last_off = (size_t)(f.n_rows - 1) * stride;
+        float *plain = malloc((size_t)f.n_rows * stride * sizeof(float));
+        assert_non_null(plain);
+        g_sinks = NULL;
+        for (int h = 0; h < f.n_head_kv; h++) {
+            struct kn_attn_task t = fixture_task(&f, h, f.n_rows - 1, 1, plain);
+            kn_attn_ref(&t);
+        }
+        double diff = 0.0;
+        for (size_t i = 0; i < stride; i++) diff += fabs((double)plain[last_off + i] - f.want[last_off + i]);
+        if (C[ci].hi > -10.0f) assert_true(diff > 1e-3); /* tiny sinks: hardly a change */
+        free(plain);
+        fixture_free(&f);
+        g_window = 0;
+    }
+    /* -inf sinks: the same bits as no sinks */
+    for (int i = 0; i < 8; i++) sinks[i] = -INFINITY;
+    g_sinks = NULL;
+    struct fixture f;
+    fixture_init(&f, ANVIL_TYPE_F16, 64, 8, 1, 300, 4, 950, true);
+    size_t n = (size_t)f.n_rows * f.n_head * f.hd;
+    float *a = malloc(n * sizeof(float));
+    assert_non_null(a);
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        const struct kn_attn_ops *ops = pick(vi);
+        if (!ops) continue;
+        struct kn_attn_task t = fixture_task(&f, 0, 0, f.n_rows, a);
+        ops->attn(&t);
+        t = fixture_task(&f, 0, 0, f.n_rows, f.got);
+        t.sinks = sinks;
+        ops->attn(&t);
+        expect_same(f.got, a, n, "-inf sinks vs none");
+    }
+    free(a);
+    fixture_free(&f);
+}
+
 /* ---------------------------------------------------------------------- */
 /* driver: batch invariance over threads, split modes and batch makeup */
 
@@ -552,6 +635,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_decode_peaky),
         cmocka_unit_test(test_prefill_variants),
         cmocka_unit_test(test_window_variants),
+        cmocka_unit_test(test_sink_variants),
         cmocka_unit_test(test_driver_invariance),
         cmocka_unit_test(test_driver_bad_input),
         cmocka_unit_test(test_block_sizes),

@@ -31,6 +31,14 @@
  * fold only when it holds at least one of the row's keys; the fold order
  * is otherwise unchanged, so windowed results are batch invariant too.
  *
+ * Attention sinks (gpt-oss). A task with sinks gives each query head g a
+ * learned logit sinks[g] that joins the softmax denominator and nothing
+ * else: out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sink - m)),
+ * with m the running max over the keys. It enters once, after the last
+ * fold (attn and reduce; never in a chunk's partial, so that split-K adds
+ * it exactly once), as l += e^(sink - m) before the division. A sink far
+ * above every score gives l = inf and an output of 0, its limit.
+ *
  * One fold driver (attn_fold.c) runs the chunk loop, the fold order and
  * the split-K reduction for every SIMD variant; each ISA file provides
  * only the inner primitives (struct kn_attn_prims): the chunk pass, the
@@ -46,6 +54,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 
 #include "kv/kv_layout.h"
 
@@ -88,6 +97,8 @@ struct kn_attn_task {
     int window;              /* keys per query, itself included; 0 = no window */
     int c0, c1;              /* partial/reduce: chunk range */
     float *part;             /* partial/reduce: records, chunk c at (c - c0) */
+    const float *sinks;      /* attn/reduce: the group's per-head sink logits (sinks[g]
+                              * for head g), or NULL: see "Attention sinks" above */
 };
 
 /*   attn:    every chunk of every row, folded, written to out.
@@ -173,6 +184,19 @@ void kn_attn_naive_window_ref(const struct kn_kv_layout *kv, const uint8_t *base
                               const int32_t *blocks, int n_head, float scale, const float *q,
                               size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
                               int window, double *scratch);
+
+/* The same with attention sinks (sinks: n_head logits, or NULL = none):
+ * the sink joins the max and the denominator of each head's softmax. */
+void kn_attn_naive_sink_ref(const struct kn_kv_layout *kv, const uint8_t *base,
+                            const int32_t *blocks, int n_head, float scale, const float *q,
+                            size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
+                            int window, const float *sinks, double *scratch);
+
+/* l + e^(sink - m): the denominator with head g's sink joined, or l when
+ * the task has none (the one formula every variant uses). */
+static inline float kn_attn_sink_l(const struct kn_attn_task *t, int g, float m, float l) {
+    return t->sinks ? l + expf(t->sinks[g] - m) : l;
+}
 
 /* Value of K (is_v = 0) or V (is_v = 1) of kv head h, token position t, as
  * stored (after F16/Q8_0 rounding), as float. */

@@ -46,7 +46,7 @@ void kn_attn_fold_attn(const struct kn_attn_prims *p, const struct kn_attn_task 
     for (int r = 0; r < t->n_rows; r++)
         for (int g = 0; g < G; g++) {
             int i = r * G + g;
-            p->finish(run.l[i], run.acc + (size_t)i * hd,
+            p->finish(kn_attn_sink_l(t, g, run.m[i], run.l[i]), run.acc + (size_t)i * hd,
                       t->out + (size_t)r * t->out_stride + (size_t)g * hd, hd);
         }
 }
@@ -83,6 +83,6 @@ void kn_attn_fold_reduce(const struct kn_attn_prims *p, const struct kn_attn_tas
             const float *pg = t->part + (size_t)(c - t->c0) * rec + (size_t)g * (hd + 2);
             p->fold(&m, &l, acc, pg[hd], pg[hd + 1], pg, hd);
         }
-        p->finish(l, acc, t->out + (size_t)g * hd, hd);
+        p->finish(kn_attn_sink_l(t, g, m, l), acc, t->out + (size_t)g * hd, hd);
     }
 }

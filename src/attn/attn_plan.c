@@ -155,6 +155,7 @@ anvil_status kv_attn_plan(struct kv_cache *kv, struct kv_attn_job *job, int32_t 
     job->q_stride = q_stride;
     job->out_stride = out_stride;
     job->scale = scale;
+    job->sinks = NULL;
     job->window = p->window;
     job->group = G;
     job->n_threads = n_threads;
@@ -265,6 +266,8 @@ anvil_status kv_attn_prepare(struct kv_cache *kv, const struct kn_attn_ops *ops,
 
 bool kv_attn_job_split(const struct kv_attn_job *job) { return job->split; }
 
+void kv_attn_job_set_sinks(struct kv_attn_job *job, const float *sinks) { job->sinks = sinks; }
+
 /* ---------------------------------------------------------------------- */
 /* run */
 
@@ -286,6 +289,7 @@ static void task_init(const struct kv_attn_job *job, const struct kv_attn_ent *e
     t->pos = e->s.pos;
     t->n_rows = 1;
     t->window = job->window;
+    t->sinks = job->sinks ? job->sinks + (size_t)h * job->group : NULL;
 }
 
 static float *rec_ptr(const struct kv_attn_job *job, const struct kv_attn_ent *e, int32_t h,

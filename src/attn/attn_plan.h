@@ -80,6 +80,11 @@ void kv_attn_work(const struct kv_attn_job *job, struct pool *pool, int ith, int
 /* Run the whole job on a pool of the planned size (NULL = the calling
  * thread only, for a plan of 1 thread). */
 void kv_attn_run(const struct kv_attn_job *job, struct pool *pool);
+/* Attention sinks for the planned layer (attn.h): sinks holds n_head
+ * logits (query head i's at sinks[i]) and must outlive the run; NULL =
+ * none. Each prepare resets them to none, so call it after the prepare.
+ * Only the softmax kernels read them. */
+void kv_attn_job_set_sinks(struct kv_attn_job *job, const float *sinks);
 /* Whether the job splits decode rows (for benchmarks and logs). */
 bool kv_attn_job_split(const struct kv_attn_job *job);
 

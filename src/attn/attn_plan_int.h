@@ -54,6 +54,8 @@ struct kv_attn_job {
     float *part;              /* split-K records */
     size_t part_recs;         /* capacity of part, in records */
     void *mem;                /* the one allocation (the job at its start) */
+    const float *sinks;       /* (n_head) sink logits of this layer, or NULL
+                               * (kv_attn_job_set_sinks after the prepare) */
 };
 
 /* The cache's plan (made by kv_attn_plan_init if it has none yet), or

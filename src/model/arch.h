@@ -30,6 +30,14 @@
  *                       <arch>.expert_weights_norm says otherwise;
  *   ARCH_QK_NORM_FULL   attn_q_norm / attn_k_norm are (q_dim) / (kv_dim) vectors
  *                       applied to the whole q and k (OLMoE), not per head.
+ *   ARCH_FFN_NORM_POST_ATTN  the FFN's pre-norm is named post_attention_norm
+ *                       (gpt-oss), not ffn_norm;
+ *   ARCH_ATTN_SINKS     attn_sinks.weight (n_head sink logits) and
+ *                       attn_output.bias are required (model_attn.c);
+ *   ARCH_MOE_GATING_SW  the default gating is softmax over the top-k logits
+ *                       (MODEL_GATING_SOFTMAX_WEIGHT), and the router and
+ *                       experts have biases (ffn_gate_inp.bias,
+ *                       ffn_{gate,up,down}_exps.bias), required.
  *
  * Reference: llama.cpp src/models/<arch>.cpp and its convert_hf_to_gguf.py
  * (tensor names, which metadata each architecture writes).
@@ -52,6 +60,9 @@ enum {
     ARCH_MOE = 1u << 6,          /* <arch>.expert_count is required: every FFN is a MoE */
     ARCH_MOE_NORM_W = 1u << 7,   /* default of expert_weights_norm: renormalize top-k */
     ARCH_QK_NORM_FULL = 1u << 8, /* with ARCH_QK_NORM: one norm over all of q and of k */
+    ARCH_FFN_NORM_POST_ATTN = 1u << 9, /* the FFN norm is blk.N.post_attention_norm */
+    ARCH_ATTN_SINKS = 1u << 10,  /* attn_sinks and attn_output.bias (gpt-oss) */
+    ARCH_MOE_GATING_SW = 1u << 11, /* softmax over the top-k logits; router/expert biases */
 };
 
 struct model_loader;
@@ -96,5 +107,6 @@ extern const struct arch_desc arch_qwen2moe;
 extern const struct arch_desc arch_qwen3moe;
 extern const struct arch_desc arch_olmoe;
 extern const struct arch_desc arch_granitemoe;
+extern const struct arch_desc arch_gptoss;
 
 #endif

@@ -17,9 +17,10 @@
  *   q, k: per-head RMSNorm (Qwen 3, Gemma 3), RoPE (norm or NeoX pairs,
  *         partial rotary, per-layer frequencies); k, v -> cache
  *   attn = softmax(scale * q k^T) v over the row's own sequence, causal,
- *         within the layer's sliding window if it has one; or HP1 gated
+ *         within the layer's sliding window if it has one, with the
+ *         layer's sink logits in the denominator (gpt-oss); or HP1 gated
  *         attention (attn/hp1/attn_hp1.h) on layers whose kind is hp1
- *   x  += attn_post_norm(Wo attn); act = rmsnorm(x) * ffn_norm -> act
+ *   x  += attn_post_norm(Wo attn (+ bias)); act = rmsnorm(x) * ffn_norm -> act
  *   gu  = Wgu act                   (one matmul over stacked gate, up)
  *   act = silu(gate) * up  or  gelu_tanh(gate) * up -> activation format
  *   d   = Wdown act
@@ -98,6 +99,11 @@ static void lm_head(struct anvil_ctx *c, int ith, int nth) {
         }
         c->argmax[o] = best;
     }
+}
+
+/* y += b (Wo's bias, gpt-oss) */
+static void add_bias(float *y, const float *b, int n) {
+    for (int i = 0; i < n; i++) y[i] += b[i];
 }
 
 /* Bias, per-head Q/K norms and RoPE on one row of qkv, in place. */
@@ -224,6 +230,7 @@ static void forward_worker(void *arg, int ith, int nth) {
                                       (size_t)c->qkv_dim, (size_t)c->q_dim, nth, KV_SPLIT_AUTO,
                                       hp->attn_scale, &c->job);
             ANVIL_ASSERT(ast == ANVIL_OK);
+            if (ly->attn_sinks) kv_attn_job_set_sinks(c->job, ly->attn_sinks);
         }
         pool_barrier(c->pool);
         kv_attn_work(c->job, c->pool, ith, nth);
@@ -242,6 +249,7 @@ static void forward_worker(void *arg, int ith, int nth) {
         /* x += attention output (post-normed when the layer says); FFN norm */
         for (int t = t0; t < t1; t++) {
             float *d = c->tmp + (size_t)t * ne;
+            if (ly->wo_bias) add_bias(d, ly->wo_bias, ne);
             if (ly->attn_post_norm) ops->rmsnorm(d, d, ly->attn_post_norm, ne, eps);
             if (hp->residual_scale != 1.0f)
                 for (int i = 0; i < ne; i++) d[i] *= hp->residual_scale;

@@ -53,4 +53,11 @@ anvil_status load_attn_kinds(struct model_loader *L, struct anvil_model *m, cons
  * allocation (m->packed) and release the mapping's pages under them. */
 anvil_status pack_weights(struct anvil_model *m);
 
+/* Tensor name of an F32/F16/BF16 type with exactly n0 x n1 elements
+ * (ne[0] = n0, and ne[1] = n1 unless n1 == 0: a vector), converted into a
+ * new float array (*out, core_malloc'ed, the caller's), finite values
+ * only. Missing: *out = NULL, an error only when required. (model_attn.c) */
+anvil_status loader_floats(struct model_loader *L, const char *name, int64_t n0, int64_t n1,
+                           bool required, float **out);
+
 #endif

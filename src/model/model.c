@@ -33,7 +33,8 @@ struct anvil_model_params anvil_model_default_params(void) {
 
 static const struct arch_desc *const archs[] = {
     &arch_llama, &arch_qwen2,    &arch_qwen3, &arch_gemma3,     &arch_phi3,
-    &arch_qwen2moe, &arch_qwen3moe, &arch_olmoe, &arch_granitemoe};
+    &arch_qwen2moe, &arch_qwen3moe, &arch_olmoe, &arch_granitemoe,
+    &arch_gptoss};
 
 const struct arch_desc *arch_find(const char *name, size_t len) {
     for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
@@ -136,6 +137,8 @@ void anvil_model_free(struct anvil_model *m) {
     core_free_aligned(m->packed);
     for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
         core_free(m->layers[l].qkv_bias);
+        core_free(m->layers[l].attn_sinks);
+        core_free(m->layers[l].wo_bias);
         moe_free(m->layers[l].moe);
     }
     core_free(m->layers);

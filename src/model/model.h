@@ -58,6 +58,8 @@ struct wmat {
 enum model_act {
     MODEL_ACT_SILU = 0,  /* SwiGLU: silu(gate) * up */
     MODEL_ACT_GELU_TANH, /* GeGLU: gelu_tanh(gate) * up */
+    MODEL_ACT_SWIGLU_OAI, /* gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit),
+                           * g * sigmoid(alpha * g) * (u + 1) (hp.swiglu_*) */
 };
 
 /* A layer's attention (docs/attention.md): the softmax, or HP1 gated
@@ -73,6 +75,7 @@ enum model_attn {
 enum model_gating {
     MODEL_GATING_SOFTMAX = 1, /* softmax over all experts, then top-k */
     MODEL_GATING_SIGMOID = 2, /* sigmoid of each logit, then top-k */
+    MODEL_GATING_SOFTMAX_WEIGHT = 3, /* top-k of the logits, softmax over those k (gpt-oss) */
 };
 
 enum model_rope {
@@ -102,6 +105,15 @@ struct model_hparams {
     bool moe_norm_w;     /* the chosen experts' weights are renormalized to sum 1 */
     float moe_w_scale;   /* the weights are then multiplied by it; 1 = none */
     enum model_gating moe_gating;
+    /* MODEL_ACT_SWIGLU_OAI's constants (gpt-oss: 7.0 and 1.702) */
+    float swiglu_limit, swiglu_alpha;
+    /* YaRN RoPE scaling (rope.scaling.type "yarn"); yarn_factor 0 = none.
+     * Frequencies are mixed between interpolated (1/factor) and original
+     * by the ramp between the dims of beta_fast and beta_slow rotations in
+     * the original context; q.k is scaled by mscale^2 (folded into
+     * attn_scale), mscale = attn_factor * (1 + 0.1 ln factor). */
+    float yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor, yarn_ext_factor;
+    int yarn_orig_ctx;
 };
 
 /* A layer's mixture of experts: the router, every expert's gate/up and
@@ -115,6 +127,9 @@ struct model_moe {
     struct wmat sh_down; /* (n_embd, n_ff_shexp) */
     float *sh_gate;      /* (n_embd) owned, or NULL: the shared output is scaled by
                           * sigmoid(sh_gate . h) (Qwen2-MoE), else added as is */
+    /* biases (gpt-oss), owned, or NULL: router (n_expert), each expert's
+     * gate then up (n_expert, 2*n_ff_exp), its down (n_expert, n_embd) */
+    float *router_b, *gu_b, *down_b;
 };
 
 struct model_layer {
@@ -135,6 +150,8 @@ struct model_layer {
     enum model_attn attn;        /* this layer's attention kind */
     struct kn_hp1_params hp1;    /* MODEL_ATTN_HP1: taps (n_head, n_taps) point into the
                                   * model's hp1_taps; never windowed (n_swa == 0) */
+    float *attn_sinks;           /* (n_head) owned, or NULL: per-head sink logits (gpt-oss) */
+    float *wo_bias;              /* (n_embd) owned, or NULL: added to Wo's output */
 };
 
 struct arch_desc;

@@ -2,8 +2,10 @@
  * model_attn.c - which attention each layer runs: the softmax, or HP1
  * gated attention, whose parameters the HP1 part of the attention room
  * reads (attn/hp1/hp1_meta.h; a build without HP1 refuses such a model
- * there).
+ * there); and the softmax's attention sinks and output bias (gpt-oss:
+ * blk.N.attn_sinks.weight, n_head logits; blk.N.attn_output.bias).
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,7 +28,76 @@ static bool attn_kind_parse(struct gguf_str s, enum model_attn *out) {
     return true;
 }
 
+anvil_status loader_floats(struct model_loader *L, const char *name, int64_t n0, int64_t n1,
+                           bool required, float **out) {
+    *out = NULL;
+    const struct gguf_tensor *t = gguf_find_tensor(L->f, name);
+    if (!t) {
+        if (!required) return ANVIL_OK;
+        loader_error(L, "model: missing tensor %s", name);
+        return ANVIL_ERR_FORMAT;
+    }
+    bool shape = n1 == 0 ? (t->n_dims == 1 || (t->n_dims == 2 && t->ne[1] == 1)) && (int64_t)t->ne[0] == n0
+                         : t->n_dims == 2 && (int64_t)t->ne[0] == n0 && (int64_t)t->ne[1] == n1;
+    if (!shape || (t->type != ANVIL_TYPE_F32 && t->type != ANVIL_TYPE_F16 &&
+                   t->type != ANVIL_TYPE_BF16)) {
+        if (n1 == 0)
+            loader_error(L, "model: tensor %s must be an F32/F16/BF16 vector of %lld", name,
+                         (long long)n0);
+        else
+            loader_error(L, "model: tensor %s must be F32/F16/BF16 of shape [%lld, %lld]", name,
+                         (long long)n0, (long long)n1);
+        return ANVIL_ERR_FORMAT;
+    }
+    int64_t rows = n1 == 0 ? 1 : n1;
+    float *f = core_malloc((size_t)(n0 * rows) * sizeof(float));
+    if (!f) return ANVIL_ERR_NOMEM;
+    size_t rb = gguf_row_size(t->type, (uint64_t)n0);
+    for (int64_t r = 0; r < rows; r++)
+        kn_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * rb, f + r * n0, (int)n0);
+    for (int64_t i = 0; i < n0 * rows; i++)
+        if (!isfinite(f[i])) {
+            loader_error(L, "model: tensor %s: element %lld is %g (finite values only)", name,
+                         (long long)i, f[i]);
+            core_free(f);
+            return ANVIL_ERR_FORMAT;
+        }
+    L->n_params += (uint64_t)(n0 * rows);
+    *out = f;
+    return ANVIL_OK;
+}
+
+/* Every layer's attn_sinks and attn_output.bias: required with
+ * ARCH_ATTN_SINKS, used whenever present otherwise. */
+static anvil_status load_attn_sinks(struct model_loader *L, struct anvil_model *m) {
+    const struct model_hparams *hp = &m->hp;
+    bool req = (m->arch->flags & ARCH_ATTN_SINKS) != 0;
+    char name[96];
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct model_layer *ly = &m->layers[l];
+        snprintf(name, sizeof(name), "blk.%d.attn_sinks.weight", l);
+        anvil_status st = loader_floats(L, name, hp->n_head, 0, req, &ly->attn_sinks);
+        if (st != ANVIL_OK) return st;
+        if (ly->attn_sinks && ly->attn != MODEL_ATTN_SOFTMAX) {
+            loader_error(L, "model: %s: attention sinks on a layer that is not softmax attention", name);
+            return ANVIL_ERR_UNSUPPORTED;
+        }
+        snprintf(name, sizeof(name), "blk.%d.attn_output.bias", l);
+        if ((st = loader_floats(L, name, hp->n_embd, 0, req, &ly->wo_bias)) != ANVIL_OK) return st;
+    }
+    return ANVIL_OK;
+}
+
+static anvil_status load_attn_kinds_only(struct model_loader *L, struct anvil_model *m,
+                                         const bool *swa);
+
 anvil_status load_attn_kinds(struct model_loader *L, struct anvil_model *m, const bool *swa) {
+    anvil_status st = load_attn_kinds_only(L, m, swa);
+    return st != ANVIL_OK ? st : load_attn_sinks(L, m);
+}
+
+static anvil_status load_attn_kinds_only(struct model_loader *L, struct anvil_model *m,
+                                         const bool *swa) {
     const struct model_hparams *hp = &m->hp;
     char key[128];
     snprintf(key, sizeof(key), "%s.attention.kind", L->arch);

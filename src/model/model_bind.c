@@ -170,7 +170,42 @@ bool loader_bind_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_pa
     return bind_wmat(L, w, n_in, n_parts, names, rows);
 }
 
-/* RoPE scaling: none or linear (freq scale = 1/factor). */
+/* YaRN (rope.scaling.type "yarn"): the factor, the original context
+ * (rope.scaling.original_context_length, default the training context),
+ * yarn_beta_fast / yarn_beta_slow (32 / 1), yarn_ext_factor (1) and the
+ * attention factor (rope.scaling.attn_factor, 1) as llama.cpp reads them;
+ * rope_freqs mixes the frequencies and load_hparams folds the magnitude
+ * scale into attn_scale (model.h). */
+static anvil_status load_rope_yarn(struct model_loader *L, struct model_hparams *hp, float factor) {
+    uint32_t v = 0;
+    hp->yarn_factor = factor;
+    hp->yarn_orig_ctx = hp->n_ctx_train;
+    if (loader_u32(L, "rope.scaling.original_context_length", &v, false)) hp->yarn_orig_ctx = (int)v;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    hp->yarn_ext_factor = 1.0f;
+    hp->yarn_attn_factor = 1.0f;
+    loader_f32(L, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast);
+    loader_f32(L, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow);
+    loader_f32(L, "rope.scaling.yarn_ext_factor", &hp->yarn_ext_factor);
+    loader_f32(L, "rope.scaling.attn_factor", &hp->yarn_attn_factor);
+    if (!(factor >= 1.0f && factor <= 1024.0f) || hp->yarn_orig_ctx < 1 ||
+        !(hp->yarn_beta_fast > 0.0f && hp->yarn_beta_fast < 1e6f) ||
+        !(hp->yarn_beta_slow > 0.0f && hp->yarn_beta_slow < 1e6f) ||
+        !(hp->yarn_ext_factor >= 0.0f && hp->yarn_ext_factor <= 1.0f) ||
+        !(hp->yarn_attn_factor > 0.0f && hp->yarn_attn_factor < 100.0f)) {
+        loader_error(L, "model: YaRN parameters out of range (rope.scaling.factor %g in [1, 1024], "
+                        "original_context_length %d, yarn_beta_fast %g, yarn_beta_slow %g, "
+                        "yarn_ext_factor %g, attn_factor %g)",
+                     factor, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
+                     hp->yarn_ext_factor, hp->yarn_attn_factor);
+        return ANVIL_ERR_FORMAT;
+    }
+    hp->rope_scale = 1.0f / factor;
+    return ANVIL_OK;
+}
+
+/* RoPE scaling: none, linear (freq scale = 1/factor) or YaRN. */
 static anvil_status load_rope_scaling(struct model_loader *L, struct model_hparams *hp) {
     char key[128];
     snprintf(key, sizeof(key), "%s.rope.scaling.type", L->arch);
@@ -178,8 +213,9 @@ static anvil_status load_rope_scaling(struct model_loader *L, struct model_hpara
     float factor = 0.0f;
     bool has_factor = loader_f32(L, "rope.scaling.factor", &factor);
     if (gguf_get_str(L->f, key, &type) && !gguf_str_eq(type, "none")) {
+        if (gguf_str_eq(type, "yarn")) return load_rope_yarn(L, hp, has_factor ? factor : 1.0f);
         if (!gguf_str_eq(type, "linear")) {
-            loader_error(L, "model: RoPE scaling '%.*s' is not supported (none or linear)",
+            loader_error(L, "model: RoPE scaling '%.*s' is not supported (none, linear or yarn)",
                          (int)(type.len > 32 ? 32 : type.len), type.ptr);
             return ANVIL_ERR_UNSUPPORTED;
         }
@@ -271,6 +307,18 @@ anvil_status load_hparams(struct model_loader *L, const struct arch_desc *arch,
     if (arch->flags & ARCH_EMBD_SCALE) hp->embd_scale = sqrtf((float)hp->n_embd);
     anvil_status st = load_rope_scaling(L, hp);
     if (st != ANVIL_OK) return st;
+    if (hp->yarn_factor > 0.0f) {
+        /* YaRN scales cos and sin of the rotated dims by mscale: with every
+         * dim rotated that is q.k times mscale^2 */
+        if (hp->n_rot != hp->head_dim) {
+            loader_error(L, "model: YaRN RoPE with partial rotary (rope.dimension_count %d < "
+                            "head_dim %d) is not supported", hp->n_rot, hp->head_dim);
+            return ANVIL_ERR_UNSUPPORTED;
+        }
+        float ms = hp->yarn_attn_factor;
+        if (hp->yarn_ext_factor != 0.0f) ms *= 1.0f + 0.1f * logf(hp->yarn_factor);
+        hp->attn_scale *= ms * ms;
+    }
     hp->rope_base_swa = hp->rope_base;
     hp->rope_scale_swa = hp->rope_scale;
 
@@ -351,7 +399,9 @@ static anvil_status load_layer(struct model_loader *L, struct anvil_model *m, in
 
     snprintf(n0, sizeof(n0), "blk.%d.attn_norm.weight", l);
     if (!(ly->attn_norm = bind_norm(L, n0, hp->n_embd, true))) return ANVIL_ERR_FORMAT;
-    snprintf(n0, sizeof(n0), "blk.%d.ffn_norm.weight", l);
+    snprintf(n0, sizeof(n0),
+             (arch->flags & ARCH_FFN_NORM_POST_ATTN) ? "blk.%d.post_attention_norm.weight"
+                                                     : "blk.%d.ffn_norm.weight", l);
     if (!(ly->ffn_norm = bind_norm(L, n0, hp->n_embd, true))) return ANVIL_ERR_FORMAT;
     if (arch->flags & ARCH_POST_NORMS) {
         snprintf(n0, sizeof(n0), "blk.%d.post_attention_norm.weight", l);
@@ -431,8 +481,26 @@ static anvil_status rope_freqs(struct model_loader *L, const struct model_hparam
         loader_error(L, "model: rope_freqs.weight must be F32 [%d]", half);
         return ANVIL_ERR_FORMAT;
     }
+    /* YaRN: dims below lo keep the original frequency, dims above hi the
+     * interpolated one, a linear ramp between (ggml's corr dims) */
+    double y_lo = 0.0, y_hi = 0.0;
+    bool yarn = hp->yarn_factor > 0.0f && hp->yarn_ext_factor != 0.0f;
+    if (yarn) {
+        double n = hp->n_rot, two_pi = 2.0 * 3.14159265358979323846;
+        double d_fast = n * log(hp->yarn_orig_ctx / (hp->yarn_beta_fast * two_pi)) / (2.0 * log(base));
+        double d_slow = n * log(hp->yarn_orig_ctx / (hp->yarn_beta_slow * two_pi)) / (2.0 * log(base));
+        y_lo = floor(d_fast) > 0.0 ? floor(d_fast) : 0.0;
+        y_hi = ceil(d_slow) < n - 1 ? ceil(d_slow) : n - 1;
+    }
     for (int i = 0; i < half; i++) {
         double v = (double)scale * pow((double)base, -2.0 * i / hp->n_rot);
+        if (yarn) {
+            double span = y_hi - y_lo > 0.001 ? y_hi - y_lo : 0.001;
+            double ramp = (i - y_lo) / span;
+            ramp = 1.0 - (ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp);
+            double mix = ramp * hp->yarn_ext_factor;
+            v = v * (1.0 - mix) + pow((double)base, -2.0 * i / hp->n_rot) * mix;
+        }
         if (rf) {
             float d = ((const float *)rf->data)[i];
             if (!(d > 0.0f) || !isfinite(d)) {

@@ -38,9 +38,43 @@
 /* ---------------------------------------------------------------------- */
 /* routing */
 
+/* MODEL_GATING_SOFTMAX_WEIGHT (gpt-oss): the k largest logits (equal
+ * logits: the lowest index first; NaN never wins, taken ones are marked
+ * NaN), then the softmax over those k, largest first. */
+static void route_top_logits(const struct model_hparams *hp, const float *logits, float *p,
+                             int32_t *sel, float *w) {
+    int ne = hp->n_expert, k = hp->n_expert_used;
+    memcpy(p, logits, (size_t)ne * sizeof(float));
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < ne; e++)
+            if (!isnan(p[e]) && (best < 0 || p[e] > p[best])) best = e;
+        if (best < 0) /* NaN everywhere: the lowest untaken */
+            for (int e = 0; e < ne && best < 0; e++) {
+                bool taken = false;
+                for (int i = 0; i < j; i++) taken |= sel[i] == e;
+                if (!taken) best = e;
+            }
+        sel[j] = best;
+        w[j] = logits[best];
+        p[best] = NAN;
+    }
+    float mx = w[0], sum = 0.0f;
+    for (int j = 1; j < k; j++) mx = w[j] > mx ? w[j] : mx;
+    for (int j = 0; j < k; j++) sum += (w[j] = expf(w[j] - mx));
+    float inv = 1.0f / sum;
+    for (int j = 0; j < k; j++) w[j] *= inv;
+    if (hp->moe_w_scale != 1.0f && hp->moe_w_scale != 0.0f)
+        for (int j = 0; j < k; j++) w[j] *= hp->moe_w_scale;
+}
+
 void moe_route(const struct model_hparams *hp, const float *logits, float *p, int32_t *sel,
                float *w) {
     int ne = hp->n_expert, k = hp->n_expert_used;
+    if (hp->moe_gating == MODEL_GATING_SOFTMAX_WEIGHT) {
+        route_top_logits(hp, logits, p, sel, w);
+        return;
+    }
     if (hp->moe_gating == MODEL_GATING_SIGMOID) {
         for (int e = 0; e < ne; e++) p[e] = 1.0f / (1.0f + expf(-logits[e]));
     } else {
@@ -85,6 +119,9 @@ void moe_free(struct model_moe *moe) {
     core_free(moe->gu);
     core_free(moe->down);
     core_free(moe->sh_gate);
+    core_free(moe->router_b);
+    core_free(moe->gu_b);
+    core_free(moe->down_b);
     core_free(moe);
 }
 
@@ -111,6 +148,8 @@ struct moe_scratch {
     uint8_t *ra, *rb;             /* (nth, act_stride) */
     float *ry;                    /* (nth, n_embd) */
     float *rl;                    /* (nth, n_expert) */
+    float *ea;                    /* (nth, 2 * n_ff_exp): an expert's biased gate/up, or its
+                                   * activation, before the conversion to the down's format */
     int rgu_dim;
     bool ref;
 };
@@ -147,7 +186,7 @@ anvil_status moe_ctx_init(struct anvil_ctx *c) {
         !(s->sdown = zalloc(nb * ne, sizeof(float))) || !(s->sgate = zalloc(nb, sizeof(float))) ||
         !(s->rgu = zalloc(nt * (size_t)s->rgu_dim, sizeof(float))) || !(s->ra = zalloc(nt, st)) ||
         !(s->rb = zalloc(nt, st)) || !(s->ry = zalloc(nt * ne, sizeof(float))) ||
-        !(s->rl = zalloc(nt * nx, sizeof(float))))
+        !(s->rl = zalloc(nt * nx, sizeof(float))) || !(s->ea = zalloc(nt * 2 * nff, sizeof(float))))
         goto nomem;
     return ANVIL_OK;
 nomem:
@@ -162,7 +201,7 @@ void moe_ctx_free(struct anvil_ctx *c) {
     if (!s) return;
     void *arr[] = {s->h,   s->xact,  s->ract,  s->sact, s->rlog,     s->p,       s->sel,
                    s->selw, s->cnt,  s->off,   s->slot_row, s->slot_of, s->gact, s->egu,
-                   s->edown, s->sgu, s->sdown, s->sgate, s->rgu, s->ra, s->rb, s->ry, s->rl};
+                   s->edown, s->sgu, s->sdown, s->sgate, s->rgu, s->ra, s->rb, s->ry, s->rl, s->ea};
     for (size_t i = 0; i < sizeof(arr) / sizeof(arr[0]); i++) core_free_aligned(arr[i]);
     core_free(s);
     c->moe = NULL;
@@ -189,6 +228,51 @@ static void weigh(float *out, float w, const float *y, int n, bool first) {
         for (int i = 0; i < n; i++) out[i] += w * y[i];
 }
 
+/* Expert e's activation of its gate/up outputs gu (2*n_ff_exp: gate then
+ * up), biased when the layer has biases, into dst in format fmt; ea is
+ * 2*n_ff_exp floats of scratch. SwiGLU, or gpt-oss's clamped one
+ * (MODEL_ACT_SWIGLU_OAI, model.h). */
+static void expert_act(const struct anvil_ctx *c, const struct model_moe *moe, int e,
+                       const float *gu, uint8_t *dst, int fmt, float *ea) {
+    const struct model_hparams *hp = &c->m->hp;
+    const struct kn_ops *ops = c->m->ops;
+    int nff = hp->n_ff_exp;
+    const float *b = moe->gu_b ? moe->gu_b + (size_t)e * 2 * nff : NULL;
+    if (hp->act == MODEL_ACT_SWIGLU_OAI) {
+        float lim = hp->swiglu_limit, al = hp->swiglu_alpha;
+        for (int i = 0; i < nff; i++) {
+            float g = gu[i], u = gu[nff + i];
+            if (b) {
+                g += b[i];
+                u += b[nff + i];
+            }
+            g = g < lim ? g : lim; /* NaN stays NaN, as std::min(NaN, lim) */
+            u = u < -lim ? -lim : u > lim ? lim : u;
+            ea[i] = g / (1.0f + expf(-al * g)) * (u + 1.0f);
+        }
+        ops->act[fmt](dst, ea, nff);
+        return;
+    }
+    if (b) {
+        for (int i = 0; i < 2 * nff; i++) ea[i] = gu[i] + b[i];
+        gu = ea;
+    }
+    ops->silu_mul_act(dst, gu, gu + nff, nff, fmt);
+}
+
+/* y += expert e's down bias (when the layer has them) */
+static void down_bias(const struct model_moe *moe, int e, float *y, int ne) {
+    if (!moe->down_b) return;
+    const float *b = moe->down_b + (size_t)e * ne;
+    for (int i = 0; i < ne; i++) y[i] += b[i];
+}
+
+/* logits += the router's bias (when it has one) */
+static void router_bias(const struct model_moe *moe, float *lg, int nx) {
+    if (!moe->router_b) return;
+    for (int e = 0; e < nx; e++) lg[e] += moe->router_b[e];
+}
+
 static float shared_gate(const struct model_moe *moe, const float *h, int n) {
     if (!moe->sh_gate) return 1.0f;
     return 1.0f / (1.0f + expf(-dot_f32(moe->sh_gate, h, n)));
@@ -207,6 +291,7 @@ static void moe_ref(struct anvil_ctx *c, const struct model_layer *ly, int ith, 
     float *gu = s->rgu + (size_t)ith * s->rgu_dim, *y = s->ry + (size_t)ith * ne;
     float *lg = s->rl + (size_t)ith * hp->n_expert, *p = s->p + (size_t)ith * hp->n_expert;
     uint8_t *a = s->ra + (size_t)ith * st, *b = s->rb + (size_t)ith * st;
+    float *ea = s->ea + (size_t)ith * 2 * nff;
     int t0, t1;
     pool_split(c->b->n_tokens, ith, nth, 1, &t0, &t1);
     for (int t = t0; t < t1; t++) {
@@ -216,13 +301,15 @@ static void moe_ref(struct anvil_ctx *c, const struct model_layer *ly, int ith, 
         float *w = s->selw + (size_t)t * k;
         ops->act[moe->router.act](a, h, ne);
         wmat_matmul(ops, &moe->router, lg, (size_t)hp->n_expert, a, st, 1, 0, hp->n_expert);
+        router_bias(moe, lg, hp->n_expert);
         moe_route(hp, lg, p, sel, w);
         for (int j = 0; j < k; j++) {
             const struct wmat *g = &moe->gu[sel[j]], *d = &moe->down[sel[j]];
             ops->act[g->act](a, h, ne);
             wmat_matmul(ops, g, gu, (size_t)2 * nff, a, st, 1, 0, 2 * nff);
-            ops->silu_mul_act(b, gu, gu + nff, nff, d->act);
+            expert_act(c, moe, sel[j], gu, b, d->act, ea);
             wmat_matmul(ops, d, y, (size_t)ne, b, st, 1, 0, ne);
+            down_bias(moe, sel[j], y, ne);
             weigh(out, w[j], y, ne, j == 0);
         }
         if (nsh > 0) {
@@ -250,20 +337,19 @@ struct unit_job {
     const struct anvil_ctx *c;
     const struct model_layer *ly;
     uint8_t *x; /* this thread's buffer */
+    float *ea;  /* this thread's expert_act scratch */
     bool down;  /* prep: SiLU(gate)*up of egu (down) or a gather of xact (gate/up) */
 };
 
 static void prep_rows(const struct unit_job *j, int e) {
     const struct moe_scratch *s = j->c->moe;
     const struct model_hparams *hp = &j->c->m->hp;
-    const struct kn_ops *ops = j->c->m->ops;
     size_t st = j->c->act_stride;
     int o = s->off[e], n = s->cnt[e], nff = hp->n_ff_exp;
     if (j->down) {
-        for (int i = 0; i < n; i++) {
-            const float *g = s->egu + (size_t)(o + i) * 2 * nff;
-            ops->silu_mul_act(j->x + (size_t)i * st, g, g + nff, nff, j->ly->moe->down[e].act);
-        }
+        for (int i = 0; i < n; i++)
+            expert_act(j->c, j->ly->moe, e, s->egu + (size_t)(o + i) * 2 * nff,
+                       j->x + (size_t)i * st, j->ly->moe->down[e].act, j->ea);
     } else {
         size_t bytes = kn_act_row_size(j->ly->moe->gu[e].act, hp->n_embd);
         for (int i = 0; i < n; i++)
@@ -345,9 +431,11 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
             ops->silu_mul_act(s->sact + (size_t)t * st, g, g + nsh, nsh, moe->sh_down.act);
         }
     if (ith == 0) {
-        for (int t = 0; t < n; t++)
+        for (int t = 0; t < n; t++) {
+            router_bias(moe, s->rlog + (size_t)t * nx, nx);
             moe_route(hp, s->rlog + (size_t)t * nx, s->p, s->sel + (size_t)t * k,
                       s->selw + (size_t)t * k);
+        }
         memset(s->cnt, 0, (size_t)(nx + 1) * sizeof(int32_t));
         for (int i = 0; i < n * k; i++) s->cnt[s->sel[i]]++;
         s->off[0] = 0;
@@ -362,7 +450,8 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
     }
     pool_barrier(c->pool);
     /* 3 */
-    struct unit_job j = {.c = c, .ly = ly, .x = s->gact + (size_t)ith * c->n_batch * st};
+    struct unit_job j = {.c = c, .ly = ly, .x = s->gact + (size_t)ith * c->n_batch * st,
+                         .ea = s->ea + (size_t)ith * 2 * nff};
     expert_matmuls(&j, moe->gu, 2 * nff, s->egu, (size_t)2 * nff, ith, nth);
     pool_barrier(c->pool);
     /* 4 */
@@ -373,9 +462,11 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
     /* 5 */
     for (int t = t0; t < t1; t++) {
         float *out = c->tmp + (size_t)t * ne;
-        for (int jj = 0; jj < k; jj++)
-            weigh(out, s->selw[(size_t)t * k + jj],
-                  s->edown + (size_t)s->slot_of[(size_t)t * k + jj] * ne, ne, jj == 0);
+        for (int jj = 0; jj < k; jj++) {
+            float *y = s->edown + (size_t)s->slot_of[(size_t)t * k + jj] * ne;
+            down_bias(moe, s->sel[(size_t)t * k + jj], y, ne);
+            weigh(out, s->selw[(size_t)t * k + jj], y, ne, jj == 0);
+        }
         if (nsh > 0) weigh(out, s->sgate[t], s->sdown + (size_t)t * ne, ne, false);
     }
 }

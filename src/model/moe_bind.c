@@ -11,6 +11,8 @@
  *   blk.N.ffn_down_exps.weight       down            [n_ff_exp, n_embd, n_expert]
  *   blk.N.ffn_{gate,up,down}_shexp   shared expert   [n_embd, n_ff_shexp] ...
  *   blk.N.ffn_gate_inp_shexp.weight  its gate        [n_embd]
+ *   blk.N.ffn_gate_inp.bias, ffn_{gate,up}_exps.bias [n_ff_exp, n_expert],
+ *   ffn_down_exps.bias [n_embd, n_expert]            biases (gpt-oss)
  *
  * Each expert is a slice of the 3-D tensors, bound as a wmat of its own
  * (gate and up stacked) so that packing and the matmuls treat it as any
@@ -75,12 +77,16 @@ anvil_status load_moe_hparams(struct model_loader *L, const struct arch_desc *ar
         }
         hp->moe_w_scale = sc == 0.0f ? 1.0f : sc;
     }
-    hp->moe_gating = MODEL_GATING_SOFTMAX;
+    hp->moe_gating = (arch->flags & ARCH_MOE_GATING_SW) ? MODEL_GATING_SOFTMAX_WEIGHT
+                                                        : MODEL_GATING_SOFTMAX;
     if (loader_u32(L, "expert_gating_func", &v, false)) {
-        if (v != MODEL_GATING_SOFTMAX && v != MODEL_GATING_SIGMOID) {
-            loader_error(L,
-                         "model: %s.expert_gating_func %u is not supported (1 softmax, 2 sigmoid)",
-                         L->arch, v);
+        /* 3 (softmax over the top-k) only where the architecture was made
+         * for it (gpt-oss): llama.cpp sets it per architecture */
+        bool sw = (arch->flags & ARCH_MOE_GATING_SW) != 0;
+        if (v != MODEL_GATING_SOFTMAX && v != MODEL_GATING_SIGMOID &&
+            !(sw && v == MODEL_GATING_SOFTMAX_WEIGHT)) {
+            loader_error(L, "model: %s.expert_gating_func %u is not supported (1 softmax, 2 sigmoid%s)",
+                         L->arch, v, sw ? ", 3 softmax over the top-k" : "");
             return ANVIL_ERR_UNSUPPORTED;
         }
         hp->moe_gating = (enum model_gating)v;
@@ -88,6 +94,16 @@ anvil_status load_moe_hparams(struct model_loader *L, const struct arch_desc *ar
         return ANVIL_ERR_FORMAT;
     }
     return ANVIL_OK;
+}
+
+/* The first of n MXFP4 blocks (17 bytes: the E8M0 scale byte, then 16
+ * bytes of 4-bit codes) whose scale is 0xFF, E8M0's NaN (ggml would read
+ * it as 2^128: inf), or -1. */
+static int64_t mxfp4_bad_scale(const void *data, int64_t n) {
+    const uint8_t *b = data;
+    for (int64_t i = 0; i < n; i++)
+        if (b[(size_t)i * 17] == 0xFF) return i;
+    return -1;
 }
 
 /* A 3-D expert tensor [n_in, n_out, n_expert] of a type anvil multiplies,
@@ -112,6 +128,7 @@ static const struct gguf_tensor *bind3(struct model_loader *L, const char *name,
     }
     int64_t rows = (int64_t)n_out * n_expert;
     int64_t bad = kn_find_bad_scale(t->type, t->data, rows, n_in, gguf_row_size(t->type, (uint64_t)n_in));
+    if (bad < 0 && t->type == ANVIL_TYPE_MXFP4) bad = mxfp4_bad_scale(t->data, rows * (n_in / 32));
     if (bad >= 0) {
         loader_error(L, "model: tensor %s: block %lld has a NaN or infinite scale", name, (long long)bad);
         return NULL;
@@ -147,8 +164,52 @@ static bool expert_wmat(struct model_loader *L, struct wmat *w, int n_in, int n_
     return true;
 }
 
+/* The router's and the experts' biases (gpt-oss): required with
+ * ARCH_MOE_GATING_SW, else used when present. Gate and up biases are
+ * stacked per expert as the expert's gate/up rows are. */
+static anvil_status load_moe_biases(struct model_loader *L, struct model_moe *moe,
+                                    const struct model_hparams *hp, int l, bool req) {
+    int ne = hp->n_embd, nx = hp->n_expert, nff = hp->n_ff_exp;
+    char name[96];
+    float *g = NULL, *u = NULL;
+    anvil_status st;
+    snprintf(name, sizeof(name), "blk.%d.ffn_gate_inp.bias", l);
+    if ((st = loader_floats(L, name, nx, 0, req, &moe->router_b)) != ANVIL_OK) return st;
+    snprintf(name, sizeof(name), "blk.%d.ffn_down_exps.bias", l);
+    if ((st = loader_floats(L, name, ne, nx, req, &moe->down_b)) != ANVIL_OK) return st;
+    snprintf(name, sizeof(name), "blk.%d.ffn_gate_exps.bias", l);
+    if ((st = loader_floats(L, name, nff, nx, req, &g)) != ANVIL_OK) return st;
+    snprintf(name, sizeof(name), "blk.%d.ffn_up_exps.bias", l);
+    if ((st = loader_floats(L, name, nff, nx, req || g, &u)) != ANVIL_OK) {
+        core_free(g);
+        return st;
+    }
+    if (g && !u) { /* can't happen: up is required once gate exists */
+        core_free(g);
+        return ANVIL_ERR_FORMAT;
+    }
+    if (u && !g) {
+        core_free(u);
+        loader_error(L, "model: blk.%d.ffn_up_exps.bias without ffn_gate_exps.bias", l);
+        return ANVIL_ERR_FORMAT;
+    }
+    if (g) {
+        moe->gu_b = core_malloc((size_t)nx * 2 * nff * sizeof(float));
+        if (!moe->gu_b) st = ANVIL_ERR_NOMEM;
+        else
+            for (int e = 0; e < nx; e++) {
+                memcpy(moe->gu_b + (size_t)e * 2 * nff, g + (size_t)e * nff, (size_t)nff * sizeof(float));
+                memcpy(moe->gu_b + (size_t)e * 2 * nff + nff, u + (size_t)e * nff,
+                       (size_t)nff * sizeof(float));
+            }
+    }
+    core_free(g);
+    core_free(u);
+    return st;
+}
+
 static anvil_status load_moe_layer(struct model_loader *L, const struct model_hparams *hp,
-                                   struct model_layer *ly, int l) {
+                                   struct model_layer *ly, int l, bool bias_req) {
     char n0[96], n1[96], n2[96];
     int ne = hp->n_embd, nx = hp->n_expert, nff = hp->n_ff_exp, nsh = hp->n_ff_shexp;
     snprintf(n0, sizeof(n0), "blk.%d.ffn_gate.0.weight", l);
@@ -183,6 +244,8 @@ static anvil_status load_moe_layer(struct model_loader *L, const struct model_hp
         if (!expert_wmat(L, &moe->gu[e], ne, nff, 2, gu, e)) return ANVIL_ERR_FORMAT;
         if (!expert_wmat(L, &moe->down[e], nff, ne, 1, &td, e)) return ANVIL_ERR_FORMAT;
     }
+    anvil_status st = load_moe_biases(L, moe, hp, l, bias_req);
+    if (st != ANVIL_OK) return st;
 
     /* the shared expert: its length from the file, or from the tensor */
     snprintf(n0, sizeof(n0), "blk.%d.ffn_gate_shexp.weight", l);
@@ -227,7 +290,8 @@ static anvil_status load_moe_layer(struct model_loader *L, const struct model_hp
 anvil_status load_moe_layers(struct model_loader *L, struct anvil_model *m) {
     if (m->hp.n_expert == 0) return ANVIL_OK;
     for (int l = 0; l < m->hp.n_layer; l++) {
-        anvil_status st = load_moe_layer(L, &m->hp, &m->layers[l], l);
+        anvil_status st = load_moe_layer(L, &m->hp, &m->layers[l], l,
+                                         (m->arch->flags & ARCH_MOE_GATING_SW) != 0);
         if (st != ANVIL_OK) return st;
     }
     m->wtype = m->layers[0].moe->gu[0].part[0].type;

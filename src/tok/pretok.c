@@ -59,6 +59,19 @@
     "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^" WS "\\p{L}\\p{M}\\p{N}]+[\\r\\n]*" \
     "|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
 
+/* o200k (GPT-4o, gpt-oss, Llama 4), as llama.cpp rewrote the tokenizer.json
+ * pattern for std::regex: the case classes [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+ * and [\p{Ll}\p{Lm}\p{Lo}\p{M}] became "a letter that is not a-z" and "a
+ * letter that is not A-Z" (so a non-ASCII letter is both, and marks are not
+ * letters), which is what llama.cpp's output follows */
+#define RX_GPT4O_UPPER "[^\\P{L}a-z]" /* (?=\p{L})[^a-z] as one class: no group to */
+#define RX_GPT4O_LOWER "[^\\P{L}A-Z]" /* backtrack through on long words */
+#define RX_GPT4O \
+    "[^\\r\\n\\p{L}\\p{N}]?" RX_GPT4O_UPPER "*" RX_GPT4O_LOWER "+" RX_CONTRACTIONS "?" \
+    "|[^\\r\\n\\p{L}\\p{N}]?" RX_GPT4O_UPPER "+" RX_GPT4O_LOWER "*" RX_CONTRACTIONS "?" \
+    "|\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n/]*" \
+    "|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
+
 /* the CJK/Hangul run of DeepSeek's pre-tokenizers, U+0800-U+9FA5 and
  * U+AC00-U+D7FF: llama.cpp runs it through std::wregex after replacing
  * every non-ASCII space by \v, so the spaces inside the range (U+1680,
@@ -144,6 +157,7 @@ static const struct pre_def pre_defs[] = {
      false, false},
     {"poro-chat|bloom|gpt3-finnish", "bloom", {RX_BLOOM}, false, false},
     {"viking", "viking", {RX_BLOOM, "\\p{N}"}, false, false},
+    {"gpt-4o|llama4", "gpt-4o", {RX_GPT4O}, false, false},
     /* raw-UTF-8 BPE (tokenizer.ggml.model "gemma4"): only newlines split */
     {"gemma4", "gemma4", {"[^\\n]+|[\\n]+"}, false, true},
 };
@@ -151,7 +165,7 @@ static const struct pre_def pre_defs[] = {
 const char *pretok_names(void) {
     return "default, gpt2, smollm/starcoder/refact/command-r, llama3/llama-bpe, dbrx, "
            "qwen2, qwen35, laguna, falcon, deepseek-llm, deepseek-coder, deepseek-v3, "
-           "bloom, viking, gemma4 and aliases";
+           "bloom, viking, gemma4, gpt-4o/llama4 and aliases";
 }
 
 static bool name_in_list(const char *list, struct gguf_str name) {

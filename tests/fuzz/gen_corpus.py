@@ -188,6 +188,61 @@ def micro_moe(used=2, gating=1, router_rows=4):
     return g.build(hp + kvs, tensors)
 
 
+def micro_gptoss(used=2, gating=None, sinks=1, drop=()):
+    """Two gpt-oss layers (model/arch/gptoss.c): n_embd 32, one head of 32
+    with its sink, a window of 16 on layer 0, YaRN, 4 experts of 32 rows
+    with biases; the defaults load and run, the others are bad inputs
+    (`sinks` logits per head, tensors in `drop` left out)."""
+    kvs, n_vocab = tokenizer_kvs(pre="gpt-4o")
+    e, a = 32, "gpt-oss"
+    hp = [
+        ("general.architecture", g.STR, a),
+        ("general.name", g.STR, "fuzz-micro-gptoss"),
+        (a + ".block_count", g.U32, 2),
+        (a + ".context_length", g.U32, 64),
+        (a + ".embedding_length", g.U32, e),
+        (a + ".feed_forward_length", g.U32, e),
+        (a + ".attention.head_count", g.U32, 1),
+        (a + ".attention.head_count_kv", g.U32, 1),
+        (a + ".attention.sliding_window", g.U32, 16),
+        (a + ".rope.freq_base", g.F32, 150000.0),
+        (a + ".rope.scaling.type", g.STR, "yarn"),
+        (a + ".rope.scaling.factor", g.F32, 4.0),
+        (a + ".rope.scaling.original_context_length", g.U32, 16),
+        (a + ".attention.layer_norm_rms_epsilon", g.F32, 1e-5),
+        (a + ".expert_count", g.U32, 4),
+        (a + ".expert_used_count", g.U32, used),
+        (a + ".expert_feed_forward_length", g.U32, e),
+    ]
+    if gating is not None:
+        hp.append((a + ".expert_gating_func", g.U32, gating))
+    tensors = [
+        ("token_embd.weight", [e, n_vocab], g.T_Q8_0),
+        ("output_norm.weight", [e], g.T_F32),
+        ("output.weight", [e, n_vocab], g.T_Q8_0),
+    ]
+    for l in range(2):
+        b = f"blk.{l}."
+        tensors += [
+            (b + "attn_norm.weight", [e], g.T_F32),
+            (b + "post_attention_norm.weight", [e], g.T_F32),
+            (b + "attn_q.weight", [e, e], g.T_Q8_0), (b + "attn_q.bias", [e], g.T_F32),
+            (b + "attn_k.weight", [e, e], g.T_Q8_0), (b + "attn_k.bias", [e], g.T_F32),
+            (b + "attn_v.weight", [e, e], g.T_Q8_0), (b + "attn_v.bias", [e], g.T_F32),
+            (b + "attn_output.weight", [e, e], g.T_Q8_0), (b + "attn_output.bias", [e], g.T_F32),
+            (b + "attn_sinks.weight", [sinks], g.T_F32),
+            (b + "ffn_gate_inp.weight", [e, 4], g.T_F32), (b + "ffn_gate_inp.bias", [4], g.T_F32),
+            (b + "ffn_gate_exps.weight", [e, e, 4], g.T_Q8_0),
+            (b + "ffn_gate_exps.bias", [e, 4], g.T_F32),
+            (b + "ffn_up_exps.weight", [e, e, 4], g.T_Q8_0),
+            (b + "ffn_up_exps.bias", [e, 4], g.T_F32),
+            (b + "ffn_down_exps.weight", [e, e, 4], g.T_Q4_0),
+            (b + "ffn_down_exps.bias", [e, 4], g.T_F32),
+        ]
+    tensors = [t for t in tensors if t[0] not in drop]
+    return g.build(hp + kvs, tensors)
+
+
 def micro_llama_kquant():
     """One layer of n_embd 256 (two heads of 128) with every K-quant, 5-bit
     and IQ4 type, Q/K/V and gate/up mixing the Q8A and Q8K activation
@@ -279,6 +334,13 @@ def gguf_seeds():
     put("gguf", "moe_used_too_many.gguf", micro_moe(used=5))
     put("gguf", "moe_gating_unknown.gguf", micro_moe(gating=7))
     put("gguf", "moe_router_shape.gguf", micro_moe(router_rows=3))
+    # gpt-oss: one that runs (sinks, windows, YaRN, expert biases), and
+    # used 0, an unknown gating function, mis-shaped sinks, a missing bias
+    put("gguf", "micro_gptoss.gguf", micro_gptoss())
+    put("gguf", "gptoss_used_zero.gguf", micro_gptoss(used=0))
+    put("gguf", "gptoss_gating_unknown.gguf", micro_gptoss(gating=4))
+    put("gguf", "gptoss_sinks_shape.gguf", micro_gptoss(sinks=2))
+    put("gguf", "gptoss_no_down_bias.gguf", micro_gptoss(drop=("blk.1.ffn_down_exps.bias",)))
 
 
 def tok_seeds():

@@ -529,3 +529,227 @@ def moe_ffn(c, w, p, h, stats=None):
             sh = sh / (1 + np.exp(-(h @ w[p + "ffn_gate_inp_shexp.weight"])))[:, None]
         out = out + sh
     return out
+
+
+# ---------------------------------------------------------------------------
+# gpt-oss (src/model/arch/gptoss.c): its own writer and numpy forward pass,
+# kept apart from CONFIGS (its tensors and types differ: MXFP4 experts,
+# biases everywhere, attention sinks, YaRN). Layers alternate sliding
+# window (even) and full attention (odd), as gpt-oss does.
+
+GPTOSS = dict(n_embd=128, n_head=4, n_head_kv=2, head_dim=64, n_layer=3, n_expert=4, used=2,
+              n_ff_exp=64, swa=16, rope_base=150000.0, eps=1e-5, yarn_factor=8.0, yarn_orig=64,
+              beta_fast=None, beta_slow=None, attn_factor=None, sink_scale=1.5, gu_scale=4.0,
+              limit=7.0, alpha=1.702)
+
+
+def gptoss_cfg(**changes):
+    return dict(GPTOSS, **changes)
+
+
+def gptoss_weights(c, seed):
+    rng = np.random.default_rng(seed)
+    ne, hd, E, fe = c["n_embd"], c["head_dim"], c["n_expert"], c["n_ff_exp"]
+    qd, kd = c["n_head"] * hd, c["n_head_kv"] * hd
+
+    def mat(rows, cols, s=1.0):
+        return rng.normal(0, s / np.sqrt(cols), (rows, cols)).astype(np.float32)
+
+    def vec(n, s):
+        return (s * rng.normal(size=n)).astype(np.float32)
+
+    def norm(n):
+        return (1 + 0.1 * rng.normal(size=n)).astype(np.float32)
+
+    w = {"token_embd.weight": rng.normal(0, 1.0, (N_VOCAB, ne)).astype(np.float32),
+         "output_norm.weight": norm(ne), "output.weight": mat(N_VOCAB, ne, 0.5)}
+    for l in range(c["n_layer"]):
+        p = f"blk.{l}."
+        w[p + "attn_norm.weight"] = norm(ne)
+        w[p + "post_attention_norm.weight"] = norm(ne)
+        w[p + "attn_q.weight"], w[p + "attn_q.bias"] = mat(qd, ne), vec(qd, 0.3)
+        w[p + "attn_k.weight"], w[p + "attn_k.bias"] = mat(kd, ne), vec(kd, 0.3)
+        w[p + "attn_v.weight"], w[p + "attn_v.bias"] = mat(kd, ne), vec(kd, 0.3)
+        w[p + "attn_output.weight"], w[p + "attn_output.bias"] = mat(ne, qd, 0.5), vec(ne, 0.1)
+        w[p + "attn_sinks.weight"] = vec(c["n_head"], c["sink_scale"])
+        w[p + "ffn_gate_inp.weight"], w[p + "ffn_gate_inp.bias"] = mat(E, ne, 6.0), vec(E, 0.5)
+        s = c["gu_scale"]
+        w[p + "ffn_gate_exps.weight"] = np.stack([mat(fe, ne, s) for _ in range(E)])
+        w[p + "ffn_up_exps.weight"] = np.stack([mat(fe, ne, s) for _ in range(E)])
+        w[p + "ffn_down_exps.weight"] = np.stack([mat(ne, fe, 0.2) for _ in range(E)])
+        w[p + "ffn_gate_exps.bias"] = vec(E * fe, 1.0).reshape(E, fe)
+        w[p + "ffn_up_exps.bias"] = vec(E * fe, 1.0).reshape(E, fe)
+        w[p + "ffn_down_exps.bias"] = vec(E * ne, 0.1).reshape(E, ne)
+    return w
+
+
+def gptoss_type(tname, dense, experts):
+    """The stored type of a tensor: experts' matrices `experts`, the other
+    matrices `dense`, vectors, biases, sinks and the router F32."""
+    if tname.endswith(".bias") or "norm" in tname or "sinks" in tname or "ffn_gate_inp" in tname:
+        return "F32"
+    return experts if "_exps." in tname else dense
+
+
+def make_gguf_gptoss(path, dense="Q8_0", experts="MXFP4", seed=0, n_ctx=256, drop=(),
+                     override=None, u32=None, f32=None, strs=None, cfg=None):
+    """Write a tiny gpt-oss; returns the weights as stored (float64). drop,
+    override (name -> array, written F32), u32/f32/strs (full key -> value,
+    added or replacing the writer's) are for the bad-input tests."""
+    c = gptoss_cfg(**(cfg or {}))
+    w = gptoss_weights(c, seed)
+    for tname in drop:
+        del w[tname]
+    arch = "gpt-oss"
+    wr = gguf.GGUFWriter(path, arch)
+    wr.add_name("anvil-tiny")
+    u32 = dict(u32 or {})
+    f32 = dict(f32 or {})
+    strs = dict(strs or {})
+    meta_u32 = {"block_count": c["n_layer"], "context_length": n_ctx,
+                "embedding_length": c["n_embd"], "feed_forward_length": c["n_ff_exp"],
+                "attention.head_count": c["n_head"], "attention.head_count_kv": c["n_head_kv"],
+                "attention.key_length": c["head_dim"], "attention.value_length": c["head_dim"],
+                "attention.sliding_window": c["swa"], "expert_count": c["n_expert"],
+                "expert_used_count": c["used"], "expert_feed_forward_length": c["n_ff_exp"]}
+    meta_f32 = {"rope.freq_base": c["rope_base"], "attention.layer_norm_rms_epsilon": c["eps"]}
+    meta_str = {}
+    if c["yarn_factor"]:
+        meta_str["rope.scaling.type"] = "yarn"
+        meta_f32["rope.scaling.factor"] = c["yarn_factor"]
+        meta_u32["rope.scaling.original_context_length"] = c["yarn_orig"]
+        for k, key in (("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow"),
+                       ("attn_factor", "attn_factor")):
+            if c[k] is not None:
+                meta_f32["rope.scaling." + key] = c[k]
+    for d, extra in ((meta_u32, u32), (meta_f32, f32), (meta_str, strs)):
+        for k in list(d):
+            if f"{arch}.{k}" in extra:
+                del d[k]
+    for k, v in meta_u32.items():
+        wr.add_uint32(f"{arch}.{k}", v)
+    for k, v in meta_f32.items():
+        wr.add_float32(f"{arch}.{k}", v)
+    for k, v in meta_str.items():
+        wr.add_string(f"{arch}.{k}", v)
+    for k, v in u32.items():
+        wr.add_uint32(k, v)
+    for k, v in f32.items():
+        wr.add_float32(k, v)
+    for k, v in strs.items():
+        wr.add_string(k, v)
+    toks, types, merges = tiny_llama.vocab()
+    wr.add_tokenizer_model("gpt2")
+    wr.add_tokenizer_pre("smollm")
+    wr.add_token_list(toks)
+    wr.add_token_types(types)
+    wr.add_token_merges(merges)
+    wr.add_bos_token_id(256 + len(merges))
+    wr.add_eos_token_id(256 + len(merges))
+    wr.add_add_bos_token(False)
+    held = {}
+    qmap = dict(QTYPES, MXFP4=gguf.GGMLQuantizationType.MXFP4)
+    override = dict(override or {})
+    for tname, arr in w.items():
+        if tname in override:
+            arr = override.pop(tname)
+            wr.add_tensor(tname, arr)
+            held[tname] = np.asarray(arr, np.float64)
+            continue
+        qt = qmap[gptoss_type(tname, dense, experts)]
+        if qt in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            a = arr.astype(np.float16) if qt == gguf.GGMLQuantizationType.F16 else arr
+            wr.add_tensor(tname, a)
+            held[tname] = a.astype(np.float64)
+        else:
+            q = gguf.quants.quantize(arr, qt)
+            wr.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qt)
+            held[tname] = gguf.quants.dequantize(q, qt).reshape(arr.shape).astype(np.float64)
+    for tname, arr in override.items():  # tensors the model does not have
+        wr.add_tensor(tname, arr)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return held
+
+
+def yarn_inv_freq(c):
+    """The per-pair RoPE frequencies of YaRN (ggml's rope_yarn): the
+    original ones below the dim where beta_fast rotations fit the original
+    context, the interpolated ones (/ factor) above beta_slow's, a linear
+    ramp between; and mscale = attn_factor * (1 + 0.1 ln factor)."""
+    n = c["head_dim"]
+    base = np.float64(np.float32(c["rope_base"]))
+    inv = base ** (-2.0 * np.arange(n // 2) / n)
+    if not c["yarn_factor"]:
+        return inv, 1.0
+    f = np.float64(np.float32(c["yarn_factor"]))
+    bf = np.float64(np.float32(c["beta_fast"] if c["beta_fast"] is not None else 32.0))
+    bs = np.float64(np.float32(c["beta_slow"] if c["beta_slow"] is not None else 1.0))
+    af = np.float64(np.float32(c["attn_factor"] if c["attn_factor"] is not None else 1.0))
+
+    def corr(beta):
+        return n * np.log(c["yarn_orig"] / (beta * 2 * np.pi)) / (2 * np.log(base))
+    lo, hi = max(0.0, np.floor(corr(bf))), min(n - 1.0, np.ceil(corr(bs)))
+    ramp = 1.0 - np.clip((np.arange(n // 2) - lo) / max(0.001, hi - lo), 0.0, 1.0)
+    inv = inv / f * (1 - ramp) + inv * ramp
+    return inv, af * (1.0 + 0.1 * np.log(f))
+
+
+def forward_gptoss(w, tokens, cfg=None):
+    """Logits (n_tokens, n_vocab) of the tiny gpt-oss, float64: biased
+    Q/K/V and Wo, NeoX RoPE with YaRN (q.k scaled by mscale^2), the sink
+    logit of each head in its softmax denominator, windows on the even
+    layers, then the MoE: router with bias, the top-k logits (equal:
+    lowest expert first) softmaxed, each expert's biased gate/up through
+    the clamped SwiGLU (min(g, 7), clip(u, -7, 7), g sigmoid(1.702 g)
+    (u + 1)) and its biased down."""
+    c = gptoss_cfg(**(cfg or {}))
+    n = len(tokens)
+    hd, nh, nkv, eps = c["head_dim"], c["n_head"], c["n_head_kv"], c["eps"]
+    group = nh // nkv
+    inv, ms = yarn_inv_freq(c)
+    scale = 1.0 / np.sqrt(hd) * ms * ms
+    lim, al = c["limit"], np.float64(np.float32(c["alpha"]))
+    x = w["token_embd.weight"][tokens].copy()
+    pos = np.arange(n)
+    for l in range(c["n_layer"]):
+        p = f"blk.{l}."
+        h = rmsnorm(x, w[p + "attn_norm.weight"], eps)
+        q = h @ w[p + "attn_q.weight"].T + w[p + "attn_q.bias"]
+        k = h @ w[p + "attn_k.weight"].T + w[p + "attn_k.bias"]
+        v = h @ w[p + "attn_v.weight"].T + w[p + "attn_v.bias"]
+        q, k, v = q.reshape(n, nh, hd), k.reshape(n, nkv, hd), v.reshape(n, nkv, hd)
+        q, k = rope(q, pos, inv, hd, True), rope(k, pos, inv, hd, True)
+        k = k.astype(np.float16).astype(np.float64)
+        v = v.astype(np.float16).astype(np.float64)
+        i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+        visible = j <= i
+        if l % 2 == 0:
+            visible &= j > i - c["swa"]
+        out = np.zeros((n, nh, hd))
+        for hh in range(nh):
+            s = np.where(visible, q[:, hh, :] @ k[:, hh // group, :].T * scale, -np.inf)
+            sink = w[p + "attn_sinks.weight"][hh]
+            m = np.maximum(s.max(axis=1, keepdims=True), sink)
+            e = np.exp(s - m)
+            out[:, hh, :] = (e @ v[:, hh // group, :]) / (e.sum(axis=1, keepdims=True) + np.exp(sink - m))
+        x = x + out.reshape(n, -1) @ w[p + "attn_output.weight"].T + w[p + "attn_output.bias"]
+        h = rmsnorm(x, w[p + "post_attention_norm.weight"], eps)
+        logits = h @ w[p + "ffn_gate_inp.weight"].T + w[p + "ffn_gate_inp.bias"]
+        moe = np.zeros_like(h)
+        for t in range(n):
+            order = sorted(range(c["n_expert"]), key=lambda e: (-logits[t, e], e))[:c["used"]]
+            lg = logits[t, order]
+            wts = np.exp(lg - lg.max())
+            wts /= wts.sum()
+            for e, wt in zip(order, wts):
+                g = w[p + "ffn_gate_exps.weight"][e] @ h[t] + w[p + "ffn_gate_exps.bias"][e]
+                u = w[p + "ffn_up_exps.weight"][e] @ h[t] + w[p + "ffn_up_exps.bias"][e]
+                g = np.minimum(g, lim)
+                u = np.clip(u, -lim, lim)
+                a = g / (1 + np.exp(-al * g)) * (u + 1)
+                moe[t] += wt * (w[p + "ffn_down_exps.weight"][e] @ a + w[p + "ffn_down_exps.bias"][e])
+        x = x + moe
+    return rmsnorm(x, w["output_norm.weight"], eps) @ w["output.weight"].T

@@ -54,6 +54,14 @@ void kn_attn_naive_window_ref(const struct kn_kv_layout *kv, const uint8_t *base
                               const int32_t *blocks, int n_head, float scale, const float *q,
                               size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
                               int window, double *scratch) {
+    kn_attn_naive_sink_ref(kv, base, blocks, n_head, scale, q, q_stride, out, out_stride, pos,
+                           n_rows, window, NULL, scratch);
+}
+
+void kn_attn_naive_sink_ref(const struct kn_kv_layout *kv, const uint8_t *base,
+                            const int32_t *blocks, int n_head, float scale, const float *q,
+                            size_t q_stride, float *out, size_t out_stride, int pos, int n_rows,
+                            int window, const float *sinks, double *scratch) {
     int hd = kv->head_dim, group = n_head / kv->n_head_kv;
     for (int r = 0; r < n_rows; r++) {
         int n_kv = pos + r + 1;
@@ -69,7 +77,8 @@ void kn_attn_naive_window_ref(const struct kn_kv_layout *kv, const uint8_t *base
                 scratch[t] = s * scale;
                 if (scratch[t] > mx) mx = scratch[t];
             }
-            double sum = 0.0;
+            if (sinks && sinks[i] > mx) mx = sinks[i];
+            double sum = sinks ? exp((double)sinks[i] - mx) : 0.0;
             for (int t = lo; t < n_kv; t++) {
                 scratch[t] = exp(scratch[t] - mx);
                 sum += scratch[t];
@@ -167,8 +176,9 @@ static void fold(struct qstate *run, float cm, float cl, const float *cacc, int 
     for (int d = 0; d < hd; d++) run->acc[d] = run->acc[d] * a + cacc[d] * b;
 }
 
-static void finish(const struct qstate *s, float *out, int hd) {
-    float inv = 1.0f / s->l;
+/* out = acc / l, l with the head's sink joined (attn.h) */
+static void finish(const struct kn_attn_task *t, int g, const struct qstate *s, float *out, int hd) {
+    float inv = 1.0f / kn_attn_sink_l(t, g, s->m, s->l);
     for (int d = 0; d < hd; d++) out[d] = s->acc[d] * inv;
 }
 
@@ -221,7 +231,7 @@ void kn_attn_ref(const struct kn_attn_task *t) {
     }
     for (int r = 0; r < t->n_rows; r++)
         for (int g = 0; g < G; g++)
-            finish(&run[r * G + g], t->out + (size_t)r * t->out_stride + (size_t)g * hd, hd);
+            finish(t, g, &run[r * G + g], t->out + (size_t)r * t->out_stride + (size_t)g * hd, hd);
 }
 
 void kn_attn_partial_ref(const struct kn_attn_task *t) {
@@ -253,7 +263,7 @@ void kn_attn_reduce_ref(const struct kn_attn_task *t) {
             const float *pg = t->part + (size_t)(c - t->c0) * rec + (size_t)g * (hd + 2);
             fold(&run, pg[hd], pg[hd + 1], pg, hd);
         }
-        finish(&run, t->out + (size_t)g * hd, hd);
+        finish(t, g, &run, t->out + (size_t)g * hd, hd);
     }
 }
 
