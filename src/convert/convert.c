@@ -51,6 +51,7 @@ enum {
     Q_NORM1 = 1 << 1,     /* gemma: norm weights + 1 */
     Q_GEMMA_NORMS = 1 << 2, /* post_attention_layernorm is a post norm */
     Q_MOE = 1 << 3,
+    Q_BERT = 1 << 4,      /* encoder: BERT names, layer norms with bias, no RoPE */
 };
 
 struct arch_def {
@@ -70,6 +71,7 @@ static const struct arch_def ARCHS[] = {
     {"OlmoeForCausalLM", "olmoe", Q_MOE},
     {"Phi3ForCausalLM", "phi3", 0},
     {"Gemma3ForCausalLM", "gemma3", Q_NORM1 | Q_GEMMA_NORMS},
+    {"BertModel", "bert", Q_BERT},
 };
 #define N_ARCHS (sizeof(ARCHS) / sizeof(ARCHS[0]))
 
@@ -181,6 +183,33 @@ static const char *const LAYER_MAP[][2] = {
     {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
     {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
     {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+};
+
+/* BERT: HF suffix after encoder.layer.N. -> blk.N. */
+static const char *const BERT_LAYER_MAP[][2] = {
+    {"attention.self.query.weight", "attn_q.weight"},
+    {"attention.self.query.bias", "attn_q.bias"},
+    {"attention.self.key.weight", "attn_k.weight"},
+    {"attention.self.key.bias", "attn_k.bias"},
+    {"attention.self.value.weight", "attn_v.weight"},
+    {"attention.self.value.bias", "attn_v.bias"},
+    {"attention.output.dense.weight", "attn_output.weight"},
+    {"attention.output.dense.bias", "attn_output.bias"},
+    {"attention.output.LayerNorm.weight", "attn_output_norm.weight"},
+    {"attention.output.LayerNorm.bias", "attn_output_norm.bias"},
+    {"intermediate.dense.weight", "ffn_up.weight"},
+    {"intermediate.dense.bias", "ffn_up.bias"},
+    {"output.dense.weight", "ffn_down.weight"},
+    {"output.dense.bias", "ffn_down.bias"},
+    {"output.LayerNorm.weight", "layer_output_norm.weight"},
+    {"output.LayerNorm.bias", "layer_output_norm.bias"},
+};
+static const char *const BERT_TOP_MAP[][2] = {
+    {"embeddings.word_embeddings.weight", "token_embd.weight"},
+    {"embeddings.position_embeddings.weight", "position_embd.weight"},
+    {"embeddings.token_type_embeddings.weight", "token_types.weight"},
+    {"embeddings.LayerNorm.weight", "token_embd_norm.weight"},
+    {"embeddings.LayerNorm.bias", "token_embd_norm.bias"},
 };
 
 /* expert matrices: HF "<prefix>.E.<kind>.weight" -> blk.N.<gguf> */
@@ -297,7 +326,23 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
         uint32_t permute = 0, layer = 0, expert = 0;
         bool is_expert = false;
         if (strstr(n, "rotary_emb.inv_freq")) continue;
-        if (!strcmp(n, "model.embed_tokens.weight")) {
+        if (a->quirks & Q_BERT) {
+            if (!strncmp(n, "bert.", 5)) n += 5;
+            /* buffers and the heads of other tasks: not part of the encoder */
+            if (!strcmp(n, "embeddings.position_ids") || !strncmp(n, "pooler.", 7) ||
+                !strncmp(n, "cls.", 4))
+                continue;
+            for (size_t k = 0; k < sizeof(BERT_TOP_MAP) / sizeof(BERT_TOP_MAP[0]); k++)
+                if (!strcmp(n, BERT_TOP_MAP[k][0]))
+                    snprintf(gname, sizeof gname, "%s", BERT_TOP_MAP[k][1]);
+            const char *s = n + 14;
+            if (!gname[0] && !strncmp(n, "encoder.layer.", 14) && parse_uint(&s, &layer) &&
+                layer < h->n_layer)
+                for (size_t k = 0; k < sizeof(BERT_LAYER_MAP) / sizeof(BERT_LAYER_MAP[0]); k++)
+                    if (!strcmp(s, BERT_LAYER_MAP[k][0]))
+                        snprintf(gname, sizeof gname, "blk.%u.%s", layer, BERT_LAYER_MAP[k][1]);
+            if (!gname[0]) goto unknown;
+        } else if (!strcmp(n, "model.embed_tokens.weight")) {
             snprintf(gname, sizeof gname, "token_embd.weight");
         } else if (!strcmp(n, "model.norm.weight")) {
             snprintf(gname, sizeof gname, "output_norm.weight");
@@ -358,7 +403,10 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
                 o->n_dims = 1;
             o->permute = permute;
             o->plus_one = (a->quirks & Q_NORM1) && strstr(gname, "norm.weight") != NULL;
-            bool vec = o->n_dims == 1, router = strstr(gname, "ffn_gate_inp.weight") != NULL;
+            /* kept F32 as llama.cpp keeps them: routers, position and token-type embeddings */
+            bool vec = o->n_dims == 1;
+            bool router = strstr(gname, "ffn_gate_inp.weight") || !strcmp(gname, "position_embd.weight") ||
+                          !strcmp(gname, "token_types.weight");
             if (vec || router || ftype == ANVIL_TYPE_F32)
                 o->type = ANVIL_TYPE_F32;
             else if (ftype >= 0)
@@ -398,10 +446,46 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
                 return ANVIL_ERR_FORMAT;
             }
     if (!plan_find(pl, "token_embd.weight")) {
-        errmsg_set(err, cap, "convert: the checkpoint has no model.embed_tokens.weight");
+        errmsg_set(err, cap, "convert: the checkpoint has no token embeddings (%s)",
+                   (a->quirks & Q_BERT) ? "embeddings.word_embeddings.weight"
+                                        : "model.embed_tokens.weight");
         return ANVIL_ERR_FORMAT;
     }
     return ANVIL_OK;
+}
+
+/* The sentence-transformers pooling (modules.json names the Pooling
+ * module's folder, its config.json the mode) as llama.cpp's pooling type:
+ * 1 mean, 2 cls, 3 last. false when the checkpoint has none. */
+static bool pooling_type(const char *dir, uint32_t *out) {
+    bool missing;
+    anvil_status st;
+    char ignore[8];
+    cJSON *mods = cv_read_json(dir, "modules.json", &missing, &st, ignore, sizeof ignore);
+    const cJSON *e;
+    bool found = false;
+    cJSON_ArrayForEach(e, mods) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(e, "type");
+        const cJSON *pa = cJSON_GetObjectItemCaseSensitive(e, "path");
+        if (!cJSON_IsString(ty) || !cJSON_IsString(pa) || !strstr(ty->valuestring, "Pooling") ||
+            strstr(pa->valuestring, ".."))
+            continue;
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/config.json", pa->valuestring);
+        cJSON *pc = cv_read_json(dir, sub, &missing, &st, ignore, sizeof ignore);
+        static const struct { const char *key; uint32_t type; } modes[] = {
+            {"pooling_mode_mean_tokens", 1}, {"pooling_mode_cls_token", 2},
+            {"pooling_mode_lasttoken", 3}};
+        for (size_t k = 0; k < 3 && !found; k++)
+            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pc, modes[k].key))) {
+                *out = modes[k].type;
+                found = true;
+            }
+        cJSON_Delete(pc);
+        break;
+    }
+    cJSON_Delete(mods);
+    return found;
 }
 
 /* llama.cpp's rope_freqs for rope_scaling.rope_type "llama3" */
@@ -562,13 +646,20 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
     if (h.n_ff) kb_u32(&kb, AK("feed_forward_length"), h.n_ff);
     kb_u32(&kb, AK("attention.head_count"), h.n_head);
     kb_u32(&kb, AK("attention.head_count_kv"), h.n_head_kv);
-    kb_f32(&kb, AK("rope.freq_base"), (float)theta);
-    kb_f32(&kb, AK("attention.layer_norm_rms_epsilon"), (float)eps);
+    if (a->quirks & Q_BERT) {
+        kb_f32(&kb, AK("attention.layer_norm_epsilon"), (float)eps);
+        kb_bool(&kb, AK("attention.causal"), false);
+    } else {
+        kb_f32(&kb, AK("rope.freq_base"), (float)theta);
+        kb_f32(&kb, AK("attention.layer_norm_rms_epsilon"), (float)eps);
+    }
+    uint32_t pooling;
+    if (pooling_type(dir, &pooling)) kb_u32(&kb, AK("pooling_type"), pooling);
     if (h.head_dim != h.n_embd / h.n_head) {
         kb_u32(&kb, AK("attention.key_length"), h.head_dim);
         kb_u32(&kb, AK("attention.value_length"), h.head_dim);
     }
-    if (n_rot != h.head_dim || !strcmp(ar, "llama")) kb_u32(&kb, AK("rope.dimension_count"), n_rot);
+    if (!(a->quirks & Q_BERT) && (n_rot != h.head_dim || !strcmp(ar, "llama"))) kb_u32(&kb, AK("rope.dimension_count"), n_rot);
     if (h.n_vocab) kb_u32(&kb, AK("vocab_size"), h.n_vocab);
     if (a->quirks & Q_MOE) {
         kb_u32(&kb, AK("expert_count"), h.n_expert);

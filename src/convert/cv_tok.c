@@ -15,8 +15,14 @@
  *     strings (else config.json's / generation_config.json's ids),
  *     add_bos_token / add_eos_token, and tokenizer.chat_template from
  *     tokenizer_config.json or chat_template.jinja.
- * What it does not do: WordPiece and SentencePiece vocabularies (refused
- * with a message naming the model type).
+ * WordPiece (BERT's tokenizer.json model type WordPiece) becomes
+ * tokenizer.ggml.model "bert" as llama.cpp writes it: a word-initial token
+ * gets the phantom space U+2581 in front, a "##" continuation loses its
+ * "##", bracketed specials ([CLS]) stay as they are; unknown, padding,
+ * separator, cls and mask ids from tokenizer_config.json (bos = [CLS],
+ * eos = [SEP]); tokenizer.ggml.token_type_count from type_vocab_size.
+ * What it does not do: SentencePiece/unigram vocabularies (refused with a
+ * message naming the model type).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +137,96 @@ static int64_t id_of(const struct tokrec *t, uint64_t n, const char *s) {
     return -1;
 }
 
+/* BERT's WordPiece vocabulary (see the file comment) */
+static anvil_status wordpiece(const cJSON *tj, const cJSON *tc, const cJSON *config,
+                              uint64_t n_vocab, struct kvbuf *kb, char *pre, char *err,
+                              size_t cap) {
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"),
+                                                          "vocab");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens"), *e;
+    uint64_t n = n_vocab;
+    cJSON_ArrayForEach(e, vocab) if (cJSON_IsNumber(e) && e->valuedouble >= 0 &&
+                                     e->valuedouble < 1e7 && (uint64_t)e->valuedouble + 1 > n)
+        n = (uint64_t)e->valuedouble + 1;
+    if (!cJSON_IsObject(vocab) || n == 0 || n > 10000000) {
+        errmsg_set(err, cap, "convert: tokenizer.json: a WordPiece model needs a vocab object");
+        return ANVIL_ERR_FORMAT;
+    }
+    anvil_status st = ANVIL_OK;
+    char **own = core_calloc((size_t)n, sizeof(*own));
+    const char **strs = core_calloc((size_t)n, sizeof(*strs));
+    size_t *lens = core_calloc((size_t)n, sizeof(*lens));
+    int32_t *types = core_calloc((size_t)n, sizeof(*types));
+    struct tokrec *raw = core_calloc((size_t)n, sizeof(*raw));
+    if (!own || !strs || !lens || !types || !raw) goto nomem;
+    cJSON_ArrayForEach(e, vocab) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= (double)n) continue;
+        uint64_t id = (uint64_t)e->valuedouble;
+        const char *t = e->string;
+        size_t l = strlen(t);
+        raw[id] = (struct tokrec){t, l, TT_NORMAL};
+        if (!(own[id] = core_malloc(l + 4))) goto nomem;
+        if (l >= 2 && t[0] == '[' && t[l - 1] == ']') {
+            memcpy(own[id], t, l + 1);
+        } else if (l > 2 && t[0] == '#' && t[1] == '#') {
+            memcpy(own[id], t + 2, l - 1);
+            l -= 2;
+        } else {
+            memcpy(own[id], "\xe2\x96\x81", 3); /* U+2581 */
+            memcpy(own[id] + 3, t, l + 1);
+            l += 3;
+        }
+        strs[id] = own[id], lens[id] = l, types[id] = TT_NORMAL;
+    }
+    cJSON_ArrayForEach(e, added) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "special");
+        if (cJSON_IsNumber(idj) && idj->valuedouble >= 0 && idj->valuedouble < (double)n &&
+            strs[(uint64_t)idj->valuedouble])
+            types[(uint64_t)idj->valuedouble] = cJSON_IsTrue(sp) ? TT_CONTROL : TT_USER;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        if (!strs[i]) {
+            if (!(own[i] = core_malloc(24))) goto nomem;
+            int l = snprintf(own[i], 24, "[PAD%llu]", (unsigned long long)i);
+            strs[i] = own[i], lens[i] = (size_t)l, types[i] = TT_UNUSED;
+        }
+    kb_str(kb, "tokenizer.ggml.model", "bert", 4);
+    snprintf(pre, 32, "default");
+    kb_str(kb, "tokenizer.ggml.pre", "default", 7);
+    kb_arr_str(kb, "tokenizer.ggml.tokens", strs, lens, n);
+    kb_arr_i32(kb, "tokenizer.ggml.token_type", types, n);
+    kb_u32(kb, "tokenizer.ggml.token_type_count",
+           cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(config, "type_vocab_size"))
+               ? (uint32_t)cJSON_GetObjectItemCaseSensitive(config, "type_vocab_size")->valuedouble
+               : 2);
+    static const char *const sp[][2] = {{"cls_token", "bos"},     {"sep_token", "eos"},
+                                        {"unk_token", "unknown"}, {"pad_token", "padding"},
+                                        {"sep_token", "seperator"}, {"cls_token", "cls"},
+                                        {"mask_token", "mask"}};
+    static const char *const def[] = {"[CLS]", "[SEP]", "[UNK]", "[PAD]", "[SEP]", "[CLS]", "[MASK]"};
+    for (int i = 0; i < 7; i++) {
+        const char *s = tok_str(cJSON_GetObjectItemCaseSensitive(tc, sp[i][0]));
+        int64_t id = id_of(raw, n, s ? s : def[i]);
+        char key[64];
+        snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", sp[i][1]);
+        if (id >= 0) kb_u32(kb, key, (uint32_t)id);
+    }
+    if (kb->oom) goto nomem;
+    goto done;
+nomem:
+    errmsg_set(err, cap, "convert: out of memory");
+    st = ANVIL_ERR_NOMEM;
+done:
+    for (uint64_t i = 0; own && i < n; i++) core_free(own[i]);
+    core_free(own);
+    core_free(strs);
+    core_free(lens);
+    core_free(types);
+    core_free(raw);
+    return st;
+}
+
 anvil_status cv_tokenizer(const char *dir, const cJSON *config, uint64_t n_vocab,
                           struct kvbuf *kb, char *pre, char *err, size_t cap) {
     anvil_status st = ANVIL_OK;
@@ -162,6 +258,10 @@ anvil_status cv_tokenizer(const char *dir, const cJSON *config, uint64_t n_vocab
     const cJSON *ptok = cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer");
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(tj, "decoder");
     const char *mt = cJSON_IsString(mtype) ? mtype->valuestring : "?";
+    if (!strcmp(mt, "WordPiece")) {
+        st = wordpiece(tj, tc, config, n_vocab, kb, pre, err, cap);
+        goto done;
+    }
     if (strcmp(mt, "BPE") || !cJSON_IsObject(vocab) ||
         !(has_type(ptok, "ByteLevel") || has_type(dec, "ByteLevel"))) {
         errmsg_set(err, cap, "convert: tokenizer.json has a %s model%s: anvil convert writes "
