@@ -252,14 +252,16 @@ struct wctx {
 static void write_tensor(struct wctx *c, const struct otensor *o, uint32_t idx) {
     struct gguf_wr *w = c->w;
     const uint64_t ne0 = o->ne[0];
-    const size_t orow = gguf_row_size(o->type, ne0);
     if (o->gen) {
         gguf_wr_bytes(w, o->gen, (size_t)ne0 * 4);
     }
+    /* a permuted vector (a q/k bias) permutes single elements */
+    const uint64_t rlen = o->permute && o->n_dims == 1 ? 1 : ne0;
+    const size_t orow = gguf_row_size(o->type, rlen);
     for (uint32_t s = 0; s < o->n_src; s++) {
         const struct st_tensor *t = o->src[s];
-        const uint64_t rows = ne0 ? t->n_elem / ne0 : 0;
-        const size_t esz = st_dtype_size(t->dtype), srow = (size_t)ne0 * esz;
+        const uint64_t rows = rlen ? t->n_elem / rlen : 0;
+        const size_t esz = st_dtype_size(t->dtype), srow = (size_t)rlen * esz;
         const bool same = (o->type == ANVIL_TYPE_F32 && t->dtype == ST_F32) ||
                           (o->type == ANVIL_TYPE_F16 && t->dtype == ST_F16) ||
                           (o->type == ANVIL_TYPE_BF16 && t->dtype == ST_BF16);
@@ -280,9 +282,9 @@ static void write_tensor(struct wctx *c, const struct otensor *o, uint32_t idx) 
                 }
                 struct st_tensor view = *t;
                 view.data = src;
-                for (uint64_t e = 0; e < ne0; e++)
+                for (uint64_t e = 0; e < rlen; e++)
                     c->row[e] = st_get(&view, e) + (o->plus_one ? 1.0f : 0.0f);
-                qt_quantize_row(o->type, c->row, c->obuf, (int64_t)ne0);
+                qt_quantize_row(o->type, c->row, c->obuf, (int64_t)rlen);
                 gguf_wr_bytes(w, c->obuf, orow);
             }
         }
@@ -414,9 +416,10 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
             else
                 o->type = t->dtype == ST_F16 ? ANVIL_TYPE_F16
                           : t->dtype == ST_BF16 ? ANVIL_TYPE_BF16 : ANVIL_TYPE_F32;
-            if (permute && (o->ne[1] % permute || (o->ne[1] / permute) % 2)) {
+            uint64_t prow = o->n_dims == 1 ? o->ne[0] : o->ne[1];
+            if (permute && (prow % permute || (prow / permute) % 2)) {
                 errmsg_set(err, cap, "convert: tensor '%s': %llu rows do not split into %u "
-                           "heads of an even size", n, (unsigned long long)o->ne[1], permute);
+                           "heads of an even size", n, (unsigned long long)prow, permute);
                 return ANVIL_ERR_FORMAT;
             }
         }
