@@ -510,6 +510,8 @@ def test_convert_minilm_embeddings(tmp_path, anvil_bin):
     w = {k: v.astype(np.float64) for k, v in load_file(os.path.join(d, "model.safetensors")).items()
          if v.dtype.kind == "f"}
     hf = tokenizers.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    hf.no_padding()  # the file pads to 128 tokens
+    hf.no_truncation()
     llm = llama_cpp.Llama(model_path=out, embedding=True, n_ctx=512, n_batch=512, n_ubatch=512,
                           n_threads=2, verbose=False)
     texts = sentences(200)
