@@ -72,6 +72,10 @@ bool gguf_str_eq(struct gguf_str s, const char *cstr) {
 struct gguf_impl {
     struct gguf_file f; /* first member: gguf_file * converts to gguf_impl * */
     struct hash_index kv_index, tensor_index; /* ids into f.kv, f.tensors */
+    /* the other parts of a split model (gguf_split.h): their tensors were
+     * moved into f.tensors, their mappings stay here until gguf_close */
+    struct gguf_impl **parts;
+    uint32_t n_parts;
 };
 
 static void kv_key(const void *ctx, uint32_t id, const void **key, size_t *len) {
@@ -441,12 +445,25 @@ static void free_impl(struct gguf_impl *g) {
     hash_index_free(&g->kv_index);
     hash_index_free(&g->tensor_index);
     if (f->map) munmap((void *)f->map, f->map_size);
+    for (uint32_t i = 0; i < g->n_parts; i++) free_impl(g->parts[i]);
+    core_free(g->parts);
     core_free(g);
 }
 
 void gguf_release(struct gguf_file *f, const void *p, size_t len) {
     const uint8_t *base = f->map, *a = p;
-    if (!base || a < base || len > f->map_size || (size_t)(a - base) > f->map_size - len) return;
+    if (!base || a < base || len > f->map_size || (size_t)(a - base) > f->map_size - len) {
+        /* a tensor of another part of a split model */
+        const struct gguf_impl *g = (const struct gguf_impl *)f;
+        for (uint32_t i = 0; i < g->n_parts; i++) {
+            const struct gguf_file *pf = &g->parts[i]->f;
+            if (a >= pf->map && len <= pf->map_size && (size_t)(a - pf->map) <= pf->map_size - len) {
+                gguf_release(&g->parts[i]->f, p, len);
+                return;
+            }
+        }
+        return;
+    }
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = ((uintptr_t)a + len) & ~(pg - 1);
     if (lo < hi) madvise((void *)lo, hi - lo, MADV_DONTNEED);
@@ -601,7 +618,7 @@ nomem:
     return ANVIL_ERR_NOMEM;
 }
 
-anvil_status gguf_open(const char *path, struct gguf_file **out, char *err, size_t err_cap) {
+static anvil_status open_one(const char *path, struct gguf_impl **out, char *err, size_t err_cap) {
     anvil_status st;
     struct gguf_impl *g = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -650,13 +667,97 @@ anvil_status gguf_open(const char *path, struct gguf_file **out, char *err, size
 
     struct rd r = {.base = map, .size = (size_t)sb.st_size, .err = err, .err_cap = err_cap};
     TRY(parse(g, &r));
-    *out = &g->f;
+    *out = g;
     return ANVIL_OK;
 
 fail:
     if (fd >= 0) close(fd);
     if (g) free_impl(g);
     return st;
+}
+
+/* A first part of a split model (split.count > 1, split.no 0, named
+ * PREFIX-00001-of-0000N.gguf as gguf-split names them): open the other
+ * parts and move their tensors into g's table, which then holds the whole
+ * model. The names must follow, each part must say its split.no and the
+ * same split.count, and the tensor total must be split.tensors.count when
+ * that is given. A later part opened directly is read alone. */
+static anvil_status open_parts(struct gguf_impl *g, const char *path, char *err, size_t cap) {
+    struct gguf_file *f = &g->f;
+    uint32_t count = 0, no = 0;
+    if (!gguf_find(f, "split.count")) return ANVIL_OK;
+    if (!gguf_get_u32(f, "split.count", &count) || !gguf_get_u32(f, "split.no", &no) ||
+        count == 0 || count > 99999) {
+        errmsg_set(err, cap, "gguf: split.count / split.no of '%s' are not valid", path);
+        return ANVIL_ERR_FORMAT;
+    }
+    if (count == 1 || no != 0) return ANVIL_OK;
+    size_t l = strlen(path);
+    char tail[32];
+    snprintf(tail, sizeof tail, "-%05d-of-%05u.gguf", 1, count);
+    size_t tl = strlen(tail);
+    if (l < tl || strcmp(path + l - tl, tail) != 0) {
+        errmsg_set(err, cap, "gguf: '%s' is part 1 of a %u-part split model, but its name does "
+                   "not end in %s (the other parts are found by name)", path, count, tail);
+        return ANVIL_ERR_FORMAT;
+    }
+    char *pp = core_malloc(l + 1);
+    if (!(g->parts = core_calloc(count, sizeof(*g->parts))) || !pp) {
+        core_free(pp);
+        errmsg_set(err, cap, "gguf: out of memory");
+        return ANVIL_ERR_NOMEM;
+    }
+    anvil_status st = ANVIL_OK;
+    for (uint32_t i = 1; i < count && st == ANVIL_OK; i++) {
+        memcpy(pp, path, l - tl);
+        snprintf(pp + l - tl, tl + 1, "-%05u-of-%05u.gguf", i + 1, count);
+        struct gguf_impl *q = NULL;
+        if ((st = open_one(pp, &q, err, cap)) != ANVIL_OK) break;
+        g->parts[g->n_parts++] = q;
+        uint32_t qn = 0, qc = 0;
+        if (!gguf_get_u32(&q->f, "split.no", &qn) || !gguf_get_u32(&q->f, "split.count", &qc) ||
+            qn != i || qc != count) {
+            errmsg_set(err, cap, "gguf: '%s' should be part %u of %u but its split.no / "
+                       "split.count say otherwise", pp, i + 1, count);
+            st = ANVIL_ERR_FORMAT;
+            break;
+        }
+        uint64_t n0 = f->n_tensors, nq = q->f.n_tensors;
+        struct gguf_tensor *nt = core_realloc(f->tensors, (size_t)(n0 + nq + 1) * sizeof(*nt));
+        if (!nt) {
+            errmsg_set(err, cap, "gguf: out of memory");
+            st = ANVIL_ERR_NOMEM;
+            break;
+        }
+        f->tensors = nt;
+        for (uint64_t j = 0; j < nq && st == ANVIL_OK; j++) {
+            f->tensors[n0 + j] = q->f.tensors[j];
+            q->f.tensors[j].name = NULL; /* moved */
+            f->n_tensors = n0 + j + 1;
+            st = index_tensor(g, n0 + j, err, cap);
+        }
+    }
+    core_free(pp);
+    int64_t want;
+    if (st == ANVIL_OK && gguf_get_i64(f, "split.tensors.count", &want) &&
+        (uint64_t)want != f->n_tensors) {
+        errmsg_set(err, cap, "gguf: the %u parts of '%s' hold %llu tensors, split.tensors.count "
+                   "says %lld", count, path, (unsigned long long)f->n_tensors, (long long)want);
+        st = ANVIL_ERR_FORMAT;
+    }
+    return st;
+}
+
+anvil_status gguf_open(const char *path, struct gguf_file **out, char *err, size_t err_cap) {
+    struct gguf_impl *g = NULL;
+    anvil_status st = open_one(path, &g, err, err_cap);
+    if (st != ANVIL_OK) return st;
+    if ((st = open_parts(g, path, err, err_cap)) != ANVIL_OK) {
+        free_impl(g);
+        return st;
+    }
+    *out = &g->f;
+    return ANVIL_OK;
 }
 
 void gguf_close(struct gguf_file *f) {

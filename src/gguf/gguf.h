@@ -78,7 +78,11 @@ struct gguf_file {
     size_t data_offset; /* start of the tensor data section */
 };
 
-/* Open and fully validate. On failure writes a one-line reason to err and
+/* Open and fully validate. The first part of a split model
+ * (PREFIX-00001-of-0000N.gguf with split.count N, see gguf_split.h) opens
+ * with all its parts: the tensor table then holds every part's tensors
+ * (data in each part's own mapping) and the metadata is the first part's.
+ * On failure writes a one-line reason to err and
  * returns ANVIL_ERR_IO (cannot open/map), ANVIL_ERR_FORMAT (malformed) or
  * ANVIL_ERR_UNSUPPORTED (unknown tensor type, version). */
 anvil_status gguf_open(const char *path, struct gguf_file **out, char *err, size_t err_cap);

@@ -192,10 +192,17 @@ anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_
     /* header and metadata */
     bool has_ft = gguf_find(f, "general.file_type") != NULL;
     bool has_qv = gguf_find(f, "general.quantization_version") != NULL;
-    gguf_wr_header(&w, n, f->n_kv + !has_ft + !has_qv);
+    /* a split input (gguf.c opens all its parts) is written as one file:
+     * its split.* keys are left out */
+    uint64_t n_split_keys = 0;
+    for (uint64_t i = 0; i < f->n_kv; i++)
+        n_split_keys += f->kv[i].key.len >= 6 && !memcmp(f->kv[i].key.ptr, "split.", 6);
+    gguf_wr_header(&w, n, f->n_kv - n_split_keys + !has_ft + !has_qv);
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const struct gguf_kv *kv = &f->kv[i];
-        if (gguf_str_eq(kv->key, "general.file_type"))
+        if (kv->key.len >= 6 && !memcmp(kv->key.ptr, "split.", 6))
+            continue;
+        else if (gguf_str_eq(kv->key, "general.file_type"))
             gguf_wr_kv_u32(&w, "general.file_type", (uint32_t)mix->ftype);
         else if (gguf_str_eq(kv->key, "general.quantization_version"))
             gguf_wr_kv_u32(&w, "general.quantization_version", 2);

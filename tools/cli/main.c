@@ -21,6 +21,7 @@ static const struct {
     {"perplexity", cmd_perplexity, "perplexity and KL divergence over a text"},
     {"bench", bench_main, "measure prefill/decode speed and kernels"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
+    {"convert", cmd_convert, "Hugging Face checkpoint folder to GGUF"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,425 @@
+/*
+ * cv_tok.c - the tokenizer of a Hugging Face checkpoint to GGUF metadata,
+ * with the keys llama.cpp's converter writes:
+ *   tokenizer.ggml.model "gpt2" (byte-level BPE: tokenizer.json's model
+ *     type BPE with a ByteLevel pre-tokenizer or decoder),
+ *   tokenizer.ggml.pre: the pre-tokenizer, named from tokenizer.json's
+ *     pre_tokenizer (llama.cpp hashes the tokens of a test text instead;
+ *     here the splitting rules themselves are matched: ByteLevel alone is
+ *     gpt2, Digits + ByteLevel smollm, the Llama-3 split regex llama-bpe,
+ *     the same with single digits qwen2; anything else "default"),
+ *   tokenizer.ggml.tokens / token_type / merges (ids with no token become
+ *     "[PAD<id>]", type UNUSED; added tokens are CONTROL when special,
+ *     USER_DEFINED otherwise),
+ *   bos/eos/unknown/padding token ids from tokenizer_config.json's token
+ *     strings (else config.json's / generation_config.json's ids),
+ *     add_bos_token / add_eos_token, and tokenizer.chat_template from
+ *     tokenizer_config.json or chat_template.jinja.
+ * WordPiece (BERT's tokenizer.json model type WordPiece) becomes
+ * tokenizer.ggml.model "bert" as llama.cpp writes it: a word-initial token
+ * gets the phantom space U+2581 in front, a "##" continuation loses its
+ * "##", bracketed specials ([CLS]) stay as they are; unknown, padding,
+ * separator, cls and mask ids from tokenizer_config.json (bos = [CLS],
+ * eos = [SEP]); tokenizer.ggml.token_type_count from type_vocab_size.
+ * What it does not do: SentencePiece/unigram vocabularies (refused with a
+ * message naming the model type).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert/cv_int.h"
+
+char *cv_read_text(const char *dir, const char *name, size_t *len) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path) return NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    char *txt = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            char *nt = core_realloc(txt, cap = cap * 2 + 65536 + 1);
+            if (!nt) {
+                core_free(txt);
+                fclose(fp);
+                return NULL;
+            }
+            txt = nt;
+        }
+        size_t r = fread(txt + n, 1, cap - n - 1, fp);
+        n += r;
+        if (r == 0) break;
+    }
+    fclose(fp);
+    txt[n] = 0;
+    if (len) *len = n;
+    return txt;
+}
+
+cJSON *cv_read_json(const char *dir, const char *name, bool *missing, anvil_status *st, char *err,
+                    size_t cap) {
+    size_t n;
+    *missing = false;
+    *st = ANVIL_OK;
+    char *txt = cv_read_text(dir, name, &n);
+    if (!txt) {
+        *missing = true;
+        return NULL;
+    }
+    cJSON *j = cJSON_ParseWithLength(txt, n);
+    core_free(txt);
+    if (!j) {
+        errmsg_set(err, cap, "convert: %s/%s is not valid JSON", dir, name);
+        *st = ANVIL_ERR_FORMAT;
+    }
+    return j;
+}
+
+/* a token string of tokenizer_config.json: "tok" or {"content": "tok"} */
+static const char *tok_str(const cJSON *j) {
+    if (cJSON_IsString(j)) return j->valuestring;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "content");
+    return cJSON_IsString(c) ? c->valuestring : NULL;
+}
+
+static bool has_type(const cJSON *node, const char *type) {
+    if (!node) return false;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(node, "type");
+    if (cJSON_IsString(t) && !strcmp(t->valuestring, type)) return true;
+    const cJSON *seq = cJSON_GetObjectItemCaseSensitive(node, "pretokenizers");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, seq) if (has_type(e, type)) return true;
+    return false;
+}
+
+/* the Split regexes of a pre_tokenizer, concatenated with '\n' */
+static void split_rx(const cJSON *node, char *buf, size_t cap) {
+    if (!node) return;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(node, "type");
+    if (cJSON_IsString(t) && !strcmp(t->valuestring, "Split")) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(node, "pattern");
+        const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+        if (cJSON_IsString(rx) && strlen(buf) + strlen(rx->valuestring) + 2 < cap) {
+            strcat(buf, rx->valuestring);
+            strcat(buf, "\n");
+        }
+    }
+    const cJSON *seq = cJSON_GetObjectItemCaseSensitive(node, "pretokenizers"), *e;
+    cJSON_ArrayForEach(e, seq) split_rx(e, buf, cap);
+}
+
+static const char *pre_name(const cJSON *pt) {
+    static char rx[8192];
+    rx[0] = 0;
+    split_rx(pt, rx, sizeof rx);
+    bool digits = has_type(pt, "Digits");
+    if (strstr(rx, "(?i:'s|'t|'re|'ve|'m|'ll|'d)")) {
+        if (strstr(rx, "\\p{N}{1,3}")) return "llama-bpe";
+        if (strstr(rx, "\\p{N}")) return "qwen2";
+    }
+    if (!rx[0] && has_type(pt, "ByteLevel")) return digits ? "smollm" : "gpt2";
+    return "default";
+}
+
+struct tokrec {
+    const char *s;
+    size_t len;
+    int32_t type;
+};
+
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+static int64_t id_of(const struct tokrec *t, uint64_t n, const char *s) {
+    size_t l = strlen(s);
+    for (uint64_t i = 0; i < n; i++)
+        if (t[i].s && t[i].len == l && !memcmp(t[i].s, s, l)) return (int64_t)i;
+    return -1;
+}
+
+/* BERT's WordPiece vocabulary (see the file comment) */
+static anvil_status wordpiece(const cJSON *tj, const cJSON *tc, const cJSON *config,
+                              uint64_t n_vocab, struct kvbuf *kb, char *pre, char *err,
+                              size_t cap) {
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"),
+                                                          "vocab");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens"), *e;
+    uint64_t n = n_vocab;
+    cJSON_ArrayForEach(e, vocab) if (cJSON_IsNumber(e) && e->valuedouble >= 0 &&
+                                     e->valuedouble < 1e7 && (uint64_t)e->valuedouble + 1 > n)
+        n = (uint64_t)e->valuedouble + 1;
+    if (!cJSON_IsObject(vocab) || n == 0 || n > 10000000) {
+        errmsg_set(err, cap, "convert: tokenizer.json: a WordPiece model needs a vocab object");
+        return ANVIL_ERR_FORMAT;
+    }
+    anvil_status st = ANVIL_OK;
+    char **own = core_calloc((size_t)n, sizeof(*own));
+    const char **strs = core_calloc((size_t)n, sizeof(*strs));
+    size_t *lens = core_calloc((size_t)n, sizeof(*lens));
+    int32_t *types = core_calloc((size_t)n, sizeof(*types));
+    struct tokrec *raw = core_calloc((size_t)n, sizeof(*raw));
+    if (!own || !strs || !lens || !types || !raw) goto nomem;
+    cJSON_ArrayForEach(e, vocab) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= (double)n) continue;
+        uint64_t id = (uint64_t)e->valuedouble;
+        const char *t = e->string;
+        size_t l = strlen(t);
+        raw[id] = (struct tokrec){t, l, TT_NORMAL};
+        if (!(own[id] = core_malloc(l + 4))) goto nomem;
+        if (l >= 2 && t[0] == '[' && t[l - 1] == ']') {
+            memcpy(own[id], t, l + 1);
+        } else if (l > 2 && t[0] == '#' && t[1] == '#') {
+            memcpy(own[id], t + 2, l - 1);
+            l -= 2;
+        } else {
+            memcpy(own[id], "\xe2\x96\x81", 3); /* U+2581 */
+            memcpy(own[id] + 3, t, l + 1);
+            l += 3;
+        }
+        strs[id] = own[id], lens[id] = l, types[id] = TT_NORMAL;
+    }
+    cJSON_ArrayForEach(e, added) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "special");
+        if (cJSON_IsNumber(idj) && idj->valuedouble >= 0 && idj->valuedouble < (double)n &&
+            strs[(uint64_t)idj->valuedouble])
+            types[(uint64_t)idj->valuedouble] = cJSON_IsTrue(sp) ? TT_CONTROL : TT_USER;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        if (!strs[i]) {
+            if (!(own[i] = core_malloc(24))) goto nomem;
+            int l = snprintf(own[i], 24, "[PAD%llu]", (unsigned long long)i);
+            strs[i] = own[i], lens[i] = (size_t)l, types[i] = TT_UNUSED;
+        }
+    kb_str(kb, "tokenizer.ggml.model", "bert", 4);
+    snprintf(pre, 32, "default");
+    kb_str(kb, "tokenizer.ggml.pre", "default", 7);
+    kb_arr_str(kb, "tokenizer.ggml.tokens", strs, lens, n);
+    kb_arr_i32(kb, "tokenizer.ggml.token_type", types, n);
+    kb_u32(kb, "tokenizer.ggml.token_type_count",
+           cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(config, "type_vocab_size"))
+               ? (uint32_t)cJSON_GetObjectItemCaseSensitive(config, "type_vocab_size")->valuedouble
+               : 2);
+    static const char *const sp[][2] = {{"cls_token", "bos"},     {"sep_token", "eos"},
+                                        {"unk_token", "unknown"}, {"pad_token", "padding"},
+                                        {"sep_token", "seperator"}, {"cls_token", "cls"},
+                                        {"mask_token", "mask"}};
+    static const char *const def[] = {"[CLS]", "[SEP]", "[UNK]", "[PAD]", "[SEP]", "[CLS]", "[MASK]"};
+    for (int i = 0; i < 7; i++) {
+        const char *s = tok_str(cJSON_GetObjectItemCaseSensitive(tc, sp[i][0]));
+        int64_t id = id_of(raw, n, s ? s : def[i]);
+        char key[64];
+        snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", sp[i][1]);
+        if (id >= 0) kb_u32(kb, key, (uint32_t)id);
+    }
+    if (kb->oom) goto nomem;
+    goto done;
+nomem:
+    errmsg_set(err, cap, "convert: out of memory");
+    st = ANVIL_ERR_NOMEM;
+done:
+    for (uint64_t i = 0; own && i < n; i++) core_free(own[i]);
+    core_free(own);
+    core_free(strs);
+    core_free(lens);
+    core_free(types);
+    core_free(raw);
+    return st;
+}
+
+anvil_status cv_tokenizer(const char *dir, const cJSON *config, uint64_t n_vocab,
+                          struct kvbuf *kb, char *pre, char *err, size_t cap) {
+    anvil_status st = ANVIL_OK;
+    bool missing;
+    cJSON *tj = NULL, *tc = NULL, *gc = NULL;
+    struct tokrec *toks = NULL;
+    const char **strs = NULL;
+    size_t *lens = NULL;
+    int32_t *types = NULL;
+    char (*pads)[24] = NULL;
+    pre[0] = 0;
+
+    tj = cv_read_json(dir, "tokenizer.json", &missing, &st, err, cap);
+    if (missing) {
+        errmsg_set(err, cap, "convert: %s has no tokenizer.json (anvil convert reads the fast "
+                   "tokenizer's file)", dir);
+        return ANVIL_ERR_FORMAT;
+    }
+    if (!tj) return st;
+    tc = cv_read_json(dir, "tokenizer_config.json", &missing, &st, err, cap);
+    if (st != ANVIL_OK) goto fail;
+    gc = cv_read_json(dir, "generation_config.json", &missing, &st, err, cap);
+    if (st != ANVIL_OK) goto fail;
+
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
+    const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(model, "type");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON *ptok = cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer");
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(tj, "decoder");
+    const char *mt = cJSON_IsString(mtype) ? mtype->valuestring : "?";
+    if (!strcmp(mt, "WordPiece")) {
+        st = wordpiece(tj, tc, config, n_vocab, kb, pre, err, cap);
+        goto done;
+    }
+    if (strcmp(mt, "BPE") || !cJSON_IsObject(vocab) ||
+        !(has_type(ptok, "ByteLevel") || has_type(dec, "ByteLevel"))) {
+        errmsg_set(err, cap, "convert: tokenizer.json has a %s model%s: anvil convert writes "
+                   "byte-level BPE vocabularies only (WordPiece and SentencePiece are not done "
+                   "yet)", mt, strcmp(mt, "BPE") ? "" : " without ByteLevel");
+        st = ANVIL_ERR_UNSUPPORTED;
+        goto fail;
+    }
+
+    /* ids: the vocab, then added_tokens over it */
+    uint64_t n = n_vocab;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, vocab) {
+        uint64_t id = cJSON_IsNumber(e) && e->valuedouble >= 0 ? (uint64_t)e->valuedouble : 0;
+        if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < 1e8 && id + 1 > n)
+            n = id + 1;
+    }
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens");
+    cJSON_ArrayForEach(e, added) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(e, "id");
+        if (cJSON_IsNumber(idj) && idj->valuedouble >= 0 && idj->valuedouble < 1e8 &&
+            (uint64_t)idj->valuedouble + 1 > n)
+            n = (uint64_t)idj->valuedouble + 1;
+    }
+    if (n == 0 || n > 10000000) {
+        errmsg_set(err, cap, "convert: tokenizer.json: vocabulary of %llu tokens",
+                   (unsigned long long)n);
+        st = ANVIL_ERR_FORMAT;
+        goto fail;
+    }
+    toks = core_calloc((size_t)n, sizeof(*toks));
+    strs = core_calloc((size_t)n, sizeof(*strs));
+    lens = core_calloc((size_t)n, sizeof(*lens));
+    types = core_calloc((size_t)n, sizeof(*types));
+    pads = core_calloc((size_t)n, sizeof(*pads));
+    if (!toks || !strs || !lens || !types || !pads) goto nomem;
+    cJSON_ArrayForEach(e, vocab) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= (double)n) {
+            errmsg_set(err, cap, "convert: tokenizer.json: token id of '%.40s' is not valid",
+                       e->string ? e->string : "");
+            st = ANVIL_ERR_FORMAT;
+            goto fail;
+        }
+        uint64_t id = (uint64_t)e->valuedouble;
+        toks[id] = (struct tokrec){e->string, strlen(e->string), TT_NORMAL};
+    }
+    cJSON_ArrayForEach(e, added) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "special");
+        if (!cJSON_IsNumber(idj) || !cJSON_IsString(c) || idj->valuedouble < 0) continue;
+        uint64_t id = (uint64_t)idj->valuedouble;
+        toks[id] = (struct tokrec){c->valuestring, strlen(c->valuestring),
+                                   cJSON_IsTrue(sp) ? TT_CONTROL : TT_USER};
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        if (!toks[i].s) {
+            int l = snprintf(pads[i], sizeof pads[i], "[PAD%llu]", (unsigned long long)i);
+            toks[i] = (struct tokrec){pads[i], (size_t)l, TT_UNUSED};
+        }
+        strs[i] = toks[i].s, lens[i] = toks[i].len, types[i] = toks[i].type;
+    }
+    kb_str(kb, "tokenizer.ggml.model", "gpt2", 4);
+    const char *pn = pre_name(ptok);
+    snprintf(pre, 32, "%s", pn);
+    kb_str(kb, "tokenizer.ggml.pre", pn, strlen(pn));
+    kb_arr_str(kb, "tokenizer.ggml.tokens", strs, lens, n);
+    kb_arr_i32(kb, "tokenizer.ggml.token_type", types, n);
+
+    /* merges: "a b" strings, or [a, b] pairs (tokenizers >= 0.20) */
+    int nm = cJSON_GetArraySize(merges), k = 0;
+    if (nm > 0) {
+        const char **ms = core_calloc((size_t)nm, sizeof(*ms));
+        size_t *ml = core_calloc((size_t)nm, sizeof(*ml));
+        char **own = core_calloc((size_t)nm, sizeof(*own));
+        bool ok = ms && ml && own;
+        cJSON_ArrayForEach(e, merges) {
+            if (!ok) break;
+            if (cJSON_IsString(e)) {
+                ms[k] = e->valuestring, ml[k] = strlen(e->valuestring), k++;
+            } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
+                       cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
+                       cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+                const char *a = cJSON_GetArrayItem(e, 0)->valuestring;
+                const char *b = cJSON_GetArrayItem(e, 1)->valuestring;
+                size_t la = strlen(a), lb = strlen(b);
+                if (!(own[k] = core_malloc(la + lb + 2))) {
+                    ok = false;
+                    break;
+                }
+                memcpy(own[k], a, la);
+                own[k][la] = ' ';
+                memcpy(own[k] + la + 1, b, lb + 1);
+                ms[k] = own[k], ml[k] = la + lb + 1, k++;
+            }
+        }
+        if (ok) kb_arr_str(kb, "tokenizer.ggml.merges", ms, ml, (uint64_t)k);
+        for (int i = 0; own && i < nm; i++) core_free(own[i]);
+        core_free(own);
+        core_free(ms);
+        core_free(ml);
+        if (!ok) goto nomem;
+    }
+
+    /* special tokens: the strings of tokenizer_config.json, else ids */
+    static const char *const names[][2] = {{"bos_token", "bos"}, {"eos_token", "eos"},
+                                           {"unk_token", "unknown"}, {"pad_token", "padding"}};
+    for (int i = 0; i < 4; i++) {
+        char key[64], idk[32];
+        snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", names[i][1]);
+        const char *s = tok_str(cJSON_GetObjectItemCaseSensitive(tc, names[i][0]));
+        int64_t id = s ? id_of(toks, n, s) : -1;
+        snprintf(idk, sizeof idk, "%s_id", names[i][0]);
+        for (int src = 0; id < 0 && src < 2; src++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(src ? config : gc, idk);
+            if (cJSON_IsArray(v)) v = cJSON_GetArrayItem(v, 0);
+            if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < (double)n)
+                id = (int64_t)v->valuedouble;
+        }
+        if (id >= 0) kb_u32(kb, key, (uint32_t)id);
+    }
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
+    const cJSON *ae = cJSON_GetObjectItemCaseSensitive(tc, "add_eos_token");
+    if (cJSON_IsBool(ab)) kb_bool(kb, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(ab));
+    if (cJSON_IsBool(ae)) kb_bool(kb, "tokenizer.ggml.add_eos_token", cJSON_IsTrue(ae));
+
+    /* chat template: a string, or a list of {name, template} (the default one) */
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(tc, "chat_template");
+    const char *tmpl = cJSON_IsString(ct) ? ct->valuestring : NULL;
+    const cJSON *ctl = cJSON_IsArray(ct) ? ct : NULL;
+    cJSON_ArrayForEach(e, ctl) {
+        const cJSON *nm_ = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *tt = cJSON_GetObjectItemCaseSensitive(e, "template");
+        if (cJSON_IsString(nm_) && cJSON_IsString(tt) && !strcmp(nm_->valuestring, "default"))
+            tmpl = tt->valuestring;
+    }
+    if (tmpl) {
+        kb_str(kb, "tokenizer.chat_template", tmpl, strlen(tmpl));
+    } else {
+        size_t tl;
+        char *t = cv_read_text(dir, "chat_template.jinja", &tl);
+        if (t) kb_str(kb, "tokenizer.chat_template", t, tl);
+        core_free(t);
+    }
+    if (kb->oom) goto nomem;
+    goto done;
+nomem:
+    errmsg_set(err, cap, "convert: out of memory");
+    st = ANVIL_ERR_NOMEM;
+fail:
+done:
+    core_free(toks);
+    core_free(strs);
+    core_free(lens);
+    core_free(types);
+    core_free(pads);
+    cJSON_Delete(tj);
+    cJSON_Delete(tc);
+    cJSON_Delete(gc);
+    return st;
+}
