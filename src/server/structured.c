@@ -156,7 +156,14 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
                 "json_schema), 'grammar' and 'regex'");
         goto out;
     }
-    if (tools->mode != SRV_TOOLS_NONE) {
+    if (tools->mode == SRV_TOOLS_AUTO && (gr || rx) &&
+        r->outfmt.tool_format != SRV_TOOLFMT_JSON) {
+        /* the model's own format under "auto": a grammar or regex shapes
+         * the raw output (markers included) and the parser finds the
+         * calls in it, as in any "auto" answer */
+        r->tools = tools->mode;
+        if (!set_gate(lim, r, NULL, e)) goto out;
+    } else if (tools->mode != SRV_TOOLS_NONE) {
         if (gr || rx) {
             srv_bad(e, gr ? "grammar" : "regex", "'%s' cannot be combined with tool calls "
                     "(tool_choice 'none' turns them off)", gr ? "grammar" : "regex");
