@@ -529,3 +529,20 @@ def moe_ffn(c, w, p, h, stats=None):
             sh = sh / (1 + np.exp(-(h @ w[p + "ffn_gate_inp_shexp.weight"])))[:, None]
         out = out + sh
     return out
+
+
+def make_gguf_template(path, name, template, **kw):
+    """make_gguf with tokenizer.chat_template set to template (the tool-call
+    and reasoning tests give tiny models the real templates of families)."""
+    orig = gguf.GGUFWriter
+
+    class WithTemplate(orig):
+        def write_header_to_file(self, *a, **k):
+            self.add_chat_template(template)
+            return super().write_header_to_file(*a, **k)
+
+    gguf.GGUFWriter = WithTemplate
+    try:
+        return make_gguf(path, name, **kw)
+    finally:
+        gguf.GGUFWriter = orig
