@@ -576,11 +576,11 @@ struct anvil_request_params {
      * thought, then the answer: the constraint holds for the answer only.
      * think_open: the output starts inside a thought (the prompt opened
      * it); think_end: the tokens that end a thought (copied; 1..64 with
-     * think_open), which the model writes in a row to close it, and which
+     * think_open; <= 256), which the model writes in a row to close it, and which
      * are forced once it has written think_budget thought tokens (0: the
      * thought is closed at once; negative: no limit). answer_prefix: tokens
      * forced at the start of the answer, before the constraint starts
-     * (e.g. a tool-call format's opening marker; copied, <= 64). Forced
+     * (e.g. a tool-call format's opening marker; copied, <= 256). Forced
      * tokens are reported as TOKEN events like drawn ones. */
     bool think_open;
     const anvil_token *think_end;

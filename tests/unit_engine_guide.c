@@ -487,8 +487,8 @@ static void test_gate(void **st) {
     assert_int_equal(guide_gate_init(&g, NULL, 0, true, -1, NULL, 0, err, sizeof err),
                      ANVIL_ERR_INVALID);
     assert_non_null(strstr(err, "think_end"));
-    anvil_token big[65] = {0};
-    assert_int_equal(guide_gate_init(&g, big, 65, true, -1, NULL, 0, err, sizeof err),
+    anvil_token big[257] = {0};
+    assert_int_equal(guide_gate_init(&g, big, 257, true, -1, NULL, 0, err, sizeof err),
                      ANVIL_ERR_INVALID);
     guide_gate_free(&g);
 }

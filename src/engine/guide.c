@@ -259,9 +259,9 @@ anvil_status guide_gate_init(struct guide_gate *g, const anvil_token *end, int32
                              int32_t budget, const anvil_token *prefix, int32_t n_prefix,
                              char *err, size_t err_cap) {
     memset(g, 0, sizeof(*g));
-    if (n_end < 0 || n_prefix < 0 || n_end > 64 || n_prefix > 64 || (n_end && !end) ||
+    if (n_end < 0 || n_prefix < 0 || n_end > 256 || n_prefix > 256 || (n_end && !end) ||
         (n_prefix && !prefix)) {
-        errmsg_set(err, err_cap, "think_end and answer_prefix take 0 to 64 tokens");
+        errmsg_set(err, err_cap, "think_end and answer_prefix take 0 to 256 tokens");
         return ANVIL_ERR_INVALID;
     }
     if (open && n_end == 0) {

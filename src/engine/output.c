@@ -139,9 +139,11 @@ bool engine_take_token(struct anvil_engine *e, struct request *r, anvil_token t,
     char piece[256 + 16];
     int32_t k = anvil_detok_push(e->m, &r->dt, t, piece, sizeof(piece));
     if (k < 0) k = 0;
-    if (k == 0 && r->special_text) {
-        /* a control token spells nothing as text; its own text is asked
-         * for (a whole token: no UTF-8 sequence is left pending by it) */
+    if (k == 0 && r->special_text &&
+        anvil_token_to_piece(e->m, t, piece, (int32_t)sizeof(piece) - 1, false) == 0) {
+        /* a control token spells nothing as text (a byte the detokenizer
+         * holds as part of a UTF-8 sequence does, so it is not one); its
+         * own text is asked for: a whole token, nothing left pending */
         k = anvil_token_to_piece(e->m, t, piece, (int32_t)sizeof(piece) - 1, true);
         if (k < 0) k = 0;
     }

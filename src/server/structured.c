@@ -61,10 +61,10 @@ static bool tokens_of(const struct srv_limits *lim, const char *text, anvil_toke
     *n = 0;
     size_t len = strlen(text);
     if (!len) return true;
-    anvil_token tmp[80];
-    int32_t k = anvil_tokenize(lim->model, text, len, tmp, 80, false, true);
-    if (k < 0 || k > 64) {
-        srv_err_set(e, 500, "server_error", NULL, NULL, "a format marker is over 64 tokens");
+    anvil_token tmp[256];
+    int32_t k = anvil_tokenize(lim->model, text, len, tmp, 256, false, true);
+    if (k < 0) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "a format marker is over 256 tokens");
         return false;
     }
     if (!(*out = malloc((size_t)(k ? k : 1) * sizeof(**out)))) return srv_oom(e);

@@ -40,7 +40,7 @@ def run_tool(name, args):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("agent") / "hermes.gguf")
-    tiny_arch.make_gguf_template(path, "llama", template_of("hermes"), seed=3)
+    tiny_arch.make_gguf_template(path, "llama3", template_of("hermes"), seed=3, n_ctx=4096)
     s = Server(model=path)
     yield s
     s.stop()
