@@ -49,6 +49,9 @@ int bench_batched(int argc, char **argv);
 int bench_spec(int argc, char **argv);
 /* `anvil bench -m MODEL --constrained ...` (bench_constrained.c). */
 int bench_constrained(int argc, char **argv);
+/* `anvil bench --toolfmt ...` (bench_toolfmt.c): parse time per token of
+ * each tool-call format. */
+int bench_toolfmt(int argc, char **argv);
 
 /* ---------------------------------------------------------------------- */
 /* bench_model.c */

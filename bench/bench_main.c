@@ -33,6 +33,7 @@ static void usage(FILE *f) {
             "       anvil bench -m MODEL --batched [--help]   batched decode throughput\n"
             "       anvil bench -m MODEL --spec ngram|draft [--help]   speculative decoding\n"
             "       anvil bench -m MODEL --constrained [--help]   structured output cost\n"
+            "       anvil bench --toolfmt [--help]   tool-call format parse time per token\n"
             "(the micro-benchmarks --kernels and --attention are anvil-microbench: make microbench)\n\n"
             "  -p N            prompt tokens for pp (default 512; 0 = skip)\n"
             "  -n N            generated tokens for tg (default 128; 0 = skip)\n"
@@ -88,6 +89,7 @@ int bench_main(int argc, char **argv) {
         if (!strcmp(argv[i], "--batched")) return bench_batched(argc, argv);
         if (!strcmp(argv[i], "--spec")) return bench_spec(argc, argv);
         if (!strcmp(argv[i], "--constrained")) return bench_constrained(argc, argv);
+        if (!strcmp(argv[i], "--toolfmt")) return bench_toolfmt(argc, argv);
     }
     const char *model = NULL, *scenario = NULL, *png = NULL, *threads = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5;

@@ -572,6 +572,27 @@ struct anvil_request_params {
      * ends with ANVIL_FINISH_CONSTRAINT and a message saying so. Not with
      * ignore_eos (the end of the output is the constraint's to decide). */
     struct anvil_constraint *constraint;
+    /* Reasoning models (all zero: none of this). The output may be a
+     * thought, then the answer: the constraint holds for the answer only.
+     * think_open: the output starts inside a thought (the prompt opened
+     * it); think_end: the tokens that end a thought (copied; 1..64 with
+     * think_open; <= 256), which the model writes in a row to close it, and which
+     * are forced once it has written think_budget thought tokens (0: the
+     * thought is closed at once; negative: no limit). answer_prefix: tokens
+     * forced at the start of the answer, before the constraint starts
+     * (e.g. a tool-call format's opening marker; copied, <= 256). Forced
+     * tokens are reported as TOKEN events like drawn ones. */
+    bool think_open;
+    const anvil_token *think_end;
+    int32_t n_think_end;
+    int32_t think_budget;
+    const anvil_token *answer_prefix;
+    int32_t n_answer_prefix;
+    /* The text of control tokens (such as "[TOOL_CALLS]" or
+     * "<|python_tag|>") goes into the events' text; otherwise control
+     * tokens spell nothing. End-of-generation tokens end the output
+     * either way. */
+    bool special_text;
 };
 
 enum anvil_event_type {

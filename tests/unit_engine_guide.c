@@ -14,7 +14,13 @@
  *   - a state no token can continue ends with a message, not a token;
  *   - the public API on the default model: compile errors name the
  *     problem, anvil_constraint_matches, and the engine refuses a
- *     constraint with ignore_eos or compiled for another model.
+ *     constraint with ignore_eos or compiled for another model;
+ *   - the thought gate (guide_gate): a thought's end tokens written in a
+ *     row or forced by the budget (from where a partial match left off),
+ *     the answer prefix forced next, the constraint active only after;
+ *     and in the engine on the default model: forced tokens come out in
+ *     order, the answer after them matches the constraint, a thought is
+ *     not held to it.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -415,6 +421,165 @@ static void test_public_api(void **st) {
     anvil_model_free(m);
 }
 
+/* ---------------------------------------------------------------------- */
+/* the thought gate */
+
+static void take_all(struct guide_gate *g, const anvil_token *t, int n) {
+    for (int i = 0; i < n; i++) {
+        anvil_token f = guide_gate_forced(g);
+        assert_true(f < 0 || f == t[i]); /* the caller keeps what is forced */
+        guide_gate_take(g, t[i]);
+    }
+}
+
+static void test_gate(void **st) {
+    (void)st;
+    char err[128];
+    struct guide_gate g;
+    memset(&g, 0, sizeof(g));
+    assert_true(guide_gate_active(&g)); /* zeroed: no gate */
+    assert_int_equal(guide_gate_forced(&g), -1);
+    const anvil_token end[2] = {7, 8}, pre[1] = {5};
+    /* the model closes the thought itself, a false start on the way */
+    assert_int_equal(guide_gate_init(&g, end, 2, true, -1, pre, 1, err, sizeof err), ANVIL_OK);
+    assert_false(guide_gate_active(&g));
+    take_all(&g, (const anvil_token[]){1, 2, 7, 3, 7, 7}, 6);
+    assert_false(guide_gate_active(&g));
+    assert_int_equal(guide_gate_forced(&g), -1);
+    take_all(&g, (const anvil_token[]){8}, 1);
+    assert_int_equal(guide_gate_forced(&g), 5);
+    assert_false(guide_gate_active(&g));
+    take_all(&g, pre, 1);
+    assert_true(guide_gate_active(&g));
+    take_all(&g, (const anvil_token[]){7, 8, 1}, 3); /* the answer: nothing moves */
+    assert_true(guide_gate_active(&g));
+    assert_int_equal(guide_gate_forced(&g), -1);
+    guide_gate_free(&g);
+    /* the budget: after 3 thought tokens, the rest of the end is forced */
+    assert_int_equal(guide_gate_init(&g, end, 2, true, 3, pre, 1, err, sizeof err), ANVIL_OK);
+    take_all(&g, (const anvil_token[]){1, 2, 7}, 3);
+    assert_int_equal(guide_gate_forced(&g), 8);
+    take_all(&g, (const anvil_token[]){8}, 1);
+    assert_int_equal(guide_gate_forced(&g), 5);
+    take_all(&g, pre, 1);
+    assert_true(guide_gate_active(&g));
+    guide_gate_free(&g);
+    /* budget 3, no partial match: the whole end, then the prefix */
+    assert_int_equal(guide_gate_init(&g, end, 2, true, 3, NULL, 0, err, sizeof err), ANVIL_OK);
+    take_all(&g, (const anvil_token[]){1, 2, 3}, 3);
+    assert_int_equal(guide_gate_forced(&g), 7);
+    take_all(&g, end, 2);
+    assert_true(guide_gate_active(&g));
+    guide_gate_free(&g);
+    /* budget 0: closed at once */
+    assert_int_equal(guide_gate_init(&g, end, 2, true, 0, pre, 1, err, sizeof err), ANVIL_OK);
+    assert_int_equal(guide_gate_forced(&g), 7);
+    take_all(&g, (const anvil_token[]){7, 8, 5}, 3);
+    assert_true(guide_gate_active(&g));
+    guide_gate_free(&g);
+    /* no thought: the prefix first */
+    assert_int_equal(guide_gate_init(&g, end, 2, false, 0, pre, 1, err, sizeof err), ANVIL_OK);
+    assert_int_equal(guide_gate_forced(&g), 5);
+    take_all(&g, pre, 1);
+    assert_true(guide_gate_active(&g));
+    guide_gate_free(&g);
+    /* refused */
+    assert_int_equal(guide_gate_init(&g, NULL, 0, true, -1, NULL, 0, err, sizeof err),
+                     ANVIL_ERR_INVALID);
+    assert_non_null(strstr(err, "think_end"));
+    anvil_token big[257] = {0};
+    assert_int_equal(guide_gate_init(&g, big, 257, true, -1, NULL, 0, err, sizeof err),
+                     ANVIL_ERR_INVALID);
+    guide_gate_free(&g);
+}
+
+struct gate_out {
+    anvil_token tok[256];
+    char text[4096];
+    int32_t n, n_text;
+    enum anvil_finish finish;
+};
+
+static void gate_cb(void *user, const struct anvil_event *ev) {
+    struct gate_out *o = user;
+    if (ev->type == ANVIL_EVENT_TOKEN && o->n < 256) o->tok[o->n++] = ev->token;
+    if (ev->text_len > 0 && o->n_text + ev->text_len < (int32_t)sizeof(o->text)) {
+        memcpy(o->text + o->n_text, ev->text, (size_t)ev->text_len);
+        o->n_text += ev->text_len;
+    }
+    if (ev->type == ANVIL_EVENT_DONE) o->finish = ev->finish;
+}
+
+static void test_gate_engine(void **st) {
+    (void)st;
+    struct anvil_model *m = NULL;
+    char err[256];
+    if (anvil_model_load(model_path(), NULL, &m, err, sizeof err) != ANVIL_OK) {
+        print_error("cannot load %s: %s\n", model_path(), err);
+        fail();
+    }
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},"
+                         "\"required\":[\"n\"],\"additionalProperties\":false}";
+    struct anvil_constraint *c = NULL;
+    assert_int_equal(anvil_constraint_compile(m, ANVIL_CONSTRAINT_JSON_SCHEMA, schema,
+                                              strlen(schema), NULL, &c, err, sizeof err),
+                     ANVIL_OK);
+    anvil_token end[16], pre[16], prompt[64];
+    int32_t n_end = anvil_tokenize(m, " </think>", 9, end, 16, false, true);
+    int32_t n_pre = anvil_tokenize(m, "ANSWER:", 7, pre, 16, false, true);
+    const char *ptext = "<|im_start|>user\nThink about seven.<|im_end|>\n<|im_start|>assistant\n";
+    int32_t n_prompt = anvil_tokenize(m, ptext, strlen(ptext), prompt, 64, false, true);
+    assert_true(n_end > 0 && n_pre > 0 && n_prompt > 0);
+    struct anvil_engine_params ep = anvil_engine_default_params();
+    ep.n_threads = 1;
+    ep.max_running = 2;
+    ep.n_ctx = 256;
+    struct anvil_engine *e = NULL;
+    assert_int_equal(anvil_engine_init(m, &ep, &e, err, sizeof err), ANVIL_OK);
+    for (int32_t budget = 0; budget <= 6; budget += 6) {
+        struct gate_out o;
+        memset(&o, 0, sizeof(o));
+        struct anvil_request_params rp = {.prompt = prompt, .n_prompt = n_prompt,
+                                          .max_tokens = 64,
+                                          .sampling = anvil_sampler_default_params(),
+                                          .constraint = c, .think_open = true,
+                                          .think_end = end, .n_think_end = n_end,
+                                          .think_budget = budget, .answer_prefix = pre,
+                                          .n_answer_prefix = n_pre};
+        rp.sampling.temperature = 0.0f;
+        anvil_req_id id;
+        assert_int_equal(anvil_engine_submit(e, &rp, gate_cb, &o, &id, err, sizeof err), ANVIL_OK);
+        int32_t active = 1;
+        for (int i = 0; i < 200 && active; i++) anvil_engine_step(e, &active);
+        assert_int_equal(active, 0);
+        /* a thought of at most `budget` tokens (it may end sooner, by the
+         * model's own end tokens or an end of generation) */
+        int32_t at = -1;
+        for (int32_t i = 0; i + n_end + n_pre <= o.n && at < 0; i++)
+            if (!memcmp(o.tok + i, end, (size_t)n_end * sizeof(*end)) &&
+                !memcmp(o.tok + i + n_end, pre, (size_t)n_pre * sizeof(*pre)))
+                at = i;
+        if (budget == 0) assert_int_equal(at, 0);
+        if (at < 0) { /* ended inside the thought */
+            assert_true(o.n <= budget);
+            continue;
+        }
+        assert_true(at <= budget);
+        /* the answer after the prefix is the constraint's, whole */
+        const char *ans = strstr(o.text, "ANSWER:");
+        assert_non_null(ans);
+        ans += 7;
+        assert_int_equal(o.finish, ANVIL_FINISH_STOP);
+        if (!anvil_constraint_matches(c, ans, strlen(ans))) {
+            print_error("budget %d: answer '%s' does not match\n", budget, ans);
+            fail();
+        }
+    }
+    anvil_engine_free(e);
+    anvil_constraint_free(c);
+    anvil_model_free(m);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_is_masked_argmax),
@@ -423,6 +588,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cut),
         cmocka_unit_test(test_dead_end),
         cmocka_unit_test(test_public_api),
+        cmocka_unit_test(test_gate),
+        cmocka_unit_test(test_gate_engine),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -56,6 +56,8 @@ struct request {
     int32_t draft_cached;     /* positions in the draft model's cache */
     bool constrained;         /* cq holds a constraint state */
     struct guide_req cq;      /* structured output (guide.h) */
+    struct guide_gate gate;   /* thought and answer prefix (guide.h); zeroed: none */
+    bool special_text;        /* control tokens spell their text */
     struct request *next;      /* inbox / waiting list */
     struct request *live_prev, *live_next; /* live list, under mu */
 };

@@ -251,3 +251,76 @@ anvil_status guide_advance(struct guide_req *q, anvil_token t) {
 bool guide_complete(const struct guide_req *q) {
     return cn_accepts(q->st) && !cn_can_continue(q->st);
 }
+
+/* ---------------------------------------------------------------------- */
+/* the thought gate */
+
+anvil_status guide_gate_init(struct guide_gate *g, const anvil_token *end, int32_t n_end, bool open,
+                             int32_t budget, const anvil_token *prefix, int32_t n_prefix,
+                             char *err, size_t err_cap) {
+    memset(g, 0, sizeof(*g));
+    if (n_end < 0 || n_prefix < 0 || n_end > 256 || n_prefix > 256 || (n_end && !end) ||
+        (n_prefix && !prefix)) {
+        errmsg_set(err, err_cap, "think_end and answer_prefix take 0 to 256 tokens");
+        return ANVIL_ERR_INVALID;
+    }
+    if (open && n_end == 0) {
+        errmsg_set(err, err_cap, "think_open needs the tokens that end a thought (think_end)");
+        return ANVIL_ERR_INVALID;
+    }
+    if (n_end + n_prefix > 0) {
+        g->seq = core_malloc((size_t)(n_end + n_prefix) * sizeof(*g->seq));
+        if (!g->seq) {
+            errmsg_set(err, err_cap, "out of memory");
+            return ANVIL_ERR_NOMEM;
+        }
+        if (n_end) memcpy(g->seq, end, (size_t)n_end * sizeof(*g->seq));
+        if (n_prefix) memcpy(g->seq + n_end, prefix, (size_t)n_prefix * sizeof(*g->seq));
+    }
+    g->n_end = n_end;
+    g->n_prefix = n_prefix;
+    g->budget = budget;
+    g->in_thought = open;
+    g->n_force = n_end + n_prefix;
+    /* no thought: the prefix comes first; a budget of 0: the end at once */
+    g->i_force = open && budget != 0 ? g->n_force : open ? 0 : n_end;
+    return ANVIL_OK;
+}
+
+void guide_gate_free(struct guide_gate *g) {
+    core_free(g->seq);
+    memset(g, 0, sizeof(*g));
+}
+
+anvil_token guide_gate_forced(const struct guide_gate *g) {
+    return g->i_force < g->n_force ? g->seq[g->i_force] : -1;
+}
+
+bool guide_gate_active(const struct guide_gate *g) {
+    return !g->in_thought && g->i_force >= g->n_force;
+}
+
+void guide_gate_take(struct guide_gate *g, anvil_token t) {
+    if (g->i_force < g->n_force) {
+        /* a forced token (the caller kept what guide_gate_forced said) */
+        g->i_force++;
+        if (g->in_thought && g->i_force >= g->n_end) g->in_thought = false;
+        return;
+    }
+    if (!g->in_thought) return;
+    g->n_thought++;
+    /* the end tokens in a row; on a mismatch the token may start them
+     * again (an end sequence whose own prefix repeats inside it would
+     * need KMP; the families' markers are one to a few distinct tokens) */
+    if (t == g->seq[g->match]) g->match++;
+    else g->match = t == g->seq[0] ? 1 : 0;
+    if (g->match == g->n_end) { /* the model closed its thought */
+        g->in_thought = false;
+        g->i_force = g->n_end; /* the prefix, if any, follows */
+        return;
+    }
+    if (g->budget >= 0 && g->n_thought >= g->budget) {
+        g->i_force = g->match; /* the rest of the end tokens, then the prefix */
+        if (g->i_force >= g->n_end) g->in_thought = false;
+    }
+}

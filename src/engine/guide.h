@@ -101,4 +101,40 @@ anvil_status guide_advance(struct guide_req *q, anvil_token t);
 /* The output is complete and nothing may follow: the request can end. */
 bool guide_complete(const struct guide_req *q);
 
+/* ---------------------------------------------------------------------- */
+/* the thought gate: a reasoning model's thought is free text, the
+ * constraint holds for the answer that follows it */
+
+/* The output is [thought] answer-prefix answer. While the output is in a
+ * thought, the constraint is not consulted and does not advance; the
+ * thought ends when the model writes the end tokens (end[0..n_end) in a
+ * row), or after `budget` thought tokens, when the rest of the end
+ * tokens are forced. Then the answer's prefix (e.g. a tool-call format's
+ * opening marker) is forced, and the constraint starts after it. Forced
+ * tokens are neither drawn nor fed to the constraint. */
+struct guide_gate {
+    anvil_token *seq;        /* (n_end + n_prefix) the end tokens, then the prefix; NULL when none */
+    int32_t n_end, n_prefix;
+    bool in_thought;
+    int32_t budget;          /* thought tokens before the end is forced; < 0: no limit */
+    int32_t n_thought;       /* thought tokens kept so far (forced ones excluded) */
+    int32_t match;           /* end tokens matched by the latest thought tokens */
+    int32_t i_force, n_force; /* seq[i_force..n_force) is still to be forced */
+};
+
+/* open: the output starts inside a thought (needs n_end >= 1). The
+ * arrays are copied. ANVIL_ERR_INVALID (err says why) or _NOMEM. A
+ * zeroed gate (or one inited with nothing) is always open for the
+ * constraint and forces nothing. */
+anvil_status guide_gate_init(struct guide_gate *g, const anvil_token *end, int32_t n_end, bool open,
+                             int32_t budget, const anvil_token *prefix, int32_t n_prefix,
+                             char *err, size_t err_cap);
+void guide_gate_free(struct guide_gate *g);
+/* The token the next output position must be, or -1 when it is drawn. */
+anvil_token guide_gate_forced(const struct guide_gate *g);
+/* The constraint applies to the next drawn token. */
+bool guide_gate_active(const struct guide_gate *g);
+/* A token the request kept (forced or drawn): moves the gate on. */
+void guide_gate_take(struct guide_gate *g, anvil_token t);
+
 #endif

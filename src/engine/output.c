@@ -84,9 +84,11 @@ static int32_t release_text(struct anvil_engine *e, struct request *r, const cha
 anvil_token engine_draw(struct anvil_engine *e, struct request *r, int32_t o,
                         const float *logits, anvil_token draft, const char **why) {
     *why = "the logits are not finite";
+    anvil_token f = guide_gate_forced(&r->gate);
+    if (f >= 0) return f; /* the end of a thought, or the answer's prefix */
     if (r->argmax_only) return anvil_get_argmax(e->ctx, o);
     if (!logits) return -1;
-    if (r->constrained) {
+    if (r->constrained && guide_gate_active(&r->gate)) {
         bool greedy = r->smp->p.temperature == 0.0f;
         return guide_choose(&r->cq, r->smp, greedy, sample_penalties_on(r->smp), logits,
                            anvil_get_argmax(e->ctx, o), draft, why);
@@ -111,7 +113,10 @@ bool engine_take_token(struct anvil_engine *e, struct request *r, anvil_token t,
         engine_finish(e, r, ANVIL_FINISH_STOP, NULL, true);
         return false;
     }
-    if (r->constrained && guide_advance(&r->cq, t) != ANVIL_OK) {
+    /* the constraint sees the answer only: not a thought, not a forced token */
+    bool cons = r->constrained && guide_gate_active(&r->gate);
+    guide_gate_take(&r->gate, t);
+    if (cons && guide_advance(&r->cq, t) != ANVIL_OK) {
         /* the token was chosen under the constraint: only memory can fail */
         engine_finish(e, r, ANVIL_FINISH_ERROR, "out of memory (constraint state)", true);
         return false;
@@ -134,6 +139,14 @@ bool engine_take_token(struct anvil_engine *e, struct request *r, anvil_token t,
     char piece[256 + 16];
     int32_t k = anvil_detok_push(e->m, &r->dt, t, piece, sizeof(piece));
     if (k < 0) k = 0;
+    if (k == 0 && r->special_text &&
+        anvil_token_to_piece(e->m, t, piece, (int32_t)sizeof(piece) - 1, false) == 0) {
+        /* a control token spells nothing as text (a byte the detokenizer
+         * holds as part of a UTF-8 sequence does, so it is not one); its
+         * own text is asked for: a whole token, nothing left pending */
+        k = anvil_token_to_piece(e->m, t, piece, (int32_t)sizeof(piece) - 1, true);
+        if (k < 0) k = 0;
+    }
     bool stopped = false;
     int32_t rel = release_text(e, r, piece, k, &stopped);
     ev.text = e->text;
@@ -143,7 +156,7 @@ bool engine_take_token(struct anvil_engine *e, struct request *r, anvil_token t,
         engine_finish(e, r, ANVIL_FINISH_STOP, NULL, false);
         return false;
     }
-    if (r->constrained && guide_complete(&r->cq)) {
+    if (r->constrained && guide_gate_active(&r->gate) && guide_complete(&r->cq)) {
         /* complete, and no byte may follow: only end of generation is
          * allowed, so end now instead of spending a step to draw it */
         engine_finish(e, r, ANVIL_FINISH_STOP, NULL, true);

@@ -12,6 +12,7 @@ void engine_request_free(struct request *r) {
     if (!r) return;
     anvil_sampler_free(r->smp);
     guide_req_free(&r->cq);
+    guide_gate_free(&r->gate);
     for (int i = 0; i < r->n_stop; i++) core_free(r->stop[i]);
     core_free(r->tokens);
     core_free(r->held);

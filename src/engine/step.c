@@ -84,7 +84,9 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
             if (r->n_draft > e->n_out_max - no) r->n_draft = e->n_out_max - no;
             /* a proposal the constraint refuses could never be accepted:
              * cut there (a prefix, so a draft model's cache stays right) */
-            if (r->constrained) r->n_draft = guide_cut(&r->cq, r->draft, r->n_draft);
+            if (guide_gate_forced(&r->gate) >= 0) r->n_draft = 0; /* forced tokens come next */
+            else if (r->constrained && guide_gate_active(&r->gate))
+                r->n_draft = guide_cut(&r->cq, r->draft, r->n_draft);
             for (int32_t j = 0; j < r->n_draft; j++) {
                 e->b_token[n] = r->draft[j];
                 e->b_pos[n] = r->n_tokens + j;

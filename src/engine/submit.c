@@ -126,6 +126,12 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
         if ((st = guide_req_init(&r->cq, rp->constraint, cv, err, err_cap)) != ANVIL_OK) goto fail;
         r->constrained = true;
     }
+    /* a thought before the answer, a forced answer prefix (guide.h) */
+    if ((st = guide_gate_init(&r->gate, rp->think_end, rp->n_think_end, rp->think_open,
+                              rp->think_budget, rp->answer_prefix, rp->n_answer_prefix, err,
+                              err_cap)) != ANVIL_OK)
+        goto fail;
+    r->special_text = rp->special_text;
 
     pthread_mutex_lock(&e->mu);
     if (e->stop || e->stats.queued >= e->p.max_queue) {

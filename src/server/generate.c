@@ -177,13 +177,12 @@ static void job_unref(struct job *j) {
 static void job_unref_cb(void *cls) { job_unref(cls); }
 
 static bool chc_init(struct job *j, struct chc *c, int index, uint64_t id_seed) {
-    struct srv *s = j->srv;
     c->j = j;
     c->index = index;
     /* a completion's text is the model's raw continuation: never split */
     struct srv_outfmt raw = {.tool_format = SRV_TOOLFMT_JSON,
                              .reasoning_format = SRV_REASONING_NONE};
-    c->op = srv_outparse_new(j->req.kind == SRV_KIND_CHAT ? &s->lim.outfmt : &raw, j->req.tools,
+    c->op = srv_outparse_new(j->req.kind == SRV_KIND_CHAT ? &j->req.outfmt : &raw, j->req.tools,
                              j->req.reasoning_open,
                              id_seed ^ ((uint64_t)index * 0x94D049BB133111EBull));
     c->ev_len = calloc((size_t)j->cap, sizeof(*c->ev_len));
@@ -494,6 +493,9 @@ static bool chc_complete(const struct chc *c) {
     const struct job *j = c->j;
     if (c->finish != ANVIL_FINISH_STOP) return false;
     if (j->req.tools == SRV_TOOLS_NONE || !j->req.constraint) return true;
+    /* a family's format: the constraint held the text after the forced
+     * marker, and the parser closes a call whose closer is missing */
+    if (j->req.outfmt.tool_format != SRV_TOOLFMT_JSON || j->req.think_gate) return true;
     return anvil_constraint_matches(j->req.constraint, c->full.p ? c->full.p : "", c->full.len);
 }
 
@@ -712,6 +714,19 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, struct con
     rp.n_stop = j->req.n_stop;
     rp.top_logprobs = j->k;
     rp.constraint = j->req.constraint; /* each request takes its own reference */
+    if (j->req.think_gate) {
+        rp.think_open = j->req.reasoning_open && j->req.n_think_end > 0;
+        rp.think_end = j->req.think_end;
+        rp.n_think_end = j->req.n_think_end;
+        rp.think_budget = j->req.reasoning_budget;
+        rp.answer_prefix = j->req.answer_prefix;
+        rp.n_answer_prefix = j->req.n_answer_prefix;
+    }
+    /* the families' markers may be control tokens ([TOOL_CALLS],
+     * <|python_tag|>, harmony's <|channel|>): the parser must see them */
+    rp.special_text = j->req.kind == SRV_KIND_CHAT &&
+                      (j->req.outfmt.tool_format != SRV_TOOLFMT_JSON ||
+                       j->req.outfmt.reasoning_format != SRV_REASONING_NONE);
 
     job_list(s, j);
     atomic_fetch_add(&s->metrics.in_flight, 1);

@@ -709,6 +709,8 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
         .default_seed = cfg->default_seed,
         .cc = srv_ccache_new(), /* NULL (out of memory) only means no cache */
         .strict = cfg->strict,
+        .has_reasoning_budget = cfg->has_reasoning_budget,
+        .reasoning_budget = cfg->reasoning_budget,
     };
     { /* the tool-call format and reasoning markers, from the chat template */
         int32_t tn = anvil_model_meta_str(m, "tokenizer.chat_template", NULL, 0);

@@ -10,14 +10,23 @@
  *                         split by toolcall.c's srv_call splitter (one
  *                         call per answer, decided by the first byte under
  *                         "auto");
+ *   every family format  (Hermes, Llama 3, Mistral, harmony, DeepSeek,
+ *                         Granite, Command R, Functionary, generic) and
+ *                         every reasoning format (<think>, harmony's
+ *                         analysis channel): toolfmt.c's srv_tfp parsers,
+ *                         which split thoughts, answer text and calls
+ *                         (several per answer);
  * and for reasoning:
- *   SRV_REASONING_NONE    every byte is content.
- * A format not handled yet falls back to JSON / NONE.
+ *   SRV_REASONING_NONE    with the JSON format: every byte is content.
+ * The JSON format keeps its own splitter because its "auto" decides on
+ * the first byte under the or_text constraint (toolcall.c), which the
+ * family parsers do not need: they find the family's markers anywhere.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/srv_int.h"
+#include "server/toolfmt.h"
 
 struct srv_outparse {
     struct srv_outfmt f;
@@ -27,6 +36,8 @@ struct srv_outparse {
     int n_calls;   /* CALL_BEGIN sent */
     bool call_end; /* CALL_END sent for the current call */
     char id[40];
+    /* a family format or reasoning markers: toolfmt.c's parser */
+    struct srv_tfp *tfp;
     /* SRV_TOOLFMT_JSON */
     struct srv_call call;
     struct sbuf cpart, apart; /* one feed's content and arguments */
@@ -48,6 +59,12 @@ struct srv_outparse *srv_outparse_new(const struct srv_outfmt *f, enum srv_tools
     p->tools = tools;
     p->thinking = thinking;
     p->id_seed = id_seed;
+    if (p->f.tool_format != SRV_TOOLFMT_JSON || p->f.reasoning_format != SRV_REASONING_NONE) {
+        if (!(p->tfp = srv_tfp_new(&p->f, tools, thinking, id_seed))) {
+            free(p);
+            return NULL;
+        }
+    }
     srv_call_init(&p->call, tools == SRV_TOOLS_REQUIRED || tools == SRV_TOOLS_NAMED);
     sb_init(&p->cpart);
     sb_init(&p->apart);
@@ -56,13 +73,16 @@ struct srv_outparse *srv_outparse_new(const struct srv_outfmt *f, enum srv_tools
 
 void srv_outparse_free(struct srv_outparse *p) {
     if (!p) return;
+    srv_tfp_free(p->tfp);
     srv_call_free(&p->call);
     sb_free(&p->cpart);
     sb_free(&p->apart);
     free(p);
 }
 
-int srv_outparse_n_calls(const struct srv_outparse *p) { return p->n_calls; }
+int srv_outparse_n_calls(const struct srv_outparse *p) {
+    return p->tfp ? srv_tfp_n_calls(p->tfp) : p->n_calls;
+}
 
 static void emit_text(enum srv_part_kind kind, const char *s, size_t n, srv_part_fn fn,
                       void *user) {
@@ -109,7 +129,11 @@ static void json_flush(struct srv_outparse *p, srv_part_fn fn, void *user) {
 void srv_outparse_feed(struct srv_outparse *p, const char *s, size_t n, srv_part_fn fn,
                        void *user) {
     if (n == 0) return;
-    /* reasoning: SRV_REASONING_NONE only, so far: every byte goes on */
+    if (p->tfp) {
+        srv_tfp_feed(p->tfp, s, n, fn, user);
+        return;
+    }
+    /* the JSON format without reasoning markers */
     if (p->tools == SRV_TOOLS_NONE) {
         emit_text(SRV_PART_CONTENT, s, n, fn, user);
         return;
@@ -124,6 +148,10 @@ void srv_outparse_feed(struct srv_outparse *p, const char *s, size_t n, srv_part
 }
 
 void srv_outparse_end(struct srv_outparse *p, bool complete, srv_part_fn fn, void *user) {
+    if (p->tfp) {
+        srv_tfp_end(p->tfp, complete, fn, user);
+        return;
+    }
     if (p->tools == SRV_TOOLS_NONE) return;
     switch (p->f.tool_format) {
     case SRV_TOOLFMT_JSON:

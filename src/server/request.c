@@ -37,6 +37,8 @@ void srv_req_free(struct srv_req *r) {
     anvil_constraint_free(r->constraint);
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->think_end);
+    free(r->answer_prefix);
     memset(r, 0, sizeof(*r));
 }
 
@@ -112,7 +114,10 @@ static const struct fld fields[] = {
     {"metadata", CH, FLD_IGNORED},
     {"store", CH, FLD_IGNORED},
     {"service_tier", CH | CO, FLD_IGNORED},
-    {"parallel_tool_calls", CH, FLD_IGNORED},
+    {"parallel_tool_calls", CH, FLD_USED},
+    /* reasoning (llama-server's names) */
+    {"reasoning_format", CH, FLD_USED},
+    {"reasoning_budget", CH, FLD_USED},
 };
 
 /* Unknown field names already logged (once per name and server process). */
@@ -254,6 +259,56 @@ static bool parse_logprobs(const cJSON *root, enum srv_kind kind, struct srv_req
 }
 
 // ----------------------------------------------------------------------------
+// reasoning
+
+/* reasoning_format, reasoning_budget and parallel_tool_calls (chat). */
+static bool parse_reasoning(const struct srv_limits *lim, const cJSON *root, struct srv_req *r,
+                            struct srv_err *e) {
+    r->outfmt = lim->outfmt;
+    r->reasoning_budget = lim->has_reasoning_budget ? lim->reasoning_budget : -1;
+    r->parallel_calls = true;
+    const cJSON *rf = srv_field(root, "reasoning_format");
+    if (rf) {
+        /* llama-server's values: "none" keeps the thought in the content;
+         * "auto", "deepseek" and "deepseek-legacy" split it off (anvil's
+         * parser is the same for all three) */
+        const char *v = cJSON_IsString(rf) ? rf->valuestring : "";
+        if (!strcmp(v, "none")) r->outfmt.reasoning_format = SRV_REASONING_NONE;
+        else if (strcmp(v, "auto") && strcmp(v, "deepseek") && strcmp(v, "deepseek-legacy"))
+            return srv_bad(e, "reasoning_format", "'reasoning_format' must be one of 'none', "
+                           "'auto', 'deepseek', 'deepseek-legacy'");
+    }
+    long long b = 0;
+    bool has_b = false;
+    if (!srv_get_int(root, "reasoning_budget", -1, 1 << 30, &b, &has_b, e)) return false;
+    if (has_b) r->reasoning_budget = (int32_t)b;
+    return srv_get_bool(root, "parallel_tool_calls", &r->parallel_calls, NULL, e);
+}
+
+/* Whether the prompt's last tokens open a thought (the template wrote
+ * "<think>" after the generation prompt, as DeepSeek-R1's does): the
+ * output then starts inside it. */
+static void find_reasoning_open(const struct srv_limits *lim, struct srv_req *r) {
+    r->reasoning_open = false;
+    if (lim->outfmt.reasoning_format != SRV_REASONING_THINK || !lim->model || r->n_prompt <= 0)
+        return;
+    char tail[160];
+    size_t n = 0;
+    for (int32_t i = r->n_prompt > 6 ? r->n_prompt - 6 : 0; i < r->n_prompt; i++) {
+        int32_t k = anvil_token_to_piece(lim->model, r->prompt[i], tail + n,
+                                         (int32_t)(sizeof(tail) - 1 - n), true);
+        if (k > 0) n += (size_t)k;
+    }
+    tail[n] = 0;
+    while (n && (tail[n - 1] == '\n' || tail[n - 1] == ' ' || tail[n - 1] == '\r')) tail[--n] = 0;
+    static const char *const open[] = {"<think>", "<|START_THINKING|>", "[THINK]"};
+    for (int i = 0; i < 3; i++) {
+        size_t m = strlen(open[i]);
+        if (n >= m && !memcmp(tail + n - m, open[i], m)) r->reasoning_open = true;
+    }
+}
+
+// ----------------------------------------------------------------------------
 // the request
 
 bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
@@ -377,6 +432,8 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, co
     if (!parse_stop(root, r, e)) goto out;
     struct srv_tools tools = {.mode = SRV_TOOLS_NONE};
     if (kind == SRV_KIND_CHAT && !srv_tools_parse(root, &tools, e)) goto out;
+    if (kind == SRV_KIND_CHAT && !parse_reasoning(lim, root, r, e)) goto out;
+    if (kind != SRV_KIND_CHAT) r->reasoning_budget = -1; /* raw text: no thought gate */
 
     if (kind == SRV_KIND_CHAT ? !srv_parse_messages(lim, root, &tools, r, e)
                               : !srv_parse_prompt(lim, root, r, e))
@@ -386,6 +443,7 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, co
         srv_bad(e, pname, "the prompt is empty");
         goto out;
     }
+    if (kind == SRV_KIND_CHAT) find_reasoning_open(lim, r);
     if (!srv_fit(lim, r, pname, has_max, max_tokens, e)) goto out;
     /* last: a compile error is only worth the time for a request that is
      * otherwise fine */

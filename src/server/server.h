@@ -57,6 +57,10 @@ struct srv_config {
     /* Browser origins allowed (CORS): NULL or "" = none, "*" = any, else
      * a comma-separated list of exact origins ("https://a.example"). */
     const char *cors_origins;
+    /* --reasoning-budget: a thought's tokens at most for requests that
+     * give no reasoning_budget (0: no thinking); unset: no limit */
+    bool has_reasoning_budget;
+    int32_t reasoning_budget;
 };
 
 /* Start the HTTP daemon on its own threads (none with cfg->external).

@@ -136,6 +136,10 @@ struct srv_limits {
     struct srv_ccache *cc; /* compiled constraints, or NULL (compile every time) */
     struct srv_outfmt outfmt; /* the template's tool-call format and reasoning markers */
     bool strict; /* anvil serve --strict: an unknown request field is a 400 (else ignored) */
+    /* anvil serve --reasoning-budget N: a thought's tokens at most (0: no
+     * thinking), for requests that give no reasoning_budget */
+    bool has_reasoning_budget;
+    int32_t reasoning_budget;
 };
 
 /* tool_choice, resolved (toolcall.c) */
@@ -187,6 +191,17 @@ struct srv_req {
     /* unknown top-level fields that were ignored, comma separated, for the
      * X-Anvil-Ignored-Fields header ("" = none; cut to fit) */
     char ignored[256];
+    /* reasoning and the model's own tool-call format (request.c,
+     * structured.c; docs/tool-calls.md) */
+    struct srv_outfmt outfmt;   /* what the output parser reads (chat; reasoning_format
+                                   "none" leaves thoughts in the content) */
+    int32_t reasoning_budget;   /* a thought's tokens at most; -1: no limit */
+    bool parallel_calls;        /* parallel_tool_calls (true unless false) */
+    bool think_gate;            /* the engine holds the constraint until a thought ends */
+    anvil_token *think_end;     /* (n_think_end,) malloc'd: the tokens that end a thought */
+    int32_t n_think_end;
+    anvil_token *answer_prefix; /* (n_answer_prefix,) malloc'd: forced before the answer */
+    int32_t n_answer_prefix;
 };
 
 /* Parse and validate a JSON body. On failure fills err (400 and the
@@ -250,6 +265,14 @@ bool srv_tools_parse(const struct cJSON *root, struct srv_tools *t, struct srv_e
 /* The JSON Schema of a call ({"name", "arguments"}) under tool_choice:
  * malloc'd text, NULL when out of memory. */
 char *srv_tools_schema(const struct srv_tools *t);
+/* The call of tool_choice required / named in the model's own format f:
+ * the JSON Schema (malloc'd) of the text after the format's opening
+ * marker, which goes to prefix ("" when the call has none). parallel:
+ * formats whose calls are a JSON array take one or more, else one.
+ * NULL with e set (400, or 500 when out of memory) when f cannot hold
+ * the choice. */
+char *srv_tools_family(const struct srv_tools *t, enum srv_toolfmt f, bool parallel,
+                       struct sbuf *prefix, struct srv_err *e);
 /* System-prompt text listing the functions and how to call them (free
  * with core_free; NULL when out of memory). */
 char *srv_tools_prompt(const struct srv_tools *t);

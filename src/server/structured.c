@@ -54,6 +54,55 @@ static char *json_schema_text(const cJSON *js, struct srv_err *e) {
     return t;
 }
 
+/* Tokens of text (control tokens parsed) into a malloc'd array. */
+static bool tokens_of(const struct srv_limits *lim, const char *text, anvil_token **out,
+                      int32_t *n, struct srv_err *e) {
+    *out = NULL;
+    *n = 0;
+    size_t len = strlen(text);
+    if (!len) return true;
+    anvil_token tmp[256];
+    int32_t k = anvil_tokenize(lim->model, text, len, tmp, 256, false, true);
+    if (k < 0) {
+        srv_err_set(e, 500, "server_error", NULL, NULL, "a format marker is over 256 tokens");
+        return false;
+    }
+    if (!(*out = malloc((size_t)(k ? k : 1) * sizeof(**out)))) return srv_oom(e);
+    memcpy(*out, tmp, (size_t)k * sizeof(**out));
+    *n = k;
+    return true;
+}
+
+/* The answer's forced start for a content constraint: harmony's final
+ * channel (after the prompt's <|start|>assistant), nothing otherwise. */
+static const char *answer_prefix(const struct srv_req *r) {
+    return r->outfmt.tool_format == SRV_TOOLFMT_HARMONY ? "<|channel|>final<|message|>" : NULL;
+}
+
+/* The engine's thought gate and answer prefix (guide.h) for the
+ * template's reasoning markers: a thought the prompt opened is free
+ * text, the constraint (if any) starts after its end marker; the budget
+ * forces that marker. prefix: forced at the start of the answer (NULL:
+ * none). */
+static bool set_gate(const struct srv_limits *lim, struct srv_req *r, const char *prefix,
+                     struct srv_err *e) {
+    if (!lim->model) return true;
+    if (prefix && !tokens_of(lim, prefix, &r->answer_prefix, &r->n_answer_prefix, e))
+        return false;
+    /* the markers are the template's: it decides, not the request's
+     * reasoning_format (the model thinks whatever the client reads) */
+    if (lim->outfmt.reasoning_format != SRV_REASONING_THINK || !r->reasoning_open) {
+        r->think_gate = r->n_answer_prefix > 0;
+        return true;
+    }
+    const char *close = "</think>";
+    if (r->outfmt.tool_format == SRV_TOOLFMT_COMMAND_R) close = "<|END_THINKING|>";
+    else if (r->outfmt.tool_format == SRV_TOOLFMT_MISTRAL) close = "[/THINK]";
+    if (!tokens_of(lim, close, &r->think_end, &r->n_think_end, e)) return false;
+    r->think_gate = r->n_think_end > 0;
+    return true;
+}
+
 bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
                           const struct srv_tools *tools, struct srv_req *r,
                           struct srv_err *e) {
@@ -107,7 +156,14 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
                 "json_schema), 'grammar' and 'regex'");
         goto out;
     }
-    if (tools->mode != SRV_TOOLS_NONE) {
+    if (tools->mode == SRV_TOOLS_AUTO && (gr || rx) &&
+        r->outfmt.tool_format != SRV_TOOLFMT_JSON) {
+        /* the model's own format under "auto": a grammar or regex shapes
+         * the raw output (markers included) and the parser finds the
+         * calls in it, as in any "auto" answer */
+        r->tools = tools->mode;
+        if (!set_gate(lim, r, NULL, e)) goto out;
+    } else if (tools->mode != SRV_TOOLS_NONE) {
         if (gr || rx) {
             srv_bad(e, gr ? "grammar" : "regex", "'%s' cannot be combined with tool calls "
                     "(tool_choice 'none' turns them off)", gr ? "grammar" : "regex");
@@ -119,17 +175,40 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
                     "free text)");
             goto out;
         }
-        /* required / named: the answer is the call, so response_format
-         * (which shapes a content answer) has nothing to apply to */
-        free(owned);
-        if (!(owned = srv_tools_schema(tools))) {
-            srv_oom(e);
+        enum srv_toolfmt tf = r->outfmt.tool_format;
+        if (tf != SRV_TOOLFMT_JSON && tools->mode == SRV_TOOLS_AUTO) {
+            /* the model's own format: it decides as trained, the parser
+             * finds its calls (nothing constrained) */
+            r->tools = tools->mode;
+            ok = set_gate(lim, r, NULL, e);
             goto out;
         }
+        /* required / named: the answer is the call, so response_format
+         * (which shapes a content answer) has nothing to apply to; in a
+         * family's format, its opening marker is forced and the
+         * constraint holds what follows */
+        free(owned);
+        owned = NULL;
+        struct sbuf prefix;
+        sb_init(&prefix);
+        if (tf == SRV_TOOLFMT_JSON) owned = srv_tools_schema(tools);
+        else owned = srv_tools_family(tools, tf, r->parallel_calls, &prefix, e);
+        if (!owned || prefix.oom) {
+            if (!owned && e->status == 0) srv_oom(e);
+            else if (prefix.oom) srv_oom(e);
+            sb_free(&prefix);
+            goto out;
+        }
+        bool pok = set_gate(lim, r, prefix.p ? prefix.p : "", e);
+        sb_free(&prefix);
+        if (!pok) goto out;
         kind = ANVIL_CONSTRAINT_JSON_SCHEMA;
         src = owned;
         param = "tools";
         cp.or_text = tools->mode == SRV_TOOLS_AUTO;
+    } else if (kind || r->reasoning_budget >= 0) {
+        /* a content constraint after the thought, or a budget alone */
+        if (!set_gate(lim, r, kind ? answer_prefix(r) : NULL, e)) goto out;
     }
     if (!kind) {
         ok = true;

@@ -159,35 +159,142 @@ static bool rebase_refs(cJSON *x, const char *prefix, int depth) {
     return true;
 }
 
-char *srv_tools_schema(const struct srv_tools *t) {
+/* One tool's parameters schema, its $refs rebased under ref (NULL when
+ * out of memory); a function without parameters takes none. */
+static cJSON *params_of(const struct srv_tools *t, int i, const char *ref) {
+    const cJSON *par = srv_field(t->fn[i], "parameters");
+    cJSON *p = par ? cJSON_Duplicate(par, true)
+                   : cJSON_Parse("{\"type\":\"object\",\"properties\":{}}");
+    if (p && ref && !rebase_refs(p, ref, 0)) {
+        cJSON_Delete(p);
+        p = NULL;
+    }
+    return p;
+}
+
+/* The schema of one call object {name_key: N, args_key: {...}} as anyOf
+ * over the tools the mode allows, each function's parameters under
+ * $defs/t<i>. With array, an array of 1 (or, parallel, 1 or more) such
+ * objects; with wrap, that inside {wrap: ...}. */
+static char *call_schema(const struct srv_tools *t, const char *name_key, const char *args_key,
+                         bool array, bool parallel, const char *wrap) {
     cJSON *root = cJSON_CreateObject();
-    cJSON *any = cJSON_AddArrayToObject(root, "anyOf");
-    cJSON *defs = cJSON_AddObjectToObject(root, "$defs");
-    bool ok = root && any && defs;
+    cJSON *defs = root ? cJSON_AddObjectToObject(root, "$defs") : NULL;
+    cJSON *one = defs ? cJSON_CreateObject() : NULL;
+    cJSON *any = one ? cJSON_AddArrayToObject(one, "anyOf") : NULL;
+    bool ok = root && defs && one && any;
     for (int i = 0; ok && i < t->n; i++) {
         if (t->mode == SRV_TOOLS_NAMED && i != t->named) continue;
         char def[16], ref[32];
         snprintf(def, sizeof(def), "t%d", i);
         snprintf(ref, sizeof(ref), "#/$defs/t%d", i);
-        const cJSON *par = srv_field(t->fn[i], "parameters");
-        /* no parameters: a function that takes none */
-        cJSON *p = par ? cJSON_Duplicate(par, true) : cJSON_Parse("{\"type\":\"object\",\"properties\":{}}");
-        ok = p && rebase_refs(p, ref, 0);
+        cJSON *p = params_of(t, i, ref);
+        ok = p != NULL;
         if (ok) cJSON_AddItemToObject(defs, def, p);
-        else cJSON_Delete(p);
         cJSON *br = ok ? cJSON_CreateObject() : NULL;
         cJSON *props = br ? cJSON_AddObjectToObject(br, "properties") : NULL;
-        cJSON *nm = props ? cJSON_AddObjectToObject(props, "name") : NULL;
-        cJSON *args = nm ? cJSON_AddObjectToObject(props, "arguments") : NULL;
-        cJSON *req = args ? cJSON_CreateStringArray((const char *[]){"name", "arguments"}, 2) : NULL;
+        cJSON *nm = props ? cJSON_AddObjectToObject(props, name_key) : NULL;
+        cJSON *args = nm ? cJSON_AddObjectToObject(props, args_key) : NULL;
+        cJSON *req = args ? cJSON_CreateStringArray((const char *[]){name_key, args_key}, 2) : NULL;
         ok = req && cJSON_AddStringToObject(br, "type", "object") &&
              cJSON_AddStringToObject(nm, "const", t->name[i]) &&
              cJSON_AddStringToObject(args, "$ref", ref);
         if (req) cJSON_AddItemToObject(br, "required", req);
         if (br) cJSON_AddItemToArray(any, br);
     }
+    /* root: the call, an array of calls, or {wrap: [calls]} */
+    cJSON *item = one;
+    if (ok && array) {
+        cJSON *arr = cJSON_CreateObject();
+        ok = arr && cJSON_AddStringToObject(arr, "type", "array") &&
+             cJSON_AddNumberToObject(arr, "minItems", 1) &&
+             (parallel || cJSON_AddNumberToObject(arr, "maxItems", 1));
+        if (arr) cJSON_AddItemToObject(arr, "items", one);
+        else cJSON_Delete(one);
+        item = arr;
+        one = NULL;
+    }
+    if (ok && wrap) {
+        cJSON *w = cJSON_CreateObject();
+        cJSON *props = w ? cJSON_AddObjectToObject(w, "properties") : NULL;
+        cJSON *req = props ? cJSON_CreateStringArray((const char *[]){wrap}, 1) : NULL;
+        ok = req && cJSON_AddStringToObject(w, "type", "object");
+        if (req) cJSON_AddItemToObject(w, "required", req);
+        if (props) cJSON_AddItemToObject(props, wrap, item);
+        else cJSON_Delete(item);
+        item = w;
+        one = NULL;
+    }
+    /* the item's keywords move up to the root, beside $defs */
+    if (ok && item) {
+        while (item->child) {
+            cJSON *c = cJSON_DetachItemViaPointer(item, item->child);
+            cJSON_AddItemToObject(root, c->string, c);
+        }
+        cJSON_Delete(item);
+        item = NULL;
+    } else {
+        cJSON_Delete(item);
+    }
+    (void)one;
     char *s = ok ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
+    return s;
+}
+
+char *srv_tools_schema(const struct srv_tools *t) {
+    return call_schema(t, "name", "arguments", false, false, NULL);
+}
+
+/* DeepSeek's markers (U+FF5C and U+2581, as toolfmt.c spells them) */
+#define DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
+
+char *srv_tools_family(const struct srv_tools *t, enum srv_toolfmt f, bool parallel,
+                       struct sbuf *prefix, struct srv_err *e) {
+    sb_clear(prefix);
+    switch (f) {
+    case SRV_TOOLFMT_JSON: return call_schema(t, "name", "arguments", false, false, NULL);
+    case SRV_TOOLFMT_HERMES:
+        /* one <tool_call> block: the constraint ends with its object */
+        sb_puts(prefix, "<tool_call>\n");
+        return call_schema(t, "name", "arguments", false, false, NULL);
+    case SRV_TOOLFMT_LLAMA3: return call_schema(t, "name", "parameters", false, false, NULL);
+    case SRV_TOOLFMT_MISTRAL:
+        sb_puts(prefix, "[TOOL_CALLS]");
+        return call_schema(t, "name", "arguments", true, parallel, NULL);
+    case SRV_TOOLFMT_GRANITE:
+        sb_puts(prefix, "<|tool_call|>");
+        return call_schema(t, "name", "arguments", true, parallel, NULL);
+    case SRV_TOOLFMT_COMMAND_R:
+        sb_puts(prefix, "Action: ```json\n");
+        return call_schema(t, "tool_name", "parameters", true, parallel, NULL);
+    case SRV_TOOLFMT_GENERIC:
+        return call_schema(t, "name", "arguments", true, parallel, "tool_calls");
+    default: break;
+    }
+    /* the name sits between markers: the call's tool must be known */
+    int i = t->mode == SRV_TOOLS_NAMED ? t->named : t->n == 1 ? 0 : -1;
+    if (i < 0) {
+        srv_bad(e, "tool_choice", "tool_choice 'required' with several tools cannot be enforced "
+                "in this model's tool-call format (%s): name one function", srv_toolfmt_name(f));
+        return NULL;
+    }
+    const char *name = t->name[i];
+    switch (f) {
+    case SRV_TOOLFMT_FUNCTIONARY: sb_printf(prefix, "<function=%s>", name); break;
+    case SRV_TOOLFMT_DEEPSEEK_R1:
+    case SRV_TOOLFMT_DEEPSEEK_V3:
+        sb_printf(prefix, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "%s\n```json\n", name);
+        break;
+    default: /* harmony: after the prompt's <|start|>assistant */
+        sb_printf(prefix, "<|channel|>commentary to=functions.%s <|constrain|>json<|message|>", name);
+        break;
+    }
+    cJSON *p = params_of(t, i, NULL);
+    char *s = p ? cJSON_PrintUnformatted(p) : NULL;
+    cJSON_Delete(p);
     return s;
 }
 

@@ -753,3 +753,20 @@ def forward_gptoss(w, tokens, cfg=None):
                 moe[t] += wt * (w[p + "ffn_down_exps.weight"][e] @ a + w[p + "ffn_down_exps.bias"][e])
         x = x + moe
     return rmsnorm(x, w["output_norm.weight"], eps) @ w["output.weight"].T
+
+
+def make_gguf_template(path, name, template, **kw):
+    """make_gguf with tokenizer.chat_template set to template (the tool-call
+    and reasoning tests give tiny models the real templates of families)."""
+    orig = gguf.GGUFWriter
+
+    class WithTemplate(orig):
+        def write_header_to_file(self, *a, **k):
+            self.add_chat_template(template)
+            return super().write_header_to_file(*a, **k)
+
+    gguf.GGUFWriter = WithTemplate
+    try:
+        return make_gguf(path, name, **kw)
+    finally:
+        gguf.GGUFWriter = orig

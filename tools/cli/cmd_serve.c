@@ -72,6 +72,8 @@ static void usage(FILE *f) {
             "      --chat-template NAME  chat template family instead of the file's:\n"
             "                        %s\n"
             "      --no-webui        do not serve the chat page (GET / is a 404)\n"
+            "      --reasoning-budget N  a thought's tokens at most (then it is closed; 0:\n"
+            "                        no thinking); requests may set reasoning_budget\n"
             "      --strict          refuse (400) request fields anvil does not know; by\n"
             "                        default they are ignored and named in an\n"
             "                        X-Anvil-Ignored-Fields response header\n"
@@ -178,6 +180,8 @@ int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *kernels = NULL;
     const char *replica_id = NULL;
     bool webui = true, strict = false;
+    bool has_reasoning_budget = false;
+    long reasoning_budget = 0;
     const char *cors_origins = NULL;
     long port = 8080, parallel = 0, max_queue = DEFAULT_MAX_QUEUE, timeout = DEFAULT_TIMEOUT;
     long header_timeout = DEFAULT_HEADER_TIMEOUT, max_conn = DEFAULT_MAX_CONN;
@@ -257,6 +261,10 @@ int cmd_serve(int argc, char **argv) {
             chat_template = v; /* checked against the model's once it is loaded */
         } else if (!strcmp(a, "--no-webui")) {
             webui = false;
+        } else if (!strcmp(a, "--reasoning-budget")) {
+            VAL();
+            if (!cli_int(CMD, a, v, 0, 1 << 30, &reasoning_budget)) return 2;
+            has_reasoning_budget = true;
         } else if (!strcmp(a, "--strict")) {
             strict = true;
         } else if (!strcmp(a, "--cors-origins")) {
@@ -384,6 +392,8 @@ int cmd_serve(int argc, char **argv) {
         .webui = webui,
         .replica_id = replica_id,
         .strict = strict,
+        .has_reasoning_budget = has_reasoning_budget,
+        .reasoning_budget = (int32_t)reasoning_budget,
         .cors_origins = cors_origins,
         .parallel = parallel ? (int32_t)parallel : ANVIL_ENGINE_MAX_RUNNING_DEFAULT,
     };

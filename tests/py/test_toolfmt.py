@@ -1,0 +1,295 @@
+"""test_toolfmt.py - tool calls and reasoning in the model's own format,
+over HTTP (docs/tool-calls.md).
+
+Tiny random-weight models (tests/gen/tiny_arch.py) carry the real chat
+template of each family (llama.cpp's models/templates corpus, from the
+llama-cpp-python source the venv's setup keeps); anvil detects the format
+from the template. To make the parse path deterministic, the raw output
+is fixed by a grammar (under tool_choice "auto" a grammar shapes the raw
+text, markers included, and the parser reads the calls from it). Checked:
+
+  - each family's call text -> tool_calls (name, JSON arguments),
+    finish_reason "tool_calls", parallel calls, harmony's channels;
+  - streamed deltas, put together, equal the whole response; each call's
+    first delta has its id and name, its arguments come in pieces;
+  - <think> -> reasoning_content, the rest -> content; reasoning_format
+    "none" keeps the thought in the content;
+  - tool_choice "required" / a named tool on an unconstrained random model:
+    the family's marker is forced, the arguments validate against the
+    tool's schema (jsonschema), parallel_tool_calls false -> one call;
+  - malformed output (an unclosed call, invalid JSON, a call cut by
+    max_tokens): 200 with a text answer or the call as far as it went;
+    never a crash.
+"""
+import glob
+import json
+import os
+import sys
+
+import jsonschema
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "gen"))
+sys.path.insert(0, HERE)
+
+import tiny_arch  # noqa: E402
+from serve_util import Server, read_all, sse_data, stream_post  # noqa: E402
+
+TEMPLATES = os.path.expanduser(
+    "~/.cache/anvil/llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates")
+
+# family -> a template file of the corpus whose format anvil detects as it
+FAMILIES = {
+    "hermes": "Qwen-Qwen2.5-7B-Instruct.jinja",
+    "qwen3": "Qwen-Qwen3-0.6B.jinja",
+    "llama3": "meta-llama-Llama-3.1-8B-Instruct.jinja",
+    "mistral": "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+    "harmony": "openai-gpt-oss-120b.jinja",
+    "granite": "ibm-granite-granite-3.3-2B-Instruct.jinja",
+    "deepseek_r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+}
+
+TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object",
+                       "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+                       "required": ["city"], "additionalProperties": False},
+    },
+}, {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {"type": "object",
+                       "properties": {"zone": {"type": "integer", "minimum": 0, "maximum": 9}},
+                       "required": ["zone"], "additionalProperties": False},
+    },
+}]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+DS = "\uff5c"  # DeepSeek's full-width bar
+DS_U = "\u2581"
+PARIS = '{"city": "Paris"}'
+ROME = '{"city": "Rome"}'
+
+# family -> (raw output with one call, raw output with two calls or None)
+CALL_TEXT = {
+    "hermes": (f'<tool_call>\n{{"name": "get_weather", "arguments": {PARIS}}}\n</tool_call>',
+               f'<tool_call>\n{{"name": "get_weather", "arguments": {PARIS}}}\n</tool_call>\n'
+               f'<tool_call>\n{{"name": "get_weather", "arguments": {ROME}}}\n</tool_call>'),
+    "qwen3": (f'<think>\nI look it up.\n</think>\n\n<tool_call>\n{{"name": "get_weather", '
+              f'"arguments": {PARIS}}}\n</tool_call>', None),
+    "llama3": (f'{{"name": "get_weather", "parameters": {PARIS}}}', None),
+    "mistral": (f'[TOOL_CALLS][{{"name": "get_weather", "arguments": {PARIS}}}]',
+                f'[TOOL_CALLS][{{"name": "get_weather", "arguments": {PARIS}}}, '
+                f'{{"name": "get_weather", "arguments": {ROME}}}]'),
+    "harmony": ('<|channel|>analysis<|message|>I look it up.<|end|><|start|>assistant'
+                f'<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>'
+                f'{PARIS}<|call|>', None),
+    "granite": (f'<|tool_call|>[{{"name": "get_weather", "arguments": {PARIS}}}]',
+                f'<|tool_call|>[{{"name": "get_weather", "arguments": {PARIS}}}, '
+                f'{{"name": "get_weather", "arguments": {ROME}}}]'),
+    "deepseek_r1": (f'<{DS}tool{DS_U}calls{DS_U}begin{DS}><{DS}tool{DS_U}call{DS_U}begin{DS}>'
+                    f'function<{DS}tool{DS_U}sep{DS}>get_weather\n```json\n{PARIS}\n```'
+                    f'<{DS}tool{DS_U}call{DS_U}end{DS}><{DS}tool{DS_U}calls{DS_U}end{DS}>', None),
+}
+
+
+def gbnf_literal(s):
+    """A GBNF grammar whose only sentence is s."""
+    out = []
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        else:
+            out.append(ch)
+    return 'root ::= "' + "".join(out) + '"'
+
+
+def template_of(family):
+    path = os.path.join(TEMPLATES, FAMILIES[family])
+    if not os.path.exists(path):
+        pytest.fail(f"template corpus missing: {path} (the venv setup keeps llama-cpp-python's "
+                    "source)")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """family -> a running server over a tiny model with that template."""
+    d = tmp_path_factory.mktemp("toolfmt")
+    out = {}
+    try:
+        for fam in FAMILIES:
+            path = str(d / f"{fam}.gguf")
+            tiny_arch.make_gguf_template(path, "llama3", template_of(fam), seed=3, n_ctx=4096)
+            out[fam] = Server(model=path)
+        yield out
+    finally:
+        for s in out.values():
+            s.stop()
+
+
+def chat(srv, **body):
+    body.setdefault("messages", [{"role": "user", "content": "Weather in Paris?"}])
+    body.setdefault("max_tokens", 400)
+    body.setdefault("temperature", 0)
+    st, _, data = srv.request("POST", "/v1/chat/completions", body)
+    assert st == 200, data
+    return json.loads(data)
+
+
+def streamed(srv, **body):
+    """The stream's deltas put together: (content, reasoning, calls, finish,
+    first deltas of each call)."""
+    body.setdefault("messages", [{"role": "user", "content": "Weather in Paris?"}])
+    body.setdefault("max_tokens", 400)
+    body.setdefault("temperature", 0)
+    body["stream"] = True
+    k = stream_post(srv.port, "/v1/chat/completions", body)
+    raw = read_all(k)
+    k.close()
+    assert raw.split(b"\r\n", 1)[0].split()[1] == b"200", raw[:300]
+    content, reasoning, calls, first, finish = "", "", {}, {}, None
+    for ev in sse_data(raw):
+        if ev == "[DONE]":
+            break
+        if ev == b"[DONE]":
+            break
+        ch = json.loads(ev)["choices"]
+        if not ch:
+            continue
+        d = ch[0].get("delta", {})
+        content += d.get("content") or ""
+        reasoning += d.get("reasoning_content") or ""
+        for tc in d.get("tool_calls") or []:
+            i = tc["index"]
+            if i not in calls:
+                first[i] = tc
+                calls[i] = {"id": tc.get("id"), "name": tc["function"].get("name"), "args": ""}
+            calls[i]["args"] += tc["function"].get("arguments") or ""
+        finish = ch[0].get("finish_reason") or finish
+    return content, reasoning, [calls[i] for i in sorted(calls)], finish, first
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_call_parsed(servers, family):
+    srv = servers[family]
+    one, two = CALL_TEXT[family]
+    r = chat(srv, tools=TOOLS, grammar=gbnf_literal(one))
+    m = r["choices"][0]["message"]
+    assert r["choices"][0]["finish_reason"] == "tool_calls", r
+    calls = m["tool_calls"]
+    assert len(calls) == 1
+    assert calls[0]["type"] == "function" and calls[0]["id"].startswith("call_")
+    assert calls[0]["function"]["name"] == "get_weather"
+    assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
+    assert not (m.get("content") or "").strip()
+    if family in ("qwen3", "harmony"):
+        assert m.get("reasoning_content") == "I look it up."
+    # the stream says the same
+    content, reasoning, scalls, finish, first = streamed(srv, tools=TOOLS, grammar=gbnf_literal(one))
+    assert finish == "tool_calls"
+    # (ids are fresh per request)
+    assert [(c["name"], json.loads(c["args"])) for c in scalls] == \
+        [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    assert all(c["id"] and c["id"].startswith("call_") for c in scalls)
+    assert first[0]["id"] and first[0]["function"]["name"] == "get_weather"
+    assert content.strip() == (m.get("content") or "").strip()
+    assert reasoning == (m.get("reasoning_content") or "")
+    if two:
+        r = chat(srv, tools=TOOLS, grammar=gbnf_literal(two))
+        calls = r["choices"][0]["message"]["tool_calls"]
+        assert [json.loads(c["function"]["arguments"])["city"] for c in calls] == ["Paris", "Rome"]
+        assert len({c["id"] for c in calls}) == 2
+        _, _, scalls, _, _ = streamed(srv, tools=TOOLS, grammar=gbnf_literal(two))
+        assert [json.loads(c["args"]) for c in scalls] == [{"city": "Paris"}, {"city": "Rome"}]
+        assert len({c["id"] for c in scalls}) == 2
+
+
+def test_reasoning_split(servers):
+    srv = servers["qwen3"]
+    g = gbnf_literal("<think>\nSunny, I think.\n</think>\n\nIt is sunny.")
+    r = chat(srv, grammar=g)
+    m = r["choices"][0]["message"]
+    assert m["reasoning_content"] == "Sunny, I think."
+    assert m["content"] == "It is sunny."
+    content, reasoning, _, _, _ = streamed(srv, grammar=g)
+    assert (content, reasoning) == ("It is sunny.", "Sunny, I think.")
+    r = chat(srv, grammar=g, reasoning_format="none")
+    m = r["choices"][0]["message"]
+    assert "<think>" in m["content"] and not m.get("reasoning_content")
+    st, _, data = srv.request("POST", "/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": "x"}],
+                               "reasoning_format": "loud"})
+    assert st == 400 and b"reasoning_format" in data
+
+
+@pytest.mark.parametrize("family", ["hermes", "mistral", "llama3", "granite", "harmony",
+                                    "deepseek_r1"])
+def test_required_is_schema_valid(servers, family):
+    """A random model under tool_choice required / named: the family's
+    marker is forced and the arguments are valid by construction."""
+    srv = servers[family]
+    choices = ["required", {"type": "function", "function": {"name": "get_time"}}]
+    if family in ("harmony", "deepseek_r1"):  # the name sits between markers: one tool
+        choices = [{"type": "function", "function": {"name": "get_time"}}]
+    for choice in choices:
+        for parallel in (True, False):
+            r = chat(srv, tools=TOOLS, tool_choice=choice, parallel_tool_calls=parallel,
+                     max_tokens=300)
+            ch = r["choices"][0]
+            calls = ch["message"].get("tool_calls") or []
+            assert ch["finish_reason"] == "tool_calls", r
+            assert calls, r
+            if not parallel:
+                assert len(calls) == 1
+            if parallel and len(calls) > 1 and r["usage"]["completion_tokens"] >= 300:
+                calls = calls[:-1]  # the model's last call was cut by max_tokens
+            for c in calls:
+                name = c["function"]["name"]
+                if isinstance(choice, dict):
+                    assert name == "get_time"
+                jsonschema.validate(json.loads(c["function"]["arguments"]), SCHEMAS[name])
+    if family in ("harmony", "deepseek_r1"):
+        st, _, data = srv.request("POST", "/v1/chat/completions",
+                                  {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS,
+                                   "tool_choice": "required"})
+        assert st == 400 and b"name one function" in data
+
+
+def test_auto_unconstrained(servers):
+    """auto in a family format: nothing is forced; the random model's
+    words come back as content (no marker: no call)."""
+    srv = servers["hermes"]
+    r = chat(srv, tools=TOOLS, max_tokens=12)
+    ch = r["choices"][0]
+    assert ch["finish_reason"] in ("length", "stop")
+    assert not ch["message"].get("tool_calls")
+
+
+@pytest.mark.parametrize("raw", [
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": ',   # unclosed
+    '<tool_call>\n{nope}\n</tool_call>',                              # invalid JSON
+    '<tool_call>\n{"name": "bad name!", "arguments": {}}\n</tool_call>',
+    'Plain words, <tool_call',                                        # a marker cut short
+])
+def test_malformed(servers, raw):
+    srv = servers["hermes"]
+    r = chat(srv, tools=TOOLS, grammar=gbnf_literal(raw))
+    m = r["choices"][0]["message"]
+    for c in m.get("tool_calls") or []:
+        assert c["function"]["name"] == "get_weather"
+    if not m.get("tool_calls"):
+        assert m["content"], r
+    content, _, scalls, _, _ = streamed(srv, tools=TOOLS, grammar=gbnf_literal(raw))
+    assert len(scalls) == len(m.get("tool_calls") or [])
+    # cut by max_tokens inside a call
+    r = chat(srv, tools=TOOLS, grammar=gbnf_literal(CALL_TEXT["hermes"][0]), max_tokens=30)
+    assert r["choices"][0]["finish_reason"] in ("length", "tool_calls")
