@@ -1244,9 +1244,20 @@ static void st_mirostat(struct chain *k, const struct anvil_sampler *s) {
             select_first(k, keep);
         }
     } else {
+        /* the test is monotone in the logit: evaluate it only between the
+         * lowest logit seen to pass and the highest seen to fail (a few
+         * evaluations on random order, not one per candidate) */
         int32_t w = 0;
-        for (int32_t i = 0; i < k->n; i++)
-            if (!(-log2(Q(i)) > (double)mu)) k->c[w++] = k->c[i]; /* keeps the order */
+        float pass = INFINITY, fail = -INFINITY;
+        for (int32_t i = 0; i < k->n; i++) {
+            float l = k->c[i].l;
+            bool in;
+            if (l >= pass) in = true;
+            else if (l <= fail) in = false;
+            else if ((in = !(-log2(Q(i)) > (double)mu))) pass = l;
+            else fail = l;
+            if (in) k->c[w++] = k->c[i]; /* keeps the order */
+        }
         if (w == 0) { /* nothing moved: the first in order */
             int32_t best = 0;
             for (int32_t i = 1; i < k->n; i++)
