@@ -607,6 +607,10 @@ struct anvil_event {
     double ttft_s;            /* DONE: submit to first token */
     const char *error;        /* DONE with ANVIL_FINISH_ERROR or _CONSTRAINT */
     int32_t pos;              /* PROMPT: the token's position in the prompt (>= 1) */
+    /* DONE: measured times (seconds): submit to first admission, admission
+     * to the first token (to the end when none came), first token to the
+     * end (0 when none came) */
+    double queue_s, prefill_s, decode_s;
 };
 
 typedef void (*anvil_event_fn)(void *user, const struct anvil_event *ev);

@@ -53,6 +53,7 @@ struct request {
     char *held;          /* released by detok, held back for stop matching */
     int32_t n_held, held_cap;
     double t_submit, t_first;
+    double t_admit;      /* first admission (0 before) */
     bool cancelled;      /* written under mu */
     uint64_t admit_seq;  /* admission order, for preemption */
     enum anvil_spec spec;     /* OFF, NGRAM or DRAFT (resolved at submit) */

@@ -84,6 +84,7 @@ void engine_admit(struct anvil_engine *e) {
         r->n_cached = reused;
         r->n_reused = reused;
         r->admit_seq = ++e->admit_counter;
+        if (r->t_admit == 0) r->t_admit = time_now_s();
         pthread_mutex_lock(&e->mu);
         e->stats.queued--;
         e->stats.n_prefix_tokens += (uint64_t)reused;

@@ -73,6 +73,7 @@ struct chc {
     bool done;
     enum anvil_finish finish;
     int32_t n_prompt, n_gen, n_reused;
+    double queue_s, prefill_s, decode_s; /* the DONE event's */
     char errmsg[200];
     double t_last; /* last token event (ITL), time_now_s */
 
@@ -477,6 +478,9 @@ static void on_event(void *user, const struct anvil_event *ev) {
         c->n_prompt = ev->n_prompt;
         c->n_gen = ev->n_gen;
         c->n_reused = ev->n_reused;
+        c->queue_s = ev->queue_s;
+        c->prefill_s = ev->prefill_s;
+        c->decode_s = ev->decode_s;
         if (ev->error) snprintf(c->errmsg, sizeof(c->errmsg), "%s", ev->error);
         if (overflow) {
             c->finish = ANVIL_FINISH_ERROR;
@@ -610,6 +614,9 @@ static void job_choices(struct job *j) {
     for (int i = 0; i < j->n; i++) {
         chc_choice(&j->ch[i], &j->choices[i]);
         j->usage.n_gen += j->ch[i].n_gen;
+        if (j->ch[i].queue_s > j->usage.queue_s) j->usage.queue_s = j->ch[i].queue_s;
+        if (j->ch[i].prefill_s > j->usage.prefill_s) j->usage.prefill_s = j->ch[i].prefill_s;
+        if (j->ch[i].decode_s > j->usage.decode_s) j->usage.decode_s = j->ch[i].decode_s;
     }
     /* one prompt: counted once */
     j->usage.n_prompt = j->n > 0 ? j->ch[0].n_prompt : 0;
