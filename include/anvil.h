@@ -593,12 +593,23 @@ struct anvil_request_params {
      * tokens spell nothing. End-of-generation tokens end the output
      * either way. */
     bool special_text;
+    /* Prompt log-probabilities (echo with logprobs, prompt_logprobs): one
+     * ANVIL_EVENT_PROMPT for every prompt token after the first, with the
+     * token's logprob given the tokens before it and prompt_top_logprobs
+     * (<= ANVIL_MAX_TOP_LOGPROBS) alternatives. Every prompt row is then
+     * computed with its logits: the request reuses no cached prefix.
+     * max_tokens may then be 0 (the request ends after its prompt). */
+    bool prompt_logprobs;
+    int32_t prompt_top_logprobs;
 };
 
 enum anvil_event_type {
     ANVIL_EVENT_TOKEN = 1, /* one generated token (text may be empty while a
                               UTF-8 character or stop-string prefix is held) */
     ANVIL_EVENT_DONE,      /* last event of a request: finish says why */
+    ANVIL_EVENT_PROMPT,    /* prompt_logprobs: token (at prompt position pos), its
+                              logprob and alternatives; no text. All come before
+                              the first TOKEN, in position order */
 };
 
 struct anvil_event {
@@ -616,6 +627,11 @@ struct anvil_event {
     int32_t n_reused;         /* DONE: prompt tokens taken from the prefix cache (last admission) */
     double ttft_s;            /* DONE: submit to first token */
     const char *error;        /* DONE with ANVIL_FINISH_ERROR or _CONSTRAINT */
+    int32_t pos;              /* PROMPT: the token's position in the prompt (>= 1) */
+    /* DONE: measured times (seconds): submit to first admission, admission
+     * to the first token (to the end when none came), first token to the
+     * end (0 when none came) */
+    double queue_s, prefill_s, decode_s;
 };
 
 typedef void (*anvil_event_fn)(void *user, const struct anvil_event *ev);

@@ -42,11 +42,18 @@ struct request {
     char *stop[ANVIL_MAX_STOP];
     int32_t n_stop, stop_max_len;
     int32_t top_logprobs;
+    /* prompt logprobs (anvil_request_params.prompt_logprobs): lp_next is
+     * the next prompt position whose logprob is owed (from 1): rows before
+     * it need no logits when recomputed, and no cached prefix may start
+     * past it (sched.c) */
+    bool prompt_lp;
+    int32_t prompt_top, lp_next;
     bool argmax_only;    /* greedy with no penalties: lm_head's fused argmax suffices */
     struct anvil_detok dt;
     char *held;          /* released by detok, held back for stop matching */
     int32_t n_held, held_cap;
     double t_submit, t_first;
+    double t_admit;      /* first admission (0 before) */
     bool cancelled;      /* written under mu */
     uint64_t admit_seq;  /* admission order, for preemption */
     enum anvil_spec spec;     /* OFF, NGRAM or DRAFT (resolved at submit) */
@@ -142,6 +149,9 @@ anvil_token engine_draw(struct anvil_engine *e, struct request *r, int32_t o, co
                         anvil_token draft, const char **why);
 bool engine_take_token(struct anvil_engine *e, struct request *r, anvil_token t,
                        const float *logits, double now, const char *why);
+/* The PROMPT event of prompt position pos from the logits of row pos - 1. */
+void engine_prompt_logprob(struct anvil_engine *e, struct request *r, int32_t pos,
+                           const float *logits);
 
 /* speculate.c */
 int32_t engine_spec_room(const struct anvil_engine *e, const struct request *r, int32_t budget);

@@ -2,8 +2,10 @@
  * output.c - what happens to a drawn token: the draw itself (argmax,
  * sampler, or under a constraint: guide.h), end of generation, penalties,
  * logprobs, detokenizing and text release with stop strings held back,
- * and the limits that end a request.
+ * and the limits that end a request; and the prompt's logprobs
+ * (prompt_logprobs), one event per prompt position.
  */
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -167,4 +169,27 @@ bool engine_take_token(struct anvil_engine *e, struct request *r, anvil_token t,
         return false;
     }
     return true;
+}
+
+void engine_prompt_logprob(struct anvil_engine *e, struct request *r, int32_t pos,
+                           const float *logits) {
+    struct anvil_event ev = {.type = ANVIL_EVENT_PROMPT,
+                             .id = r->id,
+                             .token = r->tokens[pos],
+                             .pos = pos,
+                             .text = "",
+                             .logprob = NAN};
+    if (logits) {
+        struct sample_logprob top[ANVIL_MAX_TOP_LOGPROBS];
+        int32_t k = sample_logprobs(logits, e->n_vocab, ev.token, r->prompt_top, top, &ev.logprob);
+        for (int32_t j = 0; j < k; j++) {
+            e->top_tok[j] = top[j].id;
+            e->top_lp[j] = top[j].logprob;
+        }
+        ev.n_top = k;
+        ev.top_tokens = e->top_tok;
+        ev.top_logprobs = e->top_lp;
+    }
+    engine_emit(r, &ev);
+    r->lp_next = pos + 1;
 }

@@ -69,6 +69,14 @@ void engine_finish(struct anvil_engine *e, struct request *r, enum anvil_finish 
         .ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : 0.0,
         .error = error,
     };
+    double now = time_now_s();
+    if (r->t_admit > 0) {
+        ev.queue_s = r->t_admit - r->t_submit;
+        ev.prefill_s = (r->t_first > 0 ? r->t_first : now) - r->t_admit;
+        ev.decode_s = r->t_first > 0 ? now - r->t_first : 0.0;
+    } else { /* never admitted (cancelled while waiting) */
+        ev.queue_s = now - r->t_submit;
+    }
     engine_emit(r, &ev);
     pthread_mutex_lock(&e->mu);
     if (was_queued) e->stats.queued--;

@@ -65,6 +65,12 @@ void engine_admit(struct anvil_engine *e) {
         if (slot < 0) break;
         struct request *r = e->wait_head;
         int32_t reused = anvil_seq_reuse_prefix(e->ctx, slot, r->tokens, r->n_tokens);
+        /* prompt logprobs: cached positions have no logits, so a prefix
+         * may be reused only as far as the logprobs already sent */
+        if (r->prompt_lp && reused > r->lp_next - 1) {
+            anvil_seq_truncate(e->ctx, slot, 0);
+            reused = 0;
+        }
         /* the pool, not the slot: n_ctx per request was checked at submit */
         if (!ctx_kv_fits(e->ctx, (int64_t)r->n_tokens - reused, e->n_running) && e->n_running > 0) {
             anvil_seq_truncate(e->ctx, slot, 0);
@@ -78,6 +84,7 @@ void engine_admit(struct anvil_engine *e) {
         r->n_cached = reused;
         r->n_reused = reused;
         r->admit_seq = ++e->admit_counter;
+        if (r->t_admit == 0) r->t_admit = time_now_s();
         pthread_mutex_lock(&e->mu);
         e->stats.queued--;
         e->stats.n_prefix_tokens += (uint64_t)reused;

@@ -2,7 +2,8 @@
  * step.c - one engine step (anvil_engine_step): take the queues (sched.c),
  * draft proposals (speculate.c), build the batch of decode rows and
  * prompt chunks, run the forward pass (preempting on a full KV pool), then
- * draw and emit a token for every output row (output.c, speculate.c).
+ * draw and emit a token for every output row (output.c, speculate.c),
+ * after the prompt logprobs of the prompt rows that asked for them.
  * engine.c's header describes the batch's order and the step's cap.
  */
 #include <pthread.h>
@@ -11,6 +12,24 @@
 #include "engine/engine_int.h"
 
 #define PROMPT_ROWS_MIN 32 /* prompt rows a step takes whatever their cost (build_batch) */
+
+/* What row p of request r asks for: the logits (or only the argmax) of
+ * its last token, and with prompt logprobs those of every prompt row whose
+ * next token's logprob is still owed. */
+static int8_t row_output(const struct request *r, int32_t p) {
+    if (p == r->n_tokens - 1) return r->argmax_only ? ANVIL_OUT_ARGMAX : ANVIL_OUT_LOGITS;
+    if (r->prompt_lp && p + 1 < r->n_prompt && p + 1 >= r->lp_next) return ANVIL_OUT_LOGITS;
+    return ANVIL_OUT_NONE;
+}
+
+/* The first k rows of r from its cache's end, cut where they would ask for
+ * more than `left` output rows (prompt logprobs ask for one per row). */
+static int32_t cut_to_outputs(const struct request *r, int32_t k, int32_t left) {
+    if (!r->prompt_lp) return k; /* at most its last row asks */
+    for (int32_t j = 0; j < k; j++)
+        if (row_output(r, r->n_cached + j) != ANVIL_OUT_NONE && left-- == 0) return j;
+    return k;
+}
 
 /* Fill the batch arrays; returns the row count. Running requests are
  * taken in admission order: first those with one pending token (decode,
@@ -48,6 +67,10 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
             int32_t k = r->n_tokens - r->n_cached;
             if (k > e->p.prefill_chunk) k = e->p.prefill_chunk;
             if (k > budget) k = budget;
+            if (!decode) {
+                k = cut_to_outputs(r, k, e->n_out_max - no);
+                if (k == 0) continue;
+            }
             if (!decode && n > n_prompt_rows) { /* rows of decoding requests are in */
                 int32_t j = 0;
                 for (; j < k; j++) {
@@ -65,9 +88,7 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
                 e->b_pos[n] = p;
                 e->b_seq[n] = r->slot;
                 e->b_req[n] = r;
-                e->b_logits[n] = p != r->n_tokens - 1 ? ANVIL_OUT_NONE
-                                 : r->argmax_only    ? ANVIL_OUT_ARGMAX
-                                                     : ANVIL_OUT_LOGITS;
+                e->b_logits[n] = row_output(r, p);
                 if (e->b_logits[n]) e->out_req[no++] = r;
                 n++;
             }
@@ -107,8 +128,28 @@ static void after_decode(struct anvil_engine *e, int32_t n_rows, int32_t n_out) 
     /* advance caches (engine_verify() corrects the speculating requests) */
     for (int32_t i = 0; i < n_rows; i++) e->b_req[i]->n_cached = e->b_pos[i] + 1;
     double now = time_now_s();
+    /* prompt rows' logprobs first (their requests have not finished) */
+    for (int32_t i = 0, o = 0; i < n_rows; i++) {
+        if (e->b_logits[i] == ANVIL_OUT_NONE) continue;
+        struct request *r = e->b_req[i];
+        int32_t p = e->b_pos[i];
+        if (r->prompt_lp && p + 1 < r->n_prompt) {
+            engine_prompt_logprob(e, r, p + 1, anvil_get_logits(e->ctx, o));
+            e->out_req[o] = NULL;
+        }
+        o++;
+    }
     for (int32_t o = 0; o < n_out;) {
         struct request *r = e->out_req[o];
+        if (!r) {
+            o++;
+            continue;
+        }
+        if (r->max_tokens == 0) { /* prompt logprobs only: done after the prompt */
+            engine_finish(e, r, ANVIL_FINISH_LENGTH, NULL, true);
+            o++;
+            continue;
+        }
         if (r->n_draft > 0) {
             o += engine_verify(e, r, o, now);
             continue;

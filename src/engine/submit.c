@@ -18,8 +18,9 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
         errmsg_set(err, err_cap, "the prompt is empty");
         return ANVIL_ERR_INVALID;
     }
-    if (rp->max_tokens < 1) {
-        errmsg_set(err, err_cap, "max_tokens must be >= 1, got %d", rp->max_tokens);
+    if (rp->max_tokens < (rp->prompt_logprobs ? 0 : 1)) {
+        errmsg_set(err, err_cap, "max_tokens must be >= %d, got %d", rp->prompt_logprobs ? 0 : 1,
+                   rp->max_tokens);
         return ANVIL_ERR_INVALID;
     }
     for (int i = 0; i < rp->n_prompt; i++)
@@ -52,6 +53,11 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     }
     if (rp->top_logprobs < 0 || rp->top_logprobs > ANVIL_MAX_TOP_LOGPROBS) {
         errmsg_set(err, err_cap, "top_logprobs must be in [0, %d]", ANVIL_MAX_TOP_LOGPROBS);
+        return ANVIL_ERR_INVALID;
+    }
+    if (rp->prompt_logprobs &&
+        (rp->prompt_top_logprobs < 0 || rp->prompt_top_logprobs > ANVIL_MAX_TOP_LOGPROBS)) {
+        errmsg_set(err, err_cap, "prompt_top_logprobs must be in [0, %d]", ANVIL_MAX_TOP_LOGPROBS);
         return ANVIL_ERR_INVALID;
     }
     if (anvil_sampler_params_check(&rp->sampling, err, err_cap) != ANVIL_OK)
@@ -90,9 +96,13 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     r->max_tokens = rp->max_tokens;
     r->ignore_eos = rp->ignore_eos;
     r->top_logprobs = rp->top_logprobs;
-    /* a constrained request needs its logits when the argmax is refused */
+    r->prompt_lp = rp->prompt_logprobs;
+    r->prompt_top = rp->prompt_logprobs ? rp->prompt_top_logprobs : 0;
+    r->lp_next = 1;
+    /* a constrained request needs its logits when the argmax is refused;
+     * prompt logprobs need the prompt rows' logits */
     r->argmax_only = anvil_sampler_params_plain_greedy(&rp->sampling) && rp->top_logprobs == 0 &&
-                     !rp->constraint;
+                     !rp->constraint && !rp->prompt_logprobs;
     r->t_submit = time_now_s();
     r->spec = rp->spec != ANVIL_SPEC_DEFAULT ? rp->spec
               : e->p.spec != ANVIL_SPEC_DEFAULT ? e->p.spec

@@ -186,6 +186,19 @@ static double q_ref(const struct sample_cand *c, int32_t n, double tc, int32_t i
     return sample_exp(sample_shift(c[i].l, c[0].l) / tc) / z;
 }
 
+/* mirostat's weight sum: exact in fixed point, so independent of the
+ * order (as sampler.c's st_mirostat has it), over SAMPLE_FX_SCALE */
+static double z_miro_ref(const struct sample_cand *c, int32_t n, double tc) {
+    sample_u128 z = 0;
+    for (int32_t j = 0; j < n; j++) z += sample_fx(sample_exp(sample_shift(c[j].l, c[0].l) / tc));
+    return (double)z / SAMPLE_FX_SCALE;
+}
+
+/* mirostat's q of candidate i, z from z_miro_ref */
+static double q_miro_ref(const struct sample_cand *c, double z, double tc, int32_t i) {
+    return sample_exp(sample_shift(c[i].l, c[0].l) / tc) / z;
+}
+
 static int cmp_aux_ref(const void *pa, const void *pb) {
     const struct sample_aux *a = pa, *b = pb;
     if (a->score != b->score) return a->score < b->score ? -1 : 1;
@@ -333,10 +346,10 @@ anvil_token sample_ext_draw_ref(const struct anvil_sampler *s, const float *logi
         }
     }
     if (p->mirostat == 1) {
-        double tb = 0.0, tt = 0.0;
+        double tb = 0.0, tt = 0.0, z = z_miro_ref(c, n, tc);
         for (int32_t i = 0; i + 1 < n && i < 99; i++) {
             double t = log((double)(i + 2) / (double)(i + 1));
-            tb += t * log(q_ref(c, n, tc, i) / q_ref(c, n, tc, i + 1));
+            tb += t * log(q_miro_ref(c, z, tc, i) / q_miro_ref(c, z, tc, i + 1));
             tt += t * t;
         }
         double sh = tb / tt, eps = sh - 1.0;
@@ -345,7 +358,8 @@ anvil_token sample_ext_draw_ref(const struct anvil_sampler *s, const float *logi
         else if (k < (double)n) n = (int32_t)k;
     } else if (p->mirostat == 2) {
         int32_t keep = 0;
-        while (keep < n && -log2(q_ref(c, n, tc, keep)) <= (double)x->mu) keep++;
+        double z = z_miro_ref(c, n, tc);
+        while (keep < n && -log2(q_miro_ref(c, z, tc, keep)) <= (double)x->mu) keep++;
         n = keep > 0 ? keep : 1;
     }
 

@@ -35,9 +35,10 @@
  * (pull, create, copy, delete: no route).
  *
  * Timing fields (nanoseconds): total_duration from the request's arrival,
- * load_duration the parse and tokenization before submission (the model
- * is always loaded), prompt_eval_duration to the first output part when
- * streaming, eval_duration the rest.
+ * load_duration the parse and tokenization before submission plus the
+ * wait in the engine's queue (the model is always loaded),
+ * prompt_eval_duration the prefill and eval_duration the decoding, as the
+ * engine measured them (its DONE event's times).
  */
 #include <math.h>
 #include <stdio.h>
@@ -928,6 +929,14 @@ static void stats(struct sbuf *b, const struct ol_state *st, const struct srv_ch
     double t0 = st ? st->t0 : now, t_sub = st ? st->t_sub : now;
     int32_t n_prompt = u ? u->n_prompt : 0, n_gen = u ? u->n_gen : (c ? c->n_gen : 0);
     double gen = now - t_sub, prompt_s;
+    if (u && u->prefill_s > 0) { /* the engine's measured times */
+        sb_printf(b, ",\"done_reason\":\"%s\",\"total_duration\":%lld,\"load_duration\":%lld,"
+                  "\"prompt_eval_count\":%d,\"prompt_eval_duration\":%lld,\"eval_count\":%d,"
+                  "\"eval_duration\":%lld",
+                  done_reason(c), ns(now - t0), ns(t_sub - t0 + u->queue_s), (int)n_prompt,
+                  ns(u->prefill_s), (int)n_gen, ns(u->decode_s));
+        return;
+    }
     if (st && st->t_first > 0) {
         prompt_s = st->t_first - t_sub;
     } else {

@@ -99,6 +99,9 @@ struct srv_usage {
     int32_t n_prompt;
     int32_t n_cached; /* prompt tokens taken from the prefix cache */
     int32_t n_gen;
+    /* the engine's measured times (seconds; the slowest choice): queue
+     * wait, prefill, decode; all 0 when not known */
+    double queue_s, prefill_s, decode_s;
 };
 
 /* ---------------------------------------------------------------------- */

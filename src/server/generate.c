@@ -46,6 +46,7 @@
  * between DONE and its last byte.
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,7 @@ struct chc {
     bool done;
     enum anvil_finish finish;
     int32_t n_prompt, n_gen, n_reused;
+    double queue_s, prefill_s, decode_s; /* the DONE event's */
     char errmsg[200];
     double t_last; /* last token event (ITL), time_now_s */
 
@@ -102,7 +104,9 @@ struct job {
     char idstr[48];
     int fd;                      /* client socket, for the disconnect sweep */
     struct MHD_Connection *conn; /* under mu; NULL once MHD closed the request */
-    int32_t cap;                 /* token slots per choice (max_tokens) */
+    int32_t cap;                 /* token slots per choice (max_tokens, + n_prompt with echo) */
+    struct sbuf echo;            /* echo: the prompt's text, token by token */
+    int32_t *echo_len;           /* echo: (n_prompt,) bytes of echo per prompt token */
     int32_t k;                   /* alternatives kept per token */
 
     /* the choices */
@@ -151,6 +155,8 @@ static void chc_free(struct chc *c) {
 static void job_free(struct job *j) {
     struct srv *s = j->srv;
     srv_req_free(&j->req);
+    sb_free(&j->echo);
+    free(j->echo_len);
     for (int i = 0; j->ch && i < j->n_alloc; i++) chc_free(&j->ch[i]);
     free(j->ch);
     free(j->choices);
@@ -176,6 +182,76 @@ static void job_unref(struct job *j) {
 
 static void job_unref_cb(void *cls) { job_unref(cls); }
 
+/* Under j->mu (or before the choice is submitted): one token record of
+ * choice c with its text, when there is a slot left. */
+static void chc_record(struct chc *c, anvil_token t, float lp, int32_t n_top,
+                       const anvil_token *top_t, const float *top_lp, const char *text,
+                       int32_t len) {
+    struct job *j = c->j;
+    if (c->n_ev >= j->cap) return;
+    int32_t i = c->n_ev++;
+    sb_put(&c->pend, text, (size_t)len);
+    c->ev_len[i] = len;
+    if (!c->ev_tok) return;
+    struct srv_tok *r = &c->ev_tok[i];
+    r->token = t;
+    r->logprob = lp;
+    r->n_top = n_top < j->k ? n_top : j->k;
+    if (r->n_top < 0 || !top_t || !top_lp) r->n_top = 0;
+    r->top_tokens = c->top_tok + (size_t)i * (size_t)j->k;
+    r->top_logprobs = c->top_lp + (size_t)i * (size_t)j->k;
+    for (int32_t a = 0; a < r->n_top; a++) {
+        c->top_tok[(size_t)i * (size_t)j->k + (size_t)a] = top_t[a];
+        c->top_lp[(size_t)i * (size_t)j->k + (size_t)a] = top_lp[a];
+    }
+}
+
+/* echo: the prompt's text by token, detokenized as the output would be
+ * (an incomplete UTF-8 character waits for the token that ends it). */
+static bool echo_prepare(struct job *j) {
+    const struct anvil_model *m = j->srv->model;
+    j->echo_len = calloc((size_t)j->req.n_prompt, sizeof(*j->echo_len));
+    if (!j->echo_len) return false;
+    struct anvil_detok dt;
+    memset(&dt, 0, sizeof(dt));
+    char piece[256 + 16];
+    for (int32_t i = 0; i < j->req.n_prompt; i++) {
+        int32_t k = anvil_detok_push(m, &dt, j->req.prompt[i], piece, sizeof(piece));
+        if (i == j->req.n_prompt - 1 && k >= 0) {
+            int32_t f = anvil_detok_flush(&dt, piece + k, (int32_t)sizeof(piece) - k);
+            if (f > 0) k += f;
+        }
+        if (k < 0) k = 0;
+        sb_put(&j->echo, piece, (size_t)k);
+        j->echo_len[i] = k;
+    }
+    return !j->echo.oom;
+}
+
+/* echo: the prompt's records that need no engine event: the first token
+ * (its logprob is null: nothing comes before it), or all of them when no
+ * logprobs were asked for. */
+static void echo_start(struct chc *c) {
+    struct job *j = c->j;
+    int32_t n = j->req.logprobs ? 1 : j->req.n_prompt;
+    size_t off = 0;
+    for (int32_t i = 0; i < n; i++) {
+        chc_record(c, j->req.prompt[i], NAN, 0, NULL, NULL, j->echo.p + off, j->echo_len[i]);
+        off += (size_t)j->echo_len[i];
+    }
+}
+
+/* echo with logprobs: the record of prompt position pos (an engine PROMPT
+ * event), under j->mu. */
+static void echo_event(struct chc *c, const struct anvil_event *ev) {
+    struct job *j = c->j;
+    if (!j->req.echo || !j->req.logprobs || ev->pos < 1 || ev->pos >= j->req.n_prompt) return;
+    size_t off = 0;
+    for (int32_t i = 0; i < ev->pos; i++) off += (size_t)j->echo_len[i];
+    chc_record(c, ev->token, ev->logprob, ev->n_top, ev->top_tokens, ev->top_logprobs,
+               j->echo.p + off, j->echo_len[ev->pos]);
+}
+
 static bool chc_init(struct job *j, struct chc *c, int index, uint64_t id_seed) {
     c->j = j;
     c->index = index;
@@ -193,7 +269,8 @@ static bool chc_init(struct job *j, struct chc *c, int index, uint64_t id_seed) 
         c->top_lp = calloc((size_t)j->cap * (size_t)j->k, sizeof(*c->top_lp));
         ok = c->ev_tok && c->top_tok && c->top_lp;
     }
-    return ok;
+    if (ok && j->req.echo) echo_start(c);
+    return ok && !c->pend.oom;
 }
 
 /* Takes ownership of *req (leaves it empty). */
@@ -212,7 +289,7 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
     j->req = *req;
     memset(req, 0, sizeof(*req));
     j->d = d;
-    j->cap = j->req.max_tokens;
+    j->cap = j->req.max_tokens + (j->req.echo ? j->req.n_prompt : 0);
     j->k = j->req.logprobs ? (j->req.top_logprobs > 0 ? j->req.top_logprobs : 1) : 0;
     int n = j->req.n > 0 ? j->req.n : 1;
     uint64_t id_seed = ((uint64_t)s->salt << 32) ^ (uint64_t)atomic_load(&s->next_seq) ^
@@ -220,7 +297,8 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
     if (d->make_state) j->dstate = d->make_state();
     j->ch = calloc((size_t)n, sizeof(*j->ch));
     j->choices = calloc((size_t)n, sizeof(*j->choices));
-    bool ok = j->ch && j->choices && (!d->make_state || j->dstate);
+    bool ok = j->ch && j->choices && (!d->make_state || j->dstate) &&
+              (!j->req.echo || echo_prepare(j));
     if (ok) j->n_alloc = j->n = n;
     for (int i = 0; ok && i < n; i++) ok = chc_init(j, &j->ch[i], i, id_seed);
     if (!ok) {
@@ -366,9 +444,12 @@ static void on_event(void *user, const struct anvil_event *ev) {
         sb_put(&c->pend, ev->text, (size_t)ev->text_len);
         overflow = c->pend.oom;
     }
-    if (ev->type == ANVIL_EVENT_TOKEN) {
+    if (ev->type == ANVIL_EVENT_PROMPT) {
+        echo_event(c, ev);
+        overflow = c->pend.oom;
+    } else if (ev->type == ANVIL_EVENT_TOKEN) {
         double t = time_now_s();
-        if (c->n_ev > 0) srv_hist_observe(&s->metrics.itl, t - c->t_last);
+        if (c->t_last > 0) srv_hist_observe(&s->metrics.itl, t - c->t_last);
         c->t_last = t;
         if (c->n_ev < j->cap) {
             int32_t i = c->n_ev++;
@@ -396,6 +477,9 @@ static void on_event(void *user, const struct anvil_event *ev) {
         c->n_prompt = ev->n_prompt;
         c->n_gen = ev->n_gen;
         c->n_reused = ev->n_reused;
+        c->queue_s = ev->queue_s;
+        c->prefill_s = ev->prefill_s;
+        c->decode_s = ev->decode_s;
         if (ev->error) snprintf(c->errmsg, sizeof(c->errmsg), "%s", ev->error);
         if (overflow) {
             c->finish = ANVIL_FINISH_ERROR;
@@ -532,6 +616,9 @@ static void job_choices(struct job *j) {
     for (int i = 0; i < j->n; i++) {
         chc_choice(&j->ch[i], &j->choices[i]);
         j->usage.n_gen += j->ch[i].n_gen;
+        if (j->ch[i].queue_s > j->usage.queue_s) j->usage.queue_s = j->ch[i].queue_s;
+        if (j->ch[i].prefill_s > j->usage.prefill_s) j->usage.prefill_s = j->ch[i].prefill_s;
+        if (j->ch[i].decode_s > j->usage.decode_s) j->usage.decode_s = j->ch[i].decode_s;
     }
     /* one prompt: counted once */
     j->usage.n_prompt = j->n > 0 ? j->ch[0].n_prompt : 0;
@@ -713,6 +800,10 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, struct con
     rp.stop = (const char *const *)j->req.stop;
     rp.n_stop = j->req.n_stop;
     rp.top_logprobs = j->k;
+    /* echo: the prompt's logprobs when asked; max_tokens 0 is a request
+     * for the prompt alone */
+    rp.prompt_logprobs = j->req.echo && (j->req.logprobs || j->req.max_tokens == 0);
+    rp.prompt_top_logprobs = j->k;
     rp.constraint = j->req.constraint; /* each request takes its own reference */
     if (j->req.think_gate) {
         rp.think_open = j->req.reasoning_open && j->req.n_think_end > 0;

@@ -399,6 +399,32 @@ static bool auth_ok(const struct srv *s, struct MHD_Connection *c) {
     return key_eq(s, h);
 }
 
+/* Errors written before a route runs (unknown route, method, body too
+ * large, too many connections, draining, no key) come in the shape of the
+ * API the path belongs to, so that its clients read them: Anthropic's for
+ * /v1/messages..., Ollama's {"error": "..."} for /api/..., OpenAI's for
+ * the rest (the Responses API shares it). */
+static const struct srv_dialect *path_dialect(const char *url) {
+    if (!url) return NULL;
+    if (!strncmp(url, "/v1/messages", 12) && (url[12] == 0 || url[12] == '/' || url[12] == '?'))
+        return &srv_dialect_anthropic;
+    if (!strncmp(url, "/api/", 5)) return &srv_dialect_ollama_chat;
+    return NULL;
+}
+
+static enum MHD_Result path_errf(struct srv *s, struct MHD_Connection *c, const char *url,
+                                 int status, const char *type, const char *code, const char *hdr,
+                                 const char *val, const char *msg) {
+    const struct srv_dialect *d = path_dialect(url);
+    if (!d) return srv_send_errf(s, c, status, type, code, hdr, val, msg);
+    struct srv_err e;
+    srv_err_set(&e, status, type, code, NULL, "%s", msg);
+    struct sbuf b;
+    sb_init(&b);
+    d->error(&b, &e);
+    return srv_send_sbuf(s, c, status, "application/json", &b, hdr, val);
+}
+
 /* The 401 of a request without the key, in its route's error shape. */
 static enum MHD_Result auth_refused(struct srv *s, struct MHD_Connection *c, const struct conn *k) {
     if (k->rt->fn == srv_post_messages || k->rt->fn == srv_post_count_tokens) {
@@ -407,7 +433,7 @@ static enum MHD_Result auth_refused(struct srv *s, struct MHD_Connection *c, con
                     "invalid x-api-key: send 'x-api-key: KEY' or 'Authorization: Bearer KEY'");
         return srv_send_dialect_err(s, c, &srv_dialect_anthropic, &e);
     }
-    return srv_send_errf(s, c, 401, "invalid_request_error", "invalid_api_key",
+    return path_errf(s, c, k->rt->path, 401, "invalid_request_error", "invalid_api_key",
                          MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
                          "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
 }
@@ -455,7 +481,7 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         char msg[160];
         snprintf(msg, sizeof(msg), "The server has too many open connections (limit %d). "
                  "Retry later.", s->cfg.max_conn);
-        return srv_send_errf(s, c, 503, "server_error", "too_many_connections", "Retry-After",
+        return path_errf(s, c, url, 503, "server_error", "too_many_connections", "Retry-After",
                              "1", msg);
     }
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -466,7 +492,7 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
     if (!k->rt) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Invalid URL (%.16s %.100s)", method, url);
-        return srv_send_errf(s, c, 404, "invalid_request_error", NULL, NULL, NULL, msg);
+        return path_errf(s, c, url, 404, "invalid_request_error", NULL, NULL, NULL, msg);
     }
     if (!strcmp(method, "OPTIONS") && s->cors) {
         /* a preflight carries no credentials: answered before auth, at
@@ -481,13 +507,13 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
         snprintf(allowed, sizeof(allowed), "%s%s%s", (allow & SRV_GET) ? "GET, HEAD" : "",
                  (allow & SRV_POST) ? ((allow & SRV_GET) ? ", POST" : "POST") : "",
                  (allow & SRV_DELETE) ? ((allow & ~SRV_DELETE) ? ", DELETE" : "DELETE") : "");
-        return srv_send_errf(s, c, 405, "invalid_request_error", NULL, MHD_HTTP_HEADER_ALLOW,
+        return path_errf(s, c, url, 405, "invalid_request_error", NULL, MHD_HTTP_HEADER_ALLOW,
                              allowed, msg);
     }
     /* while draining only the probes answer: everything else is refused
      * before auth or body, so that a load balancer retries it elsewhere */
     if (atomic_load(&s->draining) && k->rt->fn != get_health && k->rt->fn != get_metrics)
-        return srv_send_errf(s, c, 503, "server_error", "server_draining", "Retry-After", "1",
+        return path_errf(s, c, url, 503, "server_error", "server_draining", "Retry-After", "1",
                              "The server is shutting down: retry on another replica.");
     if (!k->rt->open && !auth_ok(s, c)) return auth_refused(s, c, k);
     if (get || del) {
@@ -515,7 +541,7 @@ static enum MHD_Result on_headers(struct srv *s, struct MHD_Connection *c, struc
             char msg[160];
             snprintf(msg, sizeof(msg), "The request body is over the limit of %zu bytes.",
                      s->cfg.max_body);
-            return srv_send_errf(s, c, 413, "invalid_request_error", "request_too_large",
+            return path_errf(s, c, url, 413, "invalid_request_error", "request_too_large",
                                  MHD_HTTP_HEADER_CONNECTION, "close", msg);
         }
         if (n > 0) {
@@ -586,7 +612,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         char msg[160];
         snprintf(msg, sizeof(msg), "The request body is over the limit of %zu bytes.",
                  s->cfg.max_body);
-        return srv_send_errf(s, c, 413, "invalid_request_error", "request_too_large",
+        return path_errf(s, c, url, 413, "invalid_request_error", "request_too_large",
                              MHD_HTTP_HEADER_CONNECTION, "close", msg);
     }
     return k->rt->fn(s, c, k, url);

@@ -9,7 +9,7 @@
  *     named in r->ignored (the X-Anvil-Ignored-Fields header) and logged
  *     once per name; with lim->strict (anvil serve --strict) they are
  *     rejected as OpenAI does ("Unrecognized request argument supplied").
- *     Known fields anvil cannot honour (echo, best_of > 1, the
+ *     Known fields anvil cannot honour (best_of > 1, the
  *     deprecated functions, ...) get a clear 400 instead of being ignored
  *     silently;
  *   - the field types and ranges are checked by the validators of
@@ -186,9 +186,6 @@ static bool check_unsupported(const cJSON *root, enum srv_kind kind, struct srv_
                 return srv_bad(e, old[i], "'%s' is deprecated and not supported by anvil: use "
                                "'tools' and 'tool_choice'", old[i]);
     } else {
-        bool echo = false;
-        if (!srv_get_bool(root, "echo", &echo, NULL, e)) return false;
-        if (echo) return srv_bad(e, "echo", "'echo' is not supported by anvil");
         long long best_of = 1;
         if (!srv_get_int(root, "best_of", 0, 20, &best_of, NULL, e)) return false;
         if (best_of != 1) return srv_bad(e, "best_of", "'best_of' must be 1 with anvil");
@@ -413,7 +410,10 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, co
     r->spec_k = (int32_t)spec_k;
     long long max_tokens = 0;
     bool has_max = false, has_mct = false;
-    if (!srv_get_int(root, "max_tokens", 1, 1 << 30, &max_tokens, &has_max, e)) goto out;
+    /* echo: the prompt with its logprobs; max_tokens 0 asks for it alone */
+    if (kind == SRV_KIND_COMPLETION && !srv_get_bool(root, "echo", &r->echo, NULL, e)) goto out;
+    if (!srv_get_int(root, "max_tokens", r->echo ? 0 : 1, 1 << 30, &max_tokens, &has_max, e))
+        goto out;
     if (kind == SRV_KIND_CHAT) {
         long long mct = 0;
         if (!srv_get_int(root, "max_completion_tokens", 1, 1 << 30, &mct, &has_mct, e)) goto out;

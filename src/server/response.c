@@ -8,6 +8,7 @@
  * "data: [DONE]\n\n" (written by generate.c). JSON is formatted by hand with
  * sb_json_str, which never emits invalid UTF-8.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,13 +113,21 @@ static void completion_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
         if (i) sb_puts(b, ",");
         sb_json_str(b, s.p, s.len);
     }
+    /* a NaN logprob is echo's first prompt token: null (nothing precedes it) */
     sb_puts(b, "],\"token_logprobs\":[");
     for (int32_t i = 0; i < n; i++) {
         if (i) sb_puts(b, ",");
-        sb_json_num(b, toks[i].logprob);
+        if (isnan(toks[i].logprob))
+            sb_puts(b, "null");
+        else
+            sb_json_num(b, toks[i].logprob);
     }
     sb_puts(b, "],\"top_logprobs\":[");
     for (int32_t i = 0; i < n; i++) {
+        if (isnan(toks[i].logprob)) {
+            sb_puts(b, i ? ",null" : "null");
+            continue;
+        }
         sb_puts(b, i ? ",{" : "{");
         int32_t k = toks[i].n_top < ri->top_logprobs ? toks[i].n_top : ri->top_logprobs;
         for (int32_t j = 0; j < k; j++) {

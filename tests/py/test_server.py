@@ -430,7 +430,7 @@ BAD_COMPLETION = [
     ({"prompt": list(range(1, CTX + 2))}, "prompt"),
     ({"logprobs": 6}, "logprobs"),
     ({"logprobs": True}, "logprobs"),
-    ({"echo": True}, "echo"),
+    ({"echo": 1}, "echo"),
     ({"best_of": 3}, "best_of"),
     ({"suffix": "x"}, "suffix"),
     ({"messages": []}, "messages"),
