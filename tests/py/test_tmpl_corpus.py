@@ -14,6 +14,7 @@ The cases where anvil differs are listed in KNOWN with the reason; a listed
 case that starts to agree fails too (the list must stay true). All cases
 render in one tests/tool_tmpl process (--batch).
 """
+import ctypes
 import glob
 import json
 import os
@@ -122,3 +123,178 @@ def test_known_mismatches_still_listed_for_real_cases(results):
     cases, _, _ = results
     for k in KNOWN:
         assert k in cases, f"KNOWN names a case that no longer exists: {k}"
+
+
+# ----------------------------------------------------------------------------
+# the server: the prompt it builds has the tokens of jinja2's rendering
+
+# corpus templates served with the default model's weights through
+# --chat-template-file (each family's real template on a model that runs);
+# None = the GGUF's own template
+SERVED = [None, "Qwen-Qwen3-0.6B.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+          "mistralai-Mistral-Nemo-Instruct-2407.jinja", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja"]
+
+
+def openai_messages(msgs):
+    """The conversation as OpenAI sends it: tool-call arguments as JSON text."""
+    out = []
+    for m in msgs:
+        m = dict(m)
+        if "tool_calls" in m:
+            m["tool_calls"] = [dict(c, function=dict(c["function"],
+                                                     arguments=json.dumps(c["function"]["arguments"])))
+                               for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def request_for(ctx):
+    body = {"messages": openai_messages(ctx["messages"]), "max_tokens": 1, "temperature": 0,
+            "add_generation_prompt": ctx["add_generation_prompt"]}
+    if "tools" in ctx:
+        body["tools"] = ctx["tools"]
+    if "enable_thinking" in ctx:
+        body["chat_template_kwargs"] = {"enable_thinking": ctx["enable_thinking"]}
+    return body
+
+
+def token_text(llm, t):
+    import llama_cpp
+    buf = (ctypes.c_char * 256)()
+    n = llama_cpp.llama_token_to_piece(llm._model.vocab, t, buf, 256, 0, True)
+    return bytes(buf[:n]).decode("utf-8", errors="replace") if n > 0 else ""
+
+
+def reference_count(llm, src, ctx):
+    """(ok, n tokens) of jinja2's rendering tokenized by llama-cpp-python,
+    BOS added unless the text starts with it."""
+    ok, text = jinja_render(src, ctx)
+    if not ok:
+        return False, text
+    bos = token_text(llm, llm.token_bos()) if llm.token_bos() >= 0 else ""
+    add = not (bos and text.startswith(bos))
+    return True, len(llm.tokenize(text.encode(), add_bos=add, special=True))
+
+
+@pytest.fixture(scope="module")
+def vocab(model_path):
+    import llama_cpp
+    return llama_cpp.Llama(model_path=model_path, vocab_only=True, verbose=False)
+
+
+def served_source(name, model_path):
+    if name is None:
+        return gguf_template(model_path)
+    p = os.path.join(sdist_models(), "templates", name)
+    assert os.path.exists(p), f"corpus template {name} missing"
+    with open(p, encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("name", SERVED, ids=lambda n: n or "gguf")
+def test_prompt_tokens_match_jinja2(model_path, vocab, name):
+    from anvil_server import Server, serve_bin
+    src = served_source(name, model_path)
+    extra = ["--chat-template-file", os.path.join(sdist_models(), "templates", name)] if name else []
+    s = Server(serve_bin(), model_path, "--ctx", "2048", *extra,
+               env=dict(os.environ, ANVIL_CHAT_NOW=str(NOW)))
+    try:
+        bos = token_text(vocab, vocab.token_bos()) if vocab.token_bos() >= 0 else ""
+        eos = token_text(vocab, vocab.token_eos())
+        checked = 0
+        for cname, ctx in conversations().items():
+            ctx = dict(ctx, bos_token=bos, eos_token=eos)
+            ok, want = reference_count(vocab, src, ctx)
+            st, _, data = s.post("/v1/chat/completions", request_for(ctx))
+            if not ok:
+                # the template refused the conversation: so does the server
+                assert st == 400, (cname, st, data)
+                continue
+            assert st == 200, (cname, data)
+            got = json.loads(data)["usage"]["prompt_tokens"]
+            assert got == want, (name, cname, got, want)
+            checked += 1
+        assert checked >= 6, checked
+        st, _, data = s.request("GET", "/props")
+        p = json.loads(data)
+        assert p["chat_template"] == src
+        assert p["chat_template_origin"] == ("file" if name else "gguf")
+        assert isinstance(p["tool_format"], str) and isinstance(p["reasoning_format"], str)
+        # /apply-template gives jinja2's text
+        ctx = dict(conversations()["multi-gen1"], bos_token=bos, eos_token=eos)
+        ok, want = jinja_render(src, ctx)
+        st, _, data = s.post("/apply-template", {"messages": ctx["messages"]})
+        assert st == 200 and json.loads(data) == {"prompt": want}, data
+    finally:
+        assert s.stop() == 0, s.stderr()
+
+
+def test_template_errors_and_builtin(model_path, tmp_path):
+    from anvil_server import Server, serve_bin
+    t = tmp_path / "strict.jinja"
+    t.write_text("{% for m in messages %}{% if m.role == 'system' %}\n"
+                 "{{ raise_exception('System messages are not supported') }}{% endif %}"
+                 "{{ m.role }}: {{ m.content }}\n{% endfor %}")
+    s = Server(serve_bin(), model_path, "--ctx", "512", "--chat-template-file", str(t))
+    try:
+        bad = {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}],
+               "max_tokens": 1}
+        for path in ("/v1/chat/completions", "/apply-template"):
+            st, _, data = s.post(path, bad)
+            assert st == 400, data
+            msg = json.loads(data)["error"]["message"]
+            assert "line 2" in msg and "System messages are not supported" in msg, msg
+        st, _, data = s.post("/apply-template", {"messages": [{"role": "user", "content": "y"}]})
+        assert st == 200 and json.loads(data)["prompt"] == "user: y\n", data
+        st, _, data = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "y"}],
+                                                      "max_tokens": 1,
+                                                      "chat_template_kwargs": [1]})
+        assert st == 400 and b"chat_template_kwargs" in data, data
+    finally:
+        assert s.stop() == 0, s.stderr()
+    # a file that does not parse is refused at start-up, naming the line
+    t.write_text("ok\n{% if x %}\nno endif")
+    p = subprocess.run([serve_bin(), "serve", "-m", model_path, "--chat-template-file", str(t)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "chat template" in p.stderr, p.stderr
+    # --chat-template NAME: the built-in family, said in /props
+    s = Server(serve_bin(), model_path, "--ctx", "512", "--chat-template", "chatml")
+    try:
+        p = json.loads(s.request("GET", "/props")[2])
+        assert p["chat_template_origin"] == "builtin chatml", p
+    finally:
+        assert s.stop() == 0, s.stderr()
+
+
+def test_print_prompt(model_path):
+    from anvil_server import serve_bin
+    src = gguf_template(model_path)
+    ctx = {"messages": [{"role": "system", "content": "Be brief."},
+                        {"role": "user", "content": "Hi <|im_start|>"}],
+           "add_generation_prompt": True}
+    import llama_cpp
+    v = llama_cpp.Llama(model_path=model_path, vocab_only=True, verbose=False)
+    ctx["bos_token"] = token_text(v, v.token_bos()) if v.token_bos() >= 0 else ""
+    ctx["eos_token"] = token_text(v, v.token_eos())
+    ok, want = jinja_render(src, ctx)
+    assert ok
+    env = dict(os.environ, ANVIL_CHAT_NOW=str(NOW))
+    p = subprocess.run([serve_bin(), "tokenize", "-m", model_path, "--chat", "--system",
+                        "Be brief.", "-p", "Hi <|im_start|>", "--print-prompt"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and p.stdout == want, (p.stdout, want, p.stderr)
+    assert "Jinja" in p.stderr
+    p = subprocess.run([serve_bin(), "run", "-m", model_path, "--chat", "--system", "Be brief.",
+                        "-p", "Hi <|im_start|>", "--print-prompt"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and p.stdout == want, (p.stdout, want, p.stderr)
+    # the typed marker is text in the tokens: one <|im_start|> fewer than
+    # llama-cpp-python finds with special parsing on the whole text
+    p = subprocess.run([serve_bin(), "tokenize", "-m", model_path, "--chat", "--system",
+                        "Be brief.", "-p", "Hi <|im_start|>", "--ids-only"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    ids = [int(x) for x in p.stdout.split()]
+    full = v.tokenize(want.encode(), add_bos=True, special=True)
+    im_start = v.tokenize(b"<|im_start|>", add_bos=False, special=True)
+    assert len(im_start) == 1
+    assert ids.count(im_start[0]) == full.count(im_start[0]) - 1, (ids, full)
