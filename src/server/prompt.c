@@ -165,17 +165,43 @@ static char *tool_result_text(const cJSON *m, int idx, char *content, struct srv
 // ----------------------------------------------------------------------------
 // the Jinja path: the request as the template's context
 
+/* What a template knows of tools, read from its text as llama.cpp's
+ * generic handler does: one that never names tools, tool_calls or the
+ * tool role is given them the way the built-in families are (the tools'
+ * text in the system turn, calls as JSON text, results as user turns). */
+struct tmpl_caps {
+    bool tools, calls, tool_role;
+};
+
+static struct tmpl_caps caps_of(const char *src) {
+    struct tmpl_caps c = {true, true, true};
+    if (!src) return c;
+    c.tools = strstr(src, "tools") != NULL;
+    c.calls = strstr(src, "tool_calls") != NULL;
+    c.tool_role = strstr(src, "'tool'") || strstr(src, "\"tool\"") || strstr(src, "ipython");
+    return c;
+}
+
 /* One message of the context: role (developer -> system), content (a
  * string, text parts joined, null kept), and the fields templates read. */
-static cJSON *ctx_message(const cJSON *m, struct srv_err *e, int idx) {
+static cJSON *ctx_message(const cJSON *m, struct srv_err *e, int idx, struct tmpl_caps caps) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     const cJSON *role = srv_field(m, "role");
     const char *rs = !strcmp(role->valuestring, "developer") ? "system" : role->valuestring;
-    cJSON_AddStringToObject(o, "role", rs);
+    bool is_tool = !strcmp(rs, "tool"), as_user = is_tool && !caps.tool_role;
+    const cJSON *calls = srv_field(m, "tool_calls");
+    bool calls_as_text = !caps.calls && cJSON_IsArray(calls) && calls->child;
+    cJSON_AddStringToObject(o, "role", as_user ? "user" : rs);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-    if (cJSON_IsString(c) || cJSON_IsArray(c)) {
-        char *t = msg_content(m, idx, true, e);
+    if (cJSON_IsString(c) || cJSON_IsArray(c) || as_user || calls_as_text) {
+        char *t = cJSON_IsString(c) || cJSON_IsArray(c) ? msg_content(m, idx, true, e)
+                                                         : core_strdup("");
+        if (t && (as_user || calls_as_text)) {
+            char *u = as_user ? tool_result_text(m, idx, t, e) : calls_text(calls, idx, t, e);
+            core_free(t);
+            t = u;
+        }
         if (!t) {
             cJSON_Delete(o);
             return NULL;
@@ -188,24 +214,59 @@ static cJSON *ctx_message(const cJSON *m, struct srv_err *e, int idx) {
     static const char *const keep[] = {"tool_calls", "tool_call_id", "name", "reasoning_content"};
     for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++) {
         const cJSON *f = srv_field(m, keep[k]);
+        if (k == 0 && calls_as_text) continue;
         if (f) cJSON_AddItemToObject(o, keep[k], cJSON_Duplicate(f, true));
     }
     return o;
 }
 
-char *srv_chat_context(const cJSON *root, const struct srv_tools *tools, bool add_generation,
-                       struct srv_err *e) {
+/* A template that does not take tools gets the tools' text in its system
+ * turn (appended to the caller's, or a system turn of its own first). */
+static bool tools_into_system(cJSON *msgs, const struct srv_tools *tools, struct srv_err *e) {
+    char *tt = srv_tools_prompt(tools);
+    if (!tt) return srv_oom(e);
+    cJSON *first = msgs->child;
+    const cJSON *r = first ? cJSON_GetObjectItemCaseSensitive(first, "role") : NULL;
+    const cJSON *c = first ? cJSON_GetObjectItemCaseSensitive(first, "content") : NULL;
+    bool ok;
+    if (cJSON_IsString(r) && !strcmp(r->valuestring, "system") && cJSON_IsString(c)) {
+        struct sbuf b;
+        sb_init(&b);
+        sb_printf(&b, "%s\n\n%s", c->valuestring, tt);
+        ok = !b.oom;
+        if (ok) cJSON_ReplaceItemInObjectCaseSensitive(first, "content", cJSON_CreateString(b.p));
+        sb_free(&b);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        ok = o != NULL;
+        if (o) {
+            cJSON_AddStringToObject(o, "role", "system");
+            cJSON_AddStringToObject(o, "content", tt);
+            ok = cJSON_InsertItemInArray(msgs, 0, o);
+        }
+    }
+    core_free(tt);
+    return ok ? true : srv_oom(e);
+}
+
+char *srv_chat_context(const cJSON *root, const struct srv_tools *tools, const char *tmpl_src,
+                       bool add_generation, struct srv_err *e) {
+    struct tmpl_caps caps = caps_of(tmpl_src);
     cJSON *ctx = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(ctx, "messages");
     if (!ctx || !msgs) goto oom;
     int i = 0;
     for (const cJSON *m = srv_field(root, "messages")->child; m; m = m->next, i++) {
-        cJSON *o = ctx_message(m, e, i);
+        cJSON *o = ctx_message(m, e, i, caps);
         if (!o) {
             cJSON_Delete(ctx);
             if (e->status == 0) srv_oom(e);
             return NULL;
         }
         cJSON_AddItemToArray(msgs, o);
+    }
+    if (tools && tools->mode != SRV_TOOLS_NONE && !caps.tools && !tools_into_system(msgs, tools, e)) {
+        cJSON_Delete(ctx);
+        return NULL;
     }
     const cJSON *kw = srv_field(root, "chat_template_kwargs");
     if (kw && !cJSON_IsObject(kw)) {
@@ -223,7 +284,7 @@ char *srv_chat_context(const cJSON *root, const struct srv_tools *tools, bool ad
     }
     /* tool_choice "none" hides the tools, as on the built-in path */
     const cJSON *tl = srv_field(root, "tools");
-    if (tools && tools->mode != SRV_TOOLS_NONE && cJSON_IsArray(tl) && tl->child)
+    if (tools && tools->mode != SRV_TOOLS_NONE && caps.tools && cJSON_IsArray(tl) && tl->child)
         cJSON_AddItemToObject(ctx, "tools", cJSON_Duplicate(tl, true));
     cJSON_AddBoolToObject(ctx, "add_generation_prompt", add_generation);
     if (effort) cJSON_AddStringToObject(ctx, "reasoning_effort", effort->valuestring);
@@ -273,7 +334,7 @@ static bool jinja_prompt(const struct srv_limits *lim, const cJSON *root,
                          const struct srv_tools *tools, struct srv_req *r, struct srv_err *e) {
     bool add = true;
     if (!srv_get_bool(root, "add_generation_prompt", &add, NULL, e)) return false;
-    char *ctx = srv_chat_context(root, tools, add, e);
+    char *ctx = srv_chat_context(root, tools, anvil_chat_template_text(lim->model), add, e);
     if (!ctx) return false;
     r->prompt = malloc((size_t)lim->n_ctx * sizeof(anvil_token));
     if (!r->prompt) {
@@ -351,7 +412,7 @@ bool srv_apply_template(const struct srv_info *in, const char *body, size_t len,
             goto done;
         }
     } else {
-        ctx = srv_chat_context(root, &tools, add, e);
+        ctx = srv_chat_context(root, &tools, anvil_chat_template_text(m), add, e);
         if (!ctx) goto done;
         char err[400];
         int32_t need = anvil_chat_render_json(m, ctx, strlen(ctx), NULL, 0, err, sizeof err);

@@ -214,9 +214,11 @@ bool srv_parse_messages(const struct srv_limits *lim, const struct cJSON *root,
 /* The Jinja template's context for a chat request (root's messages,
  * tools unless tool_choice is none, add_generation_prompt,
  * reasoning_effort, chat_template_kwargs merged at top level) as JSON text
- * (free with free); NULL with e set (400 for a bad kwargs/effort field). */
+ * (free with free); NULL with e set (400 for a bad kwargs/effort field).
+ * tmpl_src: the template's text; one that never names tools, tool_calls
+ * or the tool role gets them as the built-in families do. */
 char *srv_chat_context(const struct cJSON *root, const struct srv_tools *tools,
-                       bool add_generation, struct srv_err *e);
+                       const char *tmpl_src, bool add_generation, struct srv_err *e);
 /* POST /apply-template (llama-server's shape): messages, tools,
  * add_generation_prompt, chat_template_kwargs, reasoning_effort in,
  * {"prompt": "..."} out (the text the model would be given, BOS included
