@@ -237,6 +237,11 @@ def test_prompt_tokens_match_jinja2(model_path, vocab, name):
                 continue
             assert st == 200, (cname, data)
             got = json.loads(data)["usage"]["prompt_tokens"]
+            if "tools" in ctx and "tools" not in src:
+                # a template that takes no tools gets their text in its
+                # system turn (prompt.c, as llama.cpp's generic handler)
+                assert got > want, (name, cname, got, want)
+                continue
             assert got == want, (name, cname, got, want)
             checked += 1
         assert checked >= 6, checked
