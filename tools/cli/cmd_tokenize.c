@@ -152,6 +152,11 @@ int cmd_tokenize(int argc, char **argv) {
             anvil_model_free(m);
             return cli_fail(cmd, "--chat: the message contains a NUL byte");
         }
+        /* the built-in family (the fallback) as before, then the renderer */
+        static const char *const src[] = {"the model's template", "inferred from the vocabulary",
+                                          "not recognised: ChatML", "chosen"};
+        fprintf(stderr, "anvil %s: chat template %s (%s)\n", cmd, anvil_chat_template_name(m),
+                src[(int)anvil_chat_template_source(m) & 3]);
         char rb[96];
         fprintf(stderr, "anvil %s: chat template: %s\n", cmd, cli_chat_renderer(m, rb, sizeof rb));
         if (system) msgs[n_msgs++] = (struct anvil_chat_msg){"system", system};
