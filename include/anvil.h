@@ -224,6 +224,50 @@ int32_t anvil_chat_apply(const struct anvil_model *m, const struct anvil_chat_ms
 int32_t anvil_chat_tokenize(const struct anvil_model *m, const struct anvil_chat_msg *msgs,
                             size_t n_msgs, bool add_assistant, anvil_token *out, int32_t cap);
 
+/* The model's own Jinja chat template, run by anvil's sandboxed
+ * interpreter (docs/chat-templates.md). It is used by default when the
+ * GGUF has a tokenizer.chat_template that parses; the built-in families
+ * above render (anvil_chat_apply / anvil_chat_tokenize) when the file has
+ * none, when it does not parse (anvil_chat_template_warning says so), or
+ * after anvil_chat_template_set.
+ *
+ * anvil_chat_template_text: the Jinja source in use (NUL-terminated, owned
+ *   by the model), NULL when a built-in family renders.
+ * anvil_chat_template_origin: "gguf", "file" or "builtin" (static).
+ * anvil_chat_template_warning: why the GGUF's template is not used, or NULL.
+ * anvil_chat_template_set_jinja: use src[0..n) (a Jinja template, copied)
+ *   instead; ANVIL_ERR_FORMAT with err when it does not parse. Changes the
+ *   model: call it before any other thread uses m. */
+const char *anvil_chat_template_text(const struct anvil_model *m);
+const char *anvil_chat_template_origin(const struct anvil_model *m);
+const char *anvil_chat_template_warning(const struct anvil_model *m);
+anvil_status anvil_chat_template_set_jinja(struct anvil_model *m, const char *src, size_t n,
+                                           char *err, size_t err_cap);
+
+/* Render a chat with the Jinja template in use. ctx_json[0..n) is the
+ * template's context as a JSON object: "messages" as OpenAI sends them
+ * (content strings, "tool_calls" whose function.arguments string is given
+ * to the template as the parsed object when it parses to one, "tool"
+ * messages with "tool_call_id", "reasoning_content"), "tools" (OpenAI
+ * shape), "add_generation_prompt" (absent = false, as in Jinja),
+ * "enable_thinking" and any other chat_template_kwargs at top level,
+ * "reasoning_effort". bos_token / eos_token come from the vocabulary when
+ * absent; strftime_now formats the current time (ANVIL_CHAT_NOW, seconds
+ * since the epoch, overrides it).
+ * anvil_chat_render_json: the text into buf; bytes written (NUL
+ *   terminated), -(needed, NUL included) when cap is too small, INT32_MIN
+ *   on failure with err set ("chat template: line N: ..." for a template
+ *   error or a limit, "out of memory ..." when memory ran out).
+ * anvil_chat_tokenize_json: that text tokenized with control tokens
+ *   parsed, except inside the caller's text (message content, reasoning,
+ *   tool results: found in the rendering), and BOS added unless the text
+ *   starts with it. Token count, -(needed) when cap is too small,
+ *   INT32_MIN on failure with err set. */
+int32_t anvil_chat_render_json(const struct anvil_model *m, const char *ctx_json, size_t n,
+                               char *buf, int32_t cap, char *err, size_t err_cap);
+int32_t anvil_chat_tokenize_json(const struct anvil_model *m, const char *ctx_json, size_t n,
+                                 anvil_token *out, int32_t cap, char *err, size_t err_cap);
+
 /* ---------------------------------------------------------------------- */
 /* context: KV cache, scratch, thread pool */
 

@@ -114,3 +114,59 @@ int32_t anvil_chat_apply(const struct anvil_model *m, const struct anvil_chat_ms
                          size_t n_msgs, bool add_assistant, char *buf, int32_t cap) {
     return tok_chat_apply(m->vocab, msgs, n_msgs, add_assistant, buf, cap);
 }
+
+/* ---------------------------------------------------------------------- */
+/* the Jinja chat template */
+
+const char *anvil_chat_template_text(const struct anvil_model *m) {
+    return m ? tok_chat_jinja_text(m->vocab) : NULL;
+}
+
+const char *anvil_chat_template_origin(const struct anvil_model *m) {
+    static const char *const names[] = {"builtin", "gguf", "file"};
+    int o = m ? tok_chat_jinja_origin(m->vocab) : 0;
+    return names[o >= 0 && o <= 2 ? o : 0];
+}
+
+const char *anvil_chat_template_warning(const struct anvil_model *m) {
+    return m ? tok_chat_jinja_warning(m->vocab) : NULL;
+}
+
+anvil_status anvil_chat_template_set_jinja(struct anvil_model *m, const char *src, size_t n,
+                                           char *err, size_t err_cap) {
+    if (!m) return ANVIL_ERR_INVALID;
+    return tok_chat_jinja_set(m->vocab, src, n, err, err_cap);
+}
+
+int32_t anvil_chat_render_json(const struct anvil_model *m, const char *ctx_json, size_t n,
+                               char *buf, int32_t cap, char *err, size_t err_cap) {
+    if (!m || !ctx_json || cap < 0 || (cap > 0 && !buf)) {
+        errmsg_set(err, err_cap, "chat: bad arguments");
+        return INT32_MIN;
+    }
+    char *s;
+    size_t len;
+    if (tok_chat_jinja_render(m->vocab, ctx_json, n, &s, &len, err, err_cap) != ANVIL_OK)
+        return INT32_MIN;
+    int32_t r;
+    if (len >= INT32_MAX) {
+        errmsg_set(err, err_cap, "chat template: the rendering is too long");
+        r = INT32_MIN;
+    } else if (len + 1 > (size_t)cap) {
+        r = -(int32_t)(len + 1);
+    } else {
+        memcpy(buf, s, len + 1);
+        r = (int32_t)len;
+    }
+    core_free(s);
+    return r;
+}
+
+int32_t anvil_chat_tokenize_json(const struct anvil_model *m, const char *ctx_json, size_t n,
+                                 anvil_token *out, int32_t cap, char *err, size_t err_cap) {
+    if (!m) {
+        errmsg_set(err, err_cap, "chat: bad arguments");
+        return INT32_MIN;
+    }
+    return tok_chat_jinja_tokenize(m->vocab, ctx_json, n, out, cap, err, err_cap, NULL);
+}

@@ -316,6 +316,22 @@ static enum MHD_Result post_detokenize(struct srv *s, struct MHD_Connection *c,
     return post_tok(s, c, k, true);
 }
 
+/* POST /apply-template: the chat rendered with the model's template, no
+ * engine (prompt.c). */
+static enum MHD_Result post_apply_template(struct srv *s, struct MHD_Connection *c,
+                                           struct conn *k, const char *url) {
+    (void)url;
+    struct sbuf b;
+    struct srv_err err;
+    memset(&err, 0, sizeof(err));
+    sb_init(&b);
+    if (!srv_apply_template(&s->info, k->body ? k->body : "", k->body_len, &b, &err)) {
+        sb_free(&b);
+        return srv_send_err(s, c, &err, NULL, NULL);
+    }
+    return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
+}
+
 // ----------------------------------------------------------------------------
 // routing
 
@@ -338,6 +354,7 @@ static const struct srv_route routes[] = {
     {"/v1/responses/", SRV_DELETE, false, srv_delete_response, false},
     {"/tokenize", SRV_POST, false, post_tokenize, false},
     {"/detokenize", SRV_POST, false, post_detokenize, false},
+    {"/apply-template", SRV_POST, false, post_apply_template, false},
     {"/v1/messages", SRV_POST, false, srv_post_messages, false},
     {"/v1/messages/count_tokens", SRV_POST, false, srv_post_count_tokens, false},
     {"/api/chat", SRV_POST, false, srv_ollama_chat, false},
@@ -742,7 +759,10 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
         int32_t tn = anvil_model_meta_str(m, "tokenizer.chat_template", NULL, 0);
         char *tsrc = tn > 0 ? malloc((size_t)tn + 1) : NULL;
         if (tsrc) anvil_model_meta_str(m, "tokenizer.chat_template", tsrc, (size_t)tn + 1);
-        srv_outfmt_detect(tsrc, &s->lim.outfmt);
+        /* a --chat-template-file's template is the one the model is shown */
+        const char *jsrc = anvil_chat_template_text(m);
+        srv_outfmt_detect(jsrc && anvil_chat_template_origin(m)[0] == 'f' ? jsrc : tsrc,
+                          &s->lim.outfmt);
         free(tsrc);
     }
 

@@ -162,6 +162,282 @@ static char *tool_result_text(const cJSON *m, int idx, char *content, struct srv
     return sb_take(&b, NULL);
 }
 
+// ----------------------------------------------------------------------------
+// the Jinja path: the request as the template's context
+
+/* What a template knows of tools, read from its text as llama.cpp's
+ * generic handler does: one that never names tools, tool_calls or the
+ * tool role is given them the way the built-in families are (the tools'
+ * text in the system turn, calls as JSON text, results as user turns). */
+struct tmpl_caps {
+    bool tools, calls, tool_role;
+};
+
+static struct tmpl_caps caps_of(const char *src) {
+    struct tmpl_caps c = {true, true, true};
+    if (!src) return c;
+    c.tools = strstr(src, "tools") != NULL;
+    c.calls = strstr(src, "tool_calls") != NULL;
+    c.tool_role = strstr(src, "'tool'") || strstr(src, "\"tool\"") || strstr(src, "ipython");
+    return c;
+}
+
+/* One message of the context: role (developer -> system), content (a
+ * string, text parts joined, null kept), and the fields templates read. */
+static cJSON *ctx_message(const cJSON *m, struct srv_err *e, int idx, struct tmpl_caps caps) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    const cJSON *role = srv_field(m, "role");
+    const char *rs = !strcmp(role->valuestring, "developer") ? "system" : role->valuestring;
+    bool is_tool = !strcmp(rs, "tool"), as_user = is_tool && !caps.tool_role;
+    const cJSON *calls = srv_field(m, "tool_calls");
+    bool calls_as_text = !caps.calls && cJSON_IsArray(calls) && calls->child;
+    cJSON_AddStringToObject(o, "role", as_user ? "user" : rs);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (cJSON_IsString(c) || cJSON_IsArray(c) || as_user || calls_as_text) {
+        char *t = cJSON_IsString(c) || cJSON_IsArray(c) ? msg_content(m, idx, true, e)
+                                                         : core_strdup("");
+        if (t && (as_user || calls_as_text)) {
+            char *u = as_user ? tool_result_text(m, idx, t, e) : calls_text(calls, idx, t, e);
+            core_free(t);
+            t = u;
+        }
+        if (!t) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON_AddStringToObject(o, "content", t);
+        core_free(t);
+    } else {
+        cJSON_AddNullToObject(o, "content");
+    }
+    static const char *const keep[] = {"tool_calls", "tool_call_id", "name", "reasoning_content"};
+    for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++) {
+        const cJSON *f = srv_field(m, keep[k]);
+        if (k == 0 && calls_as_text) continue;
+        if (f) cJSON_AddItemToObject(o, keep[k], cJSON_Duplicate(f, true));
+    }
+    return o;
+}
+
+/* A template that does not take tools gets the tools' text in its system
+ * turn (appended to the caller's, or a system turn of its own first). */
+static bool tools_into_system(cJSON *msgs, const struct srv_tools *tools, struct srv_err *e) {
+    char *tt = srv_tools_prompt(tools);
+    if (!tt) return srv_oom(e);
+    cJSON *first = msgs->child;
+    const cJSON *r = first ? cJSON_GetObjectItemCaseSensitive(first, "role") : NULL;
+    const cJSON *c = first ? cJSON_GetObjectItemCaseSensitive(first, "content") : NULL;
+    bool ok;
+    if (cJSON_IsString(r) && !strcmp(r->valuestring, "system") && cJSON_IsString(c)) {
+        struct sbuf b;
+        sb_init(&b);
+        sb_printf(&b, "%s\n\n%s", c->valuestring, tt);
+        ok = !b.oom;
+        if (ok) cJSON_ReplaceItemInObjectCaseSensitive(first, "content", cJSON_CreateString(b.p));
+        sb_free(&b);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        ok = o != NULL;
+        if (o) {
+            cJSON_AddStringToObject(o, "role", "system");
+            cJSON_AddStringToObject(o, "content", tt);
+            ok = cJSON_InsertItemInArray(msgs, 0, o);
+        }
+    }
+    core_free(tt);
+    return ok ? true : srv_oom(e);
+}
+
+char *srv_chat_context(const cJSON *root, const struct srv_tools *tools, const char *tmpl_src,
+                       bool add_generation, struct srv_err *e) {
+    struct tmpl_caps caps = caps_of(tmpl_src);
+    cJSON *ctx = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(ctx, "messages");
+    if (!ctx || !msgs) goto oom;
+    int i = 0;
+    for (const cJSON *m = srv_field(root, "messages")->child; m; m = m->next, i++) {
+        cJSON *o = ctx_message(m, e, i, caps);
+        if (!o) {
+            cJSON_Delete(ctx);
+            if (e->status == 0) srv_oom(e);
+            return NULL;
+        }
+        cJSON_AddItemToArray(msgs, o);
+    }
+    if (tools && tools->mode != SRV_TOOLS_NONE && !caps.tools && !tools_into_system(msgs, tools, e)) {
+        cJSON_Delete(ctx);
+        return NULL;
+    }
+    const cJSON *kw = srv_field(root, "chat_template_kwargs");
+    if (kw && !cJSON_IsObject(kw)) {
+        cJSON_Delete(ctx);
+        srv_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
+                srv_type_name(kw));
+        return NULL;
+    }
+    const cJSON *effort = srv_field(root, "reasoning_effort");
+    if (effort && !cJSON_IsString(effort)) {
+        cJSON_Delete(ctx);
+        srv_bad(e, "reasoning_effort", "'reasoning_effort' must be a string, got %s",
+                srv_type_name(effort));
+        return NULL;
+    }
+    /* tool_choice "none" hides the tools, as on the built-in path */
+    const cJSON *tl = srv_field(root, "tools");
+    if (tools && tools->mode != SRV_TOOLS_NONE && caps.tools && cJSON_IsArray(tl) && tl->child)
+        cJSON_AddItemToObject(ctx, "tools", cJSON_Duplicate(tl, true));
+    cJSON_AddBoolToObject(ctx, "add_generation_prompt", add_generation);
+    if (effort) cJSON_AddStringToObject(ctx, "reasoning_effort", effort->valuestring);
+    /* the kwargs at top level (enable_thinking, ...); they do not replace
+     * the conversation itself */
+    for (const cJSON *k = kw ? kw->child : NULL; k; k = k->next) {
+        if (!strcmp(k->string, "messages") || !strcmp(k->string, "tools")) continue;
+        cJSON_DeleteItemFromObjectCaseSensitive(ctx, k->string);
+        cJSON_AddItemToObject(ctx, k->string, cJSON_Duplicate(k, true));
+    }
+    char *out = cJSON_PrintUnformatted(ctx);
+    cJSON_Delete(ctx);
+    if (!out) {
+        srv_oom(e);
+        return NULL;
+    }
+    return out;
+oom:
+    cJSON_Delete(ctx);
+    srv_oom(e);
+    return NULL;
+}
+
+/* A render failure: 500 when memory ran out, else a 400 that carries the
+ * template's message (raise_exception's text, or "line N: ..." for a
+ * limit or a template error: the request is what made the template
+ * fail, docs/chat-templates.md). */
+static bool template_error(struct srv_err *e, const char *err) {
+    if (!strncmp(err, "out of memory", 13)) return srv_oom(e);
+    return srv_bad(e, "messages", "%s", err);
+}
+
+/* Does the prompt end inside an opened thought ("<think>" last, as the
+ * reasoning templates open it when thinking is on)? */
+static bool ends_in_think(const struct anvil_model *m, const anvil_token *t, int32_t n) {
+    char buf[96];
+    size_t len = 0;
+    for (int32_t i = n > 3 ? n - 3 : 0; i < n; i++) {
+        int32_t k = anvil_token_to_piece(m, t[i], buf + len, (int32_t)(sizeof buf - 1 - len), true);
+        if (k > 0) len += (size_t)k;
+    }
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ')) len--;
+    return len >= 7 && !memcmp(buf + len - 7, "<think>", 7);
+}
+
+static bool jinja_prompt(const struct srv_limits *lim, const cJSON *root,
+                         const struct srv_tools *tools, struct srv_req *r, struct srv_err *e) {
+    bool add = true;
+    if (!srv_get_bool(root, "add_generation_prompt", &add, NULL, e)) return false;
+    char *ctx = srv_chat_context(root, tools, anvil_chat_template_text(lim->model), add, e);
+    if (!ctx) return false;
+    r->prompt = malloc((size_t)lim->n_ctx * sizeof(anvil_token));
+    if (!r->prompt) {
+        free(ctx);
+        return srv_oom(e);
+    }
+    char err[400];
+    int32_t nt = anvil_chat_tokenize_json(lim->model, ctx, strlen(ctx), r->prompt, lim->n_ctx,
+                                          err, sizeof err);
+    free(ctx);
+    if (nt == INT32_MIN) return template_error(e, err);
+    if (nt < 0) return srv_too_long(e, "messages", lim->n_ctx, "messages are", -(long long)nt);
+    r->n_prompt = nt;
+    r->reasoning_open = ends_in_think(lim->model, r->prompt, nt);
+    return true;
+}
+
+bool srv_apply_template(const struct srv_info *in, const char *body, size_t len,
+                        struct sbuf *out, struct srv_err *e) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    bool ok = false;
+    char *ctx = NULL, *text = NULL;
+    if (!cJSON_IsObject(root)) {
+        srv_bad(e, NULL, "the body must be a JSON object");
+        goto done;
+    }
+    const cJSON *msgs = srv_field(root, "messages");
+    if (!msgs) {
+        srv_bad(e, "messages", "'messages' is required");
+        goto done;
+    }
+    if (!cJSON_IsArray(msgs)) {
+        srv_bad(e, "messages", "'messages' must be an array, got %s", srv_type_name(msgs));
+        goto done;
+    }
+    int i = 0;
+    for (const cJSON *m = msgs->child; m; m = m->next, i++) {
+        const cJSON *role = cJSON_IsObject(m) ? srv_field(m, "role") : NULL;
+        if (!cJSON_IsString(role)) {
+            char param[48];
+            snprintf(param, sizeof(param), "messages[%d].role", i);
+            srv_bad(e, param, "'%s' must be a string", param);
+            goto done;
+        }
+    }
+    struct srv_tools tools = {.mode = SRV_TOOLS_NONE};
+    if (!srv_tools_parse(root, &tools, e)) goto done;
+    bool add = true;
+    if (!srv_get_bool(root, "add_generation_prompt", &add, NULL, e)) goto done;
+    const struct anvil_model *m = in->model;
+    if (!anvil_chat_template_text(m)) {
+        /* the built-in family: the plain messages, as a chat is rendered */
+        int n = cJSON_GetArraySize(msgs);
+        struct anvil_chat_msg *cm = calloc((size_t)n + 1, sizeof(*cm));
+        char **texts = calloc((size_t)n + 1, sizeof(*texts));
+        bool good = cm && texts;
+        i = 0;
+        for (const cJSON *mm = msgs->child; good && mm; mm = mm->next, i++) {
+            const char *role = srv_field(mm, "role")->valuestring;
+            cm[i].role = msg_role(role) ? msg_role(role) : "user";
+            texts[i] = msg_content(mm, i, true, e);
+            good = texts[i] != NULL;
+            cm[i].content = texts[i];
+        }
+        int32_t need = good ? anvil_chat_apply(m, cm, (size_t)n, add, NULL, 0) : 0;
+        if (good && need < 0 && need != INT32_MIN) {
+            text = malloc((size_t)-need);
+            if (text && anvil_chat_apply(m, cm, (size_t)n, add, text, -need) >= 0) ok = true;
+        }
+        for (int j = 0; texts && j < n; j++) core_free(texts[j]);
+        free(texts);
+        free(cm);
+        if (!ok) {
+            if (e->status == 0) srv_oom(e);
+            goto done;
+        }
+    } else {
+        ctx = srv_chat_context(root, &tools, anvil_chat_template_text(m), add, e);
+        if (!ctx) goto done;
+        char err[400];
+        int32_t need = anvil_chat_render_json(m, ctx, strlen(ctx), NULL, 0, err, sizeof err);
+        if (need == INT32_MIN) {
+            template_error(e, err);
+            goto done;
+        }
+        text = malloc((size_t)-need);
+        if (!text || anvil_chat_render_json(m, ctx, strlen(ctx), text, -need, err, sizeof err) < 0) {
+            srv_oom(e);
+            goto done;
+        }
+        ok = true;
+    }
+    sb_puts(out, "{\"prompt\":");
+    sb_json_str(out, text, strlen(text));
+    sb_puts(out, "}");
+    if (out->oom) ok = srv_oom(e);
+done:
+    free(text);
+    free(ctx);
+    cJSON_Delete(root);
+    return ok;
+}
+
 bool srv_parse_messages(const struct srv_limits *lim, const cJSON *root,
                         const struct srv_tools *tools, struct srv_req *r, struct srv_err *e) {
     const cJSON *msgs = srv_field(root, "messages");
@@ -213,6 +489,9 @@ bool srv_parse_messages(const struct srv_limits *lim, const cJSON *root,
                 continue;
             }
             if (!strcmp(k->string, "tool_call_id") && is_tool) continue;
+            if (!strcmp(k->string, "reasoning_content") && assistant &&
+                (cJSON_IsNull(k) || cJSON_IsString(k)))
+                continue; /* shown to the Jinja template; the built-in families drop it */
             srv_bad(e, param, "'%s': field '%.40s' is not supported", param, k->string);
             goto fail;
         }
@@ -233,6 +512,12 @@ bool srv_parse_messages(const struct srv_limits *lim, const cJSON *root,
             goto fail;
         }
         cm[i].content = texts[i];
+    }
+    if (anvil_chat_template_text(lim->model)) {
+        /* the model's own template: messages, tools and the request's
+         * template variables go to it as they are */
+        ok = jinja_prompt(lim, root, tools, r, e);
+        goto fail;
     }
     if (tools->mode != SRV_TOOLS_NONE) {
         /* the functions go into the system turn: appended to the caller's,

@@ -3,12 +3,17 @@
  * parallelism, chat template, special tokens) and the model's entry in
  * GET /v1/models, which carries the same facts under "meta".
  *
+ * /props also names the chat renderer in use (chat_template_origin: the
+ * GGUF's Jinja template, a file's, or a built-in family) and the tool-call
+ * and reasoning formats read from that template.
+ *
  * Pure functions of the model and the server's settings (struct
  * srv_info), safe on any HTTP thread.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/outfmt.h"
 #include "server/srv_web.h"
 
 /* Append "key": the metadata string, or null when missing. */
@@ -79,7 +84,40 @@ void srv_fmt_props(struct sbuf *b, const struct srv_info *in) {
     sb_printf(b, ",\"total_slots\":%d,\"default_generation_settings\":{\"n_ctx\":%d}",
               (int)in->parallel, (int)in->n_ctx);
     sb_puts(b, ",");
-    meta_field(b, m, "chat_template", "tokenizer.chat_template");
+    /* the Jinja source the model is shown (a --chat-template-file's, or
+     * the GGUF's); with a built-in family, the GGUF's text (or null) */
+    const char *jsrc = anvil_chat_template_text(m);
+    if (jsrc) {
+        sb_puts(b, "\"chat_template\":");
+        sb_json_str(b, jsrc, strlen(jsrc));
+    } else {
+        meta_field(b, m, "chat_template", "tokenizer.chat_template");
+    }
+    /* which renderer: "gguf", "file", or "builtin NAME"; the warning says
+     * why the GGUF's template is not used when it does not parse */
+    const char *origin = anvil_chat_template_origin(m);
+    sb_puts(b, ",\"chat_template_origin\":");
+    if (jsrc)
+        sb_json_str(b, origin, strlen(origin));
+    else
+        sb_printf(b, "\"builtin %s\"", anvil_chat_template_name(m));
+    sb_puts(b, ",\"chat_template_warning\":");
+    str_or_null(b, anvil_chat_template_warning(m));
+    /* the output formats read from that template (toolfmt.c) */
+    struct srv_outfmt of;
+    if (jsrc) {
+        srv_outfmt_detect(jsrc, &of);
+    } else {
+        int32_t tn = anvil_model_meta_str(m, "tokenizer.chat_template", NULL, 0);
+        char *t = tn > 0 ? malloc((size_t)tn + 1) : NULL;
+        if (t) anvil_model_meta_str(m, "tokenizer.chat_template", t, (size_t)tn + 1);
+        srv_outfmt_detect(t, &of);
+        free(t);
+    }
+    sb_puts(b, ",\"tool_format\":");
+    str_or_null(b, srv_toolfmt_name(of.tool_format));
+    sb_puts(b, ",\"reasoning_format\":");
+    str_or_null(b, srv_reasoningfmt_name(of.reasoning_format));
     sb_puts(b, ",\"bos_token\":");
     token_text(b, m, anvil_token_bos(m));
     sb_puts(b, ",\"eos_token\":");

@@ -226,6 +226,21 @@ struct srv_tools;
  * template into r->prompt. */
 bool srv_parse_messages(const struct srv_limits *lim, const struct cJSON *root,
                         const struct srv_tools *tools, struct srv_req *r, struct srv_err *e);
+/* The Jinja template's context for a chat request (root's messages,
+ * tools unless tool_choice is none, add_generation_prompt,
+ * reasoning_effort, chat_template_kwargs merged at top level) as JSON text
+ * (free with free); NULL with e set (400 for a bad kwargs/effort field).
+ * tmpl_src: the template's text; one that never names tools, tool_calls
+ * or the tool role gets them as the built-in families do. */
+char *srv_chat_context(const struct cJSON *root, const struct srv_tools *tools,
+                       const char *tmpl_src, bool add_generation, struct srv_err *e);
+/* POST /apply-template (llama-server's shape): messages, tools,
+ * add_generation_prompt, chat_template_kwargs, reasoning_effort in,
+ * {"prompt": "..."} out (the text the model would be given, BOS included
+ * when the template writes it). false with e set (400 for a bad body or a
+ * template error). */
+bool srv_apply_template(const struct srv_info *in, const char *body, size_t len,
+                        struct sbuf *out, struct srv_err *e);
 /* A completion's prompt: a string, token ids, or a batch of one. */
 bool srv_parse_prompt(const struct srv_limits *lim, const struct cJSON *root, struct srv_req *r,
                       struct srv_err *e);

@@ -522,5 +522,10 @@ anvil_status tok_chat_set(struct tok_vocab *v, const char *name) {
     c.source = ANVIL_CHAT_FROM_USER;
     chat_free(&v->chat);
     v->chat = c;
+    /* a family asked for by name renders instead of the Jinja template */
+    core_free(v->jinja.src);
+    v->jinja.src = NULL;
+    v->jinja.len = 0;
+    v->jinja.origin = TOK_JINJA_NONE;
     return ANVIL_OK;
 }

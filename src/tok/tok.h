@@ -90,4 +90,30 @@ anvil_status tok_chat_set(struct tok_vocab *v, const char *name);
 /* "chatml, llama3, ..." */
 const char *tok_chat_names(void);
 
+/* The Jinja template (chat_jinja.c). The GGUF's tokenizer.chat_template is
+ * in use when it parses; tok_chat_jinja_set replaces it with src[0..n)
+ * (copied; ANVIL_ERR_FORMAT with err when it does not parse); tok_chat_set
+ * drops it (the built-in family renders). Not thread-safe: before sharing v.
+ * tok_chat_jinja_text: the source in use, NUL-terminated, or NULL.
+ * tok_chat_jinja_origin: TOK_JINJA_NONE / _GGUF / _FILE (0, 1, 2).
+ * tok_chat_jinja_warning: why the GGUF's template is not used, or NULL. */
+anvil_status tok_chat_jinja_set(struct tok_vocab *v, const char *src, size_t n, char *err,
+                                size_t err_cap);
+const char *tok_chat_jinja_text(const struct tok_vocab *v);
+int tok_chat_jinja_origin(const struct tok_vocab *v);
+const char *tok_chat_jinja_warning(const struct tok_vocab *v);
+/* Render the context ctx[0..n) (a JSON object, see anvil_chat_render_json)
+ * with the Jinja template in use: *out (core_malloc, NUL-terminated, free
+ * with core_free), *out_len. ANVIL_ERR_INVALID with err for a bad context,
+ * a template failure ("chat template: line N: ...") or no template in use;
+ * ANVIL_ERR_NOMEM. */
+anvil_status tok_chat_jinja_render(const struct tok_vocab *v, const char *ctx, size_t n,
+                                   char **out, size_t *out_len, char *err, size_t err_cap);
+/* The same rendering tokenized with control tokens parsed except in the
+ * caller's text; tok_encode's return convention, INT32_MIN on failure with
+ * err and *status (may be NULL) set. */
+int32_t tok_chat_jinja_tokenize(const struct tok_vocab *v, const char *ctx, size_t n,
+                                anvil_token *out, int32_t cap, char *err, size_t err_cap,
+                                anvil_status *status);
+
 #endif

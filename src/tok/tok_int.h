@@ -439,6 +439,21 @@ anvil_status chat_render(const struct tok_vocab *v, const struct anvil_chat_msg 
                          size_t n_msgs, bool add_assistant, bool with_bos, char **out,
                          size_t *out_len, struct tok_span **spans, size_t *n_spans);
 
+/* The Jinja chat template (chat_jinja.c): the GGUF's tokenizer.chat_template
+ * or a file's, rendered by src/tmpl. src NULL = the built-in family
+ * (struct tok_chat) renders. */
+enum { TOK_JINJA_NONE = 0, TOK_JINJA_GGUF = 1, TOK_JINJA_FILE = 2 };
+struct tok_jinja {
+    char *src;      /* NUL-terminated copy, or NULL */
+    size_t len;
+    int origin;     /* TOK_JINJA_* */
+    char warn[320]; /* why the GGUF's template is not used ("" = it is, or none) */
+};
+/* From the GGUF's template text: kept when it parses, else warn is set
+ * and src stays NULL. ANVIL_ERR_NOMEM only. */
+anvil_status chat_jinja_init(struct tok_jinja *j, struct gguf_str tmpl);
+void chat_jinja_free(struct tok_jinja *j);
+
 /* ---------------------------------------------------------------------- */
 /* the vocabulary */
 
@@ -468,6 +483,7 @@ struct tok_vocab {
 
     struct tok_pretok pre;
     struct tok_chat chat;
+    struct tok_jinja jinja; /* the Jinja template in use (chat_jinja.c) */
 };
 
 static inline const char *tok_text(const struct tok_vocab *v, int32_t id, size_t *len) {

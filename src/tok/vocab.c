@@ -268,6 +268,7 @@ void tok_free(struct tok_vocab *v) {
     special_free(&v->specials);
     pretok_free(&v->pre);
     chat_free(&v->chat);
+    chat_jinja_free(&v->jinja);
     core_free(v);
 }
 
@@ -433,6 +434,7 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
         v->chat.kind = TOK_CHAT_CHATML;
         v->chat.source = ANVIL_CHAT_FALLBACK;
     }
+    TRY(chat_jinja_init(&v->jinja, s->chat_template));
     *out = v;
     return ANVIL_OK;
 fail:

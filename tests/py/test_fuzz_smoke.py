@@ -32,7 +32,8 @@ FUZZ_CC = os.environ.get("FUZZ_CC", "clang-14")
 # fuzz_gguf (a forward pass per model that loads) and fuzz_constrain (every
 # byte checked against the Earley reference) the dearest
 RUNS = {"gguf": 3000, "tok": 3000, "request": 20000, "http": 3000, "constrain": 1500,
-        "web": 5000, "anthropic": 5000, "responses": 5000, "ollama": 5000, "safetensors": 20000}
+        "web": 5000, "anthropic": 5000, "responses": 5000, "ollama": 5000, "safetensors": 20000,
+        "tmpl": 3000}
 HARNESSES = list(RUNS)
 
 

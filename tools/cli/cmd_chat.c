@@ -1,8 +1,9 @@
 /*
  * cmd_chat.c - `anvil chat`: interactive chat on stdin/stdout using the
- * model's chat template (or --chat-template NAME). The whole conversation
- * is re-rendered and tokenized each turn (anvil_chat_tokenize: what the
- * user types is text, never control tokens); the KV cache keeps the
+ * model's chat template (its Jinja template, --chat-template-file FILE,
+ * or --chat-template NAME). The whole conversation is re-rendered and
+ * tokenized each turn (what the user types is text, never control
+ * tokens; --print-prompt prints the first turn's prompt and exits); the KV cache keeps the
  * common prefix, so only the new turn is prefilled.
  */
 #include <stdio.h>
@@ -68,6 +69,7 @@ int cmd_chat(int argc, char **argv) {
         if (!history_add(&h, "user", strdup(line))) break;
         char *reply = NULL;
         rc = gen_run_chat("chat", &o, &s, h.msgs, h.n, stdout, &reply);
+        if (o.print_prompt) break; /* the first turn's prompt was printed */
         fputc('\n', stdout);
         if (rc) break;
         history_add(&h, "assistant", reply ? reply : strdup(""));

@@ -1,7 +1,8 @@
 /*
  * cmd_run.c - `anvil run`: generate a continuation of one prompt (or a chat
- * answer with --chat, with the model's chat template or --chat-template
- * NAME), streaming only the generated text to stdout and one stats line to
+ * answer with --chat, with the model's chat template, --chat-template
+ * NAME or --chat-template-file FILE; --print-prompt prints the rendered
+ * prompt instead), streaming only the generated text to stdout and one stats line to
  * stderr.
  */
 #include <stdio.h>
@@ -47,7 +48,9 @@ int cmd_run(int argc, char **argv) {
     struct gen_session s;
     int rc = gen_open("run", &o, &s);
     if (rc) return rc;
-    if (o.chat) {
+    if (o.print_prompt && !o.chat) {
+        fputs(o.prompt, stdout); /* no template: the prompt is the text */
+    } else if (o.chat) {
         /* the prompt is message content: tokenized as text, whatever it
          * contains, while the template's markers are control tokens */
         struct anvil_chat_msg msgs[2];

@@ -28,6 +28,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "chat_render.h"
 #include "cli.h"
 #include "core/core.h"
 #include "server/server.h"
@@ -71,6 +72,8 @@ static void usage(FILE *f) {
             "      --kernels K       auto, ref, avx2 or avx512\n"
             "      --chat-template NAME  chat template family instead of the file's:\n"
             "                        %s\n"
+            "      --chat-template-file FILE  a Jinja chat template instead of the GGUF's\n"
+            "                        (default: the GGUF's own template, when it parses)\n"
             "      --no-webui        do not serve the chat page (GET / is a 404)\n"
             "      --reasoning-budget N  a thought's tokens at most (then it is closed; 0:\n"
             "                        no thinking); requests may set reasoning_budget\n"
@@ -189,7 +192,7 @@ int cmd_serve(int argc, char **argv) {
     long threads = 0, ctx = 0, spec_k = 0;
     const char *spec = NULL, *draft_path = NULL;
     long drain_timeout = DEFAULT_DRAIN;
-    const char *chat_template = NULL;
+    const char *chat_template = NULL, *chat_template_file = NULL;
     long long kv_mem = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -259,6 +262,9 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--chat-template")) {
             VAL();
             chat_template = v; /* checked against the model's once it is loaded */
+        } else if (!strcmp(a, "--chat-template-file")) {
+            VAL();
+            chat_template_file = v;
         } else if (!strcmp(a, "--no-webui")) {
             webui = false;
         } else if (!strcmp(a, "--reasoning-budget")) {
@@ -324,17 +330,11 @@ int cmd_serve(int argc, char **argv) {
         return st == ANVIL_ERR_IO || st == ANVIL_ERR_FORMAT || st == ANVIL_ERR_UNSUPPORTED ? 2 : 1;
     }
     /* before the engine and the HTTP threads share the model */
-    if (chat_template && anvil_chat_template_set(m, chat_template) != ANVIL_OK) {
+    int crc = cli_chat_choose(CMD, m, chat_template, chat_template_file, false);
+    if (crc) {
         anvil_model_free(m);
-        return cli_fail(CMD, "unknown chat template '%s' (known: %s)", chat_template,
-                        anvil_chat_template_names());
+        return crc;
     }
-    enum anvil_chat_source chat_src = anvil_chat_template_source(m);
-    if (chat_src == ANVIL_CHAT_FALLBACK)
-        fprintf(stderr,
-                "anvil serve: warning: the model's chat template is missing or not one anvil "
-                "recognises; using ChatML (choose another with --chat-template NAME: %s)\n",
-                anvil_chat_template_names());
     struct anvil_model *dm = NULL;
     if (draft_path) {
         st = anvil_model_load(draft_path, &mp, &dm, err, sizeof(err));
@@ -407,11 +407,9 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *shown = host;
     bool v6 = strchr(host, ':') != NULL;
-    static const char *const src_text[] = {"from the file", "inferred from the vocabulary",
-                                           "not recognised: ChatML", "from --chat-template"};
-    printf("anvil serve: listening on http://%s%s%s:%d (chat template: %s, %s)\n",
-           v6 ? "[" : "", shown, v6 ? "]" : "", srv_port(s), anvil_chat_template_name(m),
-           src_text[(int)chat_src & 3]);
+    char rb[96];
+    printf("anvil serve: listening on http://%s%s%s:%d (chat template: %s)\n",
+           v6 ? "[" : "", shown, v6 ? "]" : "", srv_port(s), cli_chat_renderer(m, rb, sizeof rb));
     fflush(stdout);
 
     int sig = 0;

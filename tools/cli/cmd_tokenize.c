@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_render.h"
 #include "cli.h"
 
 static void help(FILE *f) {
@@ -33,6 +34,9 @@ static void help(FILE *f) {
                "  --chat-template NAME  with --chat: this template family instead of the\n"
                "                     model's (chatml, llama3, gemma, mistral-v1, mistral-v3,\n"
                "                     mistral-v7, phi3)\n"
+               "  --chat-template-file FILE  with --chat: this Jinja template instead of\n"
+               "                     the GGUF's\n"
+               "  --print-prompt     with --chat: print the rendered prompt, not its ids\n"
                "  -h, --help         this help\n"
                "\n"
                "Exit status: 0 ok, 1 runtime failure, 2 bad usage or bad input.\n");
@@ -73,8 +77,9 @@ static void put_piece(const char *s, int32_t n) {
 
 int cmd_tokenize(int argc, char **argv) {
     const char *cmd = "tokenize", *model = NULL, *prompt = NULL, *file = NULL;
-    const char *system = NULL, *tmpl = NULL;
+    const char *system = NULL, *tmpl = NULL, *tmpl_file = NULL;
     bool parse_special = true, add_special = true, ids_only = false, chat = false;
+    bool print_prompt = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -98,6 +103,10 @@ int cmd_tokenize(int argc, char **argv) {
             if (!(system = cli_value(cmd, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--chat-template")) {
             if (!(tmpl = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--chat-template-file")) {
+            if (!(tmpl_file = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--print-prompt")) {
+            print_prompt = true;
         } else {
             help(stderr);
             return cli_fail(cmd, "unknown option '%s'", a);
@@ -105,7 +114,8 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (!model) return cli_fail(cmd, "no model (-m MODEL)");
     if (!prompt == !file) return cli_fail(cmd, "give exactly one of -p TEXT or -f FILE");
-    if ((system || tmpl) && !chat) return cli_fail(cmd, "--system and --chat-template need --chat");
+    if ((system || tmpl || tmpl_file || print_prompt) && !chat)
+        return cli_fail(cmd, "--system, --chat-template(-file) and --print-prompt need --chat");
 
     char *text = NULL;
     size_t len;
@@ -131,32 +141,47 @@ int cmd_tokenize(int argc, char **argv) {
     struct anvil_chat_msg msgs[2];
     size_t n_msgs = 0;
     if (chat) {
-        if (tmpl && anvil_chat_template_set(m, tmpl) != ANVIL_OK) {
+        int crc = cli_chat_choose(cmd, m, tmpl, tmpl_file, false);
+        if (crc) {
             free(text);
             anvil_model_free(m);
-            return cli_fail(cmd, "unknown chat template '%s' (known: %s)", tmpl,
-                            anvil_chat_template_names());
+            return crc;
         }
         if (memchr(t, 0, len)) {
             free(text);
             anvil_model_free(m);
             return cli_fail(cmd, "--chat: the message contains a NUL byte");
         }
+        /* the built-in family (the fallback) as before, then the renderer */
         static const char *const src[] = {"the model's template", "inferred from the vocabulary",
                                           "not recognised: ChatML", "chosen"};
-        enum anvil_chat_source cs = anvil_chat_template_source(m);
         fprintf(stderr, "anvil %s: chat template %s (%s)\n", cmd, anvil_chat_template_name(m),
-                src[(int)cs & 3]);
+                src[(int)anvil_chat_template_source(m) & 3]);
+        char rb[96];
+        fprintf(stderr, "anvil %s: chat template: %s\n", cmd, cli_chat_renderer(m, rb, sizeof rb));
         if (system) msgs[n_msgs++] = (struct anvil_chat_msg){"system", system};
         msgs[n_msgs++] = (struct anvil_chat_msg){"user", t};
     }
 
     int rc = 0;
+    if (print_prompt) {
+        char *p = cli_chat_prompt(m, msgs, n_msgs, err, sizeof err);
+        if (!p) {
+            rc = cli_fail(cmd, "%s", err);
+        } else {
+            fputs(p, stdout);
+            free(p);
+        }
+        free(text);
+        anvil_model_free(m);
+        return rc;
+    }
+    err[0] = '\0';
     int32_t cap = 256;
     anvil_token *ids = malloc(sizeof(anvil_token) * (size_t)cap);
 #define TOKENIZE()                                                                             \
     (!ids ? INT32_MIN                                                                          \
-     : chat ? anvil_chat_tokenize(m, msgs, n_msgs, true, ids, cap)                             \
+     : chat ? cli_chat_tokenize(m, msgs, n_msgs, ids, cap, err, sizeof err)                    \
             : anvil_tokenize(m, t, len, ids, cap, add_special, parse_special))
     int32_t n = TOKENIZE();
     if (n < 0 && n != INT32_MIN) {
@@ -167,8 +192,13 @@ int cmd_tokenize(int argc, char **argv) {
     }
 #undef TOKENIZE
     if (n < 0) {
-        fprintf(stderr, "anvil %s: tokenization failed (out of memory?)\n", cmd);
-        rc = 1;
+        /* a template that refuses the conversation is bad input (2) */
+        if (err[0] && strncmp(err, "out of memory", 13) != 0) {
+            rc = cli_fail(cmd, "%s", err);
+        } else {
+            fprintf(stderr, "anvil %s: tokenization failed (out of memory?)\n", cmd);
+            rc = 1;
+        }
         goto done;
     }
     if (ids_only) {

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "core/core.h"
+#include "chat_render.h"
 #include "gen.h"
 
 void gen_opts_default(struct gen_opts *o) {
@@ -36,6 +37,9 @@ void gen_print_opts_help(FILE *f) {
             "      --system TEXT     system message (chat template)\n"
             "      --chat-template NAME  chat template family instead of the model's: chatml,\n"
             "                        llama3, gemma, mistral-v1, mistral-v3, mistral-v7, phi3\n"
+            "                        (default: the GGUF's own Jinja template)\n"
+            "      --chat-template-file FILE  a Jinja chat template instead of the GGUF's\n"
+            "      --print-prompt    print the rendered chat prompt and exit\n"
             "      --ignore-eos      keep generating past end-of-generation tokens\n"
             "      --json-schema FILE  the output is one JSON value valid under the schema\n"
             "      --grammar FILE    the output follows the GBNF grammar (start rule root)\n"
@@ -125,6 +129,11 @@ int gen_parse_opt(const char *cmd, struct gen_opts *o, int argc, char **argv, in
     } else if (!strcmp(a, "--chat-template")) {
         VAL();
         o->chat_template = v;
+    } else if (!strcmp(a, "--chat-template-file")) {
+        VAL();
+        o->chat_template_file = v;
+    } else if (!strcmp(a, "--print-prompt")) {
+        o->print_prompt = true;
     } else if (!strcmp(a, "--kernels")) {
         VAL();
         o->kernels = v;
@@ -212,17 +221,11 @@ int gen_open(const char *cmd, const struct gen_opts *o, struct gen_session *s) {
     anvil_status st = anvil_model_load(o->model_path, &mp, &s->model, err, sizeof(err));
     if (st != ANVIL_OK) return cli_fail(cmd, "%s", err);
     int rc;
-    if (o->chat_template) {
-        if (anvil_chat_template_set(s->model, o->chat_template) != ANVIL_OK) {
-            gen_close(s);
-            return cli_fail(cmd, "unknown chat template '%s' (known: %s)", o->chat_template,
-                            anvil_chat_template_names());
-        }
-    } else if (o->chat && anvil_chat_template_source(s->model) == ANVIL_CHAT_FALLBACK) {
-        fprintf(stderr,
-                "anvil %s: warning: the model's chat template is missing or not one anvil "
-                "recognises; using ChatML (choose another with --chat-template NAME: %s)\n",
-                cmd, anvil_chat_template_names());
+    if ((o->chat || o->chat_template || o->chat_template_file) &&
+        (rc = cli_chat_choose(cmd, s->model, o->chat_template, o->chat_template_file,
+                              false)) != 0) {
+        gen_close(s);
+        return rc;
     }
     if (o->draft_path &&
         (st = anvil_model_load(o->draft_path, &mp, &s->draft, err, sizeof(err))) != ANVIL_OK) {
@@ -409,8 +412,16 @@ int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, co
 
 int gen_run_chat(const char *cmd, const struct gen_opts *o, struct gen_session *s,
                  const struct anvil_chat_msg *msgs, size_t n_msgs, FILE *out, char **reply) {
-    int n = anvil_chat_tokenize(s->model, msgs, n_msgs, true, s->buf, s->n_ctx);
-    if (n == INT32_MIN) return cli_fail(cmd, "could not render the chat (out of memory?)");
+    char err[ANVIL_ERRMSG_CAP];
+    if (o->print_prompt) {
+        char *p = cli_chat_prompt(s->model, msgs, n_msgs, err, sizeof err);
+        if (!p) return cli_fail(cmd, "%s", err);
+        fputs(p, out);
+        free(p);
+        return 0;
+    }
+    int n = cli_chat_tokenize(s->model, msgs, n_msgs, s->buf, s->n_ctx, err, sizeof err);
+    if (n == INT32_MIN) return cli_fail(cmd, "%s", err);
     if (n < 0) return cli_fail(cmd, "the chat (%d tokens) is longer than the context (%d)", -n,
                                s->n_ctx);
     return generate(cmd, o, s, n, out, reply);

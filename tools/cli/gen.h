@@ -33,6 +33,8 @@ struct gen_opts {
     enum anvil_spec spec;   /* --spec ngram|draft (DEFAULT: off) */
     const char *draft_path; /* --draft FILE */
     int spec_k;             /* --spec-k K (0: the engine's default) */
+    const char *chat_template_file; /* --chat-template-file FILE: a Jinja template */
+    bool print_prompt;      /* --print-prompt: print the rendered chat prompt, generate nothing */
 };
 
 struct gen_session {
@@ -64,8 +66,9 @@ void gen_close(struct gen_session *s);
 int gen_run(const char *cmd, const struct gen_opts *o, struct gen_session *s, const char *text,
             FILE *out, char **reply);
 /* The same for a conversation: rendered with the model's chat template
- * and tokenized with anvil_chat_tokenize, so that what the user typed is
- * never read as control tokens. */
+ * (its Jinja template, or the built-in family: chat_render.h) and
+ * tokenized so that what the user typed is never read as control tokens.
+ * With o->print_prompt, the rendered text goes to out instead. */
 int gen_run_chat(const char *cmd, const struct gen_opts *o, struct gen_session *s,
                  const struct anvil_chat_msg *msgs, size_t n_msgs, FILE *out, char **reply);
 
