@@ -92,6 +92,18 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     TRY(tok_load(m->gguf, &m->vocab, err, err_cap));
     TRY(load_hparams(&L, m->arch, &m->hp, m->vocab, &swa));
     TRY(load_moe_hparams(&L, m->arch, &m->hp));
+    {
+        uint32_t pt; /* embedding models say how they pool (docs/embeddings.md) */
+        if (loader_u32(&L, "pooling_type", &pt, false)) {
+            if (pt > ANVIL_POOL_RANK) {
+                errmsg_set(err, err_cap, "model: %s.pooling_type %u is unknown (0..4)",
+                           m->arch->name, pt);
+                TRY(ANVIL_ERR_FORMAT);
+            }
+            m->has_pooling = true;
+            m->pooling = (int)pt;
+        }
+    }
     TRY(load_weights(&L, m, swa));
     TRY(load_moe_layers(&L, m));
     TRY(load_attn_kinds(&L, m, swa));

@@ -157,6 +157,8 @@ struct anvil_model {
     float *hp1_taps;           /* (n_layer, n_head, K): HP1 taps of every layer, or NULL
                                 * when no layer is HP1 (softmax layers' rows unused) */
     int n_hp1;                 /* layers with HP1 attention */
+    bool has_pooling;          /* the file has <arch>.pooling_type */
+    int pooling;               /* its value (enum anvil_pooling) when has_pooling */
     uint64_t n_params;
     char desc[128];
     uint8_t *packed; /* every wmat's packed copy, carved from one buffer (huge pages) */

@@ -21,6 +21,7 @@ static const struct {
     {"perplexity", cmd_perplexity, "perplexity and KL divergence over a text"},
     {"bench", bench_main, "measure prefill/decode speed and kernels"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
+    {"embed", cmd_embed, "print the embeddings of texts (embedding models)"},
 };
 
 static void usage(FILE *f) {

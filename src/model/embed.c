@@ -1,0 +1,158 @@
+/*
+ * embed.c - sequence embeddings: anvil_embed packs many token sequences
+ * into decode batches, asks the forward pass for the hidden states after
+ * the output norm (ANVIL_OUT_EMBD rows), pools each sequence's rows into
+ * one vector (mean, first, last) and L2-normalizes it when asked. Also the
+ * pooling getters.
+ *
+ * A batch is filled greedily in the caller's order while its rows fit
+ * n_batch, its sequences n_seq_max and its output rows n_outputs (mean
+ * pooling asks for every row, first/last for one per sequence). Every
+ * sequence is decoded from position 0 in the ctx's sequences 0..k-1 and
+ * truncated to empty right after, so the cache holds nothing between
+ * batches. Pooling sums in double, in row order: the result does not
+ * depend on how the sequences were packed.
+ *
+ * What it does not do: rank pooling (a classification head) and per-token
+ * outputs (pooling none); encoders' bidirectional attention (the decoder
+ * archs attend causally, as their embedding models were trained).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/ctx_int.h"
+
+int anvil_model_pooling(const struct anvil_model *m) {
+    return m && m->has_pooling ? m->pooling : ANVIL_POOL_UNSPECIFIED;
+}
+
+const char *anvil_pooling_name(int pooling) {
+    switch (pooling) {
+    case ANVIL_POOL_NONE: return "none";
+    case ANVIL_POOL_MEAN: return "mean";
+    case ANVIL_POOL_CLS: return "cls";
+    case ANVIL_POOL_LAST: return "last";
+    case ANVIL_POOL_RANK: return "rank";
+    default: return "unspecified";
+    }
+}
+
+/* Output rows sequence i asks for. */
+static int32_t outs_of(int pooling, int32_t len) { return pooling == ANVIL_POOL_MEAN ? len : 1; }
+
+/* Decode sequences [s0, s1) as one batch (rows, positions and flags built
+ * in the caller's scratch), pool them into out. */
+static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *seqs,
+                                const int32_t *lens, int32_t s0, int32_t s1, int pooling,
+                                bool normalize, float *out, anvil_token *tok, int32_t *pos,
+                                int32_t *sid, int8_t *flag) {
+    int32_t n = 0;
+    for (int32_t s = s0; s < s1; s++)
+        for (int32_t j = 0; j < lens[s]; j++, n++) {
+            tok[n] = seqs[s][j];
+            pos[n] = j;
+            sid[n] = s - s0;
+            bool want = pooling == ANVIL_POOL_MEAN || (pooling == ANVIL_POOL_CLS && j == 0) ||
+                        (pooling == ANVIL_POOL_LAST && j == lens[s] - 1);
+            flag[n] = want ? ANVIL_OUT_EMBD : ANVIL_OUT_NONE;
+        }
+    struct anvil_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .logits = flag};
+    anvil_status st = anvil_decode(c, &b);
+    /* the cache keeps nothing between batches, failed or not */
+    char msg[sizeof(c->errmsg)];
+    memcpy(msg, c->errmsg, sizeof(msg));
+    for (int32_t s = s0; s < s1; s++) (void)anvil_seq_truncate(c, s - s0, 0);
+    memcpy(c->errmsg, msg, sizeof(msg));
+    if (st != ANVIL_OK) return st;
+    int ne = c->m->hp.n_embd;
+    int32_t o = 0;
+    for (int32_t s = s0; s < s1; s++) {
+        float *y = out + (size_t)s * ne;
+        int32_t k = outs_of(pooling, lens[s]);
+        for (int i = 0; i < ne; i++) {
+            double acc = 0.0;
+            for (int32_t r = 0; r < k; r++) acc += c->embd[(size_t)(o + r) * ne + i];
+            y[i] = (float)(acc / k);
+        }
+        o += k;
+        if (normalize) {
+            double ss = 0.0;
+            for (int i = 0; i < ne; i++) ss += (double)y[i] * y[i];
+            /* llama.cpp's floor: an all-zero vector stays zero */
+            double inv = ss > 0.0 ? 1.0 / sqrt(ss) : 0.0;
+            for (int i = 0; i < ne; i++) y[i] = (float)(y[i] * inv);
+        }
+    }
+    return ANVIL_OK;
+}
+
+anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
+                         const int32_t *lens, int32_t n_seqs, int pooling, bool normalize,
+                         float *out) {
+    if (!c) return ANVIL_ERR_INVALID;
+    if (pooling == ANVIL_POOL_UNSPECIFIED) pooling = anvil_model_pooling(c->m);
+    if (pooling != ANVIL_POOL_MEAN && pooling != ANVIL_POOL_CLS && pooling != ANVIL_POOL_LAST) {
+        snprintf(c->errmsg, sizeof(c->errmsg),
+                 "embed: the model cannot pool a sequence into one vector (pooling %s; anvil "
+                 "pools mean, cls or last)",
+                 anvil_pooling_name(pooling));
+        return ANVIL_ERR_UNSUPPORTED;
+    }
+    if (n_seqs < 0 || (n_seqs > 0 && (!seqs || !lens || !out))) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "embed: bad arguments");
+        return ANVIL_ERR_INVALID;
+    }
+    int32_t cap = c->n_batch < c->n_ctx ? c->n_batch : c->n_ctx;
+    for (int32_t s = 0; s < n_seqs; s++) {
+        if (lens[s] < 1 || lens[s] > cap || !seqs[s]) {
+            snprintf(c->errmsg, sizeof(c->errmsg),
+                     "embed: sequence %d has %d tokens (1 to %d fit)", s, lens[s], cap);
+            return ANVIL_ERR_INVALID;
+        }
+        if (outs_of(pooling, lens[s]) > c->n_outputs) {
+            snprintf(c->errmsg, sizeof(c->errmsg),
+                     "embed: sequence %d needs %d output rows, the context has %d", s,
+                     outs_of(pooling, lens[s]), c->n_outputs);
+            return ANVIL_ERR_INVALID;
+        }
+        for (int32_t j = 0; j < lens[s]; j++)
+            if (seqs[s][j] < 0 || seqs[s][j] >= c->m->hp.n_vocab) {
+                snprintf(c->errmsg, sizeof(c->errmsg),
+                         "embed: sequence %d token %d is %d, out of range (0..%d)", s, j,
+                         seqs[s][j], c->m->hp.n_vocab - 1);
+                return ANVIL_ERR_INVALID;
+            }
+    }
+    for (int32_t s = 0; s < c->n_seq_max; s++)
+        if (anvil_seq_len(c, s) != 0) {
+            snprintf(c->errmsg, sizeof(c->errmsg), "embed: the context's sequence %d is in use", s);
+            return ANVIL_ERR_INVALID;
+        }
+    size_t nb = (size_t)c->n_batch;
+    anvil_token *tok = core_malloc(nb * sizeof(*tok));
+    int32_t *pos = core_malloc(nb * sizeof(*pos));
+    int32_t *sid = core_malloc(nb * sizeof(*sid));
+    int8_t *flag = core_malloc(nb * sizeof(*flag));
+    anvil_status st = ANVIL_OK;
+    if (!tok || !pos || !sid || !flag) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "embed: out of memory");
+        st = ANVIL_ERR_NOMEM;
+    }
+    for (int32_t s0 = 0; st == ANVIL_OK && s0 < n_seqs;) {
+        int32_t s1 = s0, rows = 0, outs = 0;
+        while (s1 < n_seqs && s1 - s0 < c->n_seq_max && rows + lens[s1] <= c->n_batch &&
+               outs + outs_of(pooling, lens[s1]) <= c->n_outputs) {
+            rows += lens[s1];
+            outs += outs_of(pooling, lens[s1]);
+            s1++;
+        }
+        st = embed_batch(c, seqs, lens, s0, s1, pooling, normalize, out, tok, pos, sid, flag);
+        s0 = s1;
+    }
+    core_free(tok);
+    core_free(pos);
+    core_free(sid);
+    core_free(flag);
+    return st;
+}
