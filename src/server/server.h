@@ -57,6 +57,12 @@ struct srv_config {
     /* Browser origins allowed (CORS): NULL or "" = none, "*" = any, else
      * a comma-separated list of exact origins ("https://a.example"). */
     const char *cors_origins;
+    /* Embedding and reranking models served beside the chat model
+     * (src/server/api_embed.c), or NULL; borrowed, they outlive the server.
+     * Their ids name them in /v1/models and a request's "model". */
+    struct anvil_model *embed_model, *rerank_model;
+    const char *embed_model_id, *rerank_model_id;
+    int32_t emb_threads; /* their contexts' threads; 0 = every online CPU */
 };
 
 /* Start the HTTP daemon on its own threads (none with cfg->external).
