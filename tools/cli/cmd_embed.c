@@ -38,7 +38,8 @@ static int pooling_of(const char *s) {
     return -2;
 }
 
-/* Token ids of one input of --tokens; count or -1. */
+/* Token ids of one input of --tokens; count, -1 when it is not a list of
+ * ids, -2 when it holds more than cap. */
 static int32_t parse_ids(const char *s, anvil_token *out, int32_t cap) {
     int32_t n = 0;
     while (*s) {
@@ -47,7 +48,8 @@ static int32_t parse_ids(const char *s, anvil_token *out, int32_t cap) {
         char *end;
         errno = 0;
         long v = strtol(s, &end, 10);
-        if (end == s || errno || v < 0 || v > INT32_MAX || n == cap) return -1;
+        if (end == s || errno || v < 0 || v > INT32_MAX) return -1;
+        if (n == cap) return -2;
         out[n++] = (anvil_token)v;
         s = end;
     }
@@ -174,7 +176,7 @@ int cmd_embed(int argc, char **argv) {
         int32_t n = tokens ? parse_ids(texts[i], seqs[i], cap)
                            : anvil_tokenize(m, texts[i], strlen(texts[i]), seqs[i], cap, special,
                                             false);
-        if (n < 0 || n > batch) {
+        if (n < 0 || n > batch) { /* -(needed) from anvil_tokenize, -2 from parse_ids */
             cli_fail("embed", "input %d is %s", i,
                      n == -1 && tokens ? "not a list of token ids"
                                        : "longer than the batch (--batch N)");
