@@ -13,15 +13,117 @@
  * batches. Pooling sums in double, in row order: the result does not
  * depend on how the sequences were packed.
  *
- * What it does not do: rank pooling (a classification head) and per-token
- * outputs (pooling none); encoders' bidirectional attention (the decoder
- * archs attend causally, as their embedding models were trained).
+ * Rank pooling (rerankers) scores one row per sequence with the
+ * classification head llama.cpp's converter writes (cls.weight and
+ * cls.bias, then tanh; cls.output.weight and .bias; either stage may be
+ * missing): the last row on the decoder archs anvil runs (their attention
+ * is causal, so only the last row has seen the whole pair). The head is
+ * copied to F32 at load (it is small) and applied here in double.
+ *
+ * What it does not do: per-token outputs (pooling none); encoders'
+ * bidirectional attention (the decoder archs attend causally, as their
+ * embedding models were trained).
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "gguf/gguf_types.h"
+#include "kernels/blocks.h"
 #include "model/ctx_int.h"
+
+/* ---------------------------------------------------------------------- */
+/* the rank head */
+
+/* Tensor name as an owned F32 (rows, cols) copy, or NULL when absent; a
+ * tensor of the wrong shape sets err and *bad. */
+static float *head_tensor(const struct anvil_model *m, const char *name, int64_t cols,
+                          int64_t rows_max, int *rows, bool *bad, char *err, size_t err_cap) {
+    const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    if (!t) return NULL;
+    int64_t r = t->n_dims > 1 ? (int64_t)t->ne[1] : 1;
+    if ((int64_t)t->ne[0] != cols || t->n_dims > 2 || r < 1 || r > rows_max ||
+        gguf_row_size(t->type, t->ne[0]) == 0 || (t->n_dims > 1 && rows_max == 1)) {
+        errmsg_set(err, err_cap, "model: tensor %s has the wrong shape for the rank head", name);
+        *bad = true;
+        return NULL;
+    }
+    size_t rb = gguf_row_size(t->type, t->ne[0]);
+    if ((uint64_t)rb * (uint64_t)r > t->nbytes) {
+        errmsg_set(err, err_cap, "model: tensor %s is shorter than its shape", name);
+        *bad = true;
+        return NULL;
+    }
+    float *out = core_malloc((size_t)r * (size_t)cols * sizeof(float));
+    if (!out) {
+        errmsg_set(err, err_cap, "model: out of memory");
+        *bad = true;
+        return NULL;
+    }
+    for (int64_t i = 0; i < r; i++)
+        kn_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)i * rb, out + (size_t)i * cols,
+                          cols);
+    if (rows) *rows = (int)r;
+    return out;
+}
+
+anvil_status embed_bind_head(struct anvil_model *m, char *err, size_t err_cap) {
+    int ne = m->hp.n_embd, n_out = 0, rows = 0;
+    bool bad = false;
+    m->cls_w = head_tensor(m, "cls.weight", ne, ne, &rows, &bad, err, err_cap);
+    if (!bad && m->cls_w && rows != ne) {
+        errmsg_set(err, err_cap, "model: cls.weight must be (%d, %d)", ne, ne);
+        bad = true;
+    }
+    if (!bad) m->cls_b = head_tensor(m, "cls.bias", ne, 1, NULL, &bad, err, err_cap);
+    if (!bad) m->cls_out_w = head_tensor(m, "cls.output.weight", ne, 64, &n_out, &bad, err, err_cap);
+    if (!bad && m->cls_out_w)
+        m->cls_out_b = head_tensor(m, "cls.output.bias", n_out, 1, NULL, &bad, err, err_cap);
+    if (!bad && !m->cls_w && !m->cls_out_w) {
+        errmsg_set(err, err_cap,
+                   "model: pooling rank needs a classification head (cls.weight or "
+                   "cls.output.weight), the file has neither");
+        bad = true;
+    }
+    if (bad) {
+        embed_free_head(m);
+        return ANVIL_ERR_FORMAT;
+    }
+    m->n_cls_out = m->cls_out_w ? n_out : ne;
+    return ANVIL_OK;
+}
+
+void embed_free_head(struct anvil_model *m) {
+    core_free(m->cls_w);
+    core_free(m->cls_b);
+    core_free(m->cls_out_w);
+    core_free(m->cls_out_b);
+    m->cls_w = m->cls_b = m->cls_out_w = m->cls_out_b = NULL;
+}
+
+/* The first class's score of hidden state h; tmp holds n_embd floats. */
+static float rank_score(const struct anvil_model *m, const float *h, float *tmp) {
+    int ne = m->hp.n_embd;
+    const float *x = h;
+    if (m->cls_w) {
+        for (int i = 0; i < ne; i++) {
+            double acc = m->cls_b ? m->cls_b[i] : 0.0;
+            const float *w = m->cls_w + (size_t)i * ne;
+            for (int j = 0; j < ne; j++) acc += (double)w[j] * h[j];
+            tmp[i] = (float)tanh(acc);
+        }
+        x = tmp;
+    }
+    double s = x[0];
+    if (m->cls_out_w) {
+        s = m->cls_out_b ? m->cls_out_b[0] : 0.0;
+        for (int j = 0; j < ne; j++) s += (double)m->cls_out_w[j] * x[j];
+    }
+    return (float)s;
+}
+
+/* ---------------------------------------------------------------------- */
+/* pooling */
 
 int anvil_model_pooling(const struct anvil_model *m) {
     return m && m->has_pooling ? m->pooling : ANVIL_POOL_UNSPECIFIED;
@@ -38,7 +140,7 @@ const char *anvil_pooling_name(int pooling) {
     }
 }
 
-/* Output rows sequence i asks for. */
+/* Output rows sequence i asks for (rank: one, the last). */
 static int32_t outs_of(int pooling, int32_t len) { return pooling == ANVIL_POOL_MEAN ? len : 1; }
 
 /* Decode sequences [s0, s1) as one batch (rows, positions and flags built
@@ -54,7 +156,8 @@ static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *s
             pos[n] = j;
             sid[n] = s - s0;
             bool want = pooling == ANVIL_POOL_MEAN || (pooling == ANVIL_POOL_CLS && j == 0) ||
-                        (pooling == ANVIL_POOL_LAST && j == lens[s] - 1);
+                        ((pooling == ANVIL_POOL_LAST || pooling == ANVIL_POOL_RANK) &&
+                         j == lens[s] - 1);
             flag[n] = want ? ANVIL_OUT_EMBD : ANVIL_OUT_NONE;
         }
     struct anvil_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .logits = flag};
@@ -67,6 +170,10 @@ static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *s
     if (st != ANVIL_OK) return st;
     int ne = c->m->hp.n_embd;
     int32_t o = 0;
+    if (pooling == ANVIL_POOL_RANK) {
+        for (int32_t s = s0; s < s1; s++) out[s] = rank_score(c->m, c->embd + (size_t)(s - s0) * ne, c->nrm);
+        return ANVIL_OK;
+    }
     for (int32_t s = s0; s < s1; s++) {
         float *y = out + (size_t)s * ne;
         int32_t k = outs_of(pooling, lens[s]);
@@ -92,10 +199,15 @@ anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
                          float *out) {
     if (!c) return ANVIL_ERR_INVALID;
     if (pooling == ANVIL_POOL_UNSPECIFIED) pooling = anvil_model_pooling(c->m);
-    if (pooling != ANVIL_POOL_MEAN && pooling != ANVIL_POOL_CLS && pooling != ANVIL_POOL_LAST) {
+    if (pooling == ANVIL_POOL_RANK && !c->m->cls_w && !c->m->cls_out_w) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "embed: the model has no rank head");
+        return ANVIL_ERR_UNSUPPORTED;
+    }
+    if (pooling != ANVIL_POOL_MEAN && pooling != ANVIL_POOL_CLS && pooling != ANVIL_POOL_LAST &&
+        pooling != ANVIL_POOL_RANK) {
         snprintf(c->errmsg, sizeof(c->errmsg),
                  "embed: the model cannot pool a sequence into one vector (pooling %s; anvil "
-                 "pools mean, cls or last)",
+                 "pools mean, cls, last or rank)",
                  anvil_pooling_name(pooling));
         return ANVIL_ERR_UNSUPPORTED;
     }

@@ -104,6 +104,7 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
             m->pooling = (int)pt;
         }
     }
+    if (m->has_pooling && m->pooling == ANVIL_POOL_RANK) TRY(embed_bind_head(m, err, err_cap));
     TRY(load_weights(&L, m, swa));
     TRY(load_moe_layers(&L, m));
     TRY(load_attn_kinds(&L, m, swa));
@@ -145,6 +146,7 @@ void anvil_model_free(struct anvil_model *m) {
     core_free(m->inv_freq);
     core_free(m->inv_freq_swa);
     core_free(m->hp1_taps);
+    embed_free_head(m);
     core_free_aligned(m->packed);
     for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
         core_free(m->layers[l].qkv_bias);

@@ -21,7 +21,8 @@ static void usage(FILE *f) {
             "usage: anvil embed -m MODEL [options] TEXT...\n\n"
             "  -m, --model FILE      GGUF model (its <arch>.pooling_type says how to pool)\n"
             "  -f, --file FILE       read the inputs from FILE, one per line (empty lines skipped)\n"
-            "      --pooling P       mean, cls or last (default: the model's)\n"
+            "      --pooling P       mean, cls, last, or rank (one score per input, with\n"
+            "                        the model's rank head); default: the model's\n"
             "      --no-normalize    do not L2-normalize (default: normalize)\n"
             "      --format F        json (default) or matrix\n"
             "      --tokens          inputs are token ids (\"1 2 3\"), not text\n"
@@ -199,7 +200,8 @@ int cmd_embed(int argc, char **argv) {
         rc = 1;
         goto done;
     }
-    int ne = anvil_model_n_embd(m);
+    int eff = pooling == ANVIL_POOL_UNSPECIFIED ? anvil_model_pooling(m) : pooling;
+    int ne = eff == ANVIL_POOL_RANK ? 1 : anvil_model_n_embd(m); /* rank: one score */
     if (!(vec = malloc((size_t)n_texts * ne * sizeof(float)))) {
         cli_fail("embed", "out of memory");
         goto done;
