@@ -82,7 +82,7 @@ static bool name_is(const char *name, const char *id, bool ollama) {
 
 bool srv_emb_check_target(const struct srv_emb_target *t, enum srv_emb_kind kind,
                           struct srv_err *e) {
-    int p = anvil_model_pooling(t->m);
+    int p = t->pooling;
     if (kind == SRV_EMB_RERANK) {
         if (p == ANVIL_POOL_RANK) return true;
         return srv_bad(e, "model",
@@ -573,7 +573,8 @@ static void slot_add(struct srv_emb *E, struct anvil_model *m, const char *id, b
     struct emb_slot *sl = &E->slot[E->n];
     int32_t n_max = anvil_model_n_ctx_train(m);
     if (n_max <= 0 || n_max > 8192) n_max = 8192;
-    sl->t = (struct srv_emb_target){.m = m, .id = id, .n_max = n_max};
+    sl->t = (struct srv_emb_target){
+        .m = m, .id = id, .n_max = n_max, .pooling = anvil_model_pooling(m)};
     sl->listed = listed;
     pthread_mutex_init(&sl->mu, NULL);
     E->tg[E->n] = sl->t;

@@ -25,6 +25,7 @@ struct srv_emb_target {
     const struct anvil_model *m;
     const char *id;
     int32_t n_max; /* tokens per input */
+    int pooling;   /* anvil_model_pooling(m) (a fuzz harness may pretend) */
 };
 
 /* Which targets a request may use: the request's "model" picks by id; a

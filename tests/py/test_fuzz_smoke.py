@@ -32,7 +32,7 @@ FUZZ_CC = os.environ.get("FUZZ_CC", "clang-14")
 # fuzz_gguf (a forward pass per model that loads) and fuzz_constrain (every
 # byte checked against the Earley reference) the dearest
 RUNS = {"gguf": 3000, "tok": 3000, "request": 20000, "http": 3000, "constrain": 1500,
-        "web": 5000, "anthropic": 5000, "responses": 5000, "ollama": 5000}
+        "web": 5000, "anthropic": 5000, "responses": 5000, "ollama": 5000, "embed": 5000}
 HARNESSES = list(RUNS)
 
 
