@@ -753,6 +753,12 @@ const float *anvil_get_embd(struct anvil_ctx *c, int32_t i);
 anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
                          const int32_t *lens, int32_t n_seqs, int pooling, bool normalize,
                          float *out);
+/* The tokens of a (query, document) pair for a reranker, as llama-server
+ * builds them: BOS when the vocabulary adds one, the query, EOS, the
+ * document, EOS (both tokenized as text). Returns the count, -(needed)
+ * when cap is too small, INT32_MIN on out-of-memory. */
+int32_t anvil_rank_pair(const struct anvil_model *m, const char *query, size_t query_len,
+                        const char *doc, size_t doc_len, anvil_token *out, int32_t cap);
 
 #ifdef __cplusplus
 }

@@ -268,3 +268,40 @@ anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
     core_free(flag);
     return st;
 }
+
+/* One text's tokens into out[k..cap) when they fit; the count either way. */
+static int32_t put_text(const struct anvil_model *m, const char *s, size_t n, anvil_token *out,
+                        int32_t k, int32_t cap) {
+    int32_t room = cap > k ? cap - k : 0;
+    int32_t r = anvil_tokenize(m, s, n, room ? out + k : NULL, room, false, false);
+    if (r == INT32_MIN) return INT32_MIN;
+    return r < 0 ? -r : r;
+}
+
+int32_t anvil_rank_pair(const struct anvil_model *m, const char *query, size_t query_len,
+                        const char *doc, size_t doc_len, anvil_token *out, int32_t cap) {
+    anvil_token probe[4];
+    bool add_bos = anvil_tokenize(m, "", 0, probe, 4, true, false) > 0;
+    anvil_token bos = anvil_token_bos(m), eos = anvil_token_eos(m);
+    int64_t k = 0;
+    if (add_bos && bos >= 0) {
+        if (k < cap) out[k] = bos;
+        k++;
+    }
+    int32_t nq = put_text(m, query, query_len, out, (int32_t)k, cap);
+    if (nq == INT32_MIN) return INT32_MIN;
+    k += nq;
+    if (eos >= 0) {
+        if (k < cap) out[k] = eos;
+        k++;
+    }
+    int32_t nd = put_text(m, doc, doc_len, out, k > INT32_MAX ? INT32_MAX : (int32_t)k, cap);
+    if (nd == INT32_MIN) return INT32_MIN;
+    k += nd;
+    if (eos >= 0) {
+        if (k < cap) out[k] = eos;
+        k++;
+    }
+    if (k > INT32_MAX) return INT32_MIN;
+    return k <= cap ? (int32_t)k : -(int32_t)k;
+}

@@ -289,13 +289,7 @@ static bool parse_rerank(struct srv_emb_req *r, const struct srv_emb_target *t, 
     r->lens = calloc((size_t)n, sizeof(*r->lens));
     r->docs = calloc((size_t)n, sizeof(*r->docs));
     if (!r->seqs || !r->lens || !r->docs) return srv_oom(e);
-    int32_t nq = 0;
-    anvil_token *qt = tok_text(t->m, q->valuestring, strlen(q->valuestring), false, &nq, e);
-    if (!qt) return false;
-    /* llama-server's pair: [BOS] query EOS [SEP] document EOS */
-    anvil_token probe[4];
-    bool add_bos = anvil_tokenize(t->m, "", 0, probe, 4, true, false) > 0;
-    anvil_token bos = anvil_token_bos(t->m), eos = anvil_token_eos(t->m);
+    size_t qn = strlen(q->valuestring);
     int i = 0;
     bool ok = true;
     for (const cJSON *v = docs->child; v && ok; v = v->next, i++) {
@@ -305,34 +299,35 @@ static bool parse_rerank(struct srv_emb_req *r, const struct srv_emb_target *t, 
             ok = srv_bad(e, "documents", "document %d must be a string or {\"text\": string}", i);
             break;
         }
-        int32_t nd = 0;
-        anvil_token *dt = tok_text(t->m, txt->valuestring, strlen(txt->valuestring), false, &nd,
-                                   e);
-        if (!dt) {
-            ok = false;
+        size_t dn = strlen(txt->valuestring);
+        if (qn + dn > (size_t)SRV_EMB_MAX_TOKENS * 8) {
+            ok = too_many(e, "documents", "a pair of %lld bytes is more than the %lld this server "
+                          "takes", (long long)(qn + dn), (long long)SRV_EMB_MAX_TOKENS * 8);
             break;
         }
-        int32_t k = 0, cap = nq + nd + 4;
+        /* llama-server's pair: [BOS] query EOS document EOS (anvil_rank_pair) */
+        int32_t cap = (int32_t)(qn + dn + 8);
         anvil_token *p = malloc((size_t)cap * sizeof(*p));
         char *doc = strdup(txt->valuestring);
-        if (!p || !doc) {
+        int32_t k = p ? anvil_rank_pair(t->m, q->valuestring, qn, txt->valuestring, dn, p, cap)
+                      : INT32_MIN;
+        if (k < 0 && k != INT32_MIN) { /* more tokens than bytes: room for -k */
+            anvil_token *p2 = realloc(p, (size_t)(-k) * sizeof(*p));
+            if (p2) {
+                p = p2;
+                k = anvil_rank_pair(t->m, q->valuestring, qn, txt->valuestring, dn, p, -k);
+            } else {
+                k = INT32_MIN;
+            }
+        }
+        if (k < 0 || !doc) {
             free(p);
             free(doc);
-            free(dt);
             ok = srv_oom(e);
             break;
         }
-        if (add_bos && bos >= 0) p[k++] = bos;
-        memcpy(p + k, qt, (size_t)nq * sizeof(*p));
-        k += nq;
-        if (eos >= 0) p[k++] = eos;
-        memcpy(p + k, dt, (size_t)nd * sizeof(*p));
-        k += nd;
-        if (eos >= 0) p[k++] = eos;
-        free(dt);
         ok = push(r, n, p, k, doc, e);
     }
-    free(qt);
     return ok;
 }
 
