@@ -67,7 +67,7 @@ hash=$(printf '%s\n%s\n%s %s\n%s\n' "$cpu_model" "$cpu_flags" "${CMAKE_FLAGS[*]}
 DIR="$CACHE/llama.cpp-$VERSION-$hash"
 BIN="$DIR/bin"
 TOOLS=(llama-bench llama-batched-bench llama-server llama-quantize llama-perplexity)
-OPTIONAL=(llama-speculative llama-lookup)
+OPTIONAL=(llama-speculative llama-lookup llama-embedding)
 
 all_built() {
     for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || return 1; done

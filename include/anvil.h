@@ -792,6 +792,55 @@ struct anvil_quantize_stats {
 anvil_status anvil_quantize(const char *in, const char *out, const struct anvil_quantize_params *p,
                             struct anvil_quantize_stats *stats, char *err, size_t err_cap);
 
+/* ---------------------------------------------------------------------- */
+/* embeddings (src/model/embed.c, docs/embeddings.md) */
+
+/* How a sequence's hidden states become one vector: llama.cpp's values of
+ * <arch>.pooling_type. UNSPECIFIED: the file does not say (a chat model;
+ * it cannot be asked for embeddings unless the caller names a pooling). */
+enum anvil_pooling {
+    ANVIL_POOL_UNSPECIFIED = -1,
+    ANVIL_POOL_NONE = 0, /* one vector per token (not a sequence embedding) */
+    ANVIL_POOL_MEAN = 1, /* mean over the sequence's tokens */
+    ANVIL_POOL_CLS = 2,  /* the first token's */
+    ANVIL_POOL_LAST = 3, /* the last token's (Qwen3-Embedding) */
+    ANVIL_POOL_RANK = 4, /* a classification head's score (rerankers) */
+};
+
+/* The file's <arch>.pooling_type, or ANVIL_POOL_UNSPECIFIED. */
+int anvil_model_pooling(const struct anvil_model *m);
+/* "none", "mean", "cls", "last", "rank", or "unspecified". */
+const char *anvil_pooling_name(int pooling);
+
+/* A decode row may ask for its hidden state after the output norm instead
+ * of logits: ANVIL_OUT_EMBD in anvil_batch.logits. A batch whose output
+ * rows are embeddings has no logits (the lm_head is skipped); mixing the
+ * two kinds in one batch is ANVIL_ERR_INVALID. */
+enum { ANVIL_OUT_EMBD = 3 };
+/* The n_embd floats of the i-th output row of the last decode, when it
+ * asked for ANVIL_OUT_EMBD; else NULL. Valid until the next decode. */
+const float *anvil_get_embd(struct anvil_ctx *c, int32_t i);
+
+/* Embed n_seqs token sequences (seqs[i] of lens[i] tokens) with `pooling`
+ * (MEAN, CLS or LAST; ANVIL_POOL_UNSPECIFIED = the model's), L2-normalized
+ * when `normalize`: out gets n_seqs rows of anvil_model_n_embd floats.
+ * Sequences run many at once, packed into batches of at most the ctx's
+ * n_batch rows, n_seq_max sequences and n_outputs output rows (MEAN needs
+ * one output row per token: make n_outputs = n_batch). The ctx's
+ * sequences 0 .. n_seq_max-1 must be empty and are left empty. A
+ * sequence that is empty, longer than n_batch or n_ctx, or holds a token
+ * out of range is ANVIL_ERR_INVALID (anvil_ctx_errmsg says which); a
+ * model that cannot pool (RANK, NONE, or none given) ANVIL_ERR_UNSUPPORTED. */
+anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
+                         const int32_t *lens, int32_t n_seqs, int pooling, bool normalize,
+                         float *out);
+/* The tokens of a (query, document) pair for a reranker, as llama-server
+ * builds them: BOS when the vocabulary adds one, the query, EOS, the
+ * document, EOS (both tokenized as text). Returns the count, -(needed)
+ * when cap is too small, INT32_MIN on out-of-memory. */
+int32_t anvil_rank_pair(const struct anvil_model *m, const char *query, size_t query_len,
+                        const char *doc, size_t doc_len, anvil_token *out, int32_t cap);
+
 #ifdef __cplusplus
 }
 #endif

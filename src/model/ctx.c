@@ -100,6 +100,7 @@ void anvil_ctx_free(struct anvil_ctx *c) {
     core_free_aligned(c->logits);
     core_free(c->out_row);
     core_free(c->out_full);
+    core_free_aligned(c->embd);
     core_free_aligned(c->tile);
     core_free(c->best_v);
     core_free(c->best_i);
@@ -287,6 +288,7 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     ALLOC(c->best_v, core_calloc(nt * no, sizeof(float)), "output tables");
     ALLOC(c->best_i, core_calloc(nt * no, sizeof(int32_t)), "output tables");
     ALLOC(c->argmax, core_calloc(no, sizeof(anvil_token)), "output tables");
+    ALLOC(c->embd, alloc_array(no * hp->n_embd, sizeof(float)), "embeddings");
     ALLOC(c->prof_th, alloc_array(nt, sizeof(*c->prof_th)), "profile counters");
     memset(c->prof_th, 0, nt * sizeof(*c->prof_th));
 #undef ALLOC
@@ -366,7 +368,7 @@ static anvil_status validate(struct anvil_ctx *c, const struct anvil_batch *b) {
         c->seq_next[s]++;
         c->run_n[c->n_runs - 1]++;
         int out = b->logits ? b->logits[i] : (i == b->n_tokens - 1 ? ANVIL_OUT_LOGITS : 0);
-        if (out < ANVIL_OUT_NONE || out > ANVIL_OUT_ARGMAX) {
+        if (out < ANVIL_OUT_NONE || out > ANVIL_OUT_EMBD) {
             snprintf(c->errmsg, sizeof(c->errmsg), "decode: row %d asks for output kind %d", i,
                      out);
             return ANVIL_ERR_INVALID;
@@ -377,10 +379,17 @@ static anvil_status validate(struct anvil_ctx *c, const struct anvil_batch *b) {
                          "decode: more than %d rows ask for logits", c->n_outputs);
                 return ANVIL_ERR_INVALID;
             }
+            if (n_out > 0 && (out == ANVIL_OUT_EMBD) != c->out_embd) {
+                snprintf(c->errmsg, sizeof(c->errmsg),
+                         "decode: row %d mixes embedding and logits outputs in one batch", i);
+                return ANVIL_ERR_INVALID;
+            }
+            c->out_embd = out == ANVIL_OUT_EMBD;
             c->out_full[n_out] = out == ANVIL_OUT_LOGITS;
             c->out_row[n_out++] = i;
         }
     }
+    if (n_out == 0) c->out_embd = false;
     c->n_logits = n_out;
     for (int r = 0; r < c->n_runs; r++) {
         c->run_attn[r] = (struct kv_attn_seq){
@@ -482,8 +491,13 @@ const float *anvil_get_logits(struct anvil_ctx *c, int32_t i) {
     return c->logits + (size_t)i * c->m->hp.n_vocab;
 }
 
+const float *anvil_get_embd(struct anvil_ctx *c, int32_t i) {
+    if (!c || i < 0 || i >= c->n_logits || !c->out_embd) return NULL;
+    return c->embd + (size_t)i * c->m->hp.n_embd;
+}
+
 anvil_token anvil_get_argmax(struct anvil_ctx *c, int32_t i) {
-    if (!c || i < 0 || i >= c->n_logits) return -1;
+    if (!c || i < 0 || i >= c->n_logits || c->out_embd) return -1;
     return c->argmax[i];
 }
 

@@ -65,6 +65,8 @@ struct anvil_ctx {
     int32_t *best_i;  /* (n_threads, n_outputs) its index */
     anvil_token *argmax; /* (n_outputs) */
     int n_logits;
+    float *embd;     /* (n_outputs, n_embd) ANVIL_OUT_EMBD rows: hidden states after the output norm */
+    bool out_embd;   /* this batch's output rows are embeddings: no lm_head */
 
     /* profiling (anvil.h anvil_ctx_set_profile): per-thread seconds of the
      * forward pass's categories, one cache line per thread */

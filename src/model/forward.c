@@ -27,7 +27,8 @@
  *   (a mixture-of-experts layer instead: model/moe.c writes d)
  *
  * then, for the rows that asked for logits only, x += ffn_post_norm(d),
- * the output norm, and lm_head (with the argmax fused into it). No
+ * the output norm, and lm_head (with the argmax fused into it); rows that
+ * asked for embeddings (ANVIL_OUT_EMBD) stop after the output norm. No
  * allocation happens here: every buffer was sized in anvil_ctx_init.
  *
  * Profiling (anvil_ctx_set_profile): each thread reads the clock at the
@@ -299,11 +300,17 @@ static void forward_worker(void *arg, int ith, int nth) {
         if (last_post) ops->rmsnorm(d, d, last_post, ne, eps);
         if (hp->residual_scale != 1.0f)
             for (int i = 0; i < ne; i++) d[i] *= hp->residual_scale;
+        if (c->out_embd) { /* embeddings: the normed hidden state is the output */
+            ops->add_rmsnorm(c->x + (size_t)t * ne, d, c->embd + (size_t)o * ne, m->output_norm,
+                             ne, eps);
+            continue;
+        }
         ops->add_rmsnorm(c->x + (size_t)t * ne, d, nrm, m->output_norm, ne, eps);
         ops->act[m->output.act](c->act + (size_t)o * c->act_stride, nrm, ne);
     }
     pool_barrier(c->pool);
     PROF_MARK(ANVIL_PROF_NORM);
+    if (c->out_embd) return;
     lm_head(c, ith, nth);
     PROF_MARK(ANVIL_PROF_MATMUL);
 }

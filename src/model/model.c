@@ -93,6 +93,19 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
     TRY(tok_load(m->gguf, &m->vocab, err, err_cap));
     TRY(load_hparams(&L, m->arch, &m->hp, m->vocab, &swa));
     TRY(load_moe_hparams(&L, m->arch, &m->hp));
+    {
+        uint32_t pt; /* embedding models say how they pool (docs/embeddings.md) */
+        if (loader_u32(&L, "pooling_type", &pt, false)) {
+            if (pt > ANVIL_POOL_RANK) {
+                errmsg_set(err, err_cap, "model: %s.pooling_type %u is unknown (0..4)",
+                           m->arch->name, pt);
+                TRY(ANVIL_ERR_FORMAT);
+            }
+            m->has_pooling = true;
+            m->pooling = (int)pt;
+        }
+    }
+    if (m->has_pooling && m->pooling == ANVIL_POOL_RANK) TRY(embed_bind_head(m, err, err_cap));
     TRY(load_weights(&L, m, swa));
     TRY(load_moe_layers(&L, m));
     TRY(load_attn_kinds(&L, m, swa));
@@ -134,6 +147,7 @@ void anvil_model_free(struct anvil_model *m) {
     core_free(m->inv_freq);
     core_free(m->inv_freq_swa);
     core_free(m->hp1_taps);
+    embed_free_head(m);
     core_free_aligned(m->packed);
     for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
         core_free(m->layers[l].qkv_bias);

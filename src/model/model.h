@@ -174,10 +174,23 @@ struct anvil_model {
     float *hp1_taps;           /* (n_layer, n_head, K): HP1 taps of every layer, or NULL
                                 * when no layer is HP1 (softmax layers' rows unused) */
     int n_hp1;                 /* layers with HP1 attention */
+    bool has_pooling;          /* the file has <arch>.pooling_type */
+    int pooling;               /* its value (enum anvil_pooling) when has_pooling */
+    /* rank pooling's classification head (model/embed.c), owned F32 copies:
+     * score = cls_out . tanh(cls h + cls_b) + cls_out_b; either matrix may
+     * be absent (NULL), not both */
+    float *cls_w, *cls_b;         /* (n_embd, n_embd), (n_embd) */
+    float *cls_out_w, *cls_out_b; /* (n_cls_out, n_cls_in), (n_cls_out) */
+    int n_cls_out;
     uint64_t n_params;
     char desc[128];
     uint8_t *packed; /* every wmat's packed copy, carved from one buffer (huge pages) */
 };
+
+/* Bind the rank head (cls.weight, cls.bias, cls.output.weight,
+ * cls.output.bias) of a model whose pooling is rank (model/embed.c). */
+anvil_status embed_bind_head(struct anvil_model *m, char *err, size_t err_cap);
+void embed_free_head(struct anvil_model *m);
 
 /* Multiply: y[t*ldy + r] = W row r . X row t, rows [r0, r1) of the whole
  * (multi-part) matrix. x rows are in w->act format. */

@@ -1,7 +1,7 @@
 /*
  * api_ollama.c - Ollama's API over anvil's generation: POST /api/chat and
  * /api/generate, GET /api/tags, POST /api/show, GET /api/version, GET
- * /api/ps, and /api/embed (501 until anvil has embeddings).
+ * /api/ps, and /api/embed and /api/embeddings (answered by api_embed.c).
  *
  * A request body is translated into the equivalent chat-completions
  * JSON (messages with OpenAI's roles, tool calls with their arguments as
@@ -28,7 +28,7 @@
  *   - tool calls carry their arguments as a JSON object; a streamed call
  *     is sent whole, in one line, when it ends (as Ollama does);
  *   - errors are {"error": "message"}: 400 bad input, 404 unknown model,
- *     500 out of memory, 501 embeddings; in a stream, an {"error"} line.
+ *     500 out of memory; in a stream, an {"error"} line.
  * What it does not do: images (400: anvil has no multimodal model),
  * Ollama's Go templates (`template` is refused unless `raw`), `context`
  * (the deprecated token memory of /api/generate; 400), model management
@@ -50,6 +50,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
+#include "server/api_embed.h"
 #include "server/api_ollama.h"
 
 /* The Ollama version /api/version reports: clients gate features on it
@@ -1347,10 +1348,6 @@ enum MHD_Result srv_ollama_show(struct srv *s, struct MHD_Connection *c, struct 
 
 enum MHD_Result srv_ollama_embed(struct srv *s, struct MHD_Connection *c, struct conn *k,
                                  const char *url) {
-    (void)k;
-    (void)url;
-    struct srv_err e;
-    srv_err_set(&e, 501, "not_implemented", NULL, NULL,
-                "embeddings are not supported by anvil yet: it serves generation only");
-    return send_err(s, c, &e);
+    /* /api/embed, and the older /api/embeddings (one prompt): api_embed.c */
+    return srv_emb_ollama(s, c, k, !strcmp(url, "/api/embeddings"));
 }

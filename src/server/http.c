@@ -84,6 +84,7 @@
 #include "server/api_anthropic.h"
 #include "server/srv_web.h"
 #include "server/api_ollama.h"
+#include "server/api_embed.h"
 
 #define SWEEP_MS 100
 #define HTTP_WORKERS 4
@@ -238,6 +239,11 @@ static enum MHD_Result get_models(struct srv *s, struct MHD_Connection *c, struc
     struct sbuf b;
     sb_init(&b);
     srv_fmt_model_entry(&b, &s->info, false);
+    if (b.len >= 2 && s->emb) { /* the embedding and rerank models join the list */
+        b.len -= 2; /* before the closing "]}" */
+        srv_emb_fmt_models(s, &b);
+        sb_puts(&b, "]}");
+    }
     return srv_send_sbuf(s, c, 200, "application/json", &b, NULL, NULL);
 }
 
@@ -246,6 +252,11 @@ static enum MHD_Result get_model(struct srv *s, struct MHD_Connection *c, struct
     (void)k;
     const char *id = url + strlen("/v1/models/");
     if (strcmp(id, s->model_id) != 0) {
+        struct sbuf eb;
+        sb_init(&eb);
+        if (srv_emb_fmt_model(s, id, &eb))
+            return srv_send_sbuf(s, c, 200, "application/json", &eb, NULL, NULL);
+        sb_free(&eb);
         /* OpenAI's answer to retrieving a model it does not have */
         struct srv_err e;
         srv_err_set(&e, 404, "invalid_request_error", "model_not_found", "model",
@@ -365,6 +376,10 @@ static const struct srv_route routes[] = {
     {"/api/ps", SRV_GET, false, srv_ollama_ps, false},
     {"/api/embed", SRV_POST, false, srv_ollama_embed, false},
     {"/api/embeddings", SRV_POST, false, srv_ollama_embed, false},
+    {"/v1/embeddings", SRV_POST, false, srv_post_embeddings, false},
+    {"/embeddings", SRV_POST, false, srv_post_embeddings, false},
+    {"/v1/rerank", SRV_POST, false, srv_post_rerank, false},
+    {"/rerank", SRV_POST, false, srv_post_rerank, false},
     {"/", SRV_GET, true, get_asset, true},
     {"/index.html", SRV_GET, true, get_asset, true},
     {"/app.js", SRV_GET, true, get_asset, true},
@@ -765,6 +780,10 @@ int srv_start(struct anvil_model *m, struct anvil_engine *e, const struct srv_co
                           &s->lim.outfmt);
         free(tsrc);
     }
+    if (srv_emb_init(s, err, err_cap) != 0) {
+        srv_free(s);
+        return -1;
+    }
 
     /* accepted beyond max_conn only to be told 503 (file header) */
     int spare = cfg->max_conn / 8 > 16 ? cfg->max_conn / 8 : 16;
@@ -869,6 +888,7 @@ void srv_stop(struct srv *s) {
 void srv_free(struct srv *s) {
     if (!s) return;
     srv_stop(s);
+    srv_emb_free(s);
     srv_ccache_free(s->lim.cc);
     free(s->host);
     free(s->model_id);

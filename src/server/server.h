@@ -61,6 +61,12 @@ struct srv_config {
      * give no reasoning_budget (0: no thinking); unset: no limit */
     bool has_reasoning_budget;
     int32_t reasoning_budget;
+    /* Embedding and reranking models served beside the chat model
+     * (src/server/api_embed.c), or NULL; borrowed, they outlive the server.
+     * Their ids name them in /v1/models and a request's "model". */
+    struct anvil_model *embed_model, *rerank_model;
+    const char *embed_model_id, *rerank_model_id;
+    int32_t emb_threads; /* their contexts' threads; 0 = every online CPU */
 };
 
 /* Start the HTTP daemon on its own threads (none with cfg->external).

@@ -458,6 +458,8 @@ struct srv {
     pthread_mutex_t watch_mu;
     pthread_cond_t watch_cv;
     bool watch_stop; /* under watch_mu */
+
+    struct srv_emb *emb; /* embeddings and reranking (api_embed.c) */
 };
 
 /* Per HTTP request (MHD's con_cls): created when its headers are in,

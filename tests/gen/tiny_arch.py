@@ -770,3 +770,46 @@ def make_gguf_template(path, name, template, **kw):
         return make_gguf(path, name, **kw)
     finally:
         gguf.GGUFWriter = orig
+
+
+# ---------------------------------------------------------------------------
+# embedding and reranking variants (tests/py/test_embed*.py)
+
+POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+
+
+def rank_head(c, seed):
+    """The classification head llama.cpp's converter writes for rank
+    pooling: cls.weight/bias (n_embd, n_embd) then tanh, cls.output
+    weight/bias (1 class)."""
+    rng = np.random.default_rng(seed + 77)
+    ne = c["n_embd"]
+    return {"cls.weight": (rng.standard_normal((ne, ne)) / np.sqrt(ne)).astype(np.float32),
+            "cls.bias": (rng.standard_normal(ne) * 0.1).astype(np.float32),
+            "cls.output.weight": (rng.standard_normal((1, ne)) / np.sqrt(ne)).astype(np.float32),
+            "cls.output.bias": np.array([0.25], dtype=np.float32)}
+
+
+def make_embed_gguf(path, name, pooling, wtype="F32", seed=0, n_ctx=512):
+    """make_gguf with <arch>.pooling_type (and the rank head for "rank")."""
+    arch = CONFIGS[name]["arch"]
+    extra = rank_head(cfg_of(name), seed) if pooling == "rank" else None
+    return make_gguf(path, name, wtype, seed=seed, n_ctx=n_ctx, override=extra,
+                     extra_u32={f"{arch}.pooling_type": POOLING[pooling]})
+
+
+def hidden(name, w, tokens):
+    """Hidden states after the output norm (n_tokens, n_embd): forward()
+    with the identity for lm_head."""
+    ne = cfg_of(name)["n_embd"]
+    return forward(name, dict(w, **{"output.weight": np.eye(ne)}), tokens)
+
+
+def embed_ref(name, w, tokens, pooling, normalize=True):
+    """One sequence's pooled vector (mean, cls, last) or rank score."""
+    h = hidden(name, w, tokens)
+    if pooling == "rank":
+        x = np.tanh(h[-1] @ w["cls.weight"].T + w["cls.bias"])
+        return float(x @ w["cls.output.weight"][0] + w["cls.output.bias"][0])
+    v = {"mean": h.mean(axis=0), "cls": h[0], "last": h[-1]}[pooling]
+    return v / np.linalg.norm(v) if normalize else v

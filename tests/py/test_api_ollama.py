@@ -19,7 +19,8 @@ front end; the answers are also checked against src/server/openapi.json.
   with an assistant's tool_calls and a tool result is accepted;
 - think on a model without thoughts is Ollama's 400, think false is fine;
 - /api/tags, /api/show (with and without ":latest"), /api/ps,
-  /api/version describe the served model; /api/embed is 501;
+  /api/version describe the served model; /api/embed on the chat model
+  (no pooling) is a 400;
 - bad input on every field: the right status (400, 404) and Ollama's
   error shape {"error": "..."}, never a crash (the fuzz corpus
   tests/fuzz/corpus/ollama is replayed, and mutated from a fixed seed).
@@ -132,11 +133,14 @@ def test_show_errors(srv):
     err_of(*srv.post("/api/show", {"model": 3})[::2], 400)
 
 
-def test_embed_is_501(srv, cl, name):
-    err_of(*srv.post("/api/embed", {"model": name, "input": "x"})[::2], 501)
+def test_embed_chat_model_cannot_pool(srv, cl, name):
+    # the chat model's file gives no pooling: a 400 saying so (embedding
+    # models are tests/py/test_embed_server.py)
+    msg = err_of(*srv.post("/api/embed", {"model": name, "input": "x"})[::2], 400)
+    assert "pooling" in msg
     with pytest.raises(ollama.ResponseError) as ei:
         cl.embed(model=name, input="hello")
-    assert ei.value.status_code == 501
+    assert ei.value.status_code == 400
 
 # ---------------------------------------------------------------------------
 # chat and generate

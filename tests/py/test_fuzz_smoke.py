@@ -33,7 +33,7 @@ FUZZ_CC = os.environ.get("FUZZ_CC", "clang-14")
 # byte checked against the Earley reference) the dearest
 RUNS = {"gguf": 3000, "tok": 3000, "request": 20000, "http": 3000, "constrain": 1500,
         "web": 5000, "anthropic": 5000, "responses": 5000, "ollama": 5000, "safetensors": 20000,
-        "tmpl": 3000}
+        "tmpl": 3000, "embed": 5000}
 HARNESSES = list(RUNS)
 
 

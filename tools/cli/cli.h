@@ -20,5 +20,6 @@ int cmd_quantize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
 
 #endif

@@ -66,6 +66,9 @@ static void usage(FILE *f) {
             "      --spec MODE       speculative decoding for requests that do not choose:\n"
             "                        off (default), ngram (prompt lookup) or draft\n"
             "      --draft FILE      draft model for --spec draft (same vocabulary)\n"
+            "      --embedding-model FILE  serve /v1/embeddings and /api/embed with this\n"
+            "                        model too (its id: the file name without .gguf)\n"
+            "      --rerank-model FILE  serve /v1/rerank with this model (a rank head)\n"
             "      --spec-k K        most proposed tokens per step, 1..%d (default %d)\n"
             "  -c, --ctx N           max tokens per request, prompt + completion\n"
             "                        (default: min(train ctx, %d))\n"
@@ -191,6 +194,7 @@ int cmd_serve(int argc, char **argv) {
     bool explicit_max_conn = false;
     long threads = 0, ctx = 0, spec_k = 0;
     const char *spec = NULL, *draft_path = NULL;
+    const char *embed_path = NULL, *rerank_path = NULL;
     long drain_timeout = DEFAULT_DRAIN;
     const char *chat_template = NULL, *chat_template_file = NULL;
     long long kv_mem = 0;
@@ -251,6 +255,12 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--draft")) {
             VAL();
             draft_path = v;
+        } else if (!strcmp(a, "--embedding-model")) {
+            VAL();
+            embed_path = v;
+        } else if (!strcmp(a, "--rerank-model")) {
+            VAL();
+            rerank_path = v;
         } else if (!strcmp(a, "--spec-k")) {
             VAL();
             if (!cli_int(CMD, a, v, 1, ANVIL_SPEC_K_MAX, &spec_k)) return 2;
@@ -344,6 +354,34 @@ int cmd_serve(int argc, char **argv) {
             return 2;
         }
     }
+    /* embedding and rerank models: their own contexts, made by the server */
+    struct anvil_model *em = NULL, *rm = NULL;
+    const char *side_path[2] = {embed_path, rerank_path};
+    struct anvil_model **side[2] = {&em, &rm};
+    for (int k = 0; k < 2; k++) {
+        if (!side_path[k]) continue;
+        st = anvil_model_load(side_path[k], &mp, side[k], err, sizeof(err));
+        if (st != ANVIL_OK) {
+            fprintf(stderr, "anvil serve: %s model: %s\n", k ? "rerank" : "embedding",
+                    err[0] ? err : anvil_status_str(st));
+            anvil_model_free(em);
+            anvil_model_free(dm);
+            anvil_model_free(m);
+            return 2;
+        }
+        int p = anvil_model_pooling(*side[k]);
+        bool fits = k ? p == ANVIL_POOL_RANK
+                      : p == ANVIL_POOL_MEAN || p == ANVIL_POOL_CLS || p == ANVIL_POOL_LAST;
+        if (!fits) {
+            fprintf(stderr, "anvil serve: %s is not %s model (its pooling is %s)\n",
+                    side_path[k], k ? "a reranking" : "an embedding", anvil_pooling_name(p));
+            anvil_model_free(rm);
+            anvil_model_free(em);
+            anvil_model_free(dm);
+            anvil_model_free(m);
+            return 2;
+        }
+    }
     int32_t n_ctx = (int32_t)ctx;
     if (n_ctx == 0) {
         n_ctx = anvil_model_n_ctx_train(m);
@@ -379,6 +417,9 @@ int cmd_serve(int argc, char **argv) {
     }
     char model_id[256];
     model_id_of(model_path, model_id, sizeof(model_id));
+    char embed_id[256] = "", rerank_id[256] = "";
+    if (embed_path) model_id_of(embed_path, embed_id, sizeof(embed_id));
+    if (rerank_path) model_id_of(rerank_path, rerank_id, sizeof(rerank_id));
     struct srv_config cfg = {
         .host = host,
         .port = (int)port,
@@ -396,6 +437,11 @@ int cmd_serve(int argc, char **argv) {
         .reasoning_budget = (int32_t)reasoning_budget,
         .cors_origins = cors_origins,
         .parallel = parallel ? (int32_t)parallel : ANVIL_ENGINE_MAX_RUNNING_DEFAULT,
+        .embed_model = em,
+        .rerank_model = rm,
+        .embed_model_id = embed_id,
+        .rerank_model_id = rerank_id,
+        .emb_threads = (int32_t)threads,
     };
     struct srv *s = NULL;
     if (srv_start(m, e, &cfg, &s, err, sizeof(err)) != 0) {
@@ -428,6 +474,8 @@ int cmd_serve(int argc, char **argv) {
     srv_stop(s);
     anvil_engine_free(e);
     srv_free(s);
+    anvil_model_free(rm);
+    anvil_model_free(em);
     anvil_model_free(dm);
     anvil_model_free(m);
     fprintf(stderr, "anvil serve: stopped\n");

@@ -22,6 +22,7 @@ static const struct {
     {"bench", bench_main, "measure prefill/decode speed and kernels"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"convert", cmd_convert, "Hugging Face checkpoint folder to GGUF"},
+    {"embed", cmd_embed, "print the embeddings of texts (embedding models)"},
 };
 
 static void usage(FILE *f) {

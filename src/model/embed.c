@@ -1,0 +1,239 @@
+/*
+ * embed.c - sequence embeddings: anvil_embed packs many token sequences
+ * into decode batches, asks the forward pass for the hidden states after
+ * the output norm (ANVIL_OUT_EMBD rows), pools each sequence's rows into
+ * one vector (mean, first, last) and L2-normalizes it when asked. Also the
+ * pooling getters.
+ *
+ * A batch is filled greedily in the caller's order while its rows fit
+ * n_batch, its sequences n_seq_max and its output rows n_outputs (mean
+ * pooling asks for every row, first/last for one per sequence). Every
+ * sequence is decoded from position 0 in the ctx's sequences 0..k-1 and
+ * truncated to empty right after, so the cache holds nothing between
+ * batches. Pooling sums in double, in row order: the result does not
+ * depend on how the sequences were packed.
+ *
+ * Rank pooling (rerankers) scores one row per sequence with the
+ * classification head llama.cpp's converter writes (cls.weight and
+ * cls.bias, then tanh; cls.output.weight and .bias; either stage may be
+ * missing): the last row on the decoder archs anvil runs (their attention
+ * is causal, so only the last row has seen the whole pair). The head is
+ * copied to F32 at load (it is small) and applied here in double.
+ *
+ * What it does not do: per-token outputs (pooling none); encoders'
+ * bidirectional attention (the decoder archs attend causally, as their
+ * embedding models were trained).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/ctx_int.h"
+
+/* ---------------------------------------------------------------------- */
+/* the rank head (bound at load by embed_head.c) */
+
+/* The first class's score of hidden state h; tmp holds n_embd floats. */
+static float rank_score(const struct anvil_model *m, const float *h, float *tmp) {
+    int ne = m->hp.n_embd;
+    const float *x = h;
+    if (m->cls_w) {
+        for (int i = 0; i < ne; i++) {
+            double acc = m->cls_b ? m->cls_b[i] : 0.0;
+            const float *w = m->cls_w + (size_t)i * ne;
+            for (int j = 0; j < ne; j++) acc += (double)w[j] * h[j];
+            tmp[i] = (float)tanh(acc);
+        }
+        x = tmp;
+    }
+    double s = x[0];
+    if (m->cls_out_w) {
+        s = m->cls_out_b ? m->cls_out_b[0] : 0.0;
+        for (int j = 0; j < ne; j++) s += (double)m->cls_out_w[j] * x[j];
+    }
+    return (float)s;
+}
+
+/* ---------------------------------------------------------------------- */
+/* pooling */
+
+int anvil_model_pooling(const struct anvil_model *m) {
+    return m && m->has_pooling ? m->pooling : ANVIL_POOL_UNSPECIFIED;
+}
+
+const char *anvil_pooling_name(int pooling) {
+    switch (pooling) {
+    case ANVIL_POOL_NONE: return "none";
+    case ANVIL_POOL_MEAN: return "mean";
+    case ANVIL_POOL_CLS: return "cls";
+    case ANVIL_POOL_LAST: return "last";
+    case ANVIL_POOL_RANK: return "rank";
+    default: return "unspecified";
+    }
+}
+
+/* Output rows sequence i asks for (rank: one, the last). */
+static int32_t outs_of(int pooling, int32_t len) { return pooling == ANVIL_POOL_MEAN ? len : 1; }
+
+/* Decode sequences [s0, s1) as one batch (rows, positions and flags built
+ * in the caller's scratch), pool them into out. */
+static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *seqs,
+                                const int32_t *lens, int32_t s0, int32_t s1, int pooling,
+                                bool normalize, float *out, anvil_token *tok, int32_t *pos,
+                                int32_t *sid, int8_t *flag) {
+    int32_t n = 0;
+    for (int32_t s = s0; s < s1; s++)
+        for (int32_t j = 0; j < lens[s]; j++, n++) {
+            tok[n] = seqs[s][j];
+            pos[n] = j;
+            sid[n] = s - s0;
+            bool want = pooling == ANVIL_POOL_MEAN || (pooling == ANVIL_POOL_CLS && j == 0) ||
+                        ((pooling == ANVIL_POOL_LAST || pooling == ANVIL_POOL_RANK) &&
+                         j == lens[s] - 1);
+            flag[n] = want ? ANVIL_OUT_EMBD : ANVIL_OUT_NONE;
+        }
+    struct anvil_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .logits = flag};
+    anvil_status st = anvil_decode(c, &b);
+    /* the cache keeps nothing between batches, failed or not */
+    char msg[sizeof(c->errmsg)];
+    memcpy(msg, c->errmsg, sizeof(msg));
+    for (int32_t s = s0; s < s1; s++) (void)anvil_seq_truncate(c, s - s0, 0);
+    memcpy(c->errmsg, msg, sizeof(msg));
+    if (st != ANVIL_OK) return st;
+    int ne = c->m->hp.n_embd;
+    int32_t o = 0;
+    if (pooling == ANVIL_POOL_RANK) {
+        for (int32_t s = s0; s < s1; s++) out[s] = rank_score(c->m, c->embd + (size_t)(s - s0) * ne, c->nrm);
+        return ANVIL_OK;
+    }
+    for (int32_t s = s0; s < s1; s++) {
+        float *y = out + (size_t)s * ne;
+        int32_t k = outs_of(pooling, lens[s]);
+        for (int i = 0; i < ne; i++) {
+            double acc = 0.0;
+            for (int32_t r = 0; r < k; r++) acc += c->embd[(size_t)(o + r) * ne + i];
+            y[i] = (float)(acc / k);
+        }
+        o += k;
+        if (normalize) {
+            double ss = 0.0;
+            for (int i = 0; i < ne; i++) ss += (double)y[i] * y[i];
+            /* llama.cpp's floor: an all-zero vector stays zero */
+            double inv = ss > 0.0 ? 1.0 / sqrt(ss) : 0.0;
+            for (int i = 0; i < ne; i++) y[i] = (float)(y[i] * inv);
+        }
+    }
+    return ANVIL_OK;
+}
+
+anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
+                         const int32_t *lens, int32_t n_seqs, int pooling, bool normalize,
+                         float *out) {
+    if (!c) return ANVIL_ERR_INVALID;
+    if (pooling == ANVIL_POOL_UNSPECIFIED) pooling = anvil_model_pooling(c->m);
+    if (pooling == ANVIL_POOL_RANK && !c->m->cls_w && !c->m->cls_out_w) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "embed: the model has no rank head");
+        return ANVIL_ERR_UNSUPPORTED;
+    }
+    if (pooling != ANVIL_POOL_MEAN && pooling != ANVIL_POOL_CLS && pooling != ANVIL_POOL_LAST &&
+        pooling != ANVIL_POOL_RANK) {
+        snprintf(c->errmsg, sizeof(c->errmsg),
+                 "embed: the model cannot pool a sequence into one vector (pooling %s; anvil "
+                 "pools mean, cls, last or rank)",
+                 anvil_pooling_name(pooling));
+        return ANVIL_ERR_UNSUPPORTED;
+    }
+    if (n_seqs < 0 || (n_seqs > 0 && (!seqs || !lens || !out))) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "embed: bad arguments");
+        return ANVIL_ERR_INVALID;
+    }
+    int32_t cap = c->n_batch < c->n_ctx ? c->n_batch : c->n_ctx;
+    for (int32_t s = 0; s < n_seqs; s++) {
+        if (lens[s] < 1 || lens[s] > cap || !seqs[s]) {
+            snprintf(c->errmsg, sizeof(c->errmsg),
+                     "embed: sequence %d has %d tokens (1 to %d fit)", s, lens[s], cap);
+            return ANVIL_ERR_INVALID;
+        }
+        if (outs_of(pooling, lens[s]) > c->n_outputs) {
+            snprintf(c->errmsg, sizeof(c->errmsg),
+                     "embed: sequence %d needs %d output rows, the context has %d", s,
+                     outs_of(pooling, lens[s]), c->n_outputs);
+            return ANVIL_ERR_INVALID;
+        }
+        for (int32_t j = 0; j < lens[s]; j++)
+            if (seqs[s][j] < 0 || seqs[s][j] >= c->m->hp.n_vocab) {
+                snprintf(c->errmsg, sizeof(c->errmsg),
+                         "embed: sequence %d token %d is %d, out of range (0..%d)", s, j,
+                         seqs[s][j], c->m->hp.n_vocab - 1);
+                return ANVIL_ERR_INVALID;
+            }
+    }
+    for (int32_t s = 0; s < c->n_seq_max; s++)
+        if (anvil_seq_len(c, s) != 0) {
+            snprintf(c->errmsg, sizeof(c->errmsg), "embed: the context's sequence %d is in use", s);
+            return ANVIL_ERR_INVALID;
+        }
+    size_t nb = (size_t)c->n_batch;
+    anvil_token *tok = core_malloc(nb * sizeof(*tok));
+    int32_t *pos = core_malloc(nb * sizeof(*pos));
+    int32_t *sid = core_malloc(nb * sizeof(*sid));
+    int8_t *flag = core_malloc(nb * sizeof(*flag));
+    anvil_status st = ANVIL_OK;
+    if (!tok || !pos || !sid || !flag) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "embed: out of memory");
+        st = ANVIL_ERR_NOMEM;
+    }
+    for (int32_t s0 = 0; st == ANVIL_OK && s0 < n_seqs;) {
+        int32_t s1 = s0, rows = 0, outs = 0;
+        while (s1 < n_seqs && s1 - s0 < c->n_seq_max && rows + lens[s1] <= c->n_batch &&
+               outs + outs_of(pooling, lens[s1]) <= c->n_outputs) {
+            rows += lens[s1];
+            outs += outs_of(pooling, lens[s1]);
+            s1++;
+        }
+        st = embed_batch(c, seqs, lens, s0, s1, pooling, normalize, out, tok, pos, sid, flag);
+        s0 = s1;
+    }
+    core_free(tok);
+    core_free(pos);
+    core_free(sid);
+    core_free(flag);
+    return st;
+}
+
+/* One text's tokens into out[k..cap) when they fit; the count either way. */
+static int32_t put_text(const struct anvil_model *m, const char *s, size_t n, anvil_token *out,
+                        int32_t k, int32_t cap) {
+    int32_t room = cap > k ? cap - k : 0;
+    int32_t r = anvil_tokenize(m, s, n, room ? out + k : NULL, room, false, false);
+    if (r == INT32_MIN) return INT32_MIN;
+    return r < 0 ? -r : r;
+}
+
+int32_t anvil_rank_pair(const struct anvil_model *m, const char *query, size_t query_len,
+                        const char *doc, size_t doc_len, anvil_token *out, int32_t cap) {
+    anvil_token probe[4];
+    bool add_bos = anvil_tokenize(m, "", 0, probe, 4, true, false) > 0;
+    anvil_token bos = anvil_token_bos(m), eos = anvil_token_eos(m);
+    int64_t k = 0;
+    if (add_bos && bos >= 0) {
+        if (k < cap) out[k] = bos;
+        k++;
+    }
+    int32_t nq = put_text(m, query, query_len, out, (int32_t)k, cap);
+    if (nq == INT32_MIN) return INT32_MIN;
+    k += nq;
+    if (eos >= 0) {
+        if (k < cap) out[k] = eos;
+        k++;
+    }
+    int32_t nd = put_text(m, doc, doc_len, out, k > INT32_MAX ? INT32_MAX : (int32_t)k, cap);
+    if (nd == INT32_MIN) return INT32_MIN;
+    k += nd;
+    if (eos >= 0) {
+        if (k < cap) out[k] = eos;
+        k++;
+    }
+    if (k > INT32_MAX) return INT32_MIN;
+    return k <= cap ? (int32_t)k : -(int32_t)k;
+}
