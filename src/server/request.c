@@ -118,6 +118,9 @@ static const struct fld fields[] = {
     /* reasoning (llama-server's names) */
     {"reasoning_format", CH, FLD_USED},
     {"reasoning_budget", CH, FLD_USED},
+    /* the chat template's variables (prompt.c) */
+    {"chat_template_kwargs", CH, FLD_USED},
+    {"reasoning_effort", CH, FLD_USED},
 };
 
 /* Unknown field names already logged (once per name and server process). */
