@@ -52,7 +52,7 @@ static void out_put(struct tm_state *s, const char *p, size_t n)
         tm_fail(s, "template output limit (%zu bytes) exceeded", s->lim.max_output);
     sb_put(s->out, p, n);
     if (s->out->oom)
-        tm_fail(s, "out of memory");
+        tm_oom(s);
 }
 
 static void out_val(struct tm_state *s, struct tval v)
@@ -662,7 +662,7 @@ static int run(const char *src, size_t n, const char *ctx, size_t ctx_n,
     if (!s) {
         if (err && err_cap)
             snprintf(err, err_cap, "out of memory");
-        return -1;
+        return -2;
     }
     memset(s, 0, sizeof *s);
     s->lim = lim ? *lim : tmpl_default_limits();
@@ -672,9 +672,10 @@ static int run(const char *src, size_t n, const char *ctx, size_t ctx_n,
     if (err && err_cap)
         err[0] = 0;
     if (setjmp(s->jb)) {
+        int rc = s->oom ? -2 : -1;
         state_free(s);
         core_free(s);
-        return -1;
+        return rc;
     }
     if (!src)
         tm_fail(s, "no template");
@@ -695,13 +696,13 @@ static int run(const char *src, size_t n, const char *ctx, size_t ctx_n,
         struct tm_scope *top = scope_new(s, s->globals);
         tm_exec(s, top, root);
         if (buf->oom)
-            tm_fail(s, "out of memory");
+            tm_oom(s);
         size_t len = buf->len;
         char *text = sb_take(buf, NULL);
         if (!text) {
             text = core_malloc(1);
             if (!text)
-                tm_fail(s, "out of memory");
+                tm_oom(s);
             text[0] = 0;
         }
         *out = text;

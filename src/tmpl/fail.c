@@ -25,6 +25,12 @@ _Noreturn void tm_fail(struct tm_state *s, const char *fmt, ...)
     longjmp(s->jb, 1);
 }
 
+_Noreturn void tm_oom(struct tm_state *s)
+{
+    s->oom = true;
+    tm_fail(s, "out of memory");
+}
+
 void tm_step(struct tm_state *s)
 {
     if (++s->steps > s->lim.max_steps)

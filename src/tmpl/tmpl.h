@@ -49,12 +49,13 @@ struct tmpl_limits tmpl_default_limits(void);
  * time). On success returns 0 and *out (NUL terminated, free with
  * core_free) and *out_len. On any failure (bad template, bad context,
  * raise_exception, a limit) returns -1, *out = NULL, and err holds a
- * message that starts with "line N: " when the failure has a line. */
+ * message that starts with "line N: " when the failure has a line; out of
+ * memory returns -2 (err "out of memory"). */
 int tmpl_render(const char *src, size_t n, const char *ctx_json, size_t ctx_n,
                 const struct tmpl_limits *lim, int64_t now, char **out, size_t *out_len,
                 char *err, size_t err_cap);
 
-/* Parse only: 0 when src parses, else -1 and err as above. */
+/* Parse only: 0 when src parses, else -1 (-2: out of memory) and err as above. */
 int tmpl_check(const char *src, size_t n, char *err, size_t err_cap);
 
 #endif /* ANVIL_TMPL_H */

@@ -166,6 +166,7 @@ struct tm_state {
     int64_t now;
     jmp_buf jb;
     bool jb_set;
+    bool oom;               /* the failure was out of memory (tmpl_render -2) */
     char *err; size_t err_cap;
     int line;               /* line of the node being evaluated */
     struct sbuf *out;       /* where output goes now (macros capture) */
@@ -179,6 +180,8 @@ struct tm_state {
 /* Fail the render: formats the message with the current line, unwinds. */
 _Noreturn void tm_fail(struct tm_state *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* tm_fail with "out of memory", marked so the caller can tell it apart. */
+_Noreturn void tm_oom(struct tm_state *s);
 void tm_step(struct tm_state *s);
 
 /* lex.c: fills s->toks from the (normalised) source. */

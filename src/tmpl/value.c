@@ -28,7 +28,7 @@ void *tm_alloc(struct tm_state *s, size_t n)
             tm_fail(s, "template memory limit (%zu bytes) exceeded", s->lim.max_memory);
         c = core_malloc(sizeof *c + cap);
         if (!c)
-            tm_fail(s, "out of memory");
+            tm_oom(s);
         c->next = s->chunks;
         c->used = 0;
         c->cap = cap;
@@ -53,7 +53,7 @@ struct sbuf *tm_buf(struct tm_state *s)
 struct tval tm_buf_str(struct tm_state *s, struct sbuf *b)
 {
     if (b->oom)
-        tm_fail(s, "out of memory");
+        tm_oom(s);
     struct tval v = tv_str(s, b->p ? b->p : "", b->len);
     sb_free(b);
     return v;

@@ -50,7 +50,9 @@ anvil_status chat_jinja_init(struct tok_jinja *j, struct gguf_str t) {
     memset(j, 0, sizeof(*j));
     if (t.len == 0 || !t.ptr) return ANVIL_OK;
     char err[256];
-    if (tmpl_check(t.ptr, (size_t)t.len, err, sizeof err) != 0) {
+    int rc = tmpl_check(t.ptr, (size_t)t.len, err, sizeof err);
+    if (rc == -2) return ANVIL_ERR_NOMEM;
+    if (rc != 0) {
         snprintf(j->warn, sizeof j->warn, "the GGUF's chat template does not parse (%s)", err);
         return ANVIL_OK;
     }
@@ -74,7 +76,9 @@ anvil_status tok_chat_jinja_set(struct tok_vocab *v, const char *src, size_t n, 
                                 size_t err_cap) {
     if (!v || (!src && n)) return ANVIL_ERR_INVALID;
     char e[256];
-    if (tmpl_check(src, n, e, sizeof e) != 0) {
+    int rc = tmpl_check(src, n, e, sizeof e);
+    if (rc == -2) return ANVIL_ERR_NOMEM;
+    if (rc != 0) {
         errmsg_set(err, err_cap, "the chat template does not parse: %s", e);
         return ANVIL_ERR_FORMAT;
     }
@@ -288,10 +292,11 @@ static anvil_status render(const struct tok_vocab *v, const char *ctx, size_t n,
         st = ANVIL_ERR_NOMEM;
         goto done;
     }
-    if (tmpl_render(v->jinja.src, v->jinja.len, js, strlen(js), NULL, now, &text, &len, e,
-                    sizeof e) != 0) {
+    int rc = tmpl_render(v->jinja.src, v->jinja.len, js, strlen(js), NULL, now, &text, &len, e,
+                         sizeof e);
+    if (rc != 0) {
         errmsg_set(err, err_cap, "chat template: %s", e);
-        st = ANVIL_ERR_INVALID;
+        st = rc == -2 ? ANVIL_ERR_NOMEM : ANVIL_ERR_INVALID;
         goto done;
     }
     if (spans) {
