@@ -202,6 +202,12 @@ def strip_ids(d):
         d.pop(k, None)
     d["output"] = [{k: v for k, v in it.items() if k not in ("id", "call_id")}
                    for it in d["output"]]
+    # the SDK's stream helper parses text parts into ParsedResponseOutputText,
+    # which adds "parsed" (None without a text.format): not the server's
+    for it in d["output"]:
+        for part in it.get("content") or []:
+            if part.get("parsed", 0) is None:
+                del part["parsed"]
     # how much of the prompt the prefix cache held depends on what ran before
     d["usage"] = {k: v for k, v in d["usage"].items() if k != "input_tokens_details"}
     return d

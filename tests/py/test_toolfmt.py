@@ -63,6 +63,9 @@ TOOLS = [{
     "type": "function",
     "function": {
         "name": "get_time",
+        # gpt-oss's template writes "// " + description (jinja2 refuses an
+        # undefined operand there, and so does anvil)
+        "description": "The time in a zone.",
         "parameters": {"type": "object",
                        "properties": {"zone": {"type": "integer", "minimum": 0, "maximum": 9}},
                        "required": ["zone"], "additionalProperties": False},
