@@ -703,8 +703,8 @@ static int run(const char *src, size_t n, const char *ctx, size_t ctx_n,
             text = core_malloc(1);
             if (!text)
                 tm_oom(s);
-            text[0] = 0;
         }
+        text[len] = 0; /* an empty render never wrote its NUL */
         *out = text;
         if (out_len)
             *out_len = len;
