@@ -12,6 +12,7 @@
  * biases stacked into one vector per layer, the RoPE frequencies, the
  * HP1 taps, the packed weights.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,8 +43,24 @@ const struct arch_desc *arch_find(const char *name, size_t len) {
     return NULL;
 }
 
+/* The names of archs[], comma-separated, composed once from the table (a
+ * list written out by hand fell behind it once). */
+static char arch_names_buf[256];
+static pthread_once_t arch_names_once = PTHREAD_ONCE_INIT;
+
+static void arch_names_compose(void) {
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+        int w = snprintf(arch_names_buf + k, sizeof(arch_names_buf) - k, "%s%s", i ? ", " : "",
+                         archs[i]->name);
+        if (w < 0 || (size_t)w >= sizeof(arch_names_buf) - k) break;
+        k += (size_t)w;
+    }
+}
+
 const char *arch_names(void) {
-    return "llama, qwen2, qwen3, gemma3, phi3, qwen2moe, qwen3moe, olmoe, granitemoe";
+    pthread_once(&arch_names_once, arch_names_compose);
+    return arch_names_buf;
 }
 
 anvil_status anvil_model_load(const char *path, const struct anvil_model_params *p,

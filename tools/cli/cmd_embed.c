@@ -171,8 +171,8 @@ int cmd_embed(int argc, char **argv) {
         goto done;
     }
     if (anvil_model_load(model, &mp, &m, err, sizeof(err)) != ANVIL_OK) {
-        fprintf(stderr, "anvil embed: %s\n", err);
-        rc = 1;
+        cli_fail("embed", "%s", err); /* a file anvil cannot load is bad input: exit 2 */
+        rc = 2;
         goto done;
     }
     if (pooling == ANVIL_POOL_UNSPECIFIED && anvil_model_pooling(m) == ANVIL_POOL_UNSPECIFIED) {
