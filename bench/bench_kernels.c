@@ -62,12 +62,14 @@ static const struct shape SHAPES[] = {
     {"down", 1536, 576},        {"lm_head", 576, 49152},   {"1b_qkv", 2048, 3072},
     {"1b_o", 2048, 2048},       {"1b_gate_up", 2048, 16384}, {"1b_down", 8192, 2048},
     {"1b_lm_head", 2048, 128256},
+    /* gpt-oss-20b: Q/K/V, one expert's gate+up and down (MXFP4 in the GGUF) */
+    {"oss_qkv", 2880, 5120},    {"oss_exp_gate_up", 2880, 5760}, {"oss_exp_down", 2880, 2880},
 };
 enum { N_SHAPES = sizeof(SHAPES) / sizeof(SHAPES[0]) };
 static const int TYPES[] = {ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q8_0, ANVIL_TYPE_Q5_0,
                             ANVIL_TYPE_Q5_1, ANVIL_TYPE_IQ4_NL, ANVIL_TYPE_Q2_K, ANVIL_TYPE_Q3_K,
                             ANVIL_TYPE_Q4_K, ANVIL_TYPE_Q5_K, ANVIL_TYPE_Q6_K, ANVIL_TYPE_IQ4_XS,
-                            ANVIL_TYPE_F16,  ANVIL_TYPE_BF16, ANVIL_TYPE_F32};
+                            ANVIL_TYPE_MXFP4, ANVIL_TYPE_F16, ANVIL_TYPE_BF16, ANVIL_TYPE_F32};
 enum { N_TYPES = sizeof(TYPES) / sizeof(TYPES[0]) };
 /* 2 and 8 (speculative verification's sizes) only when asked for */
 static const int MS[] = {1, 2, 4, 8, 16, 32, 64, 512};
@@ -167,7 +169,8 @@ static void measure_bw(int threads, int reps, double *mean, double *sd) {
  * others (what `anvil quantize` writes). */
 static void fill_row(int type, const float *f, uint8_t *dst, int n) {
     if (type == ANVIL_TYPE_F32 || type == ANVIL_TYPE_F16 || type == ANVIL_TYPE_BF16 ||
-        type == ANVIL_TYPE_Q8_0 || type == ANVIL_TYPE_Q4_0 || type == ANVIL_TYPE_Q4_1)
+        type == ANVIL_TYPE_Q8_0 || type == ANVIL_TYPE_Q4_0 || type == ANVIL_TYPE_Q4_1 ||
+        type == ANVIL_TYPE_MXFP4)
         kn_quantize_row(type, f, dst, n);
     else if (!qt_quantize_row(type, f, dst, n))
         memset(dst, 0, row_bytes(type, n));
@@ -279,7 +282,7 @@ static bool mm_case(const struct opts *o, struct pool *pool, const struct kn_ops
 static int usage(void) {
     fprintf(stderr,
             "usage: anvil-microbench --kernels [--json] [--png FILE] [-t T] [-r REPS]\n"
-            "                   [--types Q4_1,Q8_0,..] [--shapes qkv,qo,kv,gate_up,down,lm_head,1b_*]\n"
+            "                   [--types Q4_1,Q8_0,..] [--shapes qkv,qo,kv,gate_up,down,lm_head,1b_*,oss_*]\n"
             "                   [--m 1,4,16,64,512] [--variants ref,avx2,avx512]\n"
             "                   [--hot] [--full-ref] [--no-membw] [--cpu-time]\n"
             "  --hot       time one copy of the weights (cache-resident when small);\n"

@@ -37,8 +37,9 @@
 /* ---------------------------------------------------------------------- */
 /* profile by category (--profile) */
 
-static const char *const PROF_KEY[ANVIL_PROF_COUNT] = {"prof_matmul", "prof_attn", "prof_norm",
-                                                       "prof_decode", "prof_sample", "prof_sched"};
+static const char *const PROF_KEY[ANVIL_PROF_COUNT] = {
+    "prof_matmul", "prof_attn",   "prof_norm",   "prof_router", "prof_experts",
+    "prof_scatter", "prof_decode", "prof_sample", "prof_sched"};
 
 static void prof_add(struct anvil_prof *acc, const struct anvil_prof *p) {
     for (int k = 0; k < ANVIL_PROF_COUNT; k++) acc->s[k] += p->s[k];
@@ -81,17 +82,34 @@ static void prof_json(struct bench_json *j, const struct anvil_prof *p) {
     bench_json_num(j, "prof_cost_bound", prof_cost_bound(p), 5);
 }
 
+static bool is_moe_cat(int k) {
+    return k == ANVIL_PROF_ROUTER || k == ANVIL_PROF_EXPERTS || k == ANVIL_PROF_SCATTER;
+}
+
+/* A mixture of experts ran in this profile: the table shows the router,
+ * experts and scatter columns (a dense model's table has none). */
+static bool prof_moe(const struct anvil_prof *p) {
+    for (int k = 0; k < ANVIL_PROF_COUNT; k++)
+        if (is_moe_cat(k) && p->s[k] > 0.0) return true;
+    return false;
+}
+
 /* "| 71.2% | ..." for the table; categories a benchmark never runs ('-'). */
-static void prof_cells(const struct anvil_prof *p, bool engine) {
+static void prof_cells(const struct anvil_prof *p, bool engine, bool moe) {
     for (int k = 0; k < ANVIL_PROF_COUNT; k++) {
+        if (!moe && is_moe_cat(k)) continue;
         if (!engine && (k == ANVIL_PROF_SAMPLE || k == ANVIL_PROF_SCHED)) printf(" %9s |", "-");
         else printf(" %8.1f%% |", 100.0 * prof_share(p, k));
     }
 }
 
-static void prof_header(const char *first, const char *last) {
-    printf("| %-24s | %9s | %9s | %9s | %9s | %9s | %9s |%s\n", first, "matmul", "attention",
-           "norms+elt", "decode", "sampling", "scheduler", last);
+static void prof_header(const char *first, const char *last, bool moe) {
+    printf("| %-24s | %9s | %9s | %9s |", first, "matmul", "attention", "norms+elt");
+    if (moe) printf(" %9s | %9s | %9s |", "router", "experts", "scatter");
+    printf(" %9s | %9s | %9s |%s\n", "decode", "sampling", "scheduler", last);
+    printf("|--------------------------|-----------|-----------|-----------|");
+    if (moe) printf("-----------|-----------|-----------|");
+    printf("-----------|-----------|-----------|");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -159,14 +177,14 @@ static void print_profile(const struct pp_tg_opts *o, const char *const *tests,
            "throughput with profiling off and on, %d repetitions each in ABBA order, and the "
            "on/off ratio of each pair (median, min-max); bound: clock reads x %.0f ns per read, "
            "over the time\n\n", o->n_threads, o->reps, clock_read_ns());
+    bool moe = false;
+    for (int i = 0; i < n; i++) moe = moe || prof_moe(&res[i].prof);
     prof_header("test", " t/s off             | t/s on              | on/off (min-max)       |"
-                        "   bound |");
-    printf("|--------------------------|-----------|-----------|-----------|-----------|-----------|"
-           "-----------|---------------------|---------------------|------------------------|"
-           "---------|\n");
+                        "   bound |", moe);
+    printf("---------------------|---------------------|------------------------|---------|\n");
     for (int i = 0; i < n; i++) {
         printf("| %-24s |", tests[i]);
-        prof_cells(&res[i].prof, false);
+        prof_cells(&res[i].prof, false, moe);
         printf(" %8.2f ± %7.2f | %8.2f ± %7.2f | %.3f (%.3f-%.3f)    | %6.3f%% |\n", res[i].mean,
                res[i].sd, res[i].mean_on, res[i].sd_on, res[i].ratio_med, res[i].ratio_lo,
                res[i].ratio_hi, 100.0 * prof_cost_bound(&res[i].prof));
@@ -515,12 +533,13 @@ done:
 void bench_print_scenario_profiles(const char *const *names, const struct anvil_prof *prof, int n) {
     printf("\nprofile: share of step time by category (engine steps: the forward pass, the "
            "decode call around it, sampling, the scheduler)\n\n");
-    prof_header("scenario", " ms/step |   bound |");
-    printf("|--------------------------|-----------|-----------|-----------|-----------|-----------|"
-           "-----------|---------|---------|\n");
+    bool moe = false;
+    for (int i = 0; i < n; i++) moe = moe || prof_moe(&prof[i]);
+    prof_header("scenario", " ms/step |   bound |", moe);
+    printf("---------|---------|\n");
     for (int i = 0; i < n; i++) {
         printf("| %-24s |", names[i]);
-        prof_cells(&prof[i], true);
+        prof_cells(&prof[i], true, moe);
         printf(" %7.2f | %6.3f%% |\n",
                prof[i].n_calls ? 1e3 * prof[i].total_s / (double)prof[i].n_calls : 0.0,
                100.0 * prof_cost_bound(&prof[i]));

@@ -13,7 +13,9 @@ With --bw, the machine's read bandwidth at the same thread count
 the last, and each side's decode is reported as a share of it: weight
 bytes read per generated token (every tensor of the file but the token
 embedding, which a step reads one row of unless it is also the output
-matrix) times tg tok/s, over the mean of the bandwidths measured around
+matrix; of a mixture of experts' stacked expert tensors, the share
+expert_used_count / expert_count that one token's router picks) times tg
+tok/s, over the mean of the bandwidths measured around
 that side's passes. Decode of a model bigger than the caches is bound by
 that bandwidth, so this share, not the ratio, says how close to the limit
 each engine runs.
@@ -117,10 +119,20 @@ def decode_bytes(model):
     import gguf  # the test venv has it
     r = gguf.GGUFReader(model)
     names = {t.name: int(t.n_bytes) for t in r.tensors}
-    total = sum(names.values())
+    arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
+    n_exp = r.fields.get(f"{arch}.expert_count")
+    n_used = r.fields.get(f"{arch}.expert_used_count")
+    share = 1.0
+    if n_exp is not None and n_used is not None:
+        share = int(n_used.parts[-1][0]) / int(n_exp.parts[-1][0])
+    total = 0.0
+    for name, n in names.items():
+        # a mixture of experts: one token reads its chosen experts' slices
+        # of each stacked expert tensor (blk.N.ffn_{gate,up,down}_exps.*)
+        total += n * share if "_exps." in name else n
     if "output.weight" in names and "token_embd.weight" in names:
         total -= names["token_embd.weight"]
-    return total
+    return int(total)
 
 
 def main():

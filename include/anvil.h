@@ -357,6 +357,12 @@ enum anvil_prof_cat {
     ANVIL_PROF_ATTN,       /* K/V into the cache, the attention plan and kernels (softmax, HP1) */
     ANVIL_PROF_NORM,       /* norms, RoPE, residual adds, activations and their quantization,
                               embedding lookup: the element-wise work */
+    ANVIL_PROF_ROUTER,     /* mixture of experts: the router's logits, top-k and weights, the
+                              rows sorted by expert */
+    ANVIL_PROF_EXPERTS,    /* mixture of experts: the experts' gate/up and down matmuls over
+                              their gathered rows (and the shared expert's), SiLU*up */
+    ANVIL_PROF_SCATTER,    /* mixture of experts: each row's weighted sum of its experts'
+                              outputs */
     ANVIL_PROF_DECODE,     /* anvil_decode around the pass: batch checks, KV reserve and
                               commit, waking the threads */
     ANVIL_PROF_SAMPLE,     /* engine: sampling, logprobs, detokenizing, events */

@@ -469,13 +469,12 @@ void anvil_ctx_set_profile(struct anvil_ctx *c, bool on) {
 void anvil_ctx_get_profile(const struct anvil_ctx *c, struct anvil_prof *out) {
     memset(out, 0, sizeof(*out));
     if (!c) return;
-    static const int cat[CTX_PROF_FWD] = {ANVIL_PROF_MATMUL, ANVIL_PROF_ATTN, ANVIL_PROF_NORM};
     double fwd = 0.0;
-    for (int k = 0; k < CTX_PROF_FWD; k++) {
+    for (int k = 0; k < CTX_PROF_FWD; k++) { /* the first CTX_PROF_FWD categories */
         double sum = 0.0;
         for (int t = 0; t < c->n_threads; t++) sum += c->prof_th[t].s[k];
-        out->s[cat[k]] = sum / c->n_threads; /* every thread ran every phase */
-        fwd += out->s[cat[k]];
+        out->s[k] = sum / c->n_threads; /* every thread ran every phase */
+        fwd += out->s[k];
     }
     out->s[ANVIL_PROF_DECODE] = c->prof_decode_s > fwd ? c->prof_decode_s - fwd : 0.0;
     out->total_s = c->prof_decode_s;

@@ -23,8 +23,10 @@
 
 #define CTX_MAX_KV_GROUPS 2
 
-/* Categories the forward pass times itself: ANVIL_PROF_MATMUL, _ATTN, _NORM. */
-#define CTX_PROF_FWD 3
+/* Categories the forward pass times itself: ANVIL_PROF_MATMUL, _ATTN, _NORM
+ * and a mixture of experts' _ROUTER, _EXPERTS, _SCATTER (the first six of
+ * anvil_prof_cat). */
+#define CTX_PROF_FWD 6
 
 /* lm_head rows computed per tile: the tile stays in L1 while its argmax is
  * taken, and full-logits rows are copied out of it. */
@@ -83,6 +85,15 @@ struct anvil_ctx {
     const struct anvil_batch *b; /* the batch being decoded */
     char errmsg[256];
 };
+
+/* Profiling: the time since *t goes to category k of this thread's
+ * counters, and *t moves on to now. */
+static inline void ctx_prof_mark(struct ctx_prof_th *th, int k, double *t) {
+    double now = time_now_s();
+    th->s[k] += now - *t;
+    th->n_reads++;
+    *t = now;
+}
 
 /* The forward pass of the validated batch c->b (forward.c): one pool_run. */
 void forward_run(struct anvil_ctx *c);

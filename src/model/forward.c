@@ -138,19 +138,13 @@ static void qk_prepare(const struct anvil_ctx *c, const struct model_layer *ly, 
  * category k of this thread's counters. PROF_MARK is one predictable
  * branch when profiling is off. */
 _Static_assert(ANVIL_PROF_MATMUL == 0 && ANVIL_PROF_ATTN == 1 && ANVIL_PROF_NORM == 2 &&
-                   CTX_PROF_FWD == 3,
-               "the forward pass's categories are the first three of anvil_prof_cat");
-
-static inline void prof_mark(struct ctx_prof_th *th, int k, double *t) {
-    double now = time_now_s();
-    th->s[k] += now - *t;
-    th->n_reads++;
-    *t = now;
-}
+                   ANVIL_PROF_ROUTER == 3 && ANVIL_PROF_EXPERTS == 4 &&
+                   ANVIL_PROF_SCATTER == 5 && CTX_PROF_FWD == 6,
+               "the forward pass's categories are the first six of anvil_prof_cat");
 
 #define PROF_MARK(k) \
     do { \
-        if (prof) prof_mark(prof_th, (k), &prof_t); \
+        if (prof) ctx_prof_mark(prof_th, (k), &prof_t); \
     } while (0)
 
 static void forward_worker(void *arg, int ith, int nth) {
@@ -265,10 +259,10 @@ static void forward_worker(void *arg, int ith, int nth) {
         pool_barrier(c->pool);
         PROF_MARK(ANVIL_PROF_NORM);
         if (ly->moe) { /* model/moe.c: router, experts, weighted sum -> tmp */
-            moe_ffn(c, ly, ith, nth);
+            moe_ffn(c, ly, ith, nth, prof ? &prof_t : NULL);
             /* its rows are this thread's; the output rows below are not */
             if (l == hp->n_layer - 1) pool_barrier(c->pool);
-            PROF_MARK(ANVIL_PROF_MATMUL);
+            PROF_MARK(ANVIL_PROF_SCATTER);
             continue;
         }
         matmul_rows(c, &ly->wgu, c->gu, 2 * (size_t)hp->n_ff, n, ith, nth);

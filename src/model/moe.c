@@ -281,7 +281,15 @@ static float shared_gate(const struct model_moe *moe, const float *h, int n) {
 /* ---------------------------------------------------------------------- */
 /* the reference: row by row, expert by expert */
 
-static void moe_ref(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth) {
+/* Profiling marks (moe.h): MARK(k) charges the time since the last one to
+ * category k when moe_ffn was given a clock. */
+#define MARK(k) \
+    do { \
+        if (prof_t) ctx_prof_mark(&c->prof_th[ith], (k), prof_t); \
+    } while (0)
+
+static void moe_ref(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth,
+                    double *prof_t) {
     const struct model_hparams *hp = &c->m->hp;
     const struct kn_ops *ops = c->m->ops;
     const struct model_moe *moe = ly->moe;
@@ -303,21 +311,26 @@ static void moe_ref(struct anvil_ctx *c, const struct model_layer *ly, int ith, 
         wmat_matmul(ops, &moe->router, lg, (size_t)hp->n_expert, a, st, 1, 0, hp->n_expert);
         router_bias(moe, lg, hp->n_expert);
         moe_route(hp, lg, p, sel, w);
+        MARK(ANVIL_PROF_ROUTER);
         for (int j = 0; j < k; j++) {
             const struct wmat *g = &moe->gu[sel[j]], *d = &moe->down[sel[j]];
             ops->act[g->act](a, h, ne);
             wmat_matmul(ops, g, gu, (size_t)2 * nff, a, st, 1, 0, 2 * nff);
             expert_act(c, moe, sel[j], gu, b, d->act, ea);
             wmat_matmul(ops, d, y, (size_t)ne, b, st, 1, 0, ne);
+            MARK(ANVIL_PROF_EXPERTS);
             down_bias(moe, sel[j], y, ne);
             weigh(out, w[j], y, ne, j == 0);
+            MARK(ANVIL_PROF_SCATTER);
         }
         if (nsh > 0) {
             ops->act[moe->sh_gu.act](a, h, ne);
             wmat_matmul(ops, &moe->sh_gu, gu, (size_t)2 * nsh, a, st, 1, 0, 2 * nsh);
             ops->silu_mul_act(b, gu, gu + nsh, nsh, moe->sh_down.act);
             wmat_matmul(ops, &moe->sh_down, y, (size_t)ne, b, st, 1, 0, ne);
+            MARK(ANVIL_PROF_EXPERTS);
             weigh(out, shared_gate(moe, h, ne), y, ne, false);
+            MARK(ANVIL_PROF_SCATTER);
         }
     }
 }
@@ -405,10 +418,10 @@ void moe_prepare_row(struct anvil_ctx *c, const struct model_layer *ly, int t) {
     }
 }
 
-void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth) {
+void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth, double *prof_t) {
     struct moe_scratch *s = c->moe;
     if (s->ref) {
-        moe_ref(c, ly, ith, nth);
+        moe_ref(c, ly, ith, nth, prof_t);
         return;
     }
     const struct model_hparams *hp = &c->m->hp;
@@ -422,7 +435,11 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
 
     /* 1 */
     matmul_split(c, &moe->router, s->rlog, (size_t)nx, s->ract, n, ith, nth);
-    if (nsh > 0) matmul_split(c, &moe->sh_gu, s->sgu, (size_t)2 * nsh, s->sact, n, ith, nth);
+    MARK(ANVIL_PROF_ROUTER);
+    if (nsh > 0) {
+        matmul_split(c, &moe->sh_gu, s->sgu, (size_t)2 * nsh, s->sact, n, ith, nth);
+        MARK(ANVIL_PROF_EXPERTS);
+    }
     pool_barrier(c->pool);
     /* 2 (the shared expert's activations reuse sact: phase 1 is done with it) */
     if (nsh > 0)
@@ -430,6 +447,7 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
             const float *g = s->sgu + (size_t)t * 2 * nsh;
             ops->silu_mul_act(s->sact + (size_t)t * st, g, g + nsh, nsh, moe->sh_down.act);
         }
+    MARK(ANVIL_PROF_EXPERTS);
     if (ith == 0) {
         for (int t = 0; t < n; t++) {
             router_bias(moe, s->rlog + (size_t)t * nx, nx);
@@ -448,7 +466,8 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
         }
         for (int e = 0; e < nx; e++) s->cnt[e] = s->off[e + 1] - s->off[e];
     }
-    pool_barrier(c->pool);
+    pool_barrier(c->pool); /* the others' wait here is thread 0's routing */
+    MARK(ANVIL_PROF_ROUTER);
     /* 3 */
     struct unit_job j = {.c = c, .ly = ly, .x = s->gact + (size_t)ith * c->n_batch * st,
                          .ea = s->ea + (size_t)ith * 2 * nff};
@@ -459,6 +478,7 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
     expert_matmuls(&j, moe->down, ne, s->edown, (size_t)ne, ith, nth);
     if (nsh > 0) matmul_split(c, &moe->sh_down, s->sdown, (size_t)ne, s->sact, n, ith, nth);
     pool_barrier(c->pool);
+    MARK(ANVIL_PROF_EXPERTS);
     /* 5 */
     for (int t = t0; t < t1; t++) {
         float *out = c->tmp + (size_t)t * ne;

@@ -58,7 +58,10 @@ void moe_prepare_row(struct anvil_ctx *c, const struct model_layer *ly, int t);
  * barrier that closes the rows' moe_prepare_row: writes c->tmp rows
  * (n_embd). Thread ith writes the rows pool_split(n_tokens, ith, nth, 1)
  * gives it and returns without a barrier: the forward pass's next phase
- * reads exactly those rows on the same thread. */
-void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth);
+ * reads exactly those rows on the same thread. prof_t: NULL, or (profiling)
+ * the thread's last mark: moe_ffn charges its router and its experts
+ * (ANVIL_PROF_ROUTER, _EXPERTS); what it does after the last mark (the
+ * weighted sums) is the caller's to charge to ANVIL_PROF_SCATTER. */
+void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth, double *prof_t);
 
 #endif

@@ -22,7 +22,9 @@ from conftest import ROOT, run
 sys.path.insert(0, os.path.join(ROOT, "tests", "gen"))
 import tiny_arch  # noqa: E402
 
-CATS = ["prof_matmul", "prof_attn", "prof_norm", "prof_decode", "prof_sample", "prof_sched"]
+CATS = ["prof_matmul", "prof_attn", "prof_norm", "prof_router", "prof_experts", "prof_scatter",
+        "prof_decode", "prof_sample", "prof_sched"]
+MOE_CATS = ["prof_router", "prof_experts", "prof_scatter"]
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +59,7 @@ def test_pp_tg_profile_json(anvil_bin, tiny):
         check_shares(r)
         assert r["prof_sample"] == 0 and r["prof_sched"] == 0  # no engine here
         assert r["prof_matmul"] > 0 and r["prof_attn"] > 0 and r["prof_norm"] > 0
+        assert all(r[k] == 0 for k in MOE_CATS), r  # a dense model
         assert r["tok_s"] > 0 and r["tok_s_prof_on"] > 0
         assert r["prof_on_off_ratio_min"] <= r["prof_on_off_ratio"] <= r["prof_on_off_ratio_max"]
 
@@ -90,3 +93,25 @@ def test_scenario_profile(anvil_bin, tiny):
     assert r["prof_sched"] > 0 and r["prof_matmul"] > 0 and r["prof_attn"] > 0
     table = bench(anvil_bin, "-m", tiny, "--scenario", "single_stream", "--profile")
     assert any(l.startswith("| single_stream ") and "%" in l for l in table.splitlines()), table
+
+
+@pytest.mark.parametrize("moe_ref", ["0", "1"])
+def test_moe_profile_categories(anvil_bin, tmp_path, moe_ref):
+    """A mixture of experts' time is charged to its router, its experts and
+    the weighted scatter (the grouped path and the reference alike); the
+    shares still partition the profiled time, and the table grows the three
+    columns (a dense model's table has none: test_pp_tg_profile_table)."""
+    path = str(tmp_path / "qwen3moe.gguf")
+    tiny_arch.make_gguf(path, "qwen3moe", "F32", seed=5)
+    env = dict(os.environ, ANVIL_MOE_REF=moe_ref)
+    p = run([anvil_bin, "bench", "-m", path, "-p", "32", "-n", "4", "-r", "2", "-t", "2",
+             "--profile", "--json"], text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    for r in rows(p.stdout):
+        check_shares(r)
+        assert all(r[k] > 0 for k in MOE_CATS), r
+    p = run([anvil_bin, "bench", "-m", path, "-p", "32", "-n", "0", "-r", "1", "--profile"],
+            text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    head = [l for l in p.stdout.splitlines() if l.startswith("| test") and "matmul" in l]
+    assert head and all(c in head[0] for c in ("router", "experts", "scatter")), p.stdout
