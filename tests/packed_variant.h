@@ -44,6 +44,7 @@ PACKED_MM(Q8_0)
 PACKED_MM(Q5_0)
 PACKED_MM(Q5_1)
 PACKED_MM(IQ4_NL)
+PACKED_MM(MXFP4)
 PACKED_MM(Q4_K)
 PACKED_MM(Q5_K)
 PACKED_MM(Q6_K)
@@ -57,6 +58,7 @@ static const kn_matmul_fn packed_mm[KN_TYPE_MAX] = {
     [ANVIL_TYPE_Q8_0] = packed_mm_Q8_0, [ANVIL_TYPE_Q5_0] = packed_mm_Q5_0,
     [ANVIL_TYPE_Q5_1] = packed_mm_Q5_1, [ANVIL_TYPE_Q4_K] = packed_mm_Q4_K,
     [ANVIL_TYPE_IQ4_NL] = packed_mm_IQ4_NL, [ANVIL_TYPE_IQ4_XS] = packed_mm_IQ4_XS,
+    [ANVIL_TYPE_MXFP4] = packed_mm_MXFP4,
     [ANVIL_TYPE_Q5_K] = packed_mm_Q5_K, [ANVIL_TYPE_Q6_K] = packed_mm_Q6_K,
     [ANVIL_TYPE_Q2_K] = packed_mm_Q2_K, [ANVIL_TYPE_Q3_K] = packed_mm_Q3_K,
 };

@@ -42,7 +42,7 @@
 /* The "-packed" variant (packed_variant.h) for these types: every matmul
  * test below also covers packing and the packed kernels */
 static const int PACKED_TYPES[] = {ANVIL_TYPE_Q4_0, ANVIL_TYPE_Q4_1, ANVIL_TYPE_Q8_0,
-                                   ANVIL_TYPE_Q5_0, ANVIL_TYPE_Q5_1};
+                                   ANVIL_TYPE_Q5_0, ANVIL_TYPE_Q5_1, ANVIL_TYPE_MXFP4};
 #define N_PACKED ((int)(sizeof(PACKED_TYPES) / sizeof(PACKED_TYPES[0])))
 
 static void variants_init(void) { variants_init_packed(PACKED_TYPES, N_PACKED); }
@@ -960,6 +960,65 @@ static void parts_make(struct parts_case *c, int type, int n, int rows, int n_to
     free(f);
 }
 
+/* MXFP4 packed (avx512, P16) against the reference bit for bit, with the
+ * E8M0 scales that make subnormal halves (0, 1), the smallest normal (2)
+ * and a spread of ordinary ones, over shapes that cover one token (the
+ * one-stream path), register tiles of several tokens, a partial last tile
+ * and a row range inside a tile. */
+static void test_mxfp4_packed_exact(void **state) {
+    (void)state;
+    const struct kn_ops *ops = kn_select("avx512");
+    if (!ops || !ops->pack_size || !ops->matmul_packed[ANVIL_TYPE_MXFP4]) skip();
+    static const int shapes[][3] = {{32, 16, 1}, {96, 37, 1}, {96, 37, 7}, {2880, 40, 1},
+                                    {2880, 40, 13}, {64, 17, 300}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        int n = shapes[si][0], rows = shapes[si][1], ntok = shapes[si][2], nb = n / QK;
+        int act = kn_act_for_type(ANVIL_TYPE_MXFP4);
+        size_t ws = gguf_row_size(ANVIL_TYPE_MXFP4, (uint64_t)n), xs = kn_act_row_size(act, n);
+        uint8_t *w = xmalloc(ws * rows), *x = xmalloc(xs * ntok);
+        float *f = xmalloc(sizeof(float) * n);
+        rng_seed(4242u + (uint64_t)si);
+        for (int r = 0; r < rows; r++)
+            for (int b = 0; b < nb; b++) {
+                struct blk_mxfp4 *blk = (struct blk_mxfp4 *)(w + r * ws) + b;
+                uint32_t k = rng_u32() % 8;
+                blk->e = k < 3 ? (uint8_t)k : (uint8_t)(100 + rng_u32() % 50);
+                for (int j = 0; j < QK / 2; j++) blk->qs[j] = (uint8_t)rng_u32();
+            }
+        for (int t = 0; t < ntok; t++) {
+            fill(f, (size_t)n, n);
+            kn_ops_ref.act[act](x + t * xs, f, n);
+        }
+        size_t sz = ops->pack_size(ANVIL_TYPE_MXFP4, rows, n);
+        assert_true(sz > 0);
+        uint8_t *pw = xmalloc(sz);
+        memset(pw, 0, sz);
+        ops->pack_rows(ANVIL_TYPE_MXFP4, pw, n, 0, rows, w, ws);
+        float *yr = xmalloc(sizeof(float) * rows * ntok), *yp = xmalloc(sizeof(float) * rows * ntok);
+        const int ranges[][2] = {{0, rows}, {3, rows - 2}};
+        for (int k = 0; k < 2; k++) {
+            int r0 = ranges[k][0], r1 = ranges[k][1];
+            memset(yr, 0, sizeof(float) * rows * ntok);
+            memset(yp, 0, sizeof(float) * rows * ntok);
+            kn_ops_ref.matmul[ANVIL_TYPE_MXFP4](yr, rows, w, ws, x, xs, n, ntok, r0, r1);
+            ops->matmul_packed[ANVIL_TYPE_MXFP4](yp, rows, pw, 0, x, xs, n, ntok, r0, r1);
+            for (int t = 0; t < ntok; t++)
+                for (int r = r0; r < r1; r++) {
+                    float u = yr[(size_t)t * rows + r], v = yp[(size_t)t * rows + r];
+                    if (memcmp(&u, &v, sizeof(float)))
+                        fail_msg("n %d rows %d tokens %d [%d,%d): y[%d][%d] ref %a packed %a", n,
+                                 rows, ntok, r0, r1, t, r, (double)u, (double)v);
+                }
+        }
+        free(yr);
+        free(yp);
+        free(pw);
+        free(f);
+        free(w);
+        free(x);
+    }
+}
+
 /* The block structs of kernels/blocks.h are the layouts of the type table
  * (gguf/gguf_types.h, checked against ggml's numbers in unit_gguf.c). */
 static void test_block_sizes(void **state) {
@@ -1056,7 +1115,7 @@ enum { N_TDEF = sizeof(TESTS) / sizeof(TESTS[0]) };
 
 int main(int argc, char **argv) {
     variants_init();
-    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 4];
+    static struct CMUnitTest tests[N_TDEF * N_VARIANTS + 5];
     static char names[N_TDEF * N_VARIANTS][64];
     const char *filter = argc > 1 ? argv[1] : NULL;
     size_t nt = 0;
@@ -1073,6 +1132,8 @@ int main(int argc, char **argv) {
         tests[nt++] = (struct CMUnitTest){"block_sizes", test_block_sizes, NULL, NULL, NULL};
     if (!filter || strstr("packed_parts", filter))
         tests[nt++] = (struct CMUnitTest){"packed_parts", test_packed_parts, NULL, NULL, NULL};
+    if (!filter || strstr("mxfp4_packed_exact", filter))
+        tests[nt++] = (struct CMUnitTest){"mxfp4_packed_exact", test_mxfp4_packed_exact, NULL, NULL, NULL};
     if (!filter || strstr("golden", filter))
         tests[nt++] = (struct CMUnitTest){"golden", test_golden, NULL, NULL, NULL};
     if (!filter || strstr("ref_fused_is_composition", filter))

@@ -53,6 +53,7 @@ DECLARE_MATMUL_AVX512(kn_matmul_p_q4_1_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_p_q5_0_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_p_q5_1_avx512)
 DECLARE_MATMUL_AVX512(kn_matmul_p_iq4_nl_avx512)
+DECLARE_MATMUL_AVX512(kn_matmul_p_mxfp4_avx512)
 /* packed K-quant layouts (P16K), matmul_pk.c; kn_pack_*_avx512 route the
  * K types to these */
 DECLARE_MATMUL_AVX512(kn_matmul_p_q4_k_avx512)

@@ -1,5 +1,5 @@
 /*
- * matmul_p.c (avx512) - Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 weights repacked at
+ * matmul_p.c (avx512) - Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and Q8_0 weights repacked at
  * load time into 16-row tiles, times Q8A activations, with AVX-512 VNNI.
  * The specification is cpu/ref/matmul.c; the GGUF-layout kernels
  * (matmul_q.c) serve matrices that are not packed.
@@ -8,10 +8,12 @@
  * tile is padded with zero rows. In a tile, zmm lane l is row l, and
  * block b (32 elements) of the 16 rows is stored as CH chunks of 64 bytes,
  * chunk c lane l holding 4 bytes of row l:
- *   Q4_0, Q4_1, IQ4_NL (CH = 4): byte i of chunk c is GGUF qs byte 4c+i,
- *     i.e. its low nibble is element 4c+i and its high nibble element
- *     16+4c+i (IQ4_NL's nibbles index its 16 values: one vpshufb per
- *     chunk maps them to value + 128, unsigned, as Q8_0's bias);
+ *   Q4_0, Q4_1, IQ4_NL, MXFP4 (CH = 4): byte i of chunk c is GGUF qs byte
+ *     4c+i, i.e. its low nibble is element 4c+i and its high nibble
+ *     element 16+4c+i (IQ4_NL's and MXFP4's nibbles index their 16 values:
+ *     one vpshufb per chunk maps them to value + 128, unsigned, as Q8_0's
+ *     bias); MXFP4's E8M0 scale byte sits in the low byte of the block's
+ *     16-bit d slot (the kernel builds 2^(e - 128) from its bits);
  *   Q8_0 (CH = 8): elements 4c..4c+3, biased by 128 (unsigned);
  *   Q5_0, Q5_1 (CH = 5): chunks 0..3 as Q4_0, then chunk 4 holds the
  *     high bits, lane l for row l: bit c of byte i is the high bit of
@@ -40,15 +42,16 @@
  * Numerics, per lane (row r, token t) and block b in order 0..nb-1:
  *   isum = sum(qw * qa) over the block, exact in int32; then
  *   Q4_0: isum -= 8 * sum(qa)     Q5_0: isum -= 16 * sum(qa)
- *   Q8_0, IQ4_NL: isum -= 128 * sum(qa)                          (exact)
+ *   Q8_0, IQ4_NL, MXFP4: isum -= 128 * sum(qa)                   (exact)
  *   acc  = fma(float(isum), dw * da, acc)
  *   Q4_1, Q5_1: acc = fma(mw, sa, acc)
  * and y = acc. It differs from the reference's per-block sum by rounding
  * only (for Q5_0 the float step of the reference, unfused, took two
  * operations more per block and token: 0.8x of Q4_0's rate at 512
  * tokens; for Q5_1, 0.94x). IQ4_NL runs the reference's own float step
- * instead, unfused, so it is bit-exact with it:
+ * instead, unfused, so it is bit-exact with it, and so does MXFP4:
  *   IQ4_NL: acc = acc + (dw * da) * float(isum)
+ *   MXFP4:  acc = acc + (h * da) * float(isum), h = 2^(e - 128) exactly
  * Every shape of the kernel (matvec over several tiles, tiles of MT
  * tokens) runs exactly these operations per lane, so y(t, r) is
  * bit-identical whatever n_tokens, r0 and r1 are (kernels/ops.h). The file
@@ -83,16 +86,22 @@ size_t kn_pack_size_avx512(int type, int rows, int n) {
 static void pack_tile_gather(int pt, uint8_t *tile, int nb, const uint8_t *src, size_t src_stride) {
     const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                            _mm512_set1_epi32((int)src_stride));
-    const size_t bb = pt == T_Q8_0 ? sizeof(struct blk_q8_0) : pt == T_Q4_1 ? sizeof(struct blk_q4_1)
-                                                                             : sizeof(struct blk_q4_0);
-    const size_t qo = pt == T_Q4_1 ? offsetof(struct blk_q4_1, qs) : offsetof(struct blk_q4_0, qs);
+    const size_t bb = pt == T_Q8_0    ? sizeof(struct blk_q8_0)
+                      : pt == T_Q4_1  ? sizeof(struct blk_q4_1)
+                      : pt == T_MXFP4 ? sizeof(struct blk_mxfp4)
+                                      : sizeof(struct blk_q4_0);
+    const size_t qo = pt == T_Q4_1    ? offsetof(struct blk_q4_1, qs)
+                      : pt == T_MXFP4 ? offsetof(struct blk_mxfp4, qs)
+                                      : offsetof(struct blk_q4_0, qs);
+    /* MXFP4: the scale is one byte, the next three are quants */
+    const __m512i dmask = _mm512_set1_epi32(pt == T_MXFP4 ? 0xff : -1);
     const __m512i flip = _mm512_set1_epi8(pt == T_Q8_0 ? (char)0x80 : 0); /* Q8_0: unsigned, + 128 */
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = src + (size_t)b * bb;
         uint8_t *q = tile + q_off(pt, nb, b);
         for (int c = 0; c < chunks(pt); c++)
             _mm512_storeu_si512(q + 64 * c, _mm512_xor_si512(_mm512_i32gather_epi32(idx, blk + qo + 4 * c, 1), flip));
-        const __m512i dm = _mm512_i32gather_epi32(idx, blk, 1); /* d, then m or the first quants */
+        const __m512i dm = _mm512_and_si512(_mm512_i32gather_epi32(idx, blk, 1), dmask); /* d, then m or the first quants */
         _mm256_storeu_si256((__m256i *)(tile + d_off(pt, b)), _mm512_cvtepi32_epi16(dm));
         if (has_m(pt))
             _mm256_storeu_si256((__m256i *)(tile + m_off(pt, nb, b)), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
@@ -119,6 +128,11 @@ static void pack_rows(int pt, void *dst, int n, int row0, int count, const void 
                 const struct blk_iq4_nl *blk = (const struct blk_iq4_nl *)row + b;
                 for (int c = 0; c < 4; c++) memcpy(q + 64 * c, blk->qs + 4 * c, 4);
                 memcpy(d, &blk->d, 2);
+            } else if (pt == T_MXFP4) {
+                const struct blk_mxfp4 *blk = (const struct blk_mxfp4 *)row + b;
+                for (int c = 0; c < 4; c++) memcpy(q + 64 * c, blk->qs + 4 * c, 4);
+                uint16_t e = blk->e;
+                memcpy(d, &e, 2);
             } else if (pt == T_Q4_0) {
                 const struct blk_q4_0 *blk = (const struct blk_q4_0 *)row + b;
                 for (int c = 0; c < 4; c++) memcpy(q + 64 * c, blk->qs + 4 * c, 4);
@@ -192,6 +206,18 @@ struct pk_act {
     const int32_t *c[TOK_CHUNK]; /* minus the integer correction per block (has_corr) */
 };
 
+/* kn_e8m0_half of 16 scale bytes (each in the low byte of a 16-bit slot):
+ * 2^(e - 128) from its bits, (e - 1) << 23, or the subnormal
+ * 0x00200000 << e for e < 2. */
+static inline __m512 e8m0_half16(const uint16_t *d) {
+    const __m512i e = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)d));
+    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i nrm = _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, nrm, sub));
+}
+
 static inline __m512i bcast32(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -220,10 +246,13 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
     uint16_t dl[NT][GB][16] __attribute__((aligned(64))), ml[NT][GB][16] __attribute__((aligned(64)));
     const __m512i nib = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
     /* IQ4_NL: its 16 values + 128, in every 128-bit lane (vpshufb) */
-    const __m512i nl = pt == T_IQ4_NL ? _mm512_broadcast_i32x4(_mm_add_epi8(
-                                            _mm_loadu_si128((const __m128i *)kn_iq4nl_values),
-                                            _mm_set1_epi8((char)0x80)))
-                                      : _mm512_setzero_si512();
+    const __m512i nl = pt == T_IQ4_NL  ? _mm512_broadcast_i32x4(_mm_add_epi8(
+                                             _mm_loadu_si128((const __m128i *)kn_iq4nl_values),
+                                             _mm_set1_epi8((char)0x80)))
+                       : pt == T_MXFP4 ? _mm512_broadcast_i32x4(_mm_add_epi8(
+                                             _mm_loadu_si128((const __m128i *)kn_mxfp4_values),
+                                             _mm_set1_epi8((char)0x80)))
+                                       : _mm512_setzero_si512();
     __m512 acc[NT][MT];
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
@@ -282,7 +311,7 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
                     } else {
                         lo[i] = _mm512_and_si512(v, nib);
                         hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-                        if (pt == T_IQ4_NL) {
+                        if (pt == T_IQ4_NL || pt == T_MXFP4) {
                             lo[i] = _mm512_shuffle_epi8(nl, lo[i]);
                             hi[i] = _mm512_shuffle_epi8(nl, hi[i]);
                         }
@@ -306,12 +335,13 @@ pk_tiles(int pt, int nt, int mt, const uint8_t *const tp[NT], int nb, const stru
              * (in cache by now); one token: the copy (read forward) */
             const uint16_t *dsrc = mt == 1 ? dl[i][b % GB] : (const uint16_t *)(tp[i] + d_off(pt, b));
             const uint16_t *msrc = mt == 1 ? ml[i][b % GB] : (const uint16_t *)(tp[i] + m_off(pt, nb, b));
-            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dsrc));
+            __m512 dw = pt == T_MXFP4 ? e8m0_half16(dsrc)
+                                      : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dsrc));
             __m512 mw = has_m(pt) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)msrc))
                                   : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
-                if (pt == T_IQ4_NL) { /* the reference's operations, unfused */
+                if (pt == T_IQ4_NL || pt == T_MXFP4) { /* the reference's operations, unfused */
                     __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t0 + t][b]));
                     acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(is[i][t])));
                     continue;
@@ -458,3 +488,4 @@ DEFINE_MATMUL_P(kn_matmul_p_q4_1_avx512, T_Q4_1)
 DEFINE_MATMUL_P(kn_matmul_p_q5_0_avx512, T_Q5_0)
 DEFINE_MATMUL_P(kn_matmul_p_q5_1_avx512, T_Q5_1)
 DEFINE_MATMUL_P(kn_matmul_p_iq4_nl_avx512, T_IQ4_NL)
+DEFINE_MATMUL_P(kn_matmul_p_mxfp4_avx512, T_MXFP4)

@@ -374,7 +374,7 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
                 [ANVIL_TYPE_Q5_0] = kn_matmul_q5_0_avx2, \
                 [ANVIL_TYPE_Q5_1] = kn_matmul_q5_1_avx2, \
                 [ANVIL_TYPE_IQ4_NL] = kn_matmul_iq4_nl_avx2, \
-                [ANVIL_TYPE_MXFP4] = kn_matmul_mxfp4_avx2, /* no packed form */ \
+                [ANVIL_TYPE_MXFP4] = kn_matmul_mxfp4_avx2, \
                 [ANVIL_TYPE_Q2_K] = kn_matmul_q2_k_avx2, \
                 [ANVIL_TYPE_Q3_K] = kn_matmul_q3_k_avx2, \
                 [ANVIL_TYPE_Q4_K] = kn_matmul_q4_k_avx2, \
@@ -392,6 +392,7 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
                 [ANVIL_TYPE_Q5_0] = kn_matmul_p_q5_0_avx512, \
                 [ANVIL_TYPE_Q5_1] = kn_matmul_p_q5_1_avx512, \
                 [ANVIL_TYPE_IQ4_NL] = kn_matmul_p_iq4_nl_avx512, \
+                [ANVIL_TYPE_MXFP4] = kn_matmul_p_mxfp4_avx512, \
                 [ANVIL_TYPE_Q4_K] = kn_matmul_p_q4_k_avx512, \
                 [ANVIL_TYPE_Q5_K] = kn_matmul_p_q5_k_avx512, \
                 [ANVIL_TYPE_Q6_K] = kn_matmul_p_q6_k_avx512, \

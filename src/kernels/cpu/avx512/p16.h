@@ -1,6 +1,6 @@
 /*
  * p16.h - the P16 packed layout of the 32-element block types (Q4_0, Q4_1,
- * Q5_0, Q5_1, IQ4_NL, Q8_0): type codes and byte offsets inside a tile.
+ * Q5_0, Q5_1, IQ4_NL, MXFP4, Q8_0): type codes and byte offsets inside a tile.
  * The layout is described in matmul_p.c, which packs and reads it with
  * AVX-512; cpu/amx/matmul_p_amx.c reads the same tiles with AMX. Plain C,
  * no intrinsics: any translation unit may include it.
@@ -12,7 +12,7 @@
 #include "kernels/ops.h"
 #include "kernels/blocks.h"
 
-enum { T_Q8_0, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_IQ4_NL };
+enum { T_Q8_0, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_IQ4_NL, T_MXFP4 };
 enum { GB = 8 }; /* blocks per group: d (and m) first, then the quants */
 
 static inline int ptype(int type) {
@@ -29,6 +29,8 @@ static inline int ptype(int type) {
         return T_Q5_1;
     case ANVIL_TYPE_IQ4_NL:
         return T_IQ4_NL;
+    case ANVIL_TYPE_MXFP4:
+        return T_MXFP4;
     default:
         return -1;
     }
