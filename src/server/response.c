@@ -393,6 +393,14 @@ static void oai_stream_end(struct sbuf *b, const struct srv_gen_view *v,
     oai_usage_tail(b, v, u);
 }
 
+/* vLLM's return_token_ids: ,"prompt_token_ids":[...] */
+static void prompt_ids(struct sbuf *b, const struct srv_req *r) {
+    if (!r || !r->return_token_ids) return;
+    sb_puts(b, ",\"prompt_token_ids\":[");
+    for (int32_t i = 0; i < r->n_prompt; i++) sb_printf(b, i ? ",%d" : "%d", (int)r->prompt[i]);
+    sb_puts(b, "]");
+}
+
 static void oai_full(struct sbuf *b, const struct srv_gen_view *v,
                      const struct srv_choice *choices, int n_choices, const struct srv_usage *u) {
     const struct srv_resp_info *ri = v->ri;
@@ -431,13 +439,16 @@ static void oai_full(struct sbuf *b, const struct srv_gen_view *v,
         } else {
             sb_puts(b, "{\"text\":");
             sb_json_str(b, ch->content ? ch->content : "", ch->n_content);
+            prompt_ids(b, v->req);
             sb_printf(b, ",\"index\":%d,\"logprobs\":", ch->index);
         }
         logprobs(b, ri, ch->toks, ch->toks ? ch->n_toks : 0, 0);
         finish_field(b, ch->finish);
         sb_puts(b, "}");
     }
-    sb_puts(b, "],");
+    sb_puts(b, "]");
+    if (chat) prompt_ids(b, v->req);
+    sb_puts(b, ",");
     usage(b, u->n_prompt, u->n_gen, u->n_cached);
     sb_puts(b, "}");
 }
