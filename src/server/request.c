@@ -98,6 +98,8 @@ static const struct fld fields[] = {
     {"input_extra", IN, FLD_USED},
     /* vLLM's: the prompt's token ids in the answer */
     {"return_token_ids", CH | CO, FLD_USED},
+    /* vLLM's: the prompt's logprobs (prompt_logprobs in the answer) */
+    {"prompt_logprobs", CH | CO, FLD_USED},
     /* llama-server's sampling fields (sampling.c) */
     {"repeat_penalty", CH | CO, FLD_USED},
     {"repeat_last_n", CH | CO, FLD_USED},
@@ -414,6 +416,16 @@ static bool parse_json(const struct srv_limits *lim, enum srv_kind kind, bool in
     }
     if (!srv_get_bool(root, "ignore_eos", &r->ignore_eos, NULL, e)) goto out;
     if (!srv_get_bool(root, "return_token_ids", &r->return_token_ids, NULL, e)) goto out;
+    long long plp = 0;
+    if (!srv_get_int(root, "prompt_logprobs", 0, ANVIL_MAX_TOP_LOGPROBS, &plp,
+                     &r->prompt_lp, e))
+        goto out;
+    r->prompt_lp_k = (int32_t)plp;
+    if (r->prompt_lp && r->stream) {
+        srv_bad(e, "prompt_logprobs", "'prompt_logprobs' is only given in whole answers: not "
+                "with 'stream'");
+        goto out;
+    }
     /* extensions: speculative decoding per request */
     const cJSON *spec = srv_field(root, "spec");
     if (spec) {

@@ -189,6 +189,8 @@ struct srv_req {
     int32_t n;           /* choices (n), 1 and up; 0 reads as 1 */
     bool echo;           /* completions: the prompt's text comes first (echo) */
     bool return_token_ids; /* vLLM's: prompt_token_ids in the answer */
+    bool prompt_lp;        /* vLLM's prompt_logprobs asked for ... */
+    int32_t prompt_lp_k;   /* ... with this many alternatives (0..ANVIL_MAX_TOP_LOGPROBS) */
     /* unknown top-level fields that were ignored, comma separated, for the
      * X-Anvil-Ignored-Fields header ("" = none; cut to fit) */
     char ignored[256];
