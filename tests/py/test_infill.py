@@ -170,3 +170,12 @@ def test_model_without_fim_tokens(model_path):
         assert "prefix" in e["message"] and "middle" in e["message"], e
     finally:
         assert s.stop() == 0
+
+
+def test_infill_matches_openapi(srv):
+    from test_server_openapi import DOC_PATH, validator
+    doc = json.load(open(DOC_PATH))
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [{"text": "x"}],
+            "max_tokens": 2, "return_token_ids": True}
+    validator(doc, "/components/schemas/InfillRequest").validate(body)
+    validator(doc, "/components/schemas/TextCompletion").validate(post(srv, "/infill", body))

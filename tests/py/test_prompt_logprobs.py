@@ -129,3 +129,15 @@ def test_absent_means_absent(srv):
 def test_bad_values(srv, body, param):
     st, _, data = srv.post("/v1/completions", dict({"prompt": "x"}, **body))
     check_error(st, data, 400, param=param)
+
+
+def test_answers_match_openapi(srv):
+    from test_server_openapi import DOC_PATH, validator
+    doc = json.load(open(DOC_PATH))
+    d = post(srv, "/v1/completions", {"prompt": TOKS[:8], "max_tokens": 1, "prompt_logprobs": 2,
+                                      "return_token_ids": True})
+    validator(doc, "/components/schemas/TextCompletion").validate(d)
+    d = post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                           "max_tokens": 1, "prompt_logprobs": 1,
+                                           "return_token_ids": True})
+    validator(doc, "/components/schemas/ChatCompletion").validate(d)
