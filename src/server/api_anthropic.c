@@ -419,13 +419,14 @@ static bool tool_choice_of(struct jb *j, const cJSON *tc, cJSON *out, struct srv
 
 /* thinking -> *on; budget_tokens checked against max_tokens. */
 static bool thinking_of(const cJSON *th, long long max_tokens, bool count_only, bool *on,
-                        struct srv_err *e) {
+                        long long *budget_out, struct srv_err *e) {
     if (!cJSON_IsObject(th)) return bad(e, "thinking", "Input should be a valid dictionary");
     const cJSON *type = srv_field(th, "type");
     const char *t = cJSON_IsString(type) ? type->valuestring : "";
     if (!strcmp(t, "disabled")) {
         static const char *const keys[] = {"type", NULL};
         *on = false;
+        *budget_out = 0; /* a template that opens a thought anyway: closed at once */
         return only_keys(th, "thinking", keys, e);
     }
     if (!strcmp(t, "adaptive")) {
@@ -451,6 +452,7 @@ static bool thinking_of(const cJSON *th, long long max_tokens, bool count_only, 
     if (!count_only && budget >= max_tokens)
         return bad(e, "max_tokens", "`max_tokens` must be greater than `thinking.budget_tokens`");
     *on = true;
+    *budget_out = budget;
     return true;
 }
 
@@ -544,8 +546,9 @@ static cJSON *translate(const struct srv_limits *lim, const cJSON *root, bool co
     }
     o->max_tokens = max_tokens;
     o->thinking = false;
+    long long budget = -1; /* thinking.budget_tokens -> the thought gate's budget */
     const cJSON *th = srv_field(root, "thinking");
-    if (th && !thinking_of(th, max_tokens, count_only, &o->thinking, e)) return NULL;
+    if (th && !thinking_of(th, max_tokens, count_only, &o->thinking, &budget, e)) return NULL;
     const cJSON *msgs = srv_field(root, "messages");
     if (!msgs) return bad(e, "messages", "Field required"), NULL;
     if (!cJSON_IsArray(msgs)) return bad(e, "messages", "Input should be a valid list"), NULL;
@@ -664,6 +667,7 @@ static cJSON *translate(const struct srv_limits *lim, const cJSON *root, bool co
     if (lim->outfmt.reasoning_format != SRV_REASONING_NONE) {
         cJSON *kw = add(&j, out, "chat_template_kwargs", cJSON_CreateObject());
         add(&j, kw, "enable_thinking", cJSON_CreateBool(o->thinking));
+        if (budget >= 0) add(&j, out, "reasoning_budget", cJSON_CreateNumber((double)budget));
     }
     if (j.oom) {
         srv_oom(e);

@@ -531,12 +531,14 @@ static bool parse_think(const struct srv_limits *lim, const cJSON *root, const c
     const cJSON *t = srv_field(root, "think");
     if (!t) return true;
     bool on;
+    const char *level = NULL;
     if (cJSON_IsBool(t)) {
         on = cJSON_IsTrue(t);
     } else if (cJSON_IsString(t) && (!strcmp(t->valuestring, "high") ||
                                      !strcmp(t->valuestring, "medium") ||
                                      !strcmp(t->valuestring, "low"))) {
         on = true;
+        level = t->valuestring;
     } else {
         return srv_bad(e, "think", "'think' must be true, false, \"high\", \"medium\" or "
                        "\"low\"");
@@ -546,6 +548,10 @@ static bool parse_think(const struct srv_limits *lim, const cJSON *root, const c
         if (on) return srv_bad(e, "think", "\"%.100s\" does not support thinking", model);
         return true;
     }
+    /* a level is the template's reasoning_effort (gpt-oss's); think false
+     * closes a thought the template opens anyway at once (budget 0) */
+    if (level && !cJSON_AddStringToObject(cb, "reasoning_effort", level)) return oom_false(e);
+    if (!on && !cJSON_AddNumberToObject(cb, "reasoning_budget", 0)) return oom_false(e);
     cJSON *kw = cJSON_AddObjectToObject(cb, "chat_template_kwargs");
     return (kw && cJSON_AddBoolToObject(kw, "enable_thinking", on)) || oom_false(e);
 }

@@ -744,6 +744,25 @@ bool srv_responses_translate(const struct srv_limits *lim, struct resp_store *st
         !copy_field(root, "parallel_tool_calls", chat, "parallel_tool_calls", e) ||
         !copy_field(root, "stream", chat, "stream", e))
         goto out;
+    /* reasoning.effort: the template's reasoning_effort; "none" also closes
+     * a thought the template opens (budget 0) */
+    if (effort && !cJSON_AddStringToObject(chat, "reasoning_effort", effort)) {
+        oom(e);
+        goto out;
+    }
+    if (effort && lim->outfmt.reasoning_format != SRV_REASONING_NONE) {
+        bool none = !strcmp(effort, "none");
+        if (none && !cJSON_AddNumberToObject(chat, "reasoning_budget", 0)) {
+            oom(e);
+            goto out;
+        }
+        cJSON *kw = cJSON_GetObjectItemCaseSensitive(chat, "chat_template_kwargs");
+        if (!kw) kw = cJSON_AddObjectToObject(chat, "chat_template_kwargs");
+        if (!kw || !cJSON_AddBoolToObject(kw, "enable_thinking", !none)) {
+            oom(e);
+            goto out;
+        }
+    }
     if (!make_head(x, lim, root, effort, e)) goto out;
     ok = true;
 out:

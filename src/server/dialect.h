@@ -114,6 +114,12 @@ struct srv_gen_view {
     void *state;                    /* the dialect's per-request state (make_state) */
     int n_choices;                  /* choices the request asks for (n: 1 and up) */
     const struct srv_usage *usage;  /* the usage so far (set for stream_error) */
+    /* vLLM's prompt_logprobs (req->prompt_lp): (n_prompt_toks,) records,
+     * the first one's logprob NaN; alternatives are the
+     * ANVIL_MAX_TOP_LOGPROBS best (the rank comes from them). NULL when
+     * not asked for. */
+    const struct srv_tok *prompt_toks;
+    int32_t n_prompt_toks;
 };
 
 struct srv_dialect {

@@ -108,6 +108,11 @@ struct job {
     struct sbuf echo;            /* echo: the prompt's text, token by token */
     int32_t *echo_len;           /* echo: (n_prompt,) bytes of echo per prompt token */
     int32_t k;                   /* alternatives kept per token */
+    /* prompt_logprobs: (n_prompt,) records of choice 0's PROMPT events,
+     * ANVIL_MAX_TOP_LOGPROBS alternatives each, under mu */
+    struct srv_tok *plp;
+    anvil_token *plp_tok;
+    float *plp_lp;
 
     /* the choices */
     int n_alloc; /* choices asked for (n) */
@@ -157,6 +162,9 @@ static void job_free(struct job *j) {
     srv_req_free(&j->req);
     sb_free(&j->echo);
     free(j->echo_len);
+    free(j->plp);
+    free(j->plp_tok);
+    free(j->plp_lp);
     for (int i = 0; j->ch && i < j->n_alloc; i++) chc_free(&j->ch[i]);
     free(j->ch);
     free(j->choices);
@@ -252,6 +260,38 @@ static void echo_event(struct chc *c, const struct anvil_event *ev) {
                j->echo.p + off, j->echo_len[ev->pos]);
 }
 
+/* prompt_logprobs: one record per prompt token, the first with no
+ * logprob (nothing precedes it); the engine's PROMPT events fill the rest. */
+static bool plp_prepare(struct job *j) {
+    size_t n = (size_t)j->req.n_prompt, k = ANVIL_MAX_TOP_LOGPROBS;
+    j->plp = calloc(n, sizeof(*j->plp));
+    j->plp_tok = calloc(n * k, sizeof(*j->plp_tok));
+    j->plp_lp = calloc(n * k, sizeof(*j->plp_lp));
+    if (!j->plp || !j->plp_tok || !j->plp_lp) return false;
+    for (size_t i = 0; i < n; i++) {
+        j->plp[i] = (struct srv_tok){.token = j->req.prompt[i], .logprob = NAN, .n_top = 0,
+                                     .top_tokens = j->plp_tok + i * k,
+                                     .top_logprobs = j->plp_lp + i * k};
+    }
+    return true;
+}
+
+/* prompt_logprobs: choice 0's PROMPT event, under j->mu. */
+static void plp_event(struct chc *c, const struct anvil_event *ev) {
+    struct job *j = c->j;
+    if (!j->plp || c->index != 0 || ev->pos < 1 || ev->pos >= j->req.n_prompt) return;
+    struct srv_tok *r = &j->plp[ev->pos];
+    r->token = ev->token;
+    r->logprob = ev->logprob;
+    r->n_top = ev->top_tokens && ev->top_logprobs ? ev->n_top : 0;
+    if (r->n_top > ANVIL_MAX_TOP_LOGPROBS) r->n_top = ANVIL_MAX_TOP_LOGPROBS;
+    if (r->n_top < 0) r->n_top = 0;
+    for (int32_t a = 0; a < r->n_top; a++) {
+        j->plp_tok[(size_t)ev->pos * ANVIL_MAX_TOP_LOGPROBS + (size_t)a] = ev->top_tokens[a];
+        j->plp_lp[(size_t)ev->pos * ANVIL_MAX_TOP_LOGPROBS + (size_t)a] = ev->top_logprobs[a];
+    }
+}
+
 static bool chc_init(struct job *j, struct chc *c, int index, uint64_t id_seed) {
     c->j = j;
     c->index = index;
@@ -298,7 +338,7 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
     j->ch = calloc((size_t)n, sizeof(*j->ch));
     j->choices = calloc((size_t)n, sizeof(*j->choices));
     bool ok = j->ch && j->choices && (!d->make_state || j->dstate) &&
-              (!j->req.echo || echo_prepare(j));
+              (!j->req.echo || echo_prepare(j)) && (!j->req.prompt_lp || plp_prepare(j));
     if (ok) j->n_alloc = j->n = n;
     for (int i = 0; ok && i < n; i++) ok = chc_init(j, &j->ch[i], i, id_seed);
     if (!ok) {
@@ -318,7 +358,8 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
         .top_logprobs = j->req.top_logprobs,
     };
     j->view = (struct srv_gen_view){
-        .ri = &j->ri, .req = &j->req, .state = j->dstate, .n_choices = n, .usage = &j->usage};
+        .ri = &j->ri, .req = &j->req, .state = j->dstate, .n_choices = n, .usage = &j->usage,
+        .prompt_toks = j->plp, .n_prompt_toks = j->plp ? j->req.n_prompt : 0};
     return j;
 }
 
@@ -446,6 +487,7 @@ static void on_event(void *user, const struct anvil_event *ev) {
     }
     if (ev->type == ANVIL_EVENT_PROMPT) {
         echo_event(c, ev);
+        plp_event(c, ev);
         overflow = c->pend.oom;
     } else if (ev->type == ANVIL_EVENT_TOKEN) {
         double t = time_now_s();
@@ -804,6 +846,10 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, struct con
      * for the prompt alone */
     rp.prompt_logprobs = j->req.echo && (j->req.logprobs || j->req.max_tokens == 0);
     rp.prompt_top_logprobs = j->k;
+    if (j->req.prompt_lp) { /* the best 20: the token's rank is known within them */
+        rp.prompt_logprobs = true;
+        rp.prompt_top_logprobs = ANVIL_MAX_TOP_LOGPROBS;
+    }
     rp.constraint = j->req.constraint; /* each request takes its own reference */
     if (j->req.think_gate) {
         rp.think_open = j->req.reasoning_open && j->req.n_think_end > 0;

@@ -360,6 +360,7 @@ static const struct srv_route routes[] = {
     {"/v1/models/", SRV_GET, false, get_model, false},
     {"/v1/completions", SRV_POST, false, srv_post_completions, false},
     {"/v1/chat/completions", SRV_POST, false, srv_post_chat, false},
+    {"/infill", SRV_POST, false, srv_post_infill, false},
     {"/v1/responses", SRV_POST, false, srv_post_responses, false},
     {"/v1/responses/", SRV_GET, false, srv_get_response, false},
     {"/v1/responses/", SRV_DELETE, false, srv_delete_response, false},

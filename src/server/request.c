@@ -58,6 +58,7 @@ struct fld {
 
 #define CH 1u
 #define CO 2u
+#define IN 4u /* POST /infill (with every completions field) */
 static const struct fld fields[] = {
     {"model", CH | CO, FLD_USED},
     {"messages", CH, FLD_USED},
@@ -91,6 +92,14 @@ static const struct fld fields[] = {
     {"echo", CO, FLD_USED},
     {"best_of", CO, FLD_USED},
     {"suffix", CO, FLD_USED},
+    /* POST /infill (llama-server's body; infill.c) */
+    {"input_prefix", IN, FLD_USED},
+    {"input_suffix", IN, FLD_USED},
+    {"input_extra", IN, FLD_USED},
+    /* vLLM's: the prompt's token ids in the answer */
+    {"return_token_ids", CH | CO, FLD_USED},
+    /* vLLM's: the prompt's logprobs (prompt_logprobs in the answer) */
+    {"prompt_logprobs", CH | CO, FLD_USED},
     /* llama-server's sampling fields (sampling.c) */
     {"repeat_penalty", CH | CO, FLD_USED},
     {"repeat_last_n", CH | CO, FLD_USED},
@@ -192,12 +201,8 @@ static bool check_unsupported(const cJSON *root, enum srv_kind kind, struct srv_
         long long best_of = 1;
         if (!srv_get_int(root, "best_of", 0, 20, &best_of, NULL, e)) return false;
         if (best_of != 1) return srv_bad(e, "best_of", "'best_of' must be 1 with anvil");
-        if ((v = srv_field(root, "suffix")) != NULL) {
-            if (!cJSON_IsString(v))
-                return srv_bad(e, "suffix", "'suffix' must be a string, got %s", srv_type_name(v));
-            if (v->valuestring[0])
-                return srv_bad(e, "suffix", "'suffix' is not supported by anvil");
-        }
+        if ((v = srv_field(root, "suffix")) != NULL && !cJSON_IsString(v))
+            return srv_bad(e, "suffix", "'suffix' must be a string, got %s", srv_type_name(v));
     }
     return true;
 }
@@ -311,8 +316,16 @@ static void find_reasoning_open(const struct srv_limits *lim, struct srv_req *r)
 // ----------------------------------------------------------------------------
 // the request
 
+static bool parse_json(const struct srv_limits *lim, enum srv_kind kind, bool infill,
+                       const cJSON *root, struct srv_req *r, struct srv_err *e);
+
 bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
                        size_t len, struct srv_req *r, struct srv_err *e) {
+    return srv_parse_request_ex(lim, kind, false, body, len, r, e);
+}
+
+bool srv_parse_request_ex(const struct srv_limits *lim, enum srv_kind kind, bool infill,
+                          const char *body, size_t len, struct srv_req *r, struct srv_err *e) {
     memset(r, 0, sizeof(*r));
     memset(e, 0, sizeof(*e));
     r->kind = kind;
@@ -338,7 +351,7 @@ bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const c
         srv_bad(e, NULL, "the request body must be a JSON object, got %s", srv_type_name(root));
         goto out;
     }
-    ok = srv_parse_request_json(lim, kind, root, r, e);
+    ok = parse_json(lim, kind, infill, root, r, e);
 out:
     cJSON_Delete(root);
     return ok;
@@ -346,6 +359,12 @@ out:
 
 bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, const cJSON *root,
                             struct srv_req *r, struct srv_err *e) {
+    return parse_json(lim, kind, false, root, r, e);
+}
+
+/* infill: POST /infill's body (kind is SRV_KIND_COMPLETION) */
+static bool parse_json(const struct srv_limits *lim, enum srv_kind kind, bool infill,
+                       const cJSON *root, struct srv_req *r, struct srv_err *e) {
     memset(r, 0, sizeof(*r));
     memset(e, 0, sizeof(*e));
     r->kind = kind;
@@ -354,7 +373,7 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, co
         srv_bad(e, NULL, "the request body must be a JSON object, got %s", srv_type_name(root));
         goto out;
     }
-    if (!check_keys(lim, root, kind == SRV_KIND_CHAT ? CH : CO, r, e)) goto out;
+    if (!check_keys(lim, root, kind == SRV_KIND_CHAT ? CH : infill ? CO | IN : CO, r, e)) goto out;
     if (!check_unsupported(root, kind, e)) goto out;
 
     const cJSON *model = srv_field(root, "model");
@@ -396,6 +415,17 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, co
         if (!srv_get_bool(so, "include_usage", &r->include_usage, NULL, e)) goto out;
     }
     if (!srv_get_bool(root, "ignore_eos", &r->ignore_eos, NULL, e)) goto out;
+    if (!srv_get_bool(root, "return_token_ids", &r->return_token_ids, NULL, e)) goto out;
+    long long plp = 0;
+    if (!srv_get_int(root, "prompt_logprobs", 0, ANVIL_MAX_TOP_LOGPROBS, &plp,
+                     &r->prompt_lp, e))
+        goto out;
+    r->prompt_lp_k = (int32_t)plp;
+    if (r->prompt_lp && r->stream) {
+        srv_bad(e, "prompt_logprobs", "'prompt_logprobs' is only given in whole answers: not "
+                "with 'stream'");
+        goto out;
+    }
     /* extensions: speculative decoding per request */
     const cJSON *spec = srv_field(root, "spec");
     if (spec) {
@@ -438,10 +468,14 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind, co
     if (kind == SRV_KIND_CHAT && !parse_reasoning(lim, root, r, e)) goto out;
     if (kind != SRV_KIND_CHAT) r->reasoning_budget = -1; /* raw text: no thought gate */
 
+    /* fill in the middle: POST /infill, or a non-empty suffix */
+    const cJSON *suffix = kind == SRV_KIND_COMPLETION ? srv_field(root, "suffix") : NULL;
+    bool fim = infill || (suffix && suffix->valuestring[0]);
     if (kind == SRV_KIND_CHAT ? !srv_parse_messages(lim, root, &tools, r, e)
+        : fim                 ? !srv_parse_infill(lim, root, infill, r, e)
                               : !srv_parse_prompt(lim, root, r, e))
         goto out;
-    const char *pname = kind == SRV_KIND_CHAT ? "messages" : "prompt";
+    const char *pname = kind == SRV_KIND_CHAT ? "messages" : infill ? "input_prefix" : "prompt";
     if (r->n_prompt == 0) {
         srv_bad(e, pname, "the prompt is empty");
         goto out;

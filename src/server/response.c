@@ -393,6 +393,57 @@ static void oai_stream_end(struct sbuf *b, const struct srv_gen_view *v,
     oai_usage_tail(b, v, u);
 }
 
+/* vLLM's return_token_ids: ,"prompt_token_ids":[...] */
+static void prompt_ids(struct sbuf *b, const struct srv_req *r) {
+    if (!r || !r->return_token_ids) return;
+    sb_puts(b, ",\"prompt_token_ids\":[");
+    for (int32_t i = 0; i < r->n_prompt; i++) sb_printf(b, i ? ",%d" : "%d", (int)r->prompt[i]);
+    sb_puts(b, "]");
+}
+
+/* vLLM's prompt_logprobs: ,"prompt_logprobs":[null,{"id":{"logprob","rank",
+ * "decoded_token"},...},...]: the prompt token first, then the best
+ * prompt_lp_k (the prompt token once). rank: 1 + the alternatives that are
+ * more likely, exact while the token is among the ANVIL_MAX_TOP_LOGPROBS
+ * best the engine gives, a lower bound (21) below them. */
+static void plp_entry(struct sbuf *b, const struct anvil_model *m, struct sbuf *s,
+                      anvil_token t, float lp, int32_t rank, bool first) {
+    sb_printf(b, first ? "\"%d\":{\"logprob\":" : ",\"%d\":{\"logprob\":", (int)t);
+    sb_json_num(b, lp);
+    sb_printf(b, ",\"rank\":%d,\"decoded_token\":", (int)rank);
+    srv_token_piece(m, t, s);
+    sb_json_str(b, s->p ? s->p : "", s->len);
+    sb_puts(b, "}");
+}
+
+static void prompt_logprobs(struct sbuf *b, const struct srv_gen_view *v) {
+    if (!v->prompt_toks || !v->req || !v->req->prompt_lp) return;
+    struct sbuf s;
+    sb_init(&s);
+    sb_puts(b, ",\"prompt_logprobs\":[");
+    for (int32_t i = 0; i < v->n_prompt_toks; i++) {
+        const struct srv_tok *t = &v->prompt_toks[i];
+        if (i) sb_puts(b, ",");
+        if (isnan(t->logprob)) {
+            sb_puts(b, "null");
+            continue;
+        }
+        int32_t rank = 1;
+        for (int32_t a = 0; a < t->n_top; a++)
+            if (t->top_logprobs[a] > t->logprob && t->top_tokens[a] != t->token) rank++;
+        sb_puts(b, "{");
+        plp_entry(b, v->ri->model, &s, t->token, t->logprob, rank, true);
+        int32_t k = t->n_top < v->req->prompt_lp_k ? t->n_top : v->req->prompt_lp_k;
+        for (int32_t a = 0; a < k; a++)
+            if (t->top_tokens[a] != t->token)
+                plp_entry(b, v->ri->model, &s, t->top_tokens[a], t->top_logprobs[a], a + 1, false);
+        sb_puts(b, "}");
+    }
+    sb_puts(b, "]");
+    if (s.oom) b->oom = true;
+    sb_free(&s);
+}
+
 static void oai_full(struct sbuf *b, const struct srv_gen_view *v,
                      const struct srv_choice *choices, int n_choices, const struct srv_usage *u) {
     const struct srv_resp_info *ri = v->ri;
@@ -431,13 +482,20 @@ static void oai_full(struct sbuf *b, const struct srv_gen_view *v,
         } else {
             sb_puts(b, "{\"text\":");
             sb_json_str(b, ch->content ? ch->content : "", ch->n_content);
+            prompt_ids(b, v->req);
+            prompt_logprobs(b, v);
             sb_printf(b, ",\"index\":%d,\"logprobs\":", ch->index);
         }
         logprobs(b, ri, ch->toks, ch->toks ? ch->n_toks : 0, 0);
         finish_field(b, ch->finish);
         sb_puts(b, "}");
     }
-    sb_puts(b, "],");
+    sb_puts(b, "]");
+    if (chat) {
+        prompt_ids(b, v->req);
+        prompt_logprobs(b, v);
+    }
+    sb_puts(b, ",");
     usage(b, u->n_prompt, u->n_gen, u->n_cached);
     sb_puts(b, "}");
 }

@@ -188,6 +188,9 @@ struct srv_req {
     bool reasoning_open; /* the rendered prompt ends inside a thought (the template opened it) */
     int32_t n;           /* choices (n), 1 and up; 0 reads as 1 */
     bool echo;           /* completions: the prompt's text comes first (echo) */
+    bool return_token_ids; /* vLLM's: prompt_token_ids in the answer */
+    bool prompt_lp;        /* vLLM's prompt_logprobs asked for ... */
+    int32_t prompt_lp_k;   /* ... with this many alternatives (0..ANVIL_MAX_TOP_LOGPROBS) */
     /* unknown top-level fields that were ignored, comma separated, for the
      * X-Anvil-Ignored-Fields header ("" = none; cut to fit) */
     char ignored[256];
@@ -211,6 +214,16 @@ struct srv_req {
 bool srv_parse_request(const struct srv_limits *lim, enum srv_kind kind, const char *body,
                        size_t len, struct srv_req *out, struct srv_err *err);
 void srv_req_free(struct srv_req *r);
+/* srv_parse_request, or with infill POST /infill's body (input_prefix,
+ * input_suffix, input_extra, prompt and every completions field; kind
+ * SRV_KIND_COMPLETION). */
+bool srv_parse_request_ex(const struct srv_limits *lim, enum srv_kind kind, bool infill,
+                          const char *body, size_t len, struct srv_req *out, struct srv_err *err);
+/* The fill-in-the-middle prompt (infill.c) into r->prompt: from POST
+ * /infill's fields when route, else from a completion's prompt and
+ * suffix. A vocabulary without FIM tokens is a 400 naming them. */
+bool srv_parse_infill(const struct srv_limits *lim, const struct cJSON *root, bool route,
+                      struct srv_req *r, struct srv_err *e);
 /* The sampling fields of root into r->sampling (sampling.c): OpenAI's,
  * top_k/min_p, llama-server's samplers, logit_bias; n_probs sets
  * r->logprobs/top_logprobs when logprobs was not asked for (call after
@@ -520,6 +533,9 @@ enum MHD_Result srv_post_completions(struct srv *s, struct MHD_Connection *c, st
                                      const char *url);
 enum MHD_Result srv_post_chat(struct srv *s, struct MHD_Connection *c, struct conn *k,
                               const char *url);
+/* POST /infill (infill.c). */
+enum MHD_Result srv_post_infill(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                const char *url);
 /* MHD calls the access handler again for a request whose job parked the
  * connection and was woken: answer it, or park it again. */
 enum MHD_Result srv_generate_resume(struct srv *s, struct MHD_Connection *c, struct conn *k);

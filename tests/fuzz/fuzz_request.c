@@ -1,7 +1,8 @@
 /*
  * fuzz_request.c - libFuzzer harness: bytes -> the HTTP server's request
  * body parser (srv_parse_request, src/server/request.c), as a chat and as
- * a completion request.
+ * a completion request, and as POST /infill's body (infill.c: with a
+ * vocabulary without FIM tokens the body's checks run, then the 400).
  *
  * The model ($ANVIL_MODEL, else the Makefile's MODEL: fuzz_model_path) is
  * loaded once: the parser renders the chat template and tokenizes with it.
@@ -231,11 +232,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *body = malloc(size ? size : 1);
     fuzz_check(body != NULL, "harness out of memory");
     if (size) memcpy(body, data, size);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) { /* chat, completion, POST /infill's body */
         enum srv_kind kind = k ? SRV_KIND_COMPLETION : SRV_KIND_CHAT;
         struct srv_req r;
         struct srv_err e;
-        if (srv_parse_request(&g_lim, kind, body, size, &r, &e)) {
+        if (srv_parse_request_ex(&g_lim, kind, k == 2, body, size, &r, &e)) {
             check_request(&r, kind);
         } else {
             fuzz_check(r.prompt == NULL && r.n_stop == 0, "a refused request holds nothing");

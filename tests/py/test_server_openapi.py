@@ -376,3 +376,30 @@ def test_draining_matches(doc, model_path):
     finally:
         k.close()  # the stream is cancelled; the server then exits
         assert s.stop() == 0, s.stderr()
+
+
+def test_fields_by_route_doc_matches_code():
+    """docs/server.md's "Fields by route" is what tools/fields_doc.py makes
+    of the code's field tables (regenerate with `tools/fields_doc.py
+    --write`); and every field of the generation routes' table is in the
+    request schema of openapi.json."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fields_doc",
+                                                  os.path.join(ROOT, "tools", "fields_doc.py"))
+    fd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fd)
+    with open(fd.DOC, encoding="utf-8") as f:
+        have = fd.current(f.read())
+    assert have == fd.section(), "run tools/fields_doc.py --write"
+    with open(DOC_PATH) as f:
+        d = json.load(f)
+    schemas = {"POST /v1/chat/completions": "ChatCompletionRequest",
+               "POST /v1/completions": "CompletionRequest", "POST /infill": "InfillRequest"}
+    for route, _, fields in fd.routes():
+        if route in schemas:
+            props = d["components"]["schemas"][schemas[route]]["properties"]
+            missing = [n for n, _ in fields if n not in props]
+            # OpenAI's deprecated/unsupported names the schema leaves out on purpose
+            missing = [n for n in missing if n not in ("functions", "function_call", "best_of",
+                                                       "echo", "suffix")]
+            assert not missing, (route, missing)

@@ -1,0 +1,181 @@
+"""Fill in the middle (issue 37 item 4; brief api item 1): `suffix` on
+/v1/completions and POST /infill (llama-server's body).
+
+The model is a tiny random-weight one (tests/gen/tiny_arch.py) whose
+vocabulary has Qwen's FIM tokens (<|fim_prefix|>, <|fim_suffix|>,
+<|fim_middle|>, <|file_sep|>) in place of unused slots. The token sequence
+anvil builds (vLLM's `return_token_ids`) is compared with the one built
+from llama-cpp-python's tokenizer on the same file, and llama.cpp's own
+FIM token ids (llama_vocab_fim_pre/suf/mid/sep), for the PSM layout
+anvil documents (infill.c):
+
+    [BOS] (FILE_SEP filename "\\n" text)*  FIM_PRE prefix prompt  FIM_SUF suffix  FIM_MID
+
+Also: streamed == whole, the same prompt through both routes, and bad
+input (a model without FIM tokens, wrong types, missing fields) is a 400 in
+OpenAI's shape naming the field.
+"""
+import json
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "gen"))
+sys.path.insert(0, HERE)
+
+import tiny_arch  # noqa: E402
+import tiny_llama  # noqa: E402
+from anvil_server import Server, check_error, serve_bin, sse_events  # noqa: E402
+
+FIM = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>"]
+
+
+def make_fim_model(path):
+    orig = tiny_llama.vocab
+
+    def vocab():
+        toks, types, merges = orig()
+        first = toks.index("<unused299>") - len(FIM) + 1
+        for i, t in enumerate(FIM):
+            toks[first + i], types[first + i] = t, 3
+        return toks, types, merges
+
+    tiny_arch.tiny_llama.vocab = vocab
+    try:
+        tiny_arch.make_gguf(path, "llama3", seed=4, n_ctx=1024)
+    finally:
+        tiny_arch.tiny_llama.vocab = orig
+
+
+@pytest.fixture(scope="module")
+def fim_path(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("fim") / "fim.gguf")
+    make_fim_model(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def srv(fim_path):
+    s = Server(serve_bin(), fim_path, "--ctx", "1024", "--kv-mem", "64M")
+    yield s
+    assert s.stop() == 0, s.stderr()
+
+
+@pytest.fixture(scope="module")
+def ref(fim_path):
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=fim_path, vocab_only=True, verbose=False)
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    ids = {"pre": llama_cpp.llama_vocab_fim_pre(vocab), "suf": llama_cpp.llama_vocab_fim_suf(vocab),
+           "mid": llama_cpp.llama_vocab_fim_mid(vocab), "sep": llama_cpp.llama_vocab_fim_sep(vocab)}
+    assert all(v >= 0 for v in ids.values()), ids
+    bos = [llm.token_bos()] if llama_cpp.llama_vocab_get_add_bos(vocab) else []
+
+    def tok(s):
+        return llm.tokenize(s.encode(), add_bos=False, special=False) if s else []
+
+    def layout(prefix, suffix, prompt="", extra=()):
+        out = list(bos)
+        for ch in extra:
+            out += [ids["sep"]] + tok(ch.get("filename", "tmp")) + tok("\n") + tok(ch["text"])
+        return out + [ids["pre"]] + tok(prefix) + tok(prompt) + [ids["suf"]] + tok(suffix) + [ids["mid"]]
+    return layout
+
+
+PREFIX = "def add(a, b):\n    return "
+SUFFIX = "\n\nprint(add(1, 2))  # <|fim_middle|> typed, stays text\n"
+
+
+def post(srv, path, body):
+    st, h, data = srv.post(path, body)
+    assert st == 200, data
+    return json.loads(data)
+
+
+def test_suffix_prompt_tokens(srv, ref):
+    d = post(srv, "/v1/completions", {"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 4,
+                                      "temperature": 0, "return_token_ids": True})
+    c = d["choices"][0]
+    assert c["prompt_token_ids"] == ref(PREFIX, SUFFIX)
+    assert d["usage"]["prompt_tokens"] == len(c["prompt_token_ids"])
+    # an empty suffix is a plain completion
+    d = post(srv, "/v1/completions", {"prompt": PREFIX, "suffix": "", "max_tokens": 1,
+                                      "return_token_ids": True})
+    lay = ref(PREFIX, "")  # [FIM_PRE] prefix [FIM_SUF] [FIM_MID]: this vocabulary adds no BOS
+    assert d["choices"][0]["prompt_token_ids"] == lay[1:-2]
+
+
+def test_infill_route_tokens(srv, ref):
+    extra = [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"},
+             {"text": "X = 1\n"}]
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "prompt": "a +", "input_extra": extra,
+            "max_tokens": 4, "temperature": 0, "return_token_ids": True}
+    d = post(srv, "/infill", body)
+    assert d["object"] == "text_completion"
+    assert d["choices"][0]["prompt_token_ids"] == ref(PREFIX, SUFFIX, "a +", extra)
+    # the same prompt as /v1/completions with suffix gives the same text
+    d2 = post(srv, "/v1/completions", {"prompt": PREFIX + "a +", "suffix": SUFFIX, "max_tokens": 4,
+                                       "temperature": 0})
+    d3 = post(srv, "/infill", {"input_prefix": PREFIX + "a +", "input_suffix": SUFFIX,
+                               "max_tokens": 4, "temperature": 0})
+    assert d2["choices"][0]["text"] == d3["choices"][0]["text"]
+
+
+def test_infill_stream_equals_whole(srv):
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "max_tokens": 8, "temperature": 0,
+            "ignore_eos": True}
+    whole = post(srv, "/infill", body)
+    st, _, data = srv.post("/infill", dict(body, stream=True))
+    assert st == 200
+    text = "".join(ev["choices"][0]["text"] for ev in sse_events(data) if ev.get("choices"))
+    assert text == whole["choices"][0]["text"]
+    assert whole["usage"]["completion_tokens"] == 8
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/infill", {"input_suffix": "x"}, "input_prefix"),
+    ("/infill", {"input_prefix": "x"}, "input_suffix"),
+    ("/infill", {"input_prefix": 1, "input_suffix": "x"}, "input_prefix"),
+    ("/infill", {"input_prefix": "x", "input_suffix": "y", "prompt": [1, 2]}, "prompt"),
+    ("/infill", {"input_prefix": "x", "input_suffix": "y", "input_extra": {}}, "input_extra"),
+    ("/infill", {"input_prefix": "x", "input_suffix": "y", "input_extra": [{"text": 3}]},
+     "input_extra"),
+    ("/infill", {"input_prefix": "x", "input_suffix": "y", "input_extra": [{"text": "a", "x": 1}]},
+     "input_extra"),
+    ("/infill", {"input_prefix": "x", "input_suffix": "y", "messages": []}, "messages"),
+    ("/v1/completions", {"prompt": "x", "suffix": 3}, "suffix"),
+    ("/v1/completions", {"prompt": [1, 2, 3], "suffix": "y"}, "prompt"),
+    ("/v1/completions", {"prompt": "x", "input_prefix": "y"}, "input_prefix"),
+])
+def test_bad_input(srv, path, body, param):
+    st, _, data = srv.post(path, body)
+    check_error(st, data, 400, param=param)
+
+
+def test_too_long(srv):
+    st, _, data = srv.post("/infill", {"input_prefix": "ab " * 2000, "input_suffix": "y"})
+    check_error(st, data, 400, param="input_prefix", code="context_length_exceeded")
+
+
+def test_model_without_fim_tokens(model_path):
+    s = Server(serve_bin(), model_path, "--ctx", "256", "--kv-mem", "32M")
+    try:
+        st, _, data = s.post("/v1/completions", {"prompt": "a", "suffix": "b"})
+        e = check_error(st, data, 400, param="suffix")
+        assert "fill-in-the-middle" in e["message"] and "<|fim_prefix|>" in e["message"], e
+        st, _, data = s.post("/infill", {"input_prefix": "a", "input_suffix": "b"})
+        e = check_error(st, data, 400, param="input_prefix")
+        assert "prefix" in e["message"] and "middle" in e["message"], e
+    finally:
+        assert s.stop() == 0
+
+
+def test_infill_matches_openapi(srv):
+    from test_server_openapi import DOC_PATH, validator
+    doc = json.load(open(DOC_PATH))
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [{"text": "x"}],
+            "max_tokens": 2, "return_token_ids": True}
+    validator(doc, "/components/schemas/InfillRequest").validate(body)
+    validator(doc, "/components/schemas/TextCompletion").validate(post(srv, "/infill", body))
