@@ -488,6 +488,8 @@ enum anvil_constraint_kind {
     ANVIL_CONSTRAINT_GBNF = 2,        /* llama.cpp's grammar syntax, start rule `root` */
     ANVIL_CONSTRAINT_JSON_SCHEMA = 3, /* one JSON value valid under the schema */
     ANVIL_CONSTRAINT_JSON = 4,        /* any JSON object (text is ignored) */
+    ANVIL_CONSTRAINT_CALLS = 5,       /* tool calls: literal markers around JSON Schemas, one
+                                         or more (the document of src/constrain/constrain.h) */
 };
 
 struct anvil_constraint_params {

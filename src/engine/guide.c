@@ -27,6 +27,7 @@ anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_co
     case ANVIL_CONSTRAINT_GBNF: ck = CN_GBNF; break;
     case ANVIL_CONSTRAINT_JSON_SCHEMA: ck = CN_JSON_SCHEMA; break;
     case ANVIL_CONSTRAINT_JSON: ck = CN_JSON; break;
+    case ANVIL_CONSTRAINT_CALLS: ck = CN_CALLS; break;
     default:
         errmsg_set(err, err_cap, "constraint: unknown kind %d", (int)kind);
         return ANVIL_ERR_INVALID;

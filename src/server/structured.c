@@ -103,6 +103,45 @@ static bool set_gate(const struct srv_limits *lim, struct srv_req *r, const char
     return true;
 }
 
+/* Whether every marker of a calls document (toolcall.c's) is text the
+ * constraint can hold: each of its tokens has bytes and does not end the
+ * generation. A model whose markers are control tokens (gpt-oss's
+ * <|constrain|>, <|message|>, <|call|>) cannot have them inside the
+ * automaton; its calls are forced whole instead (one named tool). */
+static bool marker_text(const struct srv_limits *lim, const char *s) {
+    size_t len = strlen(s);
+    if (!len) return true;
+    anvil_token tmp[256];
+    int32_t k = anvil_tokenize(lim->model, s, len, tmp, 256, false, true);
+    if (k < 0) return false;
+    for (int32_t i = 0; i < k; i++) {
+        char piece[64];
+        int32_t n = anvil_token_to_piece(lim->model, tmp[i], piece, sizeof(piece), false);
+        if (n == 0 || anvil_token_is_eog(lim->model, tmp[i])) return false;
+    }
+    return true;
+}
+
+static bool markers_are_text(const struct srv_limits *lim, const char *doc) {
+    if (!lim->model) return true;
+    cJSON *d = cJSON_Parse(doc);
+    bool ok = d != NULL;
+    static const char *const top[] = {"sep", "end"};
+    for (int i = 0; ok && i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, top[i]);
+        ok = !cJSON_IsString(v) || marker_text(lim, v->valuestring);
+    }
+    const cJSON *c = d ? cJSON_GetObjectItemCaseSensitive(d, "calls") : NULL;
+    for (const cJSON *k = c ? c->child : NULL; ok && k; k = k->next) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(k, "before");
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(k, "after");
+        ok = (!cJSON_IsString(b) || marker_text(lim, b->valuestring)) &&
+             (!cJSON_IsString(a) || marker_text(lim, a->valuestring));
+    }
+    cJSON_Delete(d);
+    return ok;
+}
+
 bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
                           const struct srv_tools *tools, struct srv_req *r,
                           struct srv_err *e) {
@@ -191,8 +230,18 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
         owned = NULL;
         struct sbuf prefix;
         sb_init(&prefix);
-        if (tf == SRV_TOOLFMT_JSON) owned = srv_tools_schema(tools);
-        else owned = srv_tools_family(tools, tf, r->parallel_calls, &prefix, e);
+        bool calls = false;
+        if (tf == SRV_TOOLFMT_JSON) {
+            owned = srv_tools_schema(tools);
+        } else {
+            owned = srv_tools_calls(tools, tf, r->parallel_calls, &prefix, &calls);
+            if (calls && owned && !markers_are_text(lim, owned)) {
+                free(owned);
+                owned = NULL;
+                calls = false;
+            }
+            if (!calls) owned = srv_tools_family(tools, tf, r->parallel_calls, &prefix, e);
+        }
         if (!owned || prefix.oom) {
             if (!owned && e->status == 0) srv_oom(e);
             else if (prefix.oom) srv_oom(e);
@@ -202,7 +251,7 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
         bool pok = set_gate(lim, r, prefix.p ? prefix.p : "", e);
         sb_free(&prefix);
         if (!pok) goto out;
-        kind = ANVIL_CONSTRAINT_JSON_SCHEMA;
+        kind = calls ? ANVIL_CONSTRAINT_CALLS : ANVIL_CONSTRAINT_JSON_SCHEMA;
         src = owned;
         param = "tools";
         cp.or_text = tools->mode == SRV_TOOLS_AUTO;

@@ -48,6 +48,7 @@ FAMILIES = {
     "harmony": "openai-gpt-oss-120b.jinja",
     "granite": "ibm-granite-granite-3.3-2B-Instruct.jinja",
     "deepseek_r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+    "functionary": "meetkai-functionary-medium-v3.1.jinja",
 }
 
 TOOLS = [{
@@ -98,6 +99,9 @@ CALL_TEXT = {
     "deepseek_r1": (f'<{DS}tool{DS_U}calls{DS_U}begin{DS}><{DS}tool{DS_U}call{DS_U}begin{DS}>'
                     f'function<{DS}tool{DS_U}sep{DS}>get_weather\n```json\n{PARIS}\n```'
                     f'<{DS}tool{DS_U}call{DS_U}end{DS}><{DS}tool{DS_U}calls{DS_U}end{DS}>', None),
+    "functionary": (f'<function=get_weather>{PARIS}</function>',
+                    f'<function=get_weather>{PARIS}</function><function=get_weather>{ROME}'
+                    '</function>'),
 }
 
 
@@ -234,15 +238,16 @@ def test_reasoning_split(servers):
     assert st == 400 and b"reasoning_format" in data
 
 
-@pytest.mark.parametrize("family", ["hermes", "mistral", "llama3", "granite", "harmony",
-                                    "deepseek_r1"])
+@pytest.mark.parametrize("family", ["hermes", "qwen3", "mistral", "llama3", "granite", "harmony",
+                                    "deepseek_r1", "functionary"])
 def test_required_is_schema_valid(servers, family):
     """A random model under tool_choice required / named: the family's
-    marker is forced and the arguments are valid by construction."""
+    marker is forced and the arguments are valid by construction; with
+    several tools, each call's name is one of them and its arguments
+    validate under that tool's schema (an alternation of per-tool
+    grammars); parallel_tool_calls false gives exactly one call."""
     srv = servers[family]
     choices = ["required", {"type": "function", "function": {"name": "get_time"}}]
-    if family in ("harmony", "deepseek_r1"):  # the name sits between markers: one tool
-        choices = [{"type": "function", "function": {"name": "get_time"}}]
     for choice in choices:
         for parallel in (True, False):
             r = chat(srv, tools=TOOLS, tool_choice=choice, parallel_tool_calls=parallel,
@@ -257,14 +262,37 @@ def test_required_is_schema_valid(servers, family):
                 calls = calls[:-1]  # the model's last call was cut by max_tokens
             for c in calls:
                 name = c["function"]["name"]
+                assert name in SCHEMAS, c
                 if isinstance(choice, dict):
                     assert name == "get_time"
                 jsonschema.validate(json.loads(c["function"]["arguments"]), SCHEMAS[name])
-    if family in ("harmony", "deepseek_r1"):
-        st, _, data = srv.request("POST", "/v1/chat/completions",
-                                  {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS,
-                                   "tool_choice": "required"})
-        assert st == 400 and b"name one function" in data
+
+
+def token_ids(srv, text):
+    st, _, data = srv.request("POST", "/tokenize", {"content": text})
+    assert st == 200, data
+    return [t if isinstance(t, int) else t["id"] for t in json.loads(data)["tokens"]]
+
+
+@pytest.mark.parametrize("family", ["hermes", "harmony", "deepseek_r1"])
+def test_required_masks_bad_name(servers, family):
+    """The constraint refuses a name that is not a tool's: the tokens of
+    "no" pushed up by logit_bias (+100: unconstrained greedy decoding
+    writes them) never come out in the name; the call's name is still one
+    of the tools."""
+    srv = servers[family]
+    ids = [t for w in (" no", "no", "\"no") for t in token_ids(srv, w)]
+    bias = {str(t): 100 for t in ids}
+    r = chat(srv, tools=TOOLS, tool_choice="required", logit_bias=bias, max_tokens=200)
+    calls = r["choices"][0]["message"].get("tool_calls") or []
+    assert calls, r
+    for c in calls:
+        assert c["function"]["name"] in SCHEMAS
+        assert "no" not in c["function"]["name"]
+    # the same bias unconstrained: the model does write the biased tokens
+    r = chat(srv, logit_bias=bias, max_tokens=8)
+    text = r["choices"][0]["message"].get("content") or ""
+    assert text.strip() and set(text) <= set(' no"'), text
 
 
 def test_auto_unconstrained(servers):
