@@ -190,6 +190,10 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
         n_src++;
     }
     bool ok = false;
+    r->outfmt.n_tools = 0;
+    for (int i = 0; tools->mode != SRV_TOOLS_NONE && i < tools->n && i < SRV_OUTFMT_TOOLS; i++)
+        r->outfmt.tool_hash[r->outfmt.n_tools++] =
+            srv_tool_hash(tools->name[i], (unsigned long)strlen(tools->name[i]));
     if (n_src > 1) {
         srv_bad(e, param, "a request takes at most one of 'response_format' (json_object, "
                 "json_schema), 'grammar' and 'regex'");

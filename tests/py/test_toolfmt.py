@@ -324,3 +324,41 @@ def test_malformed(servers, raw):
     # cut by max_tokens inside a call
     r = chat(srv, tools=TOOLS, grammar=gbnf_literal(CALL_TEXT["hermes"][0]), max_tokens=30)
     assert r["choices"][0]["finish_reason"] in ("length", "tool_calls")
+
+
+@pytest.mark.parametrize("raw,call", [
+    (f'{{"name": "get_weather", "arguments": {PARIS}}}', True),
+    (f'```json\n{{"name": "get_weather", "arguments": {PARIS}}}\n```', True),
+    (f'  ```json\n{{"name": "get_weather", "arguments": {PARIS}}}\n```\n', True),
+    (f'{{"name": "get_weather", "arguments": "{{\\"city\\": \\"Paris\\"}}"}}', True),
+    # a name that is not a tool's: the object is the answer's text
+    (f'{{"name": "get_news", "arguments": {PARIS}}}', False),
+    (f'```json\n{{"name": "get_news", "arguments": {PARIS}}}\n```', False),
+    ('{"city": "Paris"}', False),
+    ('The answer: {"name": "get_weather", "arguments": {}}', False),
+])
+def test_hermes_bare_json(servers, raw, call):
+    """Hermes/Qwen under auto: a call written without the <tool_call> tags,
+    as a bare JSON object or in a ```json fence, is a call when its name is
+    one of the tools (as llama.cpp and vLLM read it); anything else stays
+    content, byte for byte. The stream says the same as the whole."""
+    srv = servers["hermes"]
+    r = chat(srv, tools=TOOLS, grammar=gbnf_literal(raw))
+    ch = r["choices"][0]
+    m = ch["message"]
+    content, _, scalls, finish, _ = streamed(srv, tools=TOOLS, grammar=gbnf_literal(raw))
+    if call:
+        assert ch["finish_reason"] == "tool_calls", r
+        assert [c["function"]["name"] for c in m["tool_calls"]] == ["get_weather"]
+        assert json.loads(m["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+        assert not (m.get("content") or "").strip()
+        assert finish == "tool_calls"
+        assert [(c["name"], json.loads(c["args"])) for c in scalls] == \
+            [("get_weather", {"city": "Paris"})]
+    else:
+        assert not m.get("tool_calls"), r
+        assert m["content"] == raw.strip()
+        assert not scalls and content == m["content"]
+    # without tools nothing is a call
+    r = chat(srv, grammar=gbnf_literal(raw))
+    assert not r["choices"][0]["message"].get("tool_calls")
