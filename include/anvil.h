@@ -634,6 +634,16 @@ struct anvil_request_params {
     int32_t think_budget;
     const anvil_token *answer_prefix;
     int32_t n_answer_prefix;
+    /* think_start: the tokens that open a thought (copied, <= 16), for a
+     * model that may open one itself when the prompt did not (think_open
+     * false; needs think_end). At the start of the output the model
+     * chooses, by its own distribution over the first token of each,
+     * between these and the answer (answer_prefix's first token, or what
+     * the constraint allows); with the thought opened, the gate is as
+     * with think_open: free text up to think_end or the budget, then the
+     * answer prefix and the constraint. */
+    const anvil_token *think_start;
+    int32_t n_think_start;
     /* The text of control tokens (such as "[TOOL_CALLS]" or
      * "<|python_tag|>") goes into the events' text; otherwise control
      * tokens spell nothing. End-of-generation tokens end the output

@@ -202,6 +202,8 @@ struct srv_req {
     int32_t n_think_end;
     anvil_token *answer_prefix; /* (n_answer_prefix,) malloc'd: forced before the answer */
     int32_t n_answer_prefix;
+    anvil_token think_start[16]; /* a thought the model may open itself (structured.c) */
+    int32_t n_think_start;
 };
 
 /* Parse and validate a JSON body. On failure fills err (400 and the

@@ -85,19 +85,43 @@ static const char *answer_prefix(const struct srv_req *r) {
  * forces that marker. prefix: forced at the start of the answer (NULL:
  * none). */
 static bool set_gate(const struct srv_limits *lim, struct srv_req *r, const char *prefix,
-                     struct srv_err *e) {
+                     bool constrained, struct srv_err *e) {
     if (!lim->model) return true;
     if (prefix && !tokens_of(lim, prefix, &r->answer_prefix, &r->n_answer_prefix, e))
         return false;
     /* the markers are the template's: it decides, not the request's
      * reasoning_format (the model thinks whatever the client reads) */
-    if (lim->outfmt.reasoning_format != SRV_REASONING_THINK || !r->reasoning_open) {
+    if (lim->outfmt.reasoning_format != SRV_REASONING_THINK) {
         r->think_gate = r->n_answer_prefix > 0;
         return true;
     }
-    const char *close = "</think>";
-    if (r->outfmt.tool_format == SRV_TOOLFMT_COMMAND_R) close = "<|END_THINKING|>";
-    else if (r->outfmt.tool_format == SRV_TOOLFMT_MISTRAL) close = "[/THINK]";
+    const char *open = "<think>", *close = "</think>";
+    if (r->outfmt.tool_format == SRV_TOOLFMT_COMMAND_R) {
+        open = "<|START_THINKING|>";
+        close = "<|END_THINKING|>";
+    } else if (r->outfmt.tool_format == SRV_TOOLFMT_MISTRAL) {
+        open = "[THINK]";
+        close = "[/THINK]";
+    }
+    if (!r->reasoning_open) {
+        /* the prompt did not open a thought, but the model may: a
+         * constraint (or prefix) waits for its end. Only when the output
+         * parser splits thoughts (reasoning_format not "none") and there
+         * is something to hold back. */
+        if (!constrained && r->n_answer_prefix == 0) {
+            r->think_gate = false;
+            return true;
+        }
+        anvil_token tmp[256];
+        int32_t k = anvil_tokenize(lim->model, open, strlen(open), tmp, 256, false, true);
+        if (k > 0 && k <= 16 && r->outfmt.reasoning_format == SRV_REASONING_THINK) {
+            if (!tokens_of(lim, close, &r->think_end, &r->n_think_end, e)) return false;
+            memcpy(r->think_start, tmp, (size_t)k * sizeof(*tmp));
+            r->n_think_start = k;
+        }
+        r->think_gate = r->n_answer_prefix > 0 || r->n_think_start > 0;
+        return true;
+    }
     if (!tokens_of(lim, close, &r->think_end, &r->n_think_end, e)) return false;
     r->think_gate = r->n_think_end > 0;
     return true;
@@ -205,7 +229,7 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
          * the raw output (markers included) and the parser finds the
          * calls in it, as in any "auto" answer */
         r->tools = tools->mode;
-        if (!set_gate(lim, r, NULL, e)) goto out;
+        if (!set_gate(lim, r, NULL, false, e)) goto out;
     } else if (tools->mode != SRV_TOOLS_NONE) {
         if (gr || rx) {
             srv_bad(e, gr ? "grammar" : "regex", "'%s' cannot be combined with tool calls "
@@ -223,7 +247,7 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
             /* the model's own format: it decides as trained, the parser
              * finds its calls (nothing constrained) */
             r->tools = tools->mode;
-            ok = set_gate(lim, r, NULL, e);
+            ok = set_gate(lim, r, NULL, false, e);
             goto out;
         }
         /* required / named: the answer is the call, so response_format
@@ -252,7 +276,7 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
             sb_free(&prefix);
             goto out;
         }
-        bool pok = set_gate(lim, r, prefix.p ? prefix.p : "", e);
+        bool pok = set_gate(lim, r, prefix.p ? prefix.p : "", true, e);
         sb_free(&prefix);
         if (!pok) goto out;
         kind = calls ? ANVIL_CONSTRAINT_CALLS : ANVIL_CONSTRAINT_JSON_SCHEMA;
@@ -261,7 +285,7 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
         cp.or_text = tools->mode == SRV_TOOLS_AUTO;
     } else if (kind || r->reasoning_budget >= 0) {
         /* a content constraint after the thought, or a budget alone */
-        if (!set_gate(lim, r, kind ? answer_prefix(r) : NULL, e)) goto out;
+        if (!set_gate(lim, r, kind ? answer_prefix(r) : NULL, kind != 0, e)) goto out;
     }
     if (!kind) {
         ok = true;

@@ -250,8 +250,9 @@ def test_required_is_schema_valid(servers, family):
     choices = ["required", {"type": "function", "function": {"name": "get_time"}}]
     for choice in choices:
         for parallel in (True, False):
+            # (Qwen 3's model may open a thought itself: a budget ends it)
             r = chat(srv, tools=TOOLS, tool_choice=choice, parallel_tool_calls=parallel,
-                     max_tokens=300)
+                     max_tokens=300, reasoning_budget=8)
             ch = r["choices"][0]
             calls = ch["message"].get("tool_calls") or []
             assert ch["finish_reason"] == "tool_calls", r
@@ -362,3 +363,37 @@ def test_hermes_bare_json(servers, raw, call):
     # without tools nothing is a call
     r = chat(srv, grammar=gbnf_literal(raw))
     assert not r["choices"][0]["message"].get("tool_calls")
+
+
+def test_model_opens_thought(servers):
+    """Qwen 3's template leaves the thought to the model: when the model
+    writes <think> itself while a constraint is pending (tool_choice
+    required, a JSON schema), the constraint waits until </think> (here
+    forced by the budget) and the thought goes to reasoning_content. The
+    first token is pushed to the thought's '<' with logit_bias."""
+    srv = servers["qwen3"]
+    lt = token_ids(srv, "<think>")[0]
+    bias = {str(lt): 30}
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    r = chat(srv, response_format=rf, logit_bias=bias, reasoning_budget=6, max_tokens=100)
+    m = r["choices"][0]["message"]
+    assert m.get("reasoning_content"), r
+    jsonschema.validate(json.loads(m["content"]), schema)
+    content, reasoning, _, _, _ = streamed(srv, response_format=rf, logit_bias=bias,
+                                          reasoning_budget=6, max_tokens=100)
+    assert (content, reasoning) == (m["content"], m["reasoning_content"])
+    r = chat(srv, tools=TOOLS, tool_choice="required", logit_bias=bias, reasoning_budget=6,
+             max_tokens=200)
+    ch = r["choices"][0]
+    assert ch["message"].get("reasoning_content"), r
+    assert ch["finish_reason"] == "tool_calls", r
+    for c in ch["message"]["tool_calls"]:
+        assert c["function"]["name"] in SCHEMAS
+        jsonschema.validate(json.loads(c["function"]["arguments"]), SCHEMAS[c["function"]["name"]])
+    # reasoning_format none: no thought is split, the constraint holds from the start
+    r = chat(srv, response_format=rf, logit_bias=bias, reasoning_format="none", max_tokens=100)
+    m = r["choices"][0]["message"]
+    jsonschema.validate(json.loads(m["content"]), schema)
+    assert not m.get("reasoning_content")
