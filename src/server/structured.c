@@ -79,6 +79,24 @@ static const char *answer_prefix(const struct srv_req *r) {
     return r->outfmt.tool_format == SRV_TOOLFMT_HARMONY ? "<|channel|>final<|message|>" : NULL;
 }
 
+/* The prompt ends with a thought already closed (Qwen 3's template with
+ * enable_thinking false writes an empty one): the model is not offered a
+ * second. */
+static bool prompt_closed_thought(const struct srv_limits *lim, const struct srv_req *r,
+                                  const char *close) {
+    char tail[200];
+    size_t n = 0;
+    for (int32_t i = r->n_prompt > 8 ? r->n_prompt - 8 : 0; i < r->n_prompt; i++) {
+        int32_t k = anvil_token_to_piece(lim->model, r->prompt[i], tail + n,
+                                         (int32_t)(sizeof(tail) - 1 - n), true);
+        if (k > 0) n += (size_t)k;
+    }
+    tail[n] = 0;
+    while (n && (tail[n - 1] == '\n' || tail[n - 1] == ' ' || tail[n - 1] == '\r')) tail[--n] = 0;
+    size_t m = strlen(close);
+    return n >= m && !memcmp(tail + n - m, close, m);
+}
+
 /* The engine's thought gate and answer prefix (guide.h) for the
  * template's reasoning markers: a thought the prompt opened is free
  * text, the constraint (if any) starts after its end marker; the budget
@@ -114,7 +132,8 @@ static bool set_gate(const struct srv_limits *lim, struct srv_req *r, const char
         }
         anvil_token tmp[256];
         int32_t k = anvil_tokenize(lim->model, open, strlen(open), tmp, 256, false, true);
-        if (k > 0 && k <= 16 && r->outfmt.reasoning_format == SRV_REASONING_THINK) {
+        if (k > 0 && k <= 16 && r->outfmt.reasoning_format == SRV_REASONING_THINK &&
+            !prompt_closed_thought(lim, r, close)) {
             if (!tokens_of(lim, close, &r->think_end, &r->n_think_end, e)) return false;
             memcpy(r->think_start, tmp, (size_t)k * sizeof(*tmp));
             r->n_think_start = k;

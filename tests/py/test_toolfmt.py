@@ -397,3 +397,19 @@ def test_model_opens_thought(servers):
     m = r["choices"][0]["message"]
     jsonschema.validate(json.loads(m["content"]), schema)
     assert not m.get("reasoning_content")
+
+
+def test_no_second_thought(servers):
+    """Qwen 3 with enable_thinking false: the template writes an empty,
+    closed thought, so the model is not offered another; the constraint
+    holds from the first token (the biased '<' cannot start a JSON value)."""
+    srv = servers["qwen3"]
+    bias = {str(token_ids(srv, "<think>")[0]): 30}
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    r = chat(srv, response_format=rf, logit_bias=bias, reasoning_budget=6, max_tokens=100,
+             chat_template_kwargs={"enable_thinking": False})
+    m = r["choices"][0]["message"]
+    assert not m.get("reasoning_content"), r
+    jsonschema.validate(json.loads(m["content"]), schema)
