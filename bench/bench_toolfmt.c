@@ -37,40 +37,40 @@ struct sample {
 
 #define ARGS "{\"city\": \"Paris\", \"unit\": \"celsius\", \"days\": 3}"
 static const struct sample samples[] = {
-    {"hermes", {SRV_TOOLFMT_HERMES, SRV_REASONING_THINK},
+    {"hermes", {.tool_format = SRV_TOOLFMT_HERMES, .reasoning_format = SRV_REASONING_THINK},
      "<think>\nThe user wants the weather in two cities; I call the tool twice.\n</think>\n\n"
      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " ARGS "}\n"
      "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " ARGS "}\n</tool_call>"},
-    {"llama3", {SRV_TOOLFMT_LLAMA3, SRV_REASONING_NONE},
+    {"llama3", {.tool_format = SRV_TOOLFMT_LLAMA3, .reasoning_format = SRV_REASONING_NONE},
      "{\"name\": \"get_weather\", \"parameters\": " ARGS "}; "
      "{\"name\": \"get_weather\", \"parameters\": " ARGS "}"},
-    {"mistral", {SRV_TOOLFMT_MISTRAL, SRV_REASONING_NONE},
+    {"mistral", {.tool_format = SRV_TOOLFMT_MISTRAL, .reasoning_format = SRV_REASONING_NONE},
      "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": " ARGS "}, "
      "{\"name\": \"get_weather\", \"arguments\": " ARGS "}]"},
-    {"harmony", {SRV_TOOLFMT_HARMONY, SRV_REASONING_HARMONY},
+    {"harmony", {.tool_format = SRV_TOOLFMT_HARMONY, .reasoning_format = SRV_REASONING_HARMONY},
      "<|channel|>analysis<|message|>The user wants the weather; two calls.<|end|>"
      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
      "<|message|>" ARGS "<|call|><|start|>assistant<|channel|>commentary "
      "to=functions.get_weather <|constrain|>json<|message|>" ARGS "<|call|>"},
-    {"deepseek_r1", {SRV_TOOLFMT_DEEPSEEK_R1, SRV_REASONING_THINK},
+    {"deepseek_r1", {.tool_format = SRV_TOOLFMT_DEEPSEEK_R1, .reasoning_format = SRV_REASONING_THINK},
      "<think>\nTwo calls.\n</think>\n\n" DS_B "tool" U2581 "calls" U2581 "begin" DS_E
      DS_B "tool" U2581 "call" U2581 "begin" DS_E "function" DS_B "tool" U2581 "sep" DS_E
      "get_weather\n```json\n" ARGS "\n```" DS_B "tool" U2581 "call" U2581 "end" DS_E
      DS_B "tool" U2581 "call" U2581 "begin" DS_E "function" DS_B "tool" U2581 "sep" DS_E
      "get_weather\n```json\n" ARGS "\n```" DS_B "tool" U2581 "call" U2581 "end" DS_E
      DS_B "tool" U2581 "calls" U2581 "end" DS_E},
-    {"granite", {SRV_TOOLFMT_GRANITE, SRV_REASONING_NONE},
+    {"granite", {.tool_format = SRV_TOOLFMT_GRANITE, .reasoning_format = SRV_REASONING_NONE},
      "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": " ARGS "}, "
      "{\"name\": \"get_weather\", \"arguments\": " ARGS "}]"},
-    {"command_r", {SRV_TOOLFMT_COMMAND_R, SRV_REASONING_NONE},
+    {"command_r", {.tool_format = SRV_TOOLFMT_COMMAND_R, .reasoning_format = SRV_REASONING_NONE},
      "Action: ```json\n[{\"tool_name\": \"get_weather\", \"parameters\": " ARGS "}, "
      "{\"tool_name\": \"get_weather\", \"parameters\": " ARGS "}]\n```"},
-    {"functionary", {SRV_TOOLFMT_FUNCTIONARY, SRV_REASONING_NONE},
+    {"functionary", {.tool_format = SRV_TOOLFMT_FUNCTIONARY, .reasoning_format = SRV_REASONING_NONE},
      "<function=get_weather>" ARGS "</function><function=get_weather>" ARGS "</function>"},
-    {"generic", {SRV_TOOLFMT_GENERIC, SRV_REASONING_NONE},
+    {"generic", {.tool_format = SRV_TOOLFMT_GENERIC, .reasoning_format = SRV_REASONING_NONE},
      "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": " ARGS "}, "
      "{\"name\": \"get_weather\", \"arguments\": " ARGS "}]}"},
-    {"json", {SRV_TOOLFMT_JSON, SRV_REASONING_NONE},
+    {"json", {.tool_format = SRV_TOOLFMT_JSON, .reasoning_format = SRV_REASONING_NONE},
      "{\"name\": \"get_weather\", \"arguments\": " ARGS "}"},
 };
 

@@ -494,6 +494,8 @@ enum anvil_constraint_kind {
     ANVIL_CONSTRAINT_GBNF = 2,        /* llama.cpp's grammar syntax, start rule `root` */
     ANVIL_CONSTRAINT_JSON_SCHEMA = 3, /* one JSON value valid under the schema */
     ANVIL_CONSTRAINT_JSON = 4,        /* any JSON object (text is ignored) */
+    ANVIL_CONSTRAINT_CALLS = 5,       /* tool calls: literal markers around JSON Schemas, one
+                                         or more (the document of src/constrain/constrain.h) */
 };
 
 struct anvil_constraint_params {
@@ -638,6 +640,16 @@ struct anvil_request_params {
     int32_t think_budget;
     const anvil_token *answer_prefix;
     int32_t n_answer_prefix;
+    /* think_start: the tokens that open a thought (copied, <= 16), for a
+     * model that may open one itself when the prompt did not (think_open
+     * false; needs think_end). At the start of the output the model
+     * chooses, by its own distribution over the first token of each,
+     * between these and the answer (answer_prefix's first token, or what
+     * the constraint allows); with the thought opened, the gate is as
+     * with think_open: free text up to think_end or the budget, then the
+     * answer prefix and the constraint. */
+    const anvil_token *think_start;
+    int32_t n_think_start;
     /* The text of control tokens (such as "[TOOL_CALLS]" or
      * "<|python_tag|>") goes into the events' text; otherwise control
      * tokens spell nothing. End-of-generation tokens end the output

@@ -1119,6 +1119,56 @@ static void test_oom(void **state) {
     cn_vocab_free(v);
 }
 
+
+/* CN_CALLS: one or more calls, each the alternation of literal markers
+ * around a tool's schema; names outside the list are refused */
+static bool calls_match(const struct cn_program *p, const char *t) {
+    struct cn_state *s = NULL;
+    assert_int_equal(cn_state_init(p, NULL, &s), ANVIL_OK);
+    bool ok = accepts_str(s, t);
+    cn_state_free(s);
+    return ok;
+}
+
+static void test_calls(void **state) {
+    (void)state;
+    static const char doc[] =
+        "{\"$defs\": {\"t0\": {\"type\": \"object\", \"properties\": {\"city\": {\"enum\": "
+        "[\"Paris\"]}}, \"required\": [\"city\"], \"additionalProperties\": false},"
+        " \"t1\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", "
+        "\"minimum\": 0, \"maximum\": 9}}, \"required\": [\"n\"], \"additionalProperties\": false}},"
+        " \"calls\": [{\"before\": \"<c>a:\", \"schema\": {\"$ref\": \"#/$defs/t0\"}, \"after\": \"</c>\"},"
+        " {\"before\": \"<c>b:\", \"schema\": {\"$ref\": \"#/$defs/t1\"}, \"after\": \"</c>\"}],"
+        " \"sep\": \"\\n\", \"end\": \".\", \"max\": %d}";
+    char text[1024], err[256];
+    struct cn_options o = cn_default_options();
+    o.ws = CN_WS_COMPACT;
+    for (int max = 0; max <= 1; max++) {
+        snprintf(text, sizeof text, doc, max);
+        struct cn_program *p = NULL;
+        assert_int_equal(cn_compile(CN_CALLS, text, strlen(text), &o, &p, err, sizeof err), ANVIL_OK);
+        assert_true(calls_match(p, "<c>a:{\"city\":\"Paris\"}</c>."));
+        assert_true(calls_match(p, "<c>b:{\"n\":3}</c>."));
+        assert_false(calls_match(p, "<c>c:{\"n\":3}</c>."));          /* not a tool */
+        assert_false(calls_match(p, "<c>a:{\"n\":3}</c>."));          /* b's arguments under a */
+        assert_false(calls_match(p, "<c>b:{\"n\":10}</c>."));         /* out of b's schema */
+        assert_false(calls_match(p, "."));                            /* at least one */
+        bool two = calls_match(p, "<c>a:{\"city\":\"Paris\"}</c>\n<c>b:{\"n\":0}</c>.");
+        assert_true(two == (max == 0));
+        cn_program_free(p);
+    }
+    static const char *const bad[] = {"{}", "{\"calls\": []}", "{\"calls\": [{\"before\": 1, "
+                                      "\"schema\": {}}]}", "{\"calls\": [{}]}", "[1]",
+                                      "{\"calls\": [{\"schema\": {\"nope\": 1}}]}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct cn_program *p = NULL;
+        assert_int_not_equal(cn_compile(CN_CALLS, bad[i], strlen(bad[i]), &o, &p, err, sizeof err),
+                             ANVIL_OK);
+        assert_null(p);
+        assert_true(err[0] != 0);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* a test name or glob */
     const struct CMUnitTest tests[] = {
@@ -1127,6 +1177,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gbnf_vs_ref),
         cmocka_unit_test(test_purity),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_calls),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_int_range),
         cmocka_unit_test(test_num_range),

@@ -493,6 +493,70 @@ static void test_gate(void **st) {
     guide_gate_free(&g);
 }
 
+/* a thought the model opens itself (guide_gate_start): the choice at the
+ * start of the output, with a start that shares its first token with the
+ * prefix (as "<think>" and "<tool_call>" do in a byte-level vocabulary) */
+static void test_gate_start(void **st) {
+    (void)st;
+    char err[128];
+    struct guide_gate g;
+    const anvil_token end[2] = {7, 8}, start[2] = {4, 6}, pre[2] = {4, 5};
+    /* the model takes the start: a thought, then its end, then the prefix */
+    assert_int_equal(guide_gate_init(&g, end, 2, false, -1, pre, 2, err, sizeof err), ANVIL_OK);
+    assert_int_equal(guide_gate_start(&g, start, 2, err, sizeof err), ANVIL_OK);
+    assert_true(guide_gate_deciding(&g));
+    assert_int_equal(guide_gate_forced(&g), -1);
+    assert_false(guide_gate_active(&g));
+    assert_false(guide_gate_for_constraint(&g, 4));
+    take_all(&g, (const anvil_token[]){4}, 1); /* both still possible */
+    assert_true(guide_gate_deciding(&g));
+    take_all(&g, (const anvil_token[]){6}, 1); /* the thought */
+    assert_false(guide_gate_deciding(&g));
+    assert_false(guide_gate_active(&g));
+    assert_int_equal(guide_gate_forced(&g), -1);
+    take_all(&g, (const anvil_token[]){1, 7, 8}, 3);
+    assert_int_equal(guide_gate_forced(&g), 4);
+    take_all(&g, pre, 2);
+    assert_true(guide_gate_active(&g));
+    guide_gate_free(&g);
+    /* the model takes the prefix: the answer, the prefix's rest forced */
+    assert_int_equal(guide_gate_init(&g, end, 2, false, -1, pre, 2, err, sizeof err), ANVIL_OK);
+    assert_int_equal(guide_gate_start(&g, start, 2, err, sizeof err), ANVIL_OK);
+    take_all(&g, (const anvil_token[]){4, 5}, 2);
+    assert_false(guide_gate_deciding(&g));
+    assert_true(guide_gate_active(&g));
+    guide_gate_free(&g);
+    /* no prefix: a token other than the start is the constraint's */
+    assert_int_equal(guide_gate_init(&g, end, 2, false, 2, NULL, 0, err, sizeof err), ANVIL_OK);
+    assert_int_equal(guide_gate_start(&g, start, 2, err, sizeof err), ANVIL_OK);
+    assert_true(guide_gate_for_constraint(&g, 9));
+    assert_false(guide_gate_for_constraint(&g, 4));
+    take_all(&g, (const anvil_token[]){9}, 1);
+    assert_false(guide_gate_deciding(&g));
+    assert_true(guide_gate_active(&g));
+    guide_gate_free(&g);
+    /* no prefix, the start taken, budget 2: the end is forced after two */
+    assert_int_equal(guide_gate_init(&g, end, 2, false, 2, NULL, 0, err, sizeof err), ANVIL_OK);
+    assert_int_equal(guide_gate_start(&g, start, 2, err, sizeof err), ANVIL_OK);
+    take_all(&g, (const anvil_token[]){4, 6, 1, 2}, 4);
+    assert_int_equal(guide_gate_forced(&g), 7);
+    take_all(&g, end, 2);
+    assert_true(guide_gate_active(&g));
+    guide_gate_free(&g);
+    /* a gate already in a thought, or without an end: no choice */
+    assert_int_equal(guide_gate_init(&g, end, 2, true, -1, NULL, 0, err, sizeof err), ANVIL_OK);
+    assert_int_equal(guide_gate_start(&g, start, 2, err, sizeof err), ANVIL_OK);
+    assert_false(guide_gate_deciding(&g));
+    guide_gate_free(&g);
+    assert_int_equal(guide_gate_init(&g, NULL, 0, false, -1, pre, 2, err, sizeof err), ANVIL_OK);
+    assert_int_equal(guide_gate_start(&g, start, 2, err, sizeof err), ANVIL_OK);
+    assert_false(guide_gate_deciding(&g));
+    assert_int_equal(guide_gate_forced(&g), 4);
+    anvil_token big[17] = {0};
+    assert_int_equal(guide_gate_start(&g, big, 17, err, sizeof err), ANVIL_ERR_INVALID);
+    guide_gate_free(&g);
+}
+
 struct gate_out {
     anvil_token tok[256];
     char text[4096];
@@ -589,6 +653,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dead_end),
         cmocka_unit_test(test_public_api),
         cmocka_unit_test(test_gate),
+        cmocka_unit_test(test_gate_start),
         cmocka_unit_test(test_gate_engine),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);

@@ -80,9 +80,14 @@ static void rec_fn(void *user, const struct srv_part *p) {
 /* Run text through a parser fed in pieces: chunk 0 = whole, 1 = byte by
  * byte, other = random sizes from that seed. Returns the canonical
  * string (malloc'd). */
+/* the tools bare Hermes calls may name (run_tools) */
+static const char *g_tools[2];
+
 static char *run(enum srv_toolfmt tf, enum srv_reasoningfmt rf, enum srv_tools_mode tools,
                  bool thinking, const char *text, unsigned chunk, bool complete) {
-    struct srv_outfmt f = {tf, rf};
+    struct srv_outfmt f = {.tool_format = tf, .reasoning_format = rf};
+    for (int i = 0; i < 2 && g_tools[i]; i++)
+        f.tool_hash[f.n_tools++] = srv_tool_hash(g_tools[i], strlen(g_tools[i]));
     struct srv_tfp *p = srv_tfp_new(&f, tools, thinking, 42);
     assert_non_null(p);
     struct rec r = {.last = -1};
@@ -408,10 +413,47 @@ static void test_detect_corpus(void **state) {
     if (!print) assert_int_equal(seen, (int)(sizeof(dcases) / sizeof(dcases[0])));
 }
 
+
+/* Hermes: a call without its tags, as a bare object or in a ```json
+ * fence, is a call when its name is one of the tools; whatever the split */
+static void test_hermes_bare(void **state) {
+    (void)state;
+    static const struct {
+        const char *text, *want;
+    } c[] = {
+        {"{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+         "B0(get_weather)A0[{\"city\": \"Paris\"}]E0"},
+        {"```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```",
+         "B0(get_time)A0[{}]E0"},
+        {"```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```\nDone.",
+         "B0(get_time)A0[{}]E0C[Done.]"},
+        {"{\"name\": \"nope\", \"arguments\": {}}", "C[{\"name\": \"nope\", \"arguments\": {}}]"},
+        {"```json\n{\"a\": 1}\n```", "C[```json\n{\"a\": 1}\n```]"},
+        {"Text {\"name\": \"get_time\", \"arguments\": {}}",
+         "C[Text {\"name\": \"get_time\", \"arguments\": {}}]"},
+    };
+    g_tools[0] = "get_weather";
+    g_tools[1] = "get_time";
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        for (unsigned chunk = 0; chunk < 6; chunk++) {
+            char *got = run(SRV_TOOLFMT_HERMES, NOR, AUTO, false, c[i].text, chunk, true);
+            if (strcmp(got, c[i].want))
+                fail_msg("case %zu chunk %u: got %s want %s", i, chunk, got, c[i].want);
+            free(got);
+        }
+    }
+    /* no tools given: never a call */
+    g_tools[0] = g_tools[1] = NULL;
+    char *got = run(SRV_TOOLFMT_HERMES, NOR, AUTO, false, c[0].text, 1, true);
+    assert_string_equal(got, "C[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]");
+    free(got);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_hermes_bare),
         cmocka_unit_test(test_args_valid),
         cmocka_unit_test(test_prefixes),
         cmocka_unit_test(test_names),

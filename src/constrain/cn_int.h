@@ -222,6 +222,9 @@ anvil_status cn_parse_gbnf(const char *text, size_t len, const struct cn_options
                            struct cn_ir **out, char *err, size_t err_cap);
 anvil_status cn_parse_schema(const char *text, size_t len, const struct cn_options *opt,
                              struct cn_ir **out, char *err, size_t err_cap);
+/* tool calls (CN_CALLS, constrain.h) */
+anvil_status cn_parse_calls(const char *text, size_t len, const struct cn_options *opt,
+                            struct cn_ir **out, char *err, size_t err_cap);
 /* any JSON object (CN_JSON) */
 anvil_status cn_parse_json_any(const struct cn_options *opt, struct cn_ir **out, char *err,
                                size_t err_cap);

@@ -25,6 +25,7 @@ anvil_status cn_parse(enum cn_kind kind, const char *text, size_t len,
     case CN_GBNF: return cn_parse_gbnf(text ? text : "", len, opt, out, err, err_cap);
     case CN_JSON_SCHEMA: return cn_parse_schema(text ? text : "", len, opt, out, err, err_cap);
     case CN_JSON: return cn_parse_json_any(opt, out, err, err_cap);
+    case CN_CALLS: return cn_parse_calls(text ? text : "", len, opt, out, err, err_cap);
     }
     errmsg_set(err, err_cap, "unknown constraint kind %d", (int)kind);
     return ANVIL_ERR_INVALID;

@@ -173,7 +173,20 @@ enum cn_kind {
     CN_GBNF = 2,        /* a GBNF grammar with a `root` rule */
     CN_JSON_SCHEMA = 3, /* a JSON Schema; the output is one JSON value */
     CN_JSON = 4,        /* any JSON object ({"type":"json_object"}); text is ignored */
+    CN_CALLS = 5,       /* tool calls in a family's format: see below */
 };
+
+/* CN_CALLS: one or more calls, each one of several alternatives of
+ * literal text around a JSON Schema (a tool-call format's markers around
+ * each tool's arguments). The text is a JSON document
+ *   {"$defs": {...}, "calls": [{"before": S, "schema": {...}, "after": S}, ...],
+ *    "sep": S, "end": S, "max": N}
+ * whose language is  call (sep call){0,N-1} end  (N 0 or absent: unbounded;
+ * absent strings are empty),
+ * call being the alternation of before_i schema_i after_i. "$ref"s in the
+ * schemas resolve against the whole document (so tools' parameters sit
+ * under $defs once). Every alternative must name its tool in its literal
+ * text for the alternation to say which tool was called. */
 
 enum cn_ws {
     CN_WS_FLEX = 0,    /* bounded optional whitespace (see above) */

@@ -758,3 +758,66 @@ anvil_status cn_parse_json_any(const struct cn_options *opt, struct cn_ir **out,
     return finish(&c, body, out, err, err_cap);
 }
 
+
+/* a string member of o (NULL: absent; *bad: present and not a string) */
+static const char *str_member(const cJSON *o, const char *k, bool *bad) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!v) return "";
+    if (!cJSON_IsString(v)) {
+        *bad = true;
+        return "";
+    }
+    return v->valuestring;
+}
+
+anvil_status cn_parse_calls(const char *text, size_t len, const struct cn_options *opt,
+                            struct cn_ir **out, char *err, size_t err_cap) {
+    cJSON *doc = cJSON_ParseWithLength(text, len);
+    const cJSON *calls = doc ? cJSON_GetObjectItemCaseSensitive(doc, "calls") : NULL;
+    const cJSON *maxv = doc ? cJSON_GetObjectItemCaseSensitive(doc, "max") : NULL;
+    bool bad = !cJSON_IsObject(doc) || !cJSON_IsArray(calls) || !cJSON_GetArraySize(calls) ||
+               (maxv && (!cJSON_IsNumber(maxv) || maxv->valuedouble < 0 ||
+                         maxv->valuedouble > 1e6));
+    const char *sep = bad ? "" : str_member(doc, "sep", &bad);
+    const char *fin = bad ? "" : str_member(doc, "end", &bad);
+    if (bad) {
+        cJSON_Delete(doc);
+        errmsg_set(err, err_cap, "tool calls: expected {\"calls\": [{\"before\", \"schema\", "
+                   "\"after\"}, ...], \"sep\", \"end\", \"max\"}");
+        return ANVIL_ERR_INVALID;
+    }
+    int32_t max = maxv ? (int32_t)maxv->valuedouble : 0;
+    struct sc c;
+    anvil_status st = sc_init(&c, opt, err, err_cap);
+    if (st != ANVIL_OK) {
+        cJSON_Delete(doc);
+        return st;
+    }
+    c.doc = doc;
+    uint32_t alt = CN_NIL;
+    int i = 0;
+    for (const cJSON *k = calls->child; k && ir_ok(c.g); k = k->next, i++) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(k, "schema");
+        const char *before = str_member(k, "before", &bad);
+        const char *after = str_member(k, "after", &bad);
+        if (bad || !cJSON_IsObject(k) || !s) {
+            ir_fail(c.g, ANVIL_ERR_INVALID, "tool calls: calls[%d] needs a string 'before' and "
+                    "'after' and a 'schema'", i);
+            break;
+        }
+        uint32_t one = ir_seq3(c.g, ir_str(c.g, before), sub_rule(&c, s, 1), ir_str(c.g, after));
+        alt = alt == CN_NIL ? one : ir_alt2(c.g, alt, one);
+    }
+    uint32_t body = CN_NIL;
+    if (ir_ok(c.g) && alt != CN_NIL) {
+        uint32_t call = ir_rule_add(c.g, "call", 4);
+        ir_rule_define(c.g, call, alt);
+        uint32_t more = max == 1 ? ir_empty(c.g)
+                        : ir_rep(c.g, ir_seq2(c.g, ir_str(c.g, sep), ir_ref(c.g, call)), 0,
+                                 max == 0 ? -1 : max - 1);
+        body = ir_seq3(c.g, ir_ref(c.g, call), more, ir_str(c.g, fin));
+    }
+    st = finish(&c, body, out, err, err_cap);
+    cJSON_Delete(doc);
+    return st;
+}

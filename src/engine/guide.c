@@ -27,6 +27,7 @@ anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_co
     case ANVIL_CONSTRAINT_GBNF: ck = CN_GBNF; break;
     case ANVIL_CONSTRAINT_JSON_SCHEMA: ck = CN_JSON_SCHEMA; break;
     case ANVIL_CONSTRAINT_JSON: ck = CN_JSON; break;
+    case ANVIL_CONSTRAINT_CALLS: ck = CN_CALLS; break;
     default:
         errmsg_set(err, err_cap, "constraint: unknown kind %d", (int)kind);
         return ANVIL_ERR_INVALID;
@@ -289,18 +290,101 @@ anvil_status guide_gate_init(struct guide_gate *g, const anvil_token *end, int32
 
 void guide_gate_free(struct guide_gate *g) {
     core_free(g->seq);
+    core_free(g->mask);
     memset(g, 0, sizeof(*g));
 }
 
+anvil_status guide_gate_start(struct guide_gate *g, const anvil_token *start, int32_t n_start,
+                              char *err, size_t err_cap) {
+    if (n_start < 0 || n_start > 16 || (n_start && !start)) {
+        errmsg_set(err, err_cap, "think_start takes 0 to 16 tokens");
+        return ANVIL_ERR_INVALID;
+    }
+    if (!n_start || g->in_thought || g->n_end == 0) return ANVIL_OK;
+    memcpy(g->start, start, (size_t)n_start * sizeof(*start));
+    g->n_start = n_start;
+    g->deciding = g->alive_s = true;
+    g->alive_p = g->n_prefix > 0;
+    g->k = 0;
+    return ANVIL_OK;
+}
+
+bool guide_gate_deciding(const struct guide_gate *g) { return g->deciding; }
+
 anvil_token guide_gate_forced(const struct guide_gate *g) {
+    if (g->deciding) return -1;
     return g->i_force < g->n_force ? g->seq[g->i_force] : -1;
 }
 
 bool guide_gate_active(const struct guide_gate *g) {
-    return !g->in_thought && g->i_force >= g->n_force;
+    return !g->deciding && !g->in_thought && g->i_force >= g->n_force;
+}
+
+bool guide_gate_for_constraint(const struct guide_gate *g, anvil_token t) {
+    if (!g->deciding) return guide_gate_active(g);
+    /* the first token without a prefix: the answer's unless it starts the thought */
+    return g->k == 0 && !g->alive_p && t != g->start[0];
+}
+
+anvil_token guide_gate_choose(struct guide_gate *g, struct guide_req *q, struct anvil_sampler *smp,
+                              const float *logits, int32_t n_vocab, const char **why) {
+    size_t nb = ((size_t)n_vocab + 7) / 8;
+    if (!g->mask && !(g->mask = core_malloc(nb))) {
+        *why = "out of memory (thought gate)";
+        return -1;
+    }
+    bool answer_free = g->k == 0 && !g->alive_p; /* the constraint's first token, or any */
+    if (answer_free && q) {
+        int32_t n = cn_fill_mask(q->st, g->mask);
+        if (n < 0) {
+            *why = "out of memory (constraint state)";
+            return -1;
+        }
+        anvil_token s0 = g->start[0];
+        if (s0 >= 0 && s0 < n_vocab && (g->mask[s0 / 8] >> (s0 % 8) & 1)) {
+            /* the constraint itself allows the start: no choice to make */
+            g->deciding = false;
+            return guide_choose(q, smp, false, true, logits, -1, -1, why);
+        }
+    } else {
+        memset(g->mask, answer_free ? 0xff : 0, nb);
+    }
+    anvil_token c[2] = {g->alive_s ? g->start[g->k] : -1,
+                        g->alive_p && g->k < g->n_prefix ? g->seq[g->n_end + g->k] : -1};
+    for (int i = 0; i < 2; i++)
+        if (c[i] >= 0 && c[i] < n_vocab) g->mask[c[i] / 8] |= (uint8_t)(1u << (c[i] % 8));
+    anvil_token t = anvil_sampler_sample(smp, logits, g->mask);
+    if (t < 0) *why = "no token can start the answer or a thought";
+    return t;
+}
+
+/* a token taken while deciding */
+static void gate_decide(struct guide_gate *g, anvil_token t) {
+    bool s = g->alive_s && t == g->start[g->k];
+    bool pfx = g->alive_p && g->k < g->n_prefix && t == g->seq[g->n_end + g->k];
+    g->k++;
+    g->alive_s = s;
+    g->alive_p = pfx;
+    if (s && g->k == g->n_start) { /* the model opened a thought */
+        g->deciding = false;
+        g->in_thought = true;
+        g->match = 0;
+        g->n_thought = 0;
+        g->i_force = g->budget != 0 ? g->n_force : 0;
+        return;
+    }
+    if (s && (!pfx || g->k < g->n_prefix)) return; /* still the thought's start (or both) */
+    /* the answer: the prefix's tokens taken so far count as forced */
+    g->deciding = false;
+    g->alive_s = false;
+    if (pfx) g->i_force = g->n_end + g->k;
 }
 
 void guide_gate_take(struct guide_gate *g, anvil_token t) {
+    if (g->deciding) {
+        gate_decide(g, t);
+        return;
+    }
     if (g->i_force < g->n_force) {
         /* a forced token (the caller kept what guide_gate_forced said) */
         g->i_force++;

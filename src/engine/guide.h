@@ -120,6 +120,13 @@ struct guide_gate {
     int32_t n_thought;       /* thought tokens kept so far (forced ones excluded) */
     int32_t match;           /* end tokens matched by the latest thought tokens */
     int32_t i_force, n_force; /* seq[i_force..n_force) is still to be forced */
+    /* a thought the model may open itself (guide_gate_start) */
+    anvil_token start[16];
+    int32_t n_start;
+    bool deciding;           /* the first tokens: a thought's start or the answer */
+    bool alive_s, alive_p;   /* which is still possible: the start, the prefix */
+    int32_t k;               /* tokens taken while deciding */
+    uint8_t *mask;           /* ((n_vocab + 7) / 8) the choice's mask, made on first use */
 };
 
 /* open: the output starts inside a thought (needs n_end >= 1). The
@@ -130,6 +137,24 @@ anvil_status guide_gate_init(struct guide_gate *g, const anvil_token *end, int32
                              int32_t budget, const anvil_token *prefix, int32_t n_prefix,
                              char *err, size_t err_cap);
 void guide_gate_free(struct guide_gate *g);
+/* The model may open a thought itself: start[0..n_start) (1..16) are its
+ * opening tokens. Only for a gate that does not start inside a thought
+ * and has end tokens; otherwise (or when the constraint itself allows
+ * start[0]: guide_gate_choose says so) nothing changes. */
+anvil_status guide_gate_start(struct guide_gate *g, const anvil_token *start, int32_t n_start,
+                              char *err, size_t err_cap);
+/* The output is at the choice between a thought and the answer: the next
+ * token is drawn by guide_gate_choose (not forced, not the constraint's). */
+bool guide_gate_deciding(const struct guide_gate *g);
+/* The choice's draw: from the logits under the mask of the thought's next
+ * start token and the answer's (its prefix's next token, or on the first
+ * token without a prefix the constraint's allowed set; q NULL when
+ * unconstrained: any token). -1 with *why when nothing can be drawn. */
+anvil_token guide_gate_choose(struct guide_gate *g, struct guide_req *q, struct anvil_sampler *smp,
+                              const float *logits, int32_t n_vocab, const char **why);
+/* Whether the kept token t (about to be passed to guide_gate_take) is the
+ * constraint's: the gate is open for it. */
+bool guide_gate_for_constraint(const struct guide_gate *g, anvil_token t);
 /* The token the next output position must be, or -1 when it is drawn. */
 anvil_token guide_gate_forced(const struct guide_gate *g);
 /* The constraint applies to the next drawn token. */

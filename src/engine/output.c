@@ -90,6 +90,9 @@ anvil_token engine_draw(struct anvil_engine *e, struct request *r, int32_t o,
     if (f >= 0) return f; /* the end of a thought, or the answer's prefix */
     if (r->argmax_only) return anvil_get_argmax(e->ctx, o);
     if (!logits) return -1;
+    if (guide_gate_deciding(&r->gate)) /* a thought the model opens, or the answer */
+        return guide_gate_choose(&r->gate, r->constrained ? &r->cq : NULL, r->smp, logits,
+                                 e->n_vocab, why);
     if (r->constrained && guide_gate_active(&r->gate)) {
         bool greedy = r->smp->p.temperature == 0.0f;
         return guide_choose(&r->cq, r->smp, greedy, sample_penalties_on(r->smp), logits,
@@ -116,7 +119,7 @@ bool engine_take_token(struct anvil_engine *e, struct request *r, anvil_token t,
         return false;
     }
     /* the constraint sees the answer only: not a thought, not a forced token */
-    bool cons = r->constrained && guide_gate_active(&r->gate);
+    bool cons = r->constrained && guide_gate_for_constraint(&r->gate, t);
     guide_gate_take(&r->gate, t);
     if (cons && guide_advance(&r->cq, t) != ANVIL_OK) {
         /* the token was chosen under the constraint: only memory can fail */

@@ -105,7 +105,8 @@ static int32_t build_batch(struct anvil_engine *e, int32_t *n_out) {
             if (r->n_draft > e->n_out_max - no) r->n_draft = e->n_out_max - no;
             /* a proposal the constraint refuses could never be accepted:
              * cut there (a prefix, so a draft model's cache stays right) */
-            if (guide_gate_forced(&r->gate) >= 0) r->n_draft = 0; /* forced tokens come next */
+            if (guide_gate_forced(&r->gate) >= 0 || guide_gate_deciding(&r->gate))
+                r->n_draft = 0; /* forced tokens, or the choice of a thought, come next */
             else if (r->constrained && guide_gate_active(&r->gate))
                 r->n_draft = guide_cut(&r->cq, r->draft, r->n_draft);
             for (int32_t j = 0; j < r->n_draft; j++) {

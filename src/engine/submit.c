@@ -102,7 +102,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     /* a constrained request needs its logits when the argmax is refused;
      * prompt logprobs need the prompt rows' logits */
     r->argmax_only = anvil_sampler_params_plain_greedy(&rp->sampling) && rp->top_logprobs == 0 &&
-                     !rp->constraint && !rp->prompt_logprobs;
+                     !rp->constraint && !rp->prompt_logprobs && rp->n_think_start == 0;
     r->t_submit = time_now_s();
     r->spec = rp->spec != ANVIL_SPEC_DEFAULT ? rp->spec
               : e->p.spec != ANVIL_SPEC_DEFAULT ? e->p.spec
@@ -139,7 +139,9 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     /* a thought before the answer, a forced answer prefix (guide.h) */
     if ((st = guide_gate_init(&r->gate, rp->think_end, rp->n_think_end, rp->think_open,
                               rp->think_budget, rp->answer_prefix, rp->n_answer_prefix, err,
-                              err_cap)) != ANVIL_OK)
+                              err_cap)) != ANVIL_OK ||
+        (st = guide_gate_start(&r->gate, rp->think_start, rp->n_think_start, err, err_cap)) !=
+            ANVIL_OK)
         goto fail;
     r->special_text = rp->special_text;
 

@@ -858,6 +858,8 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, struct con
         rp.think_budget = j->req.reasoning_budget;
         rp.answer_prefix = j->req.answer_prefix;
         rp.n_answer_prefix = j->req.n_answer_prefix;
+        rp.think_start = j->req.think_start;
+        rp.n_think_start = j->req.n_think_start;
     }
     /* the families' markers may be control tokens ([TOOL_CALLS],
      * <|python_tag|>, harmony's <|channel|>): the parser must see them */

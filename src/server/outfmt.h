@@ -33,10 +33,18 @@ enum srv_reasoningfmt {
 
 /* Which reasoning markers and tool-call format apply; read from the
  * model's chat template (never from its name) by srv_outfmt_detect. */
+#define SRV_OUTFMT_TOOLS 128 /* = SRV_MAX_TOOLS */
 struct srv_outfmt {
     enum srv_toolfmt tool_format;
     enum srv_reasoningfmt reasoning_format;
+    /* the request's tools, by srv_tool_hash of their names (structured.c
+     * fills them in): a Hermes answer that is a bare or fenced JSON call
+     * object is a call when its name is one of them; 0 tools: never */
+    int n_tools;
+    unsigned long long tool_hash[SRV_OUTFMT_TOOLS];
 };
+/* 64-bit FNV-1a of a tool's name. */
+unsigned long long srv_tool_hash(const char *s, unsigned long n);
 /* From the template source (NULL or "" = none: JSON, no reasoning). */
 void srv_outfmt_detect(const char *template_src, struct srv_outfmt *out);
 const char *srv_toolfmt_name(enum srv_toolfmt f);

@@ -205,6 +205,8 @@ struct srv_req {
     int32_t n_think_end;
     anvil_token *answer_prefix; /* (n_answer_prefix,) malloc'd: forced before the answer */
     int32_t n_answer_prefix;
+    anvil_token think_start[16]; /* a thought the model may open itself (structured.c) */
+    int32_t n_think_start;
 };
 
 /* Parse and validate a JSON body. On failure fills err (400 and the
@@ -301,6 +303,15 @@ char *srv_tools_schema(const struct srv_tools *t);
  * the choice. */
 char *srv_tools_family(const struct srv_tools *t, enum srv_toolfmt f, bool parallel,
                        struct sbuf *prefix, struct srv_err *e);
+/* required / named in a family's format where each call is the tool's
+ * name inside literal markers (Hermes, Llama 3, harmony, DeepSeek,
+ * Functionary): the ANVIL_CONSTRAINT_CALLS document for one or more calls
+ * (exactly one without parallel), each of a tool the mode allows with
+ * arguments under its own schema; prefix gets the forced opening text.
+ * NULL with *handled false for other formats; NULL with *handled true
+ * when out of memory. */
+char *srv_tools_calls(const struct srv_tools *t, enum srv_toolfmt f, bool parallel,
+                      struct sbuf *prefix, bool *handled);
 /* System-prompt text listing the functions and how to call them (free
  * with core_free; NULL when out of memory). */
 char *srv_tools_prompt(const struct srv_tools *t);

@@ -79,28 +79,110 @@ static const char *answer_prefix(const struct srv_req *r) {
     return r->outfmt.tool_format == SRV_TOOLFMT_HARMONY ? "<|channel|>final<|message|>" : NULL;
 }
 
+/* The prompt ends with a thought already closed (Qwen 3's template with
+ * enable_thinking false writes an empty one): the model is not offered a
+ * second. */
+static bool prompt_closed_thought(const struct srv_limits *lim, const struct srv_req *r,
+                                  const char *close) {
+    char tail[200];
+    size_t n = 0;
+    for (int32_t i = r->n_prompt > 8 ? r->n_prompt - 8 : 0; i < r->n_prompt; i++) {
+        int32_t k = anvil_token_to_piece(lim->model, r->prompt[i], tail + n,
+                                         (int32_t)(sizeof(tail) - 1 - n), true);
+        if (k > 0) n += (size_t)k;
+    }
+    tail[n] = 0;
+    while (n && (tail[n - 1] == '\n' || tail[n - 1] == ' ' || tail[n - 1] == '\r')) tail[--n] = 0;
+    size_t m = strlen(close);
+    return n >= m && !memcmp(tail + n - m, close, m);
+}
+
 /* The engine's thought gate and answer prefix (guide.h) for the
  * template's reasoning markers: a thought the prompt opened is free
  * text, the constraint (if any) starts after its end marker; the budget
  * forces that marker. prefix: forced at the start of the answer (NULL:
  * none). */
 static bool set_gate(const struct srv_limits *lim, struct srv_req *r, const char *prefix,
-                     struct srv_err *e) {
+                     bool constrained, struct srv_err *e) {
     if (!lim->model) return true;
     if (prefix && !tokens_of(lim, prefix, &r->answer_prefix, &r->n_answer_prefix, e))
         return false;
     /* the markers are the template's: it decides, not the request's
      * reasoning_format (the model thinks whatever the client reads) */
-    if (lim->outfmt.reasoning_format != SRV_REASONING_THINK || !r->reasoning_open) {
+    if (lim->outfmt.reasoning_format != SRV_REASONING_THINK) {
         r->think_gate = r->n_answer_prefix > 0;
         return true;
     }
-    const char *close = "</think>";
-    if (r->outfmt.tool_format == SRV_TOOLFMT_COMMAND_R) close = "<|END_THINKING|>";
-    else if (r->outfmt.tool_format == SRV_TOOLFMT_MISTRAL) close = "[/THINK]";
+    const char *open = "<think>", *close = "</think>";
+    if (r->outfmt.tool_format == SRV_TOOLFMT_COMMAND_R) {
+        open = "<|START_THINKING|>";
+        close = "<|END_THINKING|>";
+    } else if (r->outfmt.tool_format == SRV_TOOLFMT_MISTRAL) {
+        open = "[THINK]";
+        close = "[/THINK]";
+    }
+    if (!r->reasoning_open) {
+        /* the prompt did not open a thought, but the model may: a
+         * constraint (or prefix) waits for its end. Only when the output
+         * parser splits thoughts (reasoning_format not "none") and there
+         * is something to hold back. */
+        if (!constrained && r->n_answer_prefix == 0) {
+            r->think_gate = false;
+            return true;
+        }
+        anvil_token tmp[256];
+        int32_t k = anvil_tokenize(lim->model, open, strlen(open), tmp, 256, false, true);
+        if (k > 0 && k <= 16 && r->outfmt.reasoning_format == SRV_REASONING_THINK &&
+            !prompt_closed_thought(lim, r, close)) {
+            if (!tokens_of(lim, close, &r->think_end, &r->n_think_end, e)) return false;
+            memcpy(r->think_start, tmp, (size_t)k * sizeof(*tmp));
+            r->n_think_start = k;
+        }
+        r->think_gate = r->n_answer_prefix > 0 || r->n_think_start > 0;
+        return true;
+    }
     if (!tokens_of(lim, close, &r->think_end, &r->n_think_end, e)) return false;
     r->think_gate = r->n_think_end > 0;
     return true;
+}
+
+/* Whether every marker of a calls document (toolcall.c's) is text the
+ * constraint can hold: each of its tokens has bytes and does not end the
+ * generation. A model whose markers are control tokens (gpt-oss's
+ * <|constrain|>, <|message|>, <|call|>) cannot have them inside the
+ * automaton; its calls are forced whole instead (one named tool). */
+static bool marker_text(const struct srv_limits *lim, const char *s) {
+    size_t len = strlen(s);
+    if (!len) return true;
+    anvil_token tmp[256];
+    int32_t k = anvil_tokenize(lim->model, s, len, tmp, 256, false, true);
+    if (k < 0) return false;
+    for (int32_t i = 0; i < k; i++) {
+        char piece[64];
+        int32_t n = anvil_token_to_piece(lim->model, tmp[i], piece, sizeof(piece), false);
+        if (n == 0 || anvil_token_is_eog(lim->model, tmp[i])) return false;
+    }
+    return true;
+}
+
+static bool markers_are_text(const struct srv_limits *lim, const char *doc) {
+    if (!lim->model) return true;
+    cJSON *d = cJSON_Parse(doc);
+    bool ok = d != NULL;
+    static const char *const top[] = {"sep", "end"};
+    for (int i = 0; ok && i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, top[i]);
+        ok = !cJSON_IsString(v) || marker_text(lim, v->valuestring);
+    }
+    const cJSON *c = d ? cJSON_GetObjectItemCaseSensitive(d, "calls") : NULL;
+    for (const cJSON *k = c ? c->child : NULL; ok && k; k = k->next) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(k, "before");
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(k, "after");
+        ok = (!cJSON_IsString(b) || marker_text(lim, b->valuestring)) &&
+             (!cJSON_IsString(a) || marker_text(lim, a->valuestring));
+    }
+    cJSON_Delete(d);
+    return ok;
 }
 
 bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
@@ -151,6 +233,10 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
         n_src++;
     }
     bool ok = false;
+    r->outfmt.n_tools = 0;
+    for (int i = 0; tools->mode != SRV_TOOLS_NONE && i < tools->n && i < SRV_OUTFMT_TOOLS; i++)
+        r->outfmt.tool_hash[r->outfmt.n_tools++] =
+            srv_tool_hash(tools->name[i], (unsigned long)strlen(tools->name[i]));
     if (n_src > 1) {
         srv_bad(e, param, "a request takes at most one of 'response_format' (json_object, "
                 "json_schema), 'grammar' and 'regex'");
@@ -162,7 +248,7 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
          * the raw output (markers included) and the parser finds the
          * calls in it, as in any "auto" answer */
         r->tools = tools->mode;
-        if (!set_gate(lim, r, NULL, e)) goto out;
+        if (!set_gate(lim, r, NULL, false, e)) goto out;
     } else if (tools->mode != SRV_TOOLS_NONE) {
         if (gr || rx) {
             srv_bad(e, gr ? "grammar" : "regex", "'%s' cannot be combined with tool calls "
@@ -180,7 +266,7 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
             /* the model's own format: it decides as trained, the parser
              * finds its calls (nothing constrained) */
             r->tools = tools->mode;
-            ok = set_gate(lim, r, NULL, e);
+            ok = set_gate(lim, r, NULL, false, e);
             goto out;
         }
         /* required / named: the answer is the call, so response_format
@@ -191,24 +277,34 @@ bool srv_parse_constraint(const struct srv_limits *lim, const cJSON *root,
         owned = NULL;
         struct sbuf prefix;
         sb_init(&prefix);
-        if (tf == SRV_TOOLFMT_JSON) owned = srv_tools_schema(tools);
-        else owned = srv_tools_family(tools, tf, r->parallel_calls, &prefix, e);
+        bool calls = false;
+        if (tf == SRV_TOOLFMT_JSON) {
+            owned = srv_tools_schema(tools);
+        } else {
+            owned = srv_tools_calls(tools, tf, r->parallel_calls, &prefix, &calls);
+            if (calls && owned && !markers_are_text(lim, owned)) {
+                free(owned);
+                owned = NULL;
+                calls = false;
+            }
+            if (!calls) owned = srv_tools_family(tools, tf, r->parallel_calls, &prefix, e);
+        }
         if (!owned || prefix.oom) {
             if (!owned && e->status == 0) srv_oom(e);
             else if (prefix.oom) srv_oom(e);
             sb_free(&prefix);
             goto out;
         }
-        bool pok = set_gate(lim, r, prefix.p ? prefix.p : "", e);
+        bool pok = set_gate(lim, r, prefix.p ? prefix.p : "", true, e);
         sb_free(&prefix);
         if (!pok) goto out;
-        kind = ANVIL_CONSTRAINT_JSON_SCHEMA;
+        kind = calls ? ANVIL_CONSTRAINT_CALLS : ANVIL_CONSTRAINT_JSON_SCHEMA;
         src = owned;
         param = "tools";
         cp.or_text = tools->mode == SRV_TOOLS_AUTO;
     } else if (kind || r->reasoning_budget >= 0) {
         /* a content constraint after the thought, or a budget alone */
-        if (!set_gate(lim, r, kind ? answer_prefix(r) : NULL, e)) goto out;
+        if (!set_gate(lim, r, kind ? answer_prefix(r) : NULL, kind != 0, e)) goto out;
     }
     if (!kind) {
         ok = true;

@@ -461,3 +461,79 @@ void srv_call_id(char *out, size_t cap, uint64_t seed) {
     }
     out[k] = 0;
 }
+
+/* ---------------------------------------------------------------------- */
+/* several calls in a family's format: an alternation of per-tool grammars */
+
+#define DS_CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_CALLS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
+
+char *srv_tools_calls(const struct srv_tools *t, enum srv_toolfmt f, bool parallel,
+                      struct sbuf *prefix, bool *handled) {
+    /* per format: the forced opening, each call's text before its
+     * arguments (%s: the name) and after them, between calls, at the end */
+    const char *open, *before, *after, *sep, *fin = "";
+    switch (f) {
+    case SRV_TOOLFMT_HERMES:
+        open = "<tool_call>\n";
+        before = "{\"name\": \"%s\", \"arguments\": ";
+        after = "}\n</tool_call>";
+        sep = "\n<tool_call>\n";
+        break;
+    case SRV_TOOLFMT_LLAMA3:
+        open = "";
+        before = "{\"name\": \"%s\", \"parameters\": ";
+        after = "}";
+        sep = "; ";
+        break;
+    case SRV_TOOLFMT_HARMONY: /* after the prompt's <|start|>assistant */
+        open = "<|channel|>commentary to=functions.";
+        before = "%s <|constrain|>json<|message|>";
+        after = "";
+        sep = "<|call|><|start|>assistant<|channel|>commentary to=functions.";
+        break;
+    case SRV_TOOLFMT_DEEPSEEK_R1:
+    case SRV_TOOLFMT_DEEPSEEK_V3:
+        open = DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP;
+        before = "%s\n```json\n";
+        after = "\n```" DS_CALL_END;
+        sep = DS_CALL_BEGIN "function" DS_SEP;
+        fin = DS_CALLS_END;
+        break;
+    case SRV_TOOLFMT_FUNCTIONARY:
+        open = "<function=";
+        before = "%s>";
+        after = "</function>";
+        sep = "<function=";
+        break;
+    default: *handled = false; return NULL;
+    }
+    *handled = true;
+    sb_clear(prefix);
+    sb_puts(prefix, open);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *defs = root ? cJSON_AddObjectToObject(root, "$defs") : NULL;
+    cJSON *calls = defs ? cJSON_AddArrayToObject(root, "calls") : NULL;
+    bool ok = calls && cJSON_AddStringToObject(root, "sep", sep) &&
+              cJSON_AddStringToObject(root, "end", fin) &&
+              cJSON_AddNumberToObject(root, "max", parallel ? 0 : 1);
+    for (int i = 0; ok && i < t->n; i++) {
+        if (t->mode == SRV_TOOLS_NAMED && i != t->named) continue;
+        char def[16], ref[32], head[SRV_TOOL_NAME_MAX + 64];
+        snprintf(def, sizeof(def), "t%d", i);
+        snprintf(ref, sizeof(ref), "#/$defs/t%d", i);
+        snprintf(head, sizeof(head), before, t->name[i]);
+        cJSON *p = params_of(t, i, ref);
+        ok = p != NULL;
+        if (ok) cJSON_AddItemToObject(defs, def, p);
+        cJSON *c = ok ? cJSON_CreateObject() : NULL;
+        cJSON *s = c ? cJSON_AddObjectToObject(c, "schema") : NULL;
+        ok = s && cJSON_AddStringToObject(s, "$ref", ref) &&
+             cJSON_AddStringToObject(c, "before", head) &&
+             cJSON_AddStringToObject(c, "after", after);
+        if (c) cJSON_AddItemToArray(calls, c);
+    }
+    char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    return out;
+}

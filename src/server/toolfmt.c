@@ -78,6 +78,7 @@ struct srv_tfp {
     int h_kind; /* harmony body: SRV_PART_CONTENT, _REASONING or _CALL_ARGS */
     bool call_open;
     int n_calls;
+    bool bare; /* the call object being read came without the format's tags */
     char id[40];
     char name[SRV_TOOL_NAME_MAX + 1];
 };
@@ -177,6 +178,7 @@ static void end_call(struct srv_tfp *p) {
 
 /* a call that was not one: its raw text is content, text goes on */
 static void fallback(struct srv_tfp *p) {
+    p->bare = false;
     if (p->call_open) { /* begun: ended where the output broke */
         end_call(p);
     } else {
@@ -234,9 +236,29 @@ static void rel_none(struct srv_tfp *p, const char *s, size_t n) {
 /* ---------------------------------------------------------------------- */
 /* sub-readers */
 
+unsigned long long srv_tool_hash(const char *s, unsigned long n) {
+    unsigned long long h = 0xcbf29ce484222325ull;
+    for (unsigned long i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static bool is_tool(const struct srv_tfp *p, const char *name) {
+    unsigned long long h = srv_tool_hash(name, strlen(name));
+    for (int i = 0; i < p->f.n_tools && i < SRV_OUTFMT_TOOLS; i++)
+        if (p->f.tool_hash[i] == h) return true;
+    return false;
+}
+
+/* Hermes: a call written without its tags (a bare JSON object, or one in
+ * a ```json fence) is one when its name is a tool's */
+static bool hermes_bare(const struct srv_tfp *p) {
+    return p->f.tool_format == SRV_TOOLFMT_HERMES && p->f.n_tools > 0;
+}
+
 static bool co_begin(void *u, const char *name) {
     struct srv_tfp *p = u;
     if (!tf_name_ok(name, strlen(name))) return false;
+    if (p->bare && !is_tool(p, name)) return false;
     begin_call(p, name);
     return true;
 }
@@ -245,6 +267,7 @@ static void co_end(void *u) { end_call(u); }
 static const struct tf_cobj_ops co_ops = {co_begin, co_args, co_end};
 
 static void to_text(struct srv_tfp *p) { p->st = ST_TEXT; }
+
 
 static void read_cobj(struct srv_tfp *p, bool array_ok, tf_next_fn next) {
     tf_cobj_free(&p->co);
@@ -287,6 +310,14 @@ static void refeed(struct srv_tfp *p, const char *s, size_t n) {
 /* the formats' continuations */
 
 static void hermes_after(struct srv_tfp *p) { expect(p, "</tool_call>", false, to_text); }
+static void bare_after(struct srv_tfp *p) {
+    p->bare = false;
+    p->st = ST_TEXT;
+}
+static void fence_after(struct srv_tfp *p) {
+    p->bare = false;
+    expect(p, "```", true, to_text);
+}
 static void semi(struct srv_tfp *p) { p->st = ST_SEMI; }
 static void ds_wait(struct srv_tfp *p) {
     p->st = ST_DS_WAIT;
@@ -363,7 +394,7 @@ static void name_done(struct srv_tfp *p) {
 
 enum mk {
     MK_THINK_OPEN, MK_THINK_CLOSE, MK_HERMES, MK_PYTAG, MK_MISTRAL, MK_DS, MK_GRANITE,
-    MK_CR_ACTION, MK_CR7_ACTION, MK_CR7_DROP, MK_FN31, MK_FN32, MK_COUNT
+    MK_CR_ACTION, MK_CR7_ACTION, MK_CR7_DROP, MK_FN31, MK_FN32, MK_FENCE, MK_COUNT
 };
 
 static int text_markers(const struct srv_tfp *p, const char **m, int *id) {
@@ -376,7 +407,10 @@ static int text_markers(const struct srv_tfp *p, const char **m, int *id) {
     if (p->fresh && p->think_open && !p->thought_seen) ADD(p->think_open, MK_THINK_OPEN);
     if (!p->calls_on) return n;
     switch (p->f.tool_format) {
-    case SRV_TOOLFMT_HERMES: ADD("<tool_call>", MK_HERMES); break;
+    case SRV_TOOLFMT_HERMES:
+        ADD("<tool_call>", MK_HERMES);
+        if (p->fresh && hermes_bare(p)) ADD("```json", MK_FENCE);
+        break;
     case SRV_TOOLFMT_LLAMA3: ADD("<|python_tag|>", MK_PYTAG); break;
     case SRV_TOOLFMT_MISTRAL: ADD("[TOOL_CALLS]", MK_MISTRAL); break;
     case SRV_TOOLFMT_DEEPSEEK_R1:
@@ -426,6 +460,13 @@ static void st_text(struct srv_tfp *p, unsigned char c) {
             step(p, c);
             return;
         }
+        if (c == '{' && hermes_bare(p)) {
+            sb_clear(&p->tent);
+            read_cobj(p, false, bare_after);
+            p->bare = true;
+            step(p, c);
+            return;
+        }
         if (p->f.tool_format == SRV_TOOLFMT_FUNCTIONARY && c != '<') {
             /* v3.2: the prompt ends with ">>>", a name line comes first */
             sb_clear(&p->tent);
@@ -470,6 +511,11 @@ static void st_text(struct srv_tfp *p, unsigned char c) {
     case MK_CR7_DROP: sb_clear(&p->tent); boundary(p); return;
     case MK_FN31: boundary(p); read_name(p, ">", fn31_args); return;
     case MK_FN32: boundary(p); read_name(p, "\n", fn32_args); return;
+    case MK_FENCE:
+        boundary(p);
+        read_cobj(p, false, fence_after);
+        p->bare = true;
+        return;
     }
 }
 
@@ -873,7 +919,7 @@ int srv_tfp_n_calls(const struct srv_tfp *p) { return p ? p->n_calls : 0; }
 static bool has(const char *s, const char *m) { return strstr(s, m) != NULL; }
 
 void srv_outfmt_detect(const char *t, struct srv_outfmt *out) {
-    *out = (struct srv_outfmt){SRV_TOOLFMT_JSON, SRV_REASONING_NONE};
+    *out = (struct srv_outfmt){.tool_format = SRV_TOOLFMT_JSON, .reasoning_format = SRV_REASONING_NONE};
     if (!t || !*t) return;
     enum srv_toolfmt f = SRV_TOOLFMT_JSON;
     if (has(t, "<|channel|>")) f = SRV_TOOLFMT_HARMONY;

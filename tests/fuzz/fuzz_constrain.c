@@ -157,6 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t sel = data[0];
     static const enum cn_kind kinds[4] = {CN_REGEX, CN_GBNF, CN_JSON_SCHEMA, CN_JSON_SCHEMA};
     enum cn_kind kind = kinds[sel & 3];
+    if ((sel & 3) == 3 && (sel & 8)) kind = CN_CALLS; /* tool calls in a family's format */
     struct cn_options o = cn_default_options();
     o.ws = (sel & 4) ? CN_WS_COMPACT : CN_WS_FLEX;
     o.limits.max_nfa_states = 20000;

@@ -48,6 +48,7 @@ FAMILIES = {
     "harmony": "openai-gpt-oss-120b.jinja",
     "granite": "ibm-granite-granite-3.3-2B-Instruct.jinja",
     "deepseek_r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+    "functionary": "meetkai-functionary-medium-v3.1.jinja",
 }
 
 TOOLS = [{
@@ -98,6 +99,9 @@ CALL_TEXT = {
     "deepseek_r1": (f'<{DS}tool{DS_U}calls{DS_U}begin{DS}><{DS}tool{DS_U}call{DS_U}begin{DS}>'
                     f'function<{DS}tool{DS_U}sep{DS}>get_weather\n```json\n{PARIS}\n```'
                     f'<{DS}tool{DS_U}call{DS_U}end{DS}><{DS}tool{DS_U}calls{DS_U}end{DS}>', None),
+    "functionary": (f'<function=get_weather>{PARIS}</function>',
+                    f'<function=get_weather>{PARIS}</function><function=get_weather>{ROME}'
+                    '</function>'),
 }
 
 
@@ -234,19 +238,21 @@ def test_reasoning_split(servers):
     assert st == 400 and b"reasoning_format" in data
 
 
-@pytest.mark.parametrize("family", ["hermes", "mistral", "llama3", "granite", "harmony",
-                                    "deepseek_r1"])
+@pytest.mark.parametrize("family", ["hermes", "qwen3", "mistral", "llama3", "granite", "harmony",
+                                    "deepseek_r1", "functionary"])
 def test_required_is_schema_valid(servers, family):
     """A random model under tool_choice required / named: the family's
-    marker is forced and the arguments are valid by construction."""
+    marker is forced and the arguments are valid by construction; with
+    several tools, each call's name is one of them and its arguments
+    validate under that tool's schema (an alternation of per-tool
+    grammars); parallel_tool_calls false gives exactly one call."""
     srv = servers[family]
     choices = ["required", {"type": "function", "function": {"name": "get_time"}}]
-    if family in ("harmony", "deepseek_r1"):  # the name sits between markers: one tool
-        choices = [{"type": "function", "function": {"name": "get_time"}}]
     for choice in choices:
         for parallel in (True, False):
+            # (Qwen 3's model may open a thought itself: a budget ends it)
             r = chat(srv, tools=TOOLS, tool_choice=choice, parallel_tool_calls=parallel,
-                     max_tokens=300)
+                     max_tokens=300, reasoning_budget=8)
             ch = r["choices"][0]
             calls = ch["message"].get("tool_calls") or []
             assert ch["finish_reason"] == "tool_calls", r
@@ -257,14 +263,37 @@ def test_required_is_schema_valid(servers, family):
                 calls = calls[:-1]  # the model's last call was cut by max_tokens
             for c in calls:
                 name = c["function"]["name"]
+                assert name in SCHEMAS, c
                 if isinstance(choice, dict):
                     assert name == "get_time"
                 jsonschema.validate(json.loads(c["function"]["arguments"]), SCHEMAS[name])
-    if family in ("harmony", "deepseek_r1"):
-        st, _, data = srv.request("POST", "/v1/chat/completions",
-                                  {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS,
-                                   "tool_choice": "required"})
-        assert st == 400 and b"name one function" in data
+
+
+def token_ids(srv, text):
+    st, _, data = srv.request("POST", "/tokenize", {"content": text})
+    assert st == 200, data
+    return [t if isinstance(t, int) else t["id"] for t in json.loads(data)["tokens"]]
+
+
+@pytest.mark.parametrize("family", ["hermes", "harmony", "deepseek_r1"])
+def test_required_masks_bad_name(servers, family):
+    """The constraint refuses a name that is not a tool's: the tokens of
+    "no" pushed up by logit_bias (+100: unconstrained greedy decoding
+    writes them) never come out in the name; the call's name is still one
+    of the tools."""
+    srv = servers[family]
+    ids = [t for w in (" no", "no", "\"no") for t in token_ids(srv, w)]
+    bias = {str(t): 100 for t in ids}
+    r = chat(srv, tools=TOOLS, tool_choice="required", logit_bias=bias, max_tokens=200)
+    calls = r["choices"][0]["message"].get("tool_calls") or []
+    assert calls, r
+    for c in calls:
+        assert c["function"]["name"] in SCHEMAS
+        assert "no" not in c["function"]["name"]
+    # the same bias unconstrained: the model does write the biased tokens
+    r = chat(srv, logit_bias=bias, max_tokens=8)
+    text = r["choices"][0]["message"].get("content") or ""
+    assert text.strip() and set(text) <= set(' no"'), text
 
 
 def test_auto_unconstrained(servers):
@@ -296,3 +325,91 @@ def test_malformed(servers, raw):
     # cut by max_tokens inside a call
     r = chat(srv, tools=TOOLS, grammar=gbnf_literal(CALL_TEXT["hermes"][0]), max_tokens=30)
     assert r["choices"][0]["finish_reason"] in ("length", "tool_calls")
+
+
+@pytest.mark.parametrize("raw,call", [
+    (f'{{"name": "get_weather", "arguments": {PARIS}}}', True),
+    (f'```json\n{{"name": "get_weather", "arguments": {PARIS}}}\n```', True),
+    (f'  ```json\n{{"name": "get_weather", "arguments": {PARIS}}}\n```\n', True),
+    (f'{{"name": "get_weather", "arguments": "{{\\"city\\": \\"Paris\\"}}"}}', True),
+    # a name that is not a tool's: the object is the answer's text
+    (f'{{"name": "get_news", "arguments": {PARIS}}}', False),
+    (f'```json\n{{"name": "get_news", "arguments": {PARIS}}}\n```', False),
+    ('{"city": "Paris"}', False),
+    ('The answer: {"name": "get_weather", "arguments": {}}', False),
+])
+def test_hermes_bare_json(servers, raw, call):
+    """Hermes/Qwen under auto: a call written without the <tool_call> tags,
+    as a bare JSON object or in a ```json fence, is a call when its name is
+    one of the tools (as llama.cpp and vLLM read it); anything else stays
+    content, byte for byte. The stream says the same as the whole."""
+    srv = servers["hermes"]
+    r = chat(srv, tools=TOOLS, grammar=gbnf_literal(raw))
+    ch = r["choices"][0]
+    m = ch["message"]
+    content, _, scalls, finish, _ = streamed(srv, tools=TOOLS, grammar=gbnf_literal(raw))
+    if call:
+        assert ch["finish_reason"] == "tool_calls", r
+        assert [c["function"]["name"] for c in m["tool_calls"]] == ["get_weather"]
+        assert json.loads(m["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+        assert not (m.get("content") or "").strip()
+        assert finish == "tool_calls"
+        assert [(c["name"], json.loads(c["args"])) for c in scalls] == \
+            [("get_weather", {"city": "Paris"})]
+    else:
+        assert not m.get("tool_calls"), r
+        assert m["content"] == raw.strip()
+        assert not scalls and content == m["content"]
+    # without tools nothing is a call
+    r = chat(srv, grammar=gbnf_literal(raw))
+    assert not r["choices"][0]["message"].get("tool_calls")
+
+
+def test_model_opens_thought(servers):
+    """Qwen 3's template leaves the thought to the model: when the model
+    writes <think> itself while a constraint is pending (tool_choice
+    required, a JSON schema), the constraint waits until </think> (here
+    forced by the budget) and the thought goes to reasoning_content. The
+    first token is pushed to the thought's '<' with logit_bias."""
+    srv = servers["qwen3"]
+    lt = token_ids(srv, "<think>")[0]
+    bias = {str(lt): 30}
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    r = chat(srv, response_format=rf, logit_bias=bias, reasoning_budget=6, max_tokens=100)
+    m = r["choices"][0]["message"]
+    assert m.get("reasoning_content"), r
+    jsonschema.validate(json.loads(m["content"]), schema)
+    content, reasoning, _, _, _ = streamed(srv, response_format=rf, logit_bias=bias,
+                                          reasoning_budget=6, max_tokens=100)
+    assert (content, reasoning) == (m["content"], m["reasoning_content"])
+    r = chat(srv, tools=TOOLS, tool_choice="required", logit_bias=bias, reasoning_budget=6,
+             max_tokens=200)
+    ch = r["choices"][0]
+    assert ch["message"].get("reasoning_content"), r
+    assert ch["finish_reason"] == "tool_calls", r
+    for c in ch["message"]["tool_calls"]:
+        assert c["function"]["name"] in SCHEMAS
+        jsonschema.validate(json.loads(c["function"]["arguments"]), SCHEMAS[c["function"]["name"]])
+    # reasoning_format none: no thought is split, the constraint holds from the start
+    r = chat(srv, response_format=rf, logit_bias=bias, reasoning_format="none", max_tokens=100)
+    m = r["choices"][0]["message"]
+    jsonschema.validate(json.loads(m["content"]), schema)
+    assert not m.get("reasoning_content")
+
+
+def test_no_second_thought(servers):
+    """Qwen 3 with enable_thinking false: the template writes an empty,
+    closed thought, so the model is not offered another; the constraint
+    holds from the first token (the biased '<' cannot start a JSON value)."""
+    srv = servers["qwen3"]
+    bias = {str(token_ids(srv, "<think>")[0]): 30}
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    r = chat(srv, response_format=rf, logit_bias=bias, reasoning_budget=6, max_tokens=100,
+             chat_template_kwargs={"enable_thinking": False})
+    m = r["choices"][0]["message"]
+    assert not m.get("reasoning_content"), r
+    jsonschema.validate(json.loads(m["content"]), schema)

@@ -327,3 +327,64 @@ def test_screenshot_is_not_blank(browser, srv, theme):
     bg = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
     dark = [int(x) for x in re.findall(r"\d+", bg)[:3]]
     assert (sum(dark) < 150) == (theme == "dark"), bg
+
+
+@pytest.fixture(scope="module")
+def thinking_srv(tmp_path_factory):
+    """A tiny random model with DeepSeek-R1's template, whose generation
+    prompt opens a thought; the budget closes it after a few tokens."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gen"))
+    import tiny_arch
+    tpl = os.path.expanduser("~/.cache/anvil/llama_cpp_python-0.3.36/vendor/llama.cpp/models/"
+                             "templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
+    if not os.path.exists(tpl):
+        pytest.fail(f"template corpus missing: {tpl}")
+    path = str(tmp_path_factory.mktemp("webui_think") / "r1.gguf")
+    with open(tpl, encoding="utf-8") as f:
+        text = f.read()
+    # the corpus's copy closes the thought unless enable_thinking is set
+    # (the page sends no chat_template_kwargs); R1's own release opens it
+    close = "{% if not enable_thinking %}{{- '</think>' -}}{% endif %}"
+    assert close in text
+    tiny_arch.make_gguf_template(path, "llama3", text.replace(close, ""), seed=3, n_ctx=1024)
+    s = Server("--reasoning-budget", "6", model=path)
+    yield s
+    s.stop()
+
+
+def test_thought_shown_apart(browser, thinking_srv):
+    """The chat page shows the model's thought (streamed
+    delta.reasoning_content) in a collapsible "Thought" block above the
+    answer, and the answer alone in the content; both are what the API
+    gives in one piece."""
+    srv = thinking_srv
+    open_page(browser, srv.port, settings={"temperature": 0, "top_p": 1, "max_tokens": 16})
+    send(browser, "Hello")
+    m = wait_state(browser, ("done",), secs=120)
+    got = browser.execute_script("""
+        const m = [...document.querySelectorAll('.msg[data-role=assistant]')].pop();
+        const t = m.querySelector('details.thought');
+        const c = m.querySelector('.content');
+        return {hidden: t.hidden, summary: t.querySelector('summary').textContent,
+                text: t.querySelector('.thought-text').textContent,
+                above: !!(t.compareDocumentPosition(c) & Node.DOCUMENT_POSITION_FOLLOWING),
+                open: t.open};""")
+    st, _, data = http_request(srv.port, "POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Hello"}], "temperature": 0, "top_p": 1,
+        "max_tokens": 16})
+    assert st == 200
+    want = json.loads(data)["choices"][0]["message"]
+    assert want.get("reasoning_content"), want
+    assert not got["hidden"] and got["summary"] == "Thought" and got["above"], got
+    assert not got["open"]  # collapsed until asked
+    assert got["text"] == want["reasoning_content"]
+    assert stored_chat(browser)[1]["content"] == (want.get("content") or "")
+    assert stored_chat(browser)[1]["reasoning"] == want["reasoning_content"]
+    # the thought survives a reload; it is not sent back to the model
+    browser.refresh()
+    assert browser.execute_script(
+        "return document.querySelector('.msg[data-role=assistant] .thought-text').textContent"
+    ) == want["reasoning_content"]
+    # a model without thoughts: no block
+    assert m["state"] == "done"

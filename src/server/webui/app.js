@@ -80,6 +80,7 @@
     for (const m of list) {
       if (!m || (m.role !== 'user' && m.role !== 'assistant') || typeof m.content !== 'string') continue;
       const c = { role: m.role, content: m.content, state: 'done' };
+      if (m.role === 'assistant' && typeof m.reasoning === 'string' && m.reasoning) c.reasoning = m.reasoning;
       if (m.state === 'stopped' || m.state === 'error') c.state = m.state;
       if (typeof m.error === 'string') c.error = m.error;
       if (m.stats && typeof m.stats === 'object') {
@@ -106,6 +107,7 @@
       const o = { role: m.role, content: m.content, state: m.state === 'streaming' ? 'stopped' : m.state };
       if (m.error) o.error = m.error;
       if (m.stats) o.stats = m.stats;
+      if (m.reasoning) o.reasoning = m.reasoning;
       return o;
     }));
   }
@@ -514,8 +516,15 @@
     const wrap = el('div', 'msg');
     wrap.dataset.role = m.role;
     const bubble = el('div', 'bubble');
+    /* the model's thought (reasoning_content), apart from the answer:
+     * a collapsible block above it, shown only when there is one */
+    const thought = el('details', 'thought');
+    const summary = el('summary', null, 'Thought');
+    const thoughtText = el('div', 'thought-text');
+    thought.append(summary, thoughtText);
+    thought.hidden = true;
     const content = el('div', 'content');
-    bubble.appendChild(content);
+    bubble.append(thought, content);
     wrap.appendChild(bubble);
     const meta = el('div', 'meta');
     const badge = el('span', 'badge');
@@ -534,7 +543,7 @@
     wrap.appendChild(meta);
     const err = el('div', 'error-box');
     wrap.appendChild(err);
-    view.set(m, { wrap, content, badge, stats, err });
+    view.set(m, { wrap, content, badge, stats, err, thought, thoughtText });
     updateNode(m);
     return wrap;
   }
@@ -545,6 +554,10 @@
     v.wrap.dataset.state = m.state || 'done';
     if (m.role === 'user') v.content.textContent = m.content;
     else v.content.replaceChildren(renderMarkdown(m.content));
+    if (v.thought) {
+      v.thought.hidden = !m.reasoning;
+      v.thoughtText.textContent = m.reasoning || '';
+    }
     v.badge.textContent = m.state === 'stopped' ? 'stopped' : m.state === 'error' ? 'error' : '';
     v.stats.textContent = statsText(m.stats);
     v.err.textContent = m.error || '';
@@ -645,7 +658,7 @@
     const ctrl = new AbortController();
     busy = ctrl;
     setBusy(true);
-    const m = { role: 'assistant', content: '', state: 'streaming', stats: null };
+    const m = { role: 'assistant', content: '', reasoning: '', state: 'streaming', stats: null };
     const body = {
       messages: apiMessages(messages.length),
       stream: true,
@@ -704,6 +717,15 @@
           if (j.usage) usage = j.usage;
           const ch = j.choices && j.choices[0];
           const piece = ch && ch.delta && ch.delta.content;
+          const thought = ch && ch.delta && ch.delta.reasoning_content;
+          if (typeof thought === 'string' && thought) {
+            const now = performance.now();
+            if (!tFirst) tFirst = now;
+            tLast = now;
+            nChunks++;
+            m.reasoning += thought;
+            if (!pending) { pending = true; requestAnimationFrame(paint); }
+          }
           if (piece) {
             const now = performance.now();
             if (!tFirst) tFirst = now;
