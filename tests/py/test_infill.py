@@ -113,14 +113,15 @@ def test_infill_route_tokens(srv, ref):
     body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "prompt": "a +", "input_extra": extra,
             "max_tokens": 4, "temperature": 0, "return_token_ids": True}
     d = post(srv, "/infill", body)
-    assert d["object"] == "text_completion"
-    assert d["choices"][0]["prompt_token_ids"] == ref(PREFIX, SUFFIX, "a +", extra)
+    assert d["stop"] is True and d["stop_type"] in ("eos", "limit")
+    assert d["prompt_token_ids"] == ref(PREFIX, SUFFIX, "a +", extra)
+    assert d["tokens_evaluated"] == len(d["prompt_token_ids"])
     # the same prompt as /v1/completions with suffix gives the same text
     d2 = post(srv, "/v1/completions", {"prompt": PREFIX + "a +", "suffix": SUFFIX, "max_tokens": 4,
                                        "temperature": 0})
     d3 = post(srv, "/infill", {"input_prefix": PREFIX + "a +", "input_suffix": SUFFIX,
                                "max_tokens": 4, "temperature": 0})
-    assert d2["choices"][0]["text"] == d3["choices"][0]["text"]
+    assert d2["choices"][0]["text"] == d3["content"]
 
 
 def test_infill_stream_equals_whole(srv):
@@ -129,9 +130,18 @@ def test_infill_stream_equals_whole(srv):
     whole = post(srv, "/infill", body)
     st, _, data = srv.post("/infill", dict(body, stream=True))
     assert st == 200
-    text = "".join(ev["choices"][0]["text"] for ev in sse_events(data) if ev.get("choices"))
-    assert text == whole["choices"][0]["text"]
-    assert whole["usage"]["completion_tokens"] == 8
+    # llama-server's stream: data events, the last with stop true, no [DONE]
+    evs = [json.loads(b[6:]) for b in data.decode().split("\n\n") if b.startswith("data: ")]
+    assert evs and evs[-1]["stop"] is True and all(not e["stop"] for e in evs[:-1])
+    assert "".join(e["content"] for e in evs) == whole["content"]
+    assert whole["tokens_predicted"] == 8 and whole["stop_type"] == "limit"
+    # n > 1: an array, one object per choice
+    many = post(srv, "/infill", dict(body, n=2, max_tokens=2))
+    assert isinstance(many, list) and [m["index"] for m in many] == [0, 1]
+    # the same text as /v1/completions with suffix
+    oai = post(srv, "/v1/completions", {"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 8,
+                                        "temperature": 0, "ignore_eos": True})
+    assert oai["choices"][0]["text"] == whole["content"]
 
 
 @pytest.mark.parametrize("path,body,param", [
@@ -178,4 +188,4 @@ def test_infill_matches_openapi(srv):
     body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [{"text": "x"}],
             "max_tokens": 2, "return_token_ids": True}
     validator(doc, "/components/schemas/InfillRequest").validate(body)
-    validator(doc, "/components/schemas/TextCompletion").validate(post(srv, "/infill", body))
+    validator(doc, "/components/schemas/InfillResponse").validate(post(srv, "/infill", body))
