@@ -328,7 +328,10 @@ bool guide_gate_for_constraint(const struct guide_gate *g, anvil_token t) {
 
 anvil_token guide_gate_choose(struct guide_gate *g, struct guide_req *q, struct anvil_sampler *smp,
                               const float *logits, int32_t n_vocab, const char **why) {
-    size_t nb = ((size_t)n_vocab + 7) / 8;
+    /* the constraint's vocabulary and the logits' may differ in size: the
+     * mask covers both */
+    int32_t nv = q && cn_vocab_n_vocab(q->v) > n_vocab ? cn_vocab_n_vocab(q->v) : n_vocab;
+    size_t nb = ((size_t)nv + 7) / 8;
     if (!g->mask && !(g->mask = core_malloc(nb))) {
         *why = "out of memory (thought gate)";
         return -1;
