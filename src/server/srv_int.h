@@ -544,7 +544,7 @@ enum MHD_Result srv_post_completions(struct srv *s, struct MHD_Connection *c, st
                                      const char *url);
 enum MHD_Result srv_post_chat(struct srv *s, struct MHD_Connection *c, struct conn *k,
                               const char *url);
-/* POST /infill (infill.c). */
+/* POST /infill (api_infill.c). */
 enum MHD_Result srv_post_infill(struct srv *s, struct MHD_Connection *c, struct conn *k,
                                 const char *url);
 /* MHD calls the access handler again for a request whose job parked the
