@@ -101,6 +101,7 @@ struct cpu_features {
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
     bool amx; /* AMX-TILE and AMX-INT8, tile state enabled in XCR0 and granted by the OS */
     bool amd; /* vendor AuthenticAMD: memory-stream tuning only (kernels/cpu/avx512/avx512.h) */
+    int family; /* CPUID display family (base + extended): 0x19 Zen 3/4, 0x1A Zen 5; tuning only */
 };
 /* Features the CPU has and the OS enables (XCR0 checked). Cached. */
 const struct cpu_features *cpu_get_features(void);

@@ -39,6 +39,7 @@ static void detect(struct cpu_features *f) {
     if (__get_cpuid(0, &a, &b, &c, &d)) /* "Auth" "enti" "cAMD" in ebx, edx, ecx */
         f->amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    f->family = (int)((a >> 8) & 0xf) == 0xf ? 0xf + (int)((a >> 20) & 0xff) : (int)((a >> 8) & 0xf);
     bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     f->fma = (c >> 12) & 1;
     f->f16c = (c >> 29) & 1;

@@ -18,7 +18,8 @@
  *   Intel (Cascade Lake): 4 streams, each prefetched a page ahead into L1:
  *     ~1.5x no prefetch, and 4 streams reach ~100% of the read bandwidth
  *     where one reaches ~60% (commit 9faad9c);
- *   AMD (Zen 4): the tiles in order, one stream, no software prefetch.
+ *   AMD (Zen 4): the tiles in order, one stream, no software prefetch
+ *     (Zen 5: one stream, prefetched; kn_one_pf below).
  *     The tiles are laid out to be read strictly forward, and the hardware
  *     prefetchers then hold one core at 22-31 GB/s; prefetching into L2
  *     (prefetcht1) holds it at 17-21, into L1 with 4 streams lower still
@@ -29,6 +30,13 @@
  * into L2 costs 1B-shaped prefill about 10% on Zen 4. Speed only: the
  * arithmetic is the same either way. */
 static inline int kn_one_stream(void) { return cpu_get_features()->amd; }
+/* Whether the one stream (AMD) is also prefetched in software, a page
+ * ahead into L1. Zen 5 (family 0x1A): yes. Its hardware prefetchers alone
+ * held one core at 12-16 GB/s on the 32-element and K-quant tiles (of
+ * 31 GB/s one core reads), and with the prefetch 26-33 GB/s, as fast as 4
+ * prefetched streams (MXFP4 2.5x, Q4_0 2.4x, Q4_K 1.9x; microbench
+ * --kernels --m 1 -t 1, cold weights). Zen 4 keeps what it measured. */
+static inline int kn_one_pf(void) { return cpu_get_features()->family >= 0x1a; }
 /* always_inline: GCC 12's IPA mod-ref pass takes a plain inline function
  * whose only statement is a prefetch for one without effects and deletes
  * its calls before inlining it, leaving the matmuls with no prefetch at

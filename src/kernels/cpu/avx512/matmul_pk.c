@@ -619,8 +619,8 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
             /* one token: on Intel, NT stretches of the tile range in
              * lockstep, each a separate memory stream, prefetched into L1;
              * on AMD the tiles in order, one stream read strictly forward,
-             * left to the hardware prefetchers (avx512.h); the leftover
-             * tiles one by one */
+             * left to the hardware prefetchers on Zen 4, prefetched on
+             * Zen 5 (avx512.h); the leftover tiles one by one */
             const int q = one ? 0 : (k1 - k0) / NT;
             for (int j = 0; j < q; j++) {
                 const uint8_t *tp[NT];
@@ -639,7 +639,7 @@ matmul_pk(int pt, float *restrict y, size_t ldy, const void *restrict w, const v
                 const uint8_t *tp[NT] = {wb + (size_t)k * ts};
                 int rb[NT] = {k * R};
                 __mmask16 sm[NT] = {lanes(k, r0, r1)};
-                pk_tiles(pt, 1, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, !one);
+                pk_tiles(pt, 1, 1, tp, nsb, &a, 0, yc, ldy, rb, sm, !one || kn_one_pf());
             }
             continue;
         }
