@@ -325,7 +325,7 @@ static void test_type_table(void **state) {
         {26, "I32", 1, 4, false, false},      {27, "I64", 1, 8, false, false},
         {28, "F64", 1, 8, false, false},      {29, "IQ1_M", 256, 56, false, false},
         {30, "BF16", 1, 2, true, true},       {34, "TQ1_0", 256, 54, false, false},
-        {35, "TQ2_0", 256, 66, false, false}, {39, "MXFP4", 32, 17, true, false},
+        {35, "TQ2_0", 256, 66, false, false}, {39, "MXFP4", 32, 17, true, true},
     };
     const size_t n_spec = sizeof(spec) / sizeof(spec[0]);
     int listed = 0;

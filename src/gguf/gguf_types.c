@@ -45,7 +45,7 @@ static const struct gguf_type_info types[] = {
     [ANVIL_TYPE_BF16] = {"BF16", 1, 2, true, true, false},
     [34] = {"TQ1_0", 256, 54, false, false, true},
     [35] = {"TQ2_0", 256, 66, false, false, true},
-    [39] = {"MXFP4", 32, 17, true, false, true}, /* read, not written */
+    [39] = {"MXFP4", 32, 17, true, true, true},
 };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 

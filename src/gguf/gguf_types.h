@@ -23,7 +23,7 @@ struct gguf_type_info {
     uint32_t bytes;   /* bytes per block */
     bool read;        /* anvil loads tensors of this type (gguf_open accepts it) */
     bool write;       /* anvil quantize writes it (every read type but Q8_K,
-                         an activation type, and MXFP4) */
+                         an activation type) */
     bool quantized;   /* blocks with scales: every read type but F32/F16/BF16 */
 };
 

@@ -36,6 +36,9 @@
  *       otherwise Q2_K -> Q3_K, Q3_K_M -> Q4_K, Q3_K_L -> Q5_K (falcon:
  *       Q3_K_L -> Q4_K);
  *       everything else: B.
+ *     MXFP4_MOE (gpt-oss's own mix) has none of the above: the stacked
+ *     expert matrices (a third dimension > 1) become MXFP4, every other
+ *     quantized matrix Q8_0.
  *     more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2.
  *     "Layer order" is llama.cpp's: tensors sorted by block number, then
  *     by name.
@@ -64,7 +67,7 @@ enum {
     FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
     FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14,
     FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25,
-    FT_IQ4_XS = 30, FT_BF16 = 32,
+    FT_IQ4_XS = 30, FT_BF16 = 32, FT_MXFP4_MOE = 38,
 };
 
 static const struct qt_mix mixes[] = {
@@ -87,6 +90,7 @@ static const struct qt_mix mixes[] = {
     {"Q6_K", FT_Q6_K, ANVIL_TYPE_Q6_K, false},
     {"IQ4_NL", FT_IQ4_NL, ANVIL_TYPE_IQ4_NL, false},
     {"IQ4_XS", FT_IQ4_XS, ANVIL_TYPE_IQ4_XS, false},
+    {"MXFP4_MOE", FT_MXFP4_MOE, ANVIL_TYPE_MXFP4, false},
     /* bare K types: every matrix that type; file_type says "small" */
     {"Q3_K", FT_Q3_K_S, ANVIL_TYPE_Q3_K, true},
     {"Q4_K", FT_Q4_K_S, ANVIL_TYPE_Q4_K, true},
@@ -103,7 +107,7 @@ const struct qt_mix *qt_mix_find(const char *name) {
 
 const char *qt_mix_names(void) {
     return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, "
-           "Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, Q3_K, Q4_K, Q5_K";
+           "Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE, Q3_K, Q4_K, Q5_K";
 }
 
 // ----------------------------------------------------------------------------
@@ -261,6 +265,10 @@ static int rule(struct state *s, const struct gguf_tensor *t, enum cat c, char *
     const struct hparams *hp = &s->hp;
     const int ft = s->ftype;
     int ty = s->base;
+    if (ft == FT_MXFP4_MOE) /* the stacked experts (3-D) MXFP4, every other matrix Q8_0 */
+        return c != CAT_OUTPUT && !(s->tied && c == CAT_TOKEN_EMBD) && t->n_dims >= 3 && t->ne[2] > 1
+                   ? ANVIL_TYPE_MXFP4
+                   : ANVIL_TYPE_Q8_0;
     if (c == CAT_OUTPUT || (s->tied && c == CAT_TOKEN_EMBD)) {
         if (hp->falcon || t->ne[0] % blck_of(s->base) != 0)
             ty = ANVIL_TYPE_Q8_0;

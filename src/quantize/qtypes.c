@@ -18,7 +18,8 @@ bool qt_quantize_row(int type, const float *x, void *dst, int64_t n) {
     case ANVIL_TYPE_BF16:
     case ANVIL_TYPE_Q8_0:
     case ANVIL_TYPE_Q4_0:
-    case ANVIL_TYPE_Q4_1: kn_quantize_row(type, x, dst, n); return true;
+    case ANVIL_TYPE_Q4_1:
+    case ANVIL_TYPE_MXFP4: kn_quantize_row(type, x, dst, n); return true;
     case ANVIL_TYPE_Q5_0: qt_quantize_q5_0(x, dst, n); return true;
     case ANVIL_TYPE_Q5_1: qt_quantize_q5_1(x, dst, n); return true;
     case ANVIL_TYPE_IQ4_NL: qt_quantize_iq4_nl(x, dst, n); return true;

@@ -65,17 +65,17 @@ def anvil_quantize(src, dst, mix, *extra):
 
 def tensors(path):
     r = gguf.GGUFReader(path)
-    f = r.fields["general.file_type"]
-    return {t.name: t for t in r.tensors}, int(f.parts[f.data[0]][0])
+    f = r.fields.get("general.file_type")  # a source file may have none
+    return {t.name: t for t in r.tensors}, int(f.parts[f.data[0]][0]) if f else -1
 
 
-def compare(src, ours, theirs, mix):
+def compare(src, ours, theirs, mix, ftypes=FTYPE):
     """Same types tensor by tensor, same file type, and per converted
     tensor an RMSE no worse than llama.cpp's. Returns the SSE ratio."""
     s, _ = tensors(src)
     a, fa = tensors(ours)
     b, fb = tensors(theirs)
-    assert fa == fb == FTYPE[mix]
+    assert fa == fb == ftypes[mix]
     assert sorted(a) == sorted(b) == sorted(s)
     diff = [(n, a[n].tensor_type.name, b[n].tensor_type.name) for n in a
             if a[n].tensor_type != b[n].tensor_type]

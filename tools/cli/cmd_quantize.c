@@ -17,7 +17,7 @@ static void help(FILE *f) {
             "Write a copy of IN with its weight matrices quantized to TYPE, a mix by\n"
             "name with llama-quantize's per-tensor rules:\n"
             "  Q4_K_M Q4_K_S Q5_K_M Q5_K_S Q6_K Q3_K_M Q3_K_S Q3_K_L Q2_K IQ4_XS IQ4_NL\n"
-            "  Q8_0 Q5_0 Q5_1 Q4_0 Q4_1\n"
+            "  Q8_0 Q5_0 Q5_1 Q4_0 Q4_1, MXFP4_MOE (MoE experts MXFP4, the rest Q8_0)\n"
             "or a bare type for every matrix (Q3_K, Q4_K, Q5_K), or F16, BF16, F32.\n"
             "Rows that do not divide into 256-element super-blocks fall back to\n"
             "Q4_0/Q5_0/Q5_1/Q8_0/IQ4_NL as llama.cpp does. 1-D tensors (norms) are\n"
