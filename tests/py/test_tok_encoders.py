@@ -90,8 +90,8 @@ def test_cli_tokenize(vocab):
     bins = [os.path.join(ROOT, "bin", b) for b in ("anvil", "anvil-asan")]
     bins = [b for b in bins if os.path.exists(b) and (conftest.ASAN or not b.endswith("-asan"))]
     assert bins, "bin/anvil is not built"
-    texts = ["Hello, World!", "[CLS] query [SEP] document [SEP]", "<s>x</s>", "Crème Brûlée",
-             "我想在apple工作1314151天～", "   spaced   out   ", "x" * 200]
+    texts = ["[CLS] Hello, World! [SEP] document [SEP]", "<s>x</s> Crème Brûlée",
+             "我想在apple工作1314151天～   spaced   out   ", "x" * 200]
     for b in bins:
         for t in texts:
             for special in (True, False):
