@@ -17,6 +17,7 @@ XLM-RoBERTa's 250,048 tokens with SentencePiece's precompiled charsmap).
     `tokenizers` package on the model's tokenizer.json.
 """
 import os
+import random
 import struct
 import subprocess
 
@@ -193,3 +194,35 @@ def test_minilm_vocab_matches_hf_tokenizers(tmp_path):
                        add_special=True)
     for t, o in zip(texts, ours):
         assert o == hf.encode(t).ids, t
+
+
+def test_corrupt_charsmap_is_safe(tmp_path):
+    """The charsmap is untrusted input: random bytes written over its
+    double array and its replacement strings (and a header pointing
+    everywhere) must give a clean load and tokens in range, never a
+    crash, in every build (ASan/UBSan included)."""
+    src = vocab_file("nomic-bert-moe")
+    with open(src, "rb") as f:
+        data = f.read()
+    key = b"tokenizer.ggml.precompiled_charsmap"
+    at = data.index(struct.pack("<Q", len(key)) + key) + 8 + len(key)
+    n = struct.unpack_from("<IIQ", data, at)[2]
+    cm = bytearray(data[at + 16:at + 16 + n])
+    blob = int.from_bytes(cm[:4], "little")
+    rng = random.Random(38)
+    texts = EXTRA[:40] + TEXTS[:40]
+    for k in range(4):
+        c = bytearray(cm)
+        # the first 64 KiB of the array hold the nodes ASCII and Latin walk through
+        for _ in range(2000):
+            c[4 + rng.randrange(min(blob, 65536))] = rng.randrange(256)
+        for _ in range(200):
+            c[4 + blob + rng.randrange(len(c) - 4 - blob)] = rng.randrange(256)
+        if k == 3:
+            c[4 + blob:] = b"\xff" * (len(c) - 4 - blob)  # no NUL anywhere
+        path = str(tmp_path / f"corrupt{k}.gguf")
+        with open(path, "wb") as f:
+            f.write(data[:at + 16] + bytes(c) + data[at + 16 + n:])
+        for tool in tools():
+            for ids in ours_encode(tool, path, texts):
+                assert all(0 <= t < 250048 for t in ids)
