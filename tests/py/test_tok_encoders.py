@@ -12,7 +12,9 @@ XLM-RoBERTa's 250,048 tokens with SentencePiece's precompiled charsmap).
   - add_special ([CLS] ... [SEP] for WordPiece, <s> ... </s> here for
     Unigram), also through `anvil tokenize`;
   - llama.cpp's own test vectors for bert-bge (the .inp/.out beside it);
-  - every token's piece, special on and off; the separator id;
+  - every token's piece, special on and off, and the streaming
+    detokenizer on llama.cpp's ids; the separator id;
+  - a precompiled charsmap that is inconsistent or corrupted;
   - the MiniLM vocabulary anvil's converter writes, against the HF
     `tokenizers` package on the model's tokenizer.json.
 """
@@ -25,8 +27,8 @@ import llama_cpp
 import pytest
 
 import conftest
-from tokutil import (ROOT, TEXTS, compare, ours_encode, ref_pieces_match, run_tool, tools,
-                     vocab_file)
+from tokutil import (ROOT, TEXTS, compare, decode_ids, ours_encode, ref_piece, ref_pieces_match,
+                     run_tool, tools, vocab_file)
 
 VOCABS = ["bert-bge", "nomic-bert-moe"]
 
@@ -226,3 +228,16 @@ def test_corrupt_charsmap_is_safe(tmp_path):
         for tool in tools():
             for ids in ours_encode(tool, path, texts):
                 assert all(0 <= t < 250048 for t in ids)
+
+
+def test_decode_matches_llama_cpp_pieces(vocab):
+    """Detokenizing what llama.cpp tokenized: the pieces (special on) are
+    llama.cpp's token_to_piece pieces, and the streaming detokenizer gives
+    the same text without the control tokens, as valid UTF-8."""
+    name, path, llm = vocab
+    texts = EXTRA + TEXTS[::9]
+    id_lists = [llm.tokenize(t, add_bos=True, special=True) for t in texts]
+    for (chunks, pieces), ids in zip(decode_ids(tools()[0], path, id_lists), id_lists):
+        assert pieces == b"".join(ref_piece(llm, t, True) for t in ids), ids
+        plain = b"".join(ref_piece(llm, t, False) for t in ids)
+        assert b"".join(chunks) == plain.decode("utf-8", "replace").encode(), ids
