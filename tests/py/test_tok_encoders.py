@@ -257,3 +257,54 @@ def test_code_points_match_llama_cpp(vocab):
     bad = [(hex(c), o) for c, t, o in zip(cps, texts, ours)
            if o != llm.tokenize(t, add_bos=False, special=False)]
     assert not bad, bad[:10]
+
+
+def crafted():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tests", "fuzz"))
+    import gen_corpus_encoders
+    return gen_corpus_encoders
+
+
+def random_texts(rng, pieces, n):
+    return [b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("remove_ws,prefix", [(1, 1), (1, 0), (0, 1), (0, 0)])
+def test_crafted_charsmap_matches_llama_cpp(tmp_path, remove_ws, prefix):
+    """A charsmap written from a known mapping (tests/fuzz/gen_corpus_encoders.py:
+    nested keys "ab"/"abc" for the longest match, a multi-byte key, a key
+    that maps to nothing, "\\t" to a space) on a tiny vocabulary, with the
+    four settings of remove_extra_whitespaces and add_space_prefix:
+    random strings of those keys, letters, spaces, a user-defined token and
+    stray bytes tokenize as llama.cpp tokenizes them."""
+    gen = crafted()
+    path = str(tmp_path / "ugm.gguf")
+    with open(path, "wb") as f:
+        f.write(gen.ugm_file(gen.charsmap(gen.MAPPING), remove_ws, prefix))
+    llm = ref_model(path)
+    pieces = list(gen.MAPPING) + [b"a", b"b", b"c", b"q", b"z", b" ", b"  ", b"<u1>", b"<s>",
+                                  b"\xff", b"\xc3", "\u00e9".encode(), b"\xe2\x96\x81"]
+    texts = random_texts(random.Random(remove_ws * 2 + prefix), pieces, 300)
+    for tool in tools():
+        for ps in (True, False):
+            compare(tool, path, llm, texts, ps, label=f"ugm rx={remove_ws} prefix={prefix}")
+    ours = ours_encode(tools()[0], path, texts[:50], add_special=True)
+    assert ours == [llm.tokenize(t, add_bos=True, special=True) for t in texts[:50]]
+
+
+def test_crafted_wordpiece_matches_llama_cpp(tmp_path):
+    """A tiny WordPiece vocabulary: words that match in pieces, words that
+    do not match to their end ([UNK]), accents, CJK, punctuation."""
+    gen = crafted()
+    path = str(tmp_path / "wpm.gguf")
+    with open(path, "wb") as f:
+        f.write(gen.wpm_file())
+    llm = ref_model(path)
+    pieces = [b"hello", b"HELLO", b"world", b"wor", b"ld", b"he", b"l", b"o", b",", b"!", b" ",
+              "\u00e9".encode(), "E\u0301".encode(), "\u4e2d".encode(), b"a", b"b", b"ab",
+              b"[MASK]", b"[SEP]", b"x", b"\t", b"\xff"]
+    texts = random_texts(random.Random(7), pieces, 300)
+    for tool in tools():
+        for ps in (True, False):
+            compare(tool, path, llm, texts, ps, label="wpm tiny")
