@@ -29,7 +29,7 @@
  *       stdout: "bytes N tokens N seconds S": the fastest of 3 tok_encode
  *               calls (parse_special on, add_special off)
  *   tool_tok MODEL info
- *       stdout: text lines "key value" (n_vocab, bos, eos, add_bos, chat,
+ *       stdout: text lines "key value" (n_vocab, bos, eos, add_bos, sep, add_sep, chat,
  *               chat_source, eog ...)
  *
  * Before the mode, --chat-template NAME switches the template family
@@ -295,9 +295,10 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "chat-tokens")) {
         do_chat_tokens(v);
     } else if (!strcmp(mode, "info")) {
-        printf("n_vocab %d\nbos %d\neos %d\nadd_bos %d\nchat %s\nchat_source %d\n",
-               tok_n_vocab(v), tok_bos(v), tok_eos(v), (int)tok_add_bos(v), tok_chat_name(v),
-               tok_chat_source(v));
+        printf("n_vocab %d\nbos %d\neos %d\nadd_bos %d\nsep %d\nadd_sep %d\nchat %s\n"
+               "chat_source %d\n",
+               tok_n_vocab(v), tok_bos(v), tok_eos(v), (int)tok_add_bos(v), tok_sep(v),
+               (int)tok_add_sep(v), tok_chat_name(v), tok_chat_source(v));
         for (int32_t t = 0; t < tok_n_vocab(v); t++)
             if (tok_is_eog(v, t)) printf("eog %d\n", t);
     } else {

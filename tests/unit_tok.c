@@ -1248,8 +1248,21 @@ static void test_load_gguf(void **state) {
     tok_free(v);
 
     v = NULL;
-    assert_int_equal(load_tiny("bert", "smollm", 6, false, err, &v), ANVIL_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err, "bert"));
+    assert_int_equal(load_tiny("rwkv", "smollm", 6, false, err, &v), ANVIL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "rwkv"));
+    /* WordPiece and Unigram (test_tok_encoders.py compares them with
+     * llama.cpp): they load with defaults out of range dropped */
+    assert_int_equal(load_tiny("bert", NULL, 6, true, err, &v), ANVIL_OK);
+    assert_int_equal(tok_sep(v), -1); /* 102 by default: not in 6 tokens */
+    /* no "\u2581"-initial token and no [UNK]: both words vanish */
+    assert_int_equal(encode(v, "ab a", 4, ids, 8, false), 0);
+    tok_free(v);
+    v = NULL;
+    assert_int_equal(load_tiny("t5", NULL, 6, true, err, &v), ANVIL_OK);
+    assert_int_equal(encode(v, "ab", 2, ids, 8, false), 1); /* "ab" over "a" "b": a tie */
+    assert_int_equal(ids[0], 3);
+    tok_free(v);
+    v = NULL;
     /* SentencePiece-style: no merges needed */
     assert_int_equal(load_tiny("llama", NULL, 6, true, err, &v), ANVIL_OK);
     tok_free(v);

@@ -3,11 +3,15 @@
  * struct tok_spec and build the vocabulary from it (vocab.c).
  *
  * Keys: tokenizer.ggml.model (required: "gpt2" byte-level BPE, "llama"
- * SentencePiece-style, "gemma4" raw BPE), .tokens (required string
+ * SentencePiece-style, "gemma4" raw BPE, "bert" WordPiece, "t5" Unigram),
+ * .tokens (required string
  * array), .merges (required for BPE), .scores (SPM, optional float32 or
  * int32 array), .token_type (optional int32 array), .pre (optional;
  * missing = "default", as llama.cpp), .bos/.eos/.unknown/.padding/.eot/
- * .eom_token_id, .add_bos_token/.add_eos_token, .add_space_prefix,
+ * .eom_token_id, .seperator_token_id (llama.cpp's spelling),
+ * .add_bos_token/.add_eos_token, .add_space_prefix, for WordPiece
+ * .normalizer.lowercase/.strip_accents, for Unigram
+ * .remove_extra_whitespaces and .precompiled_charsmap (uint8/int8 array),
  * tokenizer.chat_template, and general.name (llama.cpp gives Phi-3's
  * special tokens their whitespace stripping by name). Strings stay in the
  * mapping only during the call: tok_build copies what it keeps.
@@ -85,12 +89,16 @@ anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *e
         s.bpe_raw = true;
     } else if (gguf_str_eq(model, "llama")) {
         s.kind = TOK_KIND_SPM;
+    } else if (gguf_str_eq(model, "bert")) {
+        s.kind = TOK_KIND_WPM;
+    } else if (gguf_str_eq(model, "t5")) {
+        s.kind = TOK_KIND_UGM;
     } else {
         int n = model.len > 32 ? 32 : (int)model.len;
         errmsg_set(err, err_cap,
                    "unsupported tokenizer '%.*s' (tokenizer.ggml.model): anvil reads byte-level "
-                   "BPE ('gpt2'), SentencePiece-style ('llama') and raw BPE ('gemma4') "
-                   "vocabularies",
+                   "BPE ('gpt2'), SentencePiece-style ('llama'), raw BPE ('gemma4'), WordPiece "
+                   "('bert') and Unigram ('t5') vocabularies",
                    n, model.ptr);
         return ANVIL_ERR_UNSUPPORTED;
     }
@@ -131,7 +139,7 @@ anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *e
         if (!tt) return ANVIL_ERR_NOMEM;
         memcpy(tt, types->data, sizeof(int32_t) * toks->n);
     }
-    if (scores && s.kind == TOK_KIND_SPM) {
+    if (scores && (s.kind == TOK_KIND_SPM || s.kind == TOK_KIND_UGM)) {
         sc = core_malloc(sizeof(float) * toks->n);
         if (!sc) {
             core_free(tt);
@@ -154,11 +162,13 @@ anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *e
     s.n_merges = merges ? (int32_t)merges->n : 0;
     s.merges = merges ? merges->strs : NULL;
     if (!gguf_get_str(f, "tokenizer.ggml.pre", &s.pre)) s.pre = (struct gguf_str){NULL, 0};
-    /* llama.cpp's defaults for SentencePiece vocabularies: <unk> <s> </s> */
-    bool spm = s.kind == TOK_KIND_SPM;
-    s.bos = get_id(f, "tokenizer.ggml.bos_token_id", spm ? 1 : -1);
-    s.eos = get_id(f, "tokenizer.ggml.eos_token_id", spm ? 2 : -1);
-    s.unk = get_id(f, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+    /* llama.cpp's defaults: SentencePiece <unk> <s> </s> = 0 1 2; BERT
+     * [UNK] [CLS] [SEP] = 100 101 102; T5 </s> <unk> = 1 2 */
+    bool spm = s.kind == TOK_KIND_SPM, wpm = s.kind == TOK_KIND_WPM, ugm = s.kind == TOK_KIND_UGM;
+    s.bos = get_id(f, "tokenizer.ggml.bos_token_id", spm ? 1 : wpm ? 101 : -1);
+    s.eos = get_id(f, "tokenizer.ggml.eos_token_id", spm ? 2 : ugm ? 1 : -1);
+    s.unk = get_id(f, "tokenizer.ggml.unknown_token_id", spm ? 0 : wpm ? 100 : ugm ? 2 : -1);
+    s.sep = get_id(f, "tokenizer.ggml.seperator_token_id", wpm ? 102 : -1);
     s.pad = get_id(f, "tokenizer.ggml.padding_token_id", -1);
     s.eot = get_id(f, "tokenizer.ggml.eot_token_id", -1);
     s.eom = get_id(f, "tokenizer.ggml.eom_token_id", -1);
@@ -166,6 +176,24 @@ anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *e
     s.add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b) ? b : -1;
     s.add_eos = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b) ? b : -1;
     s.space_prefix = gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b) ? (b ? 1 : -1) : 0;
+    s.lowercase = gguf_get_bool(f, "tokenizer.ggml.normalizer.lowercase", &b) ? (b ? 1 : -1) : 0;
+    s.strip_accents =
+        gguf_get_bool(f, "tokenizer.ggml.normalizer.strip_accents", &b) ? (b ? 1 : -1) : 0;
+    s.remove_extra_ws =
+        gguf_get_bool(f, "tokenizer.ggml.remove_extra_whitespaces", &b) && b;
+    if (ugm && gguf_find(f, "tokenizer.ggml.precompiled_charsmap")) {
+        const struct gguf_kv *cm;
+        if (!gguf_get_arr(f, "tokenizer.ggml.precompiled_charsmap", GGUF_VT_UINT8, &cm) &&
+            !gguf_get_arr(f, "tokenizer.ggml.precompiled_charsmap", GGUF_VT_INT8, &cm)) {
+            errmsg_set(err, err_cap,
+                       "tokenizer.ggml.precompiled_charsmap must be a uint8 or int8 array");
+            core_free(tt);
+            core_free(sc);
+            return ANVIL_ERR_FORMAT;
+        }
+        s.charsmap = (const uint8_t *)cm->data;
+        s.charsmap_len = (size_t)cm->n;
+    }
     struct gguf_str name;
     s.rstrip_specials = gguf_get_str(f, "general.name", &name) && is_phi3_name(name);
     if (!gguf_get_str(f, "tokenizer.chat_template", &s.chat_template))

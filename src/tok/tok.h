@@ -3,7 +3,9 @@
  * (tokenizer.ggml.model = "gpt2") with the pre-tokenizer regexes that
  * tokenizer.ggml.pre names (PCRE2, Unicode properties), SentencePiece-style
  * vocabularies ("llama": merges by score, byte fallback, U+2581 for
- * spaces), raw-UTF-8 BPE ("gemma4"), special and user-defined tokens cut
+ * spaces), raw-UTF-8 BPE ("gemma4"), the encoders' WordPiece ("bert") and
+ * Unigram ("t5", with SentencePiece's precompiled charsmap), special and
+ * user-defined tokens cut
  * out before merging, streaming-safe decoding, and the chat template
  * family recognised from tokenizer.chat_template.
  *
@@ -36,6 +38,14 @@ void tok_free(struct tok_vocab *v); /* NULL is a no-op */
 int32_t tok_n_vocab(const struct tok_vocab *v);
 anvil_token tok_bos(const struct tok_vocab *v); /* -1 if none */
 anvil_token tok_eos(const struct tok_vocab *v); /* -1 if none */
+/* The separator ([SEP] for WordPiece, </s> for XLM-R vocabularies;
+ * tokenizer.ggml.seperator_token_id, llama.cpp's spelling), -1 if none.
+ * A reranker's pair is [CLS] query [SEP] document [SEP]: tok_encode the
+ * query with add_special (which for WordPiece gives [CLS] ... [SEP]), then
+ * the document without it, then append tok_sep. */
+anvil_token tok_sep(const struct tok_vocab *v);
+/* Whether add_special puts the separator last (WordPiece). */
+bool tok_add_sep(const struct tok_vocab *v);
 bool tok_add_bos(const struct tok_vocab *v);
 bool tok_is_eog(const struct tok_vocab *v, anvil_token t);
 

@@ -9,9 +9,12 @@
  *        merged word by word (bpe.c);
  *      SPM: a space goes in front when the fragment follows a special
  *        token or starts the text (add_space_prefix), spaces become
- *        U+2581, and the whole fragment is merged by score (spm.c).
+ *        U+2581, and the whole fragment is merged by score (spm.c);
+ *      WPM: normalized, split into words, each matched greedily (wpm.c);
+ *      UGM: normalized by the charsmap, segmented by Viterbi (ugm.c).
  * With add_special, BOS goes first (and EOS last) when the vocabulary asks
- * for it (tokenizer.ggml.add_bos_token / add_eos_token).
+ * for it (tokenizer.ggml.add_bos_token / add_eos_token); WordPiece always
+ * puts [CLS] (its BOS) first and [SEP] last, as llama.cpp does.
  *
  * Scratch memory is allocated per call and freed before returning: this is
  * per-request work, not the per-token path. Decoding (tok_piece,
@@ -34,6 +37,8 @@ void tok_work_free(struct tok_work *w) {
     core_free(w->heap);
     core_free(w->ssym);
     core_free(w->sheap);
+    core_free(w->cps);
+    core_free(w->best);
     core_free(w->enc);
     core_free(w->hits);
     core_free(w->owner);
@@ -138,12 +143,17 @@ static int32_t encode(const struct tok_vocab *v, const char *text, size_t len,
                 TRY(encode_spm(v, text + f->start, f->len, v->space_prefix && prev_special, &w,
                                &o));
                 prev_special = false;
+            } else if (v->kind == TOK_KIND_WPM) {
+                TRY(wpm_encode(&v->wpm, text + f->start, f->len, &w, &o));
+            } else if (v->kind == TOK_KIND_UGM) {
+                TRY(ugm_encode(&v->ugm, text + f->start, f->len, &w, &o));
             } else {
                 TRY(encode_bpe(v, text + f->start, f->len, &w, &o));
             }
         }
     }
     if (add_special && v->add_eos) tok_out_push(&o, v->eos);
+    if (add_special && v->add_sep) tok_out_push(&o, v->sep);
 fail:
     tok_work_free(&w);
     core_free(frags);

@@ -6,7 +6,8 @@
  *   - a string table of token texts with a hash index, extended with texts
  *     that occur only in BPE merges;
  *   - for BPE, the merge table (bpe.c) and the byte tables; for SPM, the
- *     scores and the byte tokens <0xNN> (spm.c);
+ *     scores and the byte tokens <0xNN> (spm.c); for WPM the normalizer
+ *     switches (wpm.c); for UGM the token tries and the charsmap (ugm.c);
  *   - token attributes from tokenizer.ggml.token_type, with llama.cpp's
  *     fix-ups (end-of-turn and fill-in-the-middle looking tokens become
  *     control tokens, gpt-oss's channel tokens user-defined, Phi-3's
@@ -265,6 +266,7 @@ void tok_free(struct tok_vocab *v) {
     core_free(v->piece);
     core_free(v->piece_off);
     bpe_free(&v->bpe);
+    ugm_free(&v->ugm);
     special_free(&v->specials);
     pretok_free(&v->pre);
     chat_free(&v->chat);
@@ -303,15 +305,39 @@ static anvil_status bpe_setup(struct tok_vocab *v, const struct tok_spec *s, cha
     return ANVIL_OK;
 }
 
-/* SPM: scores, byte tokens. */
-static anvil_status spm_setup(struct tok_vocab *v, const struct tok_spec *s) {
+static anvil_status scores_copy(struct tok_vocab *v, const struct tok_spec *s) {
     v->score = core_malloc(sizeof(float) * (size_t)v->n_vocab);
     if (!v->score) return ANVIL_ERR_NOMEM;
     for (int32_t i = 0; i < v->n_vocab; i++) {
         float f = s->scores ? s->scores[i] : 0.0f;
-        /* a NaN would make the heap order meaningless; rank it lowest */
+        /* a NaN would make the heap order (SPM) or the path comparison
+         * (UGM) meaningless; rank it lowest */
         v->score[i] = f == f ? f : -INFINITY;
     }
+    return ANVIL_OK;
+}
+
+/* WPM: the longest token text bounds the match; llama.cpp's normalizer
+ * defaults (lowercase, strip accents as lowercase says). */
+static void wpm_setup(struct tok_vocab *v, const struct tok_spec *s) {
+    struct tok_wpm *p = &v->wpm;
+    p->syms = &v->syms;
+    p->n_vocab = v->n_vocab;
+    p->unk = v->unk;
+    p->max_len = 1;
+    for (int32_t i = 0; i < v->n_vocab; i++) {
+        size_t n;
+        tok_text(v, i, &n);
+        if ((int32_t)n > p->max_len) p->max_len = (int32_t)n;
+    }
+    p->lowercase = s->lowercase >= 0;
+    p->strip_accents = s->strip_accents ? s->strip_accents > 0 : p->lowercase;
+}
+
+/* SPM: scores, byte tokens. */
+static anvil_status spm_setup(struct tok_vocab *v, const struct tok_spec *s) {
+    anvil_status st = scores_copy(v, s);
+    if (st != ANVIL_OK) return st;
     struct tok_spm *p = &v->spm;
     p->syms = &v->syms;
     p->n_vocab = v->n_vocab;
@@ -336,7 +362,8 @@ static anvil_status spm_setup(struct tok_vocab *v, const struct tok_spec *s) {
 anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *err,
                        size_t err_cap) {
     anvil_status st = ANVIL_OK;
-    if (s->kind != TOK_KIND_BPE && s->kind != TOK_KIND_SPM) {
+    if (s->kind != TOK_KIND_BPE && s->kind != TOK_KIND_SPM && s->kind != TOK_KIND_WPM &&
+        s->kind != TOK_KIND_UGM) {
         errmsg_set(err, err_cap, "unsupported tokenizer kind");
         return ANVIL_ERR_UNSUPPORTED;
     }
@@ -399,6 +426,7 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
     v->pad = check_id(s, s->pad);
     v->eot = check_id(s, s->eot);
     v->eom = check_id(s, s->eom);
+    v->sep = check_id(s, s->sep);
 
     bool add_bos_default;
     if (s->kind == TOK_KIND_BPE) {
@@ -408,16 +436,37 @@ anvil_status tok_build(const struct tok_spec *s, struct tok_vocab **out, char *e
         TRY(bpe_setup(v, s, err, err_cap));
         v->escape_spaces = s->bpe_raw;
         add_bos_default = v->pre.add_bos;
-    } else {
+    } else if (s->kind == TOK_KIND_SPM) {
         TRY(spm_setup(v, s));
         v->escape_spaces = true;
         v->space_prefix = s->space_prefix >= 0;
         add_bos_default = true;
+    } else if (s->kind == TOK_KIND_WPM) {
+        wpm_setup(v, s);
+        v->escape_spaces = true; /* pieces: U+2581 reads back as a space */
+        add_bos_default = true;
+    } else {
+        /* before fixups(): llama.cpp builds the tries from the file's types */
+        TRY(scores_copy(v, s));
+        v->ugm.space_prefix = s->space_prefix > 0;
+        v->ugm.remove_extra_ws = s->remove_extra_ws;
+        TRY(ugm_init(&v->ugm, &v->syms, v->n_vocab, v->score, v->attr, v->unk, s->charsmap,
+                     s->charsmap_len, err, err_cap));
+        v->escape_spaces = true;
+        add_bos_default = false;
     }
     v->add_bos = s->add_bos >= 0 ? s->add_bos != 0 : add_bos_default;
     /* llama.cpp forces BOS on for Gemma 4 */
     if (s->kind == TOK_KIND_BPE && s->bpe_raw) v->add_bos = true;
-    v->add_eos = s->add_eos > 0;
+    /* UGM adds EOS unless the file says no; WordPiece always adds [CLS]
+     * and [SEP] with add_special, whatever the add_*_token keys say
+     * (llama.cpp's tokenize for LLAMA_VOCAB_TYPE_WPM) */
+    v->add_eos = s->kind == TOK_KIND_UGM ? s->add_eos != 0 : s->add_eos > 0;
+    if (s->kind == TOK_KIND_WPM) {
+        v->add_bos = true;
+        v->add_eos = false;
+        v->add_sep = v->sep >= 0;
+    }
     if (v->add_bos && v->bos < 0) v->add_bos = false;
     if (v->add_eos && v->eos < 0) v->add_eos = false;
 
@@ -449,6 +498,8 @@ fail:
 int32_t tok_n_vocab(const struct tok_vocab *v) { return v->n_vocab; }
 anvil_token tok_bos(const struct tok_vocab *v) { return v->bos; }
 anvil_token tok_eos(const struct tok_vocab *v) { return v->eos; }
+anvil_token tok_sep(const struct tok_vocab *v) { return v->sep; }
+bool tok_add_sep(const struct tok_vocab *v) { return v->add_sep; }
 bool tok_add_bos(const struct tok_vocab *v) { return v->add_bos; }
 
 bool tok_is_eog(const struct tok_vocab *v, anvil_token t) {

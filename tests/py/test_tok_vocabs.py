@@ -14,8 +14,10 @@ loading the same file:
   - every pre-tokenizer anvil knows, by re-labelling the default model's
     vocabulary (the regex split is independent of the tokens);
   - encoding stays linear: 1 MB and 2 MB of text, timed inside the tool;
-  - vocabularies anvil does not read (WordPiece, Unigram) and unknown
-    pre-tokenizers fail with a message that names them, exit status 2.
+  - tokenizer models anvil does not read and unknown pre-tokenizers fail
+    with a message that names them, exit status 2.
+The encoders' vocabularies (WordPiece bert-bge, Unigram nomic-bert-moe) are
+test_tok_encoders.py's.
 """
 import os
 import random
@@ -32,8 +34,10 @@ from tokutil import (GEMMA, MODEL, TEXTS, compare, ours_encode, ref_pieces_match
 VOCABS = ["llama-bpe", "qwen2", "qwen35", "phi-3", "llama-spm", "gemma-4", "gpt-2", "gpt-neox",
           "mpt", "starcoder", "refact", "command-r", "deepseek-llm", "deepseek-coder", "falcon",
           "aquila", "baichuan"]
-# and those it refuses, with the model name the message must carry
-REFUSED = {"bert-bge": "bert", "nomic-bert-moe": "t5"}
+# WordPiece and Unigram: tested in test_tok_encoders.py
+ENCODERS = ["bert-bge", "nomic-bert-moe"]
+# tokenizer.ggml.model values anvil refuses
+REFUSED = ["rwkv", "plamo2", "no-such-model"]
 
 # one name per pre-tokenizer row of src/tok/pretok.c, and some aliases
 PRE_NAMES = ["default", "gpt-2", "phi-2", "mpt", "olmo", "smollm", "starcoder", "command-r",
@@ -172,12 +176,14 @@ def test_encode_is_linear(name, gemma3_vocab):
     assert t1 < 30.0
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_refused_vocabularies(name):
+@pytest.mark.parametrize("model", REFUSED)
+def test_refused_vocabularies(tmp_path, smollm_vocab, model):
+    path = str(tmp_path / f"vocab-{model}.gguf")
+    write_gguf_with(smollm_vocab, path, {"tokenizer.ggml.model": model})
     for tool in tools():
-        p = subprocess.run([tool, vocab_file(name), "info"], capture_output=True, timeout=300)
+        p = subprocess.run([tool, path, "info"], capture_output=True, timeout=300)
         assert p.returncode == 2, p.stderr
-        assert REFUSED[name].encode() in p.stderr, p.stderr
+        assert model.encode() in p.stderr, p.stderr
 
 
 def test_unknown_pretokenizer(tmp_path, smollm_vocab):
@@ -193,4 +199,4 @@ def test_sdist_has_the_vocabularies():
     shows up here instead of being silently untested."""
     have = sorted(f[len("ggml-vocab-"):-len(".gguf")] for f in os.listdir(sdist_models())
                   if f.startswith("ggml-vocab-") and f.endswith(".gguf"))
-    assert have == sorted(VOCABS + list(REFUSED))
+    assert have == sorted(VOCABS + ENCODERS)
