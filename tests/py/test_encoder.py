@@ -87,6 +87,7 @@ def make_bert(path, pooling="mean", wtype="F32", seed=0, drop=(), override=None)
     wr.add_head_count(N_HEAD)
     wr.add_layer_norm_eps(EPS)
     wr.add_causal_attention(False)
+    wr.add_token_type_count(2)
     wr.add_pooling_type(gguf.PoolingType(POOL[pooling]))
     toks, types, merges = tiny_llama.vocab()
     wr.add_tokenizer_model("gpt2")
@@ -298,3 +299,70 @@ def test_asan(files, tmp_path):
     make_bert(bad, drop=("blk.1.ffn_down.bias", "blk.1.layer_output_norm.weight"))
     p = run([asan, "embed", "-m", bad, "--tokens", "1 2"], capture_output=True, text=True)
     assert p.returncode == 2 and "layer_output_norm" in p.stderr, p.stderr
+
+
+# ---------------------------------------------------------------------------
+# rerank: `anvil rerank` and the server
+
+def anvil_tokens(path, text):
+    p = run([ANVIL, "tokenize", "-m", path, "-p", text, "--no-bos"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return [int(ln.split()[0]) for ln in p.stdout.splitlines() if ln.strip()]
+
+
+QUERY, DOCS = "where is the cat", ["the cat sat on the mat", "stock prices fell", "cats", "x y z"]
+
+
+def test_rerank_cli(files):
+    path, w = files["rank", "F32"]
+    p = run([ANVIL, "rerank", "-m", path, "-t", "2", "--query", QUERY, *DOCS],
+            capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert sorted(r["index"] for r in res) == list(range(len(DOCS)))
+    scores = [r["relevance_score"] for r in res]
+    assert scores == sorted(scores, reverse=True)
+    qt = anvil_tokens(path, QUERY)
+    for r in res:
+        pair = qt + [SEP] + anvil_tokens(path, DOCS[r["index"]]) + [SEP]
+        ref = rank_ref(w, pair)
+        assert abs(r["relevance_score"] - ref) <= 1e-4 * max(1.0, abs(ref)), (r, ref)
+    p = run([ANVIL, "rerank", "-m", path, "--query", QUERY, "--top-n", "2", *DOCS],
+            capture_output=True, text=True)
+    assert p.returncode == 0 and [r["index"] for r in json.loads(p.stdout)] == \
+        [r["index"] for r in res[:2]]
+
+
+@pytest.mark.parametrize("which,args,msg", [
+    ("mean", ["--query", "q", "d"], "not a reranker"),
+    ("rank", ["d"], "query"),
+    ("rank", ["--query", "q"], "no documents"),
+])
+def test_rerank_cli_bad(files, which, args, msg):
+    path, _ = files[which, "F32"]
+    p = run([ANVIL, "rerank", "-m", path, *args], capture_output=True, text=True)
+    assert p.returncode == 2 and msg in p.stderr, (p.returncode, p.stderr)
+
+
+def test_served(files, tmp_path):
+    from anvil_server import Server, serve_bin
+    import tiny_arch
+    chat = str(tmp_path / "chat.gguf")
+    tiny_arch.make_gguf(chat, "qwen3", "F32", seed=1, n_ctx=64)
+    (emb, w_emb), (rr, w_rr) = files["mean", "F32"], files["rank", "F32"]
+    s = Server(serve_bin(), chat, "--embedding-model", emb, "--rerank-model", rr, "--ctx", "64")
+    emb_id, rr_id = (os.path.splitext(os.path.basename(f))[0] for f in (emb, rr))  # ids: file stems
+    try:
+        st, _, data = s.post("/v1/embeddings", {"model": emb_id, "input": SEQS[:3]})
+        assert st == 200, data
+        got = [d["embedding"] for d in json.loads(data)["data"]]
+        for g, t in zip(got, SEQS[:3]):
+            assert cos(np.array(g), pooled_ref(w_emb, t, "mean")) >= 0.9999
+        st, _, data = s.post("/v1/rerank", {"model": rr_id, "query": QUERY, "documents": DOCS})
+        assert st == 200, data
+        qt = anvil_tokens(rr, QUERY)
+        for r in json.loads(data)["results"]:
+            ref = rank_ref(w_rr, qt + [SEP] + anvil_tokens(rr, DOCS[r["index"]]) + [SEP])
+            assert abs(r["relevance_score"] - ref) <= 1e-4 * max(1.0, abs(ref)), (r, ref)
+    finally:
+        assert s.stop() == 0, s.stderr()
