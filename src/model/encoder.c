@@ -233,6 +233,7 @@ static void encoder_worker(void *arg, int ith, int nth) {
     const struct anvil_batch *b = j->b;
     int n = b->n_tokens, ne = hp->n_embd, nff = hp->n_ff;
     float eps = hp->norm_eps;
+    ANVIL_ASSERT(nth <= c->n_threads); /* scores and nrm have n_threads rows */
     int t0, t1;
     pool_split(n, ith, nth, 1, &t0, &t1);
     float *tmp = c->nrm + (size_t)ith * c->max_dim;
