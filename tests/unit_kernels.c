@@ -1092,6 +1092,88 @@ static void test_packed_parts(void **state) {
 /* ---------------------------------------------------------------------- */
 /* test list: every op x every variant */
 
+/* the encoder ops (kernels/cpu/{ref,avx2,avx512}/enc.c): LayerNorm with bias, rows with a
+ * large mean included (the variants centre before squaring), in place too;
+ * the erf GELU against erff, with the AVX variants' A&S 7.1.28 error bound
+ * (3e-7 on erf, so 1.5e-7 |x| on the GELU) plus float rounding */
+static void test_layernorm(void **state) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    int fails = 0;
+    for (size_t k = 0; k < sizeof(ANY_NS) / sizeof(int); k++)
+        for (int seed = 1; seed <= 3; seed++) {
+            int n = ANY_NS[k];
+            float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * n);
+            float *b = xmalloc(sizeof(float) * n);
+            float *y = xmalloc(sizeof(float) * n), *yr = xmalloc(sizeof(float) * n);
+            fill_row(x, n, seed, 81);
+            fill_row(w, n, seed, 82);
+            fill_row(b, n, seed, 83);
+            /* seed 3: a row far from 0 (a mean of 4 spreads); farther, the
+             * float rounding of the mean alone exceeds the tolerance */
+            if (seed == 3) {
+                double s = 0, ss = 0;
+                for (int i = 0; i < n; i++) s += x[i];
+                for (int i = 0; i < n; i++) ss += (x[i] - s / n) * (x[i] - s / n);
+                float sh = 4.0f * (float)sqrt(ss / n);
+                for (int i = 0; i < n; i++) x[i] += sh;
+            }
+            kn_ops_ref.layernorm(yr, x, w, b, n, 1e-12f);
+            v->ops->layernorm(y, x, w, b, n, 1e-12f);
+            char shape[32];
+            snprintf(shape, sizeof(shape), "n %d", n);
+            /* a row of one element normalizes to 0 (then y = b) */
+            struct cmp c = {2e-5, 2e-5, 1e-9};
+            if (!check("layernorm", v->name, shape, seed, y, yr, NULL, n, c)) fails++;
+            memcpy(y, x, sizeof(float) * n);
+            v->ops->layernorm(y, y, w, b, n, 1e-12f);
+            if (!check("layernorm in place", v->name, shape, seed, y, yr, NULL, n, c)) fails++;
+            free(x);
+            free(w);
+            free(b);
+            free(y);
+            free(yr);
+        }
+    assert_int_equal(fails, 0);
+}
+
+static void test_gelu_erf(void **state) {
+    bool skip;
+    const struct variant *v = case_variant(state, &skip);
+    if (skip) skip();
+    int fails = 0;
+    for (size_t k = 0; k < sizeof(ANY_NS) / sizeof(int); k++)
+        for (int seed = 1; seed <= 3; seed++) {
+            int n = ANY_NS[k];
+            float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
+            float *yr = xmalloc(sizeof(float) * n);
+            double *sc = xmalloc(sizeof(double) * n);
+            fill_row(x, n, seed, 91);
+            for (int i = 0; i < n; i += 7) x[i] *= 4.0f; /* the tails */
+            if (n > 8) {
+                x[1] = -30.0f; /* 0 (-0) */
+                x[2] = 30.0f;  /* x */
+                x[3] = 0.0f;
+            }
+            for (int i = 0; i < n; i++) sc[i] = 1.0 + fabs(x[i]);
+            kn_ops_ref.gelu_erf(yr, x, n);
+            v->ops->gelu_erf(y, x, n);
+            char shape[32];
+            snprintf(shape, sizeof(shape), "n %d", n);
+            struct cmp c = {4e-7, 1e-6, 1e-11};
+            if (!check("gelu_erf", v->name, shape, seed, y, yr, sc, n, c)) fails++;
+            memcpy(y, x, sizeof(float) * n);
+            v->ops->gelu_erf(y, y, n);
+            if (!check("gelu_erf in place", v->name, shape, seed, y, yr, sc, n, c)) fails++;
+            free(x);
+            free(y);
+            free(yr);
+            free(sc);
+        }
+    assert_int_equal(fails, 0);
+}
+
 struct tdef {
     const char *op;
     CMUnitTestFunction fn;
@@ -1110,6 +1192,8 @@ static const struct tdef TESTS[] = {
     {"silu_mul", test_silu_mul},
     {"silu_mul_act", test_silu_mul_act},
     {"rope", test_rope},
+    {"layernorm", test_layernorm},
+    {"gelu_erf", test_gelu_erf},
 };
 enum { N_TDEF = sizeof(TESTS) / sizeof(TESTS[0]) };
 

@@ -272,6 +272,63 @@ static void test_oom_walk_hp1(void **state) {
     assert_true(oom_walk("tests/fuzz/corpus/gguf/micro_llama_hp1.gguf") > 50);
 }
 
+/* Load a BERT encoder (src/model/encoder.c), make a context and embed two
+ * sequences (mean pooling): the encoder's allocations at load (its norms,
+ * biases, token types), at init and per anvil_embed call. */
+static anvil_status embed_once(const char *path, float *out) {
+    char err[256];
+    struct anvil_model *m = NULL;
+    struct anvil_ctx *c = NULL;
+    anvil_status st = anvil_model_load(path, NULL, &m, err, sizeof(err));
+    if (st == ANVIL_OK) {
+        struct anvil_ctx_params cp = anvil_ctx_default_params();
+        cp.n_threads = 2;
+        cp.n_ctx = 16;
+        cp.n_batch = 16;
+        cp.n_outputs = 16;
+        cp.n_seq_max = 2;
+        st = anvil_ctx_init(m, &cp, &c, err, sizeof(err));
+    }
+    if (st == ANVIL_OK) {
+        anvil_token a[3] = {1, 2, 3}, b[5] = {7, 8, 9, 10, 11};
+        const anvil_token *seqs[2] = {a, b};
+        int32_t lens[2] = {3, 5};
+        st = anvil_embed(c, seqs, lens, 2, ANVIL_POOL_UNSPECIFIED, true, out);
+    }
+    anvil_ctx_free(c);
+    anvil_model_free(m);
+    return st;
+}
+
+/* The OOM walk of oom_walk on the encoder: every allocation fails once;
+ * each run ends in NOMEM (or succeeds with the same vectors) and leaks
+ * nothing. */
+static void test_oom_walk_bert(void **state) {
+    (void)state;
+    const char *path = "tests/fuzz/corpus/gguf/micro_bert.gguf";
+    float ref[64], got[64];
+    int64_t base = core_alloc_live();
+    uint64_t a0 = core_alloc_count();
+    assert_int_equal(embed_once(path, ref), ANVIL_OK);
+    uint64_t total = core_alloc_count() - a0;
+    int n_fail = 0;
+    for (uint64_t n = 1; n <= total; n++) {
+        core_alloc_fail_at(n);
+        anvil_status st = embed_once(path, got);
+        core_alloc_fail_at(0);
+        assert_int_equal(core_alloc_live(), base);
+        if (st == ANVIL_OK) {
+            assert_memory_equal(got, ref, sizeof(ref));
+            continue;
+        }
+        assert_int_equal(st, ANVIL_ERR_NOMEM);
+        n_fail++;
+    }
+    printf("oom walk (%s): %llu allocations failed in turn, %d ended in NOMEM, all cleanly\n",
+           path, (unsigned long long)total, n_fail);
+    assert_true(n_fail > 20);
+}
+
 /* Metadata strings and the chat template family (GET /props reads them):
  * snprintf-style cutting, -1 for a missing key and for a non-string one. */
 static void test_meta_str(void **state) {
@@ -357,6 +414,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_params_rejected),
         cmocka_unit_test(test_oom_walk),
         cmocka_unit_test(test_oom_walk_hp1),
+        cmocka_unit_test(test_oom_walk_bert),
         cmocka_unit_test(test_meta_str),
         cmocka_unit_test(test_moe_route),
     };

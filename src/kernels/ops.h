@@ -99,6 +99,14 @@ typedef size_t (*kn_pack_size_fn)(int type, int rows, int n);
 typedef void (*kn_pack_rows_fn)(int type, void *dst, int n, int row0, int count, const void *src,
                                 size_t src_stride);
 
+/* Encoders (model/encoder.c). LayerNorm with bias over one row:
+ * y = (x - mean(x)) / sqrt(var(x) + eps) * w + b, var the biased variance;
+ * y may alias x. */
+typedef void (*kn_layernorm_fn)(float *y, const float *x, const float *w, const float *b, int n,
+                                float eps);
+/* Exact GELU (BERT's): y = 0.5 x (1 + erf(x / sqrt 2)); y may alias x. */
+typedef void (*kn_gelu_erf_fn)(float *y, const float *x, int n);
+
 struct kn_ops {
     const char *name; /* "ref", "avx2", "avx512" */
     kn_matmul_fn matmul[KN_TYPE_MAX];
@@ -115,6 +123,8 @@ struct kn_ops {
     kn_rope_ext_fn rope_ext;
     kn_gelu_mul_fn gelu_mul;
     kn_gelu_mul_act_fn gelu_mul_act;
+    kn_layernorm_fn layernorm;
+    kn_gelu_erf_fn gelu_erf;
     kn_f16_row_fn f16_row;
     /* The family's int8 multiply-accumulate peak on the calling thread, in
      * GOP/s (2 ops per multiply-accumulate), measured by the best of a few

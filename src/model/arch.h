@@ -38,6 +38,9 @@
  *                       (MODEL_GATING_SOFTMAX_WEIGHT), and the router and
  *                       experts have biases (ffn_gate_inp.bias,
  *                       ffn_{gate,up,down}_exps.bias), required.
+ *   ARCH_ENCODER        a BERT-style bidirectional encoder: model/encoder.c
+ *                       binds its tensors and runs it (anvil_embed only);
+ *                       forward.c never sees it.
  *
  * Reference: llama.cpp src/models/<arch>.cpp and its convert_hf_to_gguf.py
  * (tensor names, which metadata each architecture writes).
@@ -63,6 +66,7 @@ enum {
     ARCH_FFN_NORM_POST_ATTN = 1u << 9, /* the FFN norm is blk.N.post_attention_norm */
     ARCH_ATTN_SINKS = 1u << 10,  /* attn_sinks and attn_output.bias (gpt-oss) */
     ARCH_MOE_GATING_SW = 1u << 11, /* softmax over the top-k logits; router/expert biases */
+    ARCH_ENCODER = 1u << 12,     /* bidirectional encoder (model/encoder.c): embeds, no logits */
 };
 
 struct model_loader;
@@ -108,5 +112,6 @@ extern const struct arch_desc arch_qwen3moe;
 extern const struct arch_desc arch_olmoe;
 extern const struct arch_desc arch_granitemoe;
 extern const struct arch_desc arch_gptoss;
+extern const struct arch_desc arch_bert;
 
 #endif

@@ -445,6 +445,12 @@ static anvil_status decode(struct anvil_ctx *c, const struct anvil_batch *b) {
 
 anvil_status anvil_decode(struct anvil_ctx *c, const struct anvil_batch *b) {
     if (!c) return ANVIL_ERR_INVALID;
+    if (c->m->enc) { /* model/encoder.c: anvil_embed runs it */
+        snprintf(c->errmsg, sizeof(c->errmsg),
+                 "decode: the model is an encoder: it embeds (anvil_embed), it does not "
+                 "generate");
+        return ANVIL_ERR_UNSUPPORTED;
+    }
     if (!c->prof_on) return decode(c, b);
     double t0 = time_now_s();
     anvil_status st = decode(c, b);

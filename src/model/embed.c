@@ -20,15 +20,19 @@
  * is causal, so only the last row has seen the whole pair). The head is
  * copied to F32 at load (it is small) and applied here in double.
  *
- * What it does not do: per-token outputs (pooling none); encoders'
- * bidirectional attention (the decoder archs attend causally, as their
- * embedding models were trained).
+ * Encoders (ARCH_ENCODER, model/encoder.c) run the same batches through
+ * encoder_run instead of anvil_decode (no KV cache, bidirectional); rank
+ * pooling takes their first row ([CLS]) and gives the rows after the first
+ * separator (the vocabulary's eos, [SEP] in a BERT vocabulary) token type 1.
+ *
+ * What it does not do: per-token outputs (pooling none).
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "model/ctx_int.h"
+#include "model/encoder.h"
 
 /* ---------------------------------------------------------------------- */
 /* the rank head (bound at load by embed_head.c) */
@@ -72,7 +76,7 @@ const char *anvil_pooling_name(int pooling) {
     }
 }
 
-/* Output rows sequence i asks for (rank: one, the last). */
+/* Output rows sequence i asks for (rank: one, the last, or an encoder's first). */
 static int32_t outs_of(int pooling, int32_t len) { return pooling == ANVIL_POOL_MEAN ? len : 1; }
 
 /* Decode sequences [s0, s1) as one batch (rows, positions and flags built
@@ -80,20 +84,33 @@ static int32_t outs_of(int pooling, int32_t len) { return pooling == ANVIL_POOL_
 static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *seqs,
                                 const int32_t *lens, int32_t s0, int32_t s1, int pooling,
                                 bool normalize, float *out, anvil_token *tok, int32_t *pos,
-                                int32_t *sid, int8_t *flag) {
+                                int32_t *sid, int8_t *flag, int8_t *type) {
+    bool enc = c->m->enc != NULL;
+    /* rank: an encoder scores its first row ([CLS], which attends to the
+     * whole pair), a causal decoder its last */
+    int rank_first = enc && pooling == ANVIL_POOL_RANK;
+    anvil_token sep = anvil_token_eos(c->m);
     int32_t n = 0;
-    for (int32_t s = s0; s < s1; s++)
+    for (int32_t s = s0; s < s1; s++) {
+        int8_t ty = 0;
         for (int32_t j = 0; j < lens[s]; j++, n++) {
             tok[n] = seqs[s][j];
             pos[n] = j;
             sid[n] = s - s0;
             bool want = pooling == ANVIL_POOL_MEAN || (pooling == ANVIL_POOL_CLS && j == 0) ||
-                        ((pooling == ANVIL_POOL_LAST || pooling == ANVIL_POOL_RANK) &&
+                        (rank_first && j == 0) ||
+                        ((pooling == ANVIL_POOL_LAST || (pooling == ANVIL_POOL_RANK && !rank_first)) &&
                          j == lens[s] - 1);
             flag[n] = want ? ANVIL_OUT_EMBD : ANVIL_OUT_NONE;
+            /* a pair (rank): the rows after the first separator are the
+             * second segment, token type 1 (BERT's sentence B) */
+            type[n] = ty;
+            if (rank_first && ty == 0 && j > 0 && tok[n] == sep) ty = 1;
         }
+    }
     struct anvil_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .logits = flag};
-    anvil_status st = anvil_decode(c, &b);
+    anvil_status st = enc ? encoder_run(c, &b, c->m->enc->n_types > 1 ? type : NULL)
+                          : anvil_decode(c, &b);
     /* the cache keeps nothing between batches, failed or not */
     char msg[sizeof(c->errmsg)];
     memcpy(msg, c->errmsg, sizeof(msg));
@@ -148,6 +165,7 @@ anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
         return ANVIL_ERR_INVALID;
     }
     int32_t cap = c->n_batch < c->n_ctx ? c->n_batch : c->n_ctx;
+    if (c->m->enc && c->m->enc->n_pos < cap) cap = c->m->enc->n_pos; /* learned positions */
     for (int32_t s = 0; s < n_seqs; s++) {
         if (lens[s] < 1 || lens[s] > cap || !seqs[s]) {
             snprintf(c->errmsg, sizeof(c->errmsg),
@@ -178,8 +196,9 @@ anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
     int32_t *pos = core_malloc(nb * sizeof(*pos));
     int32_t *sid = core_malloc(nb * sizeof(*sid));
     int8_t *flag = core_malloc(nb * sizeof(*flag));
+    int8_t *type = core_malloc(nb * sizeof(*type));
     anvil_status st = ANVIL_OK;
-    if (!tok || !pos || !sid || !flag) {
+    if (!tok || !pos || !sid || !flag || !type) {
         snprintf(c->errmsg, sizeof(c->errmsg), "embed: out of memory");
         st = ANVIL_ERR_NOMEM;
     }
@@ -191,13 +210,14 @@ anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
             outs += outs_of(pooling, lens[s1]);
             s1++;
         }
-        st = embed_batch(c, seqs, lens, s0, s1, pooling, normalize, out, tok, pos, sid, flag);
+        st = embed_batch(c, seqs, lens, s0, s1, pooling, normalize, out, tok, pos, sid, flag, type);
         s0 = s1;
     }
     core_free(tok);
     core_free(pos);
     core_free(sid);
     core_free(flag);
+    core_free(type);
     return st;
 }
 

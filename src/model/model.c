@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "model/arch.h"
+#include "model/encoder.h"
 #include "model/loader.h"
 #include "model/model.h"
 #include "model/moe.h"
@@ -35,7 +36,7 @@ struct anvil_model_params anvil_model_default_params(void) {
 static const struct arch_desc *const archs[] = {
     &arch_llama, &arch_qwen2,    &arch_qwen3, &arch_gemma3,     &arch_phi3,
     &arch_qwen2moe, &arch_qwen3moe, &arch_olmoe, &arch_granitemoe,
-    &arch_gptoss};
+    &arch_gptoss, &arch_bert};
 
 const struct arch_desc *arch_find(const char *name, size_t len) {
     for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
@@ -123,9 +124,13 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
         }
     }
     if (m->has_pooling && m->pooling == ANVIL_POOL_RANK) TRY(embed_bind_head(m, err, err_cap));
-    TRY(load_weights(&L, m, swa));
-    TRY(load_moe_layers(&L, m));
-    TRY(load_attn_kinds(&L, m, swa));
+    if (m->arch->flags & ARCH_ENCODER) {
+        TRY(encoder_bind(&L, m));
+    } else {
+        TRY(load_weights(&L, m, swa));
+        TRY(load_moe_layers(&L, m));
+        TRY(load_attn_kinds(&L, m, swa));
+    }
     TRY(pack_weights(m));
     core_free(swa);
     swa = NULL;
@@ -165,6 +170,7 @@ void anvil_model_free(struct anvil_model *m) {
     core_free(m->inv_freq_swa);
     core_free(m->hp1_taps);
     embed_free_head(m);
+    encoder_free(m);
     core_free_aligned(m->packed);
     for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
         core_free(m->layers[l].qkv_bias);

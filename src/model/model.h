@@ -155,6 +155,7 @@ struct model_layer {
 };
 
 struct arch_desc;
+struct enc_model;
 
 struct anvil_model {
     struct gguf_file *gguf;
@@ -185,6 +186,7 @@ struct anvil_model {
     uint64_t n_params;
     char desc[128];
     uint8_t *packed; /* every wmat's packed copy, carved from one buffer (huge pages) */
+    struct enc_model *enc; /* an encoder's own tensors (model/encoder.h), or NULL: a decoder */
 };
 
 /* Bind the rank head (cls.weight, cls.bias, cls.output.weight,

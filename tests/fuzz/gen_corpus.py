@@ -243,6 +243,45 @@ def micro_gptoss(used=2, gating=None, sinks=1, drop=()):
     return g.build(hp + kvs, tensors)
 
 
+def micro_bert(drop=()):
+    """A one-layer BERT encoder (src/model/encoder.c): n_embd 32, one head
+    of 32, 16 positions, two token types, mean pooling; drop leaves
+    tensors out."""
+    kvs, n_vocab = tokenizer_kvs()
+    hp = [
+        ("general.architecture", g.STR, "bert"),
+        ("general.name", g.STR, "fuzz-micro-bert"),
+        ("bert.block_count", g.U32, 1),
+        ("bert.context_length", g.U32, 16),
+        ("bert.embedding_length", g.U32, 32),
+        ("bert.feed_forward_length", g.U32, 64),
+        ("bert.attention.head_count", g.U32, 1),
+        ("bert.attention.layer_norm_epsilon", g.F32, 1e-12),
+        ("bert.pooling_type", g.U32, 1),
+    ]
+    e, f = 32, 64
+    tensors = [
+        ("token_embd.weight", [e, n_vocab], g.T_F16),
+        ("position_embd.weight", [e, 16], g.T_F32),
+        ("token_types.weight", [e, 2], g.T_F32),
+        ("token_embd_norm.weight", [e], g.T_F32),
+        ("token_embd_norm.bias", [e], g.T_F32),
+    ]
+    for m in ("attn_q", "attn_k", "attn_v", "attn_output"):
+        tensors += [(f"blk.0.{m}.weight", [e, e], g.T_Q8_0), (f"blk.0.{m}.bias", [e], g.T_F32)]
+    tensors += [
+        ("blk.0.attn_output_norm.weight", [e], g.T_F32),
+        ("blk.0.attn_output_norm.bias", [e], g.T_F32),
+        ("blk.0.ffn_up.weight", [e, f], g.T_F16),
+        ("blk.0.ffn_up.bias", [f], g.T_F32),
+        ("blk.0.ffn_down.weight", [f, e], g.T_F16),
+        ("blk.0.ffn_down.bias", [e], g.T_F32),
+        ("blk.0.layer_output_norm.weight", [e], g.T_F32),
+        ("blk.0.layer_output_norm.bias", [e], g.T_F32),
+    ]
+    return g.build(hp + kvs, [t for t in tensors if t[0] not in drop])
+
+
 def micro_llama_kquant():
     """One layer of n_embd 256 (two heads of 128) with every K-quant, 5-bit
     and IQ4 type, Q/K/V and gate/up mixing the Q8A and Q8K activation
@@ -341,6 +380,9 @@ def gguf_seeds():
     put("gguf", "gptoss_gating_unknown.gguf", micro_gptoss(gating=4))
     put("gguf", "gptoss_sinks_shape.gguf", micro_gptoss(sinks=2))
     put("gguf", "gptoss_no_down_bias.gguf", micro_gptoss(drop=("blk.1.ffn_down_exps.bias",)))
+    # a BERT encoder that runs, and one without its last LayerNorm
+    put("gguf", "micro_bert.gguf", micro_bert())
+    put("gguf", "bert_no_output_norm.gguf", micro_bert(drop=("blk.0.layer_output_norm.weight",)))
 
 
 def tok_seeds():

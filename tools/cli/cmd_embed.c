@@ -6,8 +6,8 @@
  *
  * --tokens reads each input as whitespace-separated token ids instead of
  * text (for tests that must not depend on a tokenizer). What it does not
- * do: reranking (needs a model with a rank head, which anvil does not
- * load yet) and per-token embeddings (pooling none).
+ * do: per-token embeddings (pooling none); ranking documents against a
+ * query is `anvil rerank` (cmd_rerank.c).
  */
 #include <errno.h>
 #include <stdio.h>

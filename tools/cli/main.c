@@ -23,6 +23,7 @@ static const struct {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"convert", cmd_convert, "Hugging Face checkpoint folder to GGUF"},
     {"embed", cmd_embed, "print the embeddings of texts (embedding models)"},
+    {"rerank", cmd_rerank, "score documents against a query (reranker models)"},
 };
 
 static void usage(FILE *f) {

@@ -50,6 +50,9 @@ void kn_rope_avx2(float *x, int n_head, int head_dim, int pos, const float *inv_
 void kn_rope_ext_avx2(float *x, int n_head, int head_dim, int n_rot, int pos,
                       const float *inv_freq, int neox);
 void kn_gelu_mul_avx2(float *y, const float *g, const float *u, int n);
+/* enc.c: the encoder ops of kernels/ops.h */
+void kn_layernorm_avx2(float *y, const float *x, const float *w, const float *b, int n, float eps);
+void kn_gelu_erf_avx2(float *y, const float *x, int n);
 void kn_f16_row_avx2(kn_f16 *dst, size_t stride, const float *x, int n);
 void kn_gelu_mul_act_avx2(void *restrict dst, const float *restrict g, const float *restrict u,
                           int n, int act);

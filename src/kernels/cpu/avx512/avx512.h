@@ -88,6 +88,9 @@ void kn_rmsnorm_act_avx512(void *restrict dst, const float *restrict x, const fl
                            int n, float eps, int act);
 void kn_silu_mul_avx512(float *y, const float *g, const float *u, int n);
 void kn_gelu_mul_avx512(float *y, const float *g, const float *u, int n);
+/* enc.c: the encoder ops of kernels/ops.h */
+void kn_layernorm_avx512(float *y, const float *x, const float *w, const float *b, int n, float eps);
+void kn_gelu_erf_avx512(float *y, const float *x, int n);
 void kn_gelu_mul_act_avx512(void *restrict dst, const float *restrict g, const float *restrict u,
                             int n, int act);
 void kn_silu_mul_act_avx512(void *restrict dst, const float *restrict g, const float *restrict u,

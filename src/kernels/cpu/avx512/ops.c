@@ -420,6 +420,8 @@ void kn_rope_avx512(float *x, int n_head, int head_dim, int pos, const float *in
         .rope_ext = kn_rope_ext_avx2, \
         .gelu_mul = kn_gelu_mul_avx512, \
         .gelu_mul_act = kn_gelu_mul_act_avx512, \
+        .layernorm = kn_layernorm_avx512, \
+        .gelu_erf = kn_gelu_erf_avx512, \
         .f16_row = kn_f16_row_avx2, \
         .int8_peak = kn_int8_peak_avx512, \
         .f32_peak = kn_f32_peak_avx512, \

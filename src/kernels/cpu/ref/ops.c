@@ -146,6 +146,8 @@ const struct kn_ops kn_ops_ref = {
     .rope_ext = kn_rope_ext_ref,
     .gelu_mul = kn_gelu_mul_ref,
     .gelu_mul_act = kn_gelu_mul_act_ref,
+    .layernorm = kn_layernorm_ref,
+    .gelu_erf = kn_gelu_erf_ref,
     .f16_row = kn_f16_row_ref,
 };
 

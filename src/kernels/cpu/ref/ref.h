@@ -35,6 +35,8 @@ DECLARE_MATMUL(kn_matmul_bf16_ref)
 DECLARE_MATMUL(kn_matmul_f32_ref)
 
 void kn_rmsnorm_ref(float *y, const float *x, const float *w, int n, float eps);
+void kn_layernorm_ref(float *y, const float *x, const float *w, const float *b, int n, float eps);
+void kn_gelu_erf_ref(float *y, const float *x, int n);
 void kn_add_rmsnorm_ref(float *restrict res, const float *restrict delta, float *restrict y,
                         const float *restrict w, int n, float eps);
 void kn_rmsnorm_act_ref(void *restrict dst, const float *restrict x, const float *restrict w,
