@@ -133,6 +133,9 @@ int32_t anvil_model_meta_str(const struct anvil_model *m, const char *key, char 
                              size_t cap);
 anvil_token anvil_token_bos(const struct anvil_model *m); /* -1 if none */
 anvil_token anvil_token_eos(const struct anvil_model *m); /* -1 if none */
+/* The separator between the two texts of a pair ([SEP] of WordPiece, </s>
+ * of XLM-R; tokenizer.ggml.seperator_token_id), else eos; -1 if neither. */
+anvil_token anvil_token_sep(const struct anvil_model *m);
 /* Whether two models share one vocabulary (same size, same bytes for every
  * token id, same end-of-generation tokens), as speculative decoding with a
  * draft model needs: ANVIL_OK, or ANVIL_ERR_INVALID with the first

@@ -23,7 +23,7 @@
  * Encoders (ARCH_ENCODER, model/encoder.c) run the same batches through
  * encoder_run instead of anvil_decode (no KV cache, bidirectional); rank
  * pooling takes their first row ([CLS]) and gives the rows after the first
- * separator (the vocabulary's eos, [SEP] in a BERT vocabulary) token type 1.
+ * separator (anvil_token_sep: [SEP] in a BERT vocabulary, else eos) token type 1.
  *
  * What it does not do: per-token outputs (pooling none).
  */
@@ -89,7 +89,7 @@ static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *s
     /* rank: an encoder scores its first row ([CLS], which attends to the
      * whole pair), a causal decoder its last */
     int rank_first = enc && pooling == ANVIL_POOL_RANK;
-    anvil_token sep = anvil_token_eos(c->m);
+    anvil_token sep = anvil_token_sep(c->m);
     int32_t n = 0;
     for (int32_t s = s0; s < s1; s++) {
         int8_t ty = 0;
@@ -234,7 +234,7 @@ int32_t anvil_rank_pair(const struct anvil_model *m, const char *query, size_t q
                         const char *doc, size_t doc_len, anvil_token *out, int32_t cap) {
     anvil_token probe[4];
     bool add_bos = anvil_tokenize(m, "", 0, probe, 4, true, false) > 0;
-    anvil_token bos = anvil_token_bos(m), eos = anvil_token_eos(m);
+    anvil_token bos = anvil_token_bos(m), eos = anvil_token_sep(m); /* between and after */
     int64_t k = 0;
     if (add_bos && bos >= 0) {
         if (k < cap) out[k] = bos;

@@ -66,6 +66,10 @@ fail:
 
 anvil_token anvil_token_bos(const struct anvil_model *m) { return tok_bos(m->vocab); }
 anvil_token anvil_token_eos(const struct anvil_model *m) { return tok_eos(m->vocab); }
+anvil_token anvil_token_sep(const struct anvil_model *m) {
+    anvil_token s = tok_sep(m->vocab);
+    return s >= 0 ? s : tok_eos(m->vocab);
+}
 bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t) {
     return tok_is_eog(m->vocab, t);
 }
