@@ -180,7 +180,9 @@ struct enc_job {
     const int8_t *types;
     int32_t *run0, *runn; /* (n_tokens) first row and length of each row's sequence */
     int32_t *out;         /* (n_tokens) output row in c->embd, or -1 */
-    float *scores;        /* (n_threads, n_tokens) attention weights */
+    int32_t *seq0;        /* (n_seqs) first row of each sequence */
+    int n_seqs, max_run;  /* sequences in the batch, the longest one's rows */
+    float *scores;        /* (n_threads, max_run^2 + head_dim * max_run) attention scratch */
 };
 
 static void matmul_rows(const struct anvil_ctx *c, const struct wmat *w, float *y, size_t ldy,
@@ -190,36 +192,41 @@ static void matmul_rows(const struct anvil_ctx *c, const struct wmat *w, float *
     wmat_matmul(c->m->ops, w, y, ldy, c->act, c->act_stride, n_tokens, r0, r1);
 }
 
-/* softmax(q k^T * scale) v for the (row, head) pairs [p0, p1). */
-static void attention(const struct enc_job *j, int p0, int p1, float *s) {
+/* softmax(Q K^T * scale) V of the (sequence, head) pairs [p0, p1), each as
+ * two matmuls of the F32 kernels (kernels/ops.h: the same bits whatever the
+ * shape, so a sequence's rows do not depend on its batch): S = Q K^T with
+ * K's rows as the weights, read in place in qkv; then, after a softmax per
+ * row, O = P V with V transposed into vt as the weights. s holds max_run^2
+ * floats, vt head_dim * max_run. */
+static void attention(const struct enc_job *j, int p0, int p1, float *s, float *vt) {
     const struct anvil_ctx *c = j->c;
     const struct model_hparams *hp = &c->m->hp;
+    kn_matmul_fn mm = c->m->ops->matmul[ANVIL_TYPE_F32];
     int hd = hp->head_dim, qd = c->q_dim;
     size_t ld = (size_t)c->qkv_dim;
     for (int p = p0; p < p1; p++) {
-        int t = p / hp->n_head, h = p % hp->n_head;
-        const float *q = c->qkv + (size_t)t * ld + (size_t)h * hd;
-        int r0 = j->run0[t], n = j->runn[t];
-        float mx = -INFINITY;
-        for (int r = 0; r < n; r++) {
-            const float *k = c->qkv + (size_t)(r0 + r) * ld + qd + (size_t)h * hd;
-            float d = 0.0f;
-            for (int i = 0; i < hd; i++) d += q[i] * k[i];
-            s[r] = d * hp->attn_scale;
-            if (s[r] > mx) mx = s[r];
+        int q = p / hp->n_head, h = p % hp->n_head;
+        int r0 = j->seq0[q], n = j->runn[r0];
+        const float *qp = c->qkv + (size_t)r0 * ld + (size_t)h * hd;
+        const float *kp = qp + qd, *vp = qp + 2 * (size_t)qd;
+        mm(s, (size_t)n, kp, ld * sizeof(float), qp, ld * sizeof(float), hd, n, 0, n);
+        for (int t = 0; t < n; t++) {
+            float *st = s + (size_t)t * n, mx = -INFINITY, sum = 0.0f;
+            for (int r = 0; r < n; r++) {
+                st[r] *= hp->attn_scale;
+                if (st[r] > mx) mx = st[r];
+            }
+            for (int r = 0; r < n; r++) {
+                st[r] = expf(st[r] - mx);
+                sum += st[r];
+            }
+            float inv = 1.0f / sum;
+            for (int r = 0; r < n; r++) st[r] *= inv;
         }
-        float sum = 0.0f;
-        for (int r = 0; r < n; r++) {
-            s[r] = expf(s[r] - mx);
-            sum += s[r];
-        }
-        float inv = 1.0f / sum, *o = c->attn + (size_t)t * qd + (size_t)h * hd;
-        for (int i = 0; i < hd; i++) o[i] = 0.0f;
-        for (int r = 0; r < n; r++) {
-            const float *v = c->qkv + (size_t)(r0 + r) * ld + 2 * (size_t)qd + (size_t)h * hd;
-            float w = s[r] * inv;
-            for (int i = 0; i < hd; i++) o[i] += w * v[i];
-        }
+        for (int r = 0; r < n; r++)
+            for (int i = 0; i < hd; i++) vt[(size_t)i * n + r] = vp[(size_t)r * ld + i];
+        mm(c->attn + (size_t)r0 * qd + (size_t)h * hd, (size_t)qd, vt, (size_t)n * sizeof(float), s,
+           (size_t)n * sizeof(float), n, n, 0, hd);
     }
 }
 
@@ -263,8 +270,10 @@ static void encoder_worker(void *arg, int ith, int nth) {
         }
         pool_barrier(c->pool);
         int p0, p1;
-        pool_split(n * hp->n_head, ith, nth, 1, &p0, &p1);
-        attention(j, p0, p1, j->scores + (size_t)ith * n);
+        size_t scr = (size_t)j->max_run * j->max_run + (size_t)hp->head_dim * j->max_run;
+        pool_split(j->n_seqs * hp->n_head, ith, nth, 1, &p0, &p1);
+        float *s = j->scores + (size_t)ith * scr;
+        attention(j, p0, p1, s, s + (size_t)j->max_run * j->max_run);
         pool_barrier(c->pool);
         for (int t = t0; t < t1; t++)
             ops->act[ly->wo.act](c->act + (size_t)t * c->act_stride, c->attn + (size_t)t * c->q_dim,
@@ -314,9 +323,9 @@ anvil_status encoder_run(struct anvil_ctx *c, const struct anvil_batch *b, const
     j.run0 = core_malloc((size_t)n * sizeof(int32_t));
     j.runn = core_malloc((size_t)n * sizeof(int32_t));
     j.out = core_malloc((size_t)n * sizeof(int32_t));
-    j.scores = core_malloc((size_t)c->n_threads * n * sizeof(float));
+    j.seq0 = core_malloc((size_t)n * sizeof(int32_t));
     anvil_status st = ANVIL_OK;
-    if (!j.run0 || !j.runn || !j.out || !j.scores) {
+    if (!j.run0 || !j.runn || !j.out || !j.seq0) {
         snprintf(c->errmsg, sizeof(c->errmsg), "encoder: out of memory");
         st = ANVIL_ERR_NOMEM;
         goto done;
@@ -357,11 +366,25 @@ anvil_status encoder_run(struct anvil_ctx *c, const struct anvil_batch *b, const
     }
     for (int t = n - 1; t >= 0; t--)
         j.runn[t] = t + 1 < n && j.run0[t + 1] == j.run0[t] ? j.runn[t + 1] : t - j.run0[t] + 1;
+    for (int t = 0; t < n; t++) {
+        if (j.run0[t] != t) continue;
+        j.seq0[j.n_seqs++] = t;
+        if (j.runn[t] > j.max_run) j.max_run = j.runn[t];
+    }
+    j.scores = core_malloc((size_t)c->n_threads *
+                           ((size_t)j.max_run * j.max_run + (size_t)m->hp.head_dim * j.max_run) *
+                           sizeof(float));
+    if (!j.scores) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "encoder: out of memory");
+        st = ANVIL_ERR_NOMEM;
+        goto done;
+    }
     pool_run(c->pool, encoder_worker, &j);
 done:
     core_free(j.run0);
     core_free(j.runn);
     core_free(j.out);
     core_free(j.scores);
+    core_free(j.seq0);
     return st;
 }
