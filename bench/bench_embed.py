@@ -62,7 +62,7 @@ def run_llama(bin_dir, model, path, one, n, threads, pooling, seqs):
         return {"error": f"{exe} missing (bench/build_llamacpp.sh builds it)"}
 
     def wall(f):
-        cmd = [exe, "-m", model, "-f", f, "--pooling", pooling, "-t", str(threads), "-c", "4096",
+        cmd = [exe, "-m", model, "-f", f, "--pooling", pooling, "-t", str(threads), "-c", str(max(4096, 512 * seqs)),
                "-b", "2048", "-ub", "2048", "--embd-normalize", "2", "--embd-output-format", "json",
                "-np", str(seqs), "--no-warmup"]
         t0 = time.perf_counter()
