@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "args.h"
 
@@ -81,6 +82,35 @@ int cli_int_list(const char *cmd, const char *opt, const char *s, long lo, long 
     cli_fail(cmd, "%s expects a comma-separated list of up to %d integers in [%ld, %ld], got '%s'",
              opt, cap, lo, hi, s);
     return -1;
+}
+
+bool cli_read_lines(const char *cmd, const char *path, char **buf, const char ***list, int *n) {
+    size_t len;
+    if (!(*buf = cli_read_file(path, &len))) {
+        cli_fail(cmd, "cannot read %s: %s", path, strerror(errno));
+        return false;
+    }
+    size_t lines = 1;
+    for (size_t i = 0; i < len; i++) lines += (*buf)[i] == '\n';
+    if (lines > (size_t)INT32_MAX - (size_t)*n - 1) {
+        cli_fail(cmd, "%s has too many lines", path);
+        return false;
+    }
+    const char **l2 = realloc(*list, ((size_t)*n + lines + 1) * sizeof(**list));
+    if (!l2) {
+        cli_fail(cmd, "out of memory");
+        return false;
+    }
+    *list = l2;
+    for (char *p = *buf, *nl; p && *p; p = nl ? nl + 1 : NULL) {
+        nl = strchr(p, '\n');
+        if (nl) *nl = '\0';
+        size_t l = strlen(p);
+        if (l && p[l - 1] == '\r') p[--l] = '\0';
+        if (l) (*list)[(*n)++] = p;
+    }
+    (*list)[*n] = NULL;
+    return true;
 }
 
 char *cli_read_file(const char *path, size_t *len) {

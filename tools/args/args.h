@@ -32,4 +32,10 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i);
  * it cannot be read. The caller frees it with free(). */
 char *cli_read_file(const char *path, size_t *len);
 
+/* The non-empty lines of the file at path (a trailing CR dropped) appended
+ * to the array *list of *n strings, which grows (realloc) with room for a
+ * NULL after them. The lines point into *buf, the file's bytes, which the
+ * caller frees with free(). Returns false after cli_fail(cmd, ...). */
+bool cli_read_lines(const char *cmd, const char *path, char **buf, const char ***list, int *n);
+
 #endif

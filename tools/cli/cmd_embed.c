@@ -131,28 +131,7 @@ int cmd_embed(int argc, char **argv) {
         cli_fail("embed", "a model is required (-m FILE)");
         goto out;
     }
-    if (file) {
-        size_t len;
-        if (!(fbuf = cli_read_file(file, &len))) {
-            cli_fail("embed", "cannot read %s: %s", file, strerror(errno));
-            goto out;
-        }
-        size_t lines = 1;
-        for (size_t i = 0; i < len; i++) lines += fbuf[i] == '\n';
-        const char **t2 = realloc(texts, ((size_t)n_texts + lines + 1) * sizeof(*texts));
-        if (!t2) {
-            cli_fail("embed", "out of memory");
-            goto out;
-        }
-        texts = t2;
-        for (char *p = fbuf, *nl; p && *p; p = nl ? nl + 1 : NULL) {
-            nl = strchr(p, '\n');
-            if (nl) *nl = '\0';
-            size_t l = strlen(p);
-            if (l && p[l - 1] == '\r') p[--l] = '\0';
-            if (l) texts[n_texts++] = p;
-        }
-    }
+    if (file && !cli_read_lines("embed", file, &fbuf, &texts, &n_texts)) goto out;
     if (n_texts == 0) {
         cli_fail("embed", "no input: give texts as arguments or --file FILE");
         goto out;

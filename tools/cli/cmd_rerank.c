@@ -11,7 +11,6 @@
  * line; --top-n keeps the best N. What it does not do: echo documents back
  * (the caller has them, by index).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,28 +94,7 @@ int cmd_rerank(int argc, char **argv) {
         cli_fail("rerank", "a query is required (--query TEXT)");
         goto out;
     }
-    if (file) {
-        size_t len;
-        if (!(fbuf = cli_read_file(file, &len))) {
-            cli_fail("rerank", "cannot read %s: %s", file, strerror(errno));
-            goto out;
-        }
-        size_t lines = 1;
-        for (size_t i = 0; i < len; i++) lines += fbuf[i] == '\n';
-        const char **d2 = realloc(docs, ((size_t)n_docs + lines + 1) * sizeof(*docs));
-        if (!d2) {
-            cli_fail("rerank", "out of memory");
-            goto out;
-        }
-        docs = d2;
-        for (char *p = fbuf, *nl; p && *p; p = nl ? nl + 1 : NULL) {
-            nl = strchr(p, '\n');
-            if (nl) *nl = '\0';
-            size_t l = strlen(p);
-            if (l && p[l - 1] == '\r') p[--l] = '\0';
-            if (l) docs[n_docs++] = p;
-        }
-    }
+    if (file && !cli_read_lines("rerank", file, &fbuf, &docs, &n_docs)) goto out;
     if (n_docs == 0) {
         cli_fail("rerank", "no documents: give them as arguments or --file FILE");
         goto out;
