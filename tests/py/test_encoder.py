@@ -498,6 +498,35 @@ def test_nomic_vs_llama_cpp(nomic_files):
     del llm
 
 
+def test_nomic_ref_kernels_agree(nomic_files):
+    """RoPE and the gated SiLU through the reference kernels
+    (ANVIL_KERNELS=ref) give the vectors of the best this CPU runs."""
+    path, w = nomic_files["F32"]
+    best = anvil_embed(path, SEQS)
+    env = dict(os.environ, ANVIL_KERNELS="ref")
+    p = subprocess.run([ANVIL, "embed", "-m", path, "--tokens", "-t", "2",
+                        *[" ".join(map(str, s)) for s in SEQS]], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    ref = np.array(json.loads(p.stdout))
+    assert np.abs(best - ref).max() < 1e-5
+    for g, s in zip(ref, SEQS):
+        assert cos(g, nomic_pooled(w, s)) >= 0.9999
+
+
+def test_nomic_asan(nomic_files, tmp_path):
+    asan = os.path.join(ROOT, "bin", "anvil-asan")
+    if not os.path.exists(asan):
+        pytest.skip("no ASan build (make MODE=asan)")
+    path, w = nomic_files["Q8_0"]
+    got = anvil_embed(path, SEQS[:3], binary=asan)
+    for g, s in zip(got, SEQS[:3]):
+        assert cos(g, nomic_pooled(w, s)) >= 0.999
+    bad = str(tmp_path / "bad.gguf")
+    make_bert(bad, drop=("blk.1.attn_qkv.weight",), arch="nomic-bert")
+    p = run([asan, "embed", "-m", bad, "--tokens", "1 2"], capture_output=True, text=True)
+    assert p.returncode == 2 and "attn_qkv" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("drop,msg", [
     (("blk.1.ffn_gate.weight",), "blk.1.ffn_gate.weight"),
     (("blk.0.attn_qkv.weight",), "blk.0.attn_qkv.weight"),
