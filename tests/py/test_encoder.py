@@ -498,6 +498,31 @@ def test_nomic_vs_llama_cpp(nomic_files):
     del llm
 
 
+def test_nomic_fused_bias_vs_llama_cpp(tmp_path):
+    """A fused attn_qkv.bias (nomic v1.5 has none; the path is shared with
+    any encoder that fuses Q/K/V) is added as llama.cpp adds it."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    rng = np.random.default_rng(3)
+    path = str(tmp_path / "nomic-bias.gguf")
+    make_bert(path, arch="nomic-bert", seed=5, override={
+        f"blk.{l}.attn_qkv.bias": (0.3 * rng.normal(size=3 * N_EMBD)).astype(np.float32)
+        for l in range(N_LAYER)})
+    try:
+        llm = llama_cpp.Llama(path, embedding=True, verbose=False, n_ctx=64, n_batch=64,
+                              n_ubatch=64)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"llama.cpp does not load the tiny nomic-bert: {e}")
+    llm.tokenize = lambda b, *a, **k: SEQS[int(b.decode())]
+    ref = np.array(llm.embed([str(i) for i in range(len(SEQS))], normalize=True))
+    got = anvil_embed(path, SEQS)
+    for g, r, s in zip(got, ref, SEQS):
+        assert cos(g, r) >= 0.9999, s
+    del llm
+    plain = str(tmp_path / "nomic-plain.gguf")  # the same weights, no bias: the bias matters
+    make_bert(plain, arch="nomic-bert", seed=5)
+    assert cos(got[2], anvil_embed(plain, [SEQS[2]])[0]) < 0.9999
+
+
 def test_nomic_ref_kernels_agree(nomic_files):
     """RoPE and the gated SiLU through the reference kernels
     (ANVIL_KERNELS=ref) give the vectors of the best this CPU runs."""
