@@ -40,7 +40,12 @@
  *                       ffn_{gate,up,down}_exps.bias), required.
  *   ARCH_ENCODER        a BERT-style bidirectional encoder: model/encoder.c
  *                       binds its tensors and runs it (anvil_embed only);
- *                       forward.c never sees it.
+ *                       forward.c never sees it. Its act MODEL_ACT_SILU
+ *                       means the gated SiLU FFN (ffn_gate, ffn_up: nomic-bert),
+ *                       any other the erf GELU of ffn_up alone (BERT);
+ *   ARCH_ENC_ROPE       an encoder rotates q and k (the descriptor's rope
+ *                       layout, rope.freq_base) instead of adding learned
+ *                       positions (position_embd).
  *
  * Reference: llama.cpp src/models/<arch>.cpp and its convert_hf_to_gguf.py
  * (tensor names, which metadata each architecture writes).
@@ -67,6 +72,7 @@ enum {
     ARCH_ATTN_SINKS = 1u << 10,  /* attn_sinks and attn_output.bias (gpt-oss) */
     ARCH_MOE_GATING_SW = 1u << 11, /* softmax over the top-k logits; router/expert biases */
     ARCH_ENCODER = 1u << 12,     /* bidirectional encoder (model/encoder.c): embeds, no logits */
+    ARCH_ENC_ROPE = 1u << 13,    /* with ARCH_ENCODER: RoPE on q and k, no position_embd */
 };
 
 struct model_loader;
@@ -113,5 +119,6 @@ extern const struct arch_desc arch_olmoe;
 extern const struct arch_desc arch_granitemoe;
 extern const struct arch_desc arch_gptoss;
 extern const struct arch_desc arch_bert;
+extern const struct arch_desc arch_nomic_bert;
 
 #endif

@@ -1,6 +1,9 @@
 /*
  * encoder.c - the bidirectional encoder forward pass (BERT's block, as
  * the arch descriptors with ARCH_ENCODER bind it) and its weights' binding.
+ * nomic-bert (arch/nomic_bert.c) changes three steps: no position_embd,
+ * q and k rotated by RoPE after the bias (ARCH_ENC_ROPE); the FFN is
+ * Wdown (silu(Wgate x) * (Wup x)) (act MODEL_ACT_SILU).
  *
  * Per batch (one pool_run, phases split by pool_barrier like forward.c):
  *
@@ -31,6 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/arch.h"
 #include "model/ctx_int.h"
 #include "model/encoder.h"
 #include "model/loader.h"
@@ -61,20 +65,41 @@ static anvil_status bind_layer(struct model_loader *L, struct anvil_model *m, in
     int ne = hp->n_embd, q_dim = hp->n_head * hp->head_dim;
     char n0[96], n1[96], n2[96];
     anvil_status st = ANVIL_OK;
-    snprintf(n0, sizeof(n0), "blk.%d.attn_q.weight", l);
-    snprintf(n1, sizeof(n1), "blk.%d.attn_k.weight", l);
-    snprintf(n2, sizeof(n2), "blk.%d.attn_v.weight", l);
-    const char *qkv[3] = {n0, n1, n2};
-    int rows[3] = {q_dim, q_dim, q_dim};
-    if (!loader_bind_wmat(L, &ly->wqkv, ne, 3, qkv, rows)) return ANVIL_ERR_FORMAT;
-    if (!(ly->qkv_bias = core_calloc((size_t)3 * q_dim, sizeof(float)))) return ANVIL_ERR_NOMEM;
-    static const char *const which[3] = {"q", "k", "v"};
-    for (int i = 0; i < 3; i++) {
-        float *b = NULL;
-        snprintf(n0, sizeof(n0), "blk.%d.attn_%s.bias", l, which[i]);
-        TRY(loader_floats(L, n0, q_dim, 0, false, &b));
-        if (b) memcpy(ly->qkv_bias + (size_t)i * q_dim, b, (size_t)q_dim * sizeof(float));
-        core_free(b);
+    /* Q, K, V: one fused attn_qkv (nomic-bert) or three tensors (BERT);
+     * the fused bias, else one bias per part, else zeros (llama.cpp's
+     * create_tensor_qkv accepts the same combinations) */
+    snprintf(n0, sizeof(n0), "blk.%d.attn_qkv.weight", l);
+    bool fused = gguf_find_tensor(L->f, n0) != NULL;
+    snprintf(n1, sizeof(n1), "blk.%d.attn_q.weight", l);
+    if (!fused && (m->arch->flags & ARCH_FUSED_QKV) && !gguf_find_tensor(L->f, n1)) {
+        loader_error(L, "model: missing tensor %s (or attn_q/k/v)", n0);
+        return ANVIL_ERR_FORMAT;
+    }
+    if (fused) {
+        if (!wmat1(L, &ly->wqkv, n0, ne, 3 * q_dim)) return ANVIL_ERR_FORMAT;
+    } else {
+        snprintf(n0, sizeof(n0), "blk.%d.attn_q.weight", l);
+        snprintf(n1, sizeof(n1), "blk.%d.attn_k.weight", l);
+        snprintf(n2, sizeof(n2), "blk.%d.attn_v.weight", l);
+        const char *qkv[3] = {n0, n1, n2};
+        int rows[3] = {q_dim, q_dim, q_dim};
+        if (!loader_bind_wmat(L, &ly->wqkv, ne, 3, qkv, rows)) return ANVIL_ERR_FORMAT;
+    }
+    float *fb = NULL;
+    snprintf(n0, sizeof(n0), "blk.%d.attn_qkv.bias", l);
+    if (fused) TRY(loader_floats(L, n0, 3 * q_dim, 0, false, &fb));
+    if (fb) {
+        ly->qkv_bias = fb;
+    } else {
+        if (!(ly->qkv_bias = core_calloc((size_t)3 * q_dim, sizeof(float)))) return ANVIL_ERR_NOMEM;
+        static const char *const which[3] = {"q", "k", "v"};
+        for (int i = 0; i < 3; i++) {
+            float *b = NULL;
+            snprintf(n0, sizeof(n0), "blk.%d.attn_%s.bias", l, which[i]);
+            TRY(loader_floats(L, n0, q_dim, 0, false, &b));
+            if (b) memcpy(ly->qkv_bias + (size_t)i * q_dim, b, (size_t)q_dim * sizeof(float));
+            core_free(b);
+        }
     }
     snprintf(n0, sizeof(n0), "blk.%d.attn_output.weight", l);
     if (!wmat1(L, &ly->wo, n0, q_dim, ne)) return ANVIL_ERR_FORMAT;
@@ -85,7 +110,15 @@ static anvil_status bind_layer(struct model_loader *L, struct anvil_model *m, in
     snprintf(n0, sizeof(n0), "blk.%d.attn_output_norm.bias", l);
     TRY(vec(L, n0, ne, true, &el->ln_attn_b));
     snprintf(n0, sizeof(n0), "blk.%d.ffn_up.weight", l);
-    if (!wmat1(L, &ly->wgu, n0, ne, hp->n_ff)) return ANVIL_ERR_FORMAT;
+    if (m->enc->swiglu) {
+        /* gate rows then up rows, as forward.c's wgu: gu = [g | u] per row */
+        snprintf(n1, sizeof(n1), "blk.%d.ffn_gate.weight", l);
+        const char *gu[2] = {n1, n0};
+        int rows[2] = {hp->n_ff, hp->n_ff};
+        if (!loader_bind_wmat(L, &ly->wgu, ne, 2, gu, rows)) return ANVIL_ERR_FORMAT;
+    } else if (!wmat1(L, &ly->wgu, n0, ne, hp->n_ff)) {
+        return ANVIL_ERR_FORMAT;
+    }
     snprintf(n0, sizeof(n0), "blk.%d.ffn_up.bias", l);
     TRY(vec(L, n0, hp->n_ff, false, &el->up_b));
     snprintf(n0, sizeof(n0), "blk.%d.ffn_down.weight", l);
@@ -100,22 +133,8 @@ fail:
     return st;
 }
 
-anvil_status encoder_bind(struct model_loader *L, struct anvil_model *m) {
-    const struct model_hparams *hp = &m->hp;
-    int ne = hp->n_embd;
-    anvil_status st = ANVIL_OK;
-    if (hp->n_head_kv != hp->n_head) {
-        loader_error(L, "model: an encoder with grouped K/V heads (%d of %d) is not supported",
-                     hp->n_head_kv, hp->n_head);
-        return ANVIL_ERR_UNSUPPORTED;
-    }
-    if (!(m->enc = core_calloc(1, sizeof(*m->enc)))) return ANVIL_ERR_NOMEM;
-    struct enc_model *e = m->enc;
-    const struct gguf_tensor *te = loader_bind(L, "token_embd.weight", ne, hp->n_vocab, true);
-    if (!te) return ANVIL_ERR_FORMAT;
-    m->tok_embd = te->data;
-    m->tok_embd_type = te->type;
-    m->tok_embd_row_bytes = gguf_row_size(te->type, (uint64_t)ne);
+/* position_embd.weight: (n_pos, n_embd) learned positions (BERT). */
+static anvil_status bind_positions(struct model_loader *L, struct enc_model *e, int ne) {
     const struct gguf_tensor *tp = gguf_find_tensor(L->f, "position_embd.weight");
     if (!tp) {
         loader_error(L, "model: missing tensor position_embd.weight");
@@ -130,6 +149,43 @@ anvil_status encoder_bind(struct model_loader *L, struct anvil_model *m) {
     e->pos_type = tp->type;
     e->pos_row_bytes = gguf_row_size(tp->type, (uint64_t)ne);
     e->n_pos = (int)tp->ne[1];
+    return ANVIL_OK;
+}
+
+anvil_status encoder_bind(struct model_loader *L, struct anvil_model *m) {
+    const struct model_hparams *hp = &m->hp;
+    int ne = hp->n_embd;
+    anvil_status st = ANVIL_OK;
+    if (hp->n_head_kv != hp->n_head) {
+        loader_error(L, "model: an encoder with grouped K/V heads (%d of %d) is not supported",
+                     hp->n_head_kv, hp->n_head);
+        return ANVIL_ERR_UNSUPPORTED;
+    }
+    if (!(m->enc = core_calloc(1, sizeof(*m->enc)))) return ANVIL_ERR_NOMEM;
+    struct enc_model *e = m->enc;
+    e->rope = (m->arch->flags & ARCH_ENC_ROPE) != 0;
+    e->swiglu = hp->act == MODEL_ACT_SILU;
+    const struct gguf_tensor *te = loader_bind(L, "token_embd.weight", ne, hp->n_vocab, true);
+    if (!te) return ANVIL_ERR_FORMAT;
+    m->tok_embd = te->data;
+    m->tok_embd_type = te->type;
+    m->tok_embd_row_bytes = gguf_row_size(te->type, (uint64_t)ne);
+    if (e->rope) {
+        if (hp->yarn_factor > 0.0f) {
+            loader_error(L, "model: an encoder with YaRN RoPE scaling is not supported");
+            return ANVIL_ERR_UNSUPPORTED;
+        }
+        /* inv_freq_i = rope_scale * base^(-2i/n_rot), as model_bind.c's
+         * rope_freqs without YaRN and per-dim factors */
+        int half = hp->n_rot / 2;
+        if (!(m->inv_freq = core_malloc((size_t)half * sizeof(float)))) return ANVIL_ERR_NOMEM;
+        for (int i = 0; i < half; i++)
+            m->inv_freq[i] = (float)((double)hp->rope_scale *
+                                     pow((double)hp->rope_base, -2.0 * i / hp->n_rot));
+        e->n_pos = hp->n_ctx_train;
+    } else {
+        TRY(bind_positions(L, e, ne));
+    }
     const struct gguf_tensor *tt = gguf_find_tensor(L->f, "token_types.weight");
     if (tt) {
         int64_t nt = tt->n_dims == 2 ? (int64_t)tt->ne[1] : tt->n_dims == 1 ? 1 : 0;
@@ -249,8 +305,11 @@ static void encoder_worker(void *arg, int ith, int nth) {
         float *x = c->x + (size_t)t * ne;
         kn_dequantize_row(m->tok_embd_type, m->tok_embd + (size_t)b->token[t] * m->tok_embd_row_bytes,
                           x, ne);
-        kn_dequantize_row(e->pos_type, e->pos_embd + (size_t)b->pos[t] * e->pos_row_bytes, tmp, ne);
-        for (int i = 0; i < ne; i++) x[i] += tmp[i];
+        if (!e->rope) {
+            kn_dequantize_row(e->pos_type, e->pos_embd + (size_t)b->pos[t] * e->pos_row_bytes, tmp,
+                              ne);
+            for (int i = 0; i < ne; i++) x[i] += tmp[i];
+        }
         if (e->type_embd) {
             const float *ty = e->type_embd + (size_t)(j->types ? j->types[t] : 0) * ne;
             for (int i = 0; i < ne; i++) x[i] += ty[i];
@@ -267,6 +326,12 @@ static void encoder_worker(void *arg, int ith, int nth) {
         for (int t = t0; t < t1; t++) {
             float *r = c->qkv + (size_t)t * c->qkv_dim;
             for (int i = 0; i < c->qkv_dim; i++) r[i] += ly->qkv_bias[i];
+            if (e->rope) {
+                int neox = hp->rope == MODEL_ROPE_NEOX;
+                ops->rope_ext(r, hp->n_head, hp->head_dim, hp->n_rot, b->pos[t], m->inv_freq, neox);
+                ops->rope_ext(r + c->q_dim, hp->n_head, hp->head_dim, hp->n_rot, b->pos[t],
+                              m->inv_freq, neox);
+            }
         }
         pool_barrier(c->pool);
         int p0, p1;
@@ -288,12 +353,19 @@ static void encoder_worker(void *arg, int ith, int nth) {
             ops->act[ly->wgu.act](c->act + (size_t)t * c->act_stride, x, ne);
         }
         pool_barrier(c->pool);
-        matmul_rows(c, &ly->wgu, c->gu, (size_t)nff, n, ith, nth);
+        size_t ldg = (size_t)nff * (e->swiglu ? 2 : 1); /* gu row: [up] or [gate | up] */
+        matmul_rows(c, &ly->wgu, c->gu, ldg, n, ith, nth);
         pool_barrier(c->pool);
         for (int t = t0; t < t1; t++) {
-            float *g = c->gu + (size_t)t * nff;
-            for (int i = 0; i < nff; i++) g[i] += el->up_b[i];
-            ops->gelu_erf(g, g, nff);
+            float *g = c->gu + (size_t)t * ldg;
+            if (e->swiglu) {
+                float *u = g + nff;
+                for (int i = 0; i < nff; i++) u[i] += el->up_b[i];
+                ops->silu_mul(g, g, u, nff);
+            } else {
+                for (int i = 0; i < nff; i++) g[i] += el->up_b[i];
+                ops->gelu_erf(g, g, nff);
+            }
             ops->act[ly->wdown.act](c->act + (size_t)t * c->act_stride, g, nff);
         }
         pool_barrier(c->pool);

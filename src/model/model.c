@@ -36,7 +36,7 @@ struct anvil_model_params anvil_model_default_params(void) {
 static const struct arch_desc *const archs[] = {
     &arch_llama, &arch_qwen2,    &arch_qwen3, &arch_gemma3,     &arch_phi3,
     &arch_qwen2moe, &arch_qwen3moe, &arch_olmoe, &arch_granitemoe,
-    &arch_gptoss, &arch_bert};
+    &arch_gptoss, &arch_bert, &arch_nomic_bert};
 
 const struct arch_desc *arch_find(const char *name, size_t len) {
     for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)

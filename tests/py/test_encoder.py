@@ -12,7 +12,11 @@ are token ids):
 - rank pooling (a reranker's cls head on the [CLS] row, the document part
   token type 1) against numpy, through `anvil embed` and `anvil rerank`;
 - bad files (a missing tensor, a wrong shape) and bad input exit 2 with a
-  message; one case on the ASan binary.
+  message; one case on the ASan binary;
+- nomic-bert (src/model/arch/nomic_bert.c: fused attn_qkv, NeoX RoPE
+  instead of learned positions, gated SiLU FFN, no biases) against its own
+  numpy forward (nomic_ref) and llama-cpp-python, batched and alone, and
+  its missing tensors.
 """
 import json
 import os
@@ -71,15 +75,48 @@ def weights(seed, rank):
     return w
 
 
-def make_bert(path, pooling="mean", wtype="F32", seed=0, drop=(), override=None):
-    """Write a tiny bert GGUF; returns the weights as the file holds them
-    (float64, quantized matrices dequantized)."""
-    w = weights(seed, pooling == "rank")
+def nomic_weights(seed):
+    """nomic-bert's tensors (llama.cpp's names): no position_embd, one
+    attn_qkv, ffn_gate beside ffn_up, no biases but the LayerNorms'."""
+    rng = np.random.default_rng(seed)
+    f = np.float32
+
+    def mat(r, c, s=1.0):
+        return rng.normal(0, s / np.sqrt(c), (r, c)).astype(f)
+
+    def vec(n, s=0.1, base=0.0):
+        return (base + s * rng.normal(size=n)).astype(f)
+
+    w = {"token_embd.weight": rng.normal(0, 1, (N_VOCAB, N_EMBD)).astype(f),
+         "token_types.weight": rng.normal(0, 0.5, (2, N_EMBD)).astype(f),
+         "token_embd_norm.weight": vec(N_EMBD, base=1.0), "token_embd_norm.bias": vec(N_EMBD)}
+    for l in range(N_LAYER):
+        p = f"blk.{l}."
+        w[p + "attn_qkv.weight"] = mat(3 * N_EMBD, N_EMBD, 2.0)
+        w[p + "attn_output.weight"] = mat(N_EMBD, N_EMBD)
+        w[p + "ffn_gate.weight"] = mat(N_FF, N_EMBD, 2.0)
+        w[p + "ffn_up.weight"] = mat(N_FF, N_EMBD)
+        w[p + "ffn_down.weight"] = mat(N_EMBD, N_FF)
+        for n in ("attn_output_norm", "layer_output_norm"):
+            w[p + n + ".weight"] = vec(N_EMBD, base=1.0)
+            w[p + n + ".bias"] = vec(N_EMBD)
+    return w
+
+
+NOMIC_BASE = 1000.0  # nomic-embed-text's rotary base
+
+
+def make_bert(path, pooling="mean", wtype="F32", seed=0, drop=(), override=None, arch="bert"):
+    """Write a tiny bert (or nomic-bert) GGUF; returns the weights as the
+    file holds them (float64, quantized matrices dequantized)."""
+    w = nomic_weights(seed) if arch == "nomic-bert" else weights(seed, pooling == "rank")
     for k in drop:
         del w[k]
     w.update(override or {})
-    wr = gguf.GGUFWriter(path, "bert")
-    wr.add_name("anvil-tiny-bert")
+    wr = gguf.GGUFWriter(path, arch)
+    wr.add_name("anvil-tiny-" + arch)
+    if arch == "nomic-bert":
+        wr.add_rope_freq_base(NOMIC_BASE)
     wr.add_block_count(N_LAYER)
     wr.add_context_length(N_POS)
     wr.add_embedding_length(N_EMBD)
@@ -149,6 +186,41 @@ def bert_ref(w, ids, types=None):
         h = lin(x, p + "ffn_up")
         h = 0.5 * h * (1 + erf(h / np.sqrt(2)))
         x = ln(x + lin(h, p + "ffn_down"), p + "layer_output_norm")
+    return x
+
+
+def nomic_ref(w, ids):
+    """nomic-bert's final hidden states (n, n_embd) of one sequence: BERT's
+    post-norm block with RoPE (NeoX pairs (i, i + head_dim/2)) on q and k
+    instead of learned positions, and silu(gate) * up in the FFN."""
+    def ln(x, p):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) / np.sqrt(v + EPS) * w[p + ".weight"] + w[p + ".bias"]
+
+    def rope(x):  # (n, n_head, head_dim)
+        hd = x.shape[-1]
+        half = hd // 2
+        theta = np.arange(x.shape[0])[:, None] * NOMIC_BASE ** (-2.0 * np.arange(half) / hd)
+        c, s_ = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+        a, b = x[..., :half], x[..., half:]
+        return np.concatenate([a * c - b * s_, a * s_ + b * c], -1)
+
+    n = len(ids)
+    x = ln(w["token_embd.weight"][ids] + w["token_types.weight"][0], "token_embd_norm")
+    for L in range(N_LAYER):
+        p = f"blk.{L}."
+        qkv = x @ w[p + "attn_qkv.weight"].T
+        q, k, v = (qkv[:, i * N_EMBD:(i + 1) * N_EMBD].reshape(n, N_HEAD, -1) for i in range(3))
+        q, k = rope(q), rope(k)
+        s = np.einsum("ihd,jhd->hij", q, k) / np.sqrt(q.shape[-1])
+        s = np.exp(s - s.max(-1, keepdims=True))
+        s /= s.sum(-1, keepdims=True)
+        ctx = np.einsum("hij,jhd->ihd", s, v).reshape(n, -1)
+        x = ln(x + ctx @ w[p + "attn_output.weight"].T, p + "attn_output_norm")
+        g = x @ w[p + "ffn_gate.weight"].T
+        h = g / (1 + np.exp(-g)) * (x @ w[p + "ffn_up.weight"].T)
+        x = ln(x + h @ w[p + "ffn_down.weight"].T, p + "layer_output_norm")
     return x
 
 
@@ -366,3 +438,128 @@ def test_served(files, tmp_path):
             assert abs(r["relevance_score"] - ref) <= 1e-4 * max(1.0, abs(ref)), (r, ref)
     finally:
         assert s.stop() == 0, s.stderr()
+
+
+# ---------------------------------------------------------------------------
+# nomic-bert
+
+@pytest.fixture(scope="module")
+def nomic_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("nomic")
+    out = {}
+    for wt in ("F32", "F16", "Q8_0"):
+        path = str(d / f"nomic-{wt}.gguf")
+        out[wt] = (path, make_bert(path, "mean", wt, seed=11, arch="nomic-bert"))
+    return out
+
+
+def nomic_pooled(w, ids):
+    v = nomic_ref(w, ids).mean(0)
+    return v / np.linalg.norm(v)
+
+
+@pytest.mark.parametrize("wt", ["F32", "F16", "Q8_0"])
+def test_nomic_vs_numpy(nomic_files, wt):
+    path, w = nomic_files[wt]
+    got = anvil_embed(path, SEQS, "-b", "48")
+    # Q8_0 matmuls quantize the activations to 8 bits too (the reference
+    # holds the dequantized weights only): 0.9996 seen on the gated FFN
+    tol = 0.999 if wt == "Q8_0" else 0.9999
+    for g, s in zip(got, SEQS):
+        ref = nomic_pooled(w, s)
+        c = cos(g, ref)
+        assert c >= tol, (wt, s, c)
+        if wt == "F32":
+            assert np.abs(g - ref).max() < 1e-4, (s, np.abs(g - ref).max())
+    # RoPE makes the order matter (no learned positions could hide a bug)
+    assert cos(got[0], anvil_embed(path, [SEQS[0][::-1]])[0]) < 0.9999
+
+
+def test_nomic_batch_equals_one_at_a_time(nomic_files):
+    path, _ = nomic_files["F32"]
+    together = anvil_embed(path, SEQS)
+    alone = np.array([anvil_embed(path, [s])[0] for s in SEQS])
+    assert np.abs(together - alone).max() < 1e-6
+
+
+def test_nomic_vs_llama_cpp(nomic_files):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    path, _ = nomic_files["F32"]
+    try:
+        llm = llama_cpp.Llama(path, embedding=True, verbose=False, n_ctx=64, n_batch=64,
+                              n_ubatch=64)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"llama.cpp does not load the tiny nomic-bert: {e}")
+    llm.tokenize = lambda b, *a, **k: SEQS[int(b.decode())]
+    ref = np.array(llm.embed([str(i) for i in range(len(SEQS))], normalize=True))
+    got = anvil_embed(path, SEQS)
+    for g, r, s in zip(got, ref, SEQS):
+        assert cos(g, r) >= 0.9999, s
+    del llm
+
+
+def test_nomic_fused_bias_vs_llama_cpp(tmp_path):
+    """A fused attn_qkv.bias (nomic v1.5 has none; the path is shared with
+    any encoder that fuses Q/K/V) is added as llama.cpp adds it."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    rng = np.random.default_rng(3)
+    path = str(tmp_path / "nomic-bias.gguf")
+    make_bert(path, arch="nomic-bert", seed=5, override={
+        f"blk.{l}.attn_qkv.bias": (0.3 * rng.normal(size=3 * N_EMBD)).astype(np.float32)
+        for l in range(N_LAYER)})
+    try:
+        llm = llama_cpp.Llama(path, embedding=True, verbose=False, n_ctx=64, n_batch=64,
+                              n_ubatch=64)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"llama.cpp does not load the tiny nomic-bert: {e}")
+    llm.tokenize = lambda b, *a, **k: SEQS[int(b.decode())]
+    ref = np.array(llm.embed([str(i) for i in range(len(SEQS))], normalize=True))
+    got = anvil_embed(path, SEQS)
+    for g, r, s in zip(got, ref, SEQS):
+        assert cos(g, r) >= 0.9999, s
+    del llm
+    plain = str(tmp_path / "nomic-plain.gguf")  # the same weights, no bias: the bias matters
+    make_bert(plain, arch="nomic-bert", seed=5)
+    assert cos(got[2], anvil_embed(plain, [SEQS[2]])[0]) < 0.9999
+
+
+def test_nomic_ref_kernels_agree(nomic_files):
+    """RoPE and the gated SiLU through the reference kernels
+    (ANVIL_KERNELS=ref) give the vectors of the best this CPU runs."""
+    path, w = nomic_files["F32"]
+    best = anvil_embed(path, SEQS)
+    env = dict(os.environ, ANVIL_KERNELS="ref")
+    p = subprocess.run([ANVIL, "embed", "-m", path, "--tokens", "-t", "2",
+                        *[" ".join(map(str, s)) for s in SEQS]], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    ref = np.array(json.loads(p.stdout))
+    assert np.abs(best - ref).max() < 1e-5
+    for g, s in zip(ref, SEQS):
+        assert cos(g, nomic_pooled(w, s)) >= 0.9999
+
+
+def test_nomic_asan(nomic_files, tmp_path):
+    asan = os.path.join(ROOT, "bin", "anvil-asan")
+    if not os.path.exists(asan):
+        pytest.skip("no ASan build (make MODE=asan)")
+    path, w = nomic_files["Q8_0"]
+    got = anvil_embed(path, SEQS[:3], binary=asan)
+    for g, s in zip(got, SEQS[:3]):
+        assert cos(g, nomic_pooled(w, s)) >= 0.999
+    bad = str(tmp_path / "bad.gguf")
+    make_bert(bad, drop=("blk.1.attn_qkv.weight",), arch="nomic-bert")
+    p = run([asan, "embed", "-m", bad, "--tokens", "1 2"], capture_output=True, text=True)
+    assert p.returncode == 2 and "attn_qkv" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("drop,msg", [
+    (("blk.1.ffn_gate.weight",), "blk.1.ffn_gate.weight"),
+    (("blk.0.attn_qkv.weight",), "blk.0.attn_qkv.weight"),
+    (("blk.1.layer_output_norm.bias",), "blk.1.layer_output_norm.bias"),
+])
+def test_nomic_bad_files(tmp_path, drop, msg):
+    path = str(tmp_path / "bad.gguf")
+    make_bert(path, drop=drop, arch="nomic-bert")
+    p = run([ANVIL, "embed", "-m", path, "--tokens", "1 2 3"], capture_output=True, text=True)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert msg in p.stderr, p.stderr
