@@ -50,12 +50,40 @@ void engine_drop_cancelled(struct anvil_engine *e) {
             engine_finish(e, e->running[s], ANVIL_FINISH_CANCELLED, NULL, false);
 }
 
+/* Whether r shares whole blocks of its prompt, past the `reused` the
+ * cache gave it, with a running request whose prefill has not computed
+ * them yet: admitted now, r would compute them a second time beside it
+ * (n > 1 choices, or the same prompt sent at once by several clients);
+ * held back a step or a few, it finds them in the prefix cache. Only a
+ * running request still in its prefill can hold r back, so r waits at
+ * most until that prefill ends (or is preempted). */
+static bool prefix_in_flight(const struct anvil_engine *e, const struct request *r,
+                             int32_t reused, int32_t bs) {
+    if (bs <= 0 || r->prompt_lp) return false;
+    for (int s = 0; s < e->p.max_running; s++) {
+        const struct request *q = e->running[s];
+        if (!q || q->n_cached >= q->n_prompt) continue;
+        /* r computes its last prompt token itself (reuse stops before it) */
+        int32_t n = r->n_prompt - 1 < q->n_prompt ? r->n_prompt - 1 : q->n_prompt;
+        int32_t k = 0;
+        while (k < n && r->tokens[k] == q->tokens[k]) k++;
+        k -= k % bs;
+        if (k > reused && k > q->n_cached) return true;
+    }
+    return false;
+}
+
 /* Move waiting requests into free slots, FIFO, while the KV pool has room
  * for the rest of their tokens plus one block of growth per running
  * request (a watermark, so that admitting does not force an immediate
- * preemption). Identical prompt prefixes reuse cached blocks. */
+ * preemption). Identical prompt prefixes reuse cached blocks; a request
+ * whose prefix another one is computing right now waits for it
+ * (prefix_in_flight) and the requests behind it go first. */
 void engine_admit(struct anvil_engine *e) {
-    while (e->wait_head && e->n_running < e->p.max_running) {
+    struct ctx_kv_info ki;
+    ctx_kv_info(e->ctx, &ki);
+    struct request **pp = &e->wait_head, *prev = NULL;
+    while (*pp && e->n_running < e->p.max_running) {
         int slot = -1;
         for (int s = 0; s < e->p.max_running; s++)
             if (!e->running[s]) {
@@ -63,7 +91,7 @@ void engine_admit(struct anvil_engine *e) {
                 break;
             }
         if (slot < 0) break;
-        struct request *r = e->wait_head;
+        struct request *r = *pp;
         int32_t reused = anvil_seq_reuse_prefix(e->ctx, slot, r->tokens, r->n_tokens);
         /* prompt logprobs: cached positions have no logits, so a prefix
          * may be reused only as far as the logprobs already sent */
@@ -71,13 +99,19 @@ void engine_admit(struct anvil_engine *e) {
             anvil_seq_truncate(e->ctx, slot, 0);
             reused = 0;
         }
+        if (prefix_in_flight(e, r, reused, ki.block_tokens)) {
+            anvil_seq_truncate(e->ctx, slot, 0);
+            prev = r;
+            pp = &r->next;
+            continue;
+        }
         /* the pool, not the slot: n_ctx per request was checked at submit */
         if (!ctx_kv_fits(e->ctx, (int64_t)r->n_tokens - reused, e->n_running) && e->n_running > 0) {
             anvil_seq_truncate(e->ctx, slot, 0);
             break;
         }
-        e->wait_head = r->next;
-        if (!e->wait_head) e->wait_tail = NULL;
+        *pp = r->next;
+        if (e->wait_tail == r) e->wait_tail = prev;
         e->n_waiting--;
         r->next = NULL;
         r->slot = slot;

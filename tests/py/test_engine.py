@@ -105,3 +105,25 @@ def test_request_larger_than_pool_is_refused(model_path):
             input="".join(lines), text=True)
     assert p.returncode == 0
     assert "exceeds what the whole KV cache holds" in p.stderr
+
+
+@pytest.mark.parametrize("cfg", [("-r", "8"), ("-r", "4", "-s", "64", "-c", "16")])
+def test_shared_prompt_prefilled_once(model_path, cfg):
+    """Requests sent at once with one prompt (n > 1 choices, clients
+    sending the same prefix) compute it once: the others wait for its
+    blocks and take them from the prefix cache; their outputs are those of
+    the requests run one by one, and unrelated requests are not held back."""
+    rng = random.Random(7)
+    shared = [rng.randrange(100, 40000) for _ in range(300)]
+    lines = [f"12 0.8 {100 + i} - " + " ".join(map(str, shared)) + "\n" for i in range(6)]
+    lines += [f"12 0 {200 + i} - " + " ".join(map(str, shared[:200] + [300 + i] * 20)) + "\n"
+              for i in range(2)]
+    lines.insert(3, "8 0 1 - " + " ".join(str(rng.randrange(100, 40000)) for _ in range(50)) + "\n")
+    serial, _ = engine(model_path, lines, "--serial", "-r", "1")
+    batched, stats = engine(model_path, lines, *cfg)
+    for i, (a, b) in enumerate(zip(serial, batched)):
+        assert a["ids"] == b["ids"], f"request {i} differs"
+    # 5 of the 6 full copies find >= 288 positions (block size <= 16),
+    # the two forks >= 192 each
+    assert int(stats["prefix_tokens"]) >= 5 * 288 + 2 * 192, stats
+    assert stats["kv_used"] == "0"

@@ -102,6 +102,24 @@ def test_n_stream_indexes(srv, path):
     assert texts == [per[0], per[1]]
 
 
+def test_n_prefills_the_prompt_once(srv):
+    """n = 4 on a prompt no earlier request sent: the first choice computes
+    it, the other three take it from the prefix cache (they wait for its
+    blocks instead of computing them beside it), which the server's
+    anvil_prefix_cache_tokens_total shows."""
+    words = " ".join(f"w{i}q" for i in range(70))  # a prompt of ~300 tokens
+    before = srv.metrics()["anvil_prefix_cache_tokens_total"]
+    st, _, data = srv.post("/v1/completions", {"prompt": "Fresh " + words, "n": 4,
+                                               "max_tokens": 4, "temperature": 1.0,
+                                               "seed": 3})
+    assert st == 200, data
+    n_prompt = json.loads(data)["usage"]["prompt_tokens"]
+    assert n_prompt > 200
+    wait_until(lambda: srv.metrics()["anvil_requests_in_flight"] == 0)
+    got = srv.metrics()["anvil_prefix_cache_tokens_total"] - before
+    assert got >= 3 * (n_prompt - 32), (got, n_prompt)  # blocks of 16 tokens at most
+
+
 def test_n_bounds(srv):
     for n in (0, 129, 1.5, "2"):
         st, _, data = srv.post("/v1/completions", {"prompt": "x", "n": n})
