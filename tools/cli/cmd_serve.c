@@ -45,9 +45,12 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: anvil serve -m MODEL [options]\n\n"
-            "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
-            "/tokenize, /detokenize; GET /v1/models, /props, /health, /metrics,\n"
-            "/openapi.json; and a chat page at / (open http://HOST:PORT/ in a browser).\n\n"
+            "HTTP server of the APIs clients speak: OpenAI's /v1/chat/completions,\n"
+            "/v1/completions, /v1/responses, /v1/embeddings; Anthropic's /v1/messages;\n"
+            "Ollama's /api/chat, /api/generate, /api/embed, /api/tags, /api/show;\n"
+            "llama-server's /infill, /v1/rerank, /tokenize, /detokenize, /apply-template;\n"
+            "GET /v1/models, /props, /health, /metrics, /openapi.json (every route and\n"
+            "field); and a chat page at / (open http://HOST:PORT/ in a browser).\n\n"
             "  -m, --model FILE      GGUF model (required)\n"
             "      --host ADDR       address to bind (default 127.0.0.1; numeric or localhost)\n"
             "      --port N          TCP port, 0 = any free port (default 8080)\n"
