@@ -516,16 +516,7 @@ static cJSON *translate(const struct srv_limits *lim, const cJSON *root, bool co
             if (!strcmp(k->string, top[i])) known = true;
         if (known) continue;
         if (lim->strict) return bad(e, k->string, "Extra inputs are not permitted"), NULL;
-        char clean[48];
-        size_t n = 0;
-        for (const char *c = k->string; *c && n < sizeof(clean) - 1; c++)
-            if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-                *c == '_' || *c == '-' || *c == '.')
-                clean[n++] = *c;
-        clean[n] = '\0';
-        size_t len = strlen(o->ignored);
-        if (n && len + 1 + n + 1 <= sizeof(o->ignored))
-            snprintf(o->ignored + len, sizeof(o->ignored) - len, "%s%s", len ? "," : "", clean);
+        srv_note_ignored(o->ignored, sizeof(o->ignored), k->string);
     }
     const cJSON *model = srv_field(root, "model");
     if (!model) return bad(e, "model", "Field required"), NULL;

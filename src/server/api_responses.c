@@ -86,6 +86,7 @@ struct resp_ctx {
     char *conv;            /* the conversation before the answer: chat messages' JSON array */
     bool store;
     bool summary;          /* reasoning.summary asked: the reasoning text is also its summary */
+    char ignored[256];     /* unknown top-level fields ignored, comma separated ("" = none) */
     /* the stream */
     long long seq;
     struct item *items;
@@ -493,14 +494,17 @@ static const char *const known_fields[] = {
     "background", "conversation", "prompt", "top_logprobs", "max_tool_calls",
 };
 
-static bool check_known(const cJSON *root, struct srv_err *e) {
+static bool check_known(const cJSON *root, bool strict, char *ignored, size_t cap,
+                        struct srv_err *e) {
     for (const cJSON *k = root->child; k; k = k->next) {
         bool known = false;
         for (size_t i = 0; !known && i < sizeof(known_fields) / sizeof(known_fields[0]); i++)
             known = !strcmp(k->string, known_fields[i]);
-        if (!known)
+        if (known) continue;
+        if (strict)
             return bad(e, k->string, "Unknown parameter: '%.60s' (anvil serve --strict refuses "
                        "fields it does not know).", k->string);
+        srv_note_ignored(ignored, cap, k->string);
     }
     return true;
 }
@@ -644,7 +648,8 @@ bool srv_responses_translate(const struct srv_limits *lim, struct resp_store *st
         bad(e, NULL, "The request body must be a JSON object, got %s", srv_type_name(root));
         goto out;
     }
-    if (lim->strict && !check_known(root, e)) goto out;
+    char ignored[256] = "";
+    if (!check_known(root, lim->strict, ignored, sizeof(ignored), e)) goto out;
     if (!check_scalars(root, e)) goto out;
     bool summary = false;
     const char *effort = NULL;
@@ -658,6 +663,7 @@ bool srv_responses_translate(const struct srv_limits *lim, struct resp_store *st
         goto out;
     }
     x->summary = summary;
+    memcpy(x->ignored, ignored, sizeof(ignored));
     const cJSON *store_f = srv_field(root, "store");
     if (store_f) x->store = cJSON_IsTrue(store_f);
 
@@ -1216,6 +1222,7 @@ enum MHD_Result srv_post_responses(struct srv *s, struct MHD_Connection *c, stru
         rename_param(&err);
         return srv_send_dialect_err(s, c, &srv_dialect_responses, &err);
     }
+    if (x->ignored[0] && !req.ignored[0]) memcpy(req.ignored, x->ignored, sizeof(req.ignored));
     tl_pending = x;
     enum MHD_Result r = srv_generate(s, c, k, &req, &srv_dialect_responses);
     if (tl_pending) { /* srv_generate refused before it made the state */

@@ -157,6 +157,12 @@ bool srv_parse_request_json(const struct srv_limits *lim, enum srv_kind kind,
                             const struct cJSON *root,
                             struct srv_req *out, struct srv_err *err);
 
+/* An unknown request field ignored (not under --strict): its name (cut
+ * to 47 bytes, anything but printable ASCII and ',' as '_') logged once
+ * per server process and appended to the comma-separated list[cap] that
+ * becomes the X-Anvil-Ignored-Fields header, when it fits. */
+void srv_note_ignored(char *list, size_t cap, const char *name);
+
 /* Submit req (taken over: left empty) and answer the connection in
  * dialect d: streamed when req->stream, whole otherwise. Errors before
  * the first byte are sent in d's shape. */

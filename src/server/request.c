@@ -150,18 +150,16 @@ static void log_ignored(const char *name) {
     pthread_mutex_unlock(&logged_mu);
 }
 
-/* name (cut to 47 bytes, anything but printable ASCII and ',' as '_')
- * appended to the header list when it fits */
-static void note_ignored(struct srv_req *r, const char *name) {
+void srv_note_ignored(char *list, size_t cap, const char *name) {
     char clean[48];
     size_t k = 0;
     for (const char *p = name; *p && k + 1 < sizeof(clean); p++)
         clean[k++] = (*p > 0x20 && *p < 0x7f && *p != ',') ? *p : '_';
     clean[k] = 0;
     log_ignored(clean);
-    size_t len = strlen(r->ignored);
-    if (len + (len ? 1 : 0) + k + 1 > sizeof(r->ignored)) return;
-    snprintf(r->ignored + len, sizeof(r->ignored) - len, "%s%s", len ? "," : "", clean);
+    size_t len = strlen(list);
+    if (len + (len ? 1 : 0) + k + 1 > cap) return;
+    snprintf(list + len, cap - len, "%s%s", len ? "," : "", clean);
 }
 
 static bool check_keys(const struct srv_limits *lim, const cJSON *root, unsigned kind_bit,
@@ -178,7 +176,7 @@ static bool check_keys(const struct srv_limits *lim, const cJSON *root, unsigned
         for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
             other |= !strcmp(fields[i].name, c->string);
         if (!lim->strict && !other) { /* what llama-server and vLLM do; named in a header */
-            note_ignored(r, c->string);
+            srv_note_ignored(r->ignored, sizeof(r->ignored), c->string);
             continue;
         }
         char name[48];

@@ -523,9 +523,17 @@ def test_auth(model_path):
 
 def test_unknown_fields(srv, model_path):
     # ignored by default (as OpenAI-compatible servers do)
-    st, _, data = srv.request("POST", "/v1/responses",
-                              {"input": "x", "max_output_tokens": 2, "frobnicate": 1})
+    st, h, data = srv.request("POST", "/v1/responses",
+                              {"input": "x", "max_output_tokens": 2, "frobnicate": 1,
+                               "ignore_eos": True})
     assert st == 200, data
+    # and named, as on chat completions
+    assert h.get("X-Anvil-Ignored-Fields") == "frobnicate,ignore_eos", h
+    st, h, data = srv.request("POST", "/v1/responses", {"input": "x", "max_output_tokens": 2,
+                                                        "stream": True, "frobnicate": 1})
+    assert st == 200 and h.get("X-Anvil-Ignored-Fields") == "frobnicate", h
+    st, h, data = srv.request("POST", "/v1/responses", {"input": "x", "max_output_tokens": 2})
+    assert st == 200 and "X-Anvil-Ignored-Fields" not in h, h
     s = Server(serve_bin(), model_path, "--ctx", "256", "--strict")
     try:
         st, _, data = s.request("POST", "/v1/responses", {"input": "x", "frobnicate": 1})
