@@ -19,7 +19,7 @@ between text events; and each of those as a ratio to chat completions.
 
 n > 1. A prompt of about 1,000 tokens (again with a unique header) on
 /v1/completions, max_tokens 32, ignore_eos, streamed, with n = 1 and n = 8
-alternately (default 3 each): time to the first text of any choice, the
+alternately (default 5 each): time to the first text of any choice, the
 prompt tokens the engine computed for the request (the server's
 anvil_prompt_tokens_total less anvil_prefix_cache_tokens_total, before and
 after: n = 8 must prefill the prompt once, not 8 times), and decode tokens/s after the first token (8 choices
@@ -30,7 +30,8 @@ Output: a table on stdout and one JSON object written to --out.
 Usage:
   bench/bench_routes.py [-m MODEL] [-t THREADS] [--requests 16] [--clients 8]
                         [--prompt 256] [--gen 64] [--rounds 3]
-                        [--n-prompt 1000] [--n-trials 3] [--out FILE]
+                        [--n-prompt 1000] [--n-trials 5] [--out FILE]
+(--rounds 0 or --n-trials 0 leaves that part out.)
 Never run by `make test`.
 """
 import argparse
@@ -207,7 +208,7 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-prompt", type=int, default=1000)
-    ap.add_argument("--n-trials", type=int, default=3)
+    ap.add_argument("--n-trials", type=int, default=5)
     ap.add_argument("--out", default="bench_routes.json")
     a = ap.parse_args()
     anvil = os.path.join(ROOT, "bin", "anvil")
@@ -232,7 +233,7 @@ def main():
         names = list(ROUTES)
         per_route = {r: [] for r in names}
         # warm-up: one request per route
-        for r in names:
+        for r in names if a.rounds else []:
             one_request(srv.port, r, model, "Warm-up." + body + ASK, 8)
         for k in range(a.rounds):
             order = names[k % len(names):] + names[:k % len(names)]
@@ -245,6 +246,7 @@ def main():
                       f"ttft {res['ttft_ms_p50']:7.1f} ms  itl {res['itl_ms_p50']:6.2f} ms",
                       file=sys.stderr, flush=True)
         summary = {}
+        names = names if a.rounds else []
         for r in names:
             med = {key: statistics.median(x[key] for x in per_route[r])
                    for key in ("tok_s", "ttft_ms_p50", "itl_ms_p50")}
@@ -269,11 +271,12 @@ def main():
                 print(f"n={n} trial {k + 1}: ttft {1e3 * ttft:7.1f} ms, prompt tokens computed "
                       f"{computed:.0f}, decode {(n_tok - n) / dec:6.1f} tok/s",
                       file=sys.stderr, flush=True)
-        nsum = {str(n): {key: statistics.median(t[key] for t in trials[n])
+        nsum = {} if not a.n_trials else {str(n): {key: statistics.median(t[key] for t in trials[n])
                          for key in ("ttft_ms", "decode_tok_s", "prompt_tokens_computed")}
                 for n in trials}
-        nsum["ttft_n8_vs_n1"] = nsum["8"]["ttft_ms"] / nsum["1"]["ttft_ms"]
-        nsum["decode_n8_vs_n1"] = nsum["8"]["decode_tok_s"] / nsum["1"]["decode_tok_s"]
+        if nsum:
+            nsum["ttft_n8_vs_n1"] = nsum["8"]["ttft_ms"] / nsum["1"]["ttft_ms"]
+            nsum["decode_n8_vs_n1"] = nsum["8"]["decode_tok_s"] / nsum["1"]["decode_tok_s"]
     finally:
         srv.stop()
 
@@ -283,10 +286,11 @@ def main():
         s = summary[r]
         print(f"{r:10s} {s['tok_s']:8.1f} {s['tok_s_vs_chat']:8.3f} {s['ttft_ms_p50']:8.1f} "
               f"{s['ttft_vs_chat']:8.3f} {s['itl_ms_p50']:7.2f}")
-    print(f"\nn=8 vs n=1 on a {a.n_prompt}-token prompt: ttft {nsum['ttft_n8_vs_n1']:.2f}x "
-          f"(prompt tokens computed {nsum['8']['prompt_tokens_computed']:.0f} vs "
-          f"{nsum['1']['prompt_tokens_computed']:.0f}), decode tok/s "
-          f"{nsum['decode_n8_vs_n1']:.2f}x")
+    if nsum:
+        print(f"\nn=8 vs n=1 on a {a.n_prompt}-token prompt: ttft {nsum['ttft_n8_vs_n1']:.2f}x "
+              f"(prompt tokens computed {nsum['8']['prompt_tokens_computed']:.0f} vs "
+              f"{nsum['1']['prompt_tokens_computed']:.0f}), decode tok/s "
+              f"{nsum['decode_n8_vs_n1']:.2f}x")
     out = {"model": os.path.basename(a.model), "threads": a.threads, "commit": commit(),
            "date": time.strftime("%Y-%m-%d"), "requests": a.requests, "clients": a.clients,
            "prompt_tokens_approx": a.prompt, "gen": a.gen, "rounds": a.rounds,
