@@ -157,8 +157,10 @@ void bench_route_table(const char *const *tests, const struct bench_route *r, in
            "(max / mean), experts no row chose, experts a step touched, rows per touched "
            "expert, the most rows of one expert in a step, rows in groups of >= 16 (the packed "
            "prefill kernels' size); per MoE layer and over all of them. A random-weight model "
-           "(bench/moe_shape.py) routes nearly uniformly: a trained model's routing is skewed, "
-           "with a larger imbalance and fewer experts per step.\n\n");
+           "(bench/moe_shape.py) routes by its random router, not by what the tokens mean: "
+           "expected near uniform, but the Qwen3 shape's deeper layers send most rows of a "
+           "prompt to one expert (bench/results/route-qwen3shape-2026-12-03.txt); neither is "
+           "a trained model's routing.\n\n");
     printf("| %-24s | %5s | %-28s | %6s | %7s | %8s | %8s | %8s | %7s |\n", "test", "layer",
            "rows/expert/step min/mean/max", "imbal", "unused", "touched", "rows/tch",
            "step max", ">=16");
