@@ -30,6 +30,7 @@
 
 #include "args.h"
 #include "bench.h"
+#include "bench_route.h"
 #include "bench_util.h"
 #include "core/core.h"
 #include "kernels/ops.h"
@@ -127,6 +128,7 @@ struct pp_tg_opts {
 struct pp_tg_res {
     double mean, sd, mean_on, sd_on, ratio_med, ratio_lo, ratio_hi;
     struct anvil_prof prof;
+    struct bench_route route; /* a mixture of experts' routing, over the profiled reps */
 };
 
 /* the kernel family, "+amx" when its packed prefill runs on AMX */
@@ -155,6 +157,7 @@ static void print_row(const struct pp_tg_opts *o, struct anvil_model *m, const c
         bench_json_str(&j, "commit", bench_commit());
         if (o->profile) {
             prof_json(&j, &r->prof);
+            bench_route_json(&j, &r->route);
             bench_json_num(&j, "tok_s_prof_on", r->mean_on, 3);
             bench_json_num(&j, "tok_s_prof_on_sd", r->sd_on, 3);
             bench_json_num(&j, "prof_on_off_ratio", r->ratio_med, 4);
@@ -196,13 +199,16 @@ static void print_profile(const struct pp_tg_opts *o, const char *const *tests,
  * o->profile, 2*reps in ABBA order (off on on off ...), the counters kept
  * over the "on" ones. n_tok tokens per repetition; prefill: one batch of
  * n_tok rows, else n_tok single-row decodes. Returns 0 or an exit status. */
-static int time_test(const struct pp_tg_opts *o, struct anvil_ctx *c, bool prefill, int n_tok,
+static int time_test(const struct pp_tg_opts *o, const struct anvil_model *m, struct anvil_ctx *c,
+                     bool prefill, int n_tok,
                      const anvil_token *tok, const int32_t *pos, const int32_t *seq, double *t,
                      struct pp_tg_res *res) {
     int n_rep = o->profile ? 2 * o->reps : o->reps;
     double *t_on = t + o->reps;
     int n_off = 0, n_on = 0;
     memset(res, 0, sizeof(*res));
+    if (o->profile && !bench_route_init(&res->route, m, c, bench_route_get_ctx))
+        return cli_fail("bench", "out of memory");
     for (int r = -1; r < n_rep; r++) { /* r == -1 is the warmup */
         bool on = r >= 0 && o->profile && (r % 4 == 1 || r % 4 == 2);
         anvil_seq_truncate(c, 0, 0);
@@ -223,6 +229,7 @@ static int time_test(const struct pp_tg_opts *o, struct anvil_ctx *c, bool prefi
             struct anvil_prof p;
             anvil_ctx_get_profile(c, &p);
             prof_add(&res->prof, &p);
+            bench_route_add(&res->route, c, bench_route_get_ctx);
             anvil_ctx_set_profile(c, false);
             t_on[n_on++] = tps;
         } else if (r >= 0) {
@@ -289,12 +296,19 @@ static int run_pp_tg(const struct pp_tg_opts *o) {
         if (n_tok <= 0) continue;
         snprintf(names[n_res], sizeof(names[n_res]), "%s%d", k == 0 ? "pp" : "tg", n_tok);
         tests[n_res] = names[n_res];
-        if ((rc = time_test(o, c, k == 0, n_tok, tok, pos, seq, t, &res[n_res]))) goto done;
-        print_row(o, m, names[n_res], &res[n_res]);
+        rc = time_test(o, m, c, k == 0, n_tok, tok, pos, seq, t, &res[n_res]);
         n_res++;
+        if (rc) goto done;
+        print_row(o, m, names[n_res - 1], &res[n_res - 1]);
     }
     print_profile(o, tests, res, n_res);
+    if (!o->json && o->profile) {
+        struct bench_route rt[2];
+        for (int i = 0; i < n_res; i++) rt[i] = res[i].route;
+        bench_route_table(tests, rt, n_res);
+    }
 done:
+    for (int i = 0; i < n_res; i++) bench_route_free(&res[i].route);
     core_free(tok);
     core_free(pos);
     core_free(seq);

@@ -31,15 +31,32 @@ holds N idle connections open to the server during each run (the
 latency of clients served next to a crowd of idle sockets; recorded as
 idle_conns).
 
+--server anvil|llama|both runs the same workload against llama.cpp's
+llama-server on the same GGUF (--llama-server PATH; default the native
+build of ~/.cache/anvil/llama.cpp-*/bin) with the same client: the same
+token-id prompts, greedy, max_tokens fixed and ignore_eos (both servers
+accept the field), so that both decode the same count even on a
+random-weight model. llama-server gets -t THREADS, one slot per client
+(-np) and that many times the per-request context (-c); its prompt cache
+is left on, as anvil's prefix cache is. Records carry `server`; with both,
+the anvil record of each client count also carries its throughput over
+llama-server's (`vs_llama_server`). Per request the records give TTFT and
+the client's tokens/s (completion tokens over the request's wall time:
+client_tok_s_*; clients == requests makes a request a client), and the
+aggregate tokens/s (decode_tok_s). A progress line on stderr counts the
+finished requests.
+
 Usage:
   bench/bench_serve.py [-m MODEL] [-t THREADS] [--clients 1,8,32]
                        [--requests 32] [--prompt 256] [--gen 128]
                        [--scenario NAME|all] [--default-flags] [--idle N]
+                       [--server anvil|llama|both] [--llama-server PATH]
                        [--out bench_serve.json] [--no-compare]
 Never run by `make test`.
 """
 import argparse
 import concurrent.futures as cf
+import glob
 import http.client
 import json
 import os
@@ -108,7 +125,66 @@ SCENARIOS = {
 }
 
 
-class Server:
+def default_llama_server():
+    hits = sorted(glob.glob(os.path.expanduser("~/.cache/anvil/llama.cpp-*/bin/llama-server")))
+    return hits[-1] if hits else "llama-server"
+
+
+class Proc:
+    """A server process: its peak RSS and its end."""
+    def peak_rss_mb(self):
+        try:
+            with open(f"/proc/{self.p.pid}/status") as f:
+                for l in f:
+                    if l.startswith("VmHWM:"):
+                        return int(l.split()[1]) / 1024.0
+        except OSError:
+            pass
+        return float("nan")
+
+    def stop(self):
+        self.p.terminate()
+        self.p.wait(120)
+
+
+class LlamaServer(Proc):
+    """llama.cpp's llama-server on the same file: `threads` threads,
+    `parallel` slots of n_ctx tokens each (its -c is the total)."""
+    kind = "llama-server"
+
+    def __init__(self, binary, model, threads, n_ctx, parallel):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
+               "-t", str(threads), "-tb", str(threads), "-np", str(parallel),
+               "-c", str((n_ctx or 4096) * parallel), "--no-warmup"]
+        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0 = time.time()
+        while True:  # /health answers 503 while the model loads
+            if self.p.poll() is not None:
+                sys.exit(f"bench_serve: llama-server exited ({self.p.returncode}): {' '.join(cmd)}")
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                c.request("GET", "/health")
+                ok = c.getresponse().status == 200
+                c.close()
+                if ok:
+                    break
+            except OSError:
+                pass
+            if time.time() - t0 > 600:
+                self.p.kill()
+                sys.exit("bench_serve: llama-server did not become healthy in 600 s")
+            time.sleep(0.25)
+
+    def metrics(self):
+        raise KeyError("kv blocks")  # anvil's gauge; llama-server has no such block count
+
+
+class Server(Proc):
+    kind = "anvil"
     def __init__(self, anvil, model, threads, n_ctx, parallel):
         cmd = [anvil, "serve", "-m", model, "--port", "0", "-t", str(threads)]
         if n_ctx:  # None: the server's defaults, as a user starts it
@@ -133,24 +209,12 @@ class Server:
                 out[k] = float(v)
         return out
 
-    def peak_rss_mb(self):
-        try:
-            with open(f"/proc/{self.p.pid}/status") as f:
-                for l in f:
-                    if l.startswith("VmHWM:"):
-                        return int(l.split()[1]) / 1024.0
-        except OSError:
-            pass
-        return float("nan")
-
-    def stop(self):
-        self.p.terminate()
-        self.p.wait(120)
-
 
 def stream_one(port, prompt, n_gen):
-    """One streaming request; returns (ttft_s, [itl_s], n_tokens, replica):
-    replica is the X-Anvil-Replica header (None without --replica-id)."""
+    """One streaming request; returns (ttft_s, [itl_s], n_tokens, replica,
+    wall_s): replica is the X-Anvil-Replica header (None without
+    --replica-id), wall_s the request's time from sending to the end of
+    the stream."""
     body = json.dumps({"prompt": prompt, "max_tokens": n_gen, "temperature": 0,
                        "ignore_eos": True, "stream": True,
                        "stream_options": {"include_usage": True}})
@@ -176,18 +240,22 @@ def stream_one(port, prompt, n_gen):
         d = json.loads(payload)
         if d.get("usage"):
             n_tok = d["usage"]["completion_tokens"]
-        if d["choices"] and d["choices"][0]["text"]:
+        ch = d["choices"][0] if d.get("choices") else None
+        # a token's chunk: its text, or an empty text before the end (a
+        # random-weight model draws tokens that print nothing)
+        if ch is not None and (ch.get("text") or ch.get("finish_reason") is None):
             now = time.perf_counter()
             if t_first is None:
                 t_first = now
             else:
                 gaps.append(now - t_last)
             t_last = now
+    wall = time.perf_counter() - t0
     c.close()
-    return (t_first - t0) if t_first else float("nan"), gaps, n_tok, replica
+    return (t_first - t0) if t_first else float("nan"), gaps, n_tok, replica, wall
 
 
-def run_clients(srv, prompts, n_gen, n_clients):
+def run_clients(srv, prompts, n_gen, n_clients, progress=False):
     todo = list(range(len(prompts)))
     lock = threading.Lock()
     results = []
@@ -198,7 +266,7 @@ def run_clients(srv, prompts, n_gen, n_clients):
         while not stop.is_set():
             try:
                 peak[0] = max(peak[0], srv.metrics()["anvil_kv_blocks_used"])
-            except (OSError, KeyError):
+            except (OSError, KeyError, ValueError):
                 pass
             stop.wait(0.2)
 
@@ -209,6 +277,9 @@ def run_clients(srv, prompts, n_gen, n_clients):
                     return
                 i = todo.pop(0)
             results.append(stream_one(srv.port, prompts[i], n_gen))
+            if progress:
+                print(f"\r  {srv.kind}: {len(results)}/{len(prompts)} requests done",
+                      end="", file=sys.stderr, flush=True)
 
     poller = threading.Thread(target=poll_kv, daemon=True)
     poller.start()
@@ -217,6 +288,8 @@ def run_clients(srv, prompts, n_gen, n_clients):
         for f in [ex.submit(client) for _ in range(n_clients)]:
             f.result()
     wall = time.perf_counter() - t0
+    if progress:
+        print(file=sys.stderr)
     stop.set()
     poller.join()
     return wall, results, peak[0]
@@ -252,50 +325,73 @@ def run_shape(a, name, n_req, plens, gen, clients):
         "idle_conns": a.idle,
     }
     records = []
-    print(f"{name}: {'clients':>7} {'wall_s':>8} {'req/s':>7} {'tok/s':>8} {'dec tok/s':>9} "
-          f"{'ttft p50':>9} {'ttft p99':>9} {'itl p50':>8} {'itl p99':>8} {'itl max':>8}  (ms)")
+    servers = ["anvil", "llama-server"] if a.server == "both" else \
+        ["llama-server" if a.server == "llama" else "anvil"]
+    print(f"{name}: {'server':>12} {'clients':>7} {'wall_s':>8} {'req/s':>7} {'tok/s':>8} "
+          f"{'dec tok/s':>9} {'cli tok/s':>9} {'ttft p50':>9} {'ttft p99':>9} {'itl p50':>8} "
+          f"{'itl p99':>8} {'itl max':>8}  (ms)")
     for c in clients:
-        if c == n_req and not a.no_compare and name == "balanced_b32":
+        if c == n_req and not a.no_compare and name == "balanced_b32" and "anvil" in servers:
             # right before the HTTP run it is compared with: on a shared
             # machine the load drifts over minutes
             ref = in_process(a.bin, a.model, a.threads)
         n_ctx = None if a.default_flags else max(plens) + gen + 8
-        srv = Server(a.bin, a.model, a.threads, n_ctx, max(c, 1))
-        idle = []
-        try:
-            idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(a.idle)]
-            stream_one(srv.port, prompts[0][:16], 4)  # warm up
-            wall, res, peak_kv = run_clients(srv, prompts, gen, c)
-            rss = srv.peak_rss_mb()
-        finally:
-            for k in idle:
-                k.close()
-            srv.stop()
-        ttft = [r[0] * 1e3 for r in res]
-        itl = [g * 1e3 for r in res for g in r[1]]
-        n_in = sum(plens[:len(res)])
-        n_out = sum(r[2] for r in res)
-        rec = dict(base, clients=c, requests=len(res), wall_s=wall,
-                   req_s=len(res) / wall,
-                   total_tok_s=(n_in + n_out) / wall, prefill_tok_s=n_in / wall,
-                   decode_tok_s=n_out / wall,
-                   ttft_p50_ms=percentile(ttft, 0.5), ttft_p99_ms=percentile(ttft, 0.99),
-                   itl_p50_ms=percentile(itl, 0.5), itl_p99_ms=percentile(itl, 0.99),
-                   itl_max_ms=max(itl) if itl else float("nan"),
-                   peak_rss_mb=rss, kv_blocks_used=peak_kv, out_tokens=n_out)
-        if ref and c == n_req:
-            rec["in_process_total_tok_s"] = ref.get("total_tok_s")
-            rec["in_process_wall_s"] = ref.get("wall_s")
-            if ref.get("total_tok_s"):
-                rec["http_vs_in_process"] = rec["total_tok_s"] / ref["total_tok_s"]
-        records.append(rec)
-        print(f"{name}: {c:>7} {wall:>8.2f} {rec['req_s']:>7.2f} {rec['total_tok_s']:>8.1f} "
-              f"{rec['decode_tok_s']:>9.1f} {rec['ttft_p50_ms']:>9.1f} {rec['ttft_p99_ms']:>9.1f} "
-              f"{rec['itl_p50_ms']:>8.1f} {rec['itl_p99_ms']:>8.1f} {rec['itl_max_ms']:>8.1f}",
-              flush=True)
-        if n_out != gen * len(res):
-            print(f"bench_serve: warning: {n_out} tokens generated, expected "
-                  f"{gen * len(res)}", file=sys.stderr)
+        by_kind = {}
+        for kind in servers:
+            if kind == "anvil":
+                srv = Server(a.bin, a.model, a.threads, n_ctx, max(c, 1))
+            else:
+                srv = LlamaServer(a.llama_server, a.model, a.threads, n_ctx, max(c, 1))
+            idle = []
+            try:
+                idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(a.idle)]
+                stream_one(srv.port, prompts[0][:16], 4)  # warm up
+                wall, res, peak_kv = run_clients(srv, prompts, gen, c, progress=True)
+                rss = srv.peak_rss_mb()
+            finally:
+                for k in idle:
+                    k.close()
+                srv.stop()
+            ttft = [r[0] * 1e3 for r in res]
+            itl = [g * 1e3 for r in res for g in r[1]]
+            cli = [r[2] / r[4] for r in res if r[4] > 0]  # a request's tokens / its wall time
+            n_in = sum(plens[:len(res)])
+            n_out = sum(r[2] for r in res)
+            rec = dict(base, server=kind, clients=c, requests=len(res), wall_s=wall,
+                       req_s=len(res) / wall,
+                       total_tok_s=(n_in + n_out) / wall, prefill_tok_s=n_in / wall,
+                       decode_tok_s=n_out / wall,
+                       client_tok_s_p50=percentile(cli, 0.5), client_tok_s_min=min(cli),
+                       client_tok_s_max=max(cli), client_tok_s=sorted(cli),
+                       ttft_p50_ms=percentile(ttft, 0.5), ttft_p99_ms=percentile(ttft, 0.99),
+                       ttft_max_ms=max(ttft) if ttft else float("nan"),
+                       itl_p50_ms=percentile(itl, 0.5), itl_p99_ms=percentile(itl, 0.99),
+                       itl_max_ms=max(itl) if itl else float("nan"),
+                       peak_rss_mb=rss, kv_blocks_used=peak_kv if kind == "anvil" else None,
+                       out_tokens=n_out, ignore_eos=True, max_tokens=gen)
+            if kind == "llama-server":
+                rec["server_bin"] = a.llama_server
+            if ref and c == n_req and kind == "anvil":
+                rec["in_process_total_tok_s"] = ref.get("total_tok_s")
+                rec["in_process_wall_s"] = ref.get("wall_s")
+                if ref.get("total_tok_s"):
+                    rec["http_vs_in_process"] = rec["total_tok_s"] / ref["total_tok_s"]
+            by_kind[kind] = rec
+            records.append(rec)
+            print(f"{name}: {kind:>12} {c:>7} {wall:>8.2f} {rec['req_s']:>7.2f} "
+                  f"{rec['total_tok_s']:>8.1f} {rec['decode_tok_s']:>9.1f} "
+                  f"{rec['client_tok_s_p50']:>9.2f} {rec['ttft_p50_ms']:>9.1f} "
+                  f"{rec['ttft_p99_ms']:>9.1f} {rec['itl_p50_ms']:>8.1f} {rec['itl_p99_ms']:>8.1f} "
+                  f"{rec['itl_max_ms']:>8.1f}", flush=True)
+            if n_out != gen * len(res):
+                print(f"bench_serve: warning: {kind}: {n_out} tokens generated, expected "
+                      f"{gen * len(res)}", file=sys.stderr)
+        if len(by_kind) == 2 and by_kind["llama-server"]["decode_tok_s"] > 0:
+            an, ll = by_kind["anvil"], by_kind["llama-server"]
+            an["vs_llama_server"] = an["decode_tok_s"] / ll["decode_tok_s"]
+            an["ttft_p50_vs_llama_server"] = an["ttft_p50_ms"] / ll["ttft_p50_ms"]
+            print(f"{name}: {c} clients: anvil / llama-server decode tok/s "
+                  f"{an['vs_llama_server']:.2f}x, TTFT p50 {an['ttft_p50_vs_llama_server']:.2f}x")
     if ref:
         print(f"in-process balanced_b32: wall {ref.get('wall_s', float('nan')):.2f} s, "
               f"{ref.get('total_tok_s', float('nan')):.1f} tok/s, ttft p50 "
@@ -323,6 +419,10 @@ def main():
                     help="start the server with no --ctx/--parallel/--max-queue")
     ap.add_argument("--idle", type=int, default=0,
                     help="idle connections held open to the server during each run")
+    ap.add_argument("--server", choices=["anvil", "llama", "both"], default="anvil",
+                    help="which server(s) to drive with the same client (llama: llama-server)")
+    ap.add_argument("--llama-server", default=default_llama_server(),
+                    help="llama-server binary (default: the native build in ~/.cache/anvil)")
     ap.add_argument("--no-compare", action="store_true",
                     help="skip the in-process `anvil bench --scenario balanced_b32` run")
     a = ap.parse_args()

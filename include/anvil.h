@@ -388,6 +388,28 @@ struct anvil_prof {
 void anvil_ctx_set_profile(struct anvil_ctx *c, bool on);
 void anvil_ctx_get_profile(const struct anvil_ctx *c, struct anvil_prof *out);
 
+/* Routing statistics of a mixture of experts, counted while profiling is
+ * on (anvil_ctx_set_profile(c, true) resets them with the timings): once
+ * per MoE layer and decode, by one thread from the router's choices after
+ * the step's routing. Nothing is counted with profiling off. Per layer: */
+struct anvil_route_stats {
+    uint64_t n_steps;  /* decodes counted (each one step of this layer) */
+    uint64_t n_rows;   /* token rows routed; the layer's counts add up to
+                          n_rows * expert_used_count */
+    uint64_t touched;  /* sum over the steps of the experts given >= 1 row */
+    uint64_t step_max; /* sum over the steps of the most rows one expert got */
+    uint64_t rows_big; /* rows in (step, expert) groups of >= 16 rows: the
+                          share of the expert matmuls that run at prefill
+                          sizes */
+};
+/* Layer `layer`'s statistics into *out (when not NULL) and its rows per
+ * expert, summed over the counted steps, into counts (n_expert, when not
+ * NULL and cap >= n_expert). Returns n_expert; -n_expert when cap is
+ * smaller (only *out written); 0 for a dense model, a layer without
+ * experts or a layer out of range (*out zeroed). */
+int32_t anvil_ctx_get_route_stats(const struct anvil_ctx *c, int32_t layer,
+                                  struct anvil_route_stats *out, uint64_t *counts, int32_t cap);
+
 /* ---------------------------------------------------------------------- */
 /* sampling */
 

@@ -468,6 +468,7 @@ void anvil_ctx_set_profile(struct anvil_ctx *c, bool on) {
         memset(c->prof_th, 0, (size_t)c->n_threads * sizeof(*c->prof_th));
         c->prof_decode_s = 0.0;
         c->prof_n_decode = 0;
+        moe_route_reset(c);
     }
     c->prof_on = on;
 }

@@ -152,6 +152,10 @@ struct moe_scratch {
                                    * activation, before the conversion to the down's format */
     int rgu_dim;
     bool ref;
+    /* routing statistics (anvil_ctx_get_route_stats), counted only while
+     * profiling, by one thread per layer and step */
+    struct anvil_route_stats *rstat; /* (n_layer) */
+    uint64_t *rcount;                /* (n_layer, n_expert) rows per expert */
 };
 
 static void *zalloc(size_t count, size_t elem) {
@@ -186,7 +190,9 @@ anvil_status moe_ctx_init(struct anvil_ctx *c) {
         !(s->sdown = zalloc(nb * ne, sizeof(float))) || !(s->sgate = zalloc(nb, sizeof(float))) ||
         !(s->rgu = zalloc(nt * (size_t)s->rgu_dim, sizeof(float))) || !(s->ra = zalloc(nt, st)) ||
         !(s->rb = zalloc(nt, st)) || !(s->ry = zalloc(nt * ne, sizeof(float))) ||
-        !(s->rl = zalloc(nt * nx, sizeof(float))) || !(s->ea = zalloc(nt * 2 * nff, sizeof(float))))
+        !(s->rl = zalloc(nt * nx, sizeof(float))) || !(s->ea = zalloc(nt * 2 * nff, sizeof(float))) ||
+        !(s->rstat = zalloc((size_t)hp->n_layer, sizeof(struct anvil_route_stats))) ||
+        !(s->rcount = zalloc((size_t)hp->n_layer * nx, sizeof(uint64_t))))
         goto nomem;
     return ANVIL_OK;
 nomem:
@@ -201,10 +207,63 @@ void moe_ctx_free(struct anvil_ctx *c) {
     if (!s) return;
     void *arr[] = {s->h,   s->xact,  s->ract,  s->sact, s->rlog,     s->p,       s->sel,
                    s->selw, s->cnt,  s->off,   s->slot_row, s->slot_of, s->gact, s->egu,
-                   s->edown, s->sgu, s->sdown, s->sgate, s->rgu, s->ra, s->rb, s->ry, s->rl, s->ea};
+                   s->edown, s->sgu, s->sdown, s->sgate, s->rgu, s->ra, s->rb, s->ry, s->rl, s->ea,
+                   s->rstat, s->rcount};
     for (size_t i = 0; i < sizeof(arr) / sizeof(arr[0]); i++) core_free_aligned(arr[i]);
     core_free(s);
     c->moe = NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* routing statistics */
+
+/* MOE_ROWS_BIG: a group this large is "big" in anvil_route_stats.rows_big
+ * (issue 35: an expert with 16 or more rows reaches the packed prefill
+ * kernels). */
+#define MOE_ROWS_BIG 16
+
+void moe_route_reset(struct anvil_ctx *c) {
+    struct moe_scratch *s = c->moe;
+    if (!s) return;
+    const struct model_hparams *hp = &c->m->hp;
+    memset(s->rstat, 0, (size_t)hp->n_layer * sizeof(*s->rstat));
+    memset(s->rcount, 0, (size_t)hp->n_layer * (size_t)hp->n_expert * sizeof(uint64_t));
+}
+
+/* Profiling: one step of layer l, n_rows rows routed, cnt (n_expert) rows
+ * per expert. By one thread, once per layer and step: the per-step work is
+ * n_expert additions, nothing on the path that runs unprofiled. */
+static void route_count(struct anvil_ctx *c, int l, const int32_t *cnt, int n_rows) {
+    struct moe_scratch *s = c->moe;
+    int nx = c->m->hp.n_expert;
+    struct anvil_route_stats *r = &s->rstat[l];
+    uint64_t *rc = s->rcount + (size_t)l * nx;
+    uint64_t touched = 0, mx = 0, big = 0;
+    for (int e = 0; e < nx; e++) {
+        uint64_t n = (uint64_t)cnt[e];
+        rc[e] += n;
+        touched += n > 0;
+        mx = n > mx ? n : mx;
+        if (n >= MOE_ROWS_BIG) big += n;
+    }
+    r->n_steps++;
+    r->n_rows += (uint64_t)n_rows;
+    r->touched += touched;
+    r->step_max += mx;
+    r->rows_big += big;
+}
+
+int32_t anvil_ctx_get_route_stats(const struct anvil_ctx *c, int32_t layer,
+                                  struct anvil_route_stats *out, uint64_t *counts, int32_t cap) {
+    if (out) memset(out, 0, sizeof(*out));
+    if (!c || layer < 0 || layer >= c->m->hp.n_layer) return 0;
+    const struct moe_scratch *s = c->moe;
+    int nx = c->m->hp.n_expert;
+    if (!s || !c->m->layers[layer].moe) return 0;
+    if (out) *out = s->rstat[layer];
+    if (cap < nx) return -nx;
+    if (counts) memcpy(counts, s->rcount + (size_t)layer * nx, (size_t)nx * sizeof(uint64_t));
+    return nx;
 }
 
 float *moe_input_row(struct anvil_ctx *c, int t) {
@@ -332,6 +391,16 @@ static void moe_ref(struct anvil_ctx *c, const struct model_layer *ly, int ith, 
             weigh(out, shared_gate(moe, h, ne), y, ne, false);
             MARK(ANVIL_PROF_SCATTER);
         }
+    }
+    if (prof_t) { /* routing statistics: every row's sel is written after this barrier */
+        pool_barrier(c->pool);
+        if (ith == 0) {
+            int n = c->b->n_tokens;
+            memset(s->cnt, 0, (size_t)hp->n_expert * sizeof(int32_t));
+            for (int i = 0; i < n * k; i++) s->cnt[s->sel[i]]++;
+            route_count(c, (int)(ly - c->m->layers), s->cnt, n);
+        }
+        MARK(ANVIL_PROF_ROUTER);
     }
 }
 
@@ -465,6 +534,7 @@ void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth
             s->slot_of[i] = slot;
         }
         for (int e = 0; e < nx; e++) s->cnt[e] = s->off[e + 1] - s->off[e];
+        if (prof_t) route_count(c, (int)(ly - c->m->layers), s->cnt, n);
     }
     pool_barrier(c->pool); /* the others' wait here is thread 0's routing */
     MARK(ANVIL_PROF_ROUTER);

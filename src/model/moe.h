@@ -46,6 +46,10 @@ void moe_free(struct model_moe *moe);
 anvil_status moe_ctx_init(struct anvil_ctx *c);
 void moe_ctx_free(struct anvil_ctx *c);
 
+/* Zero the routing statistics (anvil_ctx_get_route_stats); a dense
+ * model's context has none. Called when profiling is turned on. */
+void moe_route_reset(struct anvil_ctx *c);
+
 /* Row t's input to the MoE: the FFN-normalized float row the forward pass
  * writes (n_embd floats). */
 float *moe_input_row(struct anvil_ctx *c, int t);
@@ -61,7 +65,9 @@ void moe_prepare_row(struct anvil_ctx *c, const struct model_layer *ly, int t);
  * reads exactly those rows on the same thread. prof_t: NULL, or (profiling)
  * the thread's last mark: moe_ffn charges its router and its experts
  * (ANVIL_PROF_ROUTER, _EXPERTS); what it does after the last mark (the
- * weighted sums) is the caller's to charge to ANVIL_PROF_SCATTER. */
+ * weighted sums) is the caller's to charge to ANVIL_PROF_SCATTER. When
+ * profiling, thread 0 also counts the step's routing (the reference path
+ * after one more barrier, once every row is routed). */
 void moe_ffn(struct anvil_ctx *c, const struct model_layer *ly, int ith, int nth, double *prof_t);
 
 #endif

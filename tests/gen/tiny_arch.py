@@ -500,7 +500,10 @@ def moe_ffn(c, w, p, h, stats=None):
     probabilities: lowest expert first), renormalized (sum clamped at
     2^-14) or not, scaled, the experts' SwiGLU outputs weighted and summed,
     plus the shared expert (times sigmoid(gate . h) when it has a gate).
-    stats, when given, gets "chosen": the set of experts some row chose."""
+    stats, when given, gets "chosen": the set of experts some row chose,
+    "route": {layer: rows per expert (n_expert)}, and "min_gap": the
+    smallest margin between a row's last chosen and first unchosen
+    probability, "near_ties": the rows where that margin is below 1e-5."""
     m = c["moe"]
     logits = h @ w[p + "ffn_gate_inp.weight"].T
     if m["gating"] == 2:
@@ -522,6 +525,16 @@ def moe_ffn(c, w, p, h, stats=None):
             out[t] += wt * (w[p + "ffn_down_exps.weight"][e] @ (silu(gt) * up))
         if stats is not None:
             stats.setdefault("chosen", set()).update(order)
+            route = stats.setdefault("route", {})  # layer -> rows per expert
+            cnt = route.setdefault(int(p.split(".")[1]), np.zeros(m["n_expert"], np.int64))
+            cnt[order] += 1
+            # the margin between the last chosen and the first unchosen
+            # probability: a near tie may go either way in float32
+            rest = [probs[t, e] for e in range(m["n_expert"]) if e not in order]
+            if rest:
+                gap = probs[t, order[-1]] - max(rest)
+                stats["min_gap"] = min(stats.get("min_gap", np.inf), gap)
+                stats["near_ties"] = stats.get("near_ties", 0) + int(gap < 1e-5)
     if m["n_sh"]:
         sh = (silu(h @ w[p + "ffn_gate_shexp.weight"].T) * (h @ w[p + "ffn_up_shexp.weight"].T)) \
             @ w[p + "ffn_down_shexp.weight"].T
