@@ -865,18 +865,27 @@ enum { ANVIL_OUT_EMBD = 3 };
 const float *anvil_get_embd(struct anvil_ctx *c, int32_t i);
 
 /* Embed n_seqs token sequences (seqs[i] of lens[i] tokens) with `pooling`
- * (MEAN, CLS or LAST; ANVIL_POOL_UNSPECIFIED = the model's), L2-normalized
- * when `normalize`: out gets n_seqs rows of anvil_model_n_embd floats.
+ * (MEAN, CLS, LAST, RANK or NONE; ANVIL_POOL_UNSPECIFIED = the model's),
+ * L2-normalized when `normalize`: out gets n_seqs rows of
+ * anvil_model_n_embd floats (RANK: n_seqs scores); NONE gives one row per
+ * token instead, the sequences' rows back to back in order
+ * (anvil_embed_rows of them), each row normalized on its own.
  * Sequences run many at once, packed into batches of at most the ctx's
  * n_batch rows, n_seq_max sequences and n_outputs output rows (MEAN needs
  * one output row per token: make n_outputs = n_batch). The ctx's
  * sequences 0 .. n_seq_max-1 must be empty and are left empty. A
  * sequence that is empty, longer than n_batch or n_ctx, or holds a token
  * out of range is ANVIL_ERR_INVALID (anvil_ctx_errmsg says which); a
- * model that cannot pool (RANK, NONE, or none given) ANVIL_ERR_UNSUPPORTED. */
+ * model that cannot (RANK without a rank head, or no pooling given or in
+ * the file) ANVIL_ERR_UNSUPPORTED. */
 anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
                          const int32_t *lens, int32_t n_seqs, int pooling, bool normalize,
                          float *out);
+/* The rows anvil_embed writes for these sequences with `pooling`
+ * (UNSPECIFIED = the model's): the sum of lens under ANVIL_POOL_NONE, else
+ * n_seqs. */
+int64_t anvil_embed_rows(const struct anvil_model *m, int pooling, const int32_t *lens,
+                         int32_t n_seqs);
 /* The tokens of a (query, document) pair for a reranker, as llama-server
  * builds them: BOS when the vocabulary adds one, the query, EOS, the
  * document, EOS (both tokenized as text). Returns the count, -(needed)

@@ -3,6 +3,10 @@
  * from the model and the parameters; batch validation; the public decode
  * call and the sequence calls; KV accounting for the scheduler.
  *
+ * An encoder's context (m->enc) has no KV groups (n_kv 0) and no logits
+ * scratch: its batches hold whole sequences and read keys and values from
+ * their own rows (encoder.c); its sequences are always empty.
+ *
  * The forward pass itself is forward.c. Nothing here allocates after
  * anvil_ctx_init: anvil_decode validates the whole batch first (so a
  * rejected batch leaves every cache exactly as it was), reserves the KV
@@ -258,8 +262,11 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     } while (0)
     ALLOC(c->layer_kv, core_calloc(nl, sizeof(int8_t)), "layer table");
     ALLOC(c->layer_idx, core_calloc(nl, sizeof(int32_t)), "layer table");
-    if ((st = init_kv(c, p)) != ANVIL_OK) goto fail;
-    if (m->n_hp1 > 0 && !(c->hp1_ops = kn_hp1_select(m->ops->name))) {
+    /* an encoder (model/encoder.c) reads keys and values from its batch's
+     * own qkv rows and has no lm_head: no KV groups, no logits scratch */
+    bool enc = m->enc != NULL;
+    if (!enc && (st = init_kv(c, p)) != ANVIL_OK) goto fail;
+    if (!enc && m->n_hp1 > 0 && !(c->hp1_ops = kn_hp1_select(m->ops->name))) {
         st = ANVIL_ERR_UNSUPPORTED;
         snprintf(c->errmsg, sizeof(c->errmsg), "ctx: no HP1 attention kernels for family %s",
                  m->ops->name);
@@ -277,17 +284,20 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     ALLOC(c->qkv, alloc_array(nb * c->qkv_dim, sizeof(float)), "activations");
     ALLOC(c->attn, alloc_array(nb * c->q_dim, sizeof(float)), "activations");
     ALLOC(c->tmp, alloc_array(nb * hp->n_embd, sizeof(float)), "activations");
-    ALLOC(c->gu, alloc_array(nb * 2 * (size_t)hp->n_ff, sizeof(float)), "activations");
+    size_t gu_w = enc && hp->act != MODEL_ACT_SILU ? 1 : 2; /* BERT's FFN: up only */
+    ALLOC(c->gu, alloc_array(nb * gu_w * (size_t)hp->n_ff, sizeof(float)), "activations");
     ALLOC(c->nrm, alloc_array((size_t)c->n_threads * c->max_dim, sizeof(float)), "activations");
     ALLOC(c->act, alloc_array(nb, c->act_stride), "activations");
-    ALLOC(c->logits, alloc_array((size_t)c->n_outputs * hp->n_vocab, sizeof(float)), "logits");
     size_t no = (size_t)c->n_outputs, nt = (size_t)c->n_threads;
-    ALLOC(c->out_row, core_calloc(no, sizeof(int32_t)), "output tables");
-    ALLOC(c->out_full, core_calloc(no, sizeof(int8_t)), "output tables");
-    ALLOC(c->tile, alloc_array(nt * no * LM_TILE, sizeof(float)), "lm_head tiles");
-    ALLOC(c->best_v, core_calloc(nt * no, sizeof(float)), "output tables");
-    ALLOC(c->best_i, core_calloc(nt * no, sizeof(int32_t)), "output tables");
-    ALLOC(c->argmax, core_calloc(no, sizeof(anvil_token)), "output tables");
+    if (!enc) {
+        ALLOC(c->logits, alloc_array(no * hp->n_vocab, sizeof(float)), "logits");
+        ALLOC(c->out_row, core_calloc(no, sizeof(int32_t)), "output tables");
+        ALLOC(c->out_full, core_calloc(no, sizeof(int8_t)), "output tables");
+        ALLOC(c->tile, alloc_array(nt * no * LM_TILE, sizeof(float)), "lm_head tiles");
+        ALLOC(c->best_v, core_calloc(nt * no, sizeof(float)), "output tables");
+        ALLOC(c->best_i, core_calloc(nt * no, sizeof(int32_t)), "output tables");
+        ALLOC(c->argmax, core_calloc(no, sizeof(anvil_token)), "output tables");
+    }
     ALLOC(c->embd, alloc_array(no * hp->n_embd, sizeof(float)), "embeddings");
     ALLOC(c->prof_th, alloc_array(nt, sizeof(*c->prof_th)), "profile counters");
     memset(c->prof_th, 0, nt * sizeof(*c->prof_th));
@@ -514,11 +524,13 @@ int32_t anvil_n_logits(const struct anvil_ctx *c) { return c ? c->n_logits : 0; 
 
 int32_t anvil_seq_len(const struct anvil_ctx *c, int32_t seq_id) {
     if (!c || seq_id < 0 || seq_id >= c->n_seq_max) return -1;
+    if (c->n_kv == 0) return 0; /* an encoder keeps nothing between batches */
     return kv_seq_len(c->kv[0], seq_id);
 }
 
 anvil_status anvil_seq_truncate(struct anvil_ctx *c, int32_t seq_id, int32_t pos) {
     if (!c || seq_id < 0 || seq_id >= c->n_seq_max || pos < 0) return ANVIL_ERR_INVALID;
+    if (c->n_kv == 0) return ANVIL_OK;
     int32_t len = kv_seq_len(c->kv[0], seq_id);
     if (pos > len) pos = len;
     /* every group or none: a windowed group may no longer hold the window
@@ -539,7 +551,7 @@ anvil_status anvil_seq_truncate(struct anvil_ctx *c, int32_t seq_id, int32_t pos
 
 int32_t anvil_seq_reuse_prefix(struct anvil_ctx *c, int32_t seq_id, const anvil_token *tokens,
                                int32_t n) {
-    if (!c || seq_id < 0 || seq_id >= c->n_seq_max || !tokens || n < 2 ||
+    if (!c || c->n_kv == 0 || seq_id < 0 || seq_id >= c->n_seq_max || !tokens || n < 2 ||
         kv_seq_len(c->kv[0], seq_id) != 0)
         return 0;
     /* every group matches on its own; the sequence keeps the shortest

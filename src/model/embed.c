@@ -25,7 +25,9 @@
  * pooling takes their first row ([CLS]) and gives the rows after the first
  * separator (anvil_token_sep: [SEP] in a BERT vocabulary, else eos) token type 1.
  *
- * What it does not do: per-token outputs (pooling none).
+ * Pooling none gives every token's hidden state as its own row (out holds
+ * the sequences' rows back to back, in order; anvil_embed_rows counts
+ * them), L2-normalized per row when asked.
  */
 #include <math.h>
 #include <stdio.h>
@@ -77,13 +79,34 @@ const char *anvil_pooling_name(int pooling) {
 }
 
 /* Output rows sequence i asks for (rank: one, the last, or an encoder's first). */
-static int32_t outs_of(int pooling, int32_t len) { return pooling == ANVIL_POOL_MEAN ? len : 1; }
+static int32_t outs_of(int pooling, int32_t len) {
+    return pooling == ANVIL_POOL_MEAN || pooling == ANVIL_POOL_NONE ? len : 1;
+}
+
+/* Scale the n floats of y to unit L2 norm (an all-zero row stays zero, as
+ * llama.cpp's floor keeps it). */
+static void l2_normalize(float *y, int n) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)y[i] * y[i];
+    double inv = ss > 0.0 ? 1.0 / sqrt(ss) : 0.0;
+    for (int i = 0; i < n; i++) y[i] = (float)(y[i] * inv);
+}
+
+int64_t anvil_embed_rows(const struct anvil_model *m, int pooling, const int32_t *lens,
+                         int32_t n_seqs) {
+    if (pooling == ANVIL_POOL_UNSPECIFIED) pooling = anvil_model_pooling(m);
+    if (pooling != ANVIL_POOL_NONE || n_seqs <= 0) return n_seqs > 0 ? n_seqs : 0;
+    if (!lens) return 0;
+    int64_t n = 0;
+    for (int32_t s = 0; s < n_seqs; s++) n += lens[s] > 0 ? lens[s] : 0;
+    return n;
+}
 
 /* Decode sequences [s0, s1) as one batch (rows, positions and flags built
  * in the caller's scratch), pool them into out. */
 static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *seqs,
                                 const int32_t *lens, int32_t s0, int32_t s1, int pooling,
-                                bool normalize, float *out, anvil_token *tok, int32_t *pos,
+                                bool normalize, float *out, int64_t row0, anvil_token *tok, int32_t *pos,
                                 int32_t *sid, int8_t *flag, int8_t *type) {
     bool enc = c->m->enc != NULL;
     /* rank: an encoder scores its first row ([CLS], which attends to the
@@ -97,7 +120,7 @@ static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *s
             tok[n] = seqs[s][j];
             pos[n] = j;
             sid[n] = s - s0;
-            bool want = pooling == ANVIL_POOL_MEAN || (pooling == ANVIL_POOL_CLS && j == 0) ||
+            bool want = pooling == ANVIL_POOL_MEAN || pooling == ANVIL_POOL_NONE || (pooling == ANVIL_POOL_CLS && j == 0) ||
                         (rank_first && j == 0) ||
                         ((pooling == ANVIL_POOL_LAST || (pooling == ANVIL_POOL_RANK && !rank_first)) &&
                          j == lens[s] - 1);
@@ -123,6 +146,13 @@ static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *s
         for (int32_t s = s0; s < s1; s++) out[s] = rank_score(c->m, c->embd + (size_t)(s - s0) * ne, c->nrm);
         return ANVIL_OK;
     }
+    if (pooling == ANVIL_POOL_NONE) { /* every row of the batch, in order */
+        float *y = out + (size_t)row0 * ne;
+        memcpy(y, c->embd, (size_t)n * ne * sizeof(float));
+        if (normalize)
+            for (int32_t r = 0; r < n; r++) l2_normalize(y + (size_t)r * ne, ne);
+        return ANVIL_OK;
+    }
     for (int32_t s = s0; s < s1; s++) {
         float *y = out + (size_t)s * ne;
         int32_t k = outs_of(pooling, lens[s]);
@@ -132,13 +162,7 @@ static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *s
             y[i] = (float)(acc / k);
         }
         o += k;
-        if (normalize) {
-            double ss = 0.0;
-            for (int i = 0; i < ne; i++) ss += (double)y[i] * y[i];
-            /* llama.cpp's floor: an all-zero vector stays zero */
-            double inv = ss > 0.0 ? 1.0 / sqrt(ss) : 0.0;
-            for (int i = 0; i < ne; i++) y[i] = (float)(y[i] * inv);
-        }
+        if (normalize) l2_normalize(y, ne);
     }
     return ANVIL_OK;
 }
@@ -153,10 +177,10 @@ anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
         return ANVIL_ERR_UNSUPPORTED;
     }
     if (pooling != ANVIL_POOL_MEAN && pooling != ANVIL_POOL_CLS && pooling != ANVIL_POOL_LAST &&
-        pooling != ANVIL_POOL_RANK) {
+        pooling != ANVIL_POOL_RANK && pooling != ANVIL_POOL_NONE) {
         snprintf(c->errmsg, sizeof(c->errmsg),
-                 "embed: the model cannot pool a sequence into one vector (pooling %s; anvil "
-                 "pools mean, cls, last or rank)",
+                 "embed: the model does not say how to pool (pooling %s; anvil pools none, "
+                 "mean, cls, last or rank)",
                  anvil_pooling_name(pooling));
         return ANVIL_ERR_UNSUPPORTED;
     }
@@ -202,6 +226,7 @@ anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
         snprintf(c->errmsg, sizeof(c->errmsg), "embed: out of memory");
         st = ANVIL_ERR_NOMEM;
     }
+    int64_t row0 = 0; /* pooling none: the out row of sequence s0's first token */
     for (int32_t s0 = 0; st == ANVIL_OK && s0 < n_seqs;) {
         int32_t s1 = s0, rows = 0, outs = 0;
         while (s1 < n_seqs && s1 - s0 < c->n_seq_max && rows + lens[s1] <= c->n_batch &&
@@ -210,7 +235,9 @@ anvil_status anvil_embed(struct anvil_ctx *c, const anvil_token *const *seqs,
             outs += outs_of(pooling, lens[s1]);
             s1++;
         }
-        st = embed_batch(c, seqs, lens, s0, s1, pooling, normalize, out, tok, pos, sid, flag, type);
+        st = embed_batch(c, seqs, lens, s0, s1, pooling, normalize, out, row0, tok, pos, sid, flag,
+                         type);
+        row0 += rows;
         s0 = s1;
     }
     core_free(tok);

@@ -23,7 +23,13 @@
  * EOS; the rank head's score is relevance_score, and results come sorted
  * by it (highest first, ties by index), cut to top_n.
  *
- * What it does not do: per-token embeddings (pooling none), sparse or
+ * POST /embedding is llama-server's own route: "input" or "content", the
+ * answer an array of {"index", "embedding": [vectors]}: one vector
+ * (normalized unless "embd_normalize" is -1) for a pooling model, one raw
+ * vector per token for a model whose pooling is none. /v1/embeddings
+ * refuses pooling none with a 400, as llama-server does.
+ *
+ * What it does not do: sparse or
  * multi-vector outputs (BGE-M3's), queueing beside generation: a request
  * computes while holding its model's mutex.
  */
@@ -91,6 +97,12 @@ bool srv_emb_check_target(const struct srv_emb_target *t, enum srv_emb_kind kind
                        t->id, anvil_pooling_name(p));
     }
     if (p == ANVIL_POOL_MEAN || p == ANVIL_POOL_CLS || p == ANVIL_POOL_LAST) return true;
+    if (p == ANVIL_POOL_NONE && kind == SRV_EMB_LLAMA) return true;
+    if (p == ANVIL_POOL_NONE)
+        return srv_bad(e, "model",
+                       "Pooling type 'none' is not OAI compatible: the model '%.100s' gives one "
+                       "vector per token; use POST /embedding",
+                       t->id);
     if (p == ANVIL_POOL_RANK)
         return srv_bad(e, "model",
                        "the model '%.100s' is a reranker (pooling rank): use /v1/rerank",
@@ -338,15 +350,19 @@ static bool parse(const struct srv_emb_targets *ts, enum srv_emb_kind kind, cons
     static const char *const known_ollama[] = {"input", "model", "truncate", "options",
                                                "keep_alive", "dimensions"};
     static const char *const known_old[] = {"prompt", "model", "options", "keep_alive"};
+    static const char *const known_llama[] = {"input", "content", "model", "encoding_format",
+                                              "embd_normalize", "truncate"};
     static const char *const known_rerank[] = {"query", "documents", "texts", "model", "top_n",
                                                "return_documents", "truncate"};
     const char *const *known = kind == SRV_EMB_OPENAI   ? known_openai
                                : kind == SRV_EMB_OLLAMA ? known_ollama
                                : kind == SRV_EMB_RERANK ? known_rerank
+                               : kind == SRV_EMB_LLAMA  ? known_llama
                                                         : known_old;
     size_t n_known = kind == SRV_EMB_OPENAI   ? 6
                      : kind == SRV_EMB_OLLAMA ? 6
                      : kind == SRV_EMB_RERANK ? 7
+                     : kind == SRV_EMB_LLAMA  ? 6
                                               : 4;
     if (ts->strict)
         for (const cJSON *f = root->child; f; f = f->next) {
@@ -389,6 +405,22 @@ static bool parse(const struct srv_emb_targets *ts, enum srv_emb_kind kind, cons
     bool truncate = ollama && kind == SRV_EMB_OLLAMA; /* Ollama truncates by default */
     if (!srv_get_bool(root, "truncate", &truncate, NULL, e)) return false;
     r->normalize = kind != SRV_EMB_OLLAMA_OLD && kind != SRV_EMB_RERANK;
+    if (kind == SRV_EMB_LLAMA) {
+        r->per_token = t->pooling == ANVIL_POOL_NONE;
+        long long en = 2;
+        bool has = false;
+        if (!srv_get_int(root, "embd_normalize", -1, 2, &en, &has, e)) return false;
+        if (en != -1 && en != 2)
+            return srv_bad(e, "embd_normalize",
+                           "'embd_normalize' must be -1 (none) or 2 (L2); anvil has no other norm");
+        /* llama-server normalizes only pooled vectors */
+        r->normalize = !r->per_token && en == 2;
+        const cJSON *in = srv_field(root, "input");
+        if (!in) in = srv_field(root, "content");
+        if (!in) return srv_bad(e, "input", "\"input\" or \"content\" must be provided");
+        if (!parse_inputs(r, t, in, "input", e)) return false;
+        return check_lengths(r, t, truncate, "input", e);
+    }
     if (kind == SRV_EMB_OPENAI) {
         const cJSON *f = srv_field(root, "encoding_format");
         if (f) {
@@ -504,6 +536,21 @@ static int by_score(const void *a, const void *b) {
 
 void srv_emb_format(const struct srv_emb_req *r, const float *v, int n_embd, struct sbuf *b) {
     int d = r->dims ? r->dims : n_embd;
+    if (r->kind == SRV_EMB_LLAMA) {
+        sb_puts(b, "[");
+        size_t row = 0;
+        for (int32_t i = 0; i < r->n; i++) {
+            sb_printf(b, "%s{\"index\":%d,\"embedding\":[", i ? "," : "", (int)i);
+            int32_t k = r->per_token ? r->lens[i] : 1;
+            for (int32_t j = 0; j < k; j++, row++) {
+                if (j) sb_puts(b, ",");
+                put_vec(b, v + row * (size_t)n_embd, n_embd);
+            }
+            sb_puts(b, "]}");
+        }
+        sb_puts(b, "]");
+        return;
+    }
     if (r->kind == SRV_EMB_RERANK) {
         struct scored *sc = malloc((size_t)r->n * sizeof(*sc));
         int32_t n = r->top_n ? r->top_n : r->n;
@@ -665,7 +712,8 @@ static anvil_status compute(struct srv *s, const struct srv_emb_req *r, float **
     int ne = anvil_model_n_embd(m);
     bool rank = r->kind == SRV_EMB_RERANK;
     size_t per = rank ? 1 : (size_t)ne;
-    float *v = malloc((size_t)(r->n ? r->n : 1) * per * sizeof(float));
+    size_t rows = r->per_token ? (size_t)r->n_tokens : (size_t)r->n; /* pooling none: a row a token */
+    float *v = malloc((rows ? rows : 1) * per * sizeof(float));
     if (!v) {
         srv_oom(e);
         return ANVIL_ERR_NOMEM;
@@ -758,6 +806,12 @@ enum MHD_Result srv_post_embeddings(struct srv *s, struct MHD_Connection *c, str
                                     const char *url) {
     (void)url;
     return answer(s, c, k, SRV_EMB_OPENAI);
+}
+
+enum MHD_Result srv_post_embedding(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                   const char *url) {
+    (void)url;
+    return answer(s, c, k, SRV_EMB_LLAMA);
 }
 
 enum MHD_Result srv_post_rerank(struct srv *s, struct MHD_Connection *c, struct conn *k,

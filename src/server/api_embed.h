@@ -18,6 +18,8 @@ enum srv_emb_kind {
     SRV_EMB_OLLAMA,      /* POST /api/embed */
     SRV_EMB_OLLAMA_OLD,  /* POST /api/embeddings (one "prompt", not normalized) */
     SRV_EMB_RERANK,      /* POST /v1/rerank, /rerank */
+    SRV_EMB_LLAMA,       /* POST /embedding (llama-server's own shape; per-token
+                            vectors under pooling none) */
 };
 
 /* A model a request may name. */
@@ -49,6 +51,7 @@ struct srv_emb_req {
     bool base64;          /* encoding_format base64 */
     int32_t dims;         /* "dimensions"; 0 = all */
     bool normalize;
+    bool per_token;       /* pooling none (SRV_EMB_LLAMA): one vector per token */
     /* reranking */
     char **docs;          /* (n) the documents' text, for return_documents */
     int32_t top_n;        /* 0 = all */
@@ -79,6 +82,9 @@ void srv_emb_free(struct srv *s);
 void srv_emb_fmt_models(const struct srv *s, struct sbuf *b);
 /* /v1/models/ID of an embedding or rerank model: true when id is one. */
 bool srv_emb_fmt_model(const struct srv *s, const char *id, struct sbuf *b);
+/* POST /embedding: llama-server's shape (per-token vectors under pooling none). */
+enum MHD_Result srv_post_embedding(struct srv *s, struct MHD_Connection *c, struct conn *k,
+                                   const char *url);
 enum MHD_Result srv_post_embeddings(struct srv *s, struct MHD_Connection *c, struct conn *k,
                                     const char *url);
 enum MHD_Result srv_post_rerank(struct srv *s, struct MHD_Connection *c, struct conn *k,

@@ -379,6 +379,7 @@ static const struct srv_route routes[] = {
     {"/api/embeddings", SRV_POST, false, srv_ollama_embed, false},
     {"/v1/embeddings", SRV_POST, false, srv_post_embeddings, false},
     {"/embeddings", SRV_POST, false, srv_post_embeddings, false},
+    {"/embedding", SRV_POST, false, srv_post_embedding, false},
     {"/v1/rerank", SRV_POST, false, srv_post_rerank, false},
     {"/rerank", SRV_POST, false, srv_post_rerank, false},
     {"/", SRV_GET, true, get_asset, true},

@@ -222,3 +222,51 @@ def test_truncate(srv):
 def test_not_json(srv):
     st, _, data = srv.post("/v1/embeddings", b"{nope")
     assert st == 400 and "parse" in json.loads(data)["error"]["message"]
+
+
+# ---------------------------------------------------------------------------
+# pooling none: llama-server's /embedding gives one vector per token,
+# /v1/embeddings refuses it (400), as llama-server does
+
+
+def test_llama_embedding_route_pooled(srv):
+    """/embedding on a pooling model: [{index, embedding: [one vector]}],
+    the same normalized vector /v1/embeddings gives."""
+    ids = [[5, 6, 7], [9, 10, 11, 12]]
+    st, _, body = post(srv, "/embedding", {"input": ids, "model": "emb"})
+    assert st == 200, body
+    st2, _, oai = post(srv, "/v1/embeddings", {"input": ids, "model": "emb"})
+    assert st2 == 200, oai
+    assert [x["index"] for x in body] == [0, 1]
+    for x, y in zip(body, oai["data"]):
+        assert len(x["embedding"]) == 1
+        assert np.abs(np.array(x["embedding"][0]) - np.array(y["embedding"])).max() < 1e-6
+    st, _, raw = post(srv, "/embedding", {"content": [5, 6, 7], "model": "emb",
+                                       "embd_normalize": -1})
+    assert st == 200, raw
+    v = np.array(raw[0]["embedding"][0])
+    assert abs(np.linalg.norm(v) - 1) > 1e-3  # not normalized
+    assert np.abs(v / np.linalg.norm(v) - np.array(body[0]["embedding"][0])).max() < 1e-5
+    st, _, err = post(srv, "/embedding", {"model": "emb"})
+    assert st == 400 and "content" in err["error"]["message"], err
+
+
+def test_pooling_none_served(models, tmp_path):
+    from test_encoder import SEQS, bert_ref, make_bert
+    path = str(tmp_path / "bert-none.gguf")
+    w = make_bert(path, "none", "F32", seed=11)
+    s = Server(serve_bin(), models["chat"], "--embedding-model", path, "--ctx", "64")
+    try:
+        st, _, body = post(s, "/embedding", {"input": SEQS[:3]})
+        assert st == 200, body
+        for x, seq in zip(body, SEQS[:3]):
+            got = np.array(x["embedding"])
+            ref = bert_ref(w, seq)
+            assert got.shape == ref.shape, got.shape
+            c = [float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) for a, b in zip(got, ref)]
+            assert min(c) >= 0.9999, c
+            assert np.abs(got - ref).max() < 1e-4  # raw: llama-server does not normalize
+        st, _, err = post(s, "/v1/embeddings", {"input": SEQS[0]})
+        assert st == 400 and "not OAI compatible" in err["error"]["message"], err
+    finally:
+        assert s.stop() == 0, s.stderr()

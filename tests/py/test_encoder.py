@@ -11,6 +11,9 @@ are token ids):
 - against llama-cpp-python (embedding=True) on the same file;
 - rank pooling (a reranker's cls head on the [CLS] row, the document part
   token type 1) against numpy, through `anvil embed` and `anvil rerank`;
+- pooling none (one vector per token; the file's pooling_type 0 or
+  --pooling none), JSON and matrix out, against numpy's per-token hidden
+  states and llama-cpp-python's per-token embeddings (pooling_type=0);
 - bad files (a missing tensor, a wrong shape) and bad input exit 2 with a
   message; one case on the ASan binary;
 - nomic-bert (src/model/arch/nomic_bert.c: fused attn_qkv, NeoX RoPE
@@ -36,7 +39,7 @@ ANVIL = os.path.join(ROOT, "bin", "anvil")
 N_VOCAB, N_EMBD, N_HEAD, N_FF, N_LAYER, N_POS, EPS = 300, 128, 4, 256, 2, 64, 1e-12  # head_dim 32: the context still makes a KV cache (multiples of 32)
 SEP = 256 + 8  # tiny_llama's <|endoftext|>: the vocabulary's eos
 SEQS = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(1, 40)), [200], [3, 1, 4, 1, 5, 9, 2, 6]]
-POOL = {"mean": 1, "cls": 2, "rank": 4}
+POOL = {"none": 0, "mean": 1, "cls": 2, "rank": 4}
 QT = {"F32": gguf.GGMLQuantizationType.F32, "F16": gguf.GGMLQuantizationType.F16,
       "Q8_0": gguf.GGMLQuantizationType.Q8_0}
 
@@ -343,7 +346,7 @@ def test_bad_files(tmp_path, drop, override, msg):
 @pytest.mark.parametrize("args,msg", [
     (["1 99999"], "out of range"),
     ([" ".join(["1"] * (N_POS + 1))], "tokens"),
-    (["--pooling", "none", "1 2"], "pool"),
+    (["--pooling", "sum", "1 2"], "pooling"),
 ])
 def test_bad_input(files, args, msg):
     path, _ = files["mean", "F32"]
@@ -563,3 +566,85 @@ def test_nomic_bad_files(tmp_path, drop, msg):
     p = run([ANVIL, "embed", "-m", path, "--tokens", "1 2 3"], capture_output=True, text=True)
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert msg in p.stderr, p.stderr
+
+
+# ---------------------------------------------------------------------------
+# pooling none: one vector per token
+
+
+@pytest.fixture(scope="module")
+def none_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bert-none")
+    out = {}
+    for wt in ("F32", "Q8_0"):
+        path = str(d / f"bert-none-{wt}.gguf")
+        out[wt] = (path, make_bert(path, "none", wt, seed=11))
+    return out
+
+
+def per_token(path, seqs, *extra):
+    p = run([ANVIL, "embed", "-m", path, "--tokens", "-t", "2", *extra,
+             *[" ".join(map(str, s)) for s in seqs]], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.mark.parametrize("wt", ["F32", "Q8_0"])
+def test_pooling_none_vs_numpy(none_files, wt):
+    path, w = none_files[wt]
+    got = json.loads(per_token(path, SEQS, "-b", "48", "--no-normalize"))
+    assert [len(g) for g in got] == [len(s) for s in SEQS]
+    for g, s in zip(got, SEQS):
+        ref = bert_ref(w, s)
+        g = np.array(g)
+        assert g.shape == ref.shape
+        worst = min(cos(a, b) for a, b in zip(g, ref))
+        # Q8_0 also quantizes the activations to int8: a single token's row
+        # does not average that away as a pooled vector does
+        assert worst >= (0.9999 if wt == "F32" else 0.9995), (wt, s, worst)
+        if wt == "F32":
+            assert np.abs(g - ref).max() < 1e-4
+    # normalized per token by default; the matrix: a line per token, an
+    # empty line after each input
+    normed = json.loads(per_token(path, SEQS[:2]))
+    for g, s in zip(normed, SEQS[:2]):
+        g = np.array(g)
+        assert np.allclose(np.linalg.norm(g, axis=1), 1, atol=1e-5)
+        ref = bert_ref(w, s)
+        assert min(cos(a, b) for a, b in zip(g, ref)) >= 0.9999
+    mat = per_token(path, SEQS[:2], "--format", "matrix")
+    blocks = mat.split("\n\n")
+    assert len(blocks) == 3 and blocks[2] == "", repr(mat[-40:])
+    for b, g in zip(blocks, normed):
+        rows = np.array([[float(x) for x in ln.split()] for ln in b.strip().split("\n")])
+        assert np.allclose(rows, np.array(g), atol=1e-6)
+
+
+def test_pooling_none_asked(files, none_files):
+    """--pooling none on a mean-pooled file gives the same rows, and their
+    mean is the file's mean pooling (before normalizing)."""
+    path, w = files["mean", "F32"]
+    got = json.loads(per_token(path, SEQS[:3], "--pooling", "none", "--no-normalize"))
+    pooled = anvil_embed(path, SEQS[:3], "--no-normalize")
+    for g, p, s in zip(got, pooled, SEQS[:3]):
+        g = np.array(g)
+        assert np.abs(g.mean(0) - p).max() < 1e-5
+        assert min(cos(a, b) for a, b in zip(g, bert_ref(w, s))) >= 0.9999
+
+
+def test_pooling_none_vs_llama_cpp(none_files):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    path, _ = none_files["F32"]
+    try:
+        llm = llama_cpp.Llama(path, embedding=True, pooling_type=0, verbose=False, n_ctx=64,
+                              n_batch=64, n_ubatch=64)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"llama.cpp does not load the tiny bert: {e}")
+    llm.tokenize = lambda b, *a, **k: SEQS[int(b.decode())]
+    got = json.loads(per_token(path, SEQS, "--no-normalize"))
+    for i, s in enumerate(SEQS):
+        ref = np.array(llm.embed(str(i), normalize=False))
+        assert ref.shape == (len(s), N_EMBD), ref.shape
+        worst = min(cos(a, b) for a, b in zip(np.array(got[i]), ref))
+        assert worst >= 0.9999, (s, worst)
+    del llm

@@ -5,9 +5,11 @@
  * input, space-separated floats).
  *
  * --tokens reads each input as whitespace-separated token ids instead of
- * text (for tests that must not depend on a tokenizer). What it does not
- * do: per-token embeddings (pooling none); ranking documents against a
- * query is `anvil rerank` (cmd_rerank.c).
+ * text (for tests that must not depend on a tokenizer). Pooling none
+ * (--pooling none, or the file's pooling_type 0) prints one vector per
+ * token: JSON an array per input of its tokens' vectors, the matrix one
+ * line per token with an empty line after each input. Ranking documents
+ * against a query is `anvil rerank` (cmd_rerank.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,8 +24,9 @@ static void usage(FILE *f) {
             "usage: anvil embed -m MODEL [options] TEXT...\n\n"
             "  -m, --model FILE      GGUF model (its <arch>.pooling_type says how to pool)\n"
             "  -f, --file FILE       read the inputs from FILE, one per line (empty lines skipped)\n"
-            "      --pooling P       mean, cls, last, or rank (one score per input, with\n"
-            "                        the model's rank head); default: the model's\n"
+            "      --pooling P       none (one vector per token), mean, cls, last, or rank\n"
+            "                        (one score per input, with the model's rank head);\n"
+            "                        default: the model's\n"
             "      --no-normalize    do not L2-normalize (default: normalize)\n"
             "      --format F        json (default) or matrix\n"
             "      --tokens          inputs are token ids (\"1 2 3\"), not text\n"
@@ -193,7 +196,9 @@ int cmd_embed(int argc, char **argv) {
     }
     int eff = pooling == ANVIL_POOL_UNSPECIFIED ? anvil_model_pooling(m) : pooling;
     int ne = eff == ANVIL_POOL_RANK ? 1 : anvil_model_n_embd(m); /* rank: one score */
-    if (!(vec = malloc((size_t)n_texts * ne * sizeof(float)))) {
+    bool per_tok = eff == ANVIL_POOL_NONE;
+    int64_t n_rows = anvil_embed_rows(m, eff, lens, n_texts);
+    if (!(vec = malloc((size_t)n_rows * ne * sizeof(float)))) {
         cli_fail("embed", "out of memory");
         goto done;
     }
@@ -208,12 +213,17 @@ int cmd_embed(int argc, char **argv) {
     }
     bool json = !strcmp(fmt, "json");
     if (json) fputc('[', stdout);
-    for (int i = 0; i < n_texts; i++) {
-        if (json) fputs(i ? ",[" : "[", stdout);
-        for (int j = 0; j < ne; j++)
-            printf(json ? (j ? ",%.9g" : "%.9g") : (j ? " %.9g" : "%.9g"),
-                   (double)vec[(size_t)i * ne + j]);
-        fputs(json ? "]" : "\n", stdout);
+    for (int i = 0, row = 0; i < n_texts; i++) {
+        int k = per_tok ? lens[i] : 1; /* this input's rows */
+        if (json && per_tok) fputs(i ? ",[" : "[", stdout);
+        for (int r = 0; r < k; r++, row++) {
+            if (json) fputs((per_tok ? r : i) ? ",[" : "[", stdout);
+            for (int j = 0; j < ne; j++)
+                printf(json ? (j ? ",%.9g" : "%.9g") : (j ? " %.9g" : "%.9g"),
+                       (double)vec[(size_t)row * ne + j]);
+            fputs(json ? "]" : "\n", stdout);
+        }
+        if (per_tok) fputs(json ? "]" : "\n", stdout);
     }
     if (json) fputs("]\n", stdout);
     rc = fflush(stdout) ? 1 : 0;

@@ -374,7 +374,8 @@ int cmd_serve(int argc, char **argv) {
         }
         int p = anvil_model_pooling(*side[k]);
         bool fits = k ? p == ANVIL_POOL_RANK
-                      : p == ANVIL_POOL_MEAN || p == ANVIL_POOL_CLS || p == ANVIL_POOL_LAST;
+                      : p == ANVIL_POOL_MEAN || p == ANVIL_POOL_CLS || p == ANVIL_POOL_LAST ||
+                            p == ANVIL_POOL_NONE; /* none: per-token, on /embedding */
         if (!fits) {
             fprintf(stderr, "anvil serve: %s is not %s model (its pooling is %s)\n",
                     side_path[k], k ? "a reranking" : "an embedding", anvil_pooling_name(p));
