@@ -52,6 +52,8 @@ enum {
     Q_GEMMA_NORMS = 1 << 2, /* post_attention_layernorm is a post norm */
     Q_MOE = 1 << 3,
     Q_BERT = 1 << 4,      /* encoder: BERT names, layer norms with bias, no RoPE */
+    Q_XLMR = 1 << 5,      /* XLM-R: positions start at pad_token_id + 1 (rows dropped) */
+    Q_RANK = 1 << 6,      /* a sequence-classification head: pooling rank */
 };
 
 struct arch_def {
@@ -72,6 +74,8 @@ static const struct arch_def ARCHS[] = {
     {"Phi3ForCausalLM", "phi3", 0},
     {"Gemma3ForCausalLM", "gemma3", Q_NORM1 | Q_GEMMA_NORMS},
     {"BertModel", "bert", Q_BERT},
+    {"XLMRobertaModel", "bert", Q_BERT | Q_XLMR},
+    {"XLMRobertaForSequenceClassification", "bert", Q_BERT | Q_XLMR | Q_RANK},
 };
 #define N_ARCHS (sizeof(ARCHS) / sizeof(ARCHS[0]))
 
@@ -103,6 +107,7 @@ static uint32_t cfg_u32(const cJSON *c, const char *k, uint32_t def) {
 struct hp {
     uint32_t n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
     uint32_t n_expert, n_expert_used;
+    uint32_t pos_offset; /* XLM-R: position rows dropped from the front */
     bool tied;
 };
 
@@ -121,6 +126,7 @@ struct otensor {
     uint32_t permute;             /* heads of the q/k permutation, 0 = none */
     bool plus_one;
     float *gen;                   /* generated F32 data (rope_freqs) */
+    struct st_tensor *view;       /* owned: a row range of a source (XLM-R positions) */
     uint64_t offset, nbytes;
 };
 
@@ -146,6 +152,7 @@ static void plan_free(struct plan *p) {
     for (uint32_t i = 0; i < p->n; i++) {
         core_free(p->t[i].src);
         core_free(p->t[i].gen);
+        core_free(p->t[i].view);
     }
     core_free(p->t);
 }
@@ -330,11 +337,18 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
         if (strstr(n, "rotary_emb.inv_freq")) continue;
         if (a->quirks & Q_BERT) {
             if (!strncmp(n, "bert.", 5)) n += 5;
+            if (!strncmp(n, "roberta.", 8)) n += 8;
+            static const char *const CLS_MAP[][2] = {
+                {"classifier.dense.weight", "cls.weight"}, {"classifier.dense.bias", "cls.bias"},
+                {"classifier.out_proj.weight", "cls.output.weight"},
+                {"classifier.out_proj.bias", "cls.output.bias"}};
+            for (size_t k = 0; (a->quirks & Q_RANK) && k < 4; k++)
+                if (!strcmp(n, CLS_MAP[k][0])) snprintf(gname, sizeof gname, "%s", CLS_MAP[k][1]);
             /* buffers and the heads of other tasks: not part of the encoder */
             if (!strcmp(n, "embeddings.position_ids") || !strncmp(n, "pooler.", 7) ||
                 !strncmp(n, "cls.", 4))
                 continue;
-            for (size_t k = 0; k < sizeof(BERT_TOP_MAP) / sizeof(BERT_TOP_MAP[0]); k++)
+            for (size_t k = 0; !gname[0] && k < sizeof(BERT_TOP_MAP) / sizeof(BERT_TOP_MAP[0]); k++)
                 if (!strcmp(n, BERT_TOP_MAP[k][0]))
                     snprintf(gname, sizeof gname, "%s", BERT_TOP_MAP[k][1]);
             const char *s = n + 14;
@@ -395,6 +409,22 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
             snprintf(o->name, sizeof o->name, "%s", gname);
             o->n_src = is_expert ? h->n_expert : 1;
             if (!(o->src = core_calloc(o->n_src, sizeof(*o->src)))) return ANVIL_ERR_NOMEM;
+            if (h->pos_offset && !strcmp(gname, "position_embd.weight")) {
+                /* XLM-R: rows 0..pad are never used; llama.cpp's files start at pad + 1 */
+                if (t->n_dims != 2 || t->shape[0] <= h->pos_offset) {
+                    errmsg_set(err, cap, "convert: %s has %llu rows, not more than pad_token_id + 1",
+                               n, (unsigned long long)(t->n_dims == 2 ? t->shape[0] : 1));
+                    return ANVIL_ERR_FORMAT;
+                }
+                if (!(o->view = core_malloc(sizeof(*o->view)))) return ANVIL_ERR_NOMEM;
+                *o->view = *t;
+                size_t rb = (size_t)t->shape[1] * st_dtype_size(t->dtype);
+                o->view->shape[0] -= h->pos_offset;
+                o->view->data += rb * h->pos_offset;
+                o->view->nbytes -= (uint64_t)rb * h->pos_offset;
+                o->view->n_elem -= t->shape[1] * h->pos_offset;
+                t = o->view;
+            }
             o->ne[0] = t->shape[t->n_dims - 1];
             o->ne[1] = t->n_dims == 2 ? t->shape[0] : 1;
             o->ne[2] = is_expert ? h->n_expert : 1;
@@ -611,6 +641,13 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
     h.n_head_kv = cfg_u32(cfg, "num_key_value_heads", h.n_head);
     h.n_vocab = cfg_u32(cfg, "vocab_size", 0);
     h.n_ctx = cfg_u32(cfg, "max_position_embeddings", 4096);
+    if (a->quirks & Q_XLMR) {
+        double pad;
+        if (cfg_num(cfg, "pad_token_id", &pad) && pad >= 0 && pad < 1e6) {
+            h.pos_offset = (uint32_t)pad + 1;
+            h.n_ctx = h.n_ctx > h.pos_offset ? h.n_ctx - h.pos_offset : 0;
+        }
+    }
     h.n_expert = cfg_u32(cfg, "num_local_experts", cfg_u32(cfg, "num_experts", 0));
     h.n_expert_used = cfg_u32(cfg, "num_experts_per_tok", 0);
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
@@ -657,7 +694,10 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
         kb_f32(&kb, AK("attention.layer_norm_rms_epsilon"), (float)eps);
     }
     uint32_t pooling;
-    if (pooling_type(dir, &pooling)) kb_u32(&kb, AK("pooling_type"), pooling);
+    if (a->quirks & Q_RANK)
+        kb_u32(&kb, AK("pooling_type"), 4); /* rank: the classifier scores the pair */
+    else if (pooling_type(dir, &pooling))
+        kb_u32(&kb, AK("pooling_type"), pooling);
     if (h.head_dim != h.n_embd / h.n_head) {
         kb_u32(&kb, AK("attention.key_length"), h.head_dim);
         kb_u32(&kb, AK("attention.value_length"), h.head_dim);
