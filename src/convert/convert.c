@@ -90,6 +90,23 @@ const char *cv_known_archs(void) {
     return buf;
 }
 
+/* the same list short enough for a one-line error message: the stems of
+ * the *ForCausalLM names, then the others */
+static const char *known_short(void) {
+    static char buf[512];
+    size_t o = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < N_ARCHS && o < sizeof buf; i++) {
+            const char *hf = ARCHS[i].hf, *sfx = strstr(hf, "ForCausalLM");
+            if ((pass == 0) != (sfx != NULL)) continue;
+            int l = sfx ? (int)(sfx - hf) : (int)strlen(hf);
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%.*s", o ? ", " : "", l, hf);
+            if (pass == 0 && o < sizeof buf && !strstr(ARCHS[i + 1 < N_ARCHS ? i + 1 : i].hf, "ForCausalLM"))
+                o += (size_t)snprintf(buf + o, sizeof buf - o, " (ForCausalLM)");
+        }
+    return buf;
+}
+
 /* ---------------------------------------------------------------------- */
 /* config.json */
 
@@ -626,7 +643,7 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
     if (!a) {
         errmsg_set(err, err_cap, "convert: architecture '%s' is not one anvil converts; it knows %s",
                    cJSON_IsString(a0) ? a0->valuestring : "(config.json has no architectures)",
-                   cv_known_archs());
+                   known_short());
         st = ANVIL_ERR_UNSUPPORTED;
         goto fail;
     }
