@@ -23,6 +23,9 @@ import pytest
 
 from conftest import build_path, run
 
+# ~35 s in all (tokenizer training, conversion, GGUFReader on a 240 KB charsmap)
+pytestmark = pytest.mark.full
+
 VOCAB_GGUF = os.path.expanduser(
     "~/.cache/anvil/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-nomic-bert-moe.gguf")
 E, L, H, FF, NPOS, PAD = 64, 2, 2, 128, 66, 1
@@ -258,3 +261,21 @@ def test_xlmr_unknown_arch_refused(tmp_path, anvil_bin):
     (d / "config.json").write_text(json.dumps({"architectures": ["FooBarModel"]}))
     p = run([anvil_bin, "convert", str(d), "-o", str(tmp_path / "x.gguf")], text=True)
     assert p.returncode == 2 and "XLMRobertaModel" in p.stderr and "FooBarModel" in p.stderr, p.stderr
+
+
+def test_xlmr_llama_cpp_loads(xlmr):
+    """llama-cpp-python on the file anvil wrote: same tokens, same embeddings as numpy."""
+    import llama_cpp
+    tok, w, path = xlmr[False]
+    llm = llama_cpp.Llama(model_path=path, embedding=True, n_ctx=64, n_batch=64, n_ubatch=64,
+                          n_threads=2, verbose=False)
+    worst = 1.0
+    for t in [x for x in corpus()[:20] if x.strip()]:
+        ids = tok.encode(t).ids
+        if len(ids) > 60:
+            continue
+        assert llm.tokenize(t.encode(), add_bos=True, special=False) == ids, t
+        e = forward(w, ids)[0]
+        got = np.array(llm.embed(t, normalize=True), dtype=np.float64)
+        worst = min(worst, float(got @ e / np.linalg.norm(e) / np.linalg.norm(got)))
+    assert worst >= 0.9999, worst
