@@ -54,6 +54,7 @@ enum {
     Q_BERT = 1 << 4,      /* encoder: BERT names, layer norms with bias, no RoPE */
     Q_XLMR = 1 << 5,      /* XLM-R: positions start at pad_token_id + 1 (rows dropped) */
     Q_RANK = 1 << 6,      /* a sequence-classification head: pooling rank */
+    Q_NOMIC = 1 << 7,     /* nomic-bert: fused Wqkv, RoPE, SwiGLU fc11/fc12/fc2 */
 };
 
 struct arch_def {
@@ -75,6 +76,7 @@ static const struct arch_def ARCHS[] = {
     {"Gemma3ForCausalLM", "gemma3", Q_NORM1 | Q_GEMMA_NORMS},
     {"BertModel", "bert", Q_BERT},
     {"XLMRobertaModel", "bert", Q_BERT | Q_XLMR},
+    {"NomicBertModel", "nomic-bert", Q_BERT | Q_NOMIC},
     {"XLMRobertaForSequenceClassification", "bert", Q_BERT | Q_XLMR | Q_RANK},
 };
 #define N_ARCHS (sizeof(ARCHS) / sizeof(ARCHS[0]))
@@ -228,7 +230,18 @@ static const char *const BERT_LAYER_MAP[][2] = {
     {"output.LayerNorm.weight", "layer_output_norm.weight"},
     {"output.LayerNorm.bias", "layer_output_norm.bias"},
 };
+/* nomic-bert: HF suffix after encoder.layers.N. -> blk.N. */
+static const char *const NOMIC_LAYER_MAP[][2] = {
+    {"attn.Wqkv.weight", "attn_qkv.weight"},       {"attn.Wqkv.bias", "attn_qkv.bias"},
+    {"attn.out_proj.weight", "attn_output.weight"}, {"attn.out_proj.bias", "attn_output.bias"},
+    {"norm1.weight", "attn_output_norm.weight"},    {"norm1.bias", "attn_output_norm.bias"},
+    {"mlp.fc11.weight", "ffn_up.weight"},           {"mlp.fc12.weight", "ffn_gate.weight"},
+    {"mlp.fc2.weight", "ffn_down.weight"},          {"norm2.weight", "layer_output_norm.weight"},
+    {"norm2.bias", "layer_output_norm.bias"},
+};
 static const char *const BERT_TOP_MAP[][2] = {
+    {"emb_ln.weight", "token_embd_norm.weight"},
+    {"emb_ln.bias", "token_embd_norm.bias"},
     {"embeddings.word_embeddings.weight", "token_embd.weight"},
     {"embeddings.position_embeddings.weight", "position_embd.weight"},
     {"embeddings.token_type_embeddings.weight", "token_types.weight"},
@@ -374,6 +387,12 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
                 for (size_t k = 0; k < sizeof(BERT_LAYER_MAP) / sizeof(BERT_LAYER_MAP[0]); k++)
                     if (!strcmp(s, BERT_LAYER_MAP[k][0]))
                         snprintf(gname, sizeof gname, "blk.%u.%s", layer, BERT_LAYER_MAP[k][1]);
+            const char *s2 = n + 15;
+            if (!gname[0] && (a->quirks & Q_NOMIC) && !strncmp(n, "encoder.layers.", 15) &&
+                parse_uint(&s2, &layer) && layer < h->n_layer)
+                for (size_t k = 0; k < sizeof(NOMIC_LAYER_MAP) / sizeof(NOMIC_LAYER_MAP[0]); k++)
+                    if (!strcmp(s2, NOMIC_LAYER_MAP[k][0]))
+                        snprintf(gname, sizeof gname, "blk.%u.%s", layer, NOMIC_LAYER_MAP[k][1]);
             if (!gname[0]) goto unknown;
         } else if (!strcmp(n, "model.embed_tokens.weight")) {
             snprintf(gname, sizeof gname, "token_embd.weight");
@@ -651,13 +670,16 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
 
     /* hyperparameters */
     struct hp h = {0};
-    h.n_embd = cfg_u32(cfg, "hidden_size", 0);
-    h.n_layer = cfg_u32(cfg, "num_hidden_layers", 0);
-    h.n_ff = cfg_u32(cfg, "intermediate_size", 0);
-    h.n_head = cfg_u32(cfg, "num_attention_heads", 0);
+    h.n_embd = cfg_u32(cfg, "hidden_size", cfg_u32(cfg, "n_embd", 0));
+    h.n_layer = cfg_u32(cfg, "num_hidden_layers", cfg_u32(cfg, "n_layer", 0));
+    h.n_ff = cfg_u32(cfg, "intermediate_size", cfg_u32(cfg, "n_inner", 0));
+    h.n_head = cfg_u32(cfg, "num_attention_heads", cfg_u32(cfg, "n_head", 0));
     h.n_head_kv = cfg_u32(cfg, "num_key_value_heads", h.n_head);
     h.n_vocab = cfg_u32(cfg, "vocab_size", 0);
-    h.n_ctx = cfg_u32(cfg, "max_position_embeddings", 4096);
+    h.n_ctx = cfg_u32(cfg, "max_position_embeddings", cfg_u32(cfg, "n_positions", 4096));
+    /* nomic-embed-text v1/v1.5: 8192 positions in config, trained for 2048 (as llama.cpp) */
+    if ((a->quirks & Q_NOMIC) && h.n_ctx == 8192 && cfg_u32(cfg, "max_trained_positions", 2048) == 2048)
+        h.n_ctx = 2048;
     if (a->quirks & Q_XLMR) {
         double pad;
         if (cfg_num(cfg, "pad_token_id", &pad) && pad >= 0 && pad < 1e6) {
@@ -685,7 +707,9 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
     h.head_dim = cfg_u32(cfg, "head_dim", h.n_embd / h.n_head);
     double theta = 10000.0, eps = 1e-5, v;
     cfg_num(cfg, "rope_theta", &theta);
-    if (!cfg_num(cfg, "rms_norm_eps", &eps)) cfg_num(cfg, "layer_norm_eps", &eps);
+    if (!cfg_num(cfg, "rms_norm_eps", &eps) && !cfg_num(cfg, "layer_norm_eps", &eps))
+        cfg_num(cfg, "layer_norm_epsilon", &eps);
+    cfg_num(cfg, "rotary_emb_base", &theta);
     uint32_t n_rot = h.head_dim;
     if (cfg_num(cfg, "partial_rotary_factor", &v) && v > 0 && v <= 1)
         n_rot = (uint32_t)(v * h.n_embd) / h.n_head;
@@ -706,6 +730,7 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
     if (a->quirks & Q_BERT) {
         kb_f32(&kb, AK("attention.layer_norm_epsilon"), (float)eps);
         kb_bool(&kb, AK("attention.causal"), false);
+        if (a->quirks & Q_NOMIC) kb_f32(&kb, AK("rope.freq_base"), (float)theta);
     } else {
         kb_f32(&kb, AK("rope.freq_base"), (float)theta);
         kb_f32(&kb, AK("attention.layer_norm_rms_epsilon"), (float)eps);
@@ -715,6 +740,8 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
         kb_u32(&kb, AK("pooling_type"), 4); /* rank: the classifier scores the pair */
     else if (pooling_type(dir, &pooling))
         kb_u32(&kb, AK("pooling_type"), pooling);
+    else if (a->quirks & Q_NOMIC)
+        kb_u32(&kb, AK("pooling_type"), 1); /* nomic-embed-text pools by mean */
     if (h.head_dim != h.n_embd / h.n_head) {
         kb_u32(&kb, AK("attention.key_length"), h.head_dim);
         kb_u32(&kb, AK("attention.value_length"), h.head_dim);

@@ -279,3 +279,59 @@ def test_xlmr_llama_cpp_loads(xlmr):
         got = np.array(llm.embed(t, normalize=True), dtype=np.float64)
         worst = min(worst, float(got @ e / np.linalg.norm(e) / np.linalg.norm(got)))
     assert worst >= 0.9999, worst
+
+
+def test_nomic_bert_convert(tmp_path, anvil_bin):
+    """A tiny NomicBertModel (fused Wqkv, RoPE base 1000, SwiGLU fc11/fc12/fc2,
+    WordPiece): converted, then anvil's embeddings against llama-cpp-python's
+    on the same file (no numpy forward yet, REPORT.md)."""
+    import gguf
+    import llama_cpp
+    from safetensors.numpy import save_file
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    d = tmp_path / "nomic"
+    d.mkdir()
+    words = sorted(set("the a cat dog sat on mat river bank money paris capital france".split()))
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words)}
+    tk = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tk.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    for s_ in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]:
+        tk.add_special_tokens([s_])
+    tk.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    nv, e, ff = len(vocab), 64, 96
+    rng = np.random.default_rng(5)
+    r = lambda *s, sc=0.2: (rng.standard_normal(s) * sc).astype(np.float32)  # noqa: E731
+    w = {"embeddings.word_embeddings.weight": r(nv, e), "embeddings.token_type_embeddings.weight": r(2, e),
+         "emb_ln.weight": 1 + r(e, sc=0.1), "emb_ln.bias": r(e, sc=0.1)}
+    for i in range(2):
+        p = f"encoder.layers.{i}."
+        w.update({p + "attn.Wqkv.weight": r(3 * e, e), p + "attn.out_proj.weight": r(e, e),
+                  p + "mlp.fc11.weight": r(ff, e), p + "mlp.fc12.weight": r(ff, e),
+                  p + "mlp.fc2.weight": r(e, ff), p + "norm1.weight": 1 + r(e, sc=0.1),
+                  p + "norm1.bias": r(e, sc=0.1), p + "norm2.weight": 1 + r(e, sc=0.1),
+                  p + "norm2.bias": r(e, sc=0.1)})
+    save_file(w, str(d / "model.safetensors"))
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["NomicBertModel"], "n_embd": e, "n_layer": 2, "n_head": 2, "n_inner": ff,
+        "n_positions": 8192, "max_trained_positions": 2048, "rotary_emb_base": 1000,
+        "layer_norm_epsilon": 1e-12, "vocab_size": nv, "type_vocab_size": 2,
+        "activation_function": "swiglu", "causal": False, "prenorm": False}))
+    out = str(tmp_path / "nomic.gguf")
+    p = run([anvil_bin, "convert", str(d), "-o", out, "--type", "f32"], text=True)
+    assert p.returncode == 0, p.stderr
+    rd = gguf.GGUFReader(out)
+    assert str(bytes(rd.fields["general.architecture"].parts[-1]), "utf-8") == "nomic-bert"
+    assert int(rd.fields["nomic-bert.context_length"].parts[-1][0]) == 2048
+    assert float(rd.fields["nomic-bert.rope.freq_base"].parts[-1][0]) == 1000.0
+    texts = ["the cat sat on the mat", "paris capital france", "river bank money dog"]
+    p = run([anvil_bin, "embed", "-m", out, "-t", "2", *texts], text=True)
+    assert p.returncode == 0, p.stderr
+    ours = np.array(json.loads(p.stdout))
+    llm = llama_cpp.Llama(model_path=out, embedding=True, n_ctx=64, n_threads=2, verbose=False)
+    for i, t in enumerate(texts):
+        assert llm.tokenize(t.encode(), add_bos=True, special=False) == tk.encode(t).ids
+        ref = np.array(llm.embed(t, normalize=True))
+        assert float(ours[i] @ ref) >= 0.9999, (t, float(ours[i] @ ref))
