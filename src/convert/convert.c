@@ -52,6 +52,9 @@ enum {
     Q_GEMMA_NORMS = 1 << 2, /* post_attention_layernorm is a post norm */
     Q_MOE = 1 << 3,
     Q_BERT = 1 << 4,      /* encoder: BERT names, layer norms with bias, no RoPE */
+    Q_XLMR = 1 << 5,      /* XLM-R: positions start at pad_token_id + 1 (rows dropped) */
+    Q_RANK = 1 << 6,      /* a sequence-classification head: pooling rank */
+    Q_NOMIC = 1 << 7,     /* nomic-bert: fused Wqkv, RoPE, SwiGLU fc11/fc12/fc2 */
 };
 
 struct arch_def {
@@ -72,6 +75,9 @@ static const struct arch_def ARCHS[] = {
     {"Phi3ForCausalLM", "phi3", 0},
     {"Gemma3ForCausalLM", "gemma3", Q_NORM1 | Q_GEMMA_NORMS},
     {"BertModel", "bert", Q_BERT},
+    {"XLMRobertaModel", "bert", Q_BERT | Q_XLMR},
+    {"NomicBertModel", "nomic-bert", Q_BERT | Q_NOMIC},
+    {"XLMRobertaForSequenceClassification", "bert", Q_BERT | Q_XLMR | Q_RANK},
 };
 #define N_ARCHS (sizeof(ARCHS) / sizeof(ARCHS[0]))
 
@@ -83,6 +89,23 @@ const char *cv_known_archs(void) {
             o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s (%s)", i ? ", " : "",
                                   ARCHS[i].hf, ARCHS[i].arch);
     }
+    return buf;
+}
+
+/* the same list short enough for a one-line error message: the stems of
+ * the *ForCausalLM names, then the others */
+static const char *known_short(void) {
+    static char buf[512];
+    size_t o = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < N_ARCHS && o < sizeof buf; i++) {
+            const char *hf = ARCHS[i].hf, *sfx = strstr(hf, "ForCausalLM");
+            if ((pass == 0) != (sfx != NULL)) continue;
+            int l = sfx ? (int)(sfx - hf) : (int)strlen(hf);
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%.*s", o ? ", " : "", l, hf);
+            if (pass == 0 && o < sizeof buf && !strstr(ARCHS[i + 1 < N_ARCHS ? i + 1 : i].hf, "ForCausalLM"))
+                o += (size_t)snprintf(buf + o, sizeof buf - o, " (ForCausalLM)");
+        }
     return buf;
 }
 
@@ -103,6 +126,7 @@ static uint32_t cfg_u32(const cJSON *c, const char *k, uint32_t def) {
 struct hp {
     uint32_t n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
     uint32_t n_expert, n_expert_used;
+    uint32_t pos_offset; /* XLM-R: position rows dropped from the front */
     bool tied;
 };
 
@@ -121,6 +145,7 @@ struct otensor {
     uint32_t permute;             /* heads of the q/k permutation, 0 = none */
     bool plus_one;
     float *gen;                   /* generated F32 data (rope_freqs) */
+    struct st_tensor *view;       /* owned: a row range of a source (XLM-R positions) */
     uint64_t offset, nbytes;
 };
 
@@ -146,6 +171,7 @@ static void plan_free(struct plan *p) {
     for (uint32_t i = 0; i < p->n; i++) {
         core_free(p->t[i].src);
         core_free(p->t[i].gen);
+        core_free(p->t[i].view);
     }
     core_free(p->t);
 }
@@ -204,7 +230,18 @@ static const char *const BERT_LAYER_MAP[][2] = {
     {"output.LayerNorm.weight", "layer_output_norm.weight"},
     {"output.LayerNorm.bias", "layer_output_norm.bias"},
 };
+/* nomic-bert: HF suffix after encoder.layers.N. -> blk.N. */
+static const char *const NOMIC_LAYER_MAP[][2] = {
+    {"attn.Wqkv.weight", "attn_qkv.weight"},       {"attn.Wqkv.bias", "attn_qkv.bias"},
+    {"attn.out_proj.weight", "attn_output.weight"}, {"attn.out_proj.bias", "attn_output.bias"},
+    {"norm1.weight", "attn_output_norm.weight"},    {"norm1.bias", "attn_output_norm.bias"},
+    {"mlp.fc11.weight", "ffn_up.weight"},           {"mlp.fc12.weight", "ffn_gate.weight"},
+    {"mlp.fc2.weight", "ffn_down.weight"},          {"norm2.weight", "layer_output_norm.weight"},
+    {"norm2.bias", "layer_output_norm.bias"},
+};
 static const char *const BERT_TOP_MAP[][2] = {
+    {"emb_ln.weight", "token_embd_norm.weight"},
+    {"emb_ln.bias", "token_embd_norm.bias"},
     {"embeddings.word_embeddings.weight", "token_embd.weight"},
     {"embeddings.position_embeddings.weight", "position_embd.weight"},
     {"embeddings.token_type_embeddings.weight", "token_types.weight"},
@@ -330,11 +367,18 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
         if (strstr(n, "rotary_emb.inv_freq")) continue;
         if (a->quirks & Q_BERT) {
             if (!strncmp(n, "bert.", 5)) n += 5;
+            if (!strncmp(n, "roberta.", 8)) n += 8;
+            static const char *const CLS_MAP[][2] = {
+                {"classifier.dense.weight", "cls.weight"}, {"classifier.dense.bias", "cls.bias"},
+                {"classifier.out_proj.weight", "cls.output.weight"},
+                {"classifier.out_proj.bias", "cls.output.bias"}};
+            for (size_t k = 0; (a->quirks & Q_RANK) && k < 4; k++)
+                if (!strcmp(n, CLS_MAP[k][0])) snprintf(gname, sizeof gname, "%s", CLS_MAP[k][1]);
             /* buffers and the heads of other tasks: not part of the encoder */
             if (!strcmp(n, "embeddings.position_ids") || !strncmp(n, "pooler.", 7) ||
                 !strncmp(n, "cls.", 4))
                 continue;
-            for (size_t k = 0; k < sizeof(BERT_TOP_MAP) / sizeof(BERT_TOP_MAP[0]); k++)
+            for (size_t k = 0; !gname[0] && k < sizeof(BERT_TOP_MAP) / sizeof(BERT_TOP_MAP[0]); k++)
                 if (!strcmp(n, BERT_TOP_MAP[k][0]))
                     snprintf(gname, sizeof gname, "%s", BERT_TOP_MAP[k][1]);
             const char *s = n + 14;
@@ -343,6 +387,12 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
                 for (size_t k = 0; k < sizeof(BERT_LAYER_MAP) / sizeof(BERT_LAYER_MAP[0]); k++)
                     if (!strcmp(s, BERT_LAYER_MAP[k][0]))
                         snprintf(gname, sizeof gname, "blk.%u.%s", layer, BERT_LAYER_MAP[k][1]);
+            const char *s2 = n + 15;
+            if (!gname[0] && (a->quirks & Q_NOMIC) && !strncmp(n, "encoder.layers.", 15) &&
+                parse_uint(&s2, &layer) && layer < h->n_layer)
+                for (size_t k = 0; k < sizeof(NOMIC_LAYER_MAP) / sizeof(NOMIC_LAYER_MAP[0]); k++)
+                    if (!strcmp(s2, NOMIC_LAYER_MAP[k][0]))
+                        snprintf(gname, sizeof gname, "blk.%u.%s", layer, NOMIC_LAYER_MAP[k][1]);
             if (!gname[0]) goto unknown;
         } else if (!strcmp(n, "model.embed_tokens.weight")) {
             snprintf(gname, sizeof gname, "token_embd.weight");
@@ -395,6 +445,22 @@ static anvil_status map_tensors(const struct arch_def *a, const struct hp *h,
             snprintf(o->name, sizeof o->name, "%s", gname);
             o->n_src = is_expert ? h->n_expert : 1;
             if (!(o->src = core_calloc(o->n_src, sizeof(*o->src)))) return ANVIL_ERR_NOMEM;
+            if (h->pos_offset && !strcmp(gname, "position_embd.weight")) {
+                /* XLM-R: rows 0..pad are never used; llama.cpp's files start at pad + 1 */
+                if (t->n_dims != 2 || t->shape[0] <= h->pos_offset) {
+                    errmsg_set(err, cap, "convert: %s has %llu rows, not more than pad_token_id + 1",
+                               n, (unsigned long long)(t->n_dims == 2 ? t->shape[0] : 1));
+                    return ANVIL_ERR_FORMAT;
+                }
+                if (!(o->view = core_malloc(sizeof(*o->view)))) return ANVIL_ERR_NOMEM;
+                *o->view = *t;
+                size_t rb = (size_t)t->shape[1] * st_dtype_size(t->dtype);
+                o->view->shape[0] -= h->pos_offset;
+                o->view->data += rb * h->pos_offset;
+                o->view->nbytes -= (uint64_t)rb * h->pos_offset;
+                o->view->n_elem -= t->shape[1] * h->pos_offset;
+                t = o->view;
+            }
             o->ne[0] = t->shape[t->n_dims - 1];
             o->ne[1] = t->n_dims == 2 ? t->shape[0] : 1;
             o->ne[2] = is_expert ? h->n_expert : 1;
@@ -596,7 +662,7 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
     if (!a) {
         errmsg_set(err, err_cap, "convert: architecture '%s' is not one anvil converts; it knows %s",
                    cJSON_IsString(a0) ? a0->valuestring : "(config.json has no architectures)",
-                   cv_known_archs());
+                   known_short());
         st = ANVIL_ERR_UNSUPPORTED;
         goto fail;
     }
@@ -604,13 +670,23 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
 
     /* hyperparameters */
     struct hp h = {0};
-    h.n_embd = cfg_u32(cfg, "hidden_size", 0);
-    h.n_layer = cfg_u32(cfg, "num_hidden_layers", 0);
-    h.n_ff = cfg_u32(cfg, "intermediate_size", 0);
-    h.n_head = cfg_u32(cfg, "num_attention_heads", 0);
+    h.n_embd = cfg_u32(cfg, "hidden_size", cfg_u32(cfg, "n_embd", 0));
+    h.n_layer = cfg_u32(cfg, "num_hidden_layers", cfg_u32(cfg, "n_layer", 0));
+    h.n_ff = cfg_u32(cfg, "intermediate_size", cfg_u32(cfg, "n_inner", 0));
+    h.n_head = cfg_u32(cfg, "num_attention_heads", cfg_u32(cfg, "n_head", 0));
     h.n_head_kv = cfg_u32(cfg, "num_key_value_heads", h.n_head);
     h.n_vocab = cfg_u32(cfg, "vocab_size", 0);
-    h.n_ctx = cfg_u32(cfg, "max_position_embeddings", 4096);
+    h.n_ctx = cfg_u32(cfg, "max_position_embeddings", cfg_u32(cfg, "n_positions", 4096));
+    /* nomic-embed-text v1/v1.5: 8192 positions in config, trained for 2048 (as llama.cpp) */
+    if ((a->quirks & Q_NOMIC) && h.n_ctx == 8192 && cfg_u32(cfg, "max_trained_positions", 2048) == 2048)
+        h.n_ctx = 2048;
+    if (a->quirks & Q_XLMR) {
+        double pad;
+        if (cfg_num(cfg, "pad_token_id", &pad) && pad >= 0 && pad < 1e6) {
+            h.pos_offset = (uint32_t)pad + 1;
+            h.n_ctx = h.n_ctx > h.pos_offset ? h.n_ctx - h.pos_offset : 0;
+        }
+    }
     h.n_expert = cfg_u32(cfg, "num_local_experts", cfg_u32(cfg, "num_experts", 0));
     h.n_expert_used = cfg_u32(cfg, "num_experts_per_tok", 0);
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
@@ -631,7 +707,9 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
     h.head_dim = cfg_u32(cfg, "head_dim", h.n_embd / h.n_head);
     double theta = 10000.0, eps = 1e-5, v;
     cfg_num(cfg, "rope_theta", &theta);
-    if (!cfg_num(cfg, "rms_norm_eps", &eps)) cfg_num(cfg, "layer_norm_eps", &eps);
+    if (!cfg_num(cfg, "rms_norm_eps", &eps) && !cfg_num(cfg, "layer_norm_eps", &eps))
+        cfg_num(cfg, "layer_norm_epsilon", &eps);
+    cfg_num(cfg, "rotary_emb_base", &theta);
     uint32_t n_rot = h.head_dim;
     if (cfg_num(cfg, "partial_rotary_factor", &v) && v > 0 && v <= 1)
         n_rot = (uint32_t)(v * h.n_embd) / h.n_head;
@@ -652,12 +730,18 @@ anvil_status cv_convert(const char *dir, const char *out, const struct cv_params
     if (a->quirks & Q_BERT) {
         kb_f32(&kb, AK("attention.layer_norm_epsilon"), (float)eps);
         kb_bool(&kb, AK("attention.causal"), false);
+        if (a->quirks & Q_NOMIC) kb_f32(&kb, AK("rope.freq_base"), (float)theta);
     } else {
         kb_f32(&kb, AK("rope.freq_base"), (float)theta);
         kb_f32(&kb, AK("attention.layer_norm_rms_epsilon"), (float)eps);
     }
     uint32_t pooling;
-    if (pooling_type(dir, &pooling)) kb_u32(&kb, AK("pooling_type"), pooling);
+    if (a->quirks & Q_RANK)
+        kb_u32(&kb, AK("pooling_type"), 4); /* rank: the classifier scores the pair */
+    else if (pooling_type(dir, &pooling))
+        kb_u32(&kb, AK("pooling_type"), pooling);
+    else if (a->quirks & Q_NOMIC)
+        kb_u32(&kb, AK("pooling_type"), 1); /* nomic-embed-text pools by mean */
     if (h.head_dim != h.n_embd / h.n_head) {
         kb_u32(&kb, AK("attention.key_length"), h.head_dim);
         kb_u32(&kb, AK("attention.value_length"), h.head_dim);

@@ -21,8 +21,9 @@
  * "##", bracketed specials ([CLS]) stay as they are; unknown, padding,
  * separator, cls and mask ids from tokenizer_config.json (bos = [CLS],
  * eos = [SEP]); tokenizer.ggml.token_type_count from type_vocab_size.
- * What it does not do: SentencePiece/unigram vocabularies (refused with a
- * message naming the model type).
+ * A Unigram model (XLM-R's SentencePiece vocabulary) becomes "t5" (see
+ * unigram() below). What it does not do: SentencePiece BPE (Llama-2 style)
+ * vocabularies (refused with a message naming the model type).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +228,181 @@ done:
     return st;
 }
 
+/* the first node of type `type` in a normalizer / pre_tokenizer tree */
+static const cJSON *find_node(const cJSON *node, const char *type) {
+    if (!node) return NULL;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(node, "type");
+    if (cJSON_IsString(t) && !strcmp(t->valuestring, type)) return node;
+    static const char *const kids[] = {"normalizers", "pretokenizers"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(node, kids[k])) {
+            const cJSON *f = find_node(e, type);
+            if (f) return f;
+        }
+    }
+    return NULL;
+}
+
+/* standard base64 (padding optional); NULL on a bad character */
+static uint8_t *b64_decode(const char *s, size_t *out_n) {
+    size_t l = strlen(s);
+    uint8_t *o = core_malloc(l / 4 * 3 + 4);
+    if (!o) return NULL;
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < l; i++) {
+        char c = s[i];
+        int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26
+              : c >= '0' && c <= '9' ? c - '0' + 52 : c == '+' ? 62 : c == '/' ? 63 : -1;
+        if (c == '=') break;
+        if (v < 0) {
+            core_free(o);
+            return NULL;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            o[n++] = (uint8_t)(acc >> bits);
+        }
+    }
+    *out_n = n;
+    return o;
+}
+
+/* XLM-R's SentencePiece unigram vocabulary (tokenizer.json model type
+ * Unigram) as tokenizer.ggml.model "t5", as llama.cpp writes it: pieces
+ * and scores in id order, types UNKNOWN (unk_id), CONTROL (special added
+ * tokens), USER_DEFINED (other added tokens), NORMAL; ids past the vocab up
+ * to vocab_size "[PAD<id>]" UNUSED with score -10000; the normalizer's
+ * Precompiled charsmap decoded; add_space_prefix from the Metaspace
+ * (prepend_scheme other than "never"), remove_extra_whitespaces from a
+ * Replace of " {2,}" in the normalizer (else clean_up_tokenization_spaces). */
+static anvil_status unigram(const cJSON *tj, const cJSON *tc, const cJSON *config,
+                            uint64_t n_vocab, struct kvbuf *kb, char *pre, char *err,
+                            size_t cap) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_id");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens"), *e;
+    int nv = cJSON_GetArraySize(vocab);
+    uint64_t n = (uint64_t)(nv > 0 ? nv : 0);
+    if (n_vocab > n) n = n_vocab;
+    if (!cJSON_IsArray(vocab) || nv <= 0 || n > 10000000) {
+        errmsg_set(err, cap, "convert: tokenizer.json: a Unigram model needs a vocab list");
+        return ANVIL_ERR_FORMAT;
+    }
+    anvil_status st = ANVIL_OK;
+    const char **strs = core_calloc((size_t)n, sizeof(*strs));
+    size_t *lens = core_calloc((size_t)n, sizeof(*lens));
+    int32_t *types = core_calloc((size_t)n, sizeof(*types));
+    float *scores = core_calloc((size_t)n, sizeof(*scores));
+    struct tokrec *raw = core_calloc((size_t)n, sizeof(*raw));
+    char (*pads)[24] = core_calloc((size_t)n, sizeof(*pads));
+    uint8_t *cmap = NULL;
+    if (!strs || !lens || !types || !scores || !raw || !pads) goto nomem;
+    uint64_t id = 0;
+    cJSON_ArrayForEach(e, vocab) {
+        const cJSON *pc = cJSON_GetArrayItem(e, 0), *sc = cJSON_GetArrayItem(e, 1);
+        if (!cJSON_IsString(pc) || !cJSON_IsNumber(sc)) {
+            errmsg_set(err, cap, "convert: tokenizer.json: Unigram vocab entry %llu is not "
+                       "[piece, score]", (unsigned long long)id);
+            st = ANVIL_ERR_FORMAT;
+            goto done;
+        }
+        strs[id] = pc->valuestring, lens[id] = strlen(pc->valuestring);
+        scores[id] = (float)sc->valuedouble;
+        types[id] = TT_NORMAL;
+        id++;
+    }
+    for (; id < n; id++) {
+        int l = snprintf(pads[id], sizeof pads[id], "[PAD%llu]", (unsigned long long)id);
+        strs[id] = pads[id], lens[id] = (size_t)l, scores[id] = -10000.0f, types[id] = TT_UNUSED;
+    }
+    cJSON_ArrayForEach(e, added) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "special");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsNumber(idj) || idj->valuedouble < 0 || idj->valuedouble >= (double)n ||
+            !cJSON_IsString(c))
+            continue;
+        uint64_t k = (uint64_t)idj->valuedouble;
+        strs[k] = c->valuestring, lens[k] = strlen(c->valuestring);
+        types[k] = cJSON_IsTrue(sp) ? TT_CONTROL : TT_USER;
+    }
+    if (cJSON_IsNumber(unk) && unk->valuedouble >= 0 && unk->valuedouble < (double)n)
+        types[(uint64_t)unk->valuedouble] = TT_UNKNOWN;
+    for (uint64_t i = 0; i < n; i++) raw[i] = (struct tokrec){strs[i], lens[i], types[i]};
+
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(tj, "normalizer");
+    const cJSON *pcm = cJSON_GetObjectItemCaseSensitive(find_node(norm, "Precompiled"),
+                                                        "precompiled_charsmap");
+    size_t cmap_n = 0;
+    if (cJSON_IsString(pcm) && pcm->valuestring[0] &&
+        !(cmap = b64_decode(pcm->valuestring, &cmap_n))) {
+        errmsg_set(err, cap, "convert: tokenizer.json: precompiled_charsmap is not base64");
+        st = ANVIL_ERR_FORMAT;
+        goto done;
+    }
+    const cJSON *ms = find_node(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"), "Metaspace");
+    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(ms, "prepend_scheme");
+    const cJSON *ap = cJSON_GetObjectItemCaseSensitive(ms, "add_prefix_space");
+    bool add_prefix = cJSON_IsString(ps) ? strcmp(ps->valuestring, "never") != 0
+                      : cJSON_IsBool(ap) ? cJSON_IsTrue(ap) : true;
+    const cJSON *rp = find_node(norm, "Replace");
+    const cJSON *rx = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(rp, "pattern"), "Regex");
+    const cJSON *cu = cJSON_GetObjectItemCaseSensitive(tc, "clean_up_tokenization_spaces");
+    bool rm_ws = (cJSON_IsString(rx) && !strcmp(rx->valuestring, " {2,}")) || cJSON_IsTrue(cu);
+
+    kb_str(kb, "tokenizer.ggml.model", "t5", 2);
+    snprintf(pre, 32, "default");
+    kb_str(kb, "tokenizer.ggml.pre", "default", 7);
+    kb_arr_str(kb, "tokenizer.ggml.tokens", strs, lens, n);
+    kb_arr_f32(kb, "tokenizer.ggml.scores", scores, n);
+    kb_arr_i32(kb, "tokenizer.ggml.token_type", types, n);
+    kb_bool(kb, "tokenizer.ggml.add_space_prefix", add_prefix);
+    const cJSON *tv = cJSON_GetObjectItemCaseSensitive(config, "type_vocab_size");
+    kb_u32(kb, "tokenizer.ggml.token_type_count",
+           cJSON_IsNumber(tv) && tv->valuedouble >= 0 ? (uint32_t)tv->valuedouble : 1);
+    kb_bool(kb, "tokenizer.ggml.remove_extra_whitespaces", rm_ws);
+    if (cmap) kb_arr_u8(kb, "tokenizer.ggml.precompiled_charsmap", cmap, cmap_n);
+    static const char *const sp[][2] = {{"bos_token", "bos"},     {"eos_token", "eos"},
+                                        {"unk_token", "unknown"}, {"sep_token", "seperator"},
+                                        {"pad_token", "padding"}, {"cls_token", "cls"},
+                                        {"mask_token", "mask"}};
+    static const char *const def[] = {"<s>", "</s>", "<unk>", "</s>", "<pad>", "<s>", "<mask>"};
+    for (int i = 0; i < 7; i++) {
+        const char *s = tok_str(cJSON_GetObjectItemCaseSensitive(tc, sp[i][0]));
+        int64_t k = id_of(raw, n, s ? s : def[i]);
+        char key[64];
+        snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", sp[i][1]);
+        if (k >= 0) kb_u32(kb, key, (uint32_t)k);
+    }
+    /* XLM-R's post-processor wraps a text in <s> ... </s> */
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(tj, "post_processor");
+    if (find_node(pp, "RobertaProcessing") || find_node(pp, "TemplateProcessing")) {
+        kb_bool(kb, "tokenizer.ggml.add_bos_token", true);
+        kb_bool(kb, "tokenizer.ggml.add_eos_token", true);
+    }
+    if (kb->oom) goto nomem;
+    goto done;
+nomem:
+    errmsg_set(err, cap, "convert: out of memory");
+    st = ANVIL_ERR_NOMEM;
+done:
+    core_free(strs);
+    core_free(lens);
+    core_free(types);
+    core_free(scores);
+    core_free(raw);
+    core_free(pads);
+    core_free(cmap);
+    return st;
+}
+
 anvil_status cv_tokenizer(const char *dir, const cJSON *config, uint64_t n_vocab,
                           struct kvbuf *kb, char *pre, char *err, size_t cap) {
     anvil_status st = ANVIL_OK;
@@ -260,6 +436,10 @@ anvil_status cv_tokenizer(const char *dir, const cJSON *config, uint64_t n_vocab
     const char *mt = cJSON_IsString(mtype) ? mtype->valuestring : "?";
     if (!strcmp(mt, "WordPiece")) {
         st = wordpiece(tj, tc, config, n_vocab, kb, pre, err, cap);
+        goto done;
+    }
+    if (!strcmp(mt, "Unigram")) {
+        st = unigram(tj, tc, config, n_vocab, kb, pre, err, cap);
         goto done;
     }
     if (strcmp(mt, "BPE") || !cJSON_IsObject(vocab) ||

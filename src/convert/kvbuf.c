@@ -60,6 +60,18 @@ void kb_arr_i32(struct kvbuf *b, const char *k, const int32_t *v, uint64_t n) {
     put_u64(b, n);
     put(b, v, (size_t)n * 4);
 }
+void kb_arr_f32(struct kvbuf *b, const char *k, const float *v, uint64_t n) {
+    key(b, k, GGUF_VT_ARRAY);
+    put_u32(b, GGUF_VT_FLOAT32);
+    put_u64(b, n);
+    put(b, v, (size_t)n * 4);
+}
+void kb_arr_u8(struct kvbuf *b, const char *k, const uint8_t *v, uint64_t n) {
+    key(b, k, GGUF_VT_ARRAY);
+    put_u32(b, GGUF_VT_UINT8);
+    put_u64(b, n);
+    put(b, v, (size_t)n);
+}
 void kb_free(struct kvbuf *b) {
     core_free(b->p);
     *b = (struct kvbuf){0};

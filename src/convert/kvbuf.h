@@ -23,10 +23,12 @@ void kb_i32(struct kvbuf *b, const char *key, int32_t v);
 void kb_f32(struct kvbuf *b, const char *key, float v);
 void kb_bool(struct kvbuf *b, const char *key, bool v);
 void kb_str(struct kvbuf *b, const char *key, const char *s, size_t len);
-/* Arrays: strings (each with its length), i32, f32. */
+/* Arrays: strings (each with its length), i32, f32, u8. */
 void kb_arr_str(struct kvbuf *b, const char *key, const char *const *s, const size_t *len,
                 uint64_t n);
 void kb_arr_i32(struct kvbuf *b, const char *key, const int32_t *v, uint64_t n);
+void kb_arr_f32(struct kvbuf *b, const char *key, const float *v, uint64_t n);
+void kb_arr_u8(struct kvbuf *b, const char *key, const uint8_t *v, uint64_t n);
 void kb_free(struct kvbuf *b);
 
 #endif

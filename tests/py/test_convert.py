@@ -387,7 +387,7 @@ def test_convert_bad_input(tmp_path, anvil_bin):
         cfg = json.load(open(os.path.join(d, "config.json")))
         cfg["architectures"] = ["FancyNetForCausalLM"]
         json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
-    case("arch", unknown_arch, "it knows LlamaForCausalLM (llama)")
+    case("arch", unknown_arch, "it knows Llama, Mistral")
 
     def truncate(p):
         with open(p, "r+b") as f:
