@@ -421,11 +421,6 @@ static bool parse_json(const struct srv_limits *lim, enum srv_kind kind, bool in
                      &r->prompt_lp, e))
         goto out;
     r->prompt_lp_k = (int32_t)plp;
-    if (r->prompt_lp && r->stream) {
-        srv_bad(e, "prompt_logprobs", "'prompt_logprobs' is only given in whole answers: not "
-                "with 'stream'");
-        goto out;
-    }
     /* extensions: speculative decoding per request */
     const cJSON *spec = srv_field(root, "spec");
     if (spec) {
