@@ -144,6 +144,21 @@ anvil_status anvil_vocab_compatible(const struct anvil_model *a, const struct an
                                     char *err, size_t err_cap);
 /* True for tokens that end a generation (EOS, <|im_end|>, <|eot_id|>, ...). */
 bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t);
+/* Fill-in-the-middle tokens: prefix, suffix, middle, pad, repository name,
+ * file separator. From tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id
+ * when the GGUF gives one in range (an id out of range is a load warning),
+ * else the token with one of the texts llama.cpp looks for (<|fim_prefix|>,
+ * <fim_prefix>, <PRE>, ...); -1 if neither. */
+enum anvil_fim {
+    ANVIL_FIM_PRE,
+    ANVIL_FIM_SUF,
+    ANVIL_FIM_MID,
+    ANVIL_FIM_PAD,
+    ANVIL_FIM_REP,
+    ANVIL_FIM_SEP,
+    ANVIL_FIM_COUNT
+};
+anvil_token anvil_token_fim(const struct anvil_model *m, enum anvil_fim which);
 
 /* ---------------------------------------------------------------------- */
 /* tokenizer */

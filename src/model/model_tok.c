@@ -70,6 +70,9 @@ anvil_token anvil_token_sep(const struct anvil_model *m) {
     anvil_token s = tok_sep(m->vocab);
     return s >= 0 ? s : tok_eos(m->vocab);
 }
+anvil_token anvil_token_fim(const struct anvil_model *m, enum anvil_fim which) {
+    return m ? tok_fim(m->vocab, (int)which) : -1;
+}
 bool anvil_token_is_eog(const struct anvil_model *m, anvil_token t) {
     return tok_is_eog(m->vocab, t);
 }

@@ -14,8 +14,22 @@
  * into a prefix stays characters. BOS comes first when the vocabulary asks
  * for one.
  *
- * The FIM tokens are found by their text, as llama.cpp finds them when the
- * GGUF does not give their ids (the names of src/tok/vocab.c's fim_texts:
+ * Long inputs on POST /infill are trimmed as llama-server trims them
+ * (format_prompt_infill), with anvil's context in place of its batch. Let
+ * C be what one request may hold (the context, or the KV cache when that
+ * is smaller), W = C / 2 the FIM window (llama-server's n_batch, half its
+ * default context) and n_predict the request's max_tokens (16 when not
+ * given). Then the prefix keeps its last min(|prefix|, 3 * (W / 4))
+ * tokens, the suffix its first min(|suffix|, max(0, W / 4 - 2 - |prompt|))
+ * tokens, and the extra chunks (all their tokens, separators included, in
+ * order) their last min(|extra|, max(0, C - W - 2 * n_predict)) tokens; the
+ * prompt is kept whole. A prompt that is still too long (a long `prompt`,
+ * or max_tokens past the context) is a 400, as is any too long prompt of
+ * /v1/completions with `suffix`, which trims nothing.
+ *
+ * The FIM tokens are the vocabulary's (anvil_token_fim): the ids the GGUF
+ * gives (tokenizer.ggml.fim_pre_token_id, ...), else the tokens found by
+ * their text as llama.cpp finds them (src/tok/vocab.c's fim_texts:
  * <|fim_prefix|> (Qwen), <fim_prefix> (StarCoder), <｜fim▁begin｜>
  * (DeepSeek Coder), <PRE> (CodeLlama), ...). A model without them answers
  * 400 naming the tokens it lacks.
@@ -28,41 +42,16 @@
 
 #include "server/srv_int.h"
 
-/* The candidate texts of each FIM token, most common first. */
-static const char *const pre_texts[] = {
-    "<|fim_prefix|>", "<fim_prefix>", "<fim-prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
-    "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
-static const char *const suf_texts[] = {
-    "<|fim_suffix|>", "<fim_suffix>", "<fim-suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>",
-    "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
-static const char *const mid_texts[] = {
-    "<|fim_middle|>", "<fim_middle>", "<fim-middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
-    "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
-static const char *const sep_texts[] = {"<|file_sep|>", "<file_sep>", NULL};
-
-/* The id of the single token whose text is one of texts, or -1. */
-static anvil_token find_special(const struct anvil_model *m, const char *const *texts) {
-    for (int i = 0; texts[i]; i++) {
-        anvil_token t[2];
-        size_t n = strlen(texts[i]);
-        if (anvil_tokenize(m, texts[i], n, t, 2, false, true) != 1) continue;
-        char piece[64];
-        int32_t k = anvil_token_to_piece(m, t[0], piece, (int32_t)sizeof(piece), true);
-        if (k == (int32_t)n && !memcmp(piece, texts[i], n)) return t[0];
-    }
-    return -1;
-}
-
 struct fim {
     anvil_token pre, suf, mid, sep;
 };
 
 static bool fim_tokens(const struct srv_limits *lim, const char *param, struct fim *f,
                        struct srv_err *e) {
-    f->pre = find_special(lim->model, pre_texts);
-    f->suf = find_special(lim->model, suf_texts);
-    f->mid = find_special(lim->model, mid_texts);
-    f->sep = find_special(lim->model, sep_texts);
+    f->pre = anvil_token_fim(lim->model, ANVIL_FIM_PRE);
+    f->suf = anvil_token_fim(lim->model, ANVIL_FIM_SUF);
+    f->mid = anvil_token_fim(lim->model, ANVIL_FIM_MID);
+    f->sep = anvil_token_fim(lim->model, ANVIL_FIM_SEP);
     if (f->pre >= 0 && f->suf >= 0 && f->mid >= 0) return true;
     char miss[128] = "";
     const char *names[3] = {f->pre < 0 ? "prefix (<|fim_prefix|>, <fim_prefix>, ...)" : NULL,
@@ -77,27 +66,57 @@ static bool fim_tokens(const struct srv_limits *lim, const char *param, struct f
                    "has no %s token", miss);
 }
 
-/* The token list being built: r->prompt, lim->n_ctx long at most. */
-struct tl {
-    const struct srv_limits *lim;
-    struct srv_req *r;
-    int64_t want; /* tokens asked for so far (may exceed the capacity) */
+/* A growing token list. */
+struct tv {
+    anvil_token *p;
+    int64_t n, cap;
 };
 
-static bool put_tok(struct tl *t, anvil_token id) {
-    if (t->want < t->lim->n_ctx) t->r->prompt[t->want] = id;
-    t->want++;
+static bool tv_room(struct tv *v, int64_t more, struct srv_err *e) {
+    if (v->n + more <= v->cap) return true;
+    int64_t cap = v->cap ? v->cap : 64;
+    while (cap < v->n + more) cap *= 2;
+    if (cap > INT32_MAX) return srv_oom(e);
+    anvil_token *p = realloc(v->p, (size_t)cap * sizeof(anvil_token));
+    if (!p) return srv_oom(e);
+    v->p = p;
+    v->cap = cap;
     return true;
 }
 
-static bool put_text(struct tl *t, const char *s, size_t n, struct srv_err *e) {
+static bool tv_put(struct tv *v, anvil_token id, struct srv_err *e) {
+    if (!tv_room(v, 1, e)) return false;
+    v->p[v->n++] = id;
+    return true;
+}
+
+static bool tv_cat(struct tv *v, const anvil_token *t, int64_t n, struct srv_err *e) {
+    if (!tv_room(v, n, e)) return false;
+    memcpy(v->p + v->n, t, (size_t)n * sizeof(anvil_token));
+    v->n += n;
+    return true;
+}
+
+/* Append n tokens of src from index from. */
+static bool tv_part(struct tv *v, const struct tv *src, int64_t from, int64_t n,
+                    struct srv_err *e) {
+    return n <= 0 || tv_cat(v, src->p + from, n, e);
+}
+
+/* Append the tokens of text (as text: control tokens stay characters). */
+static bool tv_text(struct tv *v, const struct anvil_model *m, const char *s, size_t n,
+                    struct srv_err *e) {
     if (n == 0) return true;
-    int32_t room = t->want < t->lim->n_ctx ? (int32_t)(t->lim->n_ctx - t->want) : 0;
-    anvil_token scratch[1];
-    anvil_token *dst = room > 0 ? t->r->prompt + t->want : scratch;
-    int32_t k = anvil_tokenize(t->lim->model, s, n, dst, room > 0 ? room : 0, false, false);
+    if (n > INT32_MAX) return srv_oom(e);
+    int32_t room = (int32_t)(v->cap - v->n);
+    int32_t k = anvil_tokenize(m, s, n, v->p ? v->p + v->n : NULL, room, false, false);
     if (k == INT32_MIN) return srv_oom(e);
-    t->want += k < 0 ? -(int64_t)k : k; /* past the end: only counted */
+    if (k < 0) {
+        if (!tv_room(v, -(int64_t)k, e)) return false;
+        k = anvil_tokenize(m, s, n, v->p + v->n, (int32_t)(v->cap - v->n), false, false);
+        if (k < 0) return srv_oom(e);
+    }
+    v->n += k;
     return true;
 }
 
@@ -161,30 +180,55 @@ bool srv_parse_infill(const struct srv_limits *lim, const cJSON *root, bool rout
     }
     struct fim f;
     if (!fim_tokens(lim, pname, &f, e)) return false;
-    r->prompt = malloc((size_t)lim->n_ctx * sizeof(anvil_token));
-    if (!r->prompt) return srv_oom(e);
-    struct tl t = {lim, r, 0};
-    anvil_token bos[2];
-    if (anvil_tokenize(lim->model, "", 0, bos, 2, true, false) == 1) put_tok(&t, bos[0]);
+    const struct anvil_model *m = lim->model;
+    struct tv ex = {0}, pre = {0}, pr = {0}, suf = {0};
+    bool ok = false;
     for (const cJSON *c = extra ? extra->child : NULL; c; c = c->next) {
         const cJSON *fn = srv_field(c, "filename"), *tx = srv_field(c, "text");
         if (f.sep >= 0) {
             const char *name = fn ? fn->valuestring : "tmp";
-            put_tok(&t, f.sep);
-            if (!put_text(&t, name, strlen(name), e) || !put_text(&t, "\n", 1, e)) return false;
+            if (!tv_put(&ex, f.sep, e) || !tv_text(&ex, m, name, strlen(name), e) ||
+                !tv_text(&ex, m, "\n", 1, e))
+                goto out;
         } else {
             static const char snip[] = "\n\n--- snippet ---\n\n";
-            if (!put_text(&t, snip, sizeof(snip) - 1, e)) return false;
+            if (!tv_text(&ex, m, snip, sizeof(snip) - 1, e)) goto out;
         }
-        if (!put_text(&t, tx->valuestring, strlen(tx->valuestring), e)) return false;
+        if (!tv_text(&ex, m, tx->valuestring, strlen(tx->valuestring), e)) goto out;
     }
-    put_tok(&t, f.pre);
-    if (!put_text(&t, prefix, strlen(prefix), e) || !put_text(&t, prompt, strlen(prompt), e))
-        return false;
-    put_tok(&t, f.suf);
-    if (!put_text(&t, suffix, strlen(suffix), e)) return false;
-    put_tok(&t, f.mid);
-    if (t.want >= lim->n_ctx) return srv_too_long(e, pname, lim->n_ctx, "prompt is", t.want);
-    r->n_prompt = (int32_t)t.want;
-    return true;
+    if (!tv_text(&pre, m, prefix, strlen(prefix), e) ||
+        !tv_text(&pr, m, prompt, strlen(prompt), e) ||
+        !tv_text(&suf, m, suffix, strlen(suffix), e))
+        goto out;
+    /* what is kept: the whole of each part, or on /infill llama-server's
+     * rule (the file comment) */
+    int64_t keep_ex = ex.n, keep_pre = pre.n, keep_suf = suf.n;
+    if (route) {
+        int64_t cap = lim->n_ctx;
+        if (lim->kv_tokens > 0 && lim->kv_tokens < cap) cap = lim->kv_tokens;
+        int64_t w = cap / 2, n_predict = r->max_tokens > 0 ? r->max_tokens : 0;
+        int64_t suf_room = w / 4 - (2 + pr.n), ex_room = cap - w - 2 * n_predict;
+        if (keep_pre > 3 * (w / 4)) keep_pre = 3 * (w / 4);
+        if (keep_suf > (suf_room > 0 ? suf_room : 0)) keep_suf = suf_room > 0 ? suf_room : 0;
+        if (keep_ex > (ex_room > 0 ? ex_room : 0)) keep_ex = ex_room > 0 ? ex_room : 0;
+    }
+    struct tv out = {0};
+    anvil_token bos[2];
+    if ((anvil_tokenize(m, "", 0, bos, 2, true, false) == 1 && !tv_put(&out, bos[0], e)) ||
+        !tv_part(&out, &ex, ex.n - keep_ex, keep_ex, e) || !tv_put(&out, f.pre, e) ||
+        !tv_part(&out, &pre, pre.n - keep_pre, keep_pre, e) || !tv_part(&out, &pr, 0, pr.n, e) ||
+        !tv_put(&out, f.suf, e) || !tv_part(&out, &suf, 0, keep_suf, e) ||
+        !tv_put(&out, f.mid, e)) {
+        free(out.p);
+        goto out;
+    }
+    r->prompt = out.p;
+    r->n_prompt = out.n > INT32_MAX ? INT32_MAX : (int32_t)out.n;
+    ok = true;
+out:
+    free(ex.p);
+    free(pre.p);
+    free(pr.p);
+    free(suf.p);
+    return ok;
 }

@@ -419,11 +419,6 @@ static bool parse_json(const struct srv_limits *lim, enum srv_kind kind, bool in
                      &r->prompt_lp, e))
         goto out;
     r->prompt_lp_k = (int32_t)plp;
-    if (r->prompt_lp && r->stream) {
-        srv_bad(e, "prompt_logprobs", "'prompt_logprobs' is only given in whole answers: not "
-                "with 'stream'");
-        goto out;
-    }
     /* extensions: speculative decoding per request */
     const cJSON *spec = srv_field(root, "spec");
     if (spec) {
@@ -469,6 +464,9 @@ static bool parse_json(const struct srv_limits *lim, enum srv_kind kind, bool in
     /* fill in the middle: POST /infill, or a non-empty suffix */
     const cJSON *suffix = kind == SRV_KIND_COMPLETION ? srv_field(root, "suffix") : NULL;
     bool fim = infill || (suffix && suffix->valuestring[0]);
+    /* /infill keeps room for the completion when it trims (srv_fit sets
+     * the final value) */
+    r->max_tokens = has_max ? (int32_t)max_tokens : 16;
     if (kind == SRV_KIND_CHAT ? !srv_parse_messages(lim, root, &tools, r, e)
         : fim                 ? !srv_parse_infill(lim, root, infill, r, e)
                               : !srv_parse_prompt(lim, root, r, e))

@@ -201,9 +201,14 @@ static void usage(struct sbuf *b, int32_t n_prompt, int32_t n_gen, int32_t cache
 
 /* A chunk of choice `index`: text (may be empty) under `field` of a chat
  * delta ("content", "reasoning_content"), or a completion's text. */
+static void prompt_logprobs(struct sbuf *b, const struct srv_gen_view *v);
+
+/* plp: when non-NULL, the chunk carries the view's prompt_logprobs in its
+ * choice (vLLM sends them with the first chunk of a stream). */
 static void chunk_ex(struct sbuf *b, const struct srv_resp_info *ri, int index, const char *field,
                      const char *text, size_t n, const struct srv_tok *toks, int32_t n_toks,
-                     bool first_chat, const char *finish, size_t text_offset) {
+                     bool first_chat, const char *finish, size_t text_offset,
+                     const struct srv_gen_view *plp) {
     sb_puts(b, "data: ");
     if (ri->kind == SRV_KIND_CHAT) {
         head(b, ri, "chat.completion.chunk");
@@ -215,10 +220,12 @@ static void chunk_ex(struct sbuf *b, const struct srv_resp_info *ri, int index, 
         }
         sb_puts(b, "},\"logprobs\":");
         chunk_logprobs(b, ri, toks, n_toks, text_offset);
+        if (plp) prompt_logprobs(b, plp);
     } else {
         head(b, ri, "text_completion");
         sb_puts(b, ",\"choices\":[{\"text\":");
         sb_json_str(b, text, n);
+        if (plp) prompt_logprobs(b, plp);
         sb_printf(b, ",\"index\":%d,\"logprobs\":", index);
         chunk_logprobs(b, ri, toks, n_toks, text_offset);
     }
@@ -229,7 +236,7 @@ static void chunk_ex(struct sbuf *b, const struct srv_resp_info *ri, int index, 
 void srv_fmt_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
                    const struct srv_tok *toks, int32_t n_toks, bool first_chat,
                    const char *finish, size_t text_offset) {
-    chunk_ex(b, ri, 0, "content", text, n, toks, n_toks, first_chat, finish, text_offset);
+    chunk_ex(b, ri, 0, "content", text, n, toks, n_toks, first_chat, finish, text_offset, NULL);
 }
 
 void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t n_prompt,
@@ -321,7 +328,18 @@ void srv_fmt_full(struct sbuf *b, const struct srv_resp_info *ri, const char *te
 
 struct oai_state {
     size_t text_sent[OAI_MAX_CHOICES]; /* completion text so far (text_offset) */
+    bool plp_sent;                     /* prompt_logprobs went out (choice 0) */
 };
+
+/* The view for a chunk of `choice` that should carry prompt_logprobs (the
+ * first of choice 0 after the prompt is read), else NULL. */
+static const struct srv_gen_view *plp_due(const struct srv_gen_view *v, int choice) {
+    struct oai_state *st = v->state;
+    if (!st || st->plp_sent || choice != 0 || !v->req || !v->req->prompt_lp || !v->prompt_toks)
+        return NULL;
+    st->plp_sent = true;
+    return v;
+}
 
 static void *oai_make_state(void) { return calloc(1, sizeof(struct oai_state)); }
 
@@ -331,7 +349,8 @@ static void oai_stream_start(struct sbuf *b, const struct srv_gen_view *v) {
     if (v->ri->kind != SRV_KIND_CHAT) return;
     /* the role chunk goes out at once, as OpenAI does */
     int n = v->n_choices > 0 ? v->n_choices : 1;
-    for (int i = 0; i < n; i++) chunk_ex(b, v->ri, i, "content", "", 0, NULL, 0, true, NULL, 0);
+    for (int i = 0; i < n; i++)
+        chunk_ex(b, v->ri, i, "content", "", 0, NULL, 0, true, NULL, 0, NULL);
 }
 
 static void oai_stream_part(struct sbuf *b, const struct srv_gen_view *v, int choice,
@@ -345,7 +364,8 @@ static void oai_stream_part(struct sbuf *b, const struct srv_gen_view *v, int ch
     case SRV_PART_CONTENT:
     case SRV_PART_REASONING: {
         const char *field = chat && p->kind == SRV_PART_REASONING ? "reasoning_content" : "content";
-        chunk_ex(b, v->ri, choice, field, p->text, p->n, toks, n_toks, false, NULL, off);
+        chunk_ex(b, v->ri, choice, field, p->text, p->n, toks, n_toks, false, NULL, off,
+                 plp_due(v, choice));
         if (sent) *sent += p->n;
         break;
     }
@@ -388,7 +408,7 @@ static void oai_stream_end(struct sbuf *b, const struct srv_gen_view *v,
         if (st && choices[i].index >= 0 && choices[i].index < OAI_MAX_CHOICES)
             off = st->text_sent[choices[i].index];
         chunk_ex(b, v->ri, choices[i].index, "content", "", 0, NULL, 0, false, choices[i].finish,
-                 off);
+                 off, plp_due(v, choices[i].index));
     }
     oai_usage_tail(b, v, u);
 }

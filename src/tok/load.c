@@ -9,6 +9,9 @@
  * int32 array), .token_type (optional int32 array), .pre (optional;
  * missing = "default", as llama.cpp), .bos/.eos/.unknown/.padding/.eot/
  * .eom_token_id, .seperator_token_id (llama.cpp's spelling),
+ * .fim_{pre,suf,mid,pad,rep,sep}_token_id (and the older .prefix/.suffix/
+ * .middle_token_id, which win when both are there, as in llama.cpp; an id
+ * out of range is a warning and the token is then found by its text),
  * .add_bos_token/.add_eos_token, .add_space_prefix, for WordPiece
  * .normalizer.lowercase/.strip_accents, for Unigram
  * .remove_extra_whitespaces and .precompiled_charsmap (uint8/int8 array),
@@ -51,6 +54,42 @@ static int32_t get_id(const struct gguf_file *f, const char *key, int32_t dflt) 
     uint32_t v;
     if (!gguf_get_u32(f, key, &v) || v > INT32_MAX) return dflt;
     return (int32_t)v;
+}
+
+/* The fill-in-the-middle ids the file gives, in llama.cpp's key order (a
+ * later key overrides an earlier one; a bad value keeps what was there,
+ * with a warning). */
+static void get_fim_ids(const struct gguf_file *f, int32_t n_tokens, bool *given,
+                        int32_t *fim) {
+    static const struct {
+        const char *key;
+        int which;
+    } keys[] = {
+        {"tokenizer.ggml.fim_pre_token_id", ANVIL_FIM_PRE},
+        {"tokenizer.ggml.fim_suf_token_id", ANVIL_FIM_SUF},
+        {"tokenizer.ggml.fim_mid_token_id", ANVIL_FIM_MID},
+        {"tokenizer.ggml.fim_pad_token_id", ANVIL_FIM_PAD},
+        {"tokenizer.ggml.fim_rep_token_id", ANVIL_FIM_REP},
+        {"tokenizer.ggml.fim_sep_token_id", ANVIL_FIM_SEP},
+        {"tokenizer.ggml.prefix_token_id", ANVIL_FIM_PRE},
+        {"tokenizer.ggml.suffix_token_id", ANVIL_FIM_SUF},
+        {"tokenizer.ggml.middle_token_id", ANVIL_FIM_MID},
+    };
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+        if (!gguf_find(f, keys[k].key)) continue;
+        uint32_t v;
+        if (gguf_get_u32(f, keys[k].key, &v) && v < (uint32_t)n_tokens) {
+            fim[keys[k].which] = (int32_t)v;
+            given[keys[k].which] = true;
+            continue;
+        }
+        if (gguf_get_u32(f, keys[k].key, &v))
+            core_log(CORE_LOG_ERROR, "warning: tokenizer: %s = %u is out of the vocabulary "
+                     "(%d tokens); ignored", keys[k].key, v, n_tokens);
+        else
+            core_log(CORE_LOG_ERROR, "warning: tokenizer: %s is not a token id; ignored",
+                     keys[k].key);
+    }
 }
 
 /* llama.cpp lower-cases general.name and looks for "phi-3" or "phi3". */
@@ -172,6 +211,7 @@ anvil_status tok_load(const struct gguf_file *f, struct tok_vocab **out, char *e
     s.pad = get_id(f, "tokenizer.ggml.padding_token_id", -1);
     s.eot = get_id(f, "tokenizer.ggml.eot_token_id", -1);
     s.eom = get_id(f, "tokenizer.ggml.eom_token_id", -1);
+    get_fim_ids(f, s.n_tokens, s.fim_given, s.fim);
     bool b;
     s.add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b) ? b : -1;
     s.add_eos = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b) ? b : -1;

@@ -120,6 +120,10 @@ struct tok_spec {
     const struct gguf_str *merges; /* (n_merges) "left right" (BPE) */
     int32_t bos, eos, unk, pad, eot, eom; /* -1 = none */
     int32_t sep;              /* separator (WPM: [SEP], added last); -1 = none */
+    bool fim_given[ANVIL_FIM_COUNT]; /* the file gives fim[k] (tokenizer.ggml.
+                               * fim_*_token_id, in range); else vocab.c finds
+                               * the token by its text (zero-init: none given) */
+    int32_t fim[ANVIL_FIM_COUNT];
     int add_bos, add_eos;     /* 0/1, or -1 = the kind's / pre-tokenizer's default */
     int space_prefix;         /* add_space_prefix: 0 = the kind's default (SPM yes,
                                * UGM no), 1 yes, -1 no */
@@ -582,6 +586,7 @@ struct tok_vocab {
     struct tok_specials specials;
 
     anvil_token bos, eos, unk, pad, eot, eom, sep;
+    anvil_token fim[ANVIL_FIM_COUNT]; /* fill-in-the-middle tokens; -1 = none */
     bool add_bos, add_eos;
     bool add_sep;           /* WPM: [SEP] after the text with add_special */
 

@@ -42,21 +42,25 @@ static const char *const eog_texts[] = {
 };
 
 /* Fill-in-the-middle texts llama.cpp detects (llama-vocab.cpp, the FIM
- * loops): forced to control tokens; pad, repo and file separator also end
- * a generation. llama.cpp skips a group when the file gives its id; we do
- * not read those ids (no file we know of marks them differently). */
-static const char *const fim_texts[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
-    "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>",
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>",
-    "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>",
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
-    "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>",
-};
-static const char *const fim_eog_texts[] = {
-    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
-    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
-    "<|file_sep|>",
+ * loops), per token (enum anvil_fim order). When the file gives a token's
+ * id (load.c) that id is the token and its texts are left alone, as
+ * llama.cpp skips the group then; otherwise the first text found is the
+ * token and every text found becomes a control token. Pad, repo and file
+ * separator also end a generation. */
+static const char *const fim_texts[ANVIL_FIM_COUNT][9] = {
+    [ANVIL_FIM_PRE] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+                       "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>",
+                       "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL},
+    [ANVIL_FIM_SUF] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+                       "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>",
+                       "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL},
+    [ANVIL_FIM_MID] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+                       "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>",
+                       "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL},
+    [ANVIL_FIM_PAD] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
+    [ANVIL_FIM_REP] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+                       NULL},
+    [ANVIL_FIM_SEP] = {"<|file_sep|>", NULL},
 };
 
 static uint16_t attr_of_type(int32_t t) {
@@ -87,15 +91,20 @@ static void eog_clear(struct tok_vocab *v, anvil_token t) {
 /* llama.cpp's fix-ups of attributes and the end-of-generation set, in its
  * order. */
 static void fixups(struct tok_vocab *v, const struct tok_spec *s) {
-    for (size_t k = 0; k < sizeof(fim_texts) / sizeof(fim_texts[0]); k++) {
-        int32_t id = find_token(v, fim_texts[k]);
-        if (id >= 0) v->attr[id] |= TOK_ATTR_CONTROL;
-    }
-    for (size_t k = 0; k < sizeof(fim_eog_texts) / sizeof(fim_eog_texts[0]); k++) {
-        int32_t id = find_token(v, fim_eog_texts[k]);
-        if (id < 0) continue;
-        v->attr[id] |= TOK_ATTR_CONTROL;
-        eog_set(v, id);
+    for (int g = 0; g < ANVIL_FIM_COUNT; g++) {
+        bool ends = g == ANVIL_FIM_PAD || g == ANVIL_FIM_REP || g == ANVIL_FIM_SEP;
+        v->fim[g] = s->fim_given[g] && s->fim[g] >= 0 && s->fim[g] < v->n_vocab ? s->fim[g] : -1;
+        if (v->fim[g] >= 0) {
+            if (ends) eog_set(v, v->fim[g]);
+            continue;
+        }
+        for (int k = 0; fim_texts[g][k]; k++) {
+            int32_t id = find_token(v, fim_texts[g][k]);
+            if (id < 0) continue;
+            if (v->fim[g] < 0) v->fim[g] = id;
+            v->attr[id] |= TOK_ATTR_CONTROL;
+            if (ends) eog_set(v, id);
+        }
     }
     for (size_t k = 0; k < sizeof(eog_texts) / sizeof(eog_texts[0]); k++) {
         int32_t id = find_token(v, eog_texts[k]);
@@ -501,6 +510,9 @@ anvil_token tok_eos(const struct tok_vocab *v) { return v->eos; }
 anvil_token tok_sep(const struct tok_vocab *v) { return v->sep; }
 bool tok_add_sep(const struct tok_vocab *v) { return v->add_sep; }
 bool tok_add_bos(const struct tok_vocab *v) { return v->add_bos; }
+anvil_token tok_fim(const struct tok_vocab *v, int which) {
+    return which >= 0 && which < ANVIL_FIM_COUNT ? v->fim[which] : -1;
+}
 
 bool tok_is_eog(const struct tok_vocab *v, anvil_token t) {
     return t >= 0 && t < v->n_vocab && (v->eog[t / 8] >> (t % 8)) & 1;

@@ -32,8 +32,13 @@ from anvil_server import Server, check_error, serve_bin, sse_events  # noqa: E40
 FIM = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>"]
 
 
-def make_fim_model(path):
+def make_fim_model(path, ids=None):
+    """ids: FIM metadata, key suffix ("fim_pre_token_id", ...) -> token text
+    (its id is written) or an int (written as is)."""
     orig = tiny_llama.vocab
+    toks = orig()[0]
+    extra = {f"tokenizer.ggml.{k}": toks.index(v) if isinstance(v, str) else v
+             for k, v in (ids or {}).items()}
 
     def vocab():
         toks, types, merges = orig()
@@ -44,7 +49,7 @@ def make_fim_model(path):
 
     tiny_arch.tiny_llama.vocab = vocab
     try:
-        tiny_arch.make_gguf(path, "llama3", seed=4, n_ctx=1024)
+        tiny_arch.make_gguf(path, "llama3", seed=4, n_ctx=1024, extra_u32=extra)
     finally:
         tiny_arch.tiny_llama.vocab = orig
 
@@ -63,8 +68,7 @@ def srv(fim_path):
     assert s.stop() == 0, s.stderr()
 
 
-@pytest.fixture(scope="module")
-def ref(fim_path):
+def reference(fim_path):
     import llama_cpp
     llm = llama_cpp.Llama(model_path=fim_path, vocab_only=True, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
@@ -81,7 +85,15 @@ def ref(fim_path):
         for ch in extra:
             out += [ids["sep"]] + tok(ch.get("filename", "tmp")) + tok("\n") + tok(ch["text"])
         return out + [ids["pre"]] + tok(prefix) + tok(prompt) + [ids["suf"]] + tok(suffix) + [ids["mid"]]
+    layout.ids = ids
+    layout.tok = tok
+    layout.bos = bos
     return layout
+
+
+@pytest.fixture(scope="module")
+def ref(fim_path):
+    return reference(fim_path)
 
 
 PREFIX = "def add(a, b):\n    return "
@@ -164,9 +176,33 @@ def test_bad_input(srv, path, body, param):
     check_error(st, data, 400, param=param)
 
 
-def test_too_long(srv):
-    st, _, data = srv.post("/infill", {"input_prefix": "ab " * 2000, "input_suffix": "y"})
+def test_long_input_trimmed(srv, ref):
+    """/infill trims as llama-server does (infill.c): with --ctx 1024 the FIM
+    window W is 512: the prefix keeps its last 3 * (W / 4) = 384 tokens, the
+    suffix its first W / 4 - 2 - |prompt| tokens, the extra chunks their last
+    C - W - 2 * max_tokens tokens."""
+    prefix = "".join(f"x{i} = {i}\n" for i in range(1500))
+    suffix = "".join(f"y{i} = {i}\n" for i in range(400))
+    extra = [{"filename": "big.py", "text": "".join(f"z{i} = {i}\n" for i in range(600))}]
+    body = {"input_prefix": prefix, "input_suffix": suffix, "prompt": "a +", "input_extra": extra,
+            "max_tokens": 8, "return_token_ids": True}
+    d = post(srv, "/infill", body)
+    tp, tpr, ts = ref.tok(prefix), ref.tok("a +"), ref.tok(suffix)
+    ids = ref.ids
+    te = [ids["sep"]] + ref.tok("big.py") + ref.tok("\n") + ref.tok(extra[0]["text"])
+    assert len(tp) > 384 and len(ts) > 128 and len(te) > 1024 - 512 - 16
+    keep_s = 512 // 4 - 2 - len(tpr)
+    want = (ref.bos + te[len(te) - (1024 - 512 - 16):] + [ids["pre"]] + tp[-384:] + tpr
+            + [ids["suf"]] + ts[:keep_s] + [ids["mid"]])
+    assert d["prompt_token_ids"] == want
+    assert d["tokens_evaluated"] == len(want)
+    # still too long after trimming (the prompt is kept whole): a 400
+    st, _, data = srv.post("/infill", {"input_prefix": "x", "input_suffix": "y",
+                                       "prompt": "ab " * 2000})
     check_error(st, data, 400, param="input_prefix", code="context_length_exceeded")
+    # /v1/completions with suffix trims nothing
+    st, _, data = srv.post("/v1/completions", {"prompt": prefix, "suffix": "y"})
+    check_error(st, data, 400, param="prompt", code="context_length_exceeded")
 
 
 def test_model_without_fim_tokens(model_path):
@@ -180,6 +216,35 @@ def test_model_without_fim_tokens(model_path):
         assert "prefix" in e["message"] and "middle" in e["message"], e
     finally:
         assert s.stop() == 0
+
+
+def test_fim_ids_from_metadata(tmp_path):
+    """The GGUF names FIM ids other than the tokens with FIM texts (and the
+    deprecated suffix key, and an id out of range for the file separator):
+    anvil takes the file's ids as llama.cpp does, warns about the bad one and
+    finds that token by its text."""
+    path = str(tmp_path / "fim_ids.gguf")
+    n_vocab = len(tiny_llama.vocab()[0])
+    make_fim_model(path, {"fim_pre_token_id": "<unused270>", "suffix_token_id": "<unused271>",
+                          "fim_mid_token_id": "<unused272>", "fim_pad_token_id": "<unused273>",
+                          "fim_sep_token_id": n_vocab + 7})
+    r = reference(path)
+    toks = tiny_llama.vocab()[0]
+    assert r.ids == {"pre": toks.index("<unused270>"), "suf": toks.index("<unused271>"),
+                     "mid": toks.index("<unused272>"), "sep": toks.index("<unused299>") - len(FIM) + 1 + FIM.index("<|file_sep|>")}, r.ids
+    s = Server(serve_bin(), path, "--ctx", "1024", "--kv-mem", "64M")
+    try:
+        extra = [{"filename": "a.py", "text": "A = 2\n"}]
+        d = post(s, "/infill", {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": extra,
+                                "max_tokens": 1, "return_token_ids": True})
+        assert d["prompt_token_ids"] == r(PREFIX, SUFFIX, "", extra)
+        d = post(s, "/v1/completions", {"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 1,
+                                        "return_token_ids": True})
+        assert d["choices"][0]["prompt_token_ids"] == r(PREFIX, SUFFIX)
+    finally:
+        assert s.stop() == 0
+    err = s.stderr()
+    assert "fim_sep_token_id" in err and "out of the vocabulary" in err, err
 
 
 def test_infill_matches_openapi(srv):

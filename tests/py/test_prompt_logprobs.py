@@ -124,11 +124,35 @@ def test_absent_means_absent(srv):
     ({"prompt_logprobs": 21}, "prompt_logprobs"),
     ({"prompt_logprobs": "2"}, "prompt_logprobs"),
     ({"prompt_logprobs": 1.5}, "prompt_logprobs"),
-    ({"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
 ])
 def test_bad_values(srv, body, param):
     st, _, data = srv.post("/v1/completions", dict({"prompt": "x"}, **body))
     check_error(st, data, 400, param=param)
+
+
+def test_stream_carries_them(srv):
+    """Streamed (the openai client, extra_body): the first chunk of choice 0
+    that follows the prompt carries prompt_logprobs in its choice, equal to
+    the whole answer's."""
+    cl = srv.client()
+    mid = cl.models.list().data[0].id
+    whole = post(srv, "/v1/completions", {"prompt": TOKS[:12], "max_tokens": 3,
+                                          "temperature": 0, "prompt_logprobs": 3})
+    got = [c.choices[0].model_extra.get("prompt_logprobs")
+           for c in cl.completions.create(model=mid, prompt=TOKS[:12], max_tokens=3,
+                                          temperature=0, stream=True,
+                                          extra_body={"prompt_logprobs": 3}) if c.choices]
+    got = [g for g in got if g is not None]
+    assert got == [whole["choices"][0]["prompt_logprobs"]]
+    msgs = [{"role": "user", "content": "hello there"}]
+    whole = post(srv, "/v1/chat/completions", {"messages": msgs, "max_tokens": 3,
+                                               "temperature": 0, "prompt_logprobs": 2})
+    got = [c.choices[0].model_extra.get("prompt_logprobs")
+           for c in cl.chat.completions.create(model=mid, messages=msgs, max_tokens=3,
+                                               temperature=0, stream=True,
+                                               extra_body={"prompt_logprobs": 2}) if c.choices]
+    got = [g for g in got if g is not None]
+    assert got == [whole["prompt_logprobs"]]
 
 
 def test_answers_match_openapi(srv):
