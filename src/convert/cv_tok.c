@@ -138,6 +138,23 @@ static int64_t id_of(const struct tokrec *t, uint64_t n, const char *s) {
     return -1;
 }
 
+/* tokenizer.ggml.<key>_token_id of the special tokens: names[i][0] is the
+ * tokenizer_config.json field naming the token (its text def[i] when the
+ * field is absent), names[i][1] the GGUF key's middle; a text the
+ * vocabulary does not hold writes no key. */
+static void put_special_ids(struct kvbuf *kb, const cJSON *tc, const struct tokrec *raw,
+                            uint64_t n, const char *const names[][2], const char *const *def,
+                            int count) {
+    for (int i = 0; i < count; i++) {
+        const char *s = tok_str(cJSON_GetObjectItemCaseSensitive(tc, names[i][0]));
+        int64_t id = id_of(raw, n, s ? s : def[i]);
+        char key[64];
+        snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", names[i][1]);
+        if (id >= 0) kb_u32(kb, key, (uint32_t)id);
+    }
+}
+
+
 /* BERT's WordPiece vocabulary (see the file comment) */
 static anvil_status wordpiece(const cJSON *tj, const cJSON *tc, const cJSON *config,
                               uint64_t n_vocab, struct kvbuf *kb, char *pre, char *err,
@@ -206,13 +223,7 @@ static anvil_status wordpiece(const cJSON *tj, const cJSON *tc, const cJSON *con
                                         {"sep_token", "seperator"}, {"cls_token", "cls"},
                                         {"mask_token", "mask"}};
     static const char *const def[] = {"[CLS]", "[SEP]", "[UNK]", "[PAD]", "[SEP]", "[CLS]", "[MASK]"};
-    for (int i = 0; i < 7; i++) {
-        const char *s = tok_str(cJSON_GetObjectItemCaseSensitive(tc, sp[i][0]));
-        int64_t id = id_of(raw, n, s ? s : def[i]);
-        char key[64];
-        snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", sp[i][1]);
-        if (id >= 0) kb_u32(kb, key, (uint32_t)id);
-    }
+    put_special_ids(kb, tc, raw, n, sp, def, 7);
     if (kb->oom) goto nomem;
     goto done;
 nomem:
@@ -374,13 +385,7 @@ static anvil_status unigram(const cJSON *tj, const cJSON *tc, const cJSON *confi
                                         {"pad_token", "padding"}, {"cls_token", "cls"},
                                         {"mask_token", "mask"}};
     static const char *const def[] = {"<s>", "</s>", "<unk>", "</s>", "<pad>", "<s>", "<mask>"};
-    for (int i = 0; i < 7; i++) {
-        const char *s = tok_str(cJSON_GetObjectItemCaseSensitive(tc, sp[i][0]));
-        int64_t k = id_of(raw, n, s ? s : def[i]);
-        char key[64];
-        snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", sp[i][1]);
-        if (k >= 0) kb_u32(kb, key, (uint32_t)k);
-    }
+    put_special_ids(kb, tc, raw, n, sp, def, 7);
     /* XLM-R's post-processor wraps a text in <s> ... </s> */
     const cJSON *pp = cJSON_GetObjectItemCaseSensitive(tj, "post_processor");
     if (find_node(pp, "RobertaProcessing") || find_node(pp, "TemplateProcessing")) {
