@@ -274,6 +274,13 @@ int32_t anvil_rank_pair(const struct anvil_model *m, const char *query, size_t q
         if (k < cap) out[k] = eos;
         k++;
     }
+    /* a vocabulary that ends each text with EOS (RoBERTa, XLM-R) joins a
+     * pair with EOS and the separator, as its tokenizer's post-processor
+     * does: <s> q </s></s> d </s> (BERT: [CLS] q [SEP] d [SEP]) */
+    if (tok_add_eos(m->vocab) && tok_sep(m->vocab) >= 0) {
+        if (k < cap) out[k] = tok_sep(m->vocab);
+        k++;
+    }
     int32_t nd = put_text(m, doc, doc_len, out, k > INT32_MAX ? INT32_MAX : (int32_t)k, cap);
     if (nd == INT32_MIN) return INT32_MIN;
     k += nd;

@@ -47,6 +47,7 @@ anvil_token tok_sep(const struct tok_vocab *v);
 /* Whether add_special puts the separator last (WordPiece). */
 bool tok_add_sep(const struct tok_vocab *v);
 bool tok_add_bos(const struct tok_vocab *v);
+bool tok_add_eos(const struct tok_vocab *v); /* EOS after a text with add_special */
 /* A fill-in-the-middle token (enum anvil_fim), -1 if none. */
 anvil_token tok_fim(const struct tok_vocab *v, int which);
 bool tok_is_eog(const struct tok_vocab *v, anvil_token t);

@@ -510,6 +510,7 @@ anvil_token tok_eos(const struct tok_vocab *v) { return v->eos; }
 anvil_token tok_sep(const struct tok_vocab *v) { return v->sep; }
 bool tok_add_sep(const struct tok_vocab *v) { return v->add_sep; }
 bool tok_add_bos(const struct tok_vocab *v) { return v->add_bos; }
+bool tok_add_eos(const struct tok_vocab *v) { return v->add_eos; }
 anvil_token tok_fim(const struct tok_vocab *v, int which) {
     return which >= 0 && which < ANVIL_FIM_COUNT ? v->fim[which] : -1;
 }

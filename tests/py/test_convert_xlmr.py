@@ -238,10 +238,9 @@ def test_xlmr_embeddings(xlmr, tmp_path, anvil_bin):
 
 def test_xlmr_rerank_head(xlmr, anvil_bin):
     """The classifier head (cls -> tanh -> cls.output) of the converted file on
-    single texts (<s> text </s>) against numpy. The pair layout of `anvil
-    rerank` (<s> q </s> d </s>, token type 1 after the first separator) is not
-    RobertaProcessing's <s> q </s></s> d </s>, so pairs are not compared here
-    (REPORT.md)."""
+    single texts (<s> text </s>) against numpy, and `anvil rerank` on pairs
+    against numpy on the ids HF's own post-processor gives the pair
+    (RobertaProcessing: <s> q </s></s> d </s>)."""
     tok, w, path = xlmr[True]
     docs = ["Paris capital", "the cat sat on mat", "東京 日本語", "naïve café résumé"]
     for d_ in docs:
@@ -253,6 +252,16 @@ def test_xlmr_rerank_head(xlmr, anvil_bin):
         h = np.tanh(h @ w["classifier.dense.weight"].T + w["classifier.dense.bias"])
         ref = float((h @ w["classifier.out_proj.weight"].T + w["classifier.out_proj.bias"])[0])
         assert abs(got - ref) < 1e-4 * max(1.0, abs(ref)), (d_, got, ref)
+    q = "where is the capital"
+    p = run([anvil_bin, "rerank", "-m", path, "-t", "2", "--query", q, *docs], text=True)
+    assert p.returncode == 0, p.stderr
+    for r in json.loads(p.stdout):
+        ids = tok.encode(q, docs[r["index"]]).ids
+        assert ids.count(2) >= 3, ids  # the double </s> between the texts
+        h = forward(w, ids)[0]
+        h = np.tanh(h @ w["classifier.dense.weight"].T + w["classifier.dense.bias"])
+        ref = float((h @ w["classifier.out_proj.weight"].T + w["classifier.out_proj.bias"])[0])
+        assert abs(r["relevance_score"] - ref) < 1e-4 * max(1.0, abs(ref)), (r, ref)
 
 
 def test_xlmr_unknown_arch_refused(tmp_path, anvil_bin):
