@@ -1,7 +1,7 @@
 /*
  * unit_kv.c - the paged KV cache (src/kv/kv_cache.c): block accounting,
  * KV_FULL behaviour (all or nothing), prefix sharing, copy-on-write, LRU
- * eviction, and a long random run of append/truncate/free/fork/match
+ * eviction, prefaulting ahead of use, and a long random run of append/truncate/free/fork/match
  * checked against a shadow model (kv_check after every operation, and the
  * stored K/V of every live sequence compared with what was written).
  */
@@ -438,6 +438,42 @@ static uint32_t rnd(uint32_t *x) {
     return *x;
 }
 
+/* kv_prefault makes the blocks just past the highest one handed out
+ * resident, a layer per call, up to `ahead` of them, never past the pool,
+ * and changes no stored byte: written sequences read back the same, and
+ * blocks it touched are handed out as usual afterwards. */
+static void test_prefault(void **state) {
+    (void)state;
+    struct kv_cache *kv = make(40, 2, 512, ANVIL_TYPE_F16, true);
+    int32_t toks[100];
+    for (int i = 0; i < 100; i++) toks[i] = 1000 + i;
+    assert_int_equal(kv_prefault(kv, 0), 0); /* nothing handed out, nothing ahead */
+    assert_int_equal(append(kv, 0, toks, 40), ANVIL_OK); /* blocks 0..2 */
+    int calls = 0;
+    while (kv_prefault(kv, 8)) calls++;
+    assert_int_equal(calls, NL);
+    assert_int_equal(kv_n_prefaulted(kv), 3 + 8);
+    assert_int_equal(kv_prefault(kv, 8), 0); /* up to date */
+    expect_data(kv, 0, toks, 40);
+    check(kv);
+    /* a layer done, then blocks handed out past the range: the rest of the
+     * range still completes, and the data written meanwhile survives */
+    assert_int_equal(append(kv, 1, toks + 40, 60), ANVIL_OK); /* blocks 3..6 */
+    assert_int_equal(kv_prefault(kv, 30), 1);
+    assert_int_equal(append(kv, 0, toks + 40, 24), ANVIL_OK); /* 64 rows: block 7 */
+    while (kv_prefault(kv, 30)) {}
+    assert_int_equal(kv_n_prefaulted(kv), 8 + 30); /* 8 handed out now */
+    while (kv_prefault(kv, 100)) {}
+    assert_int_equal(kv_n_prefaulted(kv), 40); /* capped at the pool */
+    int32_t want0[64];
+    memcpy(want0, toks, 40 * sizeof(int32_t));
+    memcpy(want0 + 40, toks + 40, 24 * sizeof(int32_t));
+    expect_data(kv, 0, want0, 64);
+    expect_data(kv, 1, toks + 40, 60);
+    check(kv);
+    kv_free(kv);
+}
+
 static void test_random_ops(void **state) {
     (void)state;
     enum { NSEQ = 8, NCTX = 256, NBLK = 28, OPS = 4000 };
@@ -547,6 +583,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_fork_cow),
         cmocka_unit_test(test_lru_eviction),
         cmocka_unit_test(test_q8_0_write),
+        cmocka_unit_test(test_prefault),
         cmocka_unit_test(test_random_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

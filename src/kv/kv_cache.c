@@ -180,6 +180,43 @@ void kv_set_ext(struct kv_cache *kv, void *ext, void (*ext_free)(void *)) {
 const struct kv_params *kv_params_of(const struct kv_cache *kv) { return &kv->p; }
 
 /* ---------------------------------------------------------------------- */
+/* prefault */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+int32_t kv_prefault(struct kv_cache *kv, int32_t ahead) {
+    if (kv->pf_layer == 0) {
+        int32_t from = kv->n_faulted > kv->n_handed ? kv->n_faulted : kv->n_handed;
+        int64_t want = (int64_t)kv->n_handed + (ahead > 0 ? ahead : 0);
+        kv->pf_to = want < kv->n_blocks ? (int32_t)want : kv->n_blocks;
+        if (kv->pf_to <= from) return 0;
+        kv->n_faulted = from;
+    }
+    /* one layer per call, so that an idle owner is never long away */
+    int32_t l = kv->pf_layer;
+    size_t span = (size_t)kv->p.n_head_kv * kv->lay.tile_bytes; /* one block in one layer */
+    uint8_t *layer = kv->pool + (size_t)l * kv->layer_bytes;
+    uint8_t *lo = layer + (size_t)kv->n_faulted * span, *hi = layer + (size_t)kv->pf_to * span;
+    uint8_t *a = (uint8_t *)((uintptr_t)lo & ~(uintptr_t)4095);
+    if (madvise(a, (size_t)(hi - a), MADV_POPULATE_WRITE) != 0) {
+        /* blocks never handed out hold nothing yet: zeroing them changes no
+         * byte anyone reads (some may have been handed out since the range
+         * was set, so start past those) */
+        uint8_t *z = layer + (size_t)(kv->n_handed > kv->n_faulted ? kv->n_handed : kv->n_faulted) * span;
+        if (z < hi) memset(z, 0, (size_t)(hi - z));
+    }
+    if (++kv->pf_layer == kv->p.n_layer) {
+        kv->pf_layer = 0;
+        kv->n_faulted = kv->pf_to;
+    }
+    return 1;
+}
+
+int32_t kv_n_prefaulted(const struct kv_cache *kv) { return kv->n_faulted; }
+
+/* ---------------------------------------------------------------------- */
 /* block lists and the hash table */
 
 static int32_t *table_of(const struct kv_cache *kv, int32_t seq) {
@@ -273,6 +310,7 @@ static int32_t block_alloc(struct kv_cache *kv) {
     kv->blk[i].state = BLK_USED;
     kv->blk[i].ref = 1;
     kv->n_used++;
+    if (i >= kv->n_handed) kv->n_handed = i + 1;
     return i;
 }
 

@@ -176,6 +176,19 @@ void kv_write(struct kv_cache *kv, int32_t layer, int32_t seq, int32_t pos, int3
  * writing token by token. Leaves the metadata alone. */
 void kv_fill_random(struct kv_cache *kv, uint64_t seed);
 
+/* Make the pool's memory ahead of use resident, so that the first request
+ * to reach it does not pay the page faults (a fresh huge page per layer
+ * per ~100 blocks; on some VMs a first touch costs several ms per 2 MiB).
+ * Fresh blocks are handed out in index order, so the blocks just past the
+ * highest one handed out are the next to be used: this faults in blocks
+ * up to `ahead` past it, one layer per call, without changing a byte
+ * (MADV_POPULATE_WRITE; where the kernel lacks it, blocks never handed out
+ * are zeroed, which they already read as). Call it from the thread that
+ * owns the cache, when idle, until it returns 0 (nothing left to do). */
+int32_t kv_prefault(struct kv_cache *kv, int32_t ahead);
+/* Blocks made resident ahead of use so far (kv_prefault's watermark). */
+int32_t kv_n_prefaulted(const struct kv_cache *kv);
+
 /* Kernel-level view, for tests and benchmarks. */
 const struct kn_kv_layout *kv_layout(const struct kv_cache *kv);
 const uint8_t *kv_layer_base(const struct kv_cache *kv, int32_t layer);

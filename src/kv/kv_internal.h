@@ -51,6 +51,9 @@ struct kv_cache {
     int32_t lru_head, lru_tail, n_cached;
     int32_t n_used;
     int64_t n_cow, n_evicted, n_matched;
+    int32_t n_handed;         /* blocks [0, n_handed) have been handed out */
+    int32_t n_faulted;        /* blocks [0, n_faulted) are resident (kv_prefault) */
+    int32_t pf_to, pf_layer;  /* kv_prefault in progress: [n_faulted, pf_to) up to layer pf_layer */
     void *ext;                /* kv_set_ext: the attention plan (src/attn) */
     void (*ext_free)(void *); /* frees ext in kv_free */
 };

@@ -590,6 +590,15 @@ bool ctx_kv_fits(const struct anvil_ctx *c, int64_t n, int32_t slack_blocks) {
     return true;
 }
 
+int32_t ctx_kv_prefault(struct anvil_ctx *c, int32_t ahead) {
+    for (int g = 0; g < c->n_kv; g++) {
+        struct kv_stats st;
+        kv_get_stats(c->kv[g], &st);
+        if (kv_prefault(c->kv[g], (ahead + st.block_size - 1) / st.block_size)) return 1;
+    }
+    return 0;
+}
+
 int64_t ctx_kv_seq_capacity(const struct anvil_ctx *c) {
     int64_t cap = c->n_ctx;
     for (int g = 0; g < c->n_kv; g++) {

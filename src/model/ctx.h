@@ -23,6 +23,10 @@ bool ctx_kv_fits(const struct anvil_ctx *c, int64_t n, int32_t slack_blocks);
 
 /* Positions one sequence could ever hold if it had the pools to itself. */
 int64_t ctx_kv_seq_capacity(const struct anvil_ctx *c);
+/* One step of kv_prefault on the KV groups: the pool's next `ahead`
+ * positions' worth of blocks made resident, one layer of one group per
+ * call. Returns 0 when nothing is left to do. For the owner when idle. */
+int32_t ctx_kv_prefault(struct anvil_ctx *c, int32_t ahead);
 
 /* Bytes of KV cache that n_seq sequences of n_ctx positions need with
  * model m and KV type kv_type (F16 or Q8_0), each growing by up to `step`
