@@ -4,15 +4,29 @@
  * input_suffix, input_extra [{filename, text}], prompt; the route and its
  * answer shape are api_infill.c's).
  *
- * The prompt, in prefix-suffix-middle order (PSM):
+ * The prompt of /v1/completions with `suffix`, in prefix-suffix-middle
+ * order (PSM):
  *
- *   [BOS]  extra chunks  FIM_PRE prefix prompt  FIM_SUF suffix  FIM_MID
+ *   [BOS]  FIM_PRE prefix  FIM_SUF suffix  FIM_MID
  *
- * where each extra chunk is FILE_SEP "filename\n" text when the vocabulary
- * has a file separator token (<|file_sep|>), and "\n\n--- snippet ---\n\n"
- * text otherwise. The texts are tokenized as text: a control token typed
- * into a prefix stays characters. BOS comes first when the vocabulary asks
- * for one.
+ * and of POST /infill, llama-server's repository-level layout
+ * (format_prompt_infill; Qwen2.5-Coder's report, arXiv 2409.12186):
+ *
+ *   [FIM_REP "myproject\n"]  extra chunks  [FIM_SEP "filename\n"]
+ *   [BOS]  FIM_PRE prefix prompt  FIM_SUF suffix  FIM_MID
+ *
+ * where the repository header comes when the vocabulary has a repository
+ * token (<|repo_name|>), each extra chunk is FILE_SEP "filename\n" text
+ * (filename "tmp" when not given) when it has a file separator
+ * (<|file_sep|>), and "\n\n--- snippet ---\n\n" text otherwise, and a
+ * file separator with the name "filename" ends the extra part whenever the
+ * vocabulary has one (llama-server's stand-in for the current file's
+ * name). BOS, when the vocabulary asks for one, comes after the extra
+ * part, as llama-server puts it. Prefix, suffix, extra texts and file names
+ * are tokenized as text (a control token typed into them stays
+ * characters); `prompt` is tokenized with its control tokens parsed, as
+ * llama-server does. input_prefix and input_suffix may also be arrays of
+ * strings and token ids (llama-server's mixed prompts).
  *
  * Long inputs on POST /infill are trimmed as llama-server trims them
  * (format_prompt_infill), with anvil's context in place of its batch. Let
@@ -34,6 +48,7 @@
  * (DeepSeek Coder), <PRE> (CodeLlama), ...). A model without them answers
  * 400 naming the tokens it lacks.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +58,7 @@
 #include "server/srv_int.h"
 
 struct fim {
-    anvil_token pre, suf, mid, sep;
+    anvil_token pre, suf, mid, sep, rep;
 };
 
 static bool fim_tokens(const struct srv_limits *lim, const char *param, struct fim *f,
@@ -52,6 +67,7 @@ static bool fim_tokens(const struct srv_limits *lim, const char *param, struct f
     f->suf = anvil_token_fim(lim->model, ANVIL_FIM_SUF);
     f->mid = anvil_token_fim(lim->model, ANVIL_FIM_MID);
     f->sep = anvil_token_fim(lim->model, ANVIL_FIM_SEP);
+    f->rep = anvil_token_fim(lim->model, ANVIL_FIM_REP);
     if (f->pre >= 0 && f->suf >= 0 && f->mid >= 0) return true;
     char miss[128] = "";
     const char *names[3] = {f->pre < 0 ? "prefix (<|fim_prefix|>, <fim_prefix>, ...)" : NULL,
@@ -103,20 +119,75 @@ static bool tv_part(struct tv *v, const struct tv *src, int64_t from, int64_t n,
     return n <= 0 || tv_cat(v, src->p + from, n, e);
 }
 
-/* Append the tokens of text (as text: control tokens stay characters). */
-static bool tv_text(struct tv *v, const struct anvil_model *m, const char *s, size_t n,
-                    struct srv_err *e) {
+/* Append the tokens of text; control tokens in it become their ids only
+ * when special is true. */
+static bool tv_tok(struct tv *v, const struct anvil_model *m, const char *s, size_t n,
+                   bool special, struct srv_err *e) {
     if (n == 0) return true;
     if (n > INT32_MAX) return srv_oom(e);
     int32_t room = (int32_t)(v->cap - v->n);
-    int32_t k = anvil_tokenize(m, s, n, v->p ? v->p + v->n : NULL, room, false, false);
+    int32_t k = anvil_tokenize(m, s, n, v->p ? v->p + v->n : NULL, room, false, special);
     if (k == INT32_MIN) return srv_oom(e);
     if (k < 0) {
         if (!tv_room(v, -(int64_t)k, e)) return false;
-        k = anvil_tokenize(m, s, n, v->p + v->n, (int32_t)(v->cap - v->n), false, false);
+        k = anvil_tokenize(m, s, n, v->p + v->n, (int32_t)(v->cap - v->n), false, special);
         if (k < 0) return srv_oom(e);
     }
     v->n += k;
+    return true;
+}
+
+/* Append the tokens of text as text. */
+static bool tv_text(struct tv *v, const struct anvil_model *m, const char *s, size_t n,
+                    struct srv_err *e) {
+    return tv_tok(v, m, s, n, false, e);
+}
+
+static bool tv_str(struct tv *v, const struct anvil_model *m, const char *s, struct srv_err *e) {
+    return tv_text(v, m, s, strlen(s), e);
+}
+
+/* Append a chunk's file header: FILE_SEP name "\n" (one text, as
+ * llama-server tokenizes it). */
+static bool tv_file(struct tv *v, const struct anvil_model *m, anvil_token sep, const char *name,
+                    struct srv_err *e) {
+    size_t n = strlen(name);
+    char *s = malloc(n + 2);
+    if (!s) return srv_oom(e);
+    memcpy(s, name, n);
+    s[n] = '\n';
+    s[n + 1] = 0;
+    bool ok = tv_put(v, sep, e) && tv_text(v, m, s, n + 1, e);
+    free(s);
+    return ok;
+}
+
+/* input_prefix / input_suffix: a string, or an array of strings (as text)
+ * and token ids. */
+static bool mixed_field(const struct anvil_model *m, const cJSON *root, const char *key,
+                        struct tv *v, struct srv_err *e) {
+    const cJSON *f = srv_field(root, key);
+    if (!f) return srv_bad(e, key, "'%s' is required", key);
+    if (cJSON_IsString(f)) return tv_str(v, m, f->valuestring, e);
+    if (!cJSON_IsArray(f))
+        return srv_bad(e, key, "'%s' must be a string or an array of strings and token ids, "
+                       "got %s", key, srv_type_name(f));
+    int32_t n_vocab = anvil_model_n_vocab(m);
+    int i = 0;
+    for (const cJSON *c = f->child; c; c = c->next, i++) {
+        if (cJSON_IsString(c)) {
+            if (!tv_str(v, m, c->valuestring, e)) return false;
+            continue;
+        }
+        if (!cJSON_IsNumber(c))
+            return srv_bad(e, key, "'%s[%d]' must be a string or a token id, got %s", key, i,
+                           srv_type_name(c));
+        double d = c->valuedouble;
+        if (!(d >= 0 && d < n_vocab) || d != floor(d))
+            return srv_bad(e, key, "'%s[%d]': %g is not a token id of this vocabulary [0, %d)",
+                           key, i, d, (int)n_vocab);
+        if (!tv_put(v, (anvil_token)c->valuedouble, e)) return false;
+    }
     return true;
 }
 
@@ -158,12 +229,14 @@ static bool check_extra(const cJSON *extra, struct srv_err *e) {
 
 bool srv_parse_infill(const struct srv_limits *lim, const cJSON *root, bool route,
                       struct srv_req *r, struct srv_err *e) {
-    const char *prefix = "", *suffix = "", *prompt = "";
+    const char *prompt = "", *prefix = "", *suffix = "";
     const cJSON *extra = NULL;
     const char *pname = route ? "input_prefix" : "suffix";
     if (route) {
-        if (!str_field(root, "input_prefix", true, &prefix, e)) return false;
-        if (!str_field(root, "input_suffix", true, &suffix, e)) return false;
+        if (!srv_field(root, "input_prefix"))
+            return srv_bad(e, "input_prefix", "'input_prefix' is required");
+        if (!srv_field(root, "input_suffix"))
+            return srv_bad(e, "input_suffix", "'input_suffix' is required");
         if (!str_field(root, "prompt", false, &prompt, e)) return false;
         extra = srv_field(root, "input_extra");
         if (!check_extra(extra, e)) return false;
@@ -183,23 +256,25 @@ bool srv_parse_infill(const struct srv_limits *lim, const cJSON *root, bool rout
     const struct anvil_model *m = lim->model;
     struct tv ex = {0}, pre = {0}, pr = {0}, suf = {0};
     bool ok = false;
-    for (const cJSON *c = extra ? extra->child : NULL; c; c = c->next) {
-        const cJSON *fn = srv_field(c, "filename"), *tx = srv_field(c, "text");
-        if (f.sep >= 0) {
-            const char *name = fn ? fn->valuestring : "tmp";
-            if (!tv_put(&ex, f.sep, e) || !tv_text(&ex, m, name, strlen(name), e) ||
-                !tv_text(&ex, m, "\n", 1, e))
-                goto out;
-        } else {
+    if (route) {
+        if (!mixed_field(m, root, "input_prefix", &pre, e) ||
+            !mixed_field(m, root, "input_suffix", &suf, e) ||
+            !tv_tok(&pr, m, prompt, strlen(prompt), true, e))
+            goto out;
+        if (f.rep >= 0 && (!tv_put(&ex, f.rep, e) || !tv_str(&ex, m, "myproject\n", e)))
+            goto out;
+        for (const cJSON *c = extra ? extra->child : NULL; c; c = c->next) {
+            const cJSON *fn = srv_field(c, "filename"), *tx = srv_field(c, "text");
             static const char snip[] = "\n\n--- snippet ---\n\n";
-            if (!tv_text(&ex, m, snip, sizeof(snip) - 1, e)) goto out;
+            if (f.sep >= 0 ? !tv_file(&ex, m, f.sep, fn ? fn->valuestring : "tmp", e)
+                           : !tv_text(&ex, m, snip, sizeof(snip) - 1, e))
+                goto out;
+            if (!tv_str(&ex, m, tx->valuestring, e)) goto out;
         }
-        if (!tv_text(&ex, m, tx->valuestring, strlen(tx->valuestring), e)) goto out;
-    }
-    if (!tv_text(&pre, m, prefix, strlen(prefix), e) ||
-        !tv_text(&pr, m, prompt, strlen(prompt), e) ||
-        !tv_text(&suf, m, suffix, strlen(suffix), e))
+        if (f.sep >= 0 && !tv_file(&ex, m, f.sep, "filename", e)) goto out;
+    } else if (!tv_str(&pre, m, prefix, e) || !tv_str(&suf, m, suffix, e)) {
         goto out;
+    }
     /* what is kept: the whole of each part, or on /infill llama-server's
      * rule (the file comment) */
     int64_t keep_ex = ex.n, keep_pre = pre.n, keep_suf = suf.n;
@@ -212,10 +287,15 @@ bool srv_parse_infill(const struct srv_limits *lim, const cJSON *root, bool rout
         if (keep_suf > (suf_room > 0 ? suf_room : 0)) keep_suf = suf_room > 0 ? suf_room : 0;
         if (keep_ex > (ex_room > 0 ? ex_room : 0)) keep_ex = ex_room > 0 ? ex_room : 0;
     }
+    /* BOS when the vocabulary adds one (anvil_tokenize with add_special
+     * gives it first; an add_eos vocabulary also gives EOS, not wanted
+     * here) */
     struct tv out = {0};
-    anvil_token bos[2];
-    if ((anvil_tokenize(m, "", 0, bos, 2, true, false) == 1 && !tv_put(&out, bos[0], e)) ||
-        !tv_part(&out, &ex, ex.n - keep_ex, keep_ex, e) || !tv_put(&out, f.pre, e) ||
+    anvil_token sp[2];
+    anvil_token bos = anvil_token_bos(m);
+    bool add_bos = bos >= 0 && anvil_tokenize(m, "", 0, sp, 2, true, false) >= 1 && sp[0] == bos;
+    if (!tv_part(&out, &ex, ex.n - keep_ex, keep_ex, e) || (add_bos && !tv_put(&out, bos, e)) ||
+        !tv_put(&out, f.pre, e) ||
         !tv_part(&out, &pre, pre.n - keep_pre, keep_pre, e) || !tv_part(&out, &pr, 0, pr.n, e) ||
         !tv_put(&out, f.suf, e) || !tv_part(&out, &suf, 0, keep_suf, e) ||
         !tv_put(&out, f.mid, e)) {

@@ -3,13 +3,15 @@
 
 The model is a tiny random-weight one (tests/gen/tiny_arch.py) whose
 vocabulary has Qwen's FIM tokens (<|fim_prefix|>, <|fim_suffix|>,
-<|fim_middle|>, <|file_sep|>) in place of unused slots. The token sequence
+<|fim_middle|>, <|file_sep|>, <|repo_name|>) in place of unused slots. The token sequence
 anvil builds (vLLM's `return_token_ids`) is compared with the one built
 from llama-cpp-python's tokenizer on the same file, and llama.cpp's own
-FIM token ids (llama_vocab_fim_pre/suf/mid/sep), for the PSM layout
-anvil documents (infill.c):
+FIM token ids (llama_vocab_fim_pre/suf/mid/sep/rep), for the layouts of
+llama-server's format_prompt_infill that anvil documents (infill.c):
 
-    [BOS] (FILE_SEP filename "\\n" text)*  FIM_PRE prefix prompt  FIM_SUF suffix  FIM_MID
+    /infill:  [FIM_REP "myproject\\n"] (FIM_SEP filename "\\n" text)* [FIM_SEP "filename\\n"]
+              [BOS] FIM_PRE prefix prompt FIM_SUF suffix FIM_MID
+    /v1/completions + suffix:  [BOS] FIM_PRE prefix FIM_SUF suffix FIM_MID
 
 Also: streamed == whole, the same prompt through both routes, and bad
 input (a model without FIM tokens, wrong types, missing fields) is a 400 in
@@ -29,24 +31,27 @@ import tiny_arch  # noqa: E402
 import tiny_llama  # noqa: E402
 from anvil_server import Server, check_error, serve_bin, sse_events  # noqa: E402
 
-FIM = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>"]
+FIM = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>"]
+# a vocabulary with the three FIM tokens only (no file separator, no
+# repository token): extra chunks get llama-server's snippet separator
+FIM3 = FIM[:3]
 
 
-def make_fim_model(path, ids=None):
+def make_fim_model(path, ids=None, fim=FIM):
     """ids: FIM metadata, key suffix ("fim_pre_token_id", ...) -> token text
     (its id is written) or an int (written as is)."""
     orig = tiny_llama.vocab
-    toks = orig()[0]
-    extra = {f"tokenizer.ggml.{k}": toks.index(v) if isinstance(v, str) else v
-             for k, v in (ids or {}).items()}
 
     def vocab():
         toks, types, merges = orig()
-        first = toks.index("<unused299>") - len(FIM) + 1
-        for i, t in enumerate(FIM):
+        first = toks.index("<unused299>") - len(fim) + 1
+        for i, t in enumerate(fim):
             toks[first + i], types[first + i] = t, 3
         return toks, types, merges
 
+    toks = vocab()[0]
+    extra = {f"tokenizer.ggml.{k}": toks.index(v) if isinstance(v, str) else v
+             for k, v in (ids or {}).items()}
     tiny_arch.tiny_llama.vocab = vocab
     try:
         tiny_arch.make_gguf(path, "llama3", seed=4, n_ctx=1024, extra_u32=extra)
@@ -69,25 +74,40 @@ def srv(fim_path):
 
 
 def reference(fim_path):
+    """The prompt ids llama-server's format_prompt_infill builds, from
+    llama-cpp-python's tokenizer and FIM ids on the same file: layout(prefix,
+    suffix) is /v1/completions with suffix, layout(..., route=True) POST
+    /infill."""
     import llama_cpp
     llm = llama_cpp.Llama(model_path=fim_path, vocab_only=True, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     ids = {"pre": llama_cpp.llama_vocab_fim_pre(vocab), "suf": llama_cpp.llama_vocab_fim_suf(vocab),
-           "mid": llama_cpp.llama_vocab_fim_mid(vocab), "sep": llama_cpp.llama_vocab_fim_sep(vocab)}
-    assert all(v >= 0 for v in ids.values()), ids
+           "mid": llama_cpp.llama_vocab_fim_mid(vocab), "sep": llama_cpp.llama_vocab_fim_sep(vocab),
+           "rep": llama_cpp.llama_vocab_fim_rep(vocab)}
+    assert all(ids[k] >= 0 for k in ("pre", "suf", "mid")), ids
     bos = [llm.token_bos()] if llama_cpp.llama_vocab_get_add_bos(vocab) else []
 
-    def tok(s):
-        return llm.tokenize(s.encode(), add_bos=False, special=False) if s else []
+    def tok(s, special=False):
+        return llm.tokenize(s.encode(), add_bos=False, special=special) if s else []
 
-    def layout(prefix, suffix, prompt="", extra=()):
-        out = list(bos)
+    def extra_part(extra):
+        out = [ids["rep"]] + tok("myproject\n") if ids["rep"] >= 0 else []
         for ch in extra:
-            out += [ids["sep"]] + tok(ch.get("filename", "tmp")) + tok("\n") + tok(ch["text"])
-        return out + [ids["pre"]] + tok(prefix) + tok(prompt) + [ids["suf"]] + tok(suffix) + [ids["mid"]]
+            if ids["sep"] >= 0:
+                out += [ids["sep"]] + tok(ch.get("filename", "tmp") + "\n")
+            else:
+                out += tok("\n\n--- snippet ---\n\n")
+            out += tok(ch["text"])
+        return out + ([ids["sep"]] + tok("filename\n") if ids["sep"] >= 0 else [])
+
+    def layout(prefix, suffix, prompt="", extra=(), route=False):
+        head = extra_part(extra) if route else []
+        return (head + bos + [ids["pre"]] + tok(prefix) + tok(prompt, special=True) + [ids["suf"]]
+                + tok(suffix) + [ids["mid"]])
     layout.ids = ids
     layout.tok = tok
     layout.bos = bos
+    layout.extra_part = extra_part
     return layout
 
 
@@ -126,14 +146,25 @@ def test_infill_route_tokens(srv, ref):
             "max_tokens": 4, "temperature": 0, "return_token_ids": True}
     d = post(srv, "/infill", body)
     assert d["stop"] is True and d["stop_type"] in ("eos", "limit")
-    assert d["prompt_token_ids"] == ref(PREFIX, SUFFIX, "a +", extra)
+    assert d["prompt_token_ids"] == ref(PREFIX, SUFFIX, "a +", extra, route=True)
+    assert d["prompt_token_ids"][0] == ref.ids["rep"] and ref.ids["sep"] >= 0
     assert d["tokens_evaluated"] == len(d["prompt_token_ids"])
-    # the same prompt as /v1/completions with suffix gives the same text
-    d2 = post(srv, "/v1/completions", {"prompt": PREFIX + "a +", "suffix": SUFFIX, "max_tokens": 4,
-                                       "temperature": 0})
-    d3 = post(srv, "/infill", {"input_prefix": PREFIX + "a +", "input_suffix": SUFFIX,
-                               "max_tokens": 4, "temperature": 0})
-    assert d2["choices"][0]["text"] == d3["content"]
+    # `prompt` parses control tokens (llama-server's tokenize_input_prompts);
+    # prefix and suffix may mix strings and token ids
+    body2 = dict(body, prompt="a <|repo_name|>+", input_prefix=["x = ", 17, "y"],
+                 input_suffix=[ref.ids["mid"], " z"])
+    d = post(srv, "/infill", body2)
+    want = ref("", "", "a <|repo_name|>+", extra, route=True)
+    pre_at = want.index(ref.ids["pre"])
+    want[pre_at + 1:pre_at + 1] = ref.tok("x = ") + [17] + ref.tok("y")
+    suf_at = len(want) - 1
+    want[suf_at:suf_at] = [ref.ids["mid"]] + ref.tok(" z")
+    assert d["prompt_token_ids"] == want
+    # without input_extra, /infill is the repository header and the file
+    # separator in front of the prompt /v1/completions builds
+    r = post(srv, "/infill", {"input_prefix": PREFIX + "a +", "input_suffix": SUFFIX,
+                              "max_tokens": 1, "return_token_ids": True})
+    assert r["prompt_token_ids"] == ref.extra_part([]) + ref(PREFIX + "a +", SUFFIX)
 
 
 def test_infill_stream_equals_whole(srv):
@@ -150,9 +181,10 @@ def test_infill_stream_equals_whole(srv):
     # n > 1: an array, one object per choice
     many = post(srv, "/infill", dict(body, n=2, max_tokens=2))
     assert isinstance(many, list) and [m["index"] for m in many] == [0, 1]
-    # the same text as /v1/completions with suffix
-    oai = post(srv, "/v1/completions", {"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 8,
-                                        "temperature": 0, "ignore_eos": True})
+    # the same text as /v1/completions given the same prompt ids
+    ids = post(srv, "/infill", dict(body, max_tokens=1, return_token_ids=True))["prompt_token_ids"]
+    oai = post(srv, "/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0,
+                                        "ignore_eos": True})
     assert oai["choices"][0]["text"] == whole["content"]
 
 
@@ -189,10 +221,10 @@ def test_long_input_trimmed(srv, ref):
     d = post(srv, "/infill", body)
     tp, tpr, ts = ref.tok(prefix), ref.tok("a +"), ref.tok(suffix)
     ids = ref.ids
-    te = [ids["sep"]] + ref.tok("big.py") + ref.tok("\n") + ref.tok(extra[0]["text"])
+    te = ref.extra_part(extra)
     assert len(tp) > 384 and len(ts) > 128 and len(te) > 1024 - 512 - 16
     keep_s = 512 // 4 - 2 - len(tpr)
-    want = (ref.bos + te[len(te) - (1024 - 512 - 16):] + [ids["pre"]] + tp[-384:] + tpr
+    want = (te[len(te) - (1024 - 512 - 16):] + ref.bos + [ids["pre"]] + tp[-384:] + tpr
             + [ids["suf"]] + ts[:keep_s] + [ids["mid"]])
     assert d["prompt_token_ids"] == want
     assert d["tokens_evaluated"] == len(want)
@@ -230,14 +262,14 @@ def test_fim_ids_from_metadata(tmp_path):
                           "fim_sep_token_id": n_vocab + 7})
     r = reference(path)
     toks = tiny_llama.vocab()[0]
-    assert r.ids == {"pre": toks.index("<unused270>"), "suf": toks.index("<unused271>"),
+    assert {k: r.ids[k] for k in ("pre", "suf", "mid", "sep")} == {"pre": toks.index("<unused270>"), "suf": toks.index("<unused271>"),
                      "mid": toks.index("<unused272>"), "sep": toks.index("<unused299>") - len(FIM) + 1 + FIM.index("<|file_sep|>")}, r.ids
     s = Server(serve_bin(), path, "--ctx", "1024", "--kv-mem", "64M")
     try:
         extra = [{"filename": "a.py", "text": "A = 2\n"}]
         d = post(s, "/infill", {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": extra,
                                 "max_tokens": 1, "return_token_ids": True})
-        assert d["prompt_token_ids"] == r(PREFIX, SUFFIX, "", extra)
+        assert d["prompt_token_ids"] == r(PREFIX, SUFFIX, "", extra, route=True)
         d = post(s, "/v1/completions", {"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 1,
                                         "return_token_ids": True})
         assert d["choices"][0]["prompt_token_ids"] == r(PREFIX, SUFFIX)
@@ -245,6 +277,26 @@ def test_fim_ids_from_metadata(tmp_path):
         assert s.stop() == 0
     err = s.stderr()
     assert "fim_sep_token_id" in err and "out of the vocabulary" in err, err
+
+
+def test_snippet_separator(tmp_path):
+    """A vocabulary with only the three FIM tokens: extra chunks are joined by
+    llama-server's snippet separator, with no repository header and no file
+    separators."""
+    path = str(tmp_path / "fim3.gguf")
+    make_fim_model(path, fim=FIM3)
+    r = reference(path)
+    assert r.ids["sep"] < 0 and r.ids["rep"] < 0, r.ids
+    s = Server(serve_bin(), path, "--ctx", "1024", "--kv-mem", "64M")
+    try:
+        extra = [{"filename": "a.py", "text": "A = 2\n"}, {"text": "B = 3\n"}]
+        d = post(s, "/infill", {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": extra,
+                                "prompt": "a", "max_tokens": 1, "return_token_ids": True})
+        want = r(PREFIX, SUFFIX, "a", extra, route=True)
+        assert want[:len(r.tok("\n\n--- snippet ---\n\n"))] == r.tok("\n\n--- snippet ---\n\n")
+        assert d["prompt_token_ids"] == want
+    finally:
+        assert s.stop() == 0
 
 
 def test_infill_matches_openapi(srv):
