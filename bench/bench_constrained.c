@@ -25,6 +25,13 @@
  * Every constrained output that ends with STOP is checked with
  * anvil_constraint_matches; one that does not match is an error and the
  * run prints no number for it.
+ *
+ * --calls FAMILY[,...] does the same for tool calls inside a family's own
+ * format (issue 36): the two tools of bench/bench_toolfmt.py under
+ * tool_choice "required", compiled as the server compiles them
+ * (srv_tools_calls: an ANVIL_CONSTRAINT_CALLS document), the prompt a
+ * chat turn asking for them followed by the format's opening marker (the
+ * text the server forces before the constraint starts).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -35,6 +42,7 @@
 #include "bench.h"
 #include "bench_util.h"
 #include "engine/guide.h"
+#include "server/srv_int.h"
 
 #define CMD "bench --constrained"
 #define MAX_BATCH 64
@@ -43,10 +51,12 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: anvil bench -m MODEL --constrained [--schemas LIST] [--batch 1,32] [-n N]\n"
-            "                   [-r REPS] [--rounds R] [-t T] [--data DIR] [--json]\n\n"
+            "usage: anvil bench -m MODEL --constrained [--schemas LIST | --calls LIST] [--batch 1,32]\n"
+            "                   [-n N] [-r REPS] [--rounds R] [-t T] [--data DIR] [--json]\n\n"
             "  --schemas LIST   comma list of small, medium, large or schema files\n"
             "                   (default small,medium,large)\n"
+            "  --calls LIST     tool calls inside these families' formats instead (hermes,\n"
+            "                   llama3, harmony, deepseek_r1, functionary)\n"
             "  --batch B[,B]    requests at once (default 1,32)\n"
             "  -n N             max tokens per request (default 256)\n"
             "  -r REPS          batch 1: requests one after another; also the\n"
@@ -192,16 +202,15 @@ static int time_index(const struct anvil_model *m, int reps, double *out) {
     return 0;
 }
 
-/* Median thread CPU seconds of compiling text as a JSON Schema. */
-static int time_compile(const struct anvil_model *m, const char *name, const char *text,
-                        size_t len, int reps, double *out) {
+/* Median thread CPU seconds of compiling text as a constraint of kind. */
+static int time_compile(const struct anvil_model *m, enum anvil_constraint_kind kind,
+                        const char *name, const char *text, size_t len, int reps, double *out) {
     double t[16];
     for (int r = 0; r < reps; r++) {
         struct anvil_constraint *c = NULL;
         char err[256];
         double t0 = bench_thread_cpu_s();
-        anvil_status st = anvil_constraint_compile(m, ANVIL_CONSTRAINT_JSON_SCHEMA, text, len,
-                                                   NULL, &c, err, sizeof(err));
+        anvil_status st = anvil_constraint_compile(m, kind, text, len, NULL, &c, err, sizeof(err));
         t[r] = bench_thread_cpu_s() - t0;
         anvil_constraint_free(c);
         if (st != ANVIL_OK) {
@@ -235,40 +244,33 @@ static int schema_prompt(struct anvil_model *m, const char *schema, anvil_token 
 }
 
 struct opts {
-    const char *model, *schemas, *data;
+    const char *model, *schemas, *calls, *data;
     long n_gen, reps, threads, rounds;
     int batches[8], n_batches;
     bool json;
 };
 
-static int bench_schema(struct anvil_model *m, const struct opts *o, const char *label,
-                        const char *path) {
-    size_t len = 0;
-    char *text = slurp(path, &len);
-    if (!text) return cli_fail(CMD, "cannot read %s", path);
+/* The decode comparison for one constraint: text compiled as kind, the
+ * requests' prompt given. */
+static int bench_one(struct anvil_model *m, const struct opts *o, const char *label,
+                     const char *file, enum anvil_constraint_kind kind, const char *text,
+                     size_t len, const anvil_token *prompt, int n_prompt) {
     int rc = 0;
     double t_compile = 0.0;
     struct anvil_constraint *c = NULL;
-    static anvil_token prompt[16384];
     static struct req_out cons[MAX_BATCH], free_[MAX_BATCH];
-    int n_prompt = schema_prompt(m, text, prompt, (int)(sizeof(prompt) / sizeof(prompt[0])));
     char err[256];
-    if (n_prompt <= 0) {
-        rc = cli_fail(CMD, "%s: not a JSON document, or too long a prompt", path);
-        goto out;
-    }
-    if ((rc = time_compile(m, path, text, len, (int)o->reps, &t_compile))) goto out;
-    if (anvil_constraint_compile(m, ANVIL_CONSTRAINT_JSON_SCHEMA, text, len, NULL, &c, err,
-                                 sizeof(err)) != ANVIL_OK) {
-        rc = cli_fail(CMD, "%s: %s", path, err);
+    if ((rc = time_compile(m, kind, label, text, len, (int)o->reps, &t_compile))) goto out;
+    if (anvil_constraint_compile(m, kind, text, len, NULL, &c, err, sizeof(err)) != ANVIL_OK) {
+        rc = cli_fail(CMD, "%s: %s", label, err);
         goto out;
     }
     if (o->json)
         printf("{\"bench\": \"constrained\", \"case\": \"compile\", \"schema\": \"%s\", \"file\": "
                "\"%s\", \"bytes\": %zu, \"cpu_ms\": %.3f, \"commit\": \"%s\"}\n",
-               label, path, len, 1e3 * t_compile, bench_commit());
+               label, file, len, 1e3 * t_compile, bench_commit());
     else
-        printf("compile %-8s %7.2f ms CPU  (%s, %zu bytes)\n", label, 1e3 * t_compile, path, len);
+        printf("compile %-8s %7.2f ms CPU  (%s, %zu bytes)\n", label, 1e3 * t_compile, file, len);
     fflush(stdout);
 
     for (int bi = 0; bi < o->n_batches && !rc; bi++) {
@@ -365,7 +367,77 @@ out:
         cons[i].text = free_[i].text = NULL;
     }
     anvil_constraint_free(c);
+    return rc;
+}
+
+static int bench_schema(struct anvil_model *m, const struct opts *o, const char *label,
+                        const char *path) {
+    size_t len = 0;
+    char *text = slurp(path, &len);
+    if (!text) return cli_fail(CMD, "cannot read %s", path);
+    static anvil_token prompt[16384];
+    int n_prompt = schema_prompt(m, text, prompt, (int)(sizeof(prompt) / sizeof(prompt[0])));
+    int rc = n_prompt <= 0
+                 ? cli_fail(CMD, "%s: not a JSON document, or too long a prompt", path)
+                 : bench_one(m, o, label, path, ANVIL_CONSTRAINT_JSON_SCHEMA, text, len, prompt,
+                             n_prompt);
     free(text);
+    return rc;
+}
+
+/* bench/bench_toolfmt.py's two tools, under tool_choice "required" */
+static const char CALL_TOOLS[] =
+    "{\"tool_choice\": \"required\", \"tools\": ["
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+    "\"description\": \"The weather in a city.\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 24}, "
+    "\"unit\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"]}, "
+    "\"days\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 14}}, "
+    "\"required\": [\"city\", \"unit\"], \"additionalProperties\": false}}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", "
+    "\"description\": \"The time in a zone.\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"zone\": {\"type\": \"integer\", \"minimum\": -12, \"maximum\": 14}}, "
+    "\"required\": [\"zone\"], \"additionalProperties\": false}}}]}";
+
+/* Tool calls in family fam's format: the server's CALLS document for
+ * CALL_TOOLS, a user turn and the format's forced opening as the prompt. */
+static int bench_calls(struct anvil_model *m, const struct opts *o, const char *fam) {
+    enum srv_toolfmt f = SRV_TOOLFMT_COUNT;
+    for (int k = 0; k < SRV_TOOLFMT_COUNT; k++)
+        if (!strcmp(fam, srv_toolfmt_name((enum srv_toolfmt)k))) f = (enum srv_toolfmt)k;
+    if (f == SRV_TOOLFMT_COUNT) return cli_fail(CMD, "--calls: unknown format '%s'", fam);
+    cJSON *root = cJSON_Parse(CALL_TOOLS);
+    struct srv_tools t;
+    struct srv_err e = {0};
+    if (!root || !srv_tools_parse(root, &t, &e)) {
+        cJSON_Delete(root);
+        return cli_fail(CMD, "--calls: the bench's tools do not parse");
+    }
+    struct sbuf open;
+    sb_init(&open);
+    bool handled = false;
+    char *doc = srv_tools_calls(&t, f, true, &open, &handled);
+    int rc = 0;
+    if (!handled) {
+        rc = cli_fail(CMD, "--calls: %s has no calls constraint (a single-call format)", fam);
+    } else if (!doc || open.oom) {
+        rc = cli_fail(CMD, "out of memory");
+    } else {
+        static anvil_token prompt[4096];
+        const int cap = (int)(sizeof(prompt) / sizeof(prompt[0]));
+        struct anvil_chat_msg msg = {"user", "What is the weather in Paris and in Rome? Call "
+                                             "get_weather for each city."};
+        int n = anvil_chat_tokenize(m, &msg, 1, true, prompt, cap);
+        int k = n > 0 && open.p ? anvil_tokenize(m, open.p, open.len, prompt + n, cap - n, false,
+                                                 false)
+                                : 0;
+        if (n <= 0 || k < 0) rc = cli_fail(CMD, "--calls: the prompt does not tokenize");
+        else rc = bench_one(m, o, fam, "calls", ANVIL_CONSTRAINT_CALLS, doc, strlen(doc), prompt,
+                            n + k);
+    }
+    free(doc);
+    sb_free(&open);
+    cJSON_Delete(root);
     return rc;
 }
 
@@ -385,6 +457,8 @@ int bench_constrained(int argc, char **argv) {
             if (!(o.model = cli_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--schemas")) {
             if (!(o.schemas = cli_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--calls")) {
+            if (!(o.calls = cli_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--data")) {
             if (!(o.data = cli_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-n")) {
@@ -424,8 +498,12 @@ int bench_constrained(int argc, char **argv) {
             printf("vocabulary index (once per model, %d tokens): %.2f ms CPU\n",
                    anvil_model_n_vocab(m), 1e3 * t_index);
     }
-    char *list = strdup(o.schemas), *save = NULL;
+    char *list = strdup(o.calls ? o.calls : o.schemas), *save = NULL;
     for (char *s = strtok_r(list, ",", &save); s && !rc; s = strtok_r(NULL, ",", &save)) {
+        if (o.calls) {
+            rc = bench_calls(m, &o, s);
+            continue;
+        }
         char path[1024];
         const char *file = NULL;
         for (size_t k = 0; k < sizeof(NAMED) / sizeof(NAMED[0]); k++)
