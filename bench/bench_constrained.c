@@ -419,7 +419,8 @@ static int bench_calls(struct anvil_model *m, const struct opts *o, const char *
     char *doc = srv_tools_calls(&t, f, true, &open, &handled);
     int rc = 0;
     if (!handled) {
-        rc = cli_fail(CMD, "--calls: %s has no calls constraint (a single-call format)", fam);
+        rc = cli_fail(CMD, "--calls: %s is constrained as one JSON Schema (an array of calls, "
+                     "srv_tools_family), not as a calls document", fam);
     } else if (!doc || open.oom) {
         rc = cli_fail(CMD, "out of memory");
     } else {
