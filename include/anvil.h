@@ -717,7 +717,7 @@ enum anvil_event_type {
 struct anvil_event {
     enum anvil_event_type type;
     anvil_req_id id;
-    anvil_token token;        /* TOKEN */
+    anvil_token token;        /* TOKEN; DONE: the end-of-generation token that stopped it, or -1 */
     const char *text;         /* TOKEN/DONE: newly released text (may be ""), not NUL-safe: use text_len */
     int32_t text_len;
     float logprob;            /* TOKEN with top_logprobs > 0 */

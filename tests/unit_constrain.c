@@ -983,6 +983,71 @@ static void test_vocab_build(void **state) {
     assert_null(v);
 }
 
+/* Control tokens allowed by their text (cn_state_set_specials): a
+ * calls-style literal "a<|m|>b" where <|m|> is a control token (NEVER in
+ * the vocabulary) that the state is given as a special. */
+static void test_specials(void **state) {
+    (void)state;
+    static const char *const toks[] = {"a", "b", "<", "|m|>", "", ""};
+    const uint8_t *tb[6];
+    int32_t tl[6];
+    uint8_t kinds[6] = {CN_TOK_TEXT, CN_TOK_TEXT, CN_TOK_TEXT, CN_TOK_TEXT, CN_TOK_NEVER,
+                        CN_TOK_EOG};
+    for (int t = 0; t < 6; t++) {
+        tb[t] = (const uint8_t *)toks[t];
+        tl[t] = (int32_t)strlen(toks[t]);
+    }
+    char err[256];
+    struct cn_vocab *v = NULL;
+    assert_int_equal(cn_vocab_build(6, tb, tl, kinds, &v, err, sizeof err), ANVIL_OK);
+    const char *src = "a<\\|m\\|>b";
+    struct cn_program *p = NULL;
+    assert_int_equal(cn_compile(CN_REGEX, src, strlen(src), NULL, &p, err, sizeof err), ANVIL_OK);
+    struct cn_state *s = NULL, *cp = NULL;
+    assert_int_equal(cn_state_init(p, v, &s), ANVIL_OK);
+    assert_int_equal(cn_state_init(p, v, &cp), ANVIL_OK);
+    uint8_t mask[1];
+    /* without specials the control token is never allowed */
+    assert_int_equal(cn_advance(s, 0), ANVIL_OK);
+    assert_false(cn_allowed(s, 4));
+    assert_int_equal(cn_fill_mask(s, mask), 1);
+    assert_int_equal(mask[0], 1u << 2); /* "<" only */
+    static const anvil_token ids[] = {4, 1};
+    static const uint8_t m[] = "<|m|>", bb[] = "zz";
+    const uint8_t *sb[] = {m, bb};
+    static const int32_t sl[] = {5, 2};
+    /* token 1 is text: its own bytes count, not the special's */
+    cn_state_set_specials(s, 2, ids, sb, sl);
+    assert_true(cn_allowed(s, 4));
+    assert_false(cn_allowed(s, 1));
+    for (int rep = 0; rep < 2; rep++) { /* the second from the mask cache */
+        assert_int_equal(cn_fill_mask(s, mask), 2);
+        assert_int_equal(mask[0], (1u << 2) | (1u << 4));
+    }
+    assert_int_equal(cn_state_copy(cp, s), ANVIL_OK);
+    assert_int_equal(cn_advance(cp, 4), ANVIL_OK);
+    assert_false(cn_allowed(cp, 4));
+    assert_true(cn_allowed(cp, 1));
+    assert_int_equal(cn_advance(cp, 1), ANVIL_OK);
+    assert_true(cn_accepts(cp));
+    assert_true(cn_allowed(cp, 5));
+    /* the text spelling is still the same output */
+    assert_int_equal(cn_advance(s, 2), ANVIL_OK);
+    assert_int_equal(cn_advance(s, 3), ANVIL_OK);
+    assert_false(cn_allowed(s, 4));
+    assert_int_equal(cn_fill_mask(s, mask), 1);
+    assert_int_equal(mask[0], 1u << 1);
+    /* a special outside the vocabulary or a cleared set allows nothing */
+    cn_state_set_specials(cp, 0, NULL, NULL, NULL);
+    cn_state_reset(cp);
+    assert_int_equal(cn_advance(cp, 0), ANVIL_OK);
+    assert_int_equal(cn_advance(cp, 4), ANVIL_ERR_INVALID);
+    cn_state_free(s);
+    cn_state_free(cp);
+    cn_program_free(p);
+    cn_vocab_free(v);
+}
+
 /* ---------------------------------------------------------------------- */
 /* state copy, reset, out of memory */
 
@@ -1185,6 +1250,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_schema_language),
         cmocka_unit_test(test_vocab_build),
+        cmocka_unit_test(test_specials),
         cmocka_unit_test(test_exhaustive_small_vocab),
         cmocka_unit_test(test_vocab_masks),
         cmocka_unit_test(test_copy_reset),

@@ -393,7 +393,15 @@ struct cn_state {
     bool acc;  /* the output so far is complete */
     bool done; /* an EOG token was appended */
     struct cn_scratch sc;
+    /* control tokens allowed by their text (cn_state_set_specials; borrowed) */
+    int32_t n_sp;
+    const anvil_token *sp_id;
+    const uint8_t *const *sp_bytes;
+    const int32_t *sp_len;
 };
+
+/* The index in s's specials of control token t, or -1. */
+int32_t rt_special(const struct cn_state *s, anvil_token t);
 
 /* Step a set by byte b. The input is the persistent set (in_scratch
  * false) or scratch cfg[in_off .. in_off+n_in); the result is written to

@@ -282,6 +282,16 @@ void cn_state_reset(struct cn_state *s);
  * then unchanged). */
 anvil_status cn_state_copy(struct cn_state *dst, const struct cn_state *src);
 
+/* Control tokens this state also allows, each where its text continues
+ * the output as a text token's bytes would (a tool-call format whose
+ * markers are control tokens: gpt-oss's <|constrain|> and <|message|> in
+ * a calls document). n tokens: ids[i] spells lens[i] bytes at bytes[i];
+ * each should be CN_TOK_NEVER in the vocabulary (an EOG or text token
+ * keeps its own rule). Borrowed: the arrays must outlive the state.
+ * Replaces an earlier set; cn_state_copy copies it. */
+void cn_state_set_specials(struct cn_state *s, int32_t n, const anvil_token *ids,
+                           const uint8_t *const *bytes, const int32_t *lens);
+
 /* May token t come next? EOG tokens: exactly when the output so far is
  * complete. Out-of-range ids and CN_TOK_NEVER tokens: false. Walks t's
  * bytes; no allocation once the state's scratch has grown (it grows with

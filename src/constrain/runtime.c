@@ -371,6 +371,7 @@ anvil_status cn_state_copy(struct cn_state *dst, const struct cn_state *src) {
     dst->n_fr = src->n_fr;
     dst->acc = src->acc;
     dst->done = src->done;
+    cn_state_set_specials(dst, src->n_sp, src->sp_id, src->sp_bytes, src->sp_len);
     return ANVIL_OK;
 }
 
@@ -459,14 +460,44 @@ static bool tok_bytes(const struct cn_vocab *v, anvil_token t, const uint8_t **b
     return true;
 }
 
+void cn_state_set_specials(struct cn_state *s, int32_t n, const anvil_token *ids,
+                           const uint8_t *const *bytes, const int32_t *lens) {
+    s->n_sp = n > 0 && ids && bytes && lens ? n : 0;
+    s->sp_id = ids;
+    s->sp_bytes = bytes;
+    s->sp_len = lens;
+}
+
+int32_t rt_special(const struct cn_state *s, anvil_token t) {
+    for (int32_t i = 0; i < s->n_sp; i++)
+        if (s->sp_id[i] == t) return i;
+    return -1;
+}
+
+/* The bytes t spells under s: a text token's, or a special's (a control
+ * or end-of-generation token in s's specials); false: neither. */
+static bool spelled(const struct cn_state *s, anvil_token t, const uint8_t **b, size_t *n) {
+    const struct cn_vocab *v = s->v;
+    if (v->kind[t] == CN_TOK_TEXT) {
+        tok_bytes(v, t, b, n);
+        return true;
+    }
+    int32_t k = rt_special(s, t);
+    if (k < 0 || s->sp_len[k] <= 0) return false;
+    *b = s->sp_bytes[k];
+    *n = (size_t)s->sp_len[k];
+    return true;
+}
+
 bool cn_allowed(struct cn_state *s, anvil_token t) {
     const struct cn_vocab *v = s->v;
     if (!v || t < 0 || t >= v->n_vocab || s->done) return false;
-    if (v->kind[t] == CN_TOK_EOG) return s->acc;
-    if (v->kind[t] != CN_TOK_TEXT) return false;
+    /* an end-of-generation token: where the output may end, or (a
+     * special) where its text may come */
+    if (v->kind[t] == CN_TOK_EOG && (s->acc || rt_special(s, t) < 0)) return s->acc;
     const uint8_t *b;
     size_t n;
-    tok_bytes(v, t, &b, &n);
+    if (!spelled(s, t, &b, &n)) return false;
     if (s->p->pure) return pure_walk(s, b, n) >= 0;
     uint32_t off, ftop;
     bool acc;
@@ -483,9 +514,8 @@ anvil_status cn_advance(struct cn_state *s, anvil_token t) {
         s->done = true;
         return ANVIL_OK;
     }
-    if (v->kind[t] != CN_TOK_TEXT) return ANVIL_ERR_INVALID;
     const uint8_t *b;
     size_t n;
-    tok_bytes(v, t, &b, &n);
+    if (!spelled(s, t, &b, &n)) return ANVIL_ERR_INVALID;
     return advance_bytes(s, b, n);
 }

@@ -467,6 +467,13 @@ static int32_t fill_gen_cached(struct cn_state *s, uint8_t *mask) {
     return count;
 }
 
+/* the mask of the text and EOG tokens, from a cache or the walk */
+static int32_t fill_text(struct cn_state *s, uint8_t *mask) {
+    if (s->n_cfg == 0) return cn_fill_mask_walk(s, mask); /* EOG at most */
+    if (s->p->pure) return s->p->cache ? fill_pure_cached(s, mask) : cn_fill_mask_walk(s, mask);
+    return fill_gen_cached(s, mask);
+}
+
 int32_t cn_fill_mask(struct cn_state *s, uint8_t *mask) {
     const struct cn_vocab *v = s->v;
     if (!v || !mask) return ANVIL_ERR_INVALID;
@@ -474,7 +481,15 @@ int32_t cn_fill_mask(struct cn_state *s, uint8_t *mask) {
         memset(mask, 0, ((size_t)v->n_vocab + 7) / 8);
         return 0;
     }
-    if (s->n_cfg == 0) return cn_fill_mask_walk(s, mask); /* EOG at most */
-    if (s->p->pure) return s->p->cache ? fill_pure_cached(s, mask) : cn_fill_mask_walk(s, mask);
-    return fill_gen_cached(s, mask);
+    int32_t count = fill_text(s, mask);
+    /* the specials on top: a handful of walks, never cached (a cache is
+     * shared by every state of the program, specials or not) */
+    for (int32_t i = 0; count >= 0 && i < s->n_sp && s->n_cfg > 0; i++) {
+        anvil_token t = s->sp_id[i];
+        if (t < 0 || t >= v->n_vocab || (mask[t >> 3] >> (t & 7) & 1) || !cn_allowed(s, t))
+            continue;
+        mask[t >> 3] |= (uint8_t)(1u << (t & 7));
+        count++;
+    }
+    return count;
 }

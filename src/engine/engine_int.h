@@ -37,6 +37,7 @@ struct request {
     int32_t n_cached;    /* tokens in the KV cache */
     int32_t n_reused;    /* prompt tokens the last admission found in the prefix cache */
     int32_t slot;        /* sequence id in the ctx, -1 while waiting */
+    anvil_token eog;     /* the end-of-generation token that stopped it, -1 */
     struct anvil_sampler *smp;
     bool ignore_eos;
     char *stop[ANVIL_MAX_STOP];

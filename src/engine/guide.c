@@ -6,11 +6,81 @@
  */
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "core/core.h"
 #include "engine/guide.h"
 
 /* ---------------------------------------------------------------------- */
 /* the public handle */
+
+/* Whether the string member `key` of the calls document holds piece. */
+static bool member_has(const cJSON *doc, const char *key, const char *piece, size_t k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, key);
+    return cJSON_IsString(v) && memmem(v->valuestring, strlen(v->valuestring), piece, k);
+}
+
+/* The control tokens of m (no text as output) whose text occurs in the
+ * calls document: a format's markers that are control tokens, allowed by
+ * their text (gpt-oss's <|constrain|>, <|message|>). An end-of-generation
+ * token counts only where the calls end, in the separator or the end
+ * (gpt-oss's <|call|>): drawn there it ends the answer after the call,
+ * while inside a call's JSON strings its text would cut the call. False
+ * when out of memory. */
+static bool find_specials(struct anvil_constraint *c, const struct anvil_model *m,
+                          const char *text, size_t len) {
+    int32_t nv = anvil_model_n_vocab(m);
+    size_t used = 0, cap = 0;
+    int32_t n = 0, ncap = 0;
+    cJSON *doc = cJSON_ParseWithLength(text, len);
+    for (int32_t t = 0; t < nv; t++) {
+        char piece[128];
+        if (anvil_token_to_piece(m, t, piece, sizeof(piece), false) != 0) continue;
+        int32_t k = anvil_token_to_piece(m, t, piece, sizeof(piece), true);
+        if (k <= 0 || k > (int32_t)sizeof(piece) || !memmem(text, len, piece, (size_t)k)) continue;
+        if (anvil_token_is_eog(m, t) && !member_has(doc, "sep", piece, (size_t)k) &&
+            !member_has(doc, "end", piece, (size_t)k))
+            continue;
+        if (n == ncap) {
+            int32_t nc = ncap ? 2 * ncap : 8;
+            anvil_token *ids = core_realloc(c->sp_id, (size_t)nc * sizeof(*ids));
+            if (ids) c->sp_id = ids;
+            int32_t *lens = ids ? core_realloc(c->sp_len, (size_t)nc * sizeof(*lens)) : NULL;
+            if (!lens) goto oom;
+            c->sp_len = lens;
+            ncap = nc;
+        }
+        if (used + (size_t)k > cap) {
+            size_t nc = cap ? 2 * cap : 256;
+            while (nc < used + (size_t)k) nc *= 2;
+            char *b = core_realloc(c->sp_text, nc);
+            if (!b) goto oom;
+            c->sp_text = b;
+            cap = nc;
+        }
+        memcpy(c->sp_text + used, piece, (size_t)k);
+        c->sp_id[n] = t;
+        c->sp_len[n++] = k;
+        used += (size_t)k;
+    }
+    cJSON_Delete(doc);
+    if (n == 0) return true;
+    if (!(c->sp_bytes = core_malloc((size_t)n * sizeof(*c->sp_bytes)))) return false;
+    for (int32_t i = 0, off = 0; i < n; off += c->sp_len[i++])
+        c->sp_bytes[i] = (const uint8_t *)c->sp_text + off;
+    c->n_sp = n;
+    return true;
+oom:
+    cJSON_Delete(doc);
+    return false;
+}
+
+static void free_specials(struct anvil_constraint *c) {
+    core_free(c->sp_id);
+    core_free(c->sp_len);
+    core_free(c->sp_bytes);
+    core_free(c->sp_text);
+}
 
 anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_constraint_kind kind,
                                       const char *text, size_t len,
@@ -47,6 +117,13 @@ anvil_status anvil_constraint_compile(const struct anvil_model *m, enum anvil_co
         core_free(c);
         return st;
     }
+    if (kind == ANVIL_CONSTRAINT_CALLS && !find_specials(c, m, text ? text : "", len)) {
+        free_specials(c);
+        cn_program_free(c->prog);
+        core_free(c);
+        errmsg_set(err, err_cap, "out of memory");
+        return ANVIL_ERR_NOMEM;
+    }
     atomic_init(&c->refs, 1);
     c->m = m;
     *out = c;
@@ -63,6 +140,7 @@ struct anvil_constraint *anvil_constraint_retain(struct anvil_constraint *c) {
 void anvil_constraint_free(struct anvil_constraint *c) {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
     cn_program_free(c->prog);
+    free_specials(c);
     core_free(c);
 }
 
@@ -156,6 +234,7 @@ anvil_status guide_req_init(struct guide_req *q, struct anvil_constraint *c,
                            const struct cn_vocab *v, char *err, size_t err_cap) {
     memset(q, 0, sizeof(*q));
     anvil_status st = cn_state_init(c->prog, v, &q->st);
+    if (st == ANVIL_OK) cn_state_set_specials(q->st, c->n_sp, c->sp_id, c->sp_bytes, c->sp_len);
     if (st == ANVIL_ERR_UNSUPPORTED) {
         errmsg_set(err, err_cap, "constraint: too ambiguous to start (more than the run-time "
                    "bound of simultaneous parses)");

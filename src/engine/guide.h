@@ -44,6 +44,14 @@ struct anvil_constraint {
     _Atomic int refs;
     const struct anvil_model *m; /* the model it was compiled for */
     struct cn_program *prog;
+    /* ANVIL_CONSTRAINT_CALLS: the model's control tokens whose text the
+     * document spells (markers such as gpt-oss's <|message|>), allowed by
+     * that text (cn_state_set_specials); sp_text holds their bytes */
+    int32_t n_sp;
+    anvil_token *sp_id;
+    const uint8_t **sp_bytes;
+    int32_t *sp_len;
+    char *sp_text;
 };
 
 /* Take one more reference (a request holds one from submit to DONE). */

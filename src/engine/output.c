@@ -115,6 +115,7 @@ bool engine_take_token(struct anvil_engine *e, struct request *r, anvil_token t,
     }
     if (r->t_first == 0) r->t_first = now;
     if (!r->ignore_eos && anvil_token_is_eog(e->m, t)) {
+        r->eog = t;
         engine_finish(e, r, ANVIL_FINISH_STOP, NULL, true);
         return false;
     }

@@ -60,6 +60,7 @@ void engine_finish(struct anvil_engine *e, struct request *r, enum anvil_finish 
     struct anvil_event ev = {
         .type = ANVIL_EVENT_DONE,
         .id = r->id,
+        .token = r->eog,
         .text = e->text,
         .text_len = n,
         .finish = why,

@@ -90,6 +90,7 @@ anvil_status anvil_engine_submit(struct anvil_engine *e, const struct anvil_requ
     struct request *r = core_calloc(1, sizeof(*r));
     if (!r) return ANVIL_ERR_NOMEM;
     r->slot = -1;
+    r->eog = -1;
     r->cb = cb;
     r->user = user;
     r->n_prompt = r->n_tokens = rp->n_prompt;

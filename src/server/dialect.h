@@ -87,8 +87,9 @@ struct srv_choice {
     size_t n_reasoning;
     struct srv_call_out *calls;
     int n_calls;
-    const struct srv_tok *toks; /* logprobs of the choice's tokens, NULL when not asked */
+    const struct srv_tok *toks; /* the choice's tokens, NULL unless logprobs or return_token_ids */
     int32_t n_toks;
+    anvil_token eog; /* the end-of-generation token that ended it, or -1 */
     const char *finish; /* OpenAI's word: "stop", "length", "tool_calls" */
     enum anvil_finish engine_finish;
     int32_t n_gen;

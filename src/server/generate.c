@@ -66,12 +66,13 @@ struct chc {
     /* written by the engine callback under j->mu */
     int32_t n_ev;           /* token events so far */
     int32_t *ev_len;        /* (cap,) text bytes released with event i */
-    struct srv_tok *ev_tok; /* (cap,) when logprobs */
+    struct srv_tok *ev_tok; /* (cap,) when logprobs or return_token_ids */
     anvil_token *top_tok;   /* (cap, k) */
     float *top_lp;          /* (cap, k) */
     struct sbuf pend;       /* text not yet taken by the HTTP side */
     bool done;
     enum anvil_finish finish;
+    anvil_token eog; /* the DONE event's end-of-generation token, -1 */
     int32_t n_prompt, n_gen, n_reused;
     double queue_s, prefill_s, decode_s; /* the DONE event's */
     char errmsg[200];
@@ -79,6 +80,9 @@ struct chc {
 
     /* HTTP side only */
     int32_t consumed; /* events formatted so far */
+    /* streams: the first event whose token no chunk has carried yet (its
+     * text was held by the parser, in this drain or an earlier one) */
+    int32_t lp_from;
     bool seen_done;   /* the drain that saw done has been taken */
     bool ended;       /* its output parser has ended (a stream: all its parts out) */
     struct sbuf rx;   /* text taken in the last drain */
@@ -192,6 +196,27 @@ static void job_unref_cb(void *cls) { job_unref(cls); }
 
 /* Under j->mu (or before the choice is submitted): one token record of
  * choice c with its text, when there is a slot left. */
+/* Event i's token record (when kept): the token, its logprob and the
+ * best j->k alternatives. */
+static void chc_tok(struct chc *c, int32_t i, anvil_token t, float lp, int32_t n_top,
+                    const anvil_token *top_t, const float *top_lp) {
+    struct job *j = c->j;
+    if (!c->ev_tok) return;
+    struct srv_tok *r = &c->ev_tok[i];
+    r->token = t;
+    r->logprob = lp;
+    r->echo = false;
+    r->n_top = n_top < j->k ? n_top : j->k;
+    if (r->n_top < 0 || !top_t || !top_lp) r->n_top = 0;
+    r->top_tokens = j->k ? c->top_tok + (size_t)i * (size_t)j->k : NULL;
+    r->top_logprobs = j->k ? c->top_lp + (size_t)i * (size_t)j->k : NULL;
+    for (int32_t a = 0; a < r->n_top; a++) {
+        c->top_tok[(size_t)i * (size_t)j->k + (size_t)a] = top_t[a];
+        c->top_lp[(size_t)i * (size_t)j->k + (size_t)a] = top_lp[a];
+    }
+}
+
+/* echo: a prompt token's record, with its text, ahead of the output's */
 static void chc_record(struct chc *c, anvil_token t, float lp, int32_t n_top,
                        const anvil_token *top_t, const float *top_lp, const char *text,
                        int32_t len) {
@@ -200,18 +225,8 @@ static void chc_record(struct chc *c, anvil_token t, float lp, int32_t n_top,
     int32_t i = c->n_ev++;
     sb_put(&c->pend, text, (size_t)len);
     c->ev_len[i] = len;
-    if (!c->ev_tok) return;
-    struct srv_tok *r = &c->ev_tok[i];
-    r->token = t;
-    r->logprob = lp;
-    r->n_top = n_top < j->k ? n_top : j->k;
-    if (r->n_top < 0 || !top_t || !top_lp) r->n_top = 0;
-    r->top_tokens = c->top_tok + (size_t)i * (size_t)j->k;
-    r->top_logprobs = c->top_lp + (size_t)i * (size_t)j->k;
-    for (int32_t a = 0; a < r->n_top; a++) {
-        c->top_tok[(size_t)i * (size_t)j->k + (size_t)a] = top_t[a];
-        c->top_lp[(size_t)i * (size_t)j->k + (size_t)a] = top_lp[a];
-    }
+    chc_tok(c, i, t, lp, n_top, top_t, top_lp);
+    if (c->ev_tok) c->ev_tok[i].echo = true;
 }
 
 /* echo: the prompt's text by token, detokenized as the output would be
@@ -295,6 +310,7 @@ static void plp_event(struct chc *c, const struct anvil_event *ev) {
 static bool chc_init(struct job *j, struct chc *c, int index, uint64_t id_seed) {
     c->j = j;
     c->index = index;
+    c->eog = -1;
     /* a completion's text is the model's raw continuation: never split */
     struct srv_outfmt raw = {.tool_format = SRV_TOOLFMT_JSON,
                              .reasoning_format = SRV_REASONING_NONE};
@@ -303,11 +319,14 @@ static bool chc_init(struct job *j, struct chc *c, int index, uint64_t id_seed) 
                              id_seed ^ ((uint64_t)index * 0x94D049BB133111EBull));
     c->ev_len = calloc((size_t)j->cap, sizeof(*c->ev_len));
     bool ok = c->op && c->ev_len && sb_reserve(&c->pend, 1024);
-    if (ok && j->req.logprobs) {
+    /* the token records also carry return_token_ids' ids */
+    if (ok && (j->req.logprobs || j->req.return_token_ids)) {
         c->ev_tok = calloc((size_t)j->cap, sizeof(*c->ev_tok));
-        c->top_tok = calloc((size_t)j->cap * (size_t)j->k, sizeof(*c->top_tok));
-        c->top_lp = calloc((size_t)j->cap * (size_t)j->k, sizeof(*c->top_lp));
-        ok = c->ev_tok && c->top_tok && c->top_lp;
+        if (j->k > 0) {
+            c->top_tok = calloc((size_t)j->cap * (size_t)j->k, sizeof(*c->top_tok));
+            c->top_lp = calloc((size_t)j->cap * (size_t)j->k, sizeof(*c->top_lp));
+        }
+        ok = c->ev_tok && (j->k == 0 || (c->top_tok && c->top_lp));
     }
     if (ok && j->req.echo) echo_start(c);
     return ok && !c->pend.oom;
@@ -355,6 +374,7 @@ static struct job *job_new(struct srv *s, struct srv_req *req, struct MHD_Connec
         .model_id = s->model_id,
         .model = s->model,
         .logprobs = j->req.logprobs,
+        .token_ids = j->req.return_token_ids,
         .top_logprobs = j->req.top_logprobs,
     };
     j->view = (struct srv_gen_view){
@@ -496,19 +516,7 @@ static void on_event(void *user, const struct anvil_event *ev) {
         if (c->n_ev < j->cap) {
             int32_t i = c->n_ev++;
             c->ev_len[i] = ev->text_len > 0 ? ev->text_len : 0;
-            if (c->ev_tok) {
-                struct srv_tok *r = &c->ev_tok[i];
-                r->token = ev->token;
-                r->logprob = ev->logprob;
-                r->n_top = ev->n_top < j->k ? ev->n_top : j->k;
-                if (r->n_top < 0 || !ev->top_tokens || !ev->top_logprobs) r->n_top = 0;
-                r->top_tokens = c->top_tok + (size_t)i * (size_t)j->k;
-                r->top_logprobs = c->top_lp + (size_t)i * (size_t)j->k;
-                for (int32_t a = 0; a < r->n_top; a++) {
-                    c->top_tok[(size_t)i * (size_t)j->k + (size_t)a] = ev->top_tokens[a];
-                    c->top_lp[(size_t)i * (size_t)j->k + (size_t)a] = ev->top_logprobs[a];
-                }
-            }
+            chc_tok(c, i, ev->token, ev->logprob, ev->n_top, ev->top_tokens, ev->top_logprobs);
         } else if (j->cap > 0 && ev->text_len > 0) {
             /* more tokens than max_tokens: an engine bug; keep the text */
             c->ev_len[j->cap - 1] += ev->text_len;
@@ -516,6 +524,7 @@ static void on_event(void *user, const struct anvil_event *ev) {
     } else if (done) {
         c->done = true;
         c->finish = ev->finish;
+        c->eog = ev->token;
         c->n_prompt = ev->n_prompt;
         c->n_gen = ev->n_gen;
         c->n_reused = ev->n_reused;
@@ -647,6 +656,7 @@ static void chc_choice(struct chc *c, struct srv_choice *ch) {
         .toks = toks_at(c, 0),
         .n_toks = c->ev_tok ? c->consumed : 0,
         .finish = finish,
+        .eog = c->eog,
         .engine_finish = c->finish,
         .n_gen = c->n_gen,
     };
@@ -708,7 +718,7 @@ static bool stream_text(struct chc *c, const char *s, size_t n, const struct srv
 static void stream_format(struct chc *c, int32_t n_ev, bool done) {
     struct job *j = c->j;
     size_t pos = 0;
-    int32_t lp_from = c->consumed;
+    int32_t lp_from = c->lp_from;
     for (int32_t i = c->consumed; i < n_ev; i++) {
         size_t len = (size_t)c->ev_len[i];
         if (len > c->rx.len - pos) len = c->rx.len - pos;
@@ -718,6 +728,7 @@ static void stream_format(struct chc *c, int32_t n_ev, bool done) {
         pos += len;
     }
     c->consumed = n_ev;
+    c->lp_from = lp_from;
     if (!done) return;
     size_t tail = c->rx.len - pos;
     int32_t nt = c->ev_tok ? n_ev - lp_from : 0;

@@ -163,6 +163,25 @@ static void logprobs(struct sbuf *b, const struct srv_resp_info *ri, const struc
         completion_logprobs(b, ri, toks, n, text_offset);
 }
 
+/* vLLM's return_token_ids: ,"token_ids":[...], the output's ids of toks
+ * (echoed prompt tokens left out: they are the prompt_token_ids), then
+ * eog, the end-of-generation token that ended the choice (>= 0), as vLLM
+ * keeps it. A chunk writes it when it carries tokens, a whole answer
+ * always. */
+static void token_ids(struct sbuf *b, const struct srv_resp_info *ri, const struct srv_tok *toks,
+                      int32_t n, bool always, anvil_token eog) {
+    if (!ri->token_ids || (!always && n <= 0 && eog < 0)) return;
+    sb_puts(b, ",\"token_ids\":[");
+    bool first = true;
+    for (int32_t i = 0; toks && i < n; i++) {
+        if (toks[i].echo) continue;
+        sb_printf(b, first ? "%d" : ",%d", (int)toks[i].token);
+        first = false;
+    }
+    if (eog >= 0) sb_printf(b, first ? "%d" : ",%d", (int)eog);
+    sb_puts(b, "]");
+}
+
 /* A chunk's logprobs: null when it carries no token (a role or finish
  * chunk, or text whose tokens went out with an earlier chunk). */
 static void chunk_logprobs(struct sbuf *b, const struct srv_resp_info *ri,
@@ -208,7 +227,7 @@ static void prompt_logprobs(struct sbuf *b, const struct srv_gen_view *v);
 static void chunk_ex(struct sbuf *b, const struct srv_resp_info *ri, int index, const char *field,
                      const char *text, size_t n, const struct srv_tok *toks, int32_t n_toks,
                      bool first_chat, const char *finish, size_t text_offset,
-                     const struct srv_gen_view *plp) {
+                     const struct srv_gen_view *plp, anvil_token eog) {
     sb_puts(b, "data: ");
     if (ri->kind == SRV_KIND_CHAT) {
         head(b, ri, "chat.completion.chunk");
@@ -230,13 +249,14 @@ static void chunk_ex(struct sbuf *b, const struct srv_resp_info *ri, int index, 
         chunk_logprobs(b, ri, toks, n_toks, text_offset);
     }
     finish_field(b, finish);
+    token_ids(b, ri, toks, n_toks, false, eog);
     sb_puts(b, "}]}\n\n");
 }
 
 void srv_fmt_chunk(struct sbuf *b, const struct srv_resp_info *ri, const char *text, size_t n,
                    const struct srv_tok *toks, int32_t n_toks, bool first_chat,
                    const char *finish, size_t text_offset) {
-    chunk_ex(b, ri, 0, "content", text, n, toks, n_toks, first_chat, finish, text_offset, NULL);
+    chunk_ex(b, ri, 0, "content", text, n, toks, n_toks, first_chat, finish, text_offset, NULL, -1);
 }
 
 void srv_fmt_usage_chunk(struct sbuf *b, const struct srv_resp_info *ri, int32_t n_prompt,
@@ -271,6 +291,7 @@ static void tool_chunk_ex(struct sbuf *b, const struct srv_resp_info *ri, int in
     sb_puts(b, "}}]},\"logprobs\":");
     chunk_logprobs(b, ri, toks, n_toks, 0);
     finish_field(b, NULL);
+    token_ids(b, ri, toks, n_toks, false, -1);
     sb_puts(b, "}]}\n\n");
 }
 
@@ -350,7 +371,7 @@ static void oai_stream_start(struct sbuf *b, const struct srv_gen_view *v) {
     /* the role chunk goes out at once, as OpenAI does */
     int n = v->n_choices > 0 ? v->n_choices : 1;
     for (int i = 0; i < n; i++)
-        chunk_ex(b, v->ri, i, "content", "", 0, NULL, 0, true, NULL, 0, NULL);
+        chunk_ex(b, v->ri, i, "content", "", 0, NULL, 0, true, NULL, 0, NULL, -1);
 }
 
 static void oai_stream_part(struct sbuf *b, const struct srv_gen_view *v, int choice,
@@ -365,7 +386,7 @@ static void oai_stream_part(struct sbuf *b, const struct srv_gen_view *v, int ch
     case SRV_PART_REASONING: {
         const char *field = chat && p->kind == SRV_PART_REASONING ? "reasoning_content" : "content";
         chunk_ex(b, v->ri, choice, field, p->text, p->n, toks, n_toks, false, NULL, off,
-                 plp_due(v, choice));
+                 plp_due(v, choice), -1);
         if (sent) *sent += p->n;
         break;
     }
@@ -408,7 +429,7 @@ static void oai_stream_end(struct sbuf *b, const struct srv_gen_view *v,
         if (st && choices[i].index >= 0 && choices[i].index < OAI_MAX_CHOICES)
             off = st->text_sent[choices[i].index];
         chunk_ex(b, v->ri, choices[i].index, "content", "", 0, NULL, 0, false, choices[i].finish,
-                 off, plp_due(v, choices[i].index));
+                 off, plp_due(v, choices[i].index), choices[i].eog);
     }
     oai_usage_tail(b, v, u);
 }
@@ -508,6 +529,7 @@ static void oai_full(struct sbuf *b, const struct srv_gen_view *v,
         }
         logprobs(b, ri, ch->toks, ch->toks ? ch->n_toks : 0, 0);
         finish_field(b, ch->finish);
+        token_ids(b, ri, ch->toks, ch->toks ? ch->n_toks : 0, true, ch->eog);
         sb_puts(b, "}");
     }
     sb_puts(b, "]");

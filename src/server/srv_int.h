@@ -351,6 +351,7 @@ void srv_call_id(char *out, size_t cap, uint64_t seed);
 struct srv_tok {
     anvil_token token;
     float logprob;
+    bool echo; /* a prompt token echoed (echo): not among return_token_ids' token_ids */
     int32_t n_top;
     const anvil_token *top_tokens; /* (n_top,) */
     const float *top_logprobs;     /* (n_top,) */
@@ -364,6 +365,7 @@ struct srv_resp_info {
     const struct anvil_model *model;
     bool logprobs;
     int32_t top_logprobs;
+    bool token_ids; /* vLLM's return_token_ids: each choice's (or chunk's) token_ids */
 };
 
 /* Error body. */

@@ -146,12 +146,13 @@ static bool set_gate(const struct srv_limits *lim, struct srv_req *r, const char
     return true;
 }
 
-/* Whether every marker of a calls document (toolcall.c's) is text the
- * constraint can hold: each of its tokens has bytes and does not end the
- * generation. A model whose markers are control tokens (gpt-oss's
- * <|constrain|>, <|message|>, <|call|>) cannot have them inside the
- * automaton; its calls are forced whole instead (one named tool). */
-static bool marker_text(const struct srv_limits *lim, const char *s) {
+/* Whether every marker of a calls document (toolcall.c's) is something
+ * the constraint can hold: text, or a control token, which the compiled
+ * constraint allows by its text (guide.c: gpt-oss's <|constrain|> and
+ * <|message|>). An end-of-generation token can only be where the calls may
+ * end, in the separator or the end (gpt-oss's <|call|> ends the answer
+ * after its one call); inside a call's text it would cut the call. */
+static bool marker_text(const struct srv_limits *lim, const char *s, bool eog_ok) {
     size_t len = strlen(s);
     if (!len) return true;
     anvil_token tmp[256];
@@ -159,8 +160,8 @@ static bool marker_text(const struct srv_limits *lim, const char *s) {
     if (k < 0) return false;
     for (int32_t i = 0; i < k; i++) {
         char piece[64];
-        int32_t n = anvil_token_to_piece(lim->model, tmp[i], piece, sizeof(piece), false);
-        if (n == 0 || anvil_token_is_eog(lim->model, tmp[i])) return false;
+        int32_t n = anvil_token_to_piece(lim->model, tmp[i], piece, sizeof(piece), true);
+        if (n == 0 || (!eog_ok && anvil_token_is_eog(lim->model, tmp[i]))) return false;
     }
     return true;
 }
@@ -172,14 +173,14 @@ static bool markers_are_text(const struct srv_limits *lim, const char *doc) {
     static const char *const top[] = {"sep", "end"};
     for (int i = 0; ok && i < 2; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, top[i]);
-        ok = !cJSON_IsString(v) || marker_text(lim, v->valuestring);
+        ok = !cJSON_IsString(v) || marker_text(lim, v->valuestring, true);
     }
     const cJSON *c = d ? cJSON_GetObjectItemCaseSensitive(d, "calls") : NULL;
     for (const cJSON *k = c ? c->child : NULL; ok && k; k = k->next) {
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(k, "before");
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(k, "after");
-        ok = (!cJSON_IsString(b) || marker_text(lim, b->valuestring)) &&
-             (!cJSON_IsString(a) || marker_text(lim, a->valuestring));
+        ok = (!cJSON_IsString(b) || marker_text(lim, b->valuestring, false)) &&
+             (!cJSON_IsString(a) || marker_text(lim, a->valuestring, false));
     }
     cJSON_Delete(d);
     return ok;

@@ -490,7 +490,10 @@ char *srv_tools_calls(const struct srv_tools *t, enum srv_toolfmt f, bool parall
         open = "<|channel|>commentary to=functions.";
         before = "%s <|constrain|>json<|message|>";
         after = "";
+        /* a call ends with <|call|>, which also ends the answer when it
+         * is a token (guide.c) */
         sep = "<|call|><|start|>assistant<|channel|>commentary to=functions.";
+        fin = "<|call|>";
         break;
     case SRV_TOOLFMT_DEEPSEEK_R1:
     case SRV_TOOLFMT_DEEPSEEK_V3:

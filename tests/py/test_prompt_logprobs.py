@@ -155,6 +155,58 @@ def test_stream_carries_them(srv):
     assert got == [whole["prompt_logprobs"]]
 
 
+def stream_chunks(srv, path, body):
+    from anvil_server import sse_events
+    st, _, data = srv.post(path, dict(body, stream=True))
+    assert st == 200, data
+    return sse_events(data)
+
+
+def test_token_ids(srv, llm):
+    """vLLM's return_token_ids on the answer's side: each choice's
+    token_ids are its greedy tokens as llama-cpp-python draws them on the
+    same file; echoed prompt tokens are left out (they are
+    prompt_token_ids); an end-of-generation token that ends the choice
+    comes last; a stream's chunks put together say the same, with logprobs
+    on or off (the tokens whose text the parser holds ride with a later
+    chunk, never lost)."""
+    llm.reset()
+    want = []
+    for t in llm.generate(TOKS[:16], temp=0.0):
+        want.append(int(t))
+        if len(want) == 6:
+            break
+    body = {"prompt": TOKS[:16], "max_tokens": 6, "temperature": 0, "return_token_ids": True}
+    d = post(srv, "/v1/completions", body)
+    ch = d["choices"][0]
+    assert ch["token_ids"] == want and ch["finish_reason"] == "length"
+    assert ch["prompt_token_ids"] == TOKS[:16]
+    d = post(srv, "/v1/completions", dict(body, echo=True, logprobs=2))
+    assert d["choices"][0]["token_ids"] == want
+    for extra in ({}, {"logprobs": 1}, {"echo": True}):
+        ids = [t for c in stream_chunks(srv, "/v1/completions", dict(body, **extra))
+               for ch in c["choices"] for t in ch.get("token_ids") or []]
+        assert ids == want, extra
+    # an end-of-generation token ends the choice: kept last, not counted
+    eos = llm.token_eos()
+    d = post(srv, "/v1/completions", dict(body, logit_bias={str(eos): 100}))
+    ch = d["choices"][0]
+    assert ch["finish_reason"] == "stop" and ch["token_ids"] == [eos], d
+    assert d["usage"]["completion_tokens"] == 0
+    ids = [t for c in stream_chunks(srv, "/v1/completions", dict(body, logit_bias={str(eos): 100}))
+           for ch in c["choices"] for t in ch.get("token_ids") or []]
+    assert ids == [eos]
+    # chat, n 2: each choice its own
+    msgs = [{"role": "user", "content": "hi"}]
+    d = post(srv, "/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "n": 2,
+                                           "temperature": 0, "return_token_ids": True})
+    a, b = (c["token_ids"] for c in d["choices"])
+    assert a == b and len(a) == 4
+    # without the field: no token_ids
+    d = post(srv, "/v1/completions", {"prompt": TOKS[:4], "max_tokens": 1})
+    assert "token_ids" not in d["choices"][0]
+
+
 def test_answers_match_openapi(srv):
     from test_server_openapi import DOC_PATH, validator
     doc = json.load(open(DOC_PATH))
@@ -165,3 +217,9 @@ def test_answers_match_openapi(srv):
                                            "max_tokens": 1, "prompt_logprobs": 1,
                                            "return_token_ids": True})
     validator(doc, "/components/schemas/ChatCompletion").validate(d)
+    for path, body, schema in (
+            ("/v1/completions", {"prompt": TOKS[:8]}, "TextCompletionChunk"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
+             "ChatCompletionChunk")):
+        for c in stream_chunks(srv, path, dict(body, max_tokens=3, return_token_ids=True)):
+            validator(doc, "/components/schemas/" + schema).validate(c)

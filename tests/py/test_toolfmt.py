@@ -413,3 +413,81 @@ def test_no_second_thought(servers):
     m = r["choices"][0]["message"]
     assert not m.get("reasoning_content"), r
     jsonschema.validate(json.loads(m["content"]), schema)
+
+
+HARMONY_SPECIALS = ["<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
+                    "<|call|>", "<|return|>"]
+
+
+@pytest.fixture(scope="module")
+def harmony_srv(tmp_path_factory):
+    """A tiny model with gpt-oss's template whose vocabulary has harmony's
+    markers as control tokens (as the real gpt-oss file has them), in
+    place of unused slots."""
+    import tiny_llama
+    path = str(tmp_path_factory.mktemp("harmony") / "harmony.gguf")
+    orig = tiny_llama.vocab
+
+    def vocab():
+        toks, types, merges = orig()
+        first = toks.index("<unused299>") - len(HARMONY_SPECIALS) + 1
+        for i, t in enumerate(HARMONY_SPECIALS):
+            toks[first + i], types[first + i] = t, 3
+        return toks, types, merges
+
+    tiny_arch.tiny_llama.vocab = vocab
+    try:
+        tiny_arch.make_gguf_template(path, "llama3", template_of("harmony"), seed=5, n_ctx=4096)
+    finally:
+        tiny_arch.tiny_llama.vocab = orig
+    s = Server(model=path)
+    yield s
+    s.stop()
+
+
+def test_harmony_required_control_tokens(harmony_srv):
+    """gpt-oss's markers are control tokens: tool_choice "required" with
+    several tools holds them inside the calls constraint (allowed by their
+    text) instead of refusing the request; the name is one of the tools,
+    the arguments validate, and the markers come out as the control tokens
+    (the answer's ids hold <|constrain|> and <|message|>)."""
+    srv = harmony_srv
+    ids = {t: token_ids(srv, t) for t in HARMONY_SPECIALS}
+    assert all(len(v) == 1 for v in ids.values()), ids
+    for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+        r = chat(srv, tools=TOOLS, tool_choice=choice, max_tokens=200, return_token_ids=True)
+        ch = r["choices"][0]
+        assert ch["finish_reason"] == "tool_calls", r
+        calls = ch["message"]["tool_calls"]
+        assert calls and len(calls) == 1, r
+        name = calls[0]["function"]["name"]
+        assert name in SCHEMAS
+        if isinstance(choice, dict):
+            assert name == "get_time"
+        jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), SCHEMAS[name])
+        out = ch["token_ids"]
+        if choice == "required":
+            # the forced prefix stops before the name; the model wrote the rest
+            assert ids["<|constrain|>"][0] in out and ids["<|message|>"][0] in out, out
+        # the end-of-generation token that ended the answer is kept last (vLLM's)
+        assert out[-1] == ids["<|call|>"][0], out
+        assert len(out) == r["usage"]["completion_tokens"] + 1
+        # the stream says the same, and its chunks' token_ids put together
+        # are the whole answer's
+        _, _, scalls, finish, _ = streamed(srv, tools=TOOLS, tool_choice=choice, max_tokens=200)
+        assert finish == "tool_calls"
+        k = stream_post(srv.port, "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "Weather in Paris?"}],
+                         "tools": TOOLS, "tool_choice": choice, "max_tokens": 200,
+                         "temperature": 0, "stream": True, "return_token_ids": True})
+        raw = read_all(k)
+        k.close()
+        sids = []
+        for ev in sse_data(raw):
+            if ev in ("[DONE]", b"[DONE]"):
+                break
+            for c in json.loads(ev)["choices"]:
+                sids += c.get("token_ids") or []
+        assert sids == out
+        assert [(c["name"], json.loads(c["args"])) for c in scalls] == \
+            [(calls[0]["function"]["name"], json.loads(calls[0]["function"]["arguments"]))]
