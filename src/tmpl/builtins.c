@@ -388,23 +388,6 @@ static struct tval copy_list(struct tm_state *s, struct tm_list *l)
     return r;
 }
 
-static struct tval escape_html(struct tm_state *s, struct tval v)
-{
-    struct sbuf *b = tm_buf(s);
-    for (size_t i = 0; i < v.u.s->n; i++) {
-        char c = v.u.s->p[i];
-        switch (c) {
-        case '&': sb_puts(b, "&amp;"); break;
-        case '<': sb_puts(b, "&lt;"); break;
-        case '>': sb_puts(b, "&gt;"); break;
-        case '"': sb_puts(b, "&#34;"); break;
-        case '\'': sb_puts(b, "&#39;"); break;
-        default: sb_put(b, &c, 1);
-        }
-    }
-    return tm_buf_str(s, b);
-}
-
 static struct tval indent(struct tm_state *s, struct tval v, struct tval *w, bool first, bool blank)
 {
     struct sbuf *pad = tm_buf(s);
@@ -454,6 +437,10 @@ static double py_round(double x, int64_t nd)
 static struct tval select_like(struct tm_state *s, struct tm_scope *sc, struct tval v, struct args *a,
                                bool attr, bool keep)
 {
+    /* jinja2 filters nothing out of a false value (None, undefined, ''),
+     * before looking at the arguments */
+    if (!tv_truthy(v))
+        return tv_list(s, 0);
     struct tm_list *l = tm_iterate(s, v);
     size_t off = 0;
     const char *an = NULL;
@@ -511,8 +498,11 @@ struct tval tm_filter(struct tm_state *s, struct tm_scope *sc, const char *name,
         return tv_int(length(s, v));
     if (IS("string"))
         return str_of(s, v);
-    if (IS("safe"))
-        return v.k == TV_STR ? v : str_of(s, v);
+    if (IS("safe")) {
+        struct tval r = str_of(s, v);
+        r.safe = 1;
+        return r;
+    }
     if (IS("trim"))
         return strip(s, str_of(s, v), arg(a, 0, "chars"), true, true);
     if (IS("upper")) return map_case(s, str_of(s, v), 'u');
@@ -524,8 +514,13 @@ struct tval tm_filter(struct tm_state *s, struct tm_scope *sc, const char *name,
         return replace(s, str_of(s, v), arg(a, 0, "old"), arg(a, 1, "new"),
                        c && c->k != TV_NONE ? need_int(s, c, -1, "replace") : -1);
     }
-    if (IS("escape") || IS("e") || IS("forceescape"))
-        return escape_html(s, str_of(s, v));
+    if (IS("escape") || IS("e"))
+        return tv_escape(s, v);
+    if (IS("forceescape")) { /* escapes a safe string too */
+        struct tval t = str_of(s, v);
+        t.safe = 0;
+        return tv_escape(s, t);
+    }
     if (IS("tojson")) {
         struct tval *ind = arg(a, 0, "indent");
         struct sbuf *b = tm_buf(s);
@@ -731,6 +726,8 @@ struct tval tm_filter(struct tm_state *s, struct tm_scope *sc, const char *name,
         tm_fail(s, "unsupported operand type(s) for +: '%s' and '%s'", tv_type_name(v), tv_type_name(b));
     }
     if (IS("map")) {
+        if (!tv_truthy(v)) /* as select: nothing from a false value */
+            return tv_list(s, 0);
         struct tm_list *l = tm_iterate(s, v);
         struct tval r = tv_list(s, l->n);
         struct tval *at = arg(a, 99, "attribute");

@@ -137,12 +137,32 @@ static struct tval arith(struct tm_state *s, const char *op, struct tval a, stru
         tm_fail(s, "unsupported operand: an undefined value in '%s'", op);
     char o = op[0];
     bool two = op[1] != 0;
-    if (o == '%' && a.k == TV_STR)
-        return tm_percent_format(s, a, b);
+    if (o == '%' && a.k == TV_STR) {
+        if (!a.safe)
+            return tm_percent_format(s, a, b);
+        /* Markup % args: string arguments are escaped, the result is safe */
+        if (b.k == TV_LIST && b.u.l->tuple) {
+            struct tval t = tv_list(s, b.u.l->n);
+            t.u.l->tuple = true;
+            for (size_t i = 0; i < b.u.l->n; i++)
+                tv_list_push(s, t.u.l, b.u.l->v[i].k == TV_STR ? tv_escape(s, b.u.l->v[i]) : b.u.l->v[i]);
+            b = t;
+        } else if (b.k == TV_STR) {
+            b = tv_escape(s, b);
+        }
+        struct tval r = tm_percent_format(s, a, b);
+        r.safe = 1;
+        return r;
+    }
     if (o == '+' && a.k == TV_STR && b.k == TV_STR) {
-        struct tval r = tv_str(s, NULL, 0);
+        /* Markup + str, str + Markup: the plain side is escaped */
+        bool safe = a.safe || b.safe;
+        if (safe) {
+            a = tv_escape(s, a);
+            b = tv_escape(s, b);
+        }
         size_t n = a.u.s->n + b.u.s->n;
-        r = (struct tval){.k = TV_STR};
+        struct tval r = {.k = TV_STR, .safe = safe};
         r.u.s = tm_alloc(s, sizeof *r.u.s + n + 1);
         r.u.s->n = n;
         memcpy(r.u.s->p, a.u.s->p, a.u.s->n);
@@ -169,7 +189,9 @@ static struct tval arith(struct tm_state *s, const char *op, struct tval a, stru
             struct sbuf *buf = tm_buf(s);
             for (int64_t i = 0; i < k; i++)
                 sb_put(buf, a.u.s->p, a.u.s->n);
-            return tm_buf_str(s, buf);
+            struct tval r = tm_buf_str(s, buf);
+            r.safe = a.safe;
+            return r;
         }
         struct tval r = tv_list(s, 0);
         for (int64_t i = 0; i < k; i++)

@@ -70,6 +70,10 @@ struct tm_func {
 };
 struct tval {
     uint8_t k;
+    /* a string marked safe (markupsafe's Markup: |safe, |escape): `+`
+     * with a plain string escapes the plain one, as jinja2 does without
+     * autoescape; output and `~` ignore the mark */
+    uint8_t safe;
     union {
         bool b;
         int64_t i;
@@ -110,6 +114,9 @@ void tv_to_str(struct tm_state *s, struct sbuf *b, struct tval v);
 void tv_repr(struct tm_state *s, struct sbuf *b, struct tval v);
 /* str(v) as a string value. */
 struct tval tv_stringify(struct tm_state *s, struct tval v);
+/* markupsafe.escape(v): a safe string as it is, anything else as its
+ * text with & < > " ' escaped, marked safe. */
+struct tval tv_escape(struct tm_state *s, struct tval v);
 /* json.dumps(v, ensure_ascii=False, indent=indent (<0: None), sort_keys). */
 void tv_to_json(struct tm_state *s, struct sbuf *b, struct tval v, int indent, bool sort_keys,
                 int level);

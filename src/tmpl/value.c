@@ -396,6 +396,28 @@ void tv_to_str(struct tm_state *s, struct sbuf *b, struct tval v)
     }
 }
 
+struct tval tv_escape(struct tm_state *s, struct tval v)
+{
+    if (v.k == TV_STR && v.safe)
+        return v;
+    v = tv_stringify(s, v);
+    struct sbuf *b = tm_buf(s);
+    for (size_t i = 0; i < v.u.s->n; i++) {
+        char c = v.u.s->p[i];
+        switch (c) {
+        case '&': sb_puts(b, "&amp;"); break;
+        case '<': sb_puts(b, "&lt;"); break;
+        case '>': sb_puts(b, "&gt;"); break;
+        case '"': sb_puts(b, "&#34;"); break;
+        case '\'': sb_puts(b, "&#39;"); break;
+        default: sb_put(b, &c, 1);
+        }
+    }
+    struct tval r = tm_buf_str(s, b);
+    r.safe = 1;
+    return r;
+}
+
 struct tval tv_stringify(struct tm_state *s, struct tval v)
 {
     if (v.k == TV_STR)

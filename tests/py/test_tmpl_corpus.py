@@ -33,15 +33,6 @@ for _c in ("tools-gen1", "tools-gen0", "calls-gen1", "calls-gen0"):
     # jinja2 fails: `tools | map(...)` is a Python generator that its tojson
     # cannot serialise; anvil's map gives a list, which tojson prints
     KNOWN[("llama-cpp-deepseek-r1.jinja", _c)] = "jinja2 cannot tojson a generator"
-for _c in ("user-gen1", "user-gen0", "system-gen1", "system-gen0", "multi-gen1", "multi-gen0",
-           "reasoning-think1-gen1", "reasoning-think0-gen1", "reasoning-think1-gen0",
-           "reasoning-think0-gen0"):
-    # line 5 loops over `tools` when none are given; jinja2 iterates the
-    # undefined value as empty, anvil refuses to iterate None
-    KNOWN[("meetkai-functionary-medium-v3.1.jinja", _c)] = "iterating a missing tools list"
-for _c in ("tools-gen1", "tools-gen0", "calls-gen1", "calls-gen0"):
-    # both render; the tool descriptions differ (not yet investigated)
-    KNOWN[("meetkai-functionary-medium-v3.1.jinja", _c)] = "tool description text differs"
 
 
 def gguf_template(path):
