@@ -79,22 +79,56 @@ static const char *answer_prefix(const struct srv_req *r) {
     return r->outfmt.tool_format == SRV_TOOLFMT_HARMONY ? "<|channel|>final<|message|>" : NULL;
 }
 
-/* The prompt ends with a thought already closed (Qwen 3's template with
- * enable_thinking false writes an empty one): the model is not offered a
- * second. */
-static bool prompt_closed_thought(const struct srv_limits *lim, const struct srv_req *r,
-                                  const char *close) {
-    char tail[200];
+/* The prompt's text ends with `close` (trailing white space aside): a
+ * thought already closed (Qwen 3's template with enable_thinking false
+ * writes an empty one: the model is not offered a second), or gpt-oss's
+ * generation prompt. */
+static bool prompt_ends_with(const struct srv_limits *lim, const struct srv_req *r,
+                             const char *close) {
+    /* the last tokens, as many as spell close and some white space (a
+     * small vocabulary spells a word in several) */
+    size_t m = strlen(close), want = m + 8, got = 0;
+    char piece[128], tail[512];
+    int32_t i0 = r->n_prompt;
+    while (i0 > 0 && r->n_prompt - i0 < 64 && got < want) {
+        int32_t k = anvil_token_to_piece(lim->model, r->prompt[--i0], piece, sizeof(piece), true);
+        if (k > 0) got += (size_t)k;
+    }
     size_t n = 0;
-    for (int32_t i = r->n_prompt > 8 ? r->n_prompt - 8 : 0; i < r->n_prompt; i++) {
+    for (int32_t i = i0; i < r->n_prompt; i++) {
         int32_t k = anvil_token_to_piece(lim->model, r->prompt[i], tail + n,
                                          (int32_t)(sizeof(tail) - 1 - n), true);
         if (k > 0) n += (size_t)k;
     }
     tail[n] = 0;
     while (n && (tail[n - 1] == '\n' || tail[n - 1] == ' ' || tail[n - 1] == '\r')) tail[--n] = 0;
-    size_t m = strlen(close);
     return n >= m && !memcmp(tail + n - m, close, m);
+}
+
+/* gpt-oss: its thought is the analysis channel, which it writes before
+ * the answer's channel as trained. After the generation prompt
+ * (<|start|>assistant) the model may open it (<|channel|>analysis
+ * <|message|>, sharing <|channel|> with the answer's prefix: the gate
+ * decides on the next token); the thought ends with <|end|><|start|>
+ * assistant (the budget forces it), then the answer's prefix (the final
+ * or commentary channel) is forced and the constraint holds after it.
+ * Not when the request reads no thoughts (reasoning_format none). */
+static bool harmony_gate(const struct srv_limits *lim, struct srv_req *r, bool constrained,
+                         struct srv_err *e) {
+    static const char open[] = "<|channel|>analysis<|message|>", close[] = "<|end|><|start|>assistant";
+    r->think_gate = r->n_answer_prefix > 0;
+    if ((!constrained && r->n_answer_prefix == 0) ||
+        r->outfmt.reasoning_format != SRV_REASONING_HARMONY ||
+        !prompt_ends_with(lim, r, "<|start|>assistant"))
+        return true;
+    anvil_token tmp[256];
+    int32_t k = anvil_tokenize(lim->model, open, strlen(open), tmp, 256, false, true);
+    if (k <= 0 || k > 16) return true;
+    if (!tokens_of(lim, close, &r->think_end, &r->n_think_end, e)) return false;
+    memcpy(r->think_start, tmp, (size_t)k * sizeof(*tmp));
+    r->n_think_start = k;
+    r->think_gate = true;
+    return true;
 }
 
 /* The engine's thought gate and answer prefix (guide.h) for the
@@ -109,6 +143,9 @@ static bool set_gate(const struct srv_limits *lim, struct srv_req *r, const char
         return false;
     /* the markers are the template's: it decides, not the request's
      * reasoning_format (the model thinks whatever the client reads) */
+    if (lim->outfmt.reasoning_format == SRV_REASONING_HARMONY &&
+        r->outfmt.tool_format == SRV_TOOLFMT_HARMONY)
+        return harmony_gate(lim, r, constrained, e);
     if (lim->outfmt.reasoning_format != SRV_REASONING_THINK) {
         r->think_gate = r->n_answer_prefix > 0;
         return true;
@@ -133,7 +170,7 @@ static bool set_gate(const struct srv_limits *lim, struct srv_req *r, const char
         anvil_token tmp[256];
         int32_t k = anvil_tokenize(lim->model, open, strlen(open), tmp, 256, false, true);
         if (k > 0 && k <= 16 && r->outfmt.reasoning_format == SRV_REASONING_THINK &&
-            !prompt_closed_thought(lim, r, close)) {
+            !prompt_ends_with(lim, r, close)) {
             if (!tokens_of(lim, close, &r->think_end, &r->n_think_end, e)) return false;
             memcpy(r->think_start, tmp, (size_t)k * sizeof(*tmp));
             r->n_think_start = k;

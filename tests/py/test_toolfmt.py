@@ -491,3 +491,62 @@ def test_harmony_required_control_tokens(harmony_srv):
         assert sids == out
         assert [(c["name"], json.loads(c["args"])) for c in scalls] == \
             [(calls[0]["function"]["name"], json.loads(calls[0]["function"]["arguments"]))]
+
+
+def test_harmony_analysis_before_constrained_answer(harmony_srv):
+    """gpt-oss thinks on the analysis channel before it answers: under a
+    constraint (tool_choice required, a JSON schema) the model may open
+    that channel after the generation prompt (<|channel|> is shared with
+    the answer's prefix; the gate decides on the next token), the thought
+    is free text up to <|end|><|start|>assistant (forced by the budget),
+    then the answer's channel is forced and constrained. The first token of
+    "analysis" pushed up by logit_bias opens the thought; the first token
+    of "commentary"/"final" pushed up skips it."""
+    srv = harmony_srv
+    sp = {t: token_ids(srv, t)[0] for t in HARMONY_SPECIALS}
+    ana = token_ids(srv, "analysis")[0]
+    for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+        r = chat(srv, tools=TOOLS, tool_choice=choice, max_tokens=200, reasoning_budget=6,
+                 logit_bias={str(ana): 50}, return_token_ids=True)
+        ch = r["choices"][0]
+        assert ch["finish_reason"] == "tool_calls", r
+        assert ch["message"].get("reasoning_content"), r
+        out = ch["token_ids"]
+        assert out[:2] == [sp["<|channel|>"], ana], out
+        # the thought closed as harmony closes a message, then the call's channel
+        i = out.index(sp["<|end|>"])
+        head = [sp["<|end|>"], sp["<|start|>"]] + token_ids(srv, "assistant") + [sp["<|channel|>"]]
+        assert out[i:i + len(head)] == head, out
+        calls = ch["message"]["tool_calls"]
+        assert len(calls) == 1 and calls[0]["function"]["name"] in SCHEMAS
+        if isinstance(choice, dict):
+            assert calls[0]["function"]["name"] == "get_time"
+        jsonschema.validate(json.loads(calls[0]["function"]["arguments"]),
+                            SCHEMAS[calls[0]["function"]["name"]])
+        # streamed: the same split
+        _, reasoning, scalls, finish, _ = streamed(srv, tools=TOOLS, tool_choice=choice,
+                                                   max_tokens=200, reasoning_budget=6,
+                                                   logit_bias={str(ana): 50})
+        assert finish == "tool_calls" and reasoning == ch["message"]["reasoning_content"]
+        assert [json.loads(c["args"]) for c in scalls] == \
+            [json.loads(c["function"]["arguments"]) for c in calls]
+    # a JSON schema: the final channel after the thought
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    r = chat(srv, response_format=rf, max_tokens=100, reasoning_budget=6,
+             logit_bias={str(ana): 50})
+    m = r["choices"][0]["message"]
+    assert m.get("reasoning_content"), r
+    jsonschema.validate(json.loads(m["content"]), schema)
+    # the answer's channel pushed up: no thought, the constraint from the start
+    com = token_ids(srv, "commentary")[0]
+    r = chat(srv, tools=TOOLS, tool_choice="required", max_tokens=200, reasoning_budget=6,
+             logit_bias={str(com): 50, str(ana): -50}, return_token_ids=True)
+    ch = r["choices"][0]
+    assert ch["finish_reason"] == "tool_calls" and not ch["message"].get("reasoning_content"), r
+    assert sp["<|end|>"] not in ch["token_ids"]
+    # reasoning_format none: no gate, the channel is forced at once
+    r = chat(srv, tools=TOOLS, tool_choice="required", max_tokens=200, reasoning_format="none",
+             logit_bias={str(ana): 50}, return_token_ids=True)
+    assert r["choices"][0]["token_ids"][1] != ana
