@@ -768,6 +768,33 @@ def forward_gptoss(w, tokens, cfg=None):
     return rmsnorm(x, w["output_norm.weight"], eps) @ w["output.weight"].T
 
 
+class control_tokens:
+    """with control_tokens(["<|a|>", ...]): make_gguf's vocabulary has those
+    texts as control tokens (type 3) in the last unused slots, ending at
+    <unused299> (the FIM, harmony and other marker tests)."""
+
+    def __init__(self, texts):
+        self.texts = list(texts)
+
+    def __enter__(self):
+        self.orig = orig = tiny_llama.vocab
+        texts = self.texts
+
+        def vocab():
+            toks, types, merges = orig()
+            first = toks.index("<unused299>") - len(texts) + 1
+            for i, t in enumerate(texts):
+                toks[first + i], types[first + i] = t, 3
+            return toks, types, merges
+
+        tiny_llama.vocab = vocab
+        return vocab
+
+    def __exit__(self, *exc):
+        tiny_llama.vocab = self.orig
+        return False
+
+
 def make_gguf_template(path, name, template, **kw):
     """make_gguf with tokenizer.chat_template set to template (the tool-call
     and reasoning tests give tiny models the real templates of families)."""

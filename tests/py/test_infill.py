@@ -40,23 +40,11 @@ FIM3 = FIM[:3]
 def make_fim_model(path, ids=None, fim=FIM):
     """ids: FIM metadata, key suffix ("fim_pre_token_id", ...) -> token text
     (its id is written) or an int (written as is)."""
-    orig = tiny_llama.vocab
-
-    def vocab():
-        toks, types, merges = orig()
-        first = toks.index("<unused299>") - len(fim) + 1
-        for i, t in enumerate(fim):
-            toks[first + i], types[first + i] = t, 3
-        return toks, types, merges
-
-    toks = vocab()[0]
-    extra = {f"tokenizer.ggml.{k}": toks.index(v) if isinstance(v, str) else v
-             for k, v in (ids or {}).items()}
-    tiny_arch.tiny_llama.vocab = vocab
-    try:
+    with tiny_arch.control_tokens(fim) as vocab:
+        toks = vocab()[0]
+        extra = {f"tokenizer.ggml.{k}": toks.index(v) if isinstance(v, str) else v
+                 for k, v in (ids or {}).items()}
         tiny_arch.make_gguf(path, "llama3", seed=4, n_ctx=1024, extra_u32=extra)
-    finally:
-        tiny_arch.tiny_llama.vocab = orig
 
 
 @pytest.fixture(scope="module")

@@ -424,22 +424,9 @@ def harmony_srv(tmp_path_factory):
     """A tiny model with gpt-oss's template whose vocabulary has harmony's
     markers as control tokens (as the real gpt-oss file has them), in
     place of unused slots."""
-    import tiny_llama
     path = str(tmp_path_factory.mktemp("harmony") / "harmony.gguf")
-    orig = tiny_llama.vocab
-
-    def vocab():
-        toks, types, merges = orig()
-        first = toks.index("<unused299>") - len(HARMONY_SPECIALS) + 1
-        for i, t in enumerate(HARMONY_SPECIALS):
-            toks[first + i], types[first + i] = t, 3
-        return toks, types, merges
-
-    tiny_arch.tiny_llama.vocab = vocab
-    try:
+    with tiny_arch.control_tokens(HARMONY_SPECIALS):
         tiny_arch.make_gguf_template(path, "llama3", template_of("harmony"), seed=5, n_ctx=4096)
-    finally:
-        tiny_arch.tiny_llama.vocab = orig
     s = Server(model=path)
     yield s
     s.stop()
