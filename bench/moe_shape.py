@@ -19,9 +19,10 @@ small and finite, so activations stay finite (the logits mean nothing).
 other layer, YaRN factor 32 on an original context of 4096, 32 experts of
 FFN 2880 with 4 used, router and expert biases, the clamped SwiGLU) with the
 experts in MXFP4 (random 4-bit codes under one fixed E8M0 scale) and the
-dense matrices in Q8_0; the vocabulary is the same Qwen 2 BPE (151,936
-tokens, not o200k's 201,088: the lm_head is ~25% smaller than the real
-model's), tokenizer.ggml.pre "gpt-4o".
+dense matrices in Q8_0; the vocabulary is the same Qwen 2 BPE padded with
+unused tokens to o200k's 201,088 (the real model's embedding and lm_head
+sizes; the padding is never produced by the tokenizer), tokenizer.ggml.pre
+"gpt-4o".
 
 Files go to ~/.cache/anvil/models (or --out-dir); an existing file is kept.
 Prints the path. Run it niced on a shared machine:
@@ -55,6 +56,8 @@ B32 = {QT.Q8_0: 34, QT.MXFP4: 17}
 # gpt-oss-20b
 G_EMBD, G_HEAD, G_HEAD_KV, G_HEAD_DIM, G_FF_EXP, G_EXPERTS, G_USED, G_SWA = \
     2880, 64, 8, 64, 2880, 32, 4, 128
+
+G_VOCAB = 201088  # o200k_harmony's size
 
 
 def log(msg):
@@ -166,8 +169,8 @@ def write(path, n_layer, n_expert, seed, shape="qwen3moe"):
     if shape == "gptoss":
         w = gguf.GGUFWriter(tmp, "gpt-oss")
         header_gptoss(w, n_layer)
-        p = plan_gptoss(n_layer, n_vocab)
-        return write_rest(w, r, p, tmp, path, seed, pre="gpt-4o")
+        p = plan_gptoss(n_layer, G_VOCAB)
+        return write_rest(w, r, p, tmp, path, seed, pre="gpt-4o", pad_to=G_VOCAB)
     w = gguf.GGUFWriter(tmp, "qwen3moe")
     w.add_name("qwen3-30b-a3b-shape-random")
     w.add_description("random weights in Qwen3-30B-A3B's layer shape, for benchmarks")
@@ -188,9 +191,10 @@ def write(path, n_layer, n_expert, seed, shape="qwen3moe"):
     return write_rest(w, r, plan(n_layer, n_expert, n_vocab), tmp, path, seed)
 
 
-def write_rest(w, r, p, tmp, path, seed, pre=None):
+def write_rest(w, r, p, tmp, path, seed, pre=None, pad_to=None):
     """The tokenizer keys of the vocabulary file r (tokenizer.ggml.pre
-    replaced when pre is given), then the tensors of plan p."""
+    replaced when pre is given; tokens and their types padded with unused
+    tokens to pad_to when given), then the tensors of plan p."""
     for key, field in r.fields.items():
         if key.startswith("tokenizer."):
             if key == "tokenizer.ggml.pre" and pre:
@@ -198,7 +202,12 @@ def write_rest(w, r, p, tmp, path, seed, pre=None):
                 continue
             vtype = field.types[0]
             sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-            w.add_key_value(key, field.contents(), vtype, sub_type=sub)
+            val = field.contents()
+            if pad_to and key == "tokenizer.ggml.tokens":
+                val = val + [f"<|pad_{i}|>" for i in range(len(val), pad_to)]
+            elif pad_to and key == "tokenizer.ggml.token_type":
+                val = val + [int(gguf.TokenType.UNUSED)] * (pad_to - len(val))
+            w.add_key_value(key, val, vtype, sub_type=sub)
     for name, ne, t in p:
         if t == QT.F32:
             w.add_tensor_info(name, ne[::-1], np.dtype(np.float32), nbytes(ne, t))
