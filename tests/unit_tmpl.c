@@ -217,6 +217,11 @@ static void test_markup(void **state) {
            "&lt;a&gt;&lt;a&gt;&lt;a&gt;");
     expect("{% set t = \"<b>\"|safe %}{{ t + \"&\" }}|{{ t }}", "{}", "<b>&amp;|<b>");
     expect("{{ \"'\"|safe + tools | tojson }}", "{\"tools\": [\"x\"]}", "'[&#34;x&#34;]");
+    /* kept by trim, upper, strip(), indent; not by title and replace */
+    expect("{{ (\" <a> \"|safe|trim) + \"<\" }}|{{ (\"<a>\"|safe|upper) + \"&\" }}|"
+           "{{ (\"x\"|safe).strip() + \"<\" }}|{{ (\"ab\"|safe|indent(2, true)) + \"<\" }}|"
+           "{{ (\"ab\"|safe|title) + \"<\" }}|{{ (\"ab\"|safe|replace(\"a\",\"b\")) + \"<\" }}",
+           "{}", "<a>&lt;|<A>&amp;|x&lt;|  ab&lt;|Ab<|bb<");
     expect("{{ none|selectattr(\"x\")|list }}{{ none|map(\"upper\")|list }}{{ \"\"|reject|list }}"
            "{{ undefined_x|select|list }}",
            "{}", "[][][][]");

@@ -77,12 +77,15 @@ static struct tval strip(struct tm_state *s, struct tval v, struct tval *chars, 
         while (r && b > a && py_space((unsigned char)p[b - 1]))
             b--;
     }
-    return tv_str(s, p + a, b - a);
+    struct tval out = tv_str(s, p + a, b - a);
+    out.safe = v.safe; /* Markup's strip gives a Markup */
+    return out;
 }
 
 static struct tval map_case(struct tm_state *s, struct tval v, int mode)
 {
     struct tval r = tv_str(s, v.u.s->p, v.u.s->n);
+    r.safe = v.safe; /* Markup's upper, lower, title, capitalize give a Markup */
     char *p = r.u.s->p;
     bool start = true;
     for (size_t i = 0; i < r.u.s->n; i++) {
@@ -420,7 +423,9 @@ static struct tval indent(struct tm_state *s, struct tval v, struct tval *w, boo
     }
     if (trailing)
         sb_put(b, "\n", 1);
-    return tm_buf_str(s, b);
+    struct tval r = tm_buf_str(s, b);
+    r.safe = v.safe; /* jinja2 joins a Markup's lines as a Markup */
+    return r;
 }
 
 static double py_round(double x, int64_t nd)
