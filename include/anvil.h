@@ -867,6 +867,10 @@ enum anvil_pooling {
 
 /* The file's <arch>.pooling_type, or ANVIL_POOL_UNSPECIFIED. */
 int anvil_model_pooling(const struct anvil_model *m);
+/* False for a model that only embeds: an encoder (BERT, nomic-bert) or a
+ * decoder's layers attending both ways (gemma-embedding); the engine
+ * refuses it. */
+bool anvil_model_generates(const struct anvil_model *m);
 /* "none", "mean", "cls", "last", "rank", or "unspecified". */
 const char *anvil_pooling_name(int pooling);
 

@@ -120,6 +120,11 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
         errmsg_set(err, err_cap, "engine: KV type must be F16 or Q8_0");
         return ANVIL_ERR_INVALID;
     }
+    if (!anvil_model_generates(m)) {
+        errmsg_set(err, err_cap, "engine: the model embeds, it does not generate (anvil embed; "
+                   "anvil serve --embedding-model)");
+        return ANVIL_ERR_UNSUPPORTED;
+    }
     if (!spec_params_ok(p->spec, p->spec_k)) {
         errmsg_set(err, err_cap, "engine: speculation mode %d or k %d out of range (k 1..%d)",
                    (int)p->spec, p->spec_k, ANVIL_SPEC_K_MAX);

@@ -73,6 +73,8 @@ enum {
     ARCH_MOE_GATING_SW = 1u << 11, /* softmax over the top-k logits; router/expert biases */
     ARCH_ENCODER = 1u << 12,     /* bidirectional encoder (model/encoder.c): embeds, no logits */
     ARCH_ENC_ROPE = 1u << 13,    /* with ARCH_ENCODER: RoPE on q and k, no position_embd */
+    ARCH_BIDIR = 1u << 14,       /* a decoder's layers, attention over the whole sequence:
+                                  * embeds, no generation (gemma-embedding) */
 };
 
 struct model_loader;
@@ -112,6 +114,7 @@ extern const struct arch_desc arch_llama;
 extern const struct arch_desc arch_qwen2;
 extern const struct arch_desc arch_qwen3;
 extern const struct arch_desc arch_gemma3;
+extern const struct arch_desc arch_gemma_embedding;
 extern const struct arch_desc arch_phi3;
 extern const struct arch_desc arch_qwen2moe;
 extern const struct arch_desc arch_qwen3moe;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/arch.h"
 #include "model/ctx_int.h"
 #include "model/moe.h"
 
@@ -100,6 +101,7 @@ void anvil_ctx_free(struct anvil_ctx *c) {
     core_free_aligned(c->gu);
     moe_ctx_free(c);
     core_free_aligned(c->nrm);
+    core_free_aligned(c->bidir_s);
     core_free_aligned(c->act);
     core_free_aligned(c->logits);
     core_free(c->out_row);
@@ -287,6 +289,9 @@ anvil_status anvil_ctx_init(struct anvil_model *m, const struct anvil_ctx_params
     size_t gu_w = enc && hp->act != MODEL_ACT_SILU ? 1 : 2; /* BERT's FFN: up only */
     ALLOC(c->gu, alloc_array(nb * gu_w * (size_t)hp->n_ff, sizeof(float)), "activations");
     ALLOC(c->nrm, alloc_array((size_t)c->n_threads * c->max_dim, sizeof(float)), "activations");
+    if (hp->bidir)
+        ALLOC(c->bidir_s, alloc_array((size_t)c->n_threads * ((size_t)BIDIR_TQ + hp->head_dim) * nb,
+                                      sizeof(float)), "attention scratch");
     ALLOC(c->act, alloc_array(nb, c->act_stride), "activations");
     size_t no = (size_t)c->n_outputs, nt = (size_t)c->n_threads;
     if (!enc) {
@@ -370,6 +375,13 @@ static anvil_status validate(struct anvil_ctx *c, const struct anvil_batch *b) {
                      s, c->seq_next[s]);
             return ANVIL_ERR_INVALID;
         }
+        if (hp->bidir && c->run_row0[c->n_runs - 1] == i && b->pos[i] != 0) {
+            /* attention over the whole sequence: all of it in this batch */
+            snprintf(c->errmsg, sizeof(c->errmsg),
+                     "decode: the model attends both ways (%s): a batch holds whole sequences "
+                     "from position 0 (row %d has position %d)", c->m->arch->name, i, b->pos[i]);
+            return ANVIL_ERR_INVALID;
+        }
         if (b->pos[i] >= c->n_ctx) {
             snprintf(c->errmsg, sizeof(c->errmsg),
                      "decode: sequence %d is full (context of %d positions)", s, c->n_ctx);
@@ -382,6 +394,12 @@ static anvil_status validate(struct anvil_ctx *c, const struct anvil_batch *b) {
             snprintf(c->errmsg, sizeof(c->errmsg), "decode: row %d asks for output kind %d", i,
                      out);
             return ANVIL_ERR_INVALID;
+        }
+        if (hp->bidir && out != ANVIL_OUT_NONE && out != ANVIL_OUT_EMBD) {
+            snprintf(c->errmsg, sizeof(c->errmsg),
+                     "decode: the model (%s) embeds (anvil_embed), it does not generate: row %d "
+                     "asks for logits", c->m->arch->name, i);
+            return ANVIL_ERR_UNSUPPORTED;
         }
         if (out != ANVIL_OUT_NONE) {
             if (n_out == c->n_outputs) {

@@ -32,6 +32,9 @@
  * taken, and full-logits rows are copied out of it. */
 #define LM_TILE 256
 
+/* query rows per tile of a bidirectional model's attention */
+#define BIDIR_TQ 32
+
 struct anvil_ctx {
     struct anvil_model *m;
     struct pool *pool;
@@ -57,6 +60,10 @@ struct anvil_ctx {
     float *tmp;      /* (n_batch, n_embd) output of Wo / Wdown */
     float *gu;       /* (n_batch, 2*n_ff) gate then up */
     float *nrm;      /* (n_threads, max_dim) per-thread row */
+    /* a bidirectional model's attention (forward.c bidir_attention): per
+     * thread, the scores of BIDIR_TQ query rows over n_batch keys, then
+     * V^T (head_dim, n_batch); NULL for causal models */
+    float *bidir_s;
     uint8_t *act;    /* (n_batch, act_stride) activation rows */
     size_t act_stride;
     float *logits;   /* (n_outputs, n_vocab) */

@@ -63,6 +63,10 @@ static float rank_score(const struct anvil_model *m, const float *h, float *tmp)
 /* ---------------------------------------------------------------------- */
 /* pooling */
 
+bool anvil_model_generates(const struct anvil_model *m) {
+    return m && !m->enc && !m->hp.bidir;
+}
+
 int anvil_model_pooling(const struct anvil_model *m) {
     return m && m->has_pooling ? m->pooling : ANVIL_POOL_UNSPECIFIED;
 }
@@ -100,6 +104,24 @@ int64_t anvil_embed_rows(const struct anvil_model *m, int pooling, const int32_t
     int64_t n = 0;
     for (int32_t s = 0; s < n_seqs; s++) n += lens[s] > 0 ? lens[s] : 0;
     return n;
+}
+
+/* sentence-transformers' Dense layers after pooling (model.h: dense2,
+ * dense3), in place on one n_embd row; t holds n_dense floats. */
+static void dense_out(const struct anvil_model *m, float *y, float *t) {
+    int ne = m->hp.n_embd, nd = m->n_dense;
+    for (int j = 0; j < nd; j++) {
+        const float *w = m->dense2 + (size_t)j * ne;
+        double acc = m->dense2_b ? m->dense2_b[j] : 0.0;
+        for (int i = 0; i < ne; i++) acc += (double)w[i] * y[i];
+        t[j] = (float)acc;
+    }
+    for (int i = 0; i < ne; i++) {
+        const float *w = m->dense3 + (size_t)i * nd;
+        double acc = 0.0;
+        for (int j = 0; j < nd; j++) acc += (double)w[j] * t[j];
+        y[i] = (float)acc;
+    }
 }
 
 /* Decode sequences [s0, s1) as one batch (rows, positions and flags built
@@ -142,6 +164,12 @@ static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *s
     if (st != ANVIL_OK) return st;
     int ne = c->m->hp.n_embd;
     int32_t o = 0;
+    float *dt = NULL; /* the Dense layers' middle row */
+    if (c->m->dense2 && pooling != ANVIL_POOL_RANK &&
+        !(dt = core_malloc((size_t)c->m->n_dense * sizeof(float)))) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "embed: out of memory");
+        return ANVIL_ERR_NOMEM;
+    }
     if (pooling == ANVIL_POOL_RANK) {
         for (int32_t s = s0; s < s1; s++) out[s] = rank_score(c->m, c->embd + (size_t)(s - s0) * ne, c->nrm);
         return ANVIL_OK;
@@ -149,8 +177,10 @@ static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *s
     if (pooling == ANVIL_POOL_NONE) { /* every row of the batch, in order */
         float *y = out + (size_t)row0 * ne;
         memcpy(y, c->embd, (size_t)n * ne * sizeof(float));
+        for (int32_t r = 0; dt && r < n; r++) dense_out(c->m, y + (size_t)r * ne, dt);
         if (normalize)
             for (int32_t r = 0; r < n; r++) l2_normalize(y + (size_t)r * ne, ne);
+        core_free(dt);
         return ANVIL_OK;
     }
     for (int32_t s = s0; s < s1; s++) {
@@ -162,8 +192,10 @@ static anvil_status embed_batch(struct anvil_ctx *c, const anvil_token *const *s
             y[i] = (float)(acc / k);
         }
         o += k;
+        if (dt) dense_out(c->m, y, dt);
         if (normalize) l2_normalize(y, ne);
     }
+    core_free(dt);
     return ANVIL_OK;
 }
 

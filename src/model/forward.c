@@ -19,7 +19,9 @@
  *   attn = softmax(scale * q k^T) v over the row's own sequence, causal,
  *         within the layer's sliding window if it has one, with the
  *         layer's sink logits in the denominator (gpt-oss); or HP1 gated
- *         attention (attn/hp1/attn_hp1.h) on layers whose kind is hp1
+ *         attention (attn/hp1/attn_hp1.h) on layers whose kind is hp1; or,
+ *         on a bidirectional model (hp.bidir: gemma-embedding), both ways
+ *         over the batch's own rows, nothing cached (bidir_attention)
  *   x  += attn_post_norm(Wo attn (+ bias)); act = rmsnorm(x) * ffn_norm -> act
  *   gu  = Wgu act                   (one matmul over stacked gate, up)
  *   act = silu(gate) * up  or  gelu_tanh(gate) * up -> activation format
@@ -134,6 +136,59 @@ static void qk_prepare(const struct anvil_ctx *c, const struct model_layer *ly, 
     }
 }
 
+/* A bidirectional model's attention (hp.bidir: every run is a whole
+ * sequence from position 0, ctx.c checks), from the batch's own q, k, v
+ * rows: no KV cache. This thread's share of the (run, head) pairs; per
+ * pair, query tiles of BIDIR_TQ rows: S = Q K^T (the F32 matmul kernel,
+ * K's rows as the weights), masked to |i - j| <= n_swa/2 on a windowed
+ * layer, softmax per row, then O = P V with V transposed as the weights.
+ * The kernel gives the same bits whatever the shape, so a sequence's
+ * output does not depend on the batch it is in. */
+static void bidir_attention(const struct anvil_ctx *c, const struct model_layer *ly, int ith,
+                            int nth) {
+    const struct model_hparams *hp = &c->m->hp;
+    kn_matmul_fn mm = c->m->ops->matmul[ANVIL_TYPE_F32];
+    int hd = hp->head_dim, qd = c->q_dim, group = hp->n_head / hp->n_head_kv;
+    size_t ld = (size_t)c->qkv_dim, nb = (size_t)c->n_batch;
+    float *s = c->bidir_s + (size_t)ith * ((size_t)BIDIR_TQ + hd) * nb, *vt = s + BIDIR_TQ * nb;
+    int half = ly->n_swa > 0 ? ly->n_swa / 2 : -1;
+    int p0, p1;
+    pool_split(c->n_runs * hp->n_head, ith, nth, 1, &p0, &p1);
+    for (int p = p0; p < p1; p++) {
+        int r = p / hp->n_head, h = p % hp->n_head, g = h / group;
+        int a0 = c->run_row0[r], n = c->run_n[r];
+        const float *kp = c->qkv + (size_t)a0 * ld + qd + (size_t)g * hd;
+        const float *vp = kp + c->kv_dim;
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < hd; i++) vt[(size_t)i * n + t] = vp[(size_t)t * ld + i];
+        for (int q0 = 0; q0 < n; q0 += BIDIR_TQ) {
+            int nq = n - q0 < BIDIR_TQ ? n - q0 : BIDIR_TQ;
+            const float *qp = c->qkv + (size_t)(a0 + q0) * ld + (size_t)h * hd;
+            mm(s, (size_t)n, kp, ld * sizeof(float), qp, ld * sizeof(float), hd, nq, 0, n);
+            for (int t = 0; t < nq; t++) {
+                float *st = s + (size_t)t * n, mx = -INFINITY, sum = 0.0f;
+                int lo = 0, hi = n, qi = q0 + t;
+                if (half >= 0) {
+                    lo = qi - half > 0 ? qi - half : 0;
+                    hi = qi + half + 1 < n ? qi + half + 1 : n;
+                }
+                for (int k = 0; k < n; k++) {
+                    st[k] = k >= lo && k < hi ? st[k] * hp->attn_scale : -INFINITY;
+                    if (st[k] > mx) mx = st[k];
+                }
+                for (int k = 0; k < n; k++) {
+                    st[k] = k >= lo && k < hi ? expf(st[k] - mx) : 0.0f;
+                    sum += st[k];
+                }
+                float inv = 1.0f / sum;
+                for (int k = lo; k < hi; k++) st[k] *= inv;
+            }
+            mm(c->attn + (size_t)(a0 + q0) * qd + (size_t)h * hd, (size_t)qd, vt,
+               (size_t)n * sizeof(float), s, (size_t)n * sizeof(float), n, nq, 0, hd);
+        }
+    }
+}
+
 /* Profiling (anvil.h, ANVIL_PROF_*): the time since the last mark goes to
  * category k of this thread's counters. PROF_MARK is one predictable
  * branch when profiling is off. */
@@ -203,34 +258,41 @@ static void forward_worker(void *arg, int ith, int nth) {
          * into the layer's cache */
         for (int t = t0; t < t1; t++) qk_prepare(c, ly, c->qkv + (size_t)t * c->qkv_dim, b->pos[t]);
         PROF_MARK(ANVIL_PROF_NORM);
-        for (int r = 0; r < c->n_runs; r++) {
-            int a0 = c->run_row0[r], a1 = a0 + c->run_n[r];
-            int lo = a0 > t0 ? a0 : t0, hi = a1 < t1 ? a1 : t1;
-            if (lo >= hi) continue;
-            const float *k = c->qkv + (size_t)lo * c->qkv_dim + c->q_dim;
-            kv_write(c->kv[g], li, c->run_seq[r], b->pos[lo], hi - lo, k, (size_t)c->qkv_dim,
-                     k + c->kv_dim, (size_t)c->qkv_dim);
+        if (hp->bidir) { /* the batch's own rows, both ways: no cache */
+            pool_barrier(c->pool);
+            bidir_attention(c, ly, ith, nth);
+            pool_barrier(c->pool);
+            PROF_MARK(ANVIL_PROF_ATTN);
+        } else {
+            for (int r = 0; r < c->n_runs; r++) {
+                int a0 = c->run_row0[r], a1 = a0 + c->run_n[r];
+                int lo = a0 > t0 ? a0 : t0, hi = a1 < t1 ? a1 : t1;
+                if (lo >= hi) continue;
+                const float *k = c->qkv + (size_t)lo * c->qkv_dim + c->q_dim;
+                kv_write(c->kv[g], li, c->run_seq[r], b->pos[lo], hi - lo, k, (size_t)c->qkv_dim,
+                         k + c->kv_dim, (size_t)c->qkv_dim);
+            }
+            /* attention: planned by thread 0 in the same phase (the plan reads
+             * only block tables and positions, never the K/V being written),
+             * run by all */
+            if (ith == 0) {
+                anvil_status ast =
+                    ly->attn == MODEL_ATTN_HP1
+                        ? kv_attn_prepare_hp1(c->kv[g], c->hp1_ops, &ly->hp1, KN_HP1_PV_SPARSE, li,
+                                              c->run_attn, c->n_runs, (size_t)c->qkv_dim,
+                                              (size_t)c->q_dim, nth, KV_SPLIT_AUTO, hp->attn_scale,
+                                              &c->job)
+                        : kv_attn_prepare(c->kv[g], c->attn_ops[g], li, c->run_attn, c->n_runs,
+                                          (size_t)c->qkv_dim, (size_t)c->q_dim, nth, KV_SPLIT_AUTO,
+                                          hp->attn_scale, &c->job);
+                ANVIL_ASSERT(ast == ANVIL_OK);
+                if (ly->attn_sinks) kv_attn_job_set_sinks(c->job, ly->attn_sinks);
+            }
+            pool_barrier(c->pool);
+            kv_attn_work(c->job, c->pool, ith, nth);
+            pool_barrier(c->pool);
+            PROF_MARK(ANVIL_PROF_ATTN);
         }
-        /* attention: planned by thread 0 in the same phase (the plan reads
-         * only block tables and positions, never the K/V being written),
-         * run by all */
-        if (ith == 0) {
-            anvil_status ast =
-                ly->attn == MODEL_ATTN_HP1
-                    ? kv_attn_prepare_hp1(c->kv[g], c->hp1_ops, &ly->hp1, KN_HP1_PV_SPARSE, li,
-                                          c->run_attn, c->n_runs, (size_t)c->qkv_dim,
-                                          (size_t)c->q_dim, nth, KV_SPLIT_AUTO, hp->attn_scale,
-                                          &c->job)
-                    : kv_attn_prepare(c->kv[g], c->attn_ops[g], li, c->run_attn, c->n_runs,
-                                      (size_t)c->qkv_dim, (size_t)c->q_dim, nth, KV_SPLIT_AUTO,
-                                      hp->attn_scale, &c->job);
-            ANVIL_ASSERT(ast == ANVIL_OK);
-            if (ly->attn_sinks) kv_attn_job_set_sinks(c->job, ly->attn_sinks);
-        }
-        pool_barrier(c->pool);
-        kv_attn_work(c->job, c->pool, ith, nth);
-        pool_barrier(c->pool);
-        PROF_MARK(ANVIL_PROF_ATTN);
 
         for (int t = t0; t < t1; t++)
             ops->act[ly->wo.act](c->act + (size_t)t * c->act_stride, c->attn + (size_t)t * c->q_dim,

@@ -36,7 +36,7 @@ struct anvil_model_params anvil_model_default_params(void) {
 static const struct arch_desc *const archs[] = {
     &arch_llama, &arch_qwen2,    &arch_qwen3, &arch_gemma3,     &arch_phi3,
     &arch_qwen2moe, &arch_qwen3moe, &arch_olmoe, &arch_granitemoe,
-    &arch_gptoss, &arch_bert, &arch_nomic_bert};
+    &arch_gptoss, &arch_bert, &arch_nomic_bert, &arch_gemma_embedding};
 
 const struct arch_desc *arch_find(const char *name, size_t len) {
     for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
@@ -124,6 +124,7 @@ anvil_status anvil_model_load(const char *path, const struct anvil_model_params 
         }
     }
     if (m->has_pooling && m->pooling == ANVIL_POOL_RANK) TRY(embed_bind_head(m, err, err_cap));
+    TRY(embed_bind_dense(m, err, err_cap));
     if (m->arch->flags & ARCH_ENCODER) {
         TRY(encoder_bind(&L, m));
     } else {

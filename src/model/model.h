@@ -96,6 +96,10 @@ struct model_hparams {
     enum model_act act;
     enum model_rope rope;
     bool qk_norm_full;   /* q_norm/k_norm span the whole q (q_dim) and k (kv_dim): OLMoE */
+    /* attention over the row's whole sequence, not causal; a windowed layer
+     * keeps |i - j| <= n_swa/2 (llama.cpp's symmetric window). Batches
+     * hold whole sequences; the model embeds, it does not generate. */
+    bool bidir;
     float residual_scale; /* multiplies Wo's and the FFN's outputs before the residual; 1 = none */
     float logit_scale;   /* logits are divided by it; 1 = none (Granite) */
     /* mixture of experts (model/moe.h); n_expert 0 = dense FFN */
@@ -183,6 +187,10 @@ struct anvil_model {
     float *cls_w, *cls_b;         /* (n_embd, n_embd), (n_embd) */
     float *cls_out_w, *cls_out_b; /* (n_cls_out, n_cls_in), (n_cls_out) */
     int n_cls_out;
+    /* sentence-transformers' Dense layers after pooling (gemma-embedding),
+     * owned F32 copies, or NULL: y = dense3 (dense2 x + dense2_b) */
+    float *dense2, *dense2_b, *dense3; /* (n_dense, n_embd), (n_dense), (n_embd, n_dense) */
+    int n_dense;
     uint64_t n_params;
     char desc[128];
     uint8_t *packed; /* every wmat's packed copy, carved from one buffer (huge pages) */
@@ -193,6 +201,10 @@ struct anvil_model {
  * cls.output.bias) of a model whose pooling is rank (model/embed.c). */
 anvil_status embed_bind_head(struct anvil_model *m, char *err, size_t err_cap);
 void embed_free_head(struct anvil_model *m);
+/* Bind sentence-transformers' Dense layers (dense_2.weight, dense_2.bias,
+ * dense_3.weight) when the file has them; embed.c applies them after
+ * pooling. Freed by embed_free_head. */
+anvil_status embed_bind_dense(struct anvil_model *m, char *err, size_t err_cap);
 
 /* Multiply: y[t*ldy + r] = W row r . X row t, rows [r0, r1) of the whole
  * (multi-part) matrix. x rows are in w->act format. */

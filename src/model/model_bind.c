@@ -263,6 +263,7 @@ anvil_status load_hparams(struct model_loader *L, const struct arch_desc *arch,
     hp->residual_scale = 1.0f;
     hp->logit_scale = 1.0f;
     hp->qk_norm_full = (arch->flags & ARCH_QK_NORM_FULL) != 0;
+    hp->bidir = (arch->flags & ARCH_BIDIR) != 0;
 
     /* sanity bounds: generous, but they keep size arithmetic far from
      * overflow and reject absurd files with a clear message */

@@ -25,6 +25,9 @@ CONFIGS names one small model per architecture feature set:
   olmoe    one RMSNorm over the whole q and k, 8 experts, 2 used
   granitemoe  Granite's embedding, residual, attention and logit scales,
            4 experts, 2 used, an ungated shared expert
+  gemma-embedding  gemma3's layers attending both ways (EmbeddingGemma):
+           the windowed layers keep |i - j| <= sliding_window / 2; an
+           embedding model (make_embed_gguf, optional Dense layers)
 The MoE routers (ffn_gate_inp) stay F32 in quantized files, as
 llama-quantize leaves them.
 
@@ -54,7 +57,7 @@ BASE = dict(n_embd=128, n_ff=192, n_head=4, n_head_kv=2, head_dim=None, n_layer=
             rope_base=10000.0, eps=1e-5, rope="norm", act="silu", bias=False, qk_norm=False,
             post_norms=False, embd_scale=False, fused=False, tied=False, rope_freqs=False,
             swa=0, swa_layers=None, rope_base_swa=10000.0, attn=None, hp1=None, moe=None,
-            qk_norm_full=False, granite=None)
+            qk_norm_full=False, granite=None, bidir=False)
 
 # MoE: n_expert, used, n_ff_exp (ffe_key: written as expert_feed_forward_length,
 # else the expert length is feed_forward_length), shared length, shared gate,
@@ -89,11 +92,18 @@ CONFIGS = {
                      moe=dict(MOE, ffe_key=True, n_sh=96, sh_gate=True, norm_w=False)),
     "olmoe": dict(BASE, arch="olmoe", rope="neox", qk_norm=True, qk_norm_full=True, n_ff=64, n_head_kv=4,
                   moe=dict(MOE, n_expert=8, norm_w=False)),
+    "gemma-embedding": dict(BASE, arch="gemma-embedding", rope="neox", act="gelu", qk_norm=True,
+                            post_norms=True, embd_scale=True, n_embd=96, n_head=4, n_head_kv=1,
+                            head_dim=64, n_layer=6, n_ff=160, tied=True, swa=16,
+                            rope_base=1000000.0, rope_base_swa=10000.0, eps=1e-6, bidir=True),
     "granitemoe": dict(BASE, arch="granitemoe", n_ff=64, moe=dict(MOE, n_sh=64),
                        granite=dict(embedding_scale=4.0, residual_scale=0.5,
                                     attention_scale=0.09, logit_scale=3.0)),
 }
 MOE_ARCHS = [n for n, c in CONFIGS.items() if c["moe"]]
+
+
+GEMMA = ("gemma3", "gemma-embedding")  # Gemma 3's window pattern and RoPE bases
 
 
 def cfg_of(name, **changes):
@@ -109,7 +119,7 @@ def cfg_of(name, **changes):
     if c["moe"] and changes.get("moe_changes"):
         c["moe"] = dict(c["moe"], **changes["moe_changes"])
     if c["swa_layers"] is None:
-        if c["swa"] and c["arch"] == "gemma3":
+        if c["swa"] and c["arch"] in GEMMA:
             c["swa_layers"] = [l % 6 < 5 for l in range(c["n_layer"])]
         else:
             c["swa_layers"] = [bool(c["swa"])] * c["n_layer"]
@@ -285,7 +295,7 @@ def make_gguf(path, name, wtype="F32", seed=0, n_ctx=512, drop=(), override=None
     if c["swa"] and f"{arch}.attention.sliding_window" not in extra_u32:
         wr.add_sliding_window(c["swa"])
     if c["swa"]:
-        if arch == "gemma3":
+        if arch in GEMMA:
             wr.add_float32(f"{arch}.rope.freq_base_swa", c["rope_base_swa"])
     m = c["moe"]
     if m:
@@ -423,7 +433,7 @@ def forward(name, w, tokens, stats=None, cfg=None):
     for l in range(c["n_layer"]):
         p = f"blk.{l}."
         local = c["swa_layers"][l]
-        base = c["rope_base_swa"] if local and c["arch"] == "gemma3" else c["rope_base"]
+        base = c["rope_base_swa"] if local and c["arch"] in GEMMA else c["rope_base"]
         inv = inv_freq(c, w, base)
         h = rmsnorm(x, w[p + "attn_norm.weight"], eps)
         if c["fused"]:
@@ -443,13 +453,19 @@ def forward(name, w, tokens, stats=None, cfg=None):
             k = rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
         neox = c["rope"] == "neox"
         q, k = rope(q, pos, inv, c["n_rot"], neox), rope(k, pos, inv, c["n_rot"], neox)
-        k = k.astype(np.float16).astype(np.float64)  # the engine's F16 cache
-        v = v.astype(np.float16).astype(np.float64)
+        if not c["bidir"]:  # the engine's F16 cache (a bidirectional model has none)
+            k = k.astype(np.float16).astype(np.float64)
+            v = v.astype(np.float16).astype(np.float64)
         out = np.zeros((n, nh, hd))
         i, j = np.arange(n)[:, None], np.arange(n)[None, :]
-        visible = j <= i
-        if local:
-            visible &= j > i - c["swa"]
+        if c["bidir"]:  # both ways; llama.cpp's symmetric window
+            visible = np.ones((n, n), bool)
+            if local:
+                visible &= np.abs(i - j) <= c["swa"] // 2
+        else:
+            visible = j <= i
+            if local:
+                visible &= j > i - c["swa"]
         mask = np.where(visible, 0.0, -np.inf)
         for hh in range(nh):
             kv = hh // group
@@ -830,12 +846,33 @@ def rank_head(c, seed):
             "cls.output.bias": np.array([0.25], dtype=np.float32)}
 
 
-def make_embed_gguf(path, name, pooling, wtype="F32", seed=0, n_ctx=512):
-    """make_gguf with <arch>.pooling_type (and the rank head for "rank")."""
+def dense_layers(c, n, seed, bias=False):
+    """sentence-transformers' Dense layers after pooling, as llama.cpp's
+    converter writes them (--sentence-transformers-dense-modules):
+    dense_2 (n, n_embd) and dense_3 (n_embd, n); dense_2.bias when asked."""
+    rng = np.random.default_rng(seed + 99)
+    ne = c["n_embd"]
+    d = {"dense_2.weight": (rng.standard_normal((n, ne)) / np.sqrt(ne)).astype(np.float32),
+         "dense_3.weight": (rng.standard_normal((ne, n)) / np.sqrt(n)).astype(np.float32)}
+    if bias:
+        d["dense_2.bias"] = (0.1 * rng.standard_normal(n)).astype(np.float32)
+    return d
+
+
+def make_embed_gguf(path, name, pooling, wtype="F32", seed=0, n_ctx=512, dense=0,
+                    dense_bias=False):
+    """make_gguf with <arch>.pooling_type (and the rank head for "rank");
+    dense > 0: Dense layers of that width after pooling."""
     arch = CONFIGS[name]["arch"]
-    extra = rank_head(cfg_of(name), seed) if pooling == "rank" else None
-    return make_gguf(path, name, wtype, seed=seed, n_ctx=n_ctx, override=extra,
-                     extra_u32={f"{arch}.pooling_type": POOLING[pooling]})
+    c = cfg_of(name)
+    extra = rank_head(c, seed) if pooling == "rank" else {}
+    u32 = {f"{arch}.pooling_type": POOLING[pooling]}
+    if dense:
+        extra.update(dense_layers(c, dense, seed, dense_bias))
+        u32.update({f"{arch}.dense_2_feat_in": c["n_embd"], f"{arch}.dense_2_feat_out": dense,
+                    f"{arch}.dense_3_feat_in": dense, f"{arch}.dense_3_feat_out": c["n_embd"]})
+    return make_gguf(path, name, wtype, seed=seed, n_ctx=n_ctx, override=extra or None,
+                     extra_u32=u32)
 
 
 def hidden(name, w, tokens):
@@ -852,4 +889,7 @@ def embed_ref(name, w, tokens, pooling, normalize=True):
         x = np.tanh(h[-1] @ w["cls.weight"].T + w["cls.bias"])
         return float(x @ w["cls.output.weight"][0] + w["cls.output.bias"][0])
     v = {"mean": h.mean(axis=0), "cls": h[0], "last": h[-1]}[pooling]
+    if "dense_2.weight" in w:  # the Dense layers after pooling
+        t = w["dense_2.weight"] @ v + w.get("dense_2.bias", 0.0)
+        v = w["dense_3.weight"] @ t
     return v / np.linalg.norm(v) if normalize else v

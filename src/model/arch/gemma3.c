@@ -18,6 +18,8 @@
  * is refused rather than run wrong.
  * Norm weights in GGUF already include Gemma's +1 (the conversion adds
  * it), so the plain RMSNorm applies.
+ *
+ * The same descriptor's hook reads EmbeddingGemma's keys (below).
  */
 #include <math.h>
 
@@ -51,5 +53,18 @@ const struct arch_desc arch_gemma3 = {
     .rope = MODEL_ROPE_NEOX,
     .act = MODEL_ACT_GELU_TANH,
     .flags = ARCH_QK_NORM | ARCH_POST_NORMS | ARCH_EMBD_SCALE,
+    .hparams = gemma3_hparams,
+};
+
+/* EmbeddingGemma (general.architecture "gemma-embedding"): Gemma 3's
+ * layers and keys, attention over the whole sequence (bidirectional; the
+ * windowed layers keep |i - j| <= sliding_window/2, llama.cpp's symmetric
+ * window), mean pooling from the file, then sentence-transformers' Dense
+ * layers dense_2 and dense_3 when the file has them (model/embed.c). */
+const struct arch_desc arch_gemma_embedding = {
+    .name = "gemma-embedding",
+    .rope = MODEL_ROPE_NEOX,
+    .act = MODEL_ACT_GELU_TANH,
+    .flags = ARCH_QK_NORM | ARCH_POST_NORMS | ARCH_EMBD_SCALE | ARCH_BIDIR,
     .hparams = gemma3_hparams,
 };
