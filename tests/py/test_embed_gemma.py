@@ -32,18 +32,11 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "gen"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tiny_arch  # noqa: E402
 
-ANVIL = os.path.join(ROOT, "bin", "anvil")
+from test_embed import ANVIL, TOL, anvil_embed  # noqa: E402
+
 NAME = "gemma-embedding"
 SEQS = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(1, 40)), [200],
         [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2]]
-TOL = {"F32": 1e-4, "Q8_0": 3e-2}
-
-
-def anvil_embed(path, seqs, *extra):
-    p = run([ANVIL, "embed", "-m", path, "--tokens", "-t", "2", *extra,
-             *[" ".join(map(str, s)) for s in seqs]], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    return np.array(json.loads(p.stdout))
 
 
 @pytest.fixture(scope="module")
