@@ -16,8 +16,8 @@ head; sequences up to 39 tokens, so the window cuts):
 - batching does not change the answer (each sequence alone and all in one
   batch, bit for bit: the attention's kernel gives the same bits whatever
   the shape);
-- the model embeds, it does not generate: `anvil run` on it is a clear
-  error (exit 2), and /v1/embeddings serves it.
+- the model embeds, it does not generate: `anvil run` and `anvil serve -m`
+  on it are a clear error (exit 2), and /v1/embeddings serves it.
 """
 import json
 import os
@@ -107,6 +107,10 @@ def test_does_not_generate(files):
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "does not generate" in p.stderr, p.stderr
     assert "Sanitizer" not in p.stderr
+    # as the chat model of a server: refused at start, exit 2
+    p = run([ANVIL, "serve", "-m", path, "--port", "0"], capture_output=True, text=True,
+            timeout=60)
+    assert p.returncode == 2 and "does not generate" in p.stderr, (p.returncode, p.stderr)
 
 
 def test_served(files, tmp_path):

@@ -408,7 +408,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "anvil serve: cannot start the engine: %s\n", err);
         anvil_model_free(dm);
         anvil_model_free(m);
-        return st == ANVIL_ERR_INVALID ? 2 : 1;
+        /* what was asked cannot run (bad parameters, a model that only
+         * embeds): the user's to fix */
+        return st == ANVIL_ERR_INVALID || st == ANVIL_ERR_UNSUPPORTED ? 2 : 1;
     }
     st = anvil_engine_start(e);
     if (st != ANVIL_OK) {
