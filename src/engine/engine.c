@@ -121,8 +121,11 @@ anvil_status anvil_engine_init(struct anvil_model *m, const struct anvil_engine_
         return ANVIL_ERR_INVALID;
     }
     if (!anvil_model_generates(m)) {
-        errmsg_set(err, err_cap, "engine: the model embeds, it does not generate (anvil embed; "
-                   "anvil serve --embedding-model)");
+        char arch[64];
+        anvil_model_meta_str(m, "general.architecture", arch, sizeof(arch));
+        errmsg_set(err, err_cap, "engine: the model (%s: an encoder, or a decoder attending "
+                   "both ways) embeds, it does not generate (anvil embed; anvil serve "
+                   "--embedding-model)", arch[0] ? arch : "?");
         return ANVIL_ERR_UNSUPPORTED;
     }
     if (!spec_params_ok(p->spec, p->spec_k)) {
